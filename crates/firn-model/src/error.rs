@@ -1,0 +1,69 @@
+//! The user-facing error: what went wrong and what is allowed, one variant per thing a user
+//! can act on. Both front ends map it (RESP error prefix, HTTP status) in one place each.
+
+use serde::{Deserialize, Serialize};
+
+use crate::key::Version;
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum FirnError {
+    #[error("key is {len} bytes; the limit is {max}")]
+    KeyTooLarge { len: usize, max: usize },
+    #[error("value is {len} bytes; the limit is {max}")]
+    ValueTooLarge { len: usize, max: usize },
+    /// A conditional write found another version (0: the key does not exist).
+    #[error("condition failed: the key's current version is {current}")]
+    Conflict { current: Version },
+    /// The requested start of a watch or read was truncated away.
+    #[error("requested versions were truncated; the oldest available version is {oldest}")]
+    Compacted { oldest: Version },
+    #[error("{0}")]
+    BadTime(String),
+    #[error("{0}")]
+    BadArgument(String),
+    #[error("wrong number of arguments for '{0}' command")]
+    WrongArity(String),
+    #[error("unknown command '{0}'")]
+    UnknownCommand(String),
+    #[error("no keyspace with prefix '{0}'")]
+    KeyspaceNotFound(String),
+    /// The operation is understood but refused by this node's configuration or this version.
+    #[error("{0}")]
+    Refused(String),
+    /// A transient condition (leader change, catching up): retrying may succeed.
+    #[error("{0}")]
+    TryAgain(String),
+    /// This node cannot serve the request (no leader, no quorum).
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl FirnError {
+    /// The RESP error code: the first word of the error line, which clients match on.
+    pub fn resp_code(&self) -> &'static str {
+        match self {
+            FirnError::Conflict { .. } => "CONFLICT",
+            FirnError::Compacted { .. } => "COMPACTED",
+            FirnError::TryAgain(_) => "TRYAGAIN",
+            FirnError::Unavailable(_) => "CLUSTERDOWN",
+            FirnError::WrongArity(_) | FirnError::UnknownCommand(_) => "ERR",
+            _ => "ERR",
+        }
+    }
+
+    /// The HTTP status code for this error.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            FirnError::KeyTooLarge { .. } | FirnError::ValueTooLarge { .. } => 413,
+            FirnError::Conflict { .. } => 409,
+            FirnError::Compacted { .. } => 410,
+            FirnError::KeyspaceNotFound(_) => 404,
+            FirnError::Refused(_) => 403,
+            FirnError::TryAgain(_) | FirnError::Unavailable(_) => 503,
+            FirnError::Internal(_) => 500,
+            _ => 400,
+        }
+    }
+}

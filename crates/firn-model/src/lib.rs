@@ -1,0 +1,22 @@
+//! Firn's domain model: the vocabulary every other crate speaks.
+//!
+//! This crate owns keys, versions, hybrid-logical-clock commit timestamps, the stated limits,
+//! keyspace definitions, the typed [`Request`] that both front ends parse into, and the
+//! user-facing [`FirnError`]. It must never do I/O, read a clock outside [`hlc::HybridClock`],
+//! or know about Raft, disks or sockets.
+
+pub mod error;
+pub mod hlc;
+pub mod key;
+pub mod keyspace;
+pub mod limits;
+pub mod request;
+pub mod slot;
+pub mod time;
+
+pub use error::FirnError;
+pub use hlc::{CommitTs, HybridClock};
+pub use key::{Key, Version};
+pub use keyspace::{Durability, KeyspaceMode, KeyspaceSpec};
+pub use limits::Limits;
+pub use request::*;

@@ -1,0 +1,55 @@
+//! Every bound Firn enforces, in one place, with the reason for each.
+
+/// Keys are 1 B to 8 KiB (DESIGN.md "Data model").
+pub const KEY_BYTES_MAX: usize = 8 * 1024;
+
+/// Default largest value. Values travel through the Raft log in one entry, so a large value
+/// delays every write behind it; 1 MiB keeps one entry's fsync and replication short.
+pub const VALUE_BYTES_MAX_DEFAULT: usize = 1024 * 1024;
+
+/// The configurable value limit may not exceed this until the bulk path exists.
+pub const VALUE_BYTES_MAX_CEILING: usize = 16 * 1024 * 1024;
+
+/// Most keys (or key/value pairs) in one MGET, MSET, DEL or EXISTS.
+pub const KEYS_PER_REQUEST_MAX: usize = 10_000;
+
+/// Most items one history, scan or replay page returns.
+pub const PAGE_ITEMS_MAX: usize = 10_000;
+
+/// Default page size of SCAN and history when the caller gives none.
+pub const PAGE_ITEMS_DEFAULT: usize = 100;
+
+/// Most registered keyspaces; each put looks up its keyspace by longest prefix.
+pub const KEYSPACES_MAX: usize = 1_024;
+
+/// Largest RESP request (a whole command frame): the biggest value plus its key and headroom.
+pub const RESP_FRAME_BYTES_MAX: usize = VALUE_BYTES_MAX_CEILING + 2 * 1024 * 1024;
+
+/// Most versions a watch replays before going live; a bigger replay must be paged by the
+/// client with history.
+pub const WATCH_REPLAY_MAX: usize = 100_000;
+
+/// Live events buffered per watcher; a watcher that falls further behind is told it lagged
+/// and is disconnected rather than growing memory without bound.
+pub const WATCH_BUFFER_EVENTS: usize = 4_096;
+
+/// The limits that an operator can set when starting a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub value_bytes_max: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { value_bytes_max: VALUE_BYTES_MAX_DEFAULT }
+    }
+}
+
+impl Limits {
+    pub fn check_value(&self, len: usize) -> Result<(), crate::FirnError> {
+        if len > self.value_bytes_max {
+            return Err(crate::FirnError::ValueTooLarge { len, max: self.value_bytes_max });
+        }
+        Ok(())
+    }
+}

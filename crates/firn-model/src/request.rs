@@ -1,0 +1,222 @@
+//! The one typed request both front ends (RESP, HTTP) parse into, and its response.
+//! The router executes a [`Request`]; nothing here knows which protocol it came from.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::hlc::CommitTs;
+use crate::key::{Key, Version};
+use crate::keyspace::KeyspaceSpec;
+
+/// Which version of a key a read returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadAt {
+    Latest,
+    /// Exactly this version.
+    Version(Version),
+    /// The newest version with `commit_ts ≤ T`.
+    AsOf(CommitTs),
+    /// The version with the greatest event time ≤ T (ties: the newest version).
+    EventTime(u64),
+}
+
+/// How fresh a read must be.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadConsistency {
+    /// Sees every write acknowledged before the read began.
+    #[default]
+    Linearizable,
+    /// The serving replica as it is; fastest, possibly stale.
+    Local,
+}
+
+impl std::str::FromStr for ReadConsistency {
+    type Err = crate::FirnError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "linearizable" => Ok(ReadConsistency::Linearizable),
+            "local" => Ok(ReadConsistency::Local),
+            _ => Err(crate::FirnError::BadArgument(format!(
+                "unknown consistency '{s}'; use linearizable or local"
+            ))),
+        }
+    }
+}
+
+/// The condition a write must meet to be applied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WriteCondition {
+    #[default]
+    Always,
+    /// The key's latest version is exactly this (0: the key does not exist or is deleted).
+    IfVersion(Version),
+    /// The key exists and is not deleted (Redis `SET … XX`).
+    IfPresent,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PutRequest {
+    pub key: Key,
+    pub value: Bytes,
+    pub condition: WriteCondition,
+    /// The writer's own time for this value (sensor time), microseconds since the epoch.
+    pub event_time_us: Option<u64>,
+    /// Return the version this write replaced (Redis `SET … GET`).
+    pub return_previous: bool,
+}
+
+impl PutRequest {
+    pub fn new(key: Key, value: Bytes) -> Self {
+        PutRequest {
+            key,
+            value,
+            condition: WriteCondition::Always,
+            event_time_us: None,
+            return_previous: false,
+        }
+    }
+}
+
+/// A key, or every key under a prefix.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KeyRange {
+    Key(Key),
+    Prefix(Bytes),
+}
+
+impl KeyRange {
+    pub fn contains(&self, key: &[u8]) -> bool {
+        match self {
+            KeyRange::Key(k) => k.as_bytes() == key,
+            KeyRange::Prefix(p) => key.starts_with(p),
+        }
+    }
+}
+
+/// Where truncation stops: versions strictly before this are dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TruncateBefore {
+    Version(Version),
+    Time(CommitTs),
+}
+
+/// Where a watch starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WatchFrom {
+    /// Only versions committed after the watch starts.
+    Now,
+    /// Replay from this version of the key (for a prefix: of each key).
+    Version(Version),
+    /// Replay versions with `commit_ts ≥ T`.
+    Time(CommitTs),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatchRequest {
+    pub target: KeyRange,
+    pub from: WatchFrom,
+}
+
+/// Everything a client can ask of Firn, except watch (a stream, see [`WatchRequest`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    Put(PutRequest),
+    /// Tombstone each key; the response says which existed.
+    Delete { keys: Vec<Key> },
+    /// Several puts applied atomically in one log entry.
+    MSet { items: Vec<(Key, Bytes)> },
+    Get { key: Key, at: ReadAt, consistency: ReadConsistency },
+    MGet { keys: Vec<Key>, at: ReadAt, consistency: ReadConsistency },
+    Exists { keys: Vec<Key>, consistency: ReadConsistency },
+    /// Versions `from..=to` of a key, oldest first, at most `limit`.
+    History {
+        key: Key,
+        from: Version,
+        to: Option<Version>,
+        limit: usize,
+        consistency: ReadConsistency,
+    },
+    /// Live keys under `prefix` after `cursor`, in key order, at most `limit`.
+    Scan {
+        prefix: Bytes,
+        cursor: Option<Bytes>,
+        limit: usize,
+        pattern: Option<Bytes>,
+        at: ReadAt,
+        consistency: ReadConsistency,
+    },
+    Truncate { target: KeyRange, before: TruncateBefore },
+    KeyspaceCreate(KeyspaceSpec),
+    KeyspaceList,
+    KeyspaceDrop { prefix: String },
+    /// Number of live keys.
+    DbSize,
+    /// Drop every key and version (refused unless the node allows it).
+    FlushAll,
+}
+
+impl Request {
+    /// Whether this request changes state (and so goes through the log).
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self,
+            Request::Put(_)
+                | Request::Delete { .. }
+                | Request::MSet { .. }
+                | Request::Truncate { .. }
+                | Request::KeyspaceCreate(_)
+                | Request::KeyspaceDrop { .. }
+                | Request::FlushAll
+        )
+    }
+}
+
+/// One version of a key as a reader sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionInfo {
+    pub version: Version,
+    pub commit_ts: CommitTs,
+    pub event_time_us: Option<u64>,
+    /// A tombstone: the key was deleted at this version.
+    pub deleted: bool,
+    /// The value; `None` for a tombstone or a keyspace that stores no values.
+    pub value: Option<Bytes>,
+}
+
+impl VersionInfo {
+    pub fn size(&self) -> usize {
+        self.value.as_ref().map_or(0, |v| v.len())
+    }
+}
+
+/// What one write did to one key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Written {
+    pub key: Key,
+    pub version: Version,
+    pub commit_ts: CommitTs,
+    /// Whether the key existed (live, not deleted) before this write.
+    pub existed: bool,
+    /// The replaced version, when the request asked for it.
+    pub previous: Option<VersionInfo>,
+}
+
+/// A committed version as a watcher receives it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatchEvent {
+    pub key: Key,
+    pub info: VersionInfo,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    Written(Vec<Written>),
+    Value(Option<VersionInfo>),
+    Values(Vec<Option<VersionInfo>>),
+    Count(u64),
+    History(Vec<VersionInfo>),
+    Scan { keys: Vec<(Key, VersionInfo)>, next_cursor: Option<Bytes> },
+    Truncated { versions_removed: u64 },
+    Keyspaces(Vec<KeyspaceSpec>),
+    Done,
+}

@@ -1,0 +1,69 @@
+//! Times as users write them: integer microseconds since the Unix epoch, RFC 3339, or an
+//! exact commit timestamp `WALL_US-LOGICAL` as Firn prints it.
+
+use crate::error::FirnError;
+use crate::hlc::CommitTs;
+
+/// Parses microseconds since the Unix epoch, given as an integer or as RFC 3339.
+pub fn parse_micros(text: &str) -> Result<u64, FirnError> {
+    let text = text.trim();
+    if let Ok(us) = text.parse::<u64>() {
+        return Ok(us);
+    }
+    match chrono::DateTime::parse_from_rfc3339(text) {
+        Ok(t) => u64::try_from(t.timestamp_micros())
+            .map_err(|_| FirnError::BadTime(format!("'{text}' is before the Unix epoch"))),
+        Err(_) => Err(FirnError::BadTime(format!(
+            "'{text}' is not a time; use integer microseconds since the Unix epoch or RFC 3339 \
+             (e.g. 2026-11-22T10:00:00Z)"
+        ))),
+    }
+}
+
+/// Parses a read bound: "newest with commit_ts ≤ T". Microseconds (or RFC 3339) include every
+/// write stamped within that microsecond; `WALL_US-LOGICAL` is exact.
+pub fn parse_read_time(text: &str) -> Result<CommitTs, FirnError> {
+    if text.contains('-') && !text.contains('T') && !text.starts_with('-') {
+        return text.parse::<CommitTs>().map_err(FirnError::BadTime);
+    }
+    parse_micros(text).map(CommitTs::end_of_micros)
+}
+
+/// Formats microseconds since the epoch as RFC 3339 with microsecond precision.
+pub fn micros_to_rfc3339(us: u64) -> String {
+    let secs = (us / 1_000_000) as i64;
+    let nanos = ((us % 1_000_000) * 1_000) as u32;
+    chrono::DateTime::from_timestamp(secs, nanos)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+        .unwrap_or_else(|| us.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_rfc3339_and_exact_forms_parse() {
+        assert_eq!(parse_micros("1500").unwrap(), 1500);
+        assert_eq!(parse_micros("1970-01-01T00:00:01Z").unwrap(), 1_000_000);
+        assert_eq!(parse_read_time("7").unwrap(), CommitTs::end_of_micros(7));
+        assert_eq!(parse_read_time("7-3").unwrap(), CommitTs::new(7, 3));
+        assert_eq!(
+            parse_read_time("1970-01-01T00:00:00.000002Z").unwrap(),
+            CommitTs::end_of_micros(2)
+        );
+    }
+
+    #[test]
+    fn bad_times_are_refused_with_the_accepted_forms_named() {
+        for bad in ["yesterday", "-5", "1969-12-31T23:59:59Z", "12-x", ""] {
+            let err = parse_read_time(bad).unwrap_err();
+            assert!(matches!(err, FirnError::BadTime(_)), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn rfc3339_round_trips() {
+        assert_eq!(micros_to_rfc3339(1_000_001), "1970-01-01T00:00:01.000001Z");
+    }
+}
