@@ -1,0 +1,16 @@
+//! Firn's versioned, temporal state machine.
+//!
+//! This crate owns what a shard stores — every version of every key with its HLC commit
+//! timestamp and event time, the keyspaces and their retention — and the deterministic apply
+//! of log [`Command`]s. Apply never reads a clock, the network or randomness: time arrives in
+//! the command. Storage is reached only through [`StorageBackend`].
+
+pub mod backend;
+pub mod command;
+pub mod glob;
+pub mod record;
+pub mod store;
+
+pub use backend::{FjallBackend, MemoryBackend, StorageBackend};
+pub use command::{Command, Op};
+pub use store::VersionedStore;

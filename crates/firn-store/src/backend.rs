@@ -1,0 +1,312 @@
+//! The small storage trait the state machine runs on, with two implementations: fjall (on
+//! disk, the default) and an ordered in-memory map (tests and `--in-memory`).
+//!
+//! A backend stores ordered byte tables and applies a [`Batch`] atomically. It knows nothing
+//! of versions, keys or Raft.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::RwLock;
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
+use serde::{Deserialize, Serialize};
+
+/// The state machine's tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Table {
+    /// user key → [`crate::record::KeyMeta`]
+    KeyMeta,
+    /// encoded (key, version) → [`crate::record::VersionRecord`]
+    Versions,
+    /// keyspace prefix → [`firn_model::KeyspaceSpec`]
+    Keyspaces,
+    /// bookkeeping: applied log position, last commit timestamp, live key count
+    System,
+}
+
+impl Table {
+    pub const ALL: [Table; 4] = [Table::KeyMeta, Table::Versions, Table::Keyspaces, Table::System];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    fn fjall_name(self) -> &'static str {
+        match self {
+            Table::KeyMeta => "sm_key_meta",
+            Table::Versions => "sm_versions",
+            Table::Keyspaces => "sm_keyspaces",
+            Table::System => "sm_system",
+        }
+    }
+}
+
+/// Writes applied together or not at all.
+#[derive(Debug, Default)]
+pub struct Batch {
+    ops: Vec<(Table, Vec<u8>, Option<Vec<u8>>)>,
+}
+
+impl Batch {
+    pub fn put(&mut self, table: Table, key: Vec<u8>, value: Vec<u8>) {
+        self.ops.push((table, key, Some(value)));
+    }
+
+    pub fn remove(&mut self, table: Table, key: Vec<u8>) {
+        self.ops.push((table, key, None));
+    }
+
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+pub type Pair = (Vec<u8>, Vec<u8>);
+
+/// A whole-state copy, for Raft snapshots.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Dump {
+    pub tables: Vec<(Table, Vec<Pair>)>,
+}
+
+/// Ordered byte tables with atomic batches.
+pub trait StorageBackend: Send + Sync + 'static {
+    fn get(&self, table: Table, key: &[u8]) -> io::Result<Option<Vec<u8>>>;
+
+    /// Up to `limit` pairs in `(lower, upper)`, ascending, or descending when `reverse`.
+    fn range(
+        &self,
+        table: Table,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        reverse: bool,
+        limit: usize,
+    ) -> io::Result<Vec<Pair>>;
+
+    fn write(&self, batch: Batch) -> io::Result<()>;
+
+    /// Makes every write so far durable (fsync).
+    fn persist(&self) -> io::Result<()>;
+
+    /// A consistent copy of every table.
+    fn dump(&self) -> io::Result<Dump>;
+
+    /// Replaces every table with the dump's contents.
+    fn load(&self, dump: Dump) -> io::Result<()>;
+}
+
+/// Ordered in-memory tables; nothing survives a restart.
+#[derive(Default)]
+pub struct MemoryBackend {
+    tables: RwLock<[BTreeMap<Vec<u8>, Vec<u8>>; 4]>,
+}
+
+fn owned(bound: Bound<&[u8]>) -> Bound<Vec<u8>> {
+    match bound {
+        Bound::Included(b) => Bound::Included(b.to_vec()),
+        Bound::Excluded(b) => Bound::Excluded(b.to_vec()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+/// `BTreeMap::range` panics on an empty or inverted range; an empty result is the answer.
+fn is_empty_range(lower: &Bound<Vec<u8>>, upper: &Bound<Vec<u8>>) -> bool {
+    match (lower, upper) {
+        (Bound::Included(l), Bound::Included(u)) => l > u,
+        (Bound::Included(l), Bound::Excluded(u))
+        | (Bound::Excluded(l), Bound::Included(u))
+        | (Bound::Excluded(l), Bound::Excluded(u)) => l >= u,
+        _ => false,
+    }
+}
+
+impl StorageBackend for MemoryBackend {
+    fn get(&self, table: Table, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
+        let tables = self.tables.read().unwrap_or_else(|p| p.into_inner());
+        Ok(tables[table.index()].get(key).cloned())
+    }
+
+    fn range(
+        &self,
+        table: Table,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        reverse: bool,
+        limit: usize,
+    ) -> io::Result<Vec<Pair>> {
+        let (lower, upper) = (owned(lower), owned(upper));
+        if is_empty_range(&lower, &upper) {
+            return Ok(Vec::new());
+        }
+        let tables = self.tables.read().unwrap_or_else(|p| p.into_inner());
+        let iter = tables[table.index()].range((lower, upper));
+        let pairs = if reverse {
+            iter.rev().take(limit).map(|(k, v)| (k.clone(), v.clone())).collect()
+        } else {
+            iter.take(limit).map(|(k, v)| (k.clone(), v.clone())).collect()
+        };
+        Ok(pairs)
+    }
+
+    fn write(&self, batch: Batch) -> io::Result<()> {
+        let mut tables = self.tables.write().unwrap_or_else(|p| p.into_inner());
+        for (table, key, value) in batch.ops {
+            match value {
+                Some(v) => tables[table.index()].insert(key, v),
+                None => tables[table.index()].remove(&key),
+            };
+        }
+        Ok(())
+    }
+
+    fn persist(&self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn dump(&self) -> io::Result<Dump> {
+        let tables = self.tables.read().unwrap_or_else(|p| p.into_inner());
+        Ok(Dump {
+            tables: Table::ALL
+                .iter()
+                .map(|t| (*t, tables[t.index()].iter().map(|(k, v)| (k.clone(), v.clone())).collect()))
+                .collect(),
+        })
+    }
+
+    fn load(&self, dump: Dump) -> io::Result<()> {
+        let mut tables = self.tables.write().unwrap_or_else(|p| p.into_inner());
+        for t in tables.iter_mut() {
+            t.clear();
+        }
+        for (table, pairs) in dump.tables {
+            tables[table.index()].extend(pairs);
+        }
+        Ok(())
+    }
+}
+
+/// The state machine's tables as fjall keyspaces in a database shared with the Raft log.
+pub struct FjallBackend {
+    db: Database,
+    keyspaces: [Keyspace; 4],
+}
+
+fn fjall_err(e: fjall::Error) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+impl FjallBackend {
+    pub fn open(db: Database) -> io::Result<Self> {
+        let open = |t: Table| db.keyspace(t.fjall_name(), KeyspaceCreateOptions::default).map_err(fjall_err);
+        let keyspaces = [
+            open(Table::KeyMeta)?,
+            open(Table::Versions)?,
+            open(Table::Keyspaces)?,
+            open(Table::System)?,
+        ];
+        Ok(FjallBackend { db, keyspaces })
+    }
+
+    /// Opens (or creates) a database of its own at `path`; used by tests.
+    pub fn open_path(path: &Path) -> io::Result<Self> {
+        let db = Database::builder(path).open().map_err(fjall_err)?;
+        Self::open(db)
+    }
+
+    fn ks(&self, table: Table) -> &Keyspace {
+        &self.keyspaces[table.index()]
+    }
+}
+
+impl StorageBackend for FjallBackend {
+    fn get(&self, table: Table, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
+        Ok(self.ks(table).get(key).map_err(fjall_err)?.map(|v| v.to_vec()))
+    }
+
+    fn range(
+        &self,
+        table: Table,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        reverse: bool,
+        limit: usize,
+    ) -> io::Result<Vec<Pair>> {
+        let (lower, upper) = (owned(lower), owned(upper));
+        if is_empty_range(&lower, &upper) {
+            return Ok(Vec::new());
+        }
+        let iter = self.ks(table).range::<Vec<u8>, _>((lower, upper));
+        let mut pairs = Vec::new();
+        let mut push = |guard: fjall::Guard| -> io::Result<bool> {
+            let (k, v) = guard.into_inner().map_err(fjall_err)?;
+            pairs.push((k.to_vec(), v.to_vec()));
+            Ok(pairs.len() < limit)
+        };
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        if reverse {
+            for g in iter.rev() {
+                if !push(g)? {
+                    break;
+                }
+            }
+        } else {
+            for g in iter {
+                if !push(g)? {
+                    break;
+                }
+            }
+        }
+        Ok(pairs)
+    }
+
+    fn write(&self, batch: Batch) -> io::Result<()> {
+        let mut wb = self.db.batch();
+        for (table, key, value) in batch.ops {
+            match value {
+                Some(v) => wb.insert(self.ks(table), key, v),
+                None => wb.remove(self.ks(table), key),
+            }
+        }
+        wb.commit().map_err(fjall_err)
+    }
+
+    fn persist(&self) -> io::Result<()> {
+        self.db.persist(PersistMode::SyncAll).map_err(fjall_err)
+    }
+
+    fn dump(&self) -> io::Result<Dump> {
+        let snapshot = self.db.snapshot();
+        let mut tables = Vec::new();
+        for t in Table::ALL {
+            let mut pairs = Vec::new();
+            for guard in snapshot.iter(self.ks(t)) {
+                let (k, v) = guard.into_inner().map_err(fjall_err)?;
+                pairs.push((k.to_vec(), v.to_vec()));
+            }
+            tables.push((t, pairs));
+        }
+        Ok(Dump { tables })
+    }
+
+    fn load(&self, dump: Dump) -> io::Result<()> {
+        for t in Table::ALL {
+            self.ks(t).clear().map_err(fjall_err)?;
+        }
+        for (table, pairs) in dump.tables {
+            let mut wb = self.db.batch();
+            for (k, v) in pairs {
+                wb.insert(self.ks(table), k, v);
+            }
+            wb.commit().map_err(fjall_err)?;
+        }
+        self.persist()
+    }
+}

@@ -1,0 +1,42 @@
+//! The Raft log payload: a write, stamped by the leader with its proposal time.
+
+use bytes::Bytes;
+use firn_model::{CommitTs, Key, KeyRange, KeyspaceSpec, PutRequest, Request, TruncateBefore};
+use serde::{Deserialize, Serialize};
+
+/// A state change as it travels through the log. `ts` is the leader's HLC reading when it
+/// proposed; apply raises it above the previous entry's stamp if two proposals raced.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Command {
+    pub ts: CommitTs,
+    pub op: Op,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    Put(PutRequest),
+    Delete { keys: Vec<Key> },
+    MSet { items: Vec<(Key, Bytes)> },
+    Truncate { target: KeyRange, before: TruncateBefore },
+    KeyspaceCreate(KeyspaceSpec),
+    KeyspaceDrop { prefix: String },
+    /// Retention by age: drop versions older than each keyspace's `max_age` at `ts`.
+    ExpireByAge,
+    FlushAll,
+}
+
+impl Op {
+    /// The log operation for a write request; `None` for a read.
+    pub fn from_request(request: Request) -> Option<Op> {
+        Some(match request {
+            Request::Put(p) => Op::Put(p),
+            Request::Delete { keys } => Op::Delete { keys },
+            Request::MSet { items } => Op::MSet { items },
+            Request::Truncate { target, before } => Op::Truncate { target, before },
+            Request::KeyspaceCreate(spec) => Op::KeyspaceCreate(spec),
+            Request::KeyspaceDrop { prefix } => Op::KeyspaceDrop { prefix },
+            Request::FlushAll => Op::FlushAll,
+            _ => return None,
+        })
+    }
+}
