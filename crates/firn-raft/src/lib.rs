@@ -1,0 +1,14 @@
+//! Firn's only contact with openraft. An openraft upgrade touches this crate and nothing else.
+//!
+//! A [`ShardReplica`] is one replica of one shard: an openraft group whose log lives in
+//! fjall ([`log_store`]) and whose state machine is the versioned store ([`state_machine`]).
+//! This crate must never parse client protocols or decide routing.
+
+pub mod log_store;
+pub mod network;
+pub mod shard;
+pub mod state_machine;
+pub mod types;
+
+pub use shard::{ShardConfig, ShardReplica, ShardStatus};
+pub use types::{FirnRaft, NodeId, ShardId};

@@ -1,0 +1,209 @@
+//! The Raft log on fjall, with group commit: appends go to fjall's journal at once, and one
+//! syncer thread fsyncs for every append that arrived while the previous fsync ran, then
+//! reports them all flushed. A write is acknowledged only after its entry's fsync.
+
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+use std::sync::mpsc;
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
+use openraft::{OptionalSend, RaftLogReader};
+
+use crate::types::{Entry, FirnRaft, LogId, Vote};
+
+const META_VOTE: &[u8] = b"vote";
+const META_COMMITTED: &[u8] = b"committed";
+const META_LAST_PURGED: &[u8] = b"last_purged";
+
+fn fjall_err(e: fjall::Error) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+fn codec_err(e: postcard::Error) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e.to_string())
+}
+
+/// Whether the log store fsyncs. Only `--in-memory` test nodes turn it off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fsync {
+    Always,
+    Never,
+}
+
+#[derive(Clone)]
+pub struct FjallLogStore {
+    db: Database,
+    log: Keyspace,
+    meta: Keyspace,
+    syncer: Arc<Syncer>,
+}
+
+/// The group-commit thread's inbox.
+struct Syncer {
+    tx: mpsc::Sender<IOFlushed<FirnRaft>>,
+}
+
+impl Syncer {
+    fn start(db: Database, fsync: Fsync, name: String) -> io::Result<Self> {
+        let (tx, rx) = mpsc::channel::<IOFlushed<FirnRaft>>();
+        std::thread::Builder::new().name(name).spawn(move || {
+            while let Ok(first) = rx.recv() {
+                let mut waiting = vec![first];
+                waiting.extend(rx.try_iter());
+                let result = match fsync {
+                    Fsync::Always => db.persist(PersistMode::SyncAll).map_err(fjall_err),
+                    Fsync::Never => Ok(()),
+                };
+                for callback in waiting {
+                    let r = match &result {
+                        Ok(()) => Ok(()),
+                        Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+                    };
+                    callback.io_completed(r);
+                }
+            }
+        })?;
+        Ok(Syncer { tx })
+    }
+}
+
+impl FjallLogStore {
+    /// Opens the log of one Raft group; `group` names its keyspaces so that several groups
+    /// can share one database.
+    pub fn open(db: Database, group: &str, fsync: Fsync) -> io::Result<Self> {
+        let log = db.keyspace(&format!("raft_log_{group}"), KeyspaceCreateOptions::default).map_err(fjall_err)?;
+        let meta = db.keyspace(&format!("raft_meta_{group}"), KeyspaceCreateOptions::default).map_err(fjall_err)?;
+        let syncer = Arc::new(Syncer::start(db.clone(), fsync, format!("fsync-{group}"))?);
+        Ok(FjallLogStore { db, log, meta, syncer })
+    }
+
+    fn get_meta<T: for<'de> serde::Deserialize<'de>>(&self, key: &[u8]) -> io::Result<Option<T>> {
+        match self.meta.get(key).map_err(fjall_err)? {
+            Some(bytes) => Ok(Some(postcard::from_bytes(&bytes).map_err(codec_err)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn put_meta<T: serde::Serialize>(&self, key: &[u8], value: &T) -> io::Result<()> {
+        let bytes = postcard::to_stdvec(value).map_err(codec_err)?;
+        self.meta.insert(key, bytes).map_err(fjall_err)
+    }
+
+    /// Removes log entries with index in `range`.
+    fn remove_range(&self, lower: u64, upper: Bound<u64>) -> io::Result<()> {
+        let upper = match upper {
+            Bound::Included(u) => Bound::Included(u.to_be_bytes()),
+            Bound::Excluded(u) => Bound::Excluded(u.to_be_bytes()),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let mut batch = self.db.batch();
+        for guard in self.log.range((Bound::Included(lower.to_be_bytes()), upper)) {
+            let key = guard.key().map_err(fjall_err)?;
+            batch.remove(&self.log, key);
+        }
+        batch.commit().map_err(fjall_err)
+    }
+}
+
+fn decode_entry(bytes: &[u8]) -> io::Result<Entry> {
+    postcard::from_bytes(bytes).map_err(codec_err)
+}
+
+impl RaftLogReader<FirnRaft> for FjallLogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, io::Error> {
+        let start = match range.start_bound() {
+            Bound::Included(x) => *x,
+            Bound::Excluded(x) => x + 1,
+            Bound::Unbounded => 0,
+        };
+        let mut entries = Vec::new();
+        for guard in self.log.range(start.to_be_bytes()..) {
+            let (key, value) = guard.into_inner().map_err(fjall_err)?;
+            let index = u64::from_be_bytes(key.as_ref().try_into().map_err(|_| io::Error::other("bad log key"))?);
+            if !range.contains(&index) {
+                break;
+            }
+            let entry = decode_entry(&value)?;
+            // Read back what was written: the stored index must match the key.
+            assert_eq!(entry.log_id.index, index, "log entry stored under the wrong index");
+            entries.push(entry);
+        }
+        Ok(entries)
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
+        self.get_meta(META_VOTE)
+    }
+}
+
+impl RaftLogStorage<FirnRaft> for FjallLogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<FirnRaft>, io::Error> {
+        let last_purged: Option<LogId> = self.get_meta(META_LAST_PURGED)?;
+        let last = match self.log.last_key_value() {
+            Some(guard) => {
+                let (_, value) = guard.into_inner().map_err(fjall_err)?;
+                Some(decode_entry(&value)?.log_id)
+            }
+            None => None,
+        };
+        Ok(LogState { last_purged_log_id: last_purged.clone(), last_log_id: last.or(last_purged) })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
+        self.put_meta(META_VOTE, vote)?;
+        // A vote must be durable before it is acted on, or a node could vote twice in a term.
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || db.persist(PersistMode::SyncAll).map_err(fjall_err))
+            .await
+            .map_err(io::Error::other)?
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
+        // Not fsync'd: losing it only means re-deriving commit after a restart.
+        self.put_meta(META_COMMITTED, &committed)
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
+        Ok(self.get_meta::<Option<LogId>>(META_COMMITTED)?.flatten())
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: IOFlushed<FirnRaft>) -> Result<(), io::Error>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut batch = self.db.batch();
+        for entry in entries {
+            let bytes = postcard::to_stdvec(&entry).map_err(codec_err)?;
+            batch.insert(&self.log, entry.log_id.index.to_be_bytes(), bytes);
+        }
+        batch.commit().map_err(fjall_err)?;
+        self.syncer
+            .tx
+            .send(callback)
+            .map_err(|_| io::Error::other("the fsync thread has stopped"))
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
+        let from = last_log_id.map_or(0, |id| id.index + 1);
+        self.remove_range(from, Bound::Unbounded)
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
+        // Record the purge point first: entries at or before it are ignored from then on.
+        self.put_meta(META_LAST_PURGED, &log_id)?;
+        self.remove_range(0, Bound::Included(log_id.index))
+    }
+}

@@ -1,0 +1,171 @@
+//! The openraft state machine: applies committed entries to the [`VersionedStore`], storing
+//! the applied log position atomically with each entry's changes, and builds snapshots.
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use firn_model::FirnError;
+use firn_store::VersionedStore;
+use firn_store::backend::{Dump, Table};
+use futures::{Stream, TryStreamExt};
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
+
+use crate::types::{FirnRaft, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership};
+
+const SYS_APPLIED: &[u8] = b"raft_applied";
+const SYS_MEMBERSHIP: &[u8] = b"raft_membership";
+
+fn encode<T: serde::Serialize>(v: &T) -> io::Result<Vec<u8>> {
+    postcard::to_stdvec(v).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+}
+
+fn decode<T: for<'de> serde::Deserialize<'de>>(b: &[u8]) -> io::Result<T> {
+    postcard::from_bytes(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+}
+
+fn firn_to_io(e: FirnError) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+#[derive(Clone)]
+pub struct ShardStateMachine {
+    store: Arc<VersionedStore>,
+    /// Where the latest snapshot is kept (the whole encoded dump).
+    snapshot_path: PathBuf,
+}
+
+impl ShardStateMachine {
+    pub fn new(store: Arc<VersionedStore>, snapshot_path: PathBuf) -> Self {
+        ShardStateMachine { store, snapshot_path }
+    }
+
+    fn system_get<T: for<'de> serde::Deserialize<'de>>(&self, key: &[u8]) -> io::Result<Option<T>> {
+        self.store.system_get(key).map_err(firn_to_io)?.map(|b| decode(&b)).transpose()
+    }
+
+    fn write_snapshot_file(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
+        let bytes = encode(&(meta, data))?;
+        let tmp = self.snapshot_path.with_extension("tmp");
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, &self.snapshot_path)?;
+        if let Some(dir) = self.snapshot_path.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    }
+
+    fn read_snapshot_file(&self) -> io::Result<Option<Snapshot>> {
+        match std::fs::read(&self.snapshot_path) {
+            Ok(bytes) => {
+                let (meta, data): (SnapshotMeta, Vec<u8>) = decode(&bytes)?;
+                Ok(Some(Snapshot { meta, snapshot: data }))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn dump_system<T: for<'de> serde::Deserialize<'de>>(dump: &Dump, key: &[u8]) -> io::Result<Option<T>> {
+    for (table, pairs) in &dump.tables {
+        if *table == Table::System
+            && let Some((_, v)) = pairs.iter().find(|(k, _)| k == key)
+        {
+            return Ok(Some(decode(v)?));
+        }
+    }
+    Ok(None)
+}
+
+impl RaftSnapshotBuilder<FirnRaft> for ShardStateMachine {
+    type SnapshotData = SnapshotData;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let backend = this.store.backend();
+            // The dump is a consistent cut: the applied position inside it matches its data.
+            let dump = backend.dump()?;
+            // Make the state machine durable before the log before it may be purged.
+            backend.persist()?;
+            let meta = SnapshotMeta {
+                last_log_id: dump_system::<LogId>(&dump, SYS_APPLIED)?,
+                last_membership: dump_system::<StoredMembership>(&dump, SYS_MEMBERSHIP)?.unwrap_or_default(),
+            };
+            let data = encode(&dump)?;
+            this.write_snapshot_file(&meta, &data)?;
+            Ok(Snapshot { meta, snapshot: data })
+        })
+        .await
+        .map_err(io::Error::other)?
+    }
+}
+
+impl RaftStateMachine<FirnRaft> for ShardStateMachine {
+    type SnapshotData = SnapshotData;
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
+        let applied = self.system_get::<LogId>(SYS_APPLIED)?;
+        let membership = self.system_get::<StoredMembership>(SYS_MEMBERSHIP)?.unwrap_or_default();
+        Ok((applied, membership))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
+    where
+        Strm: Stream<Item = Result<EntryResponder<FirnRaft>, io::Error>> + Unpin + OptionalSend,
+    {
+        while let Some((entry, responder)) = entries.try_next().await? {
+            let mut system = vec![(SYS_APPLIED.to_vec(), encode(&entry.log_id)?)];
+            let response = match entry.payload {
+                EntryPayload::Blank => {
+                    self.store.write_system(system).map_err(firn_to_io)?;
+                    Ok(firn_model::Response::Done)
+                }
+                EntryPayload::Membership(membership) => {
+                    let stored = StoredMembership::new(Some(entry.log_id), membership);
+                    system.push((SYS_MEMBERSHIP.to_vec(), encode(&stored)?));
+                    self.store.write_system(system).map_err(firn_to_io)?;
+                    Ok(firn_model::Response::Done)
+                }
+                EntryPayload::Normal(cmd) => match self.store.apply(&cmd.0, system) {
+                    // A storage failure leaves the state unknown: stop this replica.
+                    Err(FirnError::Internal(e)) => return Err(io::Error::other(e)),
+                    other => other,
+                },
+            };
+            if let Some(responder) = responder {
+                responder.send(response);
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: SnapshotData) -> Result<(), io::Error> {
+        let dump: Dump = decode(&snapshot)?;
+        let this = self.clone();
+        let meta = meta.clone();
+        tokio::task::spawn_blocking(move || {
+            this.store.backend().load(dump)?;
+            this.store.reload().map_err(firn_to_io)?;
+            this.write_snapshot_file(&meta, &snapshot)
+        })
+        .await
+        .map_err(io::Error::other)?
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
+        self.read_snapshot_file()
+    }
+}
