@@ -10,5 +10,5 @@ pub mod shard;
 pub mod state_machine;
 pub mod types;
 
-pub use shard::{ShardConfig, ShardReplica, ShardStatus};
+pub use shard::{ProposalOutcome, ShardConfig, ShardReplica, ShardStatus};
 pub use types::{FirnRaft, NodeId, ShardId};

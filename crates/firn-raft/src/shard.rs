@@ -1,6 +1,8 @@
 //! One replica of one shard: an openraft group over the fjall log and the versioned store.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +12,7 @@ use firn_model::{FirnError, HybridClock, Response};
 use firn_store::{Command, Op, StorageBackend, VersionedStore};
 use openraft::errors::{ClientWriteError, InitializeError, LinearizableReadError, RaftError};
 use openraft::async_runtime::watch::WatchReceiver;
+use openraft::impls::ProgressResponder;
 use openraft::{BasicNode, Config, Raft, ReadPolicy, SnapshotPolicy};
 use serde::Serialize;
 
@@ -36,6 +39,9 @@ pub struct ShardConfig {
     /// Build a snapshot (and purge the log before it) every this many entries.
     pub snapshot_every_entries: u64,
 }
+
+/// The outcome of a proposed write, resolved once it is durable and applied.
+pub type ProposalOutcome = Pin<Box<dyn Future<Output = Result<Response, FirnError>> + Send>>;
 
 /// What `/v1/cluster`, INFO and metrics report about a replica.
 #[derive(Clone, Debug, Serialize)]
@@ -108,22 +114,36 @@ impl ShardReplica {
     /// Proposes a write, stamped now, and returns what applying it answered. Returns only
     /// after the entry is fsync'd on a majority and applied.
     pub async fn write(&self, op: Op) -> Result<Response, FirnError> {
+        self.propose(op).await?.await
+    }
+
+    /// Hands a write to Raft and returns a future of its outcome. Proposals made one after
+    /// another are appended in that order, so a client may pipeline writes and still see
+    /// them applied in the order it sent them.
+    pub async fn propose(&self, op: Op) -> Result<ProposalOutcome, FirnError> {
         let cmd = Command { ts: self.clock.now(), op };
-        match self.raft.client_write(LogCommand(cmd)).await {
-            Ok(resp) => {
-                if let Ok(Response::Written(w)) = &resp.data
-                    && let Some(last) = w.last()
-                {
-                    self.clock.observe(last.commit_ts);
+        let (responder, done) = ProgressResponder::complete_only();
+        self.raft.write(LogCommand(cmd)).responder(responder).await.map_err(unavailable)?;
+        let clock = self.clock.clone();
+        let shard_id = self.shard_id;
+        Ok(Box::pin(async move {
+            match done.await {
+                Ok(Ok(resp)) => {
+                    if let Ok(Response::Written(w)) = &resp.data
+                        && let Some(last) = w.last()
+                    {
+                        clock.observe(last.commit_ts);
+                    }
+                    resp.data
                 }
-                resp.data
+                Ok(Err(ClientWriteError::ForwardToLeader(f))) => Err(FirnError::TryAgain(format!(
+                    "this replica is not the leader of shard {shard_id} (leader: {:?})",
+                    f.leader_id
+                ))),
+                Ok(Err(e)) => Err(FirnError::TryAgain(format!("write not applied, retry: {e}"))),
+                Err(_) => Err(unavailable("the raft group stopped before the write completed")),
             }
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(FirnError::TryAgain(format!(
-                "this replica is not the leader of shard {} (leader: {:?})",
-                self.shard_id, f.leader_id
-            ))),
-            Err(e) => Err(unavailable(e)),
-        }
+        }))
     }
 
     /// Waits until this replica has applied every write acknowledged before the call
