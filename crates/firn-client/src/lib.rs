@@ -1,0 +1,323 @@
+//! A Rust client for Firn. It speaks the Redis protocol (Firn's `FIRN.*` commands) through
+//! the `redis` crate, and turns answers back into Firn's typed versions.
+
+use bytes::Bytes;
+use firn_model::{CommitTs, KeyspaceSpec, ReadAt, ReadConsistency, Version, VersionInfo, WatchFrom};
+use redis::Value;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server refused the request; `code` is the RESP error code (ERR, CONFLICT, …).
+    #[error("{code}: {message}")]
+    Server { code: String, message: String },
+    #[error("connection: {0}")]
+    Connection(String),
+    #[error("unexpected answer: {0}")]
+    Protocol(String),
+}
+
+impl From<redis::RedisError> for ClientError {
+    fn from(e: redis::RedisError) -> Self {
+        match (e.code(), e.detail()) {
+            (Some(code), detail) => ClientError::Server {
+                code: code.to_string(),
+                message: detail.unwrap_or_default().to_string(),
+            },
+            _ => ClientError::Connection(e.to_string()),
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, ClientError>;
+
+/// What a write answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteAck {
+    pub version: Version,
+    pub commit_ts: CommitTs,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct PutOptions {
+    pub if_version: Option<Version>,
+    pub event_time_us: Option<u64>,
+}
+
+#[derive(Clone)]
+pub struct Client {
+    addr: String,
+    conn: redis::aio::MultiplexedConnection,
+}
+
+fn protocol(what: impl std::fmt::Debug) -> ClientError {
+    ClientError::Protocol(format!("{what:?}"))
+}
+
+fn as_u64(v: &Value) -> Result<u64> {
+    match v {
+        Value::Int(i) => u64::try_from(*i).map_err(|_| protocol(v)),
+        _ => Err(protocol(v)),
+    }
+}
+
+fn as_bytes(v: &Value) -> Option<Bytes> {
+    match v {
+        Value::BulkString(b) => Some(Bytes::copy_from_slice(b)),
+        Value::SimpleString(s) => Some(Bytes::copy_from_slice(s.as_bytes())),
+        _ => None,
+    }
+}
+
+fn as_text(v: &Value) -> Result<String> {
+    as_bytes(v).map(|b| String::from_utf8_lossy(&b).into_owned()).ok_or_else(|| protocol(v))
+}
+
+/// Key/value pairs of a map reply (RESP3 map, or RESP2 flat array).
+fn pairs(v: &Value) -> Result<Vec<(String, Value)>> {
+    match v {
+        Value::Map(m) => m.iter().map(|(k, v)| Ok((as_text(k)?, v.clone()))).collect(),
+        Value::Array(items) if items.len() % 2 == 0 => {
+            items.chunks(2).map(|kv| Ok((as_text(&kv[0])?, kv[1].clone()))).collect()
+        }
+        _ => Err(protocol(v)),
+    }
+}
+
+fn version_info(v: &Value) -> Result<VersionInfo> {
+    let mut info = VersionInfo { version: 0, commit_ts: CommitTs::ZERO, event_time_us: None, deleted: false, value: None };
+    for (k, v) in pairs(v)? {
+        match k.as_str() {
+            "version" => info.version = as_u64(&v)?,
+            "commit_ts" => info.commit_ts = as_text(&v)?.parse().map_err(protocol)?,
+            "event_time" => info.event_time_us = if v == Value::Nil { None } else { Some(as_u64(&v)?) },
+            "deleted" => info.deleted = as_u64(&v)? == 1,
+            "value" => info.value = as_bytes(&v),
+            _ => {}
+        }
+    }
+    Ok(info)
+}
+
+fn write_ack(v: &Value) -> Result<WriteAck> {
+    match v {
+        Value::Array(items) if items.len() == 2 => Ok(WriteAck {
+            version: as_u64(&items[0])?,
+            commit_ts: as_text(&items[1])?.parse().map_err(protocol)?,
+        }),
+        _ => Err(protocol(v)),
+    }
+}
+
+fn read_args(cmd: &mut redis::Cmd, at: ReadAt, consistency: ReadConsistency) {
+    match at {
+        ReadAt::Latest => {}
+        ReadAt::Version(v) => {
+            cmd.arg("VERSION").arg(v);
+        }
+        ReadAt::AsOf(t) => {
+            cmd.arg("ASOF").arg(t.to_string());
+        }
+        ReadAt::EventTime(t) => {
+            cmd.arg("EVENTTIME").arg(t);
+        }
+    }
+    if consistency == ReadConsistency::Local {
+        cmd.arg("CONSISTENCY").arg("local");
+    }
+}
+
+impl Client {
+    /// Connects to a node's RESP address, e.g. `127.0.0.1:7379`.
+    pub async fn connect(addr: &str) -> Result<Self> {
+        let client = redis::Client::open(format!("redis://{addr}/")).map_err(|e| ClientError::Connection(e.to_string()))?;
+        let conn = client.get_multiplexed_async_connection().await.map_err(|e| ClientError::Connection(e.to_string()))?;
+        Ok(Client { addr: addr.to_string(), conn })
+    }
+
+    async fn run(&self, cmd: &redis::Cmd) -> Result<Value> {
+        let mut conn = self.conn.clone();
+        Ok(cmd.query_async(&mut conn).await?)
+    }
+
+    pub async fn put(&self, key: &[u8], value: &[u8], opts: PutOptions) -> Result<WriteAck> {
+        let mut cmd = redis::cmd("FIRN.PUT");
+        cmd.arg(key).arg(value);
+        if let Some(v) = opts.if_version {
+            cmd.arg("IFVERSION").arg(v);
+        }
+        if let Some(t) = opts.event_time_us {
+            cmd.arg("EVENTTIME").arg(t);
+        }
+        write_ack(&self.run(&cmd).await?)
+    }
+
+    pub async fn get(&self, key: &[u8], at: ReadAt, consistency: ReadConsistency) -> Result<Option<VersionInfo>> {
+        let mut cmd = redis::cmd("FIRN.GET");
+        cmd.arg(key);
+        read_args(&mut cmd, at, consistency);
+        match self.run(&cmd).await? {
+            Value::Nil => Ok(None),
+            v => version_info(&v).map(Some),
+        }
+    }
+
+    /// Several keys; with `ReadAt::AsOf`, each as of that time.
+    pub async fn mget(&self, keys: &[&[u8]], at: ReadAt) -> Result<Vec<Option<VersionInfo>>> {
+        let mut cmd = redis::cmd("FIRN.MGET");
+        read_args(&mut cmd, at, ReadConsistency::Linearizable);
+        for k in keys {
+            cmd.arg(*k);
+        }
+        match self.run(&cmd).await? {
+            Value::Array(items) => items.iter().map(|v| if *v == Value::Nil { Ok(None) } else { version_info(v).map(Some) }).collect(),
+            v => Err(protocol(v)),
+        }
+    }
+
+    /// Writes a tombstone; `None` if the key did not exist.
+    pub async fn delete(&self, key: &[u8]) -> Result<Option<WriteAck>> {
+        match self.run(redis::cmd("FIRN.DEL").arg(key)).await? {
+            Value::Nil => Ok(None),
+            v => write_ack(&v).map(Some),
+        }
+    }
+
+    pub async fn history(&self, key: &[u8], from: Version, to: Option<Version>, limit: usize) -> Result<Vec<VersionInfo>> {
+        let mut cmd = redis::cmd("FIRN.HISTORY");
+        cmd.arg(key).arg("FROM").arg(from).arg("LIMIT").arg(limit);
+        if let Some(to) = to {
+            cmd.arg("TO").arg(to);
+        }
+        match self.run(&cmd).await? {
+            Value::Array(items) => items.iter().map(version_info).collect(),
+            v => Err(protocol(v)),
+        }
+    }
+
+    /// One page of live keys under `prefix`; the cursor continues it (`None`: done).
+    pub async fn scan(&self, prefix: &[u8], cursor: Option<&[u8]>, limit: usize, as_of: Option<CommitTs>) -> Result<(Vec<Bytes>, Option<Bytes>)> {
+        let mut cmd = redis::cmd("FIRN.SCAN");
+        cmd.arg(prefix).arg("COUNT").arg(limit);
+        if let Some(c) = cursor {
+            cmd.arg("CURSOR").arg(c);
+        }
+        if let Some(t) = as_of {
+            cmd.arg("ASOF").arg(t.to_string());
+        }
+        match self.run(&cmd).await? {
+            Value::Array(parts) if parts.len() == 2 => {
+                let next = as_bytes(&parts[0]).filter(|c| !c.is_empty());
+                let Value::Array(keys) = &parts[1] else { return Err(protocol(&parts[1])) };
+                Ok((keys.iter().filter_map(as_bytes).collect(), next))
+            }
+            v => Err(protocol(v)),
+        }
+    }
+
+    pub async fn keyspace_create(&self, spec: &KeyspaceSpec) -> Result<()> {
+        let mut cmd = redis::cmd("FIRN.KEYSPACE");
+        cmd.arg("CREATE").arg(&spec.prefix).arg("MODE").arg(spec.mode.to_string());
+        if let Some(n) = spec.max_versions {
+            cmd.arg("MAXVERSIONS").arg(n);
+        }
+        if let Some(us) = spec.max_age_us {
+            cmd.arg("MAXAGE").arg(format!("{}us", us));
+        }
+        self.run(&cmd).await?;
+        Ok(())
+    }
+
+    pub async fn keyspace_list(&self) -> Result<Vec<(String, String, Option<u64>, Option<u64>)>> {
+        match self.run(redis::cmd("FIRN.KEYSPACE").arg("LIST")).await? {
+            Value::Array(items) => items
+                .iter()
+                .map(|item| {
+                    let mut row = (String::new(), String::new(), None, None);
+                    for (k, v) in pairs(item)? {
+                        match k.as_str() {
+                            "prefix" => row.0 = as_text(&v)?,
+                            "mode" => row.1 = as_text(&v)?,
+                            "max_versions" => row.2 = as_u64(&v).ok(),
+                            "max_age_us" => row.3 = as_u64(&v).ok(),
+                            _ => {}
+                        }
+                    }
+                    Ok(row)
+                })
+                .collect(),
+            v => Err(protocol(v)),
+        }
+    }
+
+    pub async fn keyspace_drop(&self, prefix: &str) -> Result<()> {
+        self.run(redis::cmd("FIRN.KEYSPACE").arg("DROP").arg(prefix)).await?;
+        Ok(())
+    }
+
+    /// Runs any command; for what the typed calls do not cover.
+    pub async fn raw(&self, cmd: &redis::Cmd) -> Result<Value> {
+        self.run(cmd).await
+    }
+
+    /// Starts a watch on its own connection. Events arrive in commit order.
+    pub fn watch(&self, subject: &[u8], prefix: bool, from: WatchFrom) -> Result<Watcher> {
+        let client = redis::Client::open(format!("redis://{}/", self.addr)).map_err(|e| ClientError::Connection(e.to_string()))?;
+        let mut conn = client.get_connection().map_err(|e| ClientError::Connection(e.to_string()))?;
+        let mut cmd = redis::cmd("FIRN.WATCH");
+        cmd.arg(subject);
+        if prefix {
+            cmd.arg("PREFIX");
+        }
+        match from {
+            WatchFrom::Now => {}
+            WatchFrom::Version(v) => {
+                cmd.arg("VERSION").arg(v);
+            }
+            WatchFrom::Time(t) => {
+                cmd.arg("TIME").arg(t.to_string());
+            }
+        }
+        conn.send_packed_command(&cmd.get_packed_command())?;
+        // The first answer confirms the watch, or is the error (e.g. COMPACTED).
+        match conn.recv_response()? {
+            Value::Array(items) if items.first().and_then(as_bytes).as_deref() == Some(b"watching") => {}
+            v => return Err(protocol(v)),
+        }
+        Ok(Watcher { conn })
+    }
+}
+
+/// One event of a watch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchEvent {
+    pub key: Bytes,
+    pub info: VersionInfo,
+}
+
+/// A running watch; [`Watcher::next`] blocks until the next event.
+pub struct Watcher {
+    conn: redis::Connection,
+}
+
+impl Watcher {
+    pub fn set_timeout(&self, timeout: Option<std::time::Duration>) -> Result<()> {
+        Ok(self.conn.set_read_timeout(timeout)?)
+    }
+
+    pub fn next(&mut self) -> Result<WatchEvent> {
+        match self.conn.recv_response()? {
+            Value::Array(items) if items.len() == 7 && as_bytes(&items[0]).as_deref() == Some(b"firn.watch") => {
+                let key = as_bytes(&items[1]).ok_or_else(|| protocol(&items[1]))?;
+                let info = VersionInfo {
+                    version: as_u64(&items[2])?,
+                    commit_ts: as_text(&items[3])?.parse().map_err(protocol)?,
+                    event_time_us: if items[4] == Value::Nil { None } else { Some(as_u64(&items[4])?) },
+                    deleted: as_bytes(&items[5]).as_deref() == Some(b"del"),
+                    value: as_bytes(&items[6]),
+                };
+                Ok(WatchEvent { key, info })
+            }
+            v => Err(protocol(v)),
+        }
+    }
+}

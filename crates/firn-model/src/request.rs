@@ -220,3 +220,25 @@ pub enum Response {
     Keyspaces(Vec<KeyspaceSpec>),
     Done,
 }
+
+impl Request {
+    /// A short name for metrics and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::Put(_) => "put",
+            Request::Delete { .. } => "delete",
+            Request::MSet { .. } => "mset",
+            Request::Get { .. } => "get",
+            Request::MGet { .. } => "mget",
+            Request::Exists { .. } => "exists",
+            Request::History { .. } => "history",
+            Request::Scan { .. } => "scan",
+            Request::Truncate { .. } => "truncate",
+            Request::KeyspaceCreate(_) => "keyspace_create",
+            Request::KeyspaceList => "keyspace_list",
+            Request::KeyspaceDrop { .. } => "keyspace_drop",
+            Request::DbSize => "dbsize",
+            Request::FlushAll => "flushall",
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! The HTTP/JSON front end: parses into the same typed requests the RESP front end does and
+//! calls the same router. Values travel as raw bytes, metadata in `Firn-*` headers.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Router as HttpRouter;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response as HttpResponse};
+use axum::routing::{get, post};
+use base64::Engine;
+use firn_model::limits::{PAGE_ITEMS_DEFAULT, VALUE_BYTES_MAX_CEILING};
+use firn_model::time::{micros_to_rfc3339, parse_micros, parse_read_time};
+use firn_model::{
+    FirnError, Key, KeyRange, KeyspaceSpec, PutRequest, ReadAt, ReadConsistency, Request, Response,
+    TruncateBefore, VersionInfo, WatchFrom, WatchRequest, WriteCondition, Written,
+};
+use serde::Deserialize;
+use serde_json::{Value as Json, json};
+
+use crate::resp::command::parse_duration_us;
+use crate::router::Router;
+
+type Params = Query<HashMap<String, String>>;
+
+pub fn routes(router: Arc<Router>) -> HttpRouter {
+    HttpRouter::new()
+        .route("/v1/kv/{*key}", get(get_kv).put(put_kv).delete(delete_kv))
+        .route("/v1/history/{*key}", get(history))
+        .route("/v1/scan", get(scan))
+        .route("/v1/mget", get(mget))
+        .route("/v1/watch", get(watch))
+        .route("/v1/truncate", post(truncate))
+        .route("/v1/keyspaces", get(list_keyspaces).post(create_keyspace))
+        .route("/v1/keyspaces/{*prefix}", axum::routing::delete(drop_keyspace))
+        .route("/v1/cluster", get(cluster))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        // Bodies up to the ceiling reach the router, which states the configured limit.
+        .layer(DefaultBodyLimit::max(VALUE_BYTES_MAX_CEILING + 1))
+        .with_state(router)
+}
+
+/// A Firn error as an HTTP answer: its status and `{"error", "message", …}`.
+struct ApiError(FirnError);
+
+impl From<FirnError> for ApiError {
+    fn from(e: FirnError) -> Self {
+        ApiError(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> HttpResponse {
+        let status = StatusCode::from_u16(self.0.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut body = json!({ "error": self.0.resp_code(), "message": self.0.to_string() });
+        match &self.0 {
+            FirnError::Conflict { current } => body["current_version"] = json!(current),
+            FirnError::Compacted { oldest } => body["oldest_version"] = json!(oldest),
+            _ => {}
+        }
+        (status, axum::Json(body)).into_response()
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+fn key_of(path: String) -> Result<Key, FirnError> {
+    Key::new(Bytes::from(path))
+}
+
+fn param_u64(q: &HashMap<String, String>, name: &str) -> Result<Option<u64>, FirnError> {
+    q.get(name)
+        .map(|v| v.parse::<u64>().map_err(|_| FirnError::BadArgument(format!("{name} must be a non-negative integer, got '{v}'"))))
+        .transpose()
+}
+
+fn consistency(q: &HashMap<String, String>) -> Result<ReadConsistency, FirnError> {
+    q.get("consistency").map_or(Ok(ReadConsistency::Linearizable), |c| c.parse())
+}
+
+/// `version`, `as_of` or `event_time`: at most one.
+fn read_at(q: &HashMap<String, String>) -> Result<ReadAt, FirnError> {
+    let given: Vec<ReadAt> = [
+        param_u64(q, "version")?.map(ReadAt::Version),
+        q.get("as_of").map(|t| parse_read_time(t)).transpose()?.map(ReadAt::AsOf),
+        q.get("event_time").map(|t| parse_micros(t)).transpose()?.map(ReadAt::EventTime),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    match given.as_slice() {
+        [] => Ok(ReadAt::Latest),
+        [one] => Ok(*one),
+        _ => Err(FirnError::BadArgument("give at most one of version, as_of, event_time".into())),
+    }
+}
+
+fn version_headers(info: &VersionInfo) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    let mut set = |name: &'static str, value: String| {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.insert(name, v);
+        }
+    };
+    set("firn-version", info.version.to_string());
+    set("firn-commit-ts", info.commit_ts.to_string());
+    if let Some(t) = info.event_time_us {
+        set("firn-event-time", t.to_string());
+    }
+    h
+}
+
+/// A value in JSON: text when it is UTF-8, base64 otherwise.
+fn value_json(value: &Option<bytes::Bytes>) -> (String, Json) {
+    match value {
+        None => ("value".into(), Json::Null),
+        Some(v) => match std::str::from_utf8(v) {
+            Ok(s) => ("value".into(), json!(s)),
+            Err(_) => ("value_base64".into(), json!(base64::engine::general_purpose::STANDARD.encode(v))),
+        },
+    }
+}
+
+fn version_json(info: &VersionInfo) -> Json {
+    let mut j = json!({
+        "version": info.version,
+        "commit_ts": info.commit_ts.to_string(),
+        "commit_time": micros_to_rfc3339(info.commit_ts.wall_us),
+        "event_time": info.event_time_us,
+        "deleted": info.deleted,
+        "size": info.size(),
+    });
+    let (field, value) = value_json(&info.value);
+    j[field] = value;
+    j
+}
+
+fn written_json(w: &Written) -> Json {
+    json!({ "key": w.key.to_string(), "version": w.version, "commit_ts": w.commit_ts.to_string(), "existed": w.existed })
+}
+
+fn unexpected(r: Response) -> ApiError {
+    ApiError(FirnError::Internal(format!("unexpected answer {r:?}")))
+}
+
+async fn get_kv(State(router): State<Arc<Router>>, Path(key): Path<String>, Query(q): Params) -> ApiResult<HttpResponse> {
+    let request = Request::Get { key: key_of(key)?, at: read_at(&q)?, consistency: consistency(&q)? };
+    match router.execute(request).await? {
+        Response::Value(Some(info)) => {
+            let headers = version_headers(&info);
+            Ok((headers, info.value.unwrap_or_default()).into_response())
+        }
+        Response::Value(None) => Ok((StatusCode::NOT_FOUND, axum::Json(json!({"error": "NOTFOUND", "message": "no such key at the requested version or time"}))).into_response()),
+        other => Err(unexpected(other)),
+    }
+}
+
+async fn put_kv(State(router): State<Arc<Router>>, Path(key): Path<String>, Query(q): Params, body: Bytes) -> ApiResult<HttpResponse> {
+    let mut put = PutRequest::new(key_of(key)?, body);
+    if let Some(v) = param_u64(&q, "if_version")? {
+        put.condition = WriteCondition::IfVersion(v);
+    }
+    put.event_time_us = q.get("event_time").map(|t| parse_micros(t)).transpose()?;
+    match router.execute(Request::Put(put)).await? {
+        Response::Written(w) if !w.is_empty() => {
+            let mut headers = HeaderMap::new();
+            headers.insert("firn-version", HeaderValue::from(w[0].version));
+            if let Ok(v) = HeaderValue::from_str(&w[0].commit_ts.to_string()) {
+                headers.insert("firn-commit-ts", v);
+            }
+            Ok((headers, axum::Json(written_json(&w[0]))).into_response())
+        }
+        other => Err(unexpected(other)),
+    }
+}
+
+async fn delete_kv(State(router): State<Arc<Router>>, Path(key): Path<String>) -> ApiResult<axum::Json<Json>> {
+    match router.execute(Request::Delete { keys: vec![key_of(key)?] }).await? {
+        Response::Written(w) if !w.is_empty() => Ok(axum::Json(written_json(&w[0]))),
+        other => Err(unexpected(other)),
+    }
+}
+
+async fn history(State(router): State<Arc<Router>>, Path(key): Path<String>, Query(q): Params) -> ApiResult<axum::Json<Json>> {
+    let request = Request::History {
+        key: key_of(key)?,
+        from: param_u64(&q, "from")?.unwrap_or(1),
+        to: param_u64(&q, "to")?,
+        limit: param_u64(&q, "limit")?.map_or(PAGE_ITEMS_DEFAULT, |l| l as usize),
+        consistency: consistency(&q)?,
+    };
+    match router.execute(request).await? {
+        Response::History(h) => Ok(axum::Json(json!({ "versions": h.iter().map(version_json).collect::<Vec<_>>() }))),
+        other => Err(unexpected(other)),
+    }
+}
+
+async fn scan(State(router): State<Arc<Router>>, Query(q): Params) -> ApiResult<axum::Json<Json>> {
+    let at = read_at(&q)?;
+    if matches!(at, ReadAt::Version(_)) {
+        return Err(FirnError::BadArgument("scan takes as_of or event_time, not version".into()).into());
+    }
+    let request = Request::Scan {
+        prefix: Bytes::from(q.get("prefix").cloned().unwrap_or_default()),
+        cursor: q.get("cursor").filter(|c| !c.is_empty()).map(|c| Bytes::from(c.clone())),
+        limit: param_u64(&q, "limit")?.map_or(PAGE_ITEMS_DEFAULT, |l| l as usize),
+        pattern: q.get("match").map(|m| Bytes::from(m.clone())),
+        at,
+        consistency: consistency(&q)?,
+    };
+    match router.execute(request).await? {
+        Response::Scan { keys, next_cursor } => Ok(axum::Json(json!({
+            "keys": keys.iter().map(|(k, info)| { let mut j = version_json(info); j["key"] = json!(k.to_string()); j }).collect::<Vec<_>>(),
+            "next_cursor": next_cursor.map(|c| String::from_utf8_lossy(&c).into_owned()),
+        }))),
+        other => Err(unexpected(other)),
+    }
+}
+
+async fn mget(State(router): State<Arc<Router>>, Query(pairs): Query<Vec<(String, String)>>) -> ApiResult<axum::Json<Json>> {
+    // `key` repeats (`?key=a&key=b`), so the parameters are read as a list of pairs.
+    let keys: Vec<Key> = pairs.iter().filter(|(n, _)| n == "key").map(|(_, k)| key_of(k.clone())).collect::<Result<_, _>>()?;
+    let q: HashMap<String, String> = pairs.into_iter().filter(|(n, _)| n != "key").collect();
+    let request = Request::MGet { keys: keys.clone(), at: read_at(&q)?, consistency: consistency(&q)? };
+    match router.execute(request).await? {
+        Response::Values(values) => Ok(axum::Json(json!({
+            "values": keys.iter().zip(values).map(|(k, v)| json!({"key": k.to_string(), "found": v.as_ref().map(version_json)})).collect::<Vec<_>>()
+        }))),
+        other => Err(unexpected(other)),
+    }
+}
+
+async fn watch(State(router): State<Arc<Router>>, Query(q): Params) -> ApiResult<HttpResponse> {
+    let target = match (q.get("key"), q.get("prefix")) {
+        (Some(k), None) => KeyRange::Key(key_of(k.clone())?),
+        (None, Some(p)) => KeyRange::Prefix(Bytes::from(p.clone())),
+        _ => return Err(FirnError::BadArgument("give exactly one of key, prefix".into()).into()),
+    };
+    let from = match (param_u64(&q, "from_version")?, q.get("from_time")) {
+        (None, None) => WatchFrom::Now,
+        (Some(v), None) => WatchFrom::Version(v),
+        (None, Some(t)) => WatchFrom::Time(parse_read_time(t)?),
+        _ => return Err(FirnError::BadArgument("give at most one of from_version, from_time".into()).into()),
+    };
+    let stream = router.watch(WatchRequest { target, from }).await?;
+    let events = futures::stream::unfold(stream, |mut stream| async move {
+        let item = stream.next().await?;
+        Some((Ok::<_, Infallible>(sse_event(item)), stream))
+    });
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()).into_response())
+}
+
+fn sse_event(item: Result<firn_model::WatchEvent, FirnError>) -> Event {
+    match item {
+        Ok(e) => {
+            let mut j = version_json(&e.info);
+            j["key"] = json!(e.key.to_string());
+            Event::default().event(if e.info.deleted { "del" } else { "put" }).data(j.to_string())
+        }
+        Err(err) => Event::default()
+            .event("error")
+            .data(json!({"error": err.resp_code(), "message": err.to_string()}).to_string()),
+    }
+}
+
+#[derive(Deserialize)]
+struct TruncateBody {
+    key: Option<String>,
+    prefix: Option<String>,
+    before_version: Option<u64>,
+    before_time: Option<String>,
+}
+
+async fn truncate(State(router): State<Arc<Router>>, axum::Json(body): axum::Json<TruncateBody>) -> ApiResult<axum::Json<Json>> {
+    let target = match (body.key, body.prefix) {
+        (Some(k), None) => KeyRange::Key(key_of(k)?),
+        (None, Some(p)) => KeyRange::Prefix(Bytes::from(p)),
+        _ => return Err(FirnError::BadArgument("give exactly one of key, prefix".into()).into()),
+    };
+    let before = match (body.before_version, body.before_time) {
+        (Some(v), None) => TruncateBefore::Version(v),
+        (None, Some(t)) => TruncateBefore::Time(parse_read_time(&t)?),
+        _ => return Err(FirnError::BadArgument("give exactly one of before_version, before_time".into()).into()),
+    };
+    match router.execute(Request::Truncate { target, before }).await? {
+        Response::Truncated { versions_removed } => Ok(axum::Json(json!({ "versions_removed": versions_removed }))),
+        other => Err(unexpected(other)),
+    }
+}
+
+fn keyspace_json(s: &KeyspaceSpec) -> Json {
+    json!({ "prefix": s.prefix, "mode": s.mode.to_string(), "max_versions": s.max_versions, "max_age_us": s.max_age_us, "durability": "disk" })
+}
+
+async fn list_keyspaces(State(router): State<Arc<Router>>) -> ApiResult<axum::Json<Json>> {
+    match router.execute(Request::KeyspaceList).await? {
+        Response::Keyspaces(specs) => Ok(axum::Json(json!({ "keyspaces": specs.iter().map(keyspace_json).collect::<Vec<_>>() }))),
+        other => Err(unexpected(other)),
+    }
+}
+
+#[derive(Deserialize)]
+struct KeyspaceBody {
+    prefix: String,
+    mode: Option<String>,
+    max_versions: Option<u64>,
+    /// Seconds, or a duration with units (`7d`).
+    max_age: Option<Json>,
+    durability: Option<String>,
+}
+
+async fn create_keyspace(State(router): State<Arc<Router>>, axum::Json(body): axum::Json<KeyspaceBody>) -> ApiResult<(StatusCode, axum::Json<Json>)> {
+    let mut spec = KeyspaceSpec { prefix: body.prefix, ..KeyspaceSpec::default_keyspace() };
+    if let Some(m) = body.mode {
+        spec.mode = m.parse()?;
+    }
+    spec.max_versions = body.max_versions;
+    spec.max_age_us = match body.max_age {
+        None | Some(Json::Null) => None,
+        Some(Json::Number(n)) => Some(parse_duration_us(&n.to_string())?),
+        Some(Json::String(s)) => Some(parse_duration_us(&s)?),
+        Some(other) => return Err(FirnError::BadArgument(format!("max_age must be seconds or a duration like \"7d\", not {other}")).into()),
+    };
+    if let Some(d) = body.durability {
+        spec.durability = d.parse()?;
+    }
+    router.execute(Request::KeyspaceCreate(spec.clone())).await?;
+    Ok((StatusCode::CREATED, axum::Json(keyspace_json(&spec))))
+}
+
+async fn drop_keyspace(State(router): State<Arc<Router>>, Path(prefix): Path<String>) -> ApiResult<StatusCode> {
+    router.execute(Request::KeyspaceDrop { prefix }).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn cluster(State(router): State<Arc<Router>>) -> axum::Json<Json> {
+    axum::Json(json!({ "shards": router.status() }))
+}
+
+async fn healthz(State(router): State<Arc<Router>>) -> HttpResponse {
+    let status = router.status();
+    let serving = status.iter().all(|s| s.leader.is_some());
+    let code = if serving { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (code, axum::Json(json!({ "status": if serving { "ok" } else { "unavailable" }, "shards": status }))).into_response()
+}
+
+async fn metrics() -> String {
+    crate::metrics::handle().render()
+}

@@ -1,0 +1,482 @@
+//! The Redis protocol front end (RESP2 and RESP3): frames in, typed requests to the router,
+//! replies out. Pipelined writes are proposed back to back and answered in order; a read
+//! waits for the writes sent before it on the same connection.
+
+pub mod args;
+pub mod command;
+pub mod reply;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use firn_model::limits::RESP_FRAME_BYTES_MAX;
+use firn_model::{FirnError, ReadAt, ReadConsistency, Request, Response, WatchEvent};
+use redis_protocol::resp2;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use self::args::Args;
+use self::command::{Action, Render, parse, render};
+use self::reply::Reply;
+use crate::router::{Pending, Router};
+
+/// Most replies a connection holds before it writes them out (a bound on pipelining memory).
+const PIPELINE_DEPTH_MAX: usize = 1_024;
+/// Most live SCAN cursors a node remembers; the oldest is forgotten first.
+const SCAN_CURSORS_MAX: usize = 65_536;
+
+/// Redis SCAN cursors are integers; Firn pages by key. The table maps one to the other,
+/// node-wide, so a client may continue a scan on any of its pooled connections.
+#[derive(Default)]
+struct CursorTable {
+    next_id: u64,
+    by_id: HashMap<u64, Bytes>,
+    order: VecDeque<u64>,
+}
+
+impl CursorTable {
+    fn insert(&mut self, key: Bytes) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.by_id.insert(id, key);
+        self.order.push_back(id);
+        while self.order.len() > SCAN_CURSORS_MAX {
+            if let Some(old) = self.order.pop_front() {
+                self.by_id.remove(&old);
+            }
+        }
+        id
+    }
+}
+
+/// What every connection of the node shares.
+pub struct Shared {
+    pub router: Arc<Router>,
+    cursors: Mutex<CursorTable>,
+    next_client_id: AtomicU64,
+    connected: AtomicU64,
+    started: Instant,
+    resp_port: u16,
+}
+
+pub async fn serve(listener: TcpListener, router: Arc<Router>, mut stop: watch::Receiver<bool>) {
+    let shared = Arc::new(Shared {
+        router,
+        cursors: Mutex::default(),
+        next_client_id: AtomicU64::new(1),
+        connected: AtomicU64::new(0),
+        started: Instant::now(),
+        resp_port: listener.local_addr().map(|a| a.port()).unwrap_or(0),
+    });
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let shared = shared.clone();
+                    let stop = stop.clone();
+                    tokio::spawn(async move {
+                        shared.connected.fetch_add(1, Ordering::Relaxed);
+                        let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
+                        let mut conn = Connection::new(stream, peer, id, shared.clone());
+                        if let Err(e) = conn.run(stop).await {
+                            tracing::debug!(%peer, "resp connection ended: {e}");
+                        }
+                        shared.connected.fetch_sub(1, Ordering::Relaxed);
+                    });
+                }
+                Err(e) => tracing::warn!("resp accept: {e}"),
+            },
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// One queued answer: ready, or a write still in flight.
+enum Queued {
+    Ready(Reply),
+    Pending(Render, Pending),
+}
+
+struct Connection {
+    stream: TcpStream,
+    #[allow(dead_code)]
+    peer: SocketAddr,
+    id: u64,
+    proto: u8,
+    name: Option<Bytes>,
+    shared: Arc<Shared>,
+    input: BytesMut,
+    output: BytesMut,
+    queue: VecDeque<Queued>,
+    closing: bool,
+}
+
+/// One command as received: its upper-cased name and arguments.
+type Frame = (String, VecDeque<Bytes>);
+
+impl Connection {
+    fn new(stream: TcpStream, peer: SocketAddr, id: u64, shared: Arc<Shared>) -> Self {
+        let _ = stream.set_nodelay(true);
+        Connection {
+            stream,
+            peer,
+            id,
+            proto: 2,
+            name: None,
+            shared,
+            input: BytesMut::with_capacity(16 * 1024),
+            output: BytesMut::with_capacity(16 * 1024),
+            queue: VecDeque::new(),
+            closing: false,
+        }
+    }
+
+    async fn run(&mut self, mut stop: watch::Receiver<bool>) -> std::io::Result<()> {
+        loop {
+            while let Some(frame) = self.next_frame() {
+                match frame {
+                    Ok((name, items)) => self.handle(name, items).await?,
+                    Err(reply) => {
+                        self.drain().await;
+                        reply.encode(self.proto, &mut self.output);
+                    }
+                }
+                if self.closing {
+                    break;
+                }
+                if self.queue.len() >= PIPELINE_DEPTH_MAX {
+                    self.drain().await;
+                }
+            }
+            self.drain().await;
+            self.flush().await?;
+            if self.closing {
+                return Ok(());
+            }
+            if self.input.len() > RESP_FRAME_BYTES_MAX {
+                let e = FirnError::BadArgument(format!(
+                    "Protocol error: a request is larger than {RESP_FRAME_BYTES_MAX} bytes"
+                ));
+                Reply::error(&e).encode(self.proto, &mut self.output);
+                self.flush().await?;
+                return Ok(());
+            }
+            tokio::select! {
+                n = self.stream.read_buf(&mut self.input) => {
+                    if n? == 0 {
+                        return Ok(());
+                    }
+                }
+                _ = stop.changed() => return Ok(()),
+            }
+        }
+    }
+
+    async fn flush(&mut self) -> std::io::Result<()> {
+        if !self.output.is_empty() {
+            self.stream.write_all(&self.output).await?;
+            self.output.clear();
+        }
+        Ok(())
+    }
+
+    /// Takes one complete command from the input, if there is one. A malformed frame yields
+    /// an error reply and the unparseable input is dropped, so the connection can go on.
+    fn next_frame(&mut self) -> Option<Result<Frame, Reply>> {
+        if self.input.is_empty() {
+            return None;
+        }
+        if self.input[0] != b'*' {
+            return self.next_inline();
+        }
+        match resp2::decode::decode_bytes_mut(&mut self.input) {
+            Ok(Some((frame, _, _))) => Some(frame_to_command(frame)),
+            Ok(None) => None,
+            Err(e) => {
+                self.input.clear();
+                Some(Err(Reply::Error(format!("ERR Protocol error: {}", e.details().replace(['\r', '\n'], " ")))))
+            }
+        }
+    }
+
+    /// Inline commands (`PING\r\n`, as typed into telnet).
+    fn next_inline(&mut self) -> Option<Result<Frame, Reply>> {
+        let end = self.input.iter().position(|&b| b == b'\n')?;
+        let line = self.input.split_to(end + 1);
+        let text = String::from_utf8_lossy(&line);
+        let mut words = text.split_whitespace().map(|w| Bytes::copy_from_slice(w.as_bytes()));
+        let name = words.next()?;
+        Some(Ok((String::from_utf8_lossy(&name).to_ascii_uppercase(), words.collect())))
+    }
+
+    /// Awaits every queued answer, in order, into the output buffer.
+    async fn drain(&mut self) {
+        while let Some(q) = self.queue.pop_front() {
+            let reply = match q {
+                Queued::Ready(r) => r,
+                Queued::Pending(how, pending) => render(how, pending.await),
+            };
+            reply.encode(self.proto, &mut self.output);
+        }
+    }
+
+    fn has_pending_writes(&self) -> bool {
+        self.queue.iter().any(|q| matches!(q, Queued::Pending(..)))
+    }
+
+    async fn handle(&mut self, name: String, items: VecDeque<Bytes>) -> std::io::Result<()> {
+        let action = match parse(&name, Args::new(name.clone(), items)) {
+            Ok(a) => a,
+            Err(e) => {
+                self.queue.push_back(Queued::Ready(Reply::error(&e)));
+                return Ok(());
+            }
+        };
+        match action {
+            Action::Reply(r) => self.queue.push_back(Queued::Ready(r)),
+            Action::Execute(request, how) => {
+                if !request.is_write() && self.has_pending_writes() {
+                    // A read sees the writes this connection sent before it.
+                    self.drain().await;
+                }
+                let pending = self.shared.router.submit(request).await;
+                self.queue.push_back(Queued::Pending(how, pending));
+            }
+            Action::RedisScan { cursor, pattern, count, type_filter } => {
+                self.drain().await;
+                let reply = self.redis_scan(cursor, pattern, count, type_filter).await;
+                self.queue.push_back(Queued::Ready(reply));
+            }
+            Action::Hello { proto, setname } => {
+                if let Some(p) = proto {
+                    self.proto = p;
+                }
+                if setname.is_some() {
+                    self.name = setname;
+                }
+                let reply = self.hello_reply();
+                self.queue.push_back(Queued::Ready(reply));
+            }
+            Action::ClientSetName(n) => {
+                self.name = Some(n).filter(|n| !n.is_empty());
+                self.queue.push_back(Queued::Ready(Reply::Ok));
+            }
+            Action::ClientGetName => {
+                let r = self.name.clone().map_or(Reply::Nil, Reply::Bulk);
+                self.queue.push_back(Queued::Ready(r));
+            }
+            Action::ClientId => self.queue.push_back(Queued::Ready(Reply::Int(self.id as i64))),
+            Action::Info(section) => {
+                let r = Reply::Bulk(self.info(section.as_deref()).into());
+                self.queue.push_back(Queued::Ready(r));
+            }
+            Action::Quit => {
+                self.queue.push_back(Queued::Ready(Reply::Ok));
+                self.closing = true;
+            }
+            Action::Unwatch => self.queue.push_back(Queued::Ready(Reply::Error("ERR not watching".into()))),
+            Action::Watch(request) => {
+                self.drain().await;
+                match self.shared.router.watch(request.clone()).await {
+                    Err(e) => self.queue.push_back(Queued::Ready(Reply::error(&e))),
+                    Ok(mut stream) => {
+                        let subject = match &request.target {
+                            firn_model::KeyRange::Key(k) => k.bytes().clone(),
+                            firn_model::KeyRange::Prefix(p) => p.clone(),
+                        };
+                        Reply::Push(vec![Reply::text("watching"), Reply::Bulk(subject)]).encode(self.proto, &mut self.output);
+                        self.flush().await?;
+                        self.watch_loop(&mut stream).await?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Streams events until the client sends FIRN.UNWATCH or QUIT, or the watch ends.
+    async fn watch_loop(&mut self, stream: &mut crate::watch::WatchStream) -> std::io::Result<()> {
+        loop {
+            tokio::select! {
+                event = stream.next() => match event {
+                    Some(Ok(e)) => {
+                        event_reply(&e).encode(self.proto, &mut self.output);
+                        self.flush().await?;
+                    }
+                    Some(Err(e)) => {
+                        Reply::error(&e).encode(self.proto, &mut self.output);
+                        self.flush().await?;
+                        return Ok(());
+                    }
+                    None => return Ok(()),
+                },
+                n = self.stream.read_buf(&mut self.input) => {
+                    if n? == 0 {
+                        self.closing = true;
+                        return Ok(());
+                    }
+                    while let Some(frame) = self.next_frame() {
+                        let reply = match frame {
+                            Ok((name, _)) => match name.as_str() {
+                                "FIRN.UNWATCH" => {
+                                    Reply::Ok.encode(self.proto, &mut self.output);
+                                    self.flush().await?;
+                                    return Ok(());
+                                }
+                                "QUIT" => {
+                                    self.closing = true;
+                                    Reply::Ok.encode(self.proto, &mut self.output);
+                                    self.flush().await?;
+                                    return Ok(());
+                                }
+                                "PING" => Reply::Simple("PONG".into()),
+                                _ => Reply::Error("ERR only FIRN.UNWATCH, PING and QUIT are allowed while watching".into()),
+                            },
+                            Err(r) => r,
+                        };
+                        reply.encode(self.proto, &mut self.output);
+                    }
+                    self.flush().await?;
+                }
+            }
+        }
+    }
+
+    async fn redis_scan(&mut self, cursor: u64, pattern: Option<Bytes>, count: usize, type_filter: Option<String>) -> Reply {
+        let after = if cursor == 0 {
+            None
+        } else {
+            match self.shared.cursors.lock().unwrap_or_else(|p| p.into_inner()).by_id.get(&cursor) {
+                Some(k) => Some(k.clone()),
+                None => return Reply::error(&FirnError::BadArgument("invalid cursor".into())),
+            }
+        };
+        if type_filter.as_deref().is_some_and(|t| t != "string") {
+            return Reply::Array(vec![Reply::text("0"), Reply::Array(vec![])]);
+        }
+        let request = Request::Scan {
+            prefix: Bytes::new(),
+            cursor: after,
+            limit: count.clamp(1, firn_model::limits::PAGE_ITEMS_MAX),
+            pattern,
+            at: ReadAt::Latest,
+            consistency: ReadConsistency::Linearizable,
+        };
+        match self.shared.router.execute(request).await {
+            Ok(Response::Scan { keys, next_cursor }) => {
+                let next = match next_cursor {
+                    Some(k) => self.shared.cursors.lock().unwrap_or_else(|p| p.into_inner()).insert(k),
+                    None => 0,
+                };
+                Reply::Array(vec![
+                    Reply::text(next.to_string()),
+                    Reply::Array(keys.into_iter().map(|(k, _)| Reply::Bulk(k.bytes().clone())).collect()),
+                ])
+            }
+            Ok(other) => Reply::error(&FirnError::Internal(format!("scan answered {other:?}"))),
+            Err(e) => Reply::error(&e),
+        }
+    }
+
+    fn hello_reply(&self) -> Reply {
+        Reply::Map(vec![
+            (Reply::text("server"), Reply::text("redis")),
+            (Reply::text("version"), Reply::text(REDIS_COMPAT_VERSION)),
+            (Reply::text("proto"), Reply::Int(self.proto as i64)),
+            (Reply::text("id"), Reply::Int(self.id as i64)),
+            (Reply::text("mode"), Reply::text("standalone")),
+            (Reply::text("role"), Reply::text("master")),
+            (Reply::text("modules"), Reply::Array(vec![])),
+            (Reply::text("firn_version"), Reply::text(env!("CARGO_PKG_VERSION"))),
+        ])
+    }
+
+    fn info(&self, section: Option<&str>) -> String {
+        let router = &self.shared.router;
+        let status = router.status();
+        let shard = status.first();
+        let mut sections: Vec<(&str, String)> = vec![
+            (
+                "server",
+                format!(
+                    "redis_version:{REDIS_COMPAT_VERSION}\r\nfirn_version:{}\r\nredis_mode:standalone\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\n",
+                    env!("CARGO_PKG_VERSION"),
+                    std::process::id(),
+                    self.shared.resp_port,
+                    self.shared.started.elapsed().as_secs()
+                ),
+            ),
+            ("clients", format!("connected_clients:{}\r\n", self.shared.connected.load(Ordering::Relaxed))),
+            ("persistence", "aof_enabled:0\r\nfirn_durability:raft-log-fsync\r\n".to_string()),
+            ("replication", "role:master\r\nconnected_slaves:0\r\n".to_string()),
+            (
+                "raft",
+                shard.map_or(String::new(), |s| {
+                    format!(
+                        "shard:{}\r\nnode_id:{}\r\nraft_state:{}\r\nleader:{}\r\nterm:{}\r\nlast_log_index:{}\r\nlast_applied_index:{}\r\nsnapshot_index:{}\r\n",
+                        s.shard_id,
+                        s.node_id,
+                        s.state,
+                        s.leader.map_or("none".into(), |l| l.to_string()),
+                        s.term,
+                        s.last_log_index.unwrap_or(0),
+                        s.last_applied_index.unwrap_or(0),
+                        s.snapshot_index.unwrap_or(0)
+                    )
+                }),
+            ),
+            ("keyspace", format!("db0:keys={},expires=0,avg_ttl=0\r\n", router.live_keys())),
+        ];
+        if let Some(wanted) = section.filter(|s| !matches!(*s, "all" | "default" | "everything")) {
+            sections.retain(|(name, _)| *name == wanted);
+        }
+        sections
+            .into_iter()
+            .map(|(name, body)| {
+                let mut title = name.to_string();
+                title[..1].make_ascii_uppercase();
+                format!("# {title}\r\n{body}")
+            })
+            .collect::<Vec<_>>()
+            .join("\r\n")
+    }
+}
+
+/// The Redis version Firn answers to HELLO and INFO: clients use it to pick features.
+const REDIS_COMPAT_VERSION: &str = "7.2.0";
+
+fn frame_to_command(frame: resp2::types::BytesFrame) -> Result<Frame, Reply> {
+    use resp2::types::BytesFrame as F;
+    let F::Array(parts) = frame else {
+        return Err(Reply::Error("ERR Protocol error: expected an array of bulk strings".into()));
+    };
+    let mut items = VecDeque::with_capacity(parts.len());
+    for part in parts {
+        match part {
+            F::BulkString(b) | F::SimpleString(b) => items.push_back(b),
+            F::Integer(i) => items.push_back(Bytes::from(i.to_string())),
+            _ => return Err(Reply::Error("ERR Protocol error: command arguments must be bulk strings".into())),
+        }
+    }
+    let Some(name) = items.pop_front() else {
+        return Err(Reply::Error("ERR Protocol error: empty command".into()));
+    };
+    Ok((String::from_utf8_lossy(&name).to_ascii_uppercase(), items))
+}
+
+fn event_reply(e: &WatchEvent) -> Reply {
+    Reply::Push(vec![
+        Reply::text("firn.watch"),
+        Reply::Bulk(e.key.bytes().clone()),
+        Reply::Int(e.info.version as i64),
+        Reply::text(e.info.commit_ts.to_string()),
+        e.info.event_time_us.map_or(Reply::Nil, |t| Reply::Int(t as i64)),
+        Reply::text(if e.info.deleted { "del" } else { "put" }),
+        e.info.value.clone().map_or(Reply::Nil, Reply::Bulk),
+    ])
+}

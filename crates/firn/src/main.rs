@@ -1,0 +1,335 @@
+//! `firn`: run a node (`firn serve`) or talk to one (`put`, `get`, `history`, `watch`, `del`,
+//! `keyspace`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use firn_client::{Client, ClientError, PutOptions};
+use firn_model::time::{micros_to_rfc3339, parse_micros, parse_read_time};
+use firn_model::{KeyspaceSpec, Limits, ReadAt, ReadConsistency, VersionInfo, WatchFrom};
+use firn_node::{NodeConfig, RunningNode};
+
+#[derive(Parser)]
+#[command(name = "firn", version, about = "A consistent, temporal state store that speaks the Redis protocol")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args)]
+struct Target {
+    /// RESP address of the node to talk to.
+    #[arg(long, env = "FIRN_ADDR", default_value = "127.0.0.1:7379", global = true)]
+    addr: String,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a node (with no flags: a single node on loopback, data in ./firn-data).
+    Serve(ServeArgs),
+    /// Write a new version of a key.
+    Put {
+        key: String,
+        value: String,
+        /// Write only if the key's latest version is N (0: only if it does not exist).
+        #[arg(long)]
+        if_version: Option<u64>,
+        /// The writer's own time for the value: microseconds since the epoch or RFC 3339.
+        #[arg(long)]
+        event_time: Option<String>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Read a key: latest, an exact version, as of a commit time, or by event time.
+    Get {
+        key: String,
+        #[arg(long, conflicts_with_all = ["as_of", "event_time"])]
+        version: Option<u64>,
+        /// Newest version committed at or before this time (µs, RFC 3339, or WALL-LOGICAL).
+        #[arg(long, conflicts_with = "event_time")]
+        as_of: Option<String>,
+        /// The version with the greatest event time at or before this time.
+        #[arg(long)]
+        event_time: Option<String>,
+        /// Read this replica as it is (fastest, possibly stale).
+        #[arg(long)]
+        local: bool,
+        /// Print version, commit time and event time before the value.
+        #[arg(long)]
+        meta: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// List a key's versions, oldest first.
+    History {
+        key: String,
+        #[arg(long, default_value_t = 1)]
+        from: u64,
+        #[arg(long)]
+        to: Option<u64>,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Print every new version of a key (or of every key under a prefix) as it commits.
+    Watch {
+        key: String,
+        /// Treat KEY as a prefix.
+        #[arg(long)]
+        prefix: bool,
+        /// Replay from this version first.
+        #[arg(long, conflicts_with = "from_time")]
+        from_version: Option<u64>,
+        /// Replay versions committed at or after this time first.
+        #[arg(long)]
+        from_time: Option<String>,
+        /// Stop after this many events.
+        #[arg(long)]
+        count: Option<usize>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Delete a key (writes a tombstone version).
+    Del {
+        key: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Manage keyspaces.
+    Keyspace {
+        #[command(subcommand)]
+        action: KeyspaceAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeyspaceAction {
+    /// Register (or update) a keyspace.
+    Create {
+        prefix: String,
+        /// versioned | latest | notify
+        #[arg(long, default_value = "versioned")]
+        mode: String,
+        #[arg(long)]
+        max_versions: Option<u64>,
+        /// e.g. 3600, 90s, 15m, 7d
+        #[arg(long)]
+        max_age: Option<String>,
+        #[command(flatten)]
+        target: Target,
+    },
+    List {
+        #[command(flatten)]
+        target: Target,
+    },
+    Drop {
+        prefix: String,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    #[arg(long, default_value = "127.0.0.1:7379")]
+    resp_addr: SocketAddr,
+    #[arg(long, default_value = "127.0.0.1:7380")]
+    http_addr: SocketAddr,
+    #[arg(long, default_value = "firn-data")]
+    data_dir: PathBuf,
+    /// Keep nothing after exit and skip fsync (tests only: acknowledged writes can be lost).
+    #[arg(long)]
+    in_memory: bool,
+    /// Largest value accepted, in bytes (at most 16 MiB).
+    #[arg(long, default_value_t = firn_model::limits::VALUE_BYTES_MAX_DEFAULT)]
+    max_value_bytes: usize,
+    /// Allow FLUSHALL to drop every key.
+    #[arg(long)]
+    allow_flushall: bool,
+    /// How often age-based retention runs.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    retention_interval: Duration,
+    /// Snapshot (and purge the log) every this many entries.
+    #[arg(long, default_value_t = 100_000)]
+    snapshot_every: u64,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("firn: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("firn: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn connect(target: &Target) -> Result<Client, String> {
+    Client::connect(&target.addr).await.map_err(|e| format!("cannot reach {}: {e}", target.addr))
+}
+
+fn show(e: ClientError) -> String {
+    e.to_string()
+}
+
+fn print_version(info: &VersionInfo, meta: bool) {
+    if meta {
+        println!(
+            "version {}  commit {} ({}){}{}",
+            info.version,
+            info.commit_ts,
+            micros_to_rfc3339(info.commit_ts.wall_us),
+            info.event_time_us.map_or(String::new(), |t| format!("  event {}", micros_to_rfc3339(t))),
+            if info.deleted { "  deleted" } else { "" }
+        );
+    }
+    if let Some(v) = &info.value {
+        println!("{}", String::from_utf8_lossy(v));
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), String> {
+    match cli.command {
+        Command::Serve(args) => serve(args).await,
+        Command::Put { key, value, if_version, event_time, target } => {
+            let event_time_us = event_time.map(|t| parse_micros(&t)).transpose().map_err(|e| e.to_string())?;
+            let ack = connect(&target)
+                .await?
+                .put(key.as_bytes(), value.as_bytes(), PutOptions { if_version, event_time_us })
+                .await
+                .map_err(show)?;
+            println!("version {}  commit {}", ack.version, ack.commit_ts);
+            Ok(())
+        }
+        Command::Get { key, version, as_of, event_time, local, meta, target } => {
+            let at = match (version, as_of, event_time) {
+                (Some(v), _, _) => ReadAt::Version(v),
+                (_, Some(t), _) => ReadAt::AsOf(parse_read_time(&t).map_err(|e| e.to_string())?),
+                (_, _, Some(t)) => ReadAt::EventTime(parse_micros(&t).map_err(|e| e.to_string())?),
+                _ => ReadAt::Latest,
+            };
+            let consistency = if local { ReadConsistency::Local } else { ReadConsistency::Linearizable };
+            match connect(&target).await?.get(key.as_bytes(), at, consistency).await.map_err(show)? {
+                Some(info) => {
+                    print_version(&info, meta);
+                    Ok(())
+                }
+                None => Err(format!("{key}: not found")),
+            }
+        }
+        Command::History { key, from, to, limit, target } => {
+            for info in connect(&target).await?.history(key.as_bytes(), from, to, limit).await.map_err(show)? {
+                print_version(&info, true);
+            }
+            Ok(())
+        }
+        Command::Watch { key, prefix, from_version, from_time, count, target } => {
+            let from = match (from_version, from_time) {
+                (Some(v), _) => WatchFrom::Version(v),
+                (_, Some(t)) => WatchFrom::Time(parse_read_time(&t).map_err(|e| e.to_string())?),
+                _ => WatchFrom::Now,
+            };
+            let client = connect(&target).await?;
+            let mut watcher = client.watch(key.as_bytes(), prefix, from).map_err(show)?;
+            tokio::task::spawn_blocking(move || {
+                let mut seen = 0;
+                while count.is_none_or(|c| seen < c) {
+                    let e = watcher.next().map_err(show)?;
+                    let value = e.info.value.as_ref().map_or("(deleted)".into(), |v| String::from_utf8_lossy(v).into_owned());
+                    println!("{} v{} {} {}", String::from_utf8_lossy(&e.key), e.info.version, e.info.commit_ts, value);
+                    seen += 1;
+                }
+                Ok(())
+            })
+            .await
+            .map_err(|e| e.to_string())?
+        }
+        Command::Del { key, target } => {
+            match connect(&target).await?.delete(key.as_bytes()).await.map_err(show)? {
+                Some(ack) => println!("deleted: version {}  commit {}", ack.version, ack.commit_ts),
+                None => println!("{key}: did not exist"),
+            }
+            Ok(())
+        }
+        Command::Keyspace { action } => match action {
+            KeyspaceAction::Create { prefix, mode, max_versions, max_age, target } => {
+                let spec = KeyspaceSpec {
+                    prefix,
+                    mode: mode.parse().map_err(|e: firn_model::FirnError| e.to_string())?,
+                    max_versions,
+                    max_age_us: max_age
+                        .map(|a| firn_node::resp::command::parse_duration_us(&a))
+                        .transpose()
+                        .map_err(|e| e.to_string())?,
+                    durability: firn_model::Durability::Disk,
+                };
+                connect(&target).await?.keyspace_create(&spec).await.map_err(show)?;
+                println!("keyspace '{}' created ({})", spec.prefix, spec.mode);
+                Ok(())
+            }
+            KeyspaceAction::List { target } => {
+                for (prefix, mode, max_versions, max_age_us) in connect(&target).await?.keyspace_list().await.map_err(show)? {
+                    println!(
+                        "{:<24} {:<10} max_versions={} max_age={}",
+                        format!("'{prefix}'"),
+                        mode,
+                        max_versions.map_or("-".into(), |n| n.to_string()),
+                        max_age_us.map_or("-".into(), |us| humantime::format_duration(Duration::from_micros(us)).to_string())
+                    );
+                }
+                Ok(())
+            }
+            KeyspaceAction::Drop { prefix, target } => {
+                connect(&target).await?.keyspace_drop(&prefix).await.map_err(show)?;
+                println!("keyspace '{prefix}' dropped");
+                Ok(())
+            }
+        },
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<(), String> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn,fjall=warn,lsm_tree=warn")),
+        )
+        .init();
+    if args.max_value_bytes == 0 || args.max_value_bytes > firn_model::limits::VALUE_BYTES_MAX_CEILING {
+        return Err(format!(
+            "--max-value-bytes must be 1..={}",
+            firn_model::limits::VALUE_BYTES_MAX_CEILING
+        ));
+    }
+    let config = NodeConfig {
+        resp_addr: args.resp_addr,
+        http_addr: args.http_addr,
+        data_dir: args.data_dir,
+        in_memory: args.in_memory,
+        limits: Limits { value_bytes_max: args.max_value_bytes },
+        allow_flushall: args.allow_flushall,
+        retention_interval: args.retention_interval,
+        snapshot_every_entries: args.snapshot_every,
+    };
+    let node = RunningNode::start(config).await.map_err(|e| e.to_string())?;
+    println!(
+        "firn serving: redis-cli -p {}   |   curl http://{}/v1/kv/hello",
+        node.resp_addr.port(),
+        node.http_addr
+    );
+    let _ = tokio::signal::ctrl_c().await;
+    node.shutdown().await;
+    Ok(())
+}
