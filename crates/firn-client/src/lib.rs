@@ -53,6 +53,17 @@ fn protocol(what: impl std::fmt::Debug) -> ClientError {
     ClientError::Protocol(format!("{what:?}"))
 }
 
+/// An answer read off a raw connection: an error reply becomes [`ClientError::Server`].
+fn server_answer(v: Value) -> Result<Value> {
+    match v {
+        Value::ServerError(e) => Err(ClientError::Server {
+            code: e.code().to_string(),
+            message: e.details().unwrap_or_default().to_string(),
+        }),
+        v => Ok(v),
+    }
+}
+
 fn as_u64(v: &Value) -> Result<u64> {
     match v {
         Value::Int(i) => u64::try_from(*i).map_err(|_| protocol(v)),
@@ -279,7 +290,7 @@ impl Client {
         }
         conn.send_packed_command(&cmd.get_packed_command())?;
         // The first answer confirms the watch, or is the error (e.g. COMPACTED).
-        match conn.recv_response()? {
+        match server_answer(conn.recv_response()?)? {
             Value::Array(items) if items.first().and_then(as_bytes).as_deref() == Some(b"watching") => {}
             v => return Err(protocol(v)),
         }
@@ -305,7 +316,7 @@ impl Watcher {
     }
 
     pub fn next(&mut self) -> Result<WatchEvent> {
-        match self.conn.recv_response()? {
+        match server_answer(self.conn.recv_response()?)? {
             Value::Array(items) if items.len() == 7 && as_bytes(&items[0]).as_deref() == Some(b"firn.watch") => {
                 let key = as_bytes(&items[1]).ok_or_else(|| protocol(&items[1]))?;
                 let info = VersionInfo {

@@ -34,6 +34,8 @@ fn startup(what: &str, e: impl std::fmt::Display) -> FirnError {
 
 impl RunningNode {
     pub async fn start(config: NodeConfig) -> Result<Self, FirnError> {
+        // Install the metrics recorder before the first request counts anything.
+        crate::metrics::handle();
         // Bind first: a busy port should fail before any data is touched.
         let resp_listener = TcpListener::bind(config.resp_addr)
             .await
