@@ -2,7 +2,9 @@
 //! the `redis` crate, and turns answers back into Firn's typed versions.
 
 use bytes::Bytes;
-use firn_model::{CommitTs, KeyspaceSpec, ReadAt, ReadConsistency, Version, VersionInfo, WatchFrom};
+use firn_model::{
+    CommitTs, KeyspaceSpec, ReadAt, ReadConsistency, Version, VersionInfo, WatchFrom,
+};
 use redis::Value;
 
 #[derive(Debug, thiserror::Error)]
@@ -80,27 +82,45 @@ fn as_bytes(v: &Value) -> Option<Bytes> {
 }
 
 fn as_text(v: &Value) -> Result<String> {
-    as_bytes(v).map(|b| String::from_utf8_lossy(&b).into_owned()).ok_or_else(|| protocol(v))
+    as_bytes(v)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .ok_or_else(|| protocol(v))
 }
 
 /// Key/value pairs of a map reply (RESP3 map, or RESP2 flat array).
 fn pairs(v: &Value) -> Result<Vec<(String, Value)>> {
     match v {
-        Value::Map(m) => m.iter().map(|(k, v)| Ok((as_text(k)?, v.clone()))).collect(),
-        Value::Array(items) if items.len() % 2 == 0 => {
-            items.chunks(2).map(|kv| Ok((as_text(&kv[0])?, kv[1].clone()))).collect()
-        }
+        Value::Map(m) => m
+            .iter()
+            .map(|(k, v)| Ok((as_text(k)?, v.clone())))
+            .collect(),
+        Value::Array(items) if items.len() % 2 == 0 => items
+            .chunks(2)
+            .map(|kv| Ok((as_text(&kv[0])?, kv[1].clone())))
+            .collect(),
         _ => Err(protocol(v)),
     }
 }
 
 fn version_info(v: &Value) -> Result<VersionInfo> {
-    let mut info = VersionInfo { version: 0, commit_ts: CommitTs::ZERO, event_time_us: None, deleted: false, value: None };
+    let mut info = VersionInfo {
+        version: 0,
+        commit_ts: CommitTs::ZERO,
+        event_time_us: None,
+        deleted: false,
+        value: None,
+    };
     for (k, v) in pairs(v)? {
         match k.as_str() {
             "version" => info.version = as_u64(&v)?,
             "commit_ts" => info.commit_ts = as_text(&v)?.parse().map_err(protocol)?,
-            "event_time" => info.event_time_us = if v == Value::Nil { None } else { Some(as_u64(&v)?) },
+            "event_time" => {
+                info.event_time_us = if v == Value::Nil {
+                    None
+                } else {
+                    Some(as_u64(&v)?)
+                }
+            }
             "deleted" => info.deleted = as_u64(&v)? == 1,
             "value" => info.value = as_bytes(&v),
             _ => {}
@@ -140,9 +160,16 @@ fn read_args(cmd: &mut redis::Cmd, at: ReadAt, consistency: ReadConsistency) {
 impl Client {
     /// Connects to a node's RESP address, e.g. `127.0.0.1:7379`.
     pub async fn connect(addr: &str) -> Result<Self> {
-        let client = redis::Client::open(format!("redis://{addr}/")).map_err(|e| ClientError::Connection(e.to_string()))?;
-        let conn = client.get_multiplexed_async_connection().await.map_err(|e| ClientError::Connection(e.to_string()))?;
-        Ok(Client { addr: addr.to_string(), conn })
+        let client = redis::Client::open(format!("redis://{addr}/"))
+            .map_err(|e| ClientError::Connection(e.to_string()))?;
+        let conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| ClientError::Connection(e.to_string()))?;
+        Ok(Client {
+            addr: addr.to_string(),
+            conn,
+        })
     }
 
     async fn run(&self, cmd: &redis::Cmd) -> Result<Value> {
@@ -162,7 +189,12 @@ impl Client {
         write_ack(&self.run(&cmd).await?)
     }
 
-    pub async fn get(&self, key: &[u8], at: ReadAt, consistency: ReadConsistency) -> Result<Option<VersionInfo>> {
+    pub async fn get(
+        &self,
+        key: &[u8],
+        at: ReadAt,
+        consistency: ReadConsistency,
+    ) -> Result<Option<VersionInfo>> {
         let mut cmd = redis::cmd("FIRN.GET");
         cmd.arg(key);
         read_args(&mut cmd, at, consistency);
@@ -180,7 +212,16 @@ impl Client {
             cmd.arg(*k);
         }
         match self.run(&cmd).await? {
-            Value::Array(items) => items.iter().map(|v| if *v == Value::Nil { Ok(None) } else { version_info(v).map(Some) }).collect(),
+            Value::Array(items) => items
+                .iter()
+                .map(|v| {
+                    if *v == Value::Nil {
+                        Ok(None)
+                    } else {
+                        version_info(v).map(Some)
+                    }
+                })
+                .collect(),
             v => Err(protocol(v)),
         }
     }
@@ -193,7 +234,13 @@ impl Client {
         }
     }
 
-    pub async fn history(&self, key: &[u8], from: Version, to: Option<Version>, limit: usize) -> Result<Vec<VersionInfo>> {
+    pub async fn history(
+        &self,
+        key: &[u8],
+        from: Version,
+        to: Option<Version>,
+        limit: usize,
+    ) -> Result<Vec<VersionInfo>> {
         let mut cmd = redis::cmd("FIRN.HISTORY");
         cmd.arg(key).arg("FROM").arg(from).arg("LIMIT").arg(limit);
         if let Some(to) = to {
@@ -206,7 +253,13 @@ impl Client {
     }
 
     /// One page of live keys under `prefix`; the cursor continues it (`None`: done).
-    pub async fn scan(&self, prefix: &[u8], cursor: Option<&[u8]>, limit: usize, as_of: Option<CommitTs>) -> Result<(Vec<Bytes>, Option<Bytes>)> {
+    pub async fn scan(
+        &self,
+        prefix: &[u8],
+        cursor: Option<&[u8]>,
+        limit: usize,
+        as_of: Option<CommitTs>,
+    ) -> Result<(Vec<Bytes>, Option<Bytes>)> {
         let mut cmd = redis::cmd("FIRN.SCAN");
         cmd.arg(prefix).arg("COUNT").arg(limit);
         if let Some(c) = cursor {
@@ -218,7 +271,9 @@ impl Client {
         match self.run(&cmd).await? {
             Value::Array(parts) if parts.len() == 2 => {
                 let next = as_bytes(&parts[0]).filter(|c| !c.is_empty());
-                let Value::Array(keys) = &parts[1] else { return Err(protocol(&parts[1])) };
+                let Value::Array(keys) = &parts[1] else {
+                    return Err(protocol(&parts[1]));
+                };
                 Ok((keys.iter().filter_map(as_bytes).collect(), next))
             }
             v => Err(protocol(v)),
@@ -227,7 +282,10 @@ impl Client {
 
     pub async fn keyspace_create(&self, spec: &KeyspaceSpec) -> Result<()> {
         let mut cmd = redis::cmd("FIRN.KEYSPACE");
-        cmd.arg("CREATE").arg(&spec.prefix).arg("MODE").arg(spec.mode.to_string());
+        cmd.arg("CREATE")
+            .arg(&spec.prefix)
+            .arg("MODE")
+            .arg(spec.mode.to_string());
         if let Some(n) = spec.max_versions {
             cmd.arg("MAXVERSIONS").arg(n);
         }
@@ -261,7 +319,8 @@ impl Client {
     }
 
     pub async fn keyspace_drop(&self, prefix: &str) -> Result<()> {
-        self.run(redis::cmd("FIRN.KEYSPACE").arg("DROP").arg(prefix)).await?;
+        self.run(redis::cmd("FIRN.KEYSPACE").arg("DROP").arg(prefix))
+            .await?;
         Ok(())
     }
 
@@ -272,8 +331,11 @@ impl Client {
 
     /// Starts a watch on its own connection. Events arrive in commit order.
     pub fn watch(&self, subject: &[u8], prefix: bool, from: WatchFrom) -> Result<Watcher> {
-        let client = redis::Client::open(format!("redis://{}/", self.addr)).map_err(|e| ClientError::Connection(e.to_string()))?;
-        let mut conn = client.get_connection().map_err(|e| ClientError::Connection(e.to_string()))?;
+        let client = redis::Client::open(format!("redis://{}/", self.addr))
+            .map_err(|e| ClientError::Connection(e.to_string()))?;
+        let mut conn = client
+            .get_connection()
+            .map_err(|e| ClientError::Connection(e.to_string()))?;
         let mut cmd = redis::cmd("FIRN.WATCH");
         cmd.arg(subject);
         if prefix {
@@ -291,7 +353,8 @@ impl Client {
         conn.send_packed_command(&cmd.get_packed_command())?;
         // The first answer confirms the watch, or is the error (e.g. COMPACTED).
         match server_answer(conn.recv_response()?)? {
-            Value::Array(items) if items.first().and_then(as_bytes).as_deref() == Some(b"watching") => {}
+            Value::Array(items)
+                if items.first().and_then(as_bytes).as_deref() == Some(b"watching") => {}
             v => return Err(protocol(v)),
         }
         Ok(Watcher { conn })
@@ -305,7 +368,7 @@ pub struct WatchEvent {
     pub info: VersionInfo,
 }
 
-/// A running watch; [`Watcher::next`] blocks until the next event.
+/// A running watch; [`Watcher::next_event`] blocks until the next event.
 pub struct Watcher {
     conn: redis::Connection,
 }
@@ -315,14 +378,20 @@ impl Watcher {
         Ok(self.conn.set_read_timeout(timeout)?)
     }
 
-    pub fn next(&mut self) -> Result<WatchEvent> {
+    pub fn next_event(&mut self) -> Result<WatchEvent> {
         match server_answer(self.conn.recv_response()?)? {
-            Value::Array(items) if items.len() == 7 && as_bytes(&items[0]).as_deref() == Some(b"firn.watch") => {
+            Value::Array(items)
+                if items.len() == 7 && as_bytes(&items[0]).as_deref() == Some(b"firn.watch") =>
+            {
                 let key = as_bytes(&items[1]).ok_or_else(|| protocol(&items[1]))?;
                 let info = VersionInfo {
                     version: as_u64(&items[2])?,
                     commit_ts: as_text(&items[3])?.parse().map_err(protocol)?,
-                    event_time_us: if items[4] == Value::Nil { None } else { Some(as_u64(&items[4])?) },
+                    event_time_us: if items[4] == Value::Nil {
+                        None
+                    } else {
+                        Some(as_u64(&items[4])?)
+                    },
                     deleted: as_bytes(&items[5]).as_deref() == Some(b"del"),
                     value: as_bytes(&items[6]),
                 };

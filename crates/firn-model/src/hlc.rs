@@ -12,15 +12,23 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 /// A hybrid logical clock timestamp: the commit time of a version.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct CommitTs {
     pub wall_us: u64,
     pub logical: u32,
 }
 
 impl CommitTs {
-    pub const ZERO: CommitTs = CommitTs { wall_us: 0, logical: 0 };
-    pub const MAX: CommitTs = CommitTs { wall_us: u64::MAX, logical: u32::MAX };
+    pub const ZERO: CommitTs = CommitTs {
+        wall_us: 0,
+        logical: 0,
+    };
+    pub const MAX: CommitTs = CommitTs {
+        wall_us: u64::MAX,
+        logical: u32::MAX,
+    };
 
     pub const fn new(wall_us: u64, logical: u32) -> Self {
         CommitTs { wall_us, logical }
@@ -29,14 +37,23 @@ impl CommitTs {
     /// The last timestamp within wall-clock microsecond `wall_us`: a user's "at time T" in
     /// microseconds includes every write stamped in that microsecond.
     pub const fn end_of_micros(wall_us: u64) -> Self {
-        CommitTs { wall_us, logical: u32::MAX }
+        CommitTs {
+            wall_us,
+            logical: u32::MAX,
+        }
     }
 
     /// The smallest timestamp strictly greater than `self`.
     pub fn successor(self) -> Self {
         match self.logical.checked_add(1) {
-            Some(logical) => CommitTs { wall_us: self.wall_us, logical },
-            None => CommitTs { wall_us: self.wall_us.saturating_add(1), logical: 0 },
+            Some(logical) => CommitTs {
+                wall_us: self.wall_us,
+                logical,
+            },
+            None => CommitTs {
+                wall_us: self.wall_us.saturating_add(1),
+                logical: 0,
+            },
         }
     }
 }
@@ -52,9 +69,9 @@ impl FromStr for CommitTs {
 
     /// Parses the exact form `WALL_US-LOGICAL` that [`Display`](fmt::Display) writes.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (wall, logical) = s
-            .split_once('-')
-            .ok_or_else(|| format!("'{s}' is not a commit timestamp of the form WALL_US-LOGICAL"))?;
+        let (wall, logical) = s.split_once('-').ok_or_else(|| {
+            format!("'{s}' is not a commit timestamp of the form WALL_US-LOGICAL")
+        })?;
         let wall_us = wall
             .parse::<u64>()
             .map_err(|_| format!("'{wall}' is not a whole number of microseconds"))?;
@@ -85,7 +102,10 @@ pub struct HybridClock {
 
 impl HybridClock {
     pub fn new(wall: WallClock) -> Self {
-        HybridClock { wall, last: Mutex::new(CommitTs::ZERO) }
+        HybridClock {
+            wall,
+            last: Mutex::new(CommitTs::ZERO),
+        }
     }
 
     pub fn system() -> Self {

@@ -20,10 +20,15 @@ impl Key {
     pub fn new(bytes: impl Into<Bytes>) -> Result<Self, FirnError> {
         let bytes = bytes.into();
         if bytes.is_empty() {
-            return Err(FirnError::BadArgument("key is empty; keys are 1 to 8192 bytes".into()));
+            return Err(FirnError::BadArgument(
+                "key is empty; keys are 1 to 8192 bytes".into(),
+            ));
         }
         if bytes.len() > KEY_BYTES_MAX {
-            return Err(FirnError::KeyTooLarge { len: bytes.len(), max: KEY_BYTES_MAX });
+            return Err(FirnError::KeyTooLarge {
+                len: bytes.len(),
+                max: KEY_BYTES_MAX,
+            });
         }
         Ok(Key(bytes))
     }

@@ -59,7 +59,9 @@ impl FromStr for Durability {
                 "durability 'memory' needs a replicated cluster and is not available yet; use disk"
                     .into(),
             )),
-            _ => Err(FirnError::BadArgument(format!("unknown durability '{s}'; use disk"))),
+            _ => Err(FirnError::BadArgument(format!(
+                "unknown durability '{s}'; use disk"
+            ))),
         }
     }
 }
@@ -102,7 +104,9 @@ impl KeyspaceSpec {
             ));
         }
         if self.max_age_us == Some(0) {
-            return Err(FirnError::BadArgument("max_age must be greater than 0".into()));
+            return Err(FirnError::BadArgument(
+                "max_age must be greater than 0".into(),
+            ));
         }
         Ok(())
     }

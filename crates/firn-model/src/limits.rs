@@ -41,14 +41,19 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { value_bytes_max: VALUE_BYTES_MAX_DEFAULT }
+        Limits {
+            value_bytes_max: VALUE_BYTES_MAX_DEFAULT,
+        }
     }
 }
 
 impl Limits {
     pub fn check_value(&self, len: usize) -> Result<(), crate::FirnError> {
         if len > self.value_bytes_max {
-            return Err(crate::FirnError::ValueTooLarge { len, max: self.value_bytes_max });
+            return Err(crate::FirnError::ValueTooLarge {
+                len,
+                max: self.value_bytes_max,
+            });
         }
         Ok(())
     }

@@ -122,12 +122,27 @@ pub struct WatchRequest {
 pub enum Request {
     Put(PutRequest),
     /// Tombstone each key; the response says which existed.
-    Delete { keys: Vec<Key> },
+    Delete {
+        keys: Vec<Key>,
+    },
     /// Several puts applied atomically in one log entry.
-    MSet { items: Vec<(Key, Bytes)> },
-    Get { key: Key, at: ReadAt, consistency: ReadConsistency },
-    MGet { keys: Vec<Key>, at: ReadAt, consistency: ReadConsistency },
-    Exists { keys: Vec<Key>, consistency: ReadConsistency },
+    MSet {
+        items: Vec<(Key, Bytes)>,
+    },
+    Get {
+        key: Key,
+        at: ReadAt,
+        consistency: ReadConsistency,
+    },
+    MGet {
+        keys: Vec<Key>,
+        at: ReadAt,
+        consistency: ReadConsistency,
+    },
+    Exists {
+        keys: Vec<Key>,
+        consistency: ReadConsistency,
+    },
     /// Versions `from..=to` of a key, oldest first, at most `limit`.
     History {
         key: Key,
@@ -145,10 +160,15 @@ pub enum Request {
         at: ReadAt,
         consistency: ReadConsistency,
     },
-    Truncate { target: KeyRange, before: TruncateBefore },
+    Truncate {
+        target: KeyRange,
+        before: TruncateBefore,
+    },
     KeyspaceCreate(KeyspaceSpec),
     KeyspaceList,
-    KeyspaceDrop { prefix: String },
+    KeyspaceDrop {
+        prefix: String,
+    },
     /// Number of live keys.
     DbSize,
     /// Drop every key and version (refused unless the node allows it).
@@ -215,8 +235,13 @@ pub enum Response {
     Values(Vec<Option<VersionInfo>>),
     Count(u64),
     History(Vec<VersionInfo>),
-    Scan { keys: Vec<(Key, VersionInfo)>, next_cursor: Option<Bytes> },
-    Truncated { versions_removed: u64 },
+    Scan {
+        keys: Vec<(Key, VersionInfo)>,
+        next_cursor: Option<Bytes>,
+    },
+    Truncated {
+        versions_removed: u64,
+    },
     Keyspaces(Vec<KeyspaceSpec>),
     Done,
 }

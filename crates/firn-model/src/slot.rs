@@ -34,7 +34,10 @@ mod tests {
         // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
         assert_eq!(CRC16.checksum(b"123456789"), 0x31C3);
         assert_eq!(slot_of(b"foo"), 12182);
-        assert_eq!(slot_of(b"{user1000}.following"), slot_of(b"{user1000}.followers"));
+        assert_eq!(
+            slot_of(b"{user1000}.following"),
+            slot_of(b"{user1000}.followers")
+        );
         assert_eq!(slot_of(b"foo{}{bar}"), slot_of(b"foo{}{bar}"));
         assert_eq!(slot_of(b"{}foo"), CRC16.checksum(b"{}foo") % SLOT_COUNT);
     }

@@ -36,7 +36,10 @@ pub fn routes(router: Arc<Router>) -> HttpRouter {
         .route("/v1/watch", get(watch))
         .route("/v1/truncate", post(truncate))
         .route("/v1/keyspaces", get(list_keyspaces).post(create_keyspace))
-        .route("/v1/keyspaces/{*prefix}", axum::routing::delete(drop_keyspace))
+        .route(
+            "/v1/keyspaces/{*prefix}",
+            axum::routing::delete(drop_keyspace),
+        )
         .route("/v1/cluster", get(cluster))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
@@ -56,7 +59,8 @@ impl From<FirnError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> HttpResponse {
-        let status = StatusCode::from_u16(self.0.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status =
+            StatusCode::from_u16(self.0.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut body = json!({ "error": self.0.resp_code(), "message": self.0.to_string() });
         match &self.0 {
             FirnError::Conflict { current } => body["current_version"] = json!(current),
@@ -75,20 +79,31 @@ fn key_of(path: String) -> Result<Key, FirnError> {
 
 fn param_u64(q: &HashMap<String, String>, name: &str) -> Result<Option<u64>, FirnError> {
     q.get(name)
-        .map(|v| v.parse::<u64>().map_err(|_| FirnError::BadArgument(format!("{name} must be a non-negative integer, got '{v}'"))))
+        .map(|v| {
+            v.parse::<u64>().map_err(|_| {
+                FirnError::BadArgument(format!("{name} must be a non-negative integer, got '{v}'"))
+            })
+        })
         .transpose()
 }
 
 fn consistency(q: &HashMap<String, String>) -> Result<ReadConsistency, FirnError> {
-    q.get("consistency").map_or(Ok(ReadConsistency::Linearizable), |c| c.parse())
+    q.get("consistency")
+        .map_or(Ok(ReadConsistency::Linearizable), |c| c.parse())
 }
 
 /// `version`, `as_of` or `event_time`: at most one.
 fn read_at(q: &HashMap<String, String>) -> Result<ReadAt, FirnError> {
     let given: Vec<ReadAt> = [
         param_u64(q, "version")?.map(ReadAt::Version),
-        q.get("as_of").map(|t| parse_read_time(t)).transpose()?.map(ReadAt::AsOf),
-        q.get("event_time").map(|t| parse_micros(t)).transpose()?.map(ReadAt::EventTime),
+        q.get("as_of")
+            .map(|t| parse_read_time(t))
+            .transpose()?
+            .map(ReadAt::AsOf),
+        q.get("event_time")
+            .map(|t| parse_micros(t))
+            .transpose()?
+            .map(ReadAt::EventTime),
     ]
     .into_iter()
     .flatten()
@@ -96,7 +111,9 @@ fn read_at(q: &HashMap<String, String>) -> Result<ReadAt, FirnError> {
     match given.as_slice() {
         [] => Ok(ReadAt::Latest),
         [one] => Ok(*one),
-        _ => Err(FirnError::BadArgument("give at most one of version, as_of, event_time".into())),
+        _ => Err(FirnError::BadArgument(
+            "give at most one of version, as_of, event_time".into(),
+        )),
     }
 }
 
@@ -121,7 +138,10 @@ fn value_json(value: &Option<bytes::Bytes>) -> (String, Json) {
         None => ("value".into(), Json::Null),
         Some(v) => match std::str::from_utf8(v) {
             Ok(s) => ("value".into(), json!(s)),
-            Err(_) => ("value_base64".into(), json!(base64::engine::general_purpose::STANDARD.encode(v))),
+            Err(_) => (
+                "value_base64".into(),
+                json!(base64::engine::general_purpose::STANDARD.encode(v)),
+            ),
         },
     }
 }
@@ -148,8 +168,16 @@ fn unexpected(r: Response) -> ApiError {
     ApiError(FirnError::Internal(format!("unexpected answer {r:?}")))
 }
 
-async fn get_kv(State(router): State<Arc<Router>>, Path(key): Path<String>, Query(q): Params) -> ApiResult<HttpResponse> {
-    let request = Request::Get { key: key_of(key)?, at: read_at(&q)?, consistency: consistency(&q)? };
+async fn get_kv(
+    State(router): State<Arc<Router>>,
+    Path(key): Path<String>,
+    Query(q): Params,
+) -> ApiResult<HttpResponse> {
+    let request = Request::Get {
+        key: key_of(key)?,
+        at: read_at(&q)?,
+        consistency: consistency(&q)?,
+    };
     match router.execute(request).await? {
         Response::Value(Some(info)) => {
             let headers = version_headers(&info);
@@ -160,7 +188,12 @@ async fn get_kv(State(router): State<Arc<Router>>, Path(key): Path<String>, Quer
     }
 }
 
-async fn put_kv(State(router): State<Arc<Router>>, Path(key): Path<String>, Query(q): Params, body: Bytes) -> ApiResult<HttpResponse> {
+async fn put_kv(
+    State(router): State<Arc<Router>>,
+    Path(key): Path<String>,
+    Query(q): Params,
+    body: Bytes,
+) -> ApiResult<HttpResponse> {
     let mut put = PutRequest::new(key_of(key)?, body);
     if let Some(v) = param_u64(&q, "if_version")? {
         put.condition = WriteCondition::IfVersion(v);
@@ -179,14 +212,26 @@ async fn put_kv(State(router): State<Arc<Router>>, Path(key): Path<String>, Quer
     }
 }
 
-async fn delete_kv(State(router): State<Arc<Router>>, Path(key): Path<String>) -> ApiResult<axum::Json<Json>> {
-    match router.execute(Request::Delete { keys: vec![key_of(key)?] }).await? {
+async fn delete_kv(
+    State(router): State<Arc<Router>>,
+    Path(key): Path<String>,
+) -> ApiResult<axum::Json<Json>> {
+    match router
+        .execute(Request::Delete {
+            keys: vec![key_of(key)?],
+        })
+        .await?
+    {
         Response::Written(w) if !w.is_empty() => Ok(axum::Json(written_json(&w[0]))),
         other => Err(unexpected(other)),
     }
 }
 
-async fn history(State(router): State<Arc<Router>>, Path(key): Path<String>, Query(q): Params) -> ApiResult<axum::Json<Json>> {
+async fn history(
+    State(router): State<Arc<Router>>,
+    Path(key): Path<String>,
+    Query(q): Params,
+) -> ApiResult<axum::Json<Json>> {
     let request = Request::History {
         key: key_of(key)?,
         from: param_u64(&q, "from")?.unwrap_or(1),
@@ -195,7 +240,9 @@ async fn history(State(router): State<Arc<Router>>, Path(key): Path<String>, Que
         consistency: consistency(&q)?,
     };
     match router.execute(request).await? {
-        Response::History(h) => Ok(axum::Json(json!({ "versions": h.iter().map(version_json).collect::<Vec<_>>() }))),
+        Response::History(h) => Ok(axum::Json(
+            json!({ "versions": h.iter().map(version_json).collect::<Vec<_>>() }),
+        )),
         other => Err(unexpected(other)),
     }
 }
@@ -203,11 +250,16 @@ async fn history(State(router): State<Arc<Router>>, Path(key): Path<String>, Que
 async fn scan(State(router): State<Arc<Router>>, Query(q): Params) -> ApiResult<axum::Json<Json>> {
     let at = read_at(&q)?;
     if matches!(at, ReadAt::Version(_)) {
-        return Err(FirnError::BadArgument("scan takes as_of or event_time, not version".into()).into());
+        return Err(
+            FirnError::BadArgument("scan takes as_of or event_time, not version".into()).into(),
+        );
     }
     let request = Request::Scan {
         prefix: Bytes::from(q.get("prefix").cloned().unwrap_or_default()),
-        cursor: q.get("cursor").filter(|c| !c.is_empty()).map(|c| Bytes::from(c.clone())),
+        cursor: q
+            .get("cursor")
+            .filter(|c| !c.is_empty())
+            .map(|c| Bytes::from(c.clone())),
         limit: param_u64(&q, "limit")?.map_or(PAGE_ITEMS_DEFAULT, |l| l as usize),
         pattern: q.get("match").map(|m| Bytes::from(m.clone())),
         at,
@@ -222,11 +274,22 @@ async fn scan(State(router): State<Arc<Router>>, Query(q): Params) -> ApiResult<
     }
 }
 
-async fn mget(State(router): State<Arc<Router>>, Query(pairs): Query<Vec<(String, String)>>) -> ApiResult<axum::Json<Json>> {
+async fn mget(
+    State(router): State<Arc<Router>>,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> ApiResult<axum::Json<Json>> {
     // `key` repeats (`?key=a&key=b`), so the parameters are read as a list of pairs.
-    let keys: Vec<Key> = pairs.iter().filter(|(n, _)| n == "key").map(|(_, k)| key_of(k.clone())).collect::<Result<_, _>>()?;
+    let keys: Vec<Key> = pairs
+        .iter()
+        .filter(|(n, _)| n == "key")
+        .map(|(_, k)| key_of(k.clone()))
+        .collect::<Result<_, _>>()?;
     let q: HashMap<String, String> = pairs.into_iter().filter(|(n, _)| n != "key").collect();
-    let request = Request::MGet { keys: keys.clone(), at: read_at(&q)?, consistency: consistency(&q)? };
+    let request = Request::MGet {
+        keys: keys.clone(),
+        at: read_at(&q)?,
+        consistency: consistency(&q)?,
+    };
     match router.execute(request).await? {
         Response::Values(values) => Ok(axum::Json(json!({
             "values": keys.iter().zip(values).map(|(k, v)| json!({"key": k.to_string(), "found": v.as_ref().map(version_json)})).collect::<Vec<_>>()
@@ -245,14 +308,21 @@ async fn watch(State(router): State<Arc<Router>>, Query(q): Params) -> ApiResult
         (None, None) => WatchFrom::Now,
         (Some(v), None) => WatchFrom::Version(v),
         (None, Some(t)) => WatchFrom::Time(parse_read_time(t)?),
-        _ => return Err(FirnError::BadArgument("give at most one of from_version, from_time".into()).into()),
+        _ => {
+            return Err(FirnError::BadArgument(
+                "give at most one of from_version, from_time".into(),
+            )
+            .into());
+        }
     };
     let stream = router.watch(WatchRequest { target, from }).await?;
     let events = futures::stream::unfold(stream, |mut stream| async move {
         let item = stream.next().await?;
         Some((Ok::<_, Infallible>(sse_event(item)), stream))
     });
-    Ok(Sse::new(events).keep_alive(KeepAlive::default()).into_response())
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response())
 }
 
 fn sse_event(item: Result<firn_model::WatchEvent, FirnError>) -> Event {
@@ -260,7 +330,9 @@ fn sse_event(item: Result<firn_model::WatchEvent, FirnError>) -> Event {
         Ok(e) => {
             let mut j = version_json(&e.info);
             j["key"] = json!(e.key.to_string());
-            Event::default().event(if e.info.deleted { "del" } else { "put" }).data(j.to_string())
+            Event::default()
+                .event(if e.info.deleted { "del" } else { "put" })
+                .data(j.to_string())
         }
         Err(err) => Event::default()
             .event("error")
@@ -276,7 +348,10 @@ struct TruncateBody {
     before_time: Option<String>,
 }
 
-async fn truncate(State(router): State<Arc<Router>>, axum::Json(body): axum::Json<TruncateBody>) -> ApiResult<axum::Json<Json>> {
+async fn truncate(
+    State(router): State<Arc<Router>>,
+    axum::Json(body): axum::Json<TruncateBody>,
+) -> ApiResult<axum::Json<Json>> {
     let target = match (body.key, body.prefix) {
         (Some(k), None) => KeyRange::Key(key_of(k)?),
         (None, Some(p)) => KeyRange::Prefix(Bytes::from(p)),
@@ -285,10 +360,17 @@ async fn truncate(State(router): State<Arc<Router>>, axum::Json(body): axum::Jso
     let before = match (body.before_version, body.before_time) {
         (Some(v), None) => TruncateBefore::Version(v),
         (None, Some(t)) => TruncateBefore::Time(parse_read_time(&t)?),
-        _ => return Err(FirnError::BadArgument("give exactly one of before_version, before_time".into()).into()),
+        _ => {
+            return Err(FirnError::BadArgument(
+                "give exactly one of before_version, before_time".into(),
+            )
+            .into());
+        }
     };
     match router.execute(Request::Truncate { target, before }).await? {
-        Response::Truncated { versions_removed } => Ok(axum::Json(json!({ "versions_removed": versions_removed }))),
+        Response::Truncated { versions_removed } => {
+            Ok(axum::Json(json!({ "versions_removed": versions_removed })))
+        }
         other => Err(unexpected(other)),
     }
 }
@@ -299,7 +381,9 @@ fn keyspace_json(s: &KeyspaceSpec) -> Json {
 
 async fn list_keyspaces(State(router): State<Arc<Router>>) -> ApiResult<axum::Json<Json>> {
     match router.execute(Request::KeyspaceList).await? {
-        Response::Keyspaces(specs) => Ok(axum::Json(json!({ "keyspaces": specs.iter().map(keyspace_json).collect::<Vec<_>>() }))),
+        Response::Keyspaces(specs) => Ok(axum::Json(
+            json!({ "keyspaces": specs.iter().map(keyspace_json).collect::<Vec<_>>() }),
+        )),
         other => Err(unexpected(other)),
     }
 }
@@ -314,8 +398,14 @@ struct KeyspaceBody {
     durability: Option<String>,
 }
 
-async fn create_keyspace(State(router): State<Arc<Router>>, axum::Json(body): axum::Json<KeyspaceBody>) -> ApiResult<(StatusCode, axum::Json<Json>)> {
-    let mut spec = KeyspaceSpec { prefix: body.prefix, ..KeyspaceSpec::default_keyspace() };
+async fn create_keyspace(
+    State(router): State<Arc<Router>>,
+    axum::Json(body): axum::Json<KeyspaceBody>,
+) -> ApiResult<(StatusCode, axum::Json<Json>)> {
+    let mut spec = KeyspaceSpec {
+        prefix: body.prefix,
+        ..KeyspaceSpec::default_keyspace()
+    };
     if let Some(m) = body.mode {
         spec.mode = m.parse()?;
     }
@@ -324,16 +414,26 @@ async fn create_keyspace(State(router): State<Arc<Router>>, axum::Json(body): ax
         None | Some(Json::Null) => None,
         Some(Json::Number(n)) => Some(parse_duration_us(&n.to_string())?),
         Some(Json::String(s)) => Some(parse_duration_us(&s)?),
-        Some(other) => return Err(FirnError::BadArgument(format!("max_age must be seconds or a duration like \"7d\", not {other}")).into()),
+        Some(other) => {
+            return Err(FirnError::BadArgument(format!(
+                "max_age must be seconds or a duration like \"7d\", not {other}"
+            ))
+            .into());
+        }
     };
     if let Some(d) = body.durability {
         spec.durability = d.parse()?;
     }
-    router.execute(Request::KeyspaceCreate(spec.clone())).await?;
+    router
+        .execute(Request::KeyspaceCreate(spec.clone()))
+        .await?;
     Ok((StatusCode::CREATED, axum::Json(keyspace_json(&spec))))
 }
 
-async fn drop_keyspace(State(router): State<Arc<Router>>, Path(prefix): Path<String>) -> ApiResult<StatusCode> {
+async fn drop_keyspace(
+    State(router): State<Arc<Router>>,
+    Path(prefix): Path<String>,
+) -> ApiResult<StatusCode> {
     router.execute(Request::KeyspaceDrop { prefix }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -345,8 +445,18 @@ async fn cluster(State(router): State<Arc<Router>>) -> axum::Json<Json> {
 async fn healthz(State(router): State<Arc<Router>>) -> HttpResponse {
     let status = router.status();
     let serving = status.iter().all(|s| s.leader.is_some());
-    let code = if serving { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    (code, axum::Json(json!({ "status": if serving { "ok" } else { "unavailable" }, "shards": status }))).into_response()
+    let code = if serving {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        code,
+        axum::Json(
+            json!({ "status": if serving { "ok" } else { "unavailable" }, "shards": status }),
+        ),
+    )
+        .into_response()
 }
 
 async fn metrics() -> String {

@@ -37,30 +37,52 @@ impl RunningNode {
         // Install the metrics recorder before the first request counts anything.
         crate::metrics::handle();
         // Bind first: a busy port should fail before any data is touched.
-        let resp_listener = TcpListener::bind(config.resp_addr)
-            .await
-            .map_err(|e| startup(&format!("cannot listen for RESP on {}", config.resp_addr), e))?;
-        let http_listener = TcpListener::bind(config.http_addr)
-            .await
-            .map_err(|e| startup(&format!("cannot listen for HTTP on {}", config.http_addr), e))?;
-        let resp_addr = resp_listener.local_addr().map_err(|e| startup("resp address", e))?;
-        let http_addr = http_listener.local_addr().map_err(|e| startup("http address", e))?;
+        let resp_listener = TcpListener::bind(config.resp_addr).await.map_err(|e| {
+            startup(
+                &format!("cannot listen for RESP on {}", config.resp_addr),
+                e,
+            )
+        })?;
+        let http_listener = TcpListener::bind(config.http_addr).await.map_err(|e| {
+            startup(
+                &format!("cannot listen for HTTP on {}", config.http_addr),
+                e,
+            )
+        })?;
+        let resp_addr = resp_listener
+            .local_addr()
+            .map_err(|e| startup("resp address", e))?;
+        let http_addr = http_listener
+            .local_addr()
+            .map_err(|e| startup("http address", e))?;
 
         let scratch = if config.in_memory {
             Some(tempfile::tempdir().map_err(|e| startup("creating a scratch directory", e))?)
         } else {
             None
         };
-        let data_dir = scratch.as_ref().map_or(config.data_dir.clone(), |s| s.path().to_path_buf());
-        std::fs::create_dir_all(&data_dir)
-            .map_err(|e| startup(&format!("creating data directory {}", data_dir.display()), e))?;
+        let data_dir = scratch
+            .as_ref()
+            .map_or(config.data_dir.clone(), |s| s.path().to_path_buf());
+        std::fs::create_dir_all(&data_dir).map_err(|e| {
+            startup(
+                &format!("creating data directory {}", data_dir.display()),
+                e,
+            )
+        })?;
         let db = fjall::Database::builder(data_dir.join("db"))
             .open()
             .map_err(|e| startup(&format!("opening storage in {}", data_dir.display()), e))?;
         let (backend, fsync): (Arc<dyn StorageBackend>, Fsync) = if config.in_memory {
             (Arc::new(MemoryBackend::default()), Fsync::Never)
         } else {
-            (Arc::new(FjallBackend::open(db.clone()).map_err(|e| startup("opening the state machine", e))?), Fsync::Always)
+            (
+                Arc::new(
+                    FjallBackend::open(db.clone())
+                        .map_err(|e| startup("opening the state machine", e))?,
+                ),
+                Fsync::Always,
+            )
         };
         let shard = ShardReplica::open(
             ShardConfig {
@@ -76,18 +98,29 @@ impl RunningNode {
             Arc::new(HybridClock::system()),
         )
         .await?;
-        let router = Arc::new(Router::new(Arc::new(shard), config.limits.clone(), config.allow_flushall));
+        let router = Arc::new(Router::new(
+            Arc::new(shard),
+            config.limits.clone(),
+            config.allow_flushall,
+        ));
 
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
-        tasks.push(tokio::spawn(crate::resp::serve(resp_listener, router.clone(), stop_rx.clone())));
+        tasks.push(tokio::spawn(crate::resp::serve(
+            resp_listener,
+            router.clone(),
+            stop_rx.clone(),
+        )));
         let app = crate::http::routes(router.clone());
         let mut http_stop = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
             let shutdown = async move {
                 let _ = http_stop.changed().await;
             };
-            if let Err(e) = axum::serve(http_listener, app).with_graceful_shutdown(shutdown).await {
+            if let Err(e) = axum::serve(http_listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
                 tracing::error!("http server: {e}");
             }
         }));
@@ -107,7 +140,14 @@ impl RunningNode {
             }
         }));
         tracing::info!(%resp_addr, %http_addr, data_dir = %data_dir.display(), "firn node serving");
-        Ok(RunningNode { resp_addr, http_addr, router, stop, tasks, _scratch: scratch })
+        Ok(RunningNode {
+            resp_addr,
+            http_addr,
+            router,
+            stop,
+            tasks,
+            _scratch: scratch,
+        })
     }
 
     pub fn router(&self) -> &Arc<Router> {

@@ -32,7 +32,11 @@ fn ready(result: Result<Response, FirnError>) -> Pending {
 
 impl Router {
     pub fn new(shard: Arc<ShardReplica>, limits: Limits, allow_flushall: bool) -> Self {
-        Router { shard, limits, allow_flushall }
+        Router {
+            shard,
+            limits,
+            allow_flushall,
+        }
     }
 
     pub fn limits(&self) -> &Limits {
@@ -52,7 +56,9 @@ impl Router {
     pub fn validate(&self, request: &Request) -> Result<(), FirnError> {
         let too_many = |n: usize| {
             if n == 0 {
-                return Err(FirnError::BadArgument("at least one key is required".into()));
+                return Err(FirnError::BadArgument(
+                    "at least one key is required".into(),
+                ));
             }
             if n > KEYS_PER_REQUEST_MAX {
                 return Err(FirnError::BadArgument(format!(
@@ -63,7 +69,9 @@ impl Router {
         };
         let page = |n: usize| {
             if n == 0 || n > PAGE_ITEMS_MAX {
-                return Err(FirnError::BadArgument(format!("limit {n} is out of range 1..={PAGE_ITEMS_MAX}")));
+                return Err(FirnError::BadArgument(format!(
+                    "limit {n} is out of range 1..={PAGE_ITEMS_MAX}"
+                )));
             }
             Ok(())
         };
@@ -71,15 +79,18 @@ impl Router {
             Request::Put(p) => self.limits.check_value(p.value.len()),
             Request::MSet { items } => {
                 too_many(items.len())?;
-                items.iter().try_for_each(|(_, v)| self.limits.check_value(v.len()))
+                items
+                    .iter()
+                    .try_for_each(|(_, v)| self.limits.check_value(v.len()))
             }
-            Request::Delete { keys } | Request::MGet { keys, .. } | Request::Exists { keys, .. } => {
-                too_many(keys.len())
-            }
+            Request::Delete { keys }
+            | Request::MGet { keys, .. }
+            | Request::Exists { keys, .. } => too_many(keys.len()),
             Request::History { limit, .. } | Request::Scan { limit, .. } => page(*limit),
             Request::KeyspaceCreate(spec) => spec.validate(),
             Request::FlushAll if !self.allow_flushall => Err(FirnError::Refused(
-                "FLUSHALL is disabled on this node; start it with --allow-flushall to enable it".into(),
+                "FLUSHALL is disabled on this node; start it with --allow-flushall to enable it"
+                    .into(),
             )),
             _ => Ok(()),
         }
@@ -104,7 +115,8 @@ impl Router {
         };
         Box::pin(async move {
             let result = outcome.await;
-            metrics::histogram!("firn_request_seconds", "op" => name).record(started.elapsed().as_secs_f64());
+            metrics::histogram!("firn_request_seconds", "op" => name)
+                .record(started.elapsed().as_secs_f64());
             if result.is_err() {
                 metrics::counter!("firn_request_errors_total", "op" => name).increment(1);
             }
@@ -126,13 +138,24 @@ impl Router {
     async fn read(&self, request: Request) -> Result<Response, FirnError> {
         let store = self.shard.store();
         match request {
-            Request::Get { key, at, consistency } => {
+            Request::Get {
+                key,
+                at,
+                consistency,
+            } => {
                 self.barrier(consistency).await?;
                 Ok(Response::Value(store.get_live(key.as_bytes(), at)?))
             }
-            Request::MGet { keys, at, consistency } => {
+            Request::MGet {
+                keys,
+                at,
+                consistency,
+            } => {
                 self.barrier(consistency).await?;
-                let values = keys.iter().map(|k| store.get_live(k.as_bytes(), at)).collect::<Result<_, _>>()?;
+                let values = keys
+                    .iter()
+                    .map(|k| store.get_live(k.as_bytes(), at))
+                    .collect::<Result<_, _>>()?;
                 Ok(Response::Values(values))
             }
             Request::Exists { keys, consistency } => {
@@ -143,13 +166,32 @@ impl Router {
                 }
                 Ok(Response::Count(n))
             }
-            Request::History { key, from, to, limit, consistency } => {
+            Request::History {
+                key,
+                from,
+                to,
+                limit,
+                consistency,
+            } => {
                 self.barrier(consistency).await?;
-                Ok(Response::History(store.history(key.as_bytes(), from, to, limit)?))
+                Ok(Response::History(store.history(
+                    key.as_bytes(),
+                    from,
+                    to,
+                    limit,
+                )?))
             }
-            Request::Scan { prefix, cursor, limit, pattern, at, consistency } => {
+            Request::Scan {
+                prefix,
+                cursor,
+                limit,
+                pattern,
+                at,
+                consistency,
+            } => {
                 self.barrier(consistency).await?;
-                let (keys, next_cursor) = store.scan(&prefix, cursor.as_deref(), limit, pattern.as_deref(), at)?;
+                let (keys, next_cursor) =
+                    store.scan(&prefix, cursor.as_deref(), limit, pattern.as_deref(), at)?;
                 Ok(Response::Scan { keys, next_cursor })
             }
             Request::KeyspaceList => {
@@ -160,7 +202,10 @@ impl Router {
                 self.barrier(ReadConsistency::Linearizable).await?;
                 Ok(Response::Count(store.live_keys()))
             }
-            write => Err(FirnError::Internal(format!("{} is a write, not a read", write.name()))),
+            write => Err(FirnError::Internal(format!(
+                "{} is a write, not a read",
+                write.name()
+            ))),
         }
     }
 
@@ -177,7 +222,13 @@ impl Router {
 
     /// Proposes age-based retention if any keyspace has a max age.
     pub async fn expire_by_age(&self) -> Result<(), FirnError> {
-        if self.shard.store().keyspaces().iter().any(|k| k.max_age_us.is_some()) {
+        if self
+            .shard
+            .store()
+            .keyspaces()
+            .iter()
+            .any(|k| k.max_age_us.is_some())
+        {
             self.shard.write(Op::ExpireByAge).await?;
         }
         Ok(())

@@ -17,15 +17,29 @@ pub struct WatchStream {
 }
 
 impl WatchStream {
-    pub fn new(request: WatchRequest, replay: Vec<WatchEvent>, live: broadcast::Receiver<WatchEvent>) -> Self {
-        WatchStream { request, replay: replay.into(), live, delivered: HashMap::new(), ended: false }
+    pub fn new(
+        request: WatchRequest,
+        replay: Vec<WatchEvent>,
+        live: broadcast::Receiver<WatchEvent>,
+    ) -> Self {
+        WatchStream {
+            request,
+            replay: replay.into(),
+            live,
+            delivered: HashMap::new(),
+            ended: false,
+        }
     }
 
     fn wanted(&self, event: &WatchEvent) -> bool {
         if !self.request.target.contains(event.key.as_bytes()) {
             return false;
         }
-        if self.delivered.get(&event.key).is_some_and(|v| *v >= event.info.version) {
+        if self
+            .delivered
+            .get(&event.key)
+            .is_some_and(|v| *v >= event.info.version)
+        {
             return false;
         }
         match self.request.from {

@@ -13,15 +13,24 @@ async fn raw_exchange(stream: &mut TcpStream, bytes: &[u8], expect_lines: usize)
     let mut out = Vec::new();
     let mut buf = [0u8; 4096];
     while out.iter().filter(|&&b| b == b'\n').count() < expect_lines {
-        let n = tokio::time::timeout(std::time::Duration::from_secs(5), stream.read(&mut buf)).await.unwrap().unwrap();
-        assert!(n > 0, "connection closed; got so far: {}", String::from_utf8_lossy(&out));
+        let n = tokio::time::timeout(std::time::Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            n > 0,
+            "connection closed; got so far: {}",
+            String::from_utf8_lossy(&out)
+        );
         out.extend_from_slice(&buf[..n]);
     }
     String::from_utf8_lossy(&out).into_owned()
 }
 
 async fn err_of(c: &mut redis::aio::MultiplexedConnection, cmd: &redis::Cmd) -> redis::RedisError {
-    cmd.query_async::<Value>(c).await.expect_err("the command should fail")
+    cmd.query_async::<Value>(c)
+        .await
+        .expect_err("the command should fail")
 }
 
 async fn assert_still_usable(c: &mut redis::aio::MultiplexedConnection) {
@@ -35,12 +44,26 @@ async fn oversized_key_and_value_are_refused_with_the_limit_named() {
     let mut c = redis_conn(&node).await;
     let big_key = vec![b'k'; 8193];
     let e = err_of(&mut c, redis::cmd("SET").arg(&big_key).arg("v")).await;
-    assert!(e.to_string().contains("key is 8193 bytes; the limit is 8192"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("key is 8193 bytes; the limit is 8192"),
+        "{e}"
+    );
     let big_value = vec![b'v'; 64 * 1024 + 1];
     let e = err_of(&mut c, redis::cmd("SET").arg("k").arg(&big_value)).await;
-    assert!(e.to_string().contains("value is 65537 bytes; the limit is 65536"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("value is 65537 bytes; the limit is 65536"),
+        "{e}"
+    );
     assert_still_usable(&mut c).await;
-    assert_eq!(redis::cmd("DBSIZE").query_async::<i64>(&mut c).await.unwrap(), 0);
+    assert_eq!(
+        redis::cmd("DBSIZE")
+            .query_async::<i64>(&mut c)
+            .await
+            .unwrap(),
+        0
+    );
     assert_eq!(c.get::<_, Option<String>>("k").await.unwrap(), None);
     node.shutdown().await;
 }
@@ -50,21 +73,50 @@ async fn wrong_arity_unknown_commands_and_bad_options_are_errors() {
     let node = start_node(false).await;
     let mut c = redis_conn(&node).await;
     let e = err_of(&mut c, &redis::cmd("GET")).await;
-    assert!(e.to_string().contains("wrong number of arguments for 'get'"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("wrong number of arguments for 'get'"),
+        "{e}"
+    );
     let e = err_of(&mut c, redis::cmd("SET").arg("only-key")).await;
-    assert!(e.to_string().contains("wrong number of arguments for 'set'"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("wrong number of arguments for 'set'"),
+        "{e}"
+    );
     let e = err_of(&mut c, redis::cmd("MSET").arg("k1").arg("v1").arg("k2")).await;
-    assert!(e.to_string().contains("wrong number of arguments for 'mset'"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("wrong number of arguments for 'mset'"),
+        "{e}"
+    );
     let e = err_of(&mut c, redis::cmd("NOSUCHCOMMAND").arg("x")).await;
-    assert!(e.to_string().contains("unknown command 'nosuchcommand'"), "{e}");
+    assert!(
+        e.to_string().contains("unknown command 'nosuchcommand'"),
+        "{e}"
+    );
     let e = err_of(&mut c, redis::cmd("SET").arg("k").arg("v").arg("BOGUS")).await;
     assert!(e.to_string().contains("unknown SET option"), "{e}");
-    let e = err_of(&mut c, redis::cmd("SET").arg("k").arg("v").arg("NX").arg("XX")).await;
+    let e = err_of(
+        &mut c,
+        redis::cmd("SET").arg("k").arg("v").arg("NX").arg("XX"),
+    )
+    .await;
     assert!(e.to_string().contains("exclude each other"), "{e}");
-    let e = err_of(&mut c, redis::cmd("FIRN.HISTORY").arg("k").arg("LIMIT").arg(0)).await;
+    let e = err_of(
+        &mut c,
+        redis::cmd("FIRN.HISTORY").arg("k").arg("LIMIT").arg(0),
+    )
+    .await;
     assert!(e.to_string().contains("out of range"), "{e}");
     assert_still_usable(&mut c).await;
-    assert_eq!(redis::cmd("DBSIZE").query_async::<i64>(&mut c).await.unwrap(), 0);
+    assert_eq!(
+        redis::cmd("DBSIZE")
+            .query_async::<i64>(&mut c)
+            .await
+            .unwrap(),
+        0
+    );
     node.shutdown().await;
 }
 
@@ -73,22 +125,77 @@ async fn bad_times_and_unknown_keyspace_modes_are_errors() {
     let node = start_node(false).await;
     let mut c = redis_conn(&node).await;
     let _: () = c.set("k", "v").await.unwrap();
-    let e = err_of(&mut c, redis::cmd("FIRN.GET").arg("k").arg("ASOF").arg("yesterday")).await;
+    let e = err_of(
+        &mut c,
+        redis::cmd("FIRN.GET").arg("k").arg("ASOF").arg("yesterday"),
+    )
+    .await;
     assert!(e.to_string().contains("not a time"), "{e}");
-    let e = err_of(&mut c, redis::cmd("FIRN.PUT").arg("k").arg("v2").arg("EVENTTIME").arg("13:00")).await;
+    let e = err_of(
+        &mut c,
+        redis::cmd("FIRN.PUT")
+            .arg("k")
+            .arg("v2")
+            .arg("EVENTTIME")
+            .arg("13:00"),
+    )
+    .await;
     assert!(e.to_string().contains("not a time"), "{e}");
-    let e = err_of(&mut c, redis::cmd("FIRN.KEYSPACE").arg("CREATE").arg("x/").arg("MODE").arg("forever")).await;
-    assert!(e.to_string().contains("unknown keyspace mode 'forever'; use versioned, latest or notify"), "{e}");
-    let e = err_of(&mut c, redis::cmd("FIRN.KEYSPACE").arg("CREATE").arg("x/").arg("MAXVERSIONS").arg(0)).await;
+    let e = err_of(
+        &mut c,
+        redis::cmd("FIRN.KEYSPACE")
+            .arg("CREATE")
+            .arg("x/")
+            .arg("MODE")
+            .arg("forever"),
+    )
+    .await;
+    assert!(
+        e.to_string()
+            .contains("unknown keyspace mode 'forever'; use versioned, latest or notify"),
+        "{e}"
+    );
+    let e = err_of(
+        &mut c,
+        redis::cmd("FIRN.KEYSPACE")
+            .arg("CREATE")
+            .arg("x/")
+            .arg("MAXVERSIONS")
+            .arg(0),
+    )
+    .await;
     assert!(e.to_string().contains("at least 1"), "{e}");
-    let e = err_of(&mut c, redis::cmd("FIRN.KEYSPACE").arg("CREATE").arg("x/").arg("DURABILITY").arg("memory")).await;
+    let e = err_of(
+        &mut c,
+        redis::cmd("FIRN.KEYSPACE")
+            .arg("CREATE")
+            .arg("x/")
+            .arg("DURABILITY")
+            .arg("memory"),
+    )
+    .await;
     assert!(e.to_string().contains("not available yet"), "{e}");
-    let e = err_of(&mut c, redis::cmd("FIRN.GET").arg("k").arg("CONSISTENCY").arg("sometimes")).await;
+    let e = err_of(
+        &mut c,
+        redis::cmd("FIRN.GET")
+            .arg("k")
+            .arg("CONSISTENCY")
+            .arg("sometimes"),
+    )
+    .await;
     assert!(e.to_string().contains("unknown consistency"), "{e}");
     assert_still_usable(&mut c).await;
-    let keyspaces: Vec<Value> = redis::cmd("FIRN.KEYSPACE").arg("LIST").query_async(&mut c).await.unwrap();
+    let keyspaces: Vec<Value> = redis::cmd("FIRN.KEYSPACE")
+        .arg("LIST")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(keyspaces.len(), 1, "only the default keyspace exists");
-    let history: Vec<Value> = redis::cmd("FIRN.HISTORY").arg("k").query_async(&mut c).await.unwrap();
+    let history: Vec<Value> = redis::cmd("FIRN.HISTORY")
+        .arg("k")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(history.len(), 1, "no failed write made a version");
     node.shutdown().await;
 }
@@ -98,12 +205,32 @@ async fn failed_conditions_write_nothing() {
     let node = start_node(false).await;
     let mut c = redis_conn(&node).await;
     let _: () = c.set("k", "v1").await.unwrap();
-    let e = err_of(&mut c, redis::cmd("FIRN.PUT").arg("k").arg("v2").arg("IFVERSION").arg(0)).await;
+    let e = err_of(
+        &mut c,
+        redis::cmd("FIRN.PUT")
+            .arg("k")
+            .arg("v2")
+            .arg("IFVERSION")
+            .arg(0),
+    )
+    .await;
     assert_eq!(e.code(), Some("CONFLICT"));
-    let e = err_of(&mut c, redis::cmd("FIRN.PUT").arg("k").arg("v2").arg("IFVERSION").arg(7)).await;
+    let e = err_of(
+        &mut c,
+        redis::cmd("FIRN.PUT")
+            .arg("k")
+            .arg("v2")
+            .arg("IFVERSION")
+            .arg(7),
+    )
+    .await;
     assert!(e.to_string().contains("current version is 1"), "{e}");
     assert_eq!(c.get::<_, String>("k").await.unwrap(), "v1");
-    let history: Vec<Value> = redis::cmd("FIRN.HISTORY").arg("k").query_async(&mut c).await.unwrap();
+    let history: Vec<Value> = redis::cmd("FIRN.HISTORY")
+        .arg("k")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(history.len(), 1);
     node.shutdown().await;
 }

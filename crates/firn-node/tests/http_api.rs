@@ -7,7 +7,9 @@ use common::*;
 use std::io::Read;
 
 fn agent() -> ureq::Agent {
-    ureq::AgentBuilder::new().timeout(std::time::Duration::from_secs(10)).build()
+    ureq::AgentBuilder::new()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
 }
 
 /// Status and body of a request, whatever the status.
@@ -33,11 +35,19 @@ async fn kv_history_scan_and_errors_over_http() {
     let base = format!("http://{}", node.http_addr);
     tokio::task::spawn_blocking(move || {
         let a = agent();
-        let (code, r) = call(a.put(&format!("{base}/v1/kv/room/1?event_time=2026-01-01T00:00:00Z")), Some(b"21.5"));
+        let (code, r) = call(
+            a.put(&format!(
+                "{base}/v1/kv/room/1?event_time=2026-01-01T00:00:00Z"
+            )),
+            Some(b"21.5"),
+        );
         assert_eq!(code, 200);
         assert_eq!(r.header("firn-version"), Some("1"));
         let first = json(r);
-        let (_, r) = call(a.put(&format!("{base}/v1/kv/room/1")), Some(&[0xff, 0x00, 0x01]));
+        let (_, r) = call(
+            a.put(&format!("{base}/v1/kv/room/1")),
+            Some(&[0xff, 0x00, 0x01]),
+        );
         assert_eq!(json(r)["version"], 2);
 
         let (code, r) = call(a.get(&format!("{base}/v1/kv/room/1")), None);
@@ -45,7 +55,11 @@ async fn kv_history_scan_and_errors_over_http() {
         assert_eq!(r.header("firn-version"), Some("2"));
         let mut body = Vec::new();
         r.into_reader().read_to_end(&mut body).unwrap();
-        assert_eq!(body, vec![0xff, 0x00, 0x01], "raw bytes come back unchanged");
+        assert_eq!(
+            body,
+            vec![0xff, 0x00, 0x01],
+            "raw bytes come back unchanged"
+        );
 
         let as_of = first["commit_ts"].as_str().unwrap();
         let (code, r) = call(a.get(&format!("{base}/v1/kv/room/1?as_of={as_of}")), None);
@@ -54,13 +68,19 @@ async fn kv_history_scan_and_errors_over_http() {
         let (_, r) = call(a.get(&format!("{base}/v1/kv/room/1?version=1")), None);
         assert_eq!(r.header("firn-event-time"), Some("1767225600000000"));
 
-        let (code, r) = call(a.put(&format!("{base}/v1/kv/room/1?if_version=1")), Some(b"stale"));
+        let (code, r) = call(
+            a.put(&format!("{base}/v1/kv/room/1?if_version=1")),
+            Some(b"stale"),
+        );
         assert_eq!(code, 409);
         assert_eq!(json(r)["current_version"], 2);
         let (code, r) = call(a.get(&format!("{base}/v1/kv/room/1?as_of=noon")), None);
         assert_eq!(code, 400);
         assert!(json(r)["message"].as_str().unwrap().contains("not a time"));
-        let (code, _) = call(a.put(&format!("{base}/v1/kv/big")), Some(&vec![0u8; 64 * 1024 + 1]));
+        let (code, _) = call(
+            a.put(&format!("{base}/v1/kv/big")),
+            Some(&vec![0u8; 64 * 1024 + 1]),
+        );
         assert_eq!(code, 413);
         let (code, _) = call(a.get(&format!("{base}/v1/kv/absent")), None);
         assert_eq!(code, 404);
@@ -71,12 +91,18 @@ async fn kv_history_scan_and_errors_over_http() {
         assert_eq!(h["versions"][0]["value"], "21.5");
         assert!(h["versions"][1]["value_base64"].is_string());
 
-        let (_, r) = call(a.get(&format!("{base}/v1/mget?key=room/1&key=absent")), None);
+        let (_, r) = call(
+            a.get(&format!("{base}/v1/mget?key=room/1&key=absent")),
+            None,
+        );
         let m = json(r);
         assert_eq!(m["values"][0]["found"]["version"], 2);
         assert!(m["values"][1]["found"].is_null());
 
-        let (_, r) = call(a.get(&format!("{base}/v1/scan?prefix=room/&limit=10")), None);
+        let (_, r) = call(
+            a.get(&format!("{base}/v1/scan?prefix=room/&limit=10")),
+            None,
+        );
         assert_eq!(json(r)["keys"][0]["key"], "room/1");
 
         let (code, r) = call(a.delete(&format!("{base}/v1/kv/room/1")), None);
@@ -85,7 +111,11 @@ async fn kv_history_scan_and_errors_over_http() {
         let (code, _) = call(a.get(&format!("{base}/v1/kv/room/1")), None);
         assert_eq!(code, 404);
 
-        let (code, _) = call(a.post(&format!("{base}/v1/truncate")).set("content-type", "application/json"), Some(br#"{"key":"room/1","before_version":3}"#));
+        let (code, _) = call(
+            a.post(&format!("{base}/v1/truncate"))
+                .set("content-type", "application/json"),
+            Some(br#"{"key":"room/1","before_version":3}"#),
+        );
         assert_eq!(code, 200);
     })
     .await
@@ -100,20 +130,30 @@ async fn keyspaces_health_and_metrics_over_http() {
     tokio::task::spawn_blocking(move || {
         let a = agent();
         let (code, _) = call(
-            a.post(&format!("{base}/v1/keyspaces")).set("content-type", "application/json"),
+            a.post(&format!("{base}/v1/keyspaces"))
+                .set("content-type", "application/json"),
             Some(br#"{"prefix":"tmp/","mode":"latest","max_age":"7d"}"#),
         );
         assert_eq!(code, 201);
         let (code, r) = call(
-            a.post(&format!("{base}/v1/keyspaces")).set("content-type", "application/json"),
+            a.post(&format!("{base}/v1/keyspaces"))
+                .set("content-type", "application/json"),
             Some(br#"{"prefix":"x/","mode":"sometimes"}"#),
         );
         assert_eq!(code, 400);
-        assert!(json(r)["message"].as_str().unwrap().contains("unknown keyspace mode"));
+        assert!(
+            json(r)["message"]
+                .as_str()
+                .unwrap()
+                .contains("unknown keyspace mode")
+        );
         let (_, r) = call(a.get(&format!("{base}/v1/keyspaces")), None);
         let list = json(r);
         assert_eq!(list["keyspaces"].as_array().unwrap().len(), 2);
-        assert_eq!(list["keyspaces"][1]["max_age_us"], 7u64 * 24 * 3600 * 1_000_000);
+        assert_eq!(
+            list["keyspaces"][1]["max_age_us"],
+            7u64 * 24 * 3600 * 1_000_000
+        );
         let (code, _) = call(a.delete(&format!("{base}/v1/keyspaces/tmp/")), None);
         assert_eq!(code, 204);
         let (code, _) = call(a.delete(&format!("{base}/v1/keyspaces/tmp/")), None);
@@ -138,10 +178,18 @@ async fn keyspaces_health_and_metrics_over_http() {
 async fn sse_watch_streams_committed_versions() {
     let node = start_node(false).await;
     let base = format!("http://{}", node.http_addr);
-    let client = firn_client::Client::connect(&node.resp_addr.to_string()).await.unwrap();
-    client.put(b"w/a", b"one", Default::default()).await.unwrap();
+    let client = firn_client::Client::connect(&node.resp_addr.to_string())
+        .await
+        .unwrap();
+    client
+        .put(b"w/a", b"one", Default::default())
+        .await
+        .unwrap();
     let reader = tokio::task::spawn_blocking(move || {
-        let r = agent().get(&format!("{base}/v1/watch?prefix=w/&from_version=1")).call().unwrap();
+        let r = agent()
+            .get(&format!("{base}/v1/watch?prefix=w/&from_version=1"))
+            .call()
+            .unwrap();
         assert_eq!(r.header("content-type"), Some("text/event-stream"));
         let mut lines = std::io::BufRead::lines(std::io::BufReader::new(r.into_reader()));
         let mut data = Vec::new();
@@ -154,7 +202,10 @@ async fn sse_watch_streams_committed_versions() {
         data
     });
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    client.put(b"w/b", b"two", Default::default()).await.unwrap();
+    client
+        .put(b"w/b", b"two", Default::default())
+        .await
+        .unwrap();
     let data = reader.await.unwrap();
     assert_eq!(data[0]["key"], "w/a");
     assert_eq!(data[0]["value"], "one");

@@ -11,23 +11,59 @@ async fn connection_commands_answer_like_redis() {
     let mut c = redis_conn(&node).await;
     let pong: String = redis::cmd("PING").query_async(&mut c).await.unwrap();
     assert_eq!(pong, "PONG");
-    let echo: String = redis::cmd("ECHO").arg("hi").query_async(&mut c).await.unwrap();
+    let echo: String = redis::cmd("ECHO")
+        .arg("hi")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(echo, "hi");
-    let _: () = redis::cmd("SELECT").arg(0).query_async(&mut c).await.unwrap();
+    let _: () = redis::cmd("SELECT")
+        .arg(0)
+        .query_async(&mut c)
+        .await
+        .unwrap();
     let bad_db: redis::RedisResult<()> = redis::cmd("SELECT").arg(1).query_async(&mut c).await;
     assert!(bad_db.unwrap_err().to_string().contains("out of range"));
-    let _: () = redis::cmd("CLIENT").arg("SETNAME").arg("sensor-7").query_async(&mut c).await.unwrap();
-    let name: String = redis::cmd("CLIENT").arg("GETNAME").query_async(&mut c).await.unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg("sensor-7")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let name: String = redis::cmd("CLIENT")
+        .arg("GETNAME")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(name, "sensor-7");
-    let id: i64 = redis::cmd("CLIENT").arg("ID").query_async(&mut c).await.unwrap();
+    let id: i64 = redis::cmd("CLIENT")
+        .arg("ID")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert!(id > 0);
-    let count: i64 = redis::cmd("COMMAND").arg("COUNT").query_async(&mut c).await.unwrap();
+    let count: i64 = redis::cmd("COMMAND")
+        .arg("COUNT")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert!(count > 20);
-    let docs: Value = redis::cmd("COMMAND").arg("DOCS").query_async(&mut c).await.unwrap();
+    let docs: Value = redis::cmd("COMMAND")
+        .arg("DOCS")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(docs, Value::Array(vec![]));
     let info: String = redis::cmd("INFO").query_async(&mut c).await.unwrap();
-    assert!(info.contains("redis_version:") && info.contains("raft_state:Leader"), "{info}");
-    let keyspace: String = redis::cmd("INFO").arg("keyspace").query_async(&mut c).await.unwrap();
+    assert!(
+        info.contains("redis_version:") && info.contains("raft_state:Leader"),
+        "{info}"
+    );
+    let keyspace: String = redis::cmd("INFO")
+        .arg("keyspace")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert!(keyspace.starts_with("# Keyspace") && !keyspace.contains("# Server"));
     node.shutdown().await;
 }
@@ -37,10 +73,23 @@ async fn hello_switches_to_resp3_and_maps_come_back_as_maps() {
     let node = start_node(false).await;
     let mut c = redis_conn_resp3(&node).await;
     let _: () = c.set("k", "v").await.unwrap();
-    let v: Value = redis::cmd("FIRN.GET").arg("k").query_async(&mut c).await.unwrap();
-    let Value::Map(pairs) = v else { panic!("expected a RESP3 map, got {v:?}") };
-    assert!(pairs.contains(&(Value::BulkString(b"value".to_vec()), Value::BulkString(b"v".to_vec()))));
-    let hello: Value = redis::cmd("HELLO").arg(3).query_async(&mut c).await.unwrap();
+    let v: Value = redis::cmd("FIRN.GET")
+        .arg("k")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let Value::Map(pairs) = v else {
+        panic!("expected a RESP3 map, got {v:?}")
+    };
+    assert!(pairs.contains(&(
+        Value::BulkString(b"value".to_vec()),
+        Value::BulkString(b"v".to_vec())
+    )));
+    let hello: Value = redis::cmd("HELLO")
+        .arg(3)
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert!(matches!(hello, Value::Map(_)));
     let bad: redis::RedisResult<Value> = redis::cmd("HELLO").arg(4).query_async(&mut c).await;
     assert_eq!(bad.unwrap_err().code(), Some("NOPROTO"));
@@ -52,39 +101,110 @@ async fn string_commands_behave_as_in_redis() {
     let node = start_node(false).await;
     let mut c = redis_conn(&node).await;
     let _: () = c.set("a", "1").await.unwrap();
-    assert_eq!(c.get::<_, Option<String>>("a").await.unwrap().as_deref(), Some("1"));
+    assert_eq!(
+        c.get::<_, Option<String>>("a").await.unwrap().as_deref(),
+        Some("1")
+    );
     assert_eq!(c.get::<_, Option<String>>("missing").await.unwrap(), None);
 
     // NX / XX / GET
-    let nx: Option<String> = redis::cmd("SET").arg("a").arg("2").arg("NX").query_async(&mut c).await.unwrap();
+    let nx: Option<String> = redis::cmd("SET")
+        .arg("a")
+        .arg("2")
+        .arg("NX")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(nx, None);
-    let nx_new: String = redis::cmd("SET").arg("b").arg("1").arg("NX").query_async(&mut c).await.unwrap();
+    let nx_new: String = redis::cmd("SET")
+        .arg("b")
+        .arg("1")
+        .arg("NX")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(nx_new, "OK");
-    let xx_missing: Option<String> = redis::cmd("SET").arg("c").arg("1").arg("XX").query_async(&mut c).await.unwrap();
+    let xx_missing: Option<String> = redis::cmd("SET")
+        .arg("c")
+        .arg("1")
+        .arg("XX")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(xx_missing, None);
-    let old: Option<String> = redis::cmd("SET").arg("a").arg("3").arg("GET").query_async(&mut c).await.unwrap();
+    let old: Option<String> = redis::cmd("SET")
+        .arg("a")
+        .arg("3")
+        .arg("GET")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(old.as_deref(), Some("1"));
-    let ex: redis::RedisResult<()> = redis::cmd("SET").arg("a").arg("4").arg("EX").arg(10).query_async(&mut c).await;
+    let ex: redis::RedisResult<()> = redis::cmd("SET")
+        .arg("a")
+        .arg("4")
+        .arg("EX")
+        .arg(10)
+        .query_async(&mut c)
+        .await;
     assert!(ex.unwrap_err().to_string().contains("no expiring keys"));
     assert_eq!(c.get::<_, String>("a").await.unwrap(), "3");
 
-    let _: () = redis::cmd("MSET").arg("m1").arg("x").arg("m2").arg("y").query_async(&mut c).await.unwrap();
-    let got: Vec<Option<String>> = redis::cmd("MGET").arg("m1").arg("nope").arg("m2").query_async(&mut c).await.unwrap();
+    let _: () = redis::cmd("MSET")
+        .arg("m1")
+        .arg("x")
+        .arg("m2")
+        .arg("y")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let got: Vec<Option<String>> = redis::cmd("MGET")
+        .arg("m1")
+        .arg("nope")
+        .arg("m2")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(got, vec![Some("x".into()), None, Some("y".into())]);
-    let exists: i64 = redis::cmd("EXISTS").arg("m1").arg("m2").arg("nope").query_async(&mut c).await.unwrap();
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg("m1")
+        .arg("m2")
+        .arg("nope")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(exists, 2);
-    let t: String = redis::cmd("TYPE").arg("m1").query_async(&mut c).await.unwrap();
+    let t: String = redis::cmd("TYPE")
+        .arg("m1")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(t, "string");
-    let t: String = redis::cmd("TYPE").arg("nope").query_async(&mut c).await.unwrap();
+    let t: String = redis::cmd("TYPE")
+        .arg("nope")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(t, "none");
-    let deleted: i64 = redis::cmd("DEL").arg("m1").arg("nope").query_async(&mut c).await.unwrap();
+    let deleted: i64 = redis::cmd("DEL")
+        .arg("m1")
+        .arg("nope")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(deleted, 1);
     let size: i64 = redis::cmd("DBSIZE").query_async(&mut c).await.unwrap();
     assert_eq!(size, 3); // a, b, m2
 
     let flush: redis::RedisResult<()> = redis::cmd("FLUSHALL").query_async(&mut c).await;
     assert!(flush.unwrap_err().to_string().contains("--allow-flushall"));
-    assert_eq!(redis::cmd("DBSIZE").query_async::<i64>(&mut c).await.unwrap(), 3);
+    assert_eq!(
+        redis::cmd("DBSIZE")
+            .query_async::<i64>(&mut c)
+            .await
+            .unwrap(),
+        3
+    );
     node.shutdown().await;
 }
 
@@ -94,7 +214,13 @@ async fn flushall_works_when_enabled() {
     let mut c = redis_conn(&node).await;
     let _: () = c.set("a", "1").await.unwrap();
     let _: () = redis::cmd("FLUSHALL").query_async(&mut c).await.unwrap();
-    assert_eq!(redis::cmd("DBSIZE").query_async::<i64>(&mut c).await.unwrap(), 0);
+    assert_eq!(
+        redis::cmd("DBSIZE")
+            .query_async::<i64>(&mut c)
+            .await
+            .unwrap(),
+        0
+    );
     node.shutdown().await;
 }
 
@@ -109,8 +235,15 @@ async fn scan_with_match_and_count_visits_every_key_once() {
     let mut seen = std::collections::BTreeSet::new();
     let mut cursor = 0u64;
     loop {
-        let (next, keys): (u64, Vec<String>) =
-            redis::cmd("SCAN").arg(cursor).arg("MATCH").arg("user:*").arg("COUNT").arg(10).query_async(&mut c).await.unwrap();
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg("user:*")
+            .arg("COUNT")
+            .arg(10)
+            .query_async(&mut c)
+            .await
+            .unwrap();
         for k in keys {
             assert!(k.starts_with("user:"));
             assert!(seen.insert(k), "a key was returned twice");
@@ -142,7 +275,13 @@ async fn pipelined_writes_apply_in_order_and_a_read_sees_them() {
     pipe.cmd("GET").arg("p");
     let (last,): (String,) = pipe.query_async(&mut c).await.unwrap();
     assert_eq!(last, "49");
-    let history: Vec<Value> = redis::cmd("FIRN.HISTORY").arg("p").arg("LIMIT").arg(100).query_async(&mut c).await.unwrap();
+    let history: Vec<Value> = redis::cmd("FIRN.HISTORY")
+        .arg("p")
+        .arg("LIMIT")
+        .arg(100)
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(history.len(), 50);
     node.shutdown().await;
 }
@@ -151,44 +290,141 @@ async fn pipelined_writes_apply_in_order_and_a_read_sees_them() {
 async fn firn_commands_expose_versions_time_and_keyspaces() {
     let node = start_node(false).await;
     let mut c = redis_conn(&node).await;
-    let (v1, ts1): (u64, String) = redis::cmd("FIRN.PUT").arg("s").arg("a").arg("EVENTTIME").arg(100).query_async(&mut c).await.unwrap();
-    let (v2, _): (u64, String) = redis::cmd("FIRN.PUT").arg("s").arg("b").arg("IFVERSION").arg(1).query_async(&mut c).await.unwrap();
+    let (v1, ts1): (u64, String) = redis::cmd("FIRN.PUT")
+        .arg("s")
+        .arg("a")
+        .arg("EVENTTIME")
+        .arg(100)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let (v2, _): (u64, String) = redis::cmd("FIRN.PUT")
+        .arg("s")
+        .arg("b")
+        .arg("IFVERSION")
+        .arg(1)
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!((v1, v2), (1, 2));
-    let conflict: redis::RedisResult<Value> = redis::cmd("FIRN.PUT").arg("s").arg("c").arg("IFVERSION").arg(1).query_async(&mut c).await;
+    let conflict: redis::RedisResult<Value> = redis::cmd("FIRN.PUT")
+        .arg("s")
+        .arg("c")
+        .arg("IFVERSION")
+        .arg(1)
+        .query_async(&mut c)
+        .await;
     let err = conflict.unwrap_err();
     assert_eq!(err.code(), Some("CONFLICT"));
     assert!(err.to_string().contains("version is 2"));
 
-    let by_version: Vec<Value> = redis::cmd("FIRN.GET").arg("s").arg("VERSION").arg(1).query_async(&mut c).await.unwrap();
+    let by_version: Vec<Value> = redis::cmd("FIRN.GET")
+        .arg("s")
+        .arg("VERSION")
+        .arg(1)
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert!(by_version.contains(&Value::BulkString(b"a".to_vec())));
-    let as_of: Vec<Value> = redis::cmd("FIRN.GET").arg("s").arg("ASOF").arg(&ts1).query_async(&mut c).await.unwrap();
+    let as_of: Vec<Value> = redis::cmd("FIRN.GET")
+        .arg("s")
+        .arg("ASOF")
+        .arg(&ts1)
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert!(as_of.contains(&Value::BulkString(b"a".to_vec())));
-    let by_event: Vec<Value> = redis::cmd("FIRN.GET").arg("s").arg("EVENTTIME").arg(150).query_async(&mut c).await.unwrap();
+    let by_event: Vec<Value> = redis::cmd("FIRN.GET")
+        .arg("s")
+        .arg("EVENTTIME")
+        .arg(150)
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert!(by_event.contains(&Value::BulkString(b"a".to_vec())));
-    let local: Vec<Value> = redis::cmd("FIRN.GET").arg("s").arg("CONSISTENCY").arg("local").query_async(&mut c).await.unwrap();
+    let local: Vec<Value> = redis::cmd("FIRN.GET")
+        .arg("s")
+        .arg("CONSISTENCY")
+        .arg("local")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert!(local.contains(&Value::BulkString(b"b".to_vec())));
 
-    let mget: Vec<Value> = redis::cmd("FIRN.MGET").arg("ASOF").arg(&ts1).arg("s").arg("none").query_async(&mut c).await.unwrap();
+    let mget: Vec<Value> = redis::cmd("FIRN.MGET")
+        .arg("ASOF")
+        .arg(&ts1)
+        .arg("s")
+        .arg("none")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(mget.len(), 2);
     assert_eq!(mget[1], Value::Nil);
 
-    let removed: i64 = redis::cmd("FIRN.TRUNCATE").arg("KEY").arg("s").arg("VERSION").arg(2).query_async(&mut c).await.unwrap();
+    let removed: i64 = redis::cmd("FIRN.TRUNCATE")
+        .arg("KEY")
+        .arg("s")
+        .arg("VERSION")
+        .arg(2)
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(removed, 1);
-    let compacted: redis::RedisResult<Value> = redis::cmd("FIRN.GET").arg("s").arg("VERSION").arg(1).query_async(&mut c).await;
+    let compacted: redis::RedisResult<Value> = redis::cmd("FIRN.GET")
+        .arg("s")
+        .arg("VERSION")
+        .arg(1)
+        .query_async(&mut c)
+        .await;
     assert_eq!(compacted.unwrap_err().code(), Some("COMPACTED"));
 
-    let (cursor, keys): (String, Vec<String>) = redis::cmd("FIRN.SCAN").arg("s").query_async(&mut c).await.unwrap();
+    let (cursor, keys): (String, Vec<String>) = redis::cmd("FIRN.SCAN")
+        .arg("s")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!((cursor.as_str(), keys), ("", vec!["s".to_string()]));
 
-    let _: () = redis::cmd("FIRN.KEYSPACE").arg("CREATE").arg("last/").arg("MODE").arg("latest").arg("MAXAGE").arg("1h").query_async(&mut c).await.unwrap();
-    let list: Vec<Value> = redis::cmd("FIRN.KEYSPACE").arg("LIST").query_async(&mut c).await.unwrap();
+    let _: () = redis::cmd("FIRN.KEYSPACE")
+        .arg("CREATE")
+        .arg("last/")
+        .arg("MODE")
+        .arg("latest")
+        .arg("MAXAGE")
+        .arg("1h")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let list: Vec<Value> = redis::cmd("FIRN.KEYSPACE")
+        .arg("LIST")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(list.len(), 2);
-    let _: () = redis::cmd("FIRN.KEYSPACE").arg("DROP").arg("last/").query_async(&mut c).await.unwrap();
-    let missing: redis::RedisResult<()> = redis::cmd("FIRN.KEYSPACE").arg("DROP").arg("last/").query_async(&mut c).await;
+    let _: () = redis::cmd("FIRN.KEYSPACE")
+        .arg("DROP")
+        .arg("last/")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let missing: redis::RedisResult<()> = redis::cmd("FIRN.KEYSPACE")
+        .arg("DROP")
+        .arg("last/")
+        .query_async(&mut c)
+        .await;
     assert!(missing.unwrap_err().to_string().contains("no keyspace"));
-    let (dv, _): (u64, String) = redis::cmd("FIRN.DEL").arg("s").query_async(&mut c).await.unwrap();
+    let (dv, _): (u64, String) = redis::cmd("FIRN.DEL")
+        .arg("s")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(dv, 3);
-    let gone: Value = redis::cmd("FIRN.DEL").arg("s").query_async(&mut c).await.unwrap();
+    let gone: Value = redis::cmd("FIRN.DEL")
+        .arg("s")
+        .query_async(&mut c)
+        .await
+        .unwrap();
     assert_eq!(gone, Value::Nil);
     node.shutdown().await;
 }

@@ -74,10 +74,22 @@ impl FjallLogStore {
     /// Opens the log of one Raft group; `group` names its keyspaces so that several groups
     /// can share one database.
     pub fn open(db: Database, group: &str, fsync: Fsync) -> io::Result<Self> {
-        let log = db.keyspace(&format!("raft_log_{group}"), KeyspaceCreateOptions::default).map_err(fjall_err)?;
-        let meta = db.keyspace(&format!("raft_meta_{group}"), KeyspaceCreateOptions::default).map_err(fjall_err)?;
+        let log = db
+            .keyspace(&format!("raft_log_{group}"), KeyspaceCreateOptions::default)
+            .map_err(fjall_err)?;
+        let meta = db
+            .keyspace(
+                &format!("raft_meta_{group}"),
+                KeyspaceCreateOptions::default,
+            )
+            .map_err(fjall_err)?;
         let syncer = Arc::new(Syncer::start(db.clone(), fsync, format!("fsync-{group}"))?);
-        Ok(FjallLogStore { db, log, meta, syncer })
+        Ok(FjallLogStore {
+            db,
+            log,
+            meta,
+            syncer,
+        })
     }
 
     fn get_meta<T: for<'de> serde::Deserialize<'de>>(&self, key: &[u8]) -> io::Result<Option<T>> {
@@ -100,7 +112,10 @@ impl FjallLogStore {
             Bound::Unbounded => Bound::Unbounded,
         };
         let mut batch = self.db.batch();
-        for guard in self.log.range((Bound::Included(lower.to_be_bytes()), upper)) {
+        for guard in self
+            .log
+            .range((Bound::Included(lower.to_be_bytes()), upper))
+        {
             let key = guard.key().map_err(fjall_err)?;
             batch.remove(&self.log, key);
         }
@@ -125,13 +140,20 @@ impl RaftLogReader<FirnRaft> for FjallLogStore {
         let mut entries = Vec::new();
         for guard in self.log.range(start.to_be_bytes()..) {
             let (key, value) = guard.into_inner().map_err(fjall_err)?;
-            let index = u64::from_be_bytes(key.as_ref().try_into().map_err(|_| io::Error::other("bad log key"))?);
+            let index = u64::from_be_bytes(
+                key.as_ref()
+                    .try_into()
+                    .map_err(|_| io::Error::other("bad log key"))?,
+            );
             if !range.contains(&index) {
                 break;
             }
             let entry = decode_entry(&value)?;
             // Read back what was written: the stored index must match the key.
-            assert_eq!(entry.log_id.index, index, "log entry stored under the wrong index");
+            assert_eq!(
+                entry.log_id.index, index,
+                "log entry stored under the wrong index"
+            );
             entries.push(entry);
         }
         Ok(entries)
@@ -154,7 +176,10 @@ impl RaftLogStorage<FirnRaft> for FjallLogStore {
             }
             None => None,
         };
-        Ok(LogState { last_purged_log_id: last_purged.clone(), last_log_id: last.or(last_purged) })
+        Ok(LogState {
+            last_purged_log_id: last_purged,
+            last_log_id: last.or(last_purged),
+        })
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -179,7 +204,11 @@ impl RaftLogStorage<FirnRaft> for FjallLogStore {
         Ok(self.get_meta::<Option<LogId>>(META_COMMITTED)?.flatten())
     }
 
-    async fn append<I>(&mut self, entries: I, callback: IOFlushed<FirnRaft>) -> Result<(), io::Error>
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: IOFlushed<FirnRaft>,
+    ) -> Result<(), io::Error>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,

@@ -6,7 +6,9 @@ use std::future::Future;
 
 use openraft::errors::{RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory};
-use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+};
 use openraft::{BasicNode, OptionalSend, RaftNetworkV2};
 
 use crate::types::{FirnRaft, NodeId, Snapshot, SnapshotData, Vote};
@@ -20,7 +22,10 @@ pub struct PeerClient {
 
 impl PeerClient {
     fn unreachable(&self) -> Unreachable<FirnRaft> {
-        Unreachable::from_string(format!("node {} is not reachable: peer networking is not enabled on this node", self.target))
+        Unreachable::from_string(format!(
+            "node {} is not reachable: peer networking is not enabled on this node",
+            self.target
+        ))
     }
 }
 
@@ -43,7 +48,11 @@ impl RaftNetworkV2<FirnRaft> for PeerClient {
         Err(RPCError::Unreachable(self.unreachable()))
     }
 
-    async fn vote(&mut self, _rpc: VoteRequest<FirnRaft>, _option: RPCOption) -> Result<VoteResponse<FirnRaft>, RPCError<FirnRaft>> {
+    async fn vote(
+        &mut self,
+        _rpc: VoteRequest<FirnRaft>,
+        _option: RPCOption,
+    ) -> Result<VoteResponse<FirnRaft>, RPCError<FirnRaft>> {
         Err(RPCError::Unreachable(self.unreachable()))
     }
 

@@ -2,16 +2,16 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::pin::Pin;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fjall::Database;
 use firn_model::{FirnError, HybridClock, Response};
 use firn_store::{Command, Op, StorageBackend, VersionedStore};
-use openraft::errors::{ClientWriteError, InitializeError, LinearizableReadError, RaftError};
+use fjall::Database;
 use openraft::async_runtime::watch::WatchReceiver;
+use openraft::errors::{ClientWriteError, InitializeError, LinearizableReadError, RaftError};
 use openraft::impls::ProgressResponder;
 use openraft::{BasicNode, Config, Raft, ReadPolicy, SnapshotPolicy};
 use serde::Serialize;
@@ -79,8 +79,12 @@ impl ShardReplica {
         let group = format!("shard{}", cfg.shard_id);
         let log = FjallLogStore::open(cfg.db.clone(), &group, cfg.fsync)
             .map_err(|e| FirnError::Internal(format!("opening the raft log: {e}")))?;
-        std::fs::create_dir_all(&cfg.snapshot_dir).map_err(|e| FirnError::Internal(e.to_string()))?;
-        let sm = ShardStateMachine::new(store.clone(), cfg.snapshot_dir.join(format!("{group}.snapshot")));
+        std::fs::create_dir_all(&cfg.snapshot_dir)
+            .map_err(|e| FirnError::Internal(e.to_string()))?;
+        let sm = ShardStateMachine::new(
+            store.clone(),
+            cfg.snapshot_dir.join(format!("{group}.snapshot")),
+        );
         let config = Config {
             cluster_name: format!("firn-{group}"),
             heartbeat_interval: 100,
@@ -95,7 +99,12 @@ impl ShardReplica {
         let raft = Raft::new(cfg.node_id, Arc::new(config), PeerNetwork, log, sm)
             .await
             .map_err(unavailable)?;
-        let members = BTreeMap::from([(cfg.node_id, BasicNode { addr: cfg.node_addr.clone() })]);
+        let members = BTreeMap::from([(
+            cfg.node_id,
+            BasicNode {
+                addr: cfg.node_addr.clone(),
+            },
+        )]);
         match raft.initialize(members).await {
             Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
             Err(e) => return Err(unavailable(e)),
@@ -104,7 +113,13 @@ impl ShardReplica {
             .current_leader(cfg.node_id, "a single node elects itself")
             .await
             .map_err(unavailable)?;
-        Ok(ShardReplica { shard_id: cfg.shard_id, node_id: cfg.node_id, raft, store, clock })
+        Ok(ShardReplica {
+            shard_id: cfg.shard_id,
+            node_id: cfg.node_id,
+            raft,
+            store,
+            clock,
+        })
     }
 
     pub fn store(&self) -> &Arc<VersionedStore> {
@@ -121,9 +136,16 @@ impl ShardReplica {
     /// another are appended in that order, so a client may pipeline writes and still see
     /// them applied in the order it sent them.
     pub async fn propose(&self, op: Op) -> Result<ProposalOutcome, FirnError> {
-        let cmd = Command { ts: self.clock.now(), op };
+        let cmd = Command {
+            ts: self.clock.now(),
+            op,
+        };
         let (responder, done) = ProgressResponder::complete_only();
-        self.raft.write(LogCommand(cmd)).responder(responder).await.map_err(unavailable)?;
+        self.raft
+            .write(LogCommand(cmd))
+            .responder(responder)
+            .await
+            .map_err(unavailable)?;
         let clock = self.clock.clone();
         let shard_id = self.shard_id;
         Ok(Box::pin(async move {
@@ -140,8 +162,12 @@ impl ShardReplica {
                     "this replica is not the leader of shard {shard_id} (leader: {:?})",
                     f.leader_id
                 ))),
-                Ok(Err(e)) => Err(FirnError::TryAgain(format!("write not applied, retry: {e}"))),
-                Err(_) => Err(unavailable("the raft group stopped before the write completed")),
+                Ok(Err(e)) => Err(FirnError::TryAgain(format!(
+                    "write not applied, retry: {e}"
+                ))),
+                Err(_) => Err(unavailable(
+                    "the raft group stopped before the write completed",
+                )),
             }
         }))
     }
@@ -151,9 +177,12 @@ impl ShardReplica {
     pub async fn linearizable_barrier(&self) -> Result<(), FirnError> {
         match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
             Ok(_) => Ok(()),
-            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => Err(FirnError::TryAgain(
-                format!("this replica is not the leader of shard {} (leader: {:?})", self.shard_id, f.leader_id),
-            )),
+            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
+                Err(FirnError::TryAgain(format!(
+                    "this replica is not the leader of shard {} (leader: {:?})",
+                    self.shard_id, f.leader_id
+                )))
+            }
             Err(e) => Err(unavailable(e)),
         }
     }

@@ -38,11 +38,18 @@ pub struct ShardStateMachine {
 
 impl ShardStateMachine {
     pub fn new(store: Arc<VersionedStore>, snapshot_path: PathBuf) -> Self {
-        ShardStateMachine { store, snapshot_path }
+        ShardStateMachine {
+            store,
+            snapshot_path,
+        }
     }
 
     fn system_get<T: for<'de> serde::Deserialize<'de>>(&self, key: &[u8]) -> io::Result<Option<T>> {
-        self.store.system_get(key).map_err(firn_to_io)?.map(|b| decode(&b)).transpose()
+        self.store
+            .system_get(key)
+            .map_err(firn_to_io)?
+            .map(|b| decode(&b))
+            .transpose()
     }
 
     fn write_snapshot_file(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
@@ -65,7 +72,10 @@ impl ShardStateMachine {
         match std::fs::read(&self.snapshot_path) {
             Ok(bytes) => {
                 let (meta, data): (SnapshotMeta, Vec<u8>) = decode(&bytes)?;
-                Ok(Some(Snapshot { meta, snapshot: data }))
+                Ok(Some(Snapshot {
+                    meta,
+                    snapshot: data,
+                }))
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
@@ -73,7 +83,10 @@ impl ShardStateMachine {
     }
 }
 
-fn dump_system<T: for<'de> serde::Deserialize<'de>>(dump: &Dump, key: &[u8]) -> io::Result<Option<T>> {
+fn dump_system<T: for<'de> serde::Deserialize<'de>>(
+    dump: &Dump,
+    key: &[u8],
+) -> io::Result<Option<T>> {
     for (table, pairs) in &dump.tables {
         if *table == Table::System
             && let Some((_, v)) = pairs.iter().find(|(k, _)| k == key)
@@ -97,11 +110,15 @@ impl RaftSnapshotBuilder<FirnRaft> for ShardStateMachine {
             backend.persist()?;
             let meta = SnapshotMeta {
                 last_log_id: dump_system::<LogId>(&dump, SYS_APPLIED)?,
-                last_membership: dump_system::<StoredMembership>(&dump, SYS_MEMBERSHIP)?.unwrap_or_default(),
+                last_membership: dump_system::<StoredMembership>(&dump, SYS_MEMBERSHIP)?
+                    .unwrap_or_default(),
             };
             let data = encode(&dump)?;
             this.write_snapshot_file(&meta, &data)?;
-            Ok(Snapshot { meta, snapshot: data })
+            Ok(Snapshot {
+                meta,
+                snapshot: data,
+            })
         })
         .await
         .map_err(io::Error::other)?
@@ -114,7 +131,9 @@ impl RaftStateMachine<FirnRaft> for ShardStateMachine {
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
         let applied = self.system_get::<LogId>(SYS_APPLIED)?;
-        let membership = self.system_get::<StoredMembership>(SYS_MEMBERSHIP)?.unwrap_or_default();
+        let membership = self
+            .system_get::<StoredMembership>(SYS_MEMBERSHIP)?
+            .unwrap_or_default();
         Ok((applied, membership))
     }
 
@@ -152,7 +171,11 @@ impl RaftStateMachine<FirnRaft> for ShardStateMachine {
         self.clone()
     }
 
-    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: SnapshotData) -> Result<(), io::Error> {
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: SnapshotData,
+    ) -> Result<(), io::Error> {
         let dump: Dump = decode(&snapshot)?;
         let this = self.clone();
         let meta = meta.clone();

@@ -25,11 +25,16 @@ async fn open(dir: &std::path::Path, db: fjall::Database) -> ShardReplica {
         snapshot_dir: dir.join("snapshots"),
         snapshot_every_entries: 1_000_000,
     };
-    ShardReplica::open(cfg, Arc::new(HybridClock::system())).await.unwrap()
+    ShardReplica::open(cfg, Arc::new(HybridClock::system()))
+        .await
+        .unwrap()
 }
 
 async fn put(replica: &ShardReplica, k: &str, v: &str) -> u64 {
-    let req = PutRequest::new(Key::new(Bytes::copy_from_slice(k.as_bytes())).unwrap(), Bytes::copy_from_slice(v.as_bytes()));
+    let req = PutRequest::new(
+        Key::new(Bytes::copy_from_slice(k.as_bytes())).unwrap(),
+        Bytes::copy_from_slice(v.as_bytes()),
+    );
     match replica.write(Op::Put(req)).await.unwrap() {
         Response::Written(w) => w[0].version,
         other => panic!("{other:?}"),
@@ -55,7 +60,11 @@ async fn writes_survive_restart_and_snapshot_purges_the_log() {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert!(purged.is_some(), "log was not purged after a snapshot: {:?}", replica.status());
+        assert!(
+            purged.is_some(),
+            "log was not purged after a snapshot: {:?}",
+            replica.status()
+        );
         assert_eq!(put(&replica, "k", "after-snapshot").await, 51);
         replica.linearizable_barrier().await.unwrap();
         replica.shutdown().await;
@@ -65,10 +74,17 @@ async fn writes_survive_restart_and_snapshot_purges_the_log() {
     let db = open_db(dir.path());
     let replica = open(dir.path(), db).await;
     replica.linearizable_barrier().await.unwrap();
-    let latest = replica.store().get_live(b"k", ReadAt::Latest).unwrap().unwrap();
+    let latest = replica
+        .store()
+        .get_live(b"k", ReadAt::Latest)
+        .unwrap()
+        .unwrap();
     assert_eq!(latest.version, 51);
     assert_eq!(latest.value.unwrap(), "after-snapshot");
-    assert_eq!(replica.store().history(b"k", 1, None, 100).unwrap().len(), 51);
+    assert_eq!(
+        replica.store().history(b"k", 1, None, 100).unwrap().len(),
+        51
+    );
     assert_eq!(put(&replica, "k", "52").await, 52);
     replica.shutdown().await;
 }

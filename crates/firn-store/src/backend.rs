@@ -27,7 +27,12 @@ pub enum Table {
 }
 
 impl Table {
-    pub const ALL: [Table; 4] = [Table::KeyMeta, Table::Versions, Table::Keyspaces, Table::System];
+    pub const ALL: [Table; 4] = [
+        Table::KeyMeta,
+        Table::Versions,
+        Table::Keyspaces,
+        Table::System,
+    ];
 
     fn index(self) -> usize {
         self as usize
@@ -147,9 +152,14 @@ impl StorageBackend for MemoryBackend {
         let tables = self.tables.read().unwrap_or_else(|p| p.into_inner());
         let iter = tables[table.index()].range((lower, upper));
         let pairs = if reverse {
-            iter.rev().take(limit).map(|(k, v)| (k.clone(), v.clone())).collect()
+            iter.rev()
+                .take(limit)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
         } else {
-            iter.take(limit).map(|(k, v)| (k.clone(), v.clone())).collect()
+            iter.take(limit)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
         };
         Ok(pairs)
     }
@@ -174,7 +184,15 @@ impl StorageBackend for MemoryBackend {
         Ok(Dump {
             tables: Table::ALL
                 .iter()
-                .map(|t| (*t, tables[t.index()].iter().map(|(k, v)| (k.clone(), v.clone())).collect()))
+                .map(|t| {
+                    (
+                        *t,
+                        tables[t.index()]
+                            .iter()
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect(),
+                    )
+                })
                 .collect(),
         })
     }
@@ -203,7 +221,10 @@ fn fjall_err(e: fjall::Error) -> io::Error {
 
 impl FjallBackend {
     pub fn open(db: Database) -> io::Result<Self> {
-        let open = |t: Table| db.keyspace(t.fjall_name(), KeyspaceCreateOptions::default).map_err(fjall_err);
+        let open = |t: Table| {
+            db.keyspace(t.fjall_name(), KeyspaceCreateOptions::default)
+                .map_err(fjall_err)
+        };
         let keyspaces = [
             open(Table::KeyMeta)?,
             open(Table::Versions)?,
@@ -226,7 +247,11 @@ impl FjallBackend {
 
 impl StorageBackend for FjallBackend {
     fn get(&self, table: Table, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
-        Ok(self.ks(table).get(key).map_err(fjall_err)?.map(|v| v.to_vec()))
+        Ok(self
+            .ks(table)
+            .get(key)
+            .map_err(fjall_err)?
+            .map(|v| v.to_vec()))
     }
 
     fn range(

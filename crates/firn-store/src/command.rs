@@ -15,11 +15,20 @@ pub struct Command {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Op {
     Put(PutRequest),
-    Delete { keys: Vec<Key> },
-    MSet { items: Vec<(Key, Bytes)> },
-    Truncate { target: KeyRange, before: TruncateBefore },
+    Delete {
+        keys: Vec<Key>,
+    },
+    MSet {
+        items: Vec<(Key, Bytes)>,
+    },
+    Truncate {
+        target: KeyRange,
+        before: TruncateBefore,
+    },
     KeyspaceCreate(KeyspaceSpec),
-    KeyspaceDrop { prefix: String },
+    KeyspaceDrop {
+        prefix: String,
+    },
     /// Retention by age: drop versions older than each keyspace's `max_age` at `ts`.
     ExpireByAge,
     FlushAll,

@@ -46,6 +46,9 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// Live keys with their visible version, and the cursor to continue from.
+pub type ScanPage = (Vec<(Key, VersionInfo)>, Option<Bytes>);
+
 /// State only apply touches.
 #[derive(Debug, Default)]
 struct ApplyState {
@@ -78,7 +81,13 @@ impl VersionedStore {
     pub fn reload(&self) -> Result<(), FirnError> {
         let mut specs: Vec<KeyspaceSpec> = self
             .backend
-            .range(Table::Keyspaces, Bound::Unbounded, Bound::Unbounded, false, usize::MAX)
+            .range(
+                Table::Keyspaces,
+                Bound::Unbounded,
+                Bound::Unbounded,
+                false,
+                usize::MAX,
+            )
             .map_err(io_err)?
             .iter()
             .map(|(_, v)| decode(v))
@@ -86,12 +95,26 @@ impl VersionedStore {
         if !specs.iter().any(|s| s.prefix.is_empty()) {
             specs.push(KeyspaceSpec::default_keyspace());
         }
-        specs.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()).then(a.prefix.cmp(&b.prefix)));
+        specs.sort_by(|a, b| {
+            b.prefix
+                .len()
+                .cmp(&a.prefix.len())
+                .then(a.prefix.cmp(&b.prefix))
+        });
         *self.keyspaces.write().unwrap_or_else(|p| p.into_inner()) = specs;
 
-        let last_ts = self.system_get(SYS_LAST_TS)?.map(|b| decode(&b)).transpose()?.unwrap_or_default();
-        let live_keys = self.system_get(SYS_LIVE_KEYS)?.map(|b| decode(&b)).transpose()?.unwrap_or(0);
-        *self.apply_state.lock().unwrap_or_else(|p| p.into_inner()) = ApplyState { last_ts, live_keys };
+        let last_ts = self
+            .system_get(SYS_LAST_TS)?
+            .map(|b| decode(&b))
+            .transpose()?
+            .unwrap_or_default();
+        let live_keys = self
+            .system_get(SYS_LIVE_KEYS)?
+            .map(|b| decode(&b))
+            .transpose()?
+            .unwrap_or(0);
+        *self.apply_state.lock().unwrap_or_else(|p| p.into_inner()) =
+            ApplyState { last_ts, live_keys };
         Ok(())
     }
 
@@ -106,7 +129,10 @@ impl VersionedStore {
 
     /// The commit timestamp of the last applied write.
     pub fn last_commit_ts(&self) -> CommitTs {
-        self.apply_state.lock().unwrap_or_else(|p| p.into_inner()).last_ts
+        self.apply_state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .last_ts
     }
 
     /// Every committed version, as it is applied.
@@ -125,7 +151,11 @@ impl VersionedStore {
     }
 
     pub fn keyspaces(&self) -> Vec<KeyspaceSpec> {
-        let mut specs = self.keyspaces.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut specs = self
+            .keyspaces
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         specs.sort_by(|a, b| a.prefix.cmp(&b.prefix));
         specs
     }
@@ -141,7 +171,11 @@ impl VersionedStore {
 
     /// Applies one command, atomically with `system` bookkeeping. A rejected command (failed
     /// condition, bad keyspace) changes no data; its bookkeeping is still written.
-    pub fn apply(&self, cmd: &Command, system: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Response, FirnError> {
+    pub fn apply(
+        &self,
+        cmd: &Command,
+        system: Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<Response, FirnError> {
         let mut state = self.apply_state.lock().unwrap_or_else(|p| p.into_inner());
         // Deterministic HLC rule: within a shard stamps only grow.
         let ts = cmd.ts.max(state.last_ts.successor());
@@ -178,7 +212,11 @@ impl VersionedStore {
     // ---- reads -------------------------------------------------------------------------
 
     pub fn meta(&self, key: &[u8]) -> Result<Option<KeyMeta>, FirnError> {
-        self.backend.get(Table::KeyMeta, key).map_err(io_err)?.map(|b| decode(&b)).transpose()
+        self.backend
+            .get(Table::KeyMeta, key)
+            .map_err(io_err)?
+            .map(|b| decode(&b))
+            .transpose()
     }
 
     fn record(&self, key: &[u8], version: Version) -> Result<Option<VersionRecord>, FirnError> {
@@ -203,7 +241,13 @@ impl VersionedStore {
         }
         let (lo, hi) = (version_key(key, from), version_key(key, to));
         self.backend
-            .range(Table::Versions, Bound::Included(&lo), Bound::Included(&hi), reverse, limit)
+            .range(
+                Table::Versions,
+                Bound::Included(&lo),
+                Bound::Included(&hi),
+                reverse,
+                limit,
+            )
             .map_err(io_err)?
             .into_iter()
             .map(|(k, v)| Ok(decode::<VersionRecord>(&v)?.into_info(version_of(&k))))
@@ -213,30 +257,43 @@ impl VersionedStore {
     /// The version of `key` a read at `at` sees, tombstones included (the caller decides how
     /// a deleted key reads).
     pub fn get(&self, key: &[u8], at: ReadAt) -> Result<Option<VersionInfo>, FirnError> {
-        let Some(meta) = self.meta(key)? else { return Ok(None) };
+        let Some(meta) = self.meta(key)? else {
+            return Ok(None);
+        };
         if meta.latest == 0 {
             return Ok(None);
         }
         match at {
-            ReadAt::Latest => Ok(self.record(key, meta.latest)?.map(|r| r.into_info(meta.latest))),
+            ReadAt::Latest => Ok(self
+                .record(key, meta.latest)?
+                .map(|r| r.into_info(meta.latest))),
             ReadAt::Version(v) => {
                 if v == 0 || v > meta.latest {
                     return Ok(None);
                 }
                 if v < meta.oldest {
-                    return Err(FirnError::Compacted { oldest: meta.oldest });
+                    return Err(FirnError::Compacted {
+                        oldest: meta.oldest,
+                    });
                 }
                 Ok(self.record(key, v)?.map(|r| r.into_info(v)))
             }
             ReadAt::AsOf(t) => {
-                let mut newest_first = self.records(key, meta.oldest, meta.latest, true, usize::MAX)?;
+                let mut newest_first =
+                    self.records(key, meta.oldest, meta.latest, true, usize::MAX)?;
                 if let Some(pos) = newest_first.iter().position(|i| i.commit_ts <= t) {
                     return Ok(Some(newest_first.swap_remove(pos)));
                 }
                 // Nothing stored is old enough. If older versions were truncated, the answer
                 // is unknowable rather than "absent".
-                if meta.oldest > 1 && newest_first.last().is_none_or(|oldest| oldest.commit_ts > t) {
-                    return Err(FirnError::Compacted { oldest: meta.oldest });
+                if meta.oldest > 1
+                    && newest_first
+                        .last()
+                        .is_none_or(|oldest| oldest.commit_ts > t)
+                {
+                    return Err(FirnError::Compacted {
+                        oldest: meta.oldest,
+                    });
                 }
                 Ok(None)
             }
@@ -262,7 +319,9 @@ impl VersionedStore {
         to: Option<Version>,
         limit: usize,
     ) -> Result<Vec<VersionInfo>, FirnError> {
-        let Some(meta) = self.meta(key)? else { return Ok(Vec::new()) };
+        let Some(meta) = self.meta(key)? else {
+            return Ok(Vec::new());
+        };
         let to = to.unwrap_or(meta.latest).min(meta.latest);
         self.records(key, from.max(meta.oldest), to, false, limit)
     }
@@ -277,7 +336,7 @@ impl VersionedStore {
         limit: usize,
         pattern: Option<&[u8]>,
         at: ReadAt,
-    ) -> Result<(Vec<(Key, VersionInfo)>, Option<Bytes>), FirnError> {
+    ) -> Result<ScanPage, FirnError> {
         let end = prefix_end(prefix);
         let lower = match cursor {
             Some(c) if c >= prefix => Bound::Excluded(c),
@@ -285,8 +344,12 @@ impl VersionedStore {
         };
         let upper = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
         let limit = limit.max(1);
-        let page = self.backend.range(Table::KeyMeta, lower, upper, false, limit).map_err(io_err)?;
-        let next_cursor = (page.len() == limit).then(|| Bytes::from(page[page.len() - 1].0.clone()));
+        let page = self
+            .backend
+            .range(Table::KeyMeta, lower, upper, false, limit)
+            .map_err(io_err)?;
+        let next_cursor =
+            (page.len() == limit).then(|| Bytes::from(page[page.len() - 1].0.clone()));
         let mut found = Vec::new();
         for (k, _) in page {
             if pattern.is_some_and(|p| !glob_match(p, &k)) {
@@ -305,7 +368,10 @@ impl VersionedStore {
     }
 
     pub fn live_keys(&self) -> u64 {
-        self.apply_state.lock().unwrap_or_else(|p| p.into_inner()).live_keys
+        self.apply_state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .live_keys
     }
 
     /// The committed versions a watch starting at `from` replays, in commit order.
@@ -319,7 +385,13 @@ impl VersionedStore {
                 let end = prefix_end(p);
                 let upper = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
                 self.backend
-                    .range(Table::KeyMeta, Bound::Included(p), upper, false, WATCH_REPLAY_MAX + 1)
+                    .range(
+                        Table::KeyMeta,
+                        Bound::Included(p),
+                        upper,
+                        false,
+                        WATCH_REPLAY_MAX + 1,
+                    )
                     .map_err(io_err)?
                     .into_iter()
                     .map(|(k, _)| k)
@@ -328,7 +400,9 @@ impl VersionedStore {
         };
         let mut events = Vec::new();
         for key in keys {
-            let Some(meta) = self.meta(&key)? else { continue };
+            let Some(meta) = self.meta(&key)? else {
+                continue;
+            };
             if meta.latest == 0 || self.keyspace_for(&key).mode == KeyspaceMode::Notify {
                 continue;
             }
@@ -336,20 +410,33 @@ impl VersionedStore {
                 WatchFrom::Now => unreachable!("handled above"),
                 WatchFrom::Version(v) => {
                     if v < meta.oldest && v <= meta.latest {
-                        return Err(FirnError::Compacted { oldest: meta.oldest });
+                        return Err(FirnError::Compacted {
+                            oldest: meta.oldest,
+                        });
                     }
-                    self.records(&key, v.max(meta.oldest), meta.latest, false, WATCH_REPLAY_MAX + 1)?
+                    self.records(
+                        &key,
+                        v.max(meta.oldest),
+                        meta.latest,
+                        false,
+                        WATCH_REPLAY_MAX + 1,
+                    )?
                 }
                 WatchFrom::Time(t) => {
                     let stored = self.records(&key, meta.oldest, meta.latest, false, usize::MAX)?;
                     if meta.oldest > 1 && stored.first().is_some_and(|first| first.commit_ts > t) {
-                        return Err(FirnError::Compacted { oldest: meta.oldest });
+                        return Err(FirnError::Compacted {
+                            oldest: meta.oldest,
+                        });
                     }
                     stored.into_iter().filter(|i| i.commit_ts >= t).collect()
                 }
             };
             let key = Key::new(key)?;
-            events.extend(infos.into_iter().map(|info| WatchEvent { key: key.clone(), info }));
+            events.extend(infos.into_iter().map(|info| WatchEvent {
+                key: key.clone(),
+                info,
+            }));
             if events.len() > WATCH_REPLAY_MAX {
                 return Err(FirnError::BadArgument(format!(
                     "the replay holds more than {WATCH_REPLAY_MAX} versions; start the watch \
@@ -357,7 +444,12 @@ impl VersionedStore {
                 )));
             }
         }
-        events.sort_by(|a, b| a.info.commit_ts.cmp(&b.info.commit_ts).then(a.key.cmp(&b.key)));
+        events.sort_by(|a, b| {
+            a.info
+                .commit_ts
+                .cmp(&b.info.commit_ts)
+                .then(a.key.cmp(&b.key))
+        });
         Ok(events)
     }
 }
@@ -391,7 +483,10 @@ impl<'a> Txn<'a> {
         if let Some(m) = self.metas.get(key) {
             return Ok(m.clone());
         }
-        Ok(self.store.meta(key)?.unwrap_or(KeyMeta { oldest: 1, ..KeyMeta::default() }))
+        Ok(self.store.meta(key)?.unwrap_or(KeyMeta {
+            oldest: 1,
+            ..KeyMeta::default()
+        }))
     }
 
     fn set_meta(&mut self, key: &[u8], meta: KeyMeta) {
@@ -414,7 +509,13 @@ impl<'a> Txn<'a> {
             Op::MSet { items } => {
                 let mut out = Vec::with_capacity(items.len());
                 for (key, value) in items {
-                    out.push(self.write_version(key, Some(value.clone()), None, WriteCondition::Always, false)?);
+                    out.push(self.write_version(
+                        key,
+                        Some(value.clone()),
+                        None,
+                        WriteCondition::Always,
+                        false,
+                    )?);
                 }
                 Ok(Response::Written(out))
             }
@@ -448,12 +549,16 @@ impl<'a> Txn<'a> {
                         removed
                     }
                 };
-                Ok(Response::Truncated { versions_removed: removed })
+                Ok(Response::Truncated {
+                    versions_removed: removed,
+                })
             }
             Op::ExpireByAge => {
                 let mut removed = 0;
                 for spec in self.store.keyspaces() {
-                    let Some(max_age) = spec.max_age_us else { continue };
+                    let Some(max_age) = spec.max_age_us else {
+                        continue;
+                    };
                     let cutoff = CommitTs::new(self.ts.wall_us.saturating_sub(max_age), 0);
                     for key in self.keys_under(spec.prefix.as_bytes())? {
                         if self.store.keyspace_for(&key).prefix == spec.prefix {
@@ -461,28 +566,39 @@ impl<'a> Txn<'a> {
                         }
                     }
                 }
-                Ok(Response::Truncated { versions_removed: removed })
+                Ok(Response::Truncated {
+                    versions_removed: removed,
+                })
             }
             Op::KeyspaceCreate(spec) => {
                 spec.validate()?;
                 let existing = self.store.keyspaces();
-                if !existing.iter().any(|s| s.prefix == spec.prefix) && existing.len() >= KEYSPACES_MAX {
+                if !existing.iter().any(|s| s.prefix == spec.prefix)
+                    && existing.len() >= KEYSPACES_MAX
+                {
                     return Err(FirnError::Refused(format!(
                         "there are already {KEYSPACES_MAX} keyspaces, the limit"
                     )));
                 }
-                self.batch.put(Table::Keyspaces, spec.prefix.as_bytes().to_vec(), encode(spec));
+                self.batch.put(
+                    Table::Keyspaces,
+                    spec.prefix.as_bytes().to_vec(),
+                    encode(spec),
+                );
                 self.keyspaces_changed = true;
                 Ok(Response::Done)
             }
             Op::KeyspaceDrop { prefix } => {
                 if prefix.is_empty() {
-                    return Err(FirnError::Refused("the default keyspace \"\" cannot be dropped".into()));
+                    return Err(FirnError::Refused(
+                        "the default keyspace \"\" cannot be dropped".into(),
+                    ));
                 }
                 if !self.store.keyspaces().iter().any(|s| &s.prefix == prefix) {
                     return Err(FirnError::KeyspaceNotFound(prefix.clone()));
                 }
-                self.batch.remove(Table::Keyspaces, prefix.as_bytes().to_vec());
+                self.batch
+                    .remove(Table::Keyspaces, prefix.as_bytes().to_vec());
                 self.keyspaces_changed = true;
                 Ok(Response::Done)
             }
@@ -515,8 +631,16 @@ impl<'a> Txn<'a> {
         let mut lower_key = prefix.to_vec();
         let mut inclusive = true;
         loop {
-            let lower = if inclusive { Bound::Included(&lower_key[..]) } else { Bound::Excluded(&lower_key[..]) };
-            let page = self.store.backend.range(Table::KeyMeta, lower, upper, false, WALK_PAGE).map_err(io_err)?;
+            let lower = if inclusive {
+                Bound::Included(&lower_key[..])
+            } else {
+                Bound::Excluded(&lower_key[..])
+            };
+            let page = self
+                .store
+                .backend
+                .range(Table::KeyMeta, lower, upper, false, WALK_PAGE)
+                .map_err(io_err)?;
             let done = page.len() < WALK_PAGE;
             if let Some((last, _)) = page.last() {
                 lower_key = last.clone();
@@ -548,25 +672,35 @@ impl<'a> Txn<'a> {
             WriteCondition::IfPresent => existed,
         };
         if !condition_holds {
-            return Err(FirnError::Conflict { current: meta.latest });
+            return Err(FirnError::Conflict {
+                current: meta.latest,
+            });
         }
         let stored_any = meta.latest > 0 && meta.oldest <= meta.latest;
         let previous = if return_previous && stored_any {
-            self.store.record(k, meta.latest)?.map(|r| r.into_info(meta.latest))
+            self.store
+                .record(k, meta.latest)?
+                .map(|r| r.into_info(meta.latest))
         } else {
             None
         };
         let version = meta.latest + 1;
-        let record = VersionRecord { commit_ts: self.ts, event_time_us, value };
+        let record = VersionRecord {
+            commit_ts: self.ts,
+            event_time_us,
+            value,
+        };
         match spec.mode {
             KeyspaceMode::Versioned => {
                 if !stored_any {
                     meta.oldest = version;
                 }
-                self.batch.put(Table::Versions, version_key(k, version), encode(&record));
+                self.batch
+                    .put(Table::Versions, version_key(k, version), encode(&record));
                 if let Some(max) = spec.max_versions {
                     while version - meta.oldest + 1 > max {
-                        self.batch.remove(Table::Versions, version_key(k, meta.oldest));
+                        self.batch
+                            .remove(Table::Versions, version_key(k, meta.oldest));
                         meta.oldest += 1;
                     }
                 }
@@ -576,7 +710,8 @@ impl<'a> Txn<'a> {
                     self.remove_versions(k, meta.oldest, meta.latest);
                 }
                 meta.oldest = version;
-                self.batch.put(Table::Versions, version_key(k, version), encode(&record));
+                self.batch
+                    .put(Table::Versions, version_key(k, version), encode(&record));
             }
             KeyspaceMode::Notify => {
                 if stored_any {
@@ -591,8 +726,17 @@ impl<'a> Txn<'a> {
         meta.latest_deleted = !now_live;
         self.set_meta(k, meta);
         self.live_delta += now_live as i64 - existed as i64;
-        self.events.push(WatchEvent { key: key.clone(), info: record.into_info(version) });
-        Ok(Written { key: key.clone(), version, commit_ts: self.ts, existed, previous })
+        self.events.push(WatchEvent {
+            key: key.clone(),
+            info: record.into_info(version),
+        });
+        Ok(Written {
+            key: key.clone(),
+            version,
+            commit_ts: self.ts,
+            existed,
+            previous,
+        })
     }
 
     fn remove_versions(&mut self, key: &[u8], from: Version, to: Version) {
@@ -610,8 +754,14 @@ impl<'a> Txn<'a> {
         let bound = match before {
             TruncateBefore::Version(v) => v.min(meta.latest),
             TruncateBefore::Time(t) => {
-                let older = self.store.records(key, meta.oldest, meta.latest - 1, false, usize::MAX)?;
-                older.iter().take_while(|i| i.commit_ts < t).last().map_or(meta.oldest, |i| i.version + 1)
+                let older =
+                    self.store
+                        .records(key, meta.oldest, meta.latest - 1, false, usize::MAX)?;
+                older
+                    .iter()
+                    .take_while(|i| i.commit_ts < t)
+                    .last()
+                    .map_or(meta.oldest, |i| i.version + 1)
             }
         };
         if bound <= meta.oldest {

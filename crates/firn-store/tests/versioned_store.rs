@@ -19,7 +19,13 @@ fn mem_store() -> VersionedStore {
 }
 
 fn apply(store: &VersionedStore, wall_us: u64, op: Op) -> Result<Response, FirnError> {
-    store.apply(&Command { ts: CommitTs::new(wall_us, 0), op }, Vec::new())
+    store.apply(
+        &Command {
+            ts: CommitTs::new(wall_us, 0),
+            op,
+        },
+        Vec::new(),
+    )
 }
 
 fn put_req(k: &str, v: &str) -> PutRequest {
@@ -51,9 +57,18 @@ fn each_put_makes_the_next_version_with_a_growing_commit_ts() {
     assert!(a.commit_ts < b.commit_ts && b.commit_ts < c.commit_ts);
     assert_eq!(b.commit_ts, CommitTs::new(100, 1));
     assert_eq!(value_at(&store, "k", ReadAt::Latest).as_deref(), Some("c"));
-    assert_eq!(value_at(&store, "k", ReadAt::Version(1)).as_deref(), Some("a"));
-    assert_eq!(value_at(&store, "k", ReadAt::AsOf(a.commit_ts)).as_deref(), Some("a"));
-    assert_eq!(value_at(&store, "k", ReadAt::AsOf(CommitTs::new(99, 0))), None);
+    assert_eq!(
+        value_at(&store, "k", ReadAt::Version(1)).as_deref(),
+        Some("a")
+    );
+    assert_eq!(
+        value_at(&store, "k", ReadAt::AsOf(a.commit_ts)).as_deref(),
+        Some("a")
+    );
+    assert_eq!(
+        value_at(&store, "k", ReadAt::AsOf(CommitTs::new(99, 0))),
+        None
+    );
 }
 
 #[test]
@@ -71,20 +86,32 @@ fn cput_with_stale_version_conflicts_and_writes_nothing() {
     let mut req = put_req("k", "fresh");
     req.condition = WriteCondition::IfVersion(2);
     apply(&store, 4, Op::Put(req)).unwrap();
-    assert_eq!(value_at(&store, "k", ReadAt::Latest).as_deref(), Some("fresh"));
+    assert_eq!(
+        value_at(&store, "k", ReadAt::Latest).as_deref(),
+        Some("fresh")
+    );
 
     let mut absent = put_req("new", "x");
     absent.condition = WriteCondition::IfVersion(0);
     apply(&store, 5, Op::Put(absent.clone())).unwrap();
-    assert_eq!(apply(&store, 6, Op::Put(absent)).unwrap_err(), FirnError::Conflict { current: 1 });
+    assert_eq!(
+        apply(&store, 6, Op::Put(absent)).unwrap_err(),
+        FirnError::Conflict { current: 1 }
+    );
 }
 
 #[test]
 fn delete_writes_a_tombstone_version_that_history_shows() {
     let store = mem_store();
     put(&store, 1, "k", "a");
-    let Response::Written(w) = apply(&store, 2, Op::Delete { keys: vec![key("k"), key("absent")] }).unwrap()
-    else {
+    let Response::Written(w) = apply(
+        &store,
+        2,
+        Op::Delete {
+            keys: vec![key("k"), key("absent")],
+        },
+    )
+    .unwrap() else {
         panic!()
     };
     assert!(w[0].existed && !w[1].existed);
@@ -97,35 +124,57 @@ fn delete_writes_a_tombstone_version_that_history_shows() {
     // A deleted key counts as absent for if_version 0.
     let mut req = put_req("k", "again");
     req.condition = WriteCondition::IfVersion(0);
-    let Response::Written(w) = apply(&store, 3, Op::Put(req)).unwrap() else { panic!() };
+    let Response::Written(w) = apply(&store, 3, Op::Put(req)).unwrap() else {
+        panic!()
+    };
     assert_eq!(w[0].version, 3);
 }
 
 #[test]
 fn event_time_reads_pick_the_greatest_event_time_not_after_t() {
     let store = mem_store();
-    for (wall, ev, v) in [(1, 300, "late-sensor"), (2, 100, "early"), (3, 200, "middle")] {
+    for (wall, ev, v) in [
+        (1, 300, "late-sensor"),
+        (2, 100, "early"),
+        (3, 200, "middle"),
+    ] {
         let mut req = put_req("s", v);
         req.event_time_us = Some(ev);
         apply(&store, wall, Op::Put(req)).unwrap();
     }
-    assert_eq!(value_at(&store, "s", ReadAt::EventTime(250)).as_deref(), Some("middle"));
-    assert_eq!(value_at(&store, "s", ReadAt::EventTime(300)).as_deref(), Some("late-sensor"));
+    assert_eq!(
+        value_at(&store, "s", ReadAt::EventTime(250)).as_deref(),
+        Some("middle")
+    );
+    assert_eq!(
+        value_at(&store, "s", ReadAt::EventTime(300)).as_deref(),
+        Some("late-sensor")
+    );
     assert_eq!(value_at(&store, "s", ReadAt::EventTime(99)), None);
 }
 
 #[test]
 fn latest_and_notify_keyspaces_keep_only_the_newest_or_nothing() {
     let store = mem_store();
-    for (prefix, mode) in [("last/", KeyspaceMode::Latest), ("ping/", KeyspaceMode::Notify)] {
-        let spec = KeyspaceSpec { prefix: prefix.into(), mode, ..KeyspaceSpec::default_keyspace() };
+    for (prefix, mode) in [
+        ("last/", KeyspaceMode::Latest),
+        ("ping/", KeyspaceMode::Notify),
+    ] {
+        let spec = KeyspaceSpec {
+            prefix: prefix.into(),
+            mode,
+            ..KeyspaceSpec::default_keyspace()
+        };
         apply(&store, 1, Op::KeyspaceCreate(spec)).unwrap();
     }
     let mut events = store.subscribe();
     put(&store, 2, "last/a", "1");
     put(&store, 3, "last/a", "2");
     assert_eq!(store.history(b"last/a", 1, None, 10).unwrap().len(), 1);
-    assert_eq!(value_at(&store, "last/a", ReadAt::Latest).as_deref(), Some("2"));
+    assert_eq!(
+        value_at(&store, "last/a", ReadAt::Latest).as_deref(),
+        Some("2")
+    );
 
     let w = put(&store, 4, "ping/x", "hello");
     assert_eq!(w.version, 1);
@@ -135,34 +184,58 @@ fn latest_and_notify_keyspaces_keep_only_the_newest_or_nothing() {
     while let Ok(e) = events.try_recv() {
         seen.push((e.key.to_string(), e.info.value.unwrap()));
     }
-    assert_eq!(seen.last().unwrap(), &("ping/x".to_string(), Bytes::from_static(b"hello")));
+    assert_eq!(
+        seen.last().unwrap(),
+        &("ping/x".to_string(), Bytes::from_static(b"hello"))
+    );
     assert_eq!(seen.len(), 3);
 }
 
 #[test]
 fn max_versions_retention_drops_the_oldest_at_apply() {
     let store = mem_store();
-    let spec = KeyspaceSpec { prefix: "t/".into(), max_versions: Some(2), ..KeyspaceSpec::default_keyspace() };
+    let spec = KeyspaceSpec {
+        prefix: "t/".into(),
+        max_versions: Some(2),
+        ..KeyspaceSpec::default_keyspace()
+    };
     apply(&store, 1, Op::KeyspaceCreate(spec)).unwrap();
     for i in 0..5 {
         put(&store, 10 + i, "t/k", &i.to_string());
     }
-    let versions: Vec<_> = store.history(b"t/k", 1, None, 10).unwrap().iter().map(|i| i.version).collect();
+    let versions: Vec<_> = store
+        .history(b"t/k", 1, None, 10)
+        .unwrap()
+        .iter()
+        .map(|i| i.version)
+        .collect();
     assert_eq!(versions, vec![4, 5]);
-    assert_eq!(store.get(b"t/k", ReadAt::Version(1)).unwrap_err(), FirnError::Compacted { oldest: 4 });
+    assert_eq!(
+        store.get(b"t/k", ReadAt::Version(1)).unwrap_err(),
+        FirnError::Compacted { oldest: 4 }
+    );
 }
 
 #[test]
 fn expire_by_age_keeps_the_newest_version() {
     let store = mem_store();
-    let spec = KeyspaceSpec { prefix: "a/".into(), max_age_us: Some(1_000), ..KeyspaceSpec::default_keyspace() };
+    let spec = KeyspaceSpec {
+        prefix: "a/".into(),
+        max_age_us: Some(1_000),
+        ..KeyspaceSpec::default_keyspace()
+    };
     apply(&store, 1, Op::KeyspaceCreate(spec)).unwrap();
     put(&store, 100, "a/k", "old");
     put(&store, 200, "a/k", "older-but-newest");
     put(&store, 100, "other", "untouched");
     put(&store, 101, "other", "untouched2");
     let removed = apply(&store, 10_000, Op::ExpireByAge).unwrap();
-    assert_eq!(removed, Response::Truncated { versions_removed: 1 });
+    assert_eq!(
+        removed,
+        Response::Truncated {
+            versions_removed: 1
+        }
+    );
     assert_eq!(store.history(b"a/k", 1, None, 10).unwrap().len(), 1);
     assert_eq!(store.history(b"other", 1, None, 10).unwrap().len(), 2);
 }
@@ -170,17 +243,60 @@ fn expire_by_age_keeps_the_newest_version() {
 #[test]
 fn truncate_by_version_and_time_never_drops_the_newest() {
     let store = mem_store();
-    let ts: Vec<CommitTs> = (0..5).map(|i| put(&store, 100 + i, "k", &i.to_string()).commit_ts).collect();
-    let r = apply(&store, 200, Op::Truncate { target: KeyRange::Key(key("k")), before: TruncateBefore::Version(3) });
-    assert_eq!(r.unwrap(), Response::Truncated { versions_removed: 2 });
-    let r = apply(&store, 201, Op::Truncate { target: KeyRange::Key(key("k")), before: TruncateBefore::Time(ts[3]) });
-    assert_eq!(r.unwrap(), Response::Truncated { versions_removed: 1 });
-    let r = apply(&store, 202, Op::Truncate { target: KeyRange::Prefix("k".into()), before: TruncateBefore::Version(99) });
-    assert_eq!(r.unwrap(), Response::Truncated { versions_removed: 1 });
-    assert_eq!(value_at(&store, "k", ReadAt::Latest).as_deref(), Some("4"));
-    assert_eq!(store.get(b"k", ReadAt::AsOf(ts[1])).unwrap_err(), FirnError::Compacted { oldest: 5 });
+    let ts: Vec<CommitTs> = (0..5)
+        .map(|i| put(&store, 100 + i, "k", &i.to_string()).commit_ts)
+        .collect();
+    let r = apply(
+        &store,
+        200,
+        Op::Truncate {
+            target: KeyRange::Key(key("k")),
+            before: TruncateBefore::Version(3),
+        },
+    );
     assert_eq!(
-        store.replay(&KeyRange::Key(key("k")), WatchFrom::Version(2)).unwrap_err(),
+        r.unwrap(),
+        Response::Truncated {
+            versions_removed: 2
+        }
+    );
+    let r = apply(
+        &store,
+        201,
+        Op::Truncate {
+            target: KeyRange::Key(key("k")),
+            before: TruncateBefore::Time(ts[3]),
+        },
+    );
+    assert_eq!(
+        r.unwrap(),
+        Response::Truncated {
+            versions_removed: 1
+        }
+    );
+    let r = apply(
+        &store,
+        202,
+        Op::Truncate {
+            target: KeyRange::Prefix("k".into()),
+            before: TruncateBefore::Version(99),
+        },
+    );
+    assert_eq!(
+        r.unwrap(),
+        Response::Truncated {
+            versions_removed: 1
+        }
+    );
+    assert_eq!(value_at(&store, "k", ReadAt::Latest).as_deref(), Some("4"));
+    assert_eq!(
+        store.get(b"k", ReadAt::AsOf(ts[1])).unwrap_err(),
+        FirnError::Compacted { oldest: 5 }
+    );
+    assert_eq!(
+        store
+            .replay(&KeyRange::Key(key("k")), WatchFrom::Version(2))
+            .unwrap_err(),
         FirnError::Compacted { oldest: 5 }
     );
 }
@@ -192,10 +308,20 @@ fn replay_of_a_prefix_is_in_commit_order_across_keys() {
     put(&store, 2, "p/a", "2");
     put(&store, 3, "p/b", "3");
     put(&store, 4, "q", "not under the prefix");
-    let replay = store.replay(&KeyRange::Prefix("p/".into()), WatchFrom::Version(1)).unwrap();
-    let order: Vec<_> = replay.iter().map(|e| e.info.value.clone().unwrap()).collect();
+    let replay = store
+        .replay(&KeyRange::Prefix("p/".into()), WatchFrom::Version(1))
+        .unwrap();
+    let order: Vec<_> = replay
+        .iter()
+        .map(|e| e.info.value.clone().unwrap())
+        .collect();
     assert_eq!(order, vec!["1", "2", "3"]);
-    let from_time = store.replay(&KeyRange::Prefix("p/".into()), WatchFrom::Time(CommitTs::new(2, 0))).unwrap();
+    let from_time = store
+        .replay(
+            &KeyRange::Prefix("p/".into()),
+            WatchFrom::Time(CommitTs::new(2, 0)),
+        )
+        .unwrap();
     assert_eq!(from_time.len(), 2);
 }
 
@@ -208,19 +334,34 @@ fn scan_pages_by_cursor_and_filters_by_pattern_and_time() {
     put(&store, 30, "zzz", "x");
     let (page, cursor) = store.scan(b"user:", None, 4, None, ReadAt::Latest).unwrap();
     assert_eq!(page.len(), 4);
-    let (rest, end) = store.scan(b"user:", cursor.as_deref(), 100, None, ReadAt::Latest).unwrap();
+    let (rest, end) = store
+        .scan(b"user:", cursor.as_deref(), 100, None, ReadAt::Latest)
+        .unwrap();
     assert_eq!(rest.len(), 6);
     assert!(end.is_none());
-    let (matched, _) = store.scan(b"", None, 100, Some(b"user:[1-3]"), ReadAt::Latest).unwrap();
+    let (matched, _) = store
+        .scan(b"", None, 100, Some(b"user:[1-3]"), ReadAt::Latest)
+        .unwrap();
     assert_eq!(matched.len(), 3);
-    let (early, _) = store.scan(b"user:", None, 100, None, ReadAt::AsOf(CommitTs::end_of_micros(12))).unwrap();
+    let (early, _) = store
+        .scan(
+            b"user:",
+            None,
+            100,
+            None,
+            ReadAt::AsOf(CommitTs::end_of_micros(12)),
+        )
+        .unwrap();
     assert_eq!(early.len(), 3);
 }
 
 #[test]
 fn flushall_drops_every_key_but_keeps_keyspaces() {
     let store = mem_store();
-    let spec = KeyspaceSpec { prefix: "x/".into(), ..KeyspaceSpec::default_keyspace() };
+    let spec = KeyspaceSpec {
+        prefix: "x/".into(),
+        ..KeyspaceSpec::default_keyspace()
+    };
     apply(&store, 1, Op::KeyspaceCreate(spec)).unwrap();
     put(&store, 2, "x/a", "1");
     put(&store, 3, "b", "1");
@@ -234,17 +375,31 @@ fn flushall_drops_every_key_but_keeps_keyspaces() {
 fn fjall_backend_keeps_versions_and_bookkeeping_across_reopen() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let backend: Arc<dyn StorageBackend> = Arc::new(FjallBackend::open_path(dir.path()).unwrap());
+        let backend: Arc<dyn StorageBackend> =
+            Arc::new(FjallBackend::open_path(dir.path()).unwrap());
         let store = VersionedStore::open(backend.clone()).unwrap();
         put(&store, 1, "k", "a");
         put(&store, 2, "k", "b");
-        store.apply(&Command { ts: CommitTs::new(3, 0), op: Op::Delete { keys: vec![key("k")] } }, vec![(b"applied".to_vec(), b"7".to_vec())]).unwrap();
+        store
+            .apply(
+                &Command {
+                    ts: CommitTs::new(3, 0),
+                    op: Op::Delete {
+                        keys: vec![key("k")],
+                    },
+                },
+                vec![(b"applied".to_vec(), b"7".to_vec())],
+            )
+            .unwrap();
         backend.persist().unwrap();
     }
     let backend: Arc<dyn StorageBackend> = Arc::new(FjallBackend::open_path(dir.path()).unwrap());
     let store = VersionedStore::open(backend).unwrap();
     assert_eq!(store.history(b"k", 1, None, 10).unwrap().len(), 3);
-    assert_eq!(store.system_get(b"applied").unwrap().as_deref(), Some(&b"7"[..]));
+    assert_eq!(
+        store.system_get(b"applied").unwrap().as_deref(),
+        Some(&b"7"[..])
+    );
     assert_eq!(store.last_commit_ts(), CommitTs::new(3, 0));
     assert_eq!(put(&store, 1, "k", "c").version, 4);
 }

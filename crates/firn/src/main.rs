@@ -13,7 +13,11 @@ use firn_model::{KeyspaceSpec, Limits, ReadAt, ReadConsistency, VersionInfo, Wat
 use firn_node::{NodeConfig, RunningNode};
 
 #[derive(Parser)]
-#[command(name = "firn", version, about = "A consistent, temporal state store that speaks the Redis protocol")]
+#[command(
+    name = "firn",
+    version,
+    about = "A consistent, temporal state store that speaks the Redis protocol"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -22,7 +26,12 @@ struct Cli {
 #[derive(Args)]
 struct Target {
     /// RESP address of the node to talk to.
-    #[arg(long, env = "FIRN_ADDR", default_value = "127.0.0.1:7379", global = true)]
+    #[arg(
+        long,
+        env = "FIRN_ADDR",
+        default_value = "127.0.0.1:7379",
+        global = true
+    )]
     addr: String,
 }
 
@@ -160,7 +169,10 @@ struct ServeArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("firn: cannot start the runtime: {e}");
@@ -177,7 +189,9 @@ fn main() -> ExitCode {
 }
 
 async fn connect(target: &Target) -> Result<Client, String> {
-    Client::connect(&target.addr).await.map_err(|e| format!("cannot reach {}: {e}", target.addr))
+    Client::connect(&target.addr)
+        .await
+        .map_err(|e| format!("cannot reach {}: {e}", target.addr))
 }
 
 fn show(e: ClientError) -> String {
@@ -191,7 +205,10 @@ fn print_version(info: &VersionInfo, meta: bool) {
             info.version,
             info.commit_ts,
             micros_to_rfc3339(info.commit_ts.wall_us),
-            info.event_time_us.map_or(String::new(), |t| format!("  event {}", micros_to_rfc3339(t))),
+            info.event_time_us.map_or(String::new(), |t| format!(
+                "  event {}",
+                micros_to_rfc3339(t)
+            )),
             if info.deleted { "  deleted" } else { "" }
         );
     }
@@ -203,25 +220,58 @@ fn print_version(info: &VersionInfo, meta: bool) {
 async fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
         Command::Serve(args) => serve(args).await,
-        Command::Put { key, value, if_version, event_time, target } => {
-            let event_time_us = event_time.map(|t| parse_micros(&t)).transpose().map_err(|e| e.to_string())?;
+        Command::Put {
+            key,
+            value,
+            if_version,
+            event_time,
+            target,
+        } => {
+            let event_time_us = event_time
+                .map(|t| parse_micros(&t))
+                .transpose()
+                .map_err(|e| e.to_string())?;
             let ack = connect(&target)
                 .await?
-                .put(key.as_bytes(), value.as_bytes(), PutOptions { if_version, event_time_us })
+                .put(
+                    key.as_bytes(),
+                    value.as_bytes(),
+                    PutOptions {
+                        if_version,
+                        event_time_us,
+                    },
+                )
                 .await
                 .map_err(show)?;
             println!("version {}  commit {}", ack.version, ack.commit_ts);
             Ok(())
         }
-        Command::Get { key, version, as_of, event_time, local, meta, target } => {
+        Command::Get {
+            key,
+            version,
+            as_of,
+            event_time,
+            local,
+            meta,
+            target,
+        } => {
             let at = match (version, as_of, event_time) {
                 (Some(v), _, _) => ReadAt::Version(v),
                 (_, Some(t), _) => ReadAt::AsOf(parse_read_time(&t).map_err(|e| e.to_string())?),
                 (_, _, Some(t)) => ReadAt::EventTime(parse_micros(&t).map_err(|e| e.to_string())?),
                 _ => ReadAt::Latest,
             };
-            let consistency = if local { ReadConsistency::Local } else { ReadConsistency::Linearizable };
-            match connect(&target).await?.get(key.as_bytes(), at, consistency).await.map_err(show)? {
+            let consistency = if local {
+                ReadConsistency::Local
+            } else {
+                ReadConsistency::Linearizable
+            };
+            match connect(&target)
+                .await?
+                .get(key.as_bytes(), at, consistency)
+                .await
+                .map_err(show)?
+            {
                 Some(info) => {
                     print_version(&info, meta);
                     Ok(())
@@ -229,13 +279,31 @@ async fn run(cli: Cli) -> Result<(), String> {
                 None => Err(format!("{key}: not found")),
             }
         }
-        Command::History { key, from, to, limit, target } => {
-            for info in connect(&target).await?.history(key.as_bytes(), from, to, limit).await.map_err(show)? {
+        Command::History {
+            key,
+            from,
+            to,
+            limit,
+            target,
+        } => {
+            for info in connect(&target)
+                .await?
+                .history(key.as_bytes(), from, to, limit)
+                .await
+                .map_err(show)?
+            {
                 print_version(&info, true);
             }
             Ok(())
         }
-        Command::Watch { key, prefix, from_version, from_time, count, target } => {
+        Command::Watch {
+            key,
+            prefix,
+            from_version,
+            from_time,
+            count,
+            target,
+        } => {
             let from = match (from_version, from_time) {
                 (Some(v), _) => WatchFrom::Version(v),
                 (_, Some(t)) => WatchFrom::Time(parse_read_time(&t).map_err(|e| e.to_string())?),
@@ -246,9 +314,17 @@ async fn run(cli: Cli) -> Result<(), String> {
             tokio::task::spawn_blocking(move || {
                 let mut seen = 0;
                 while count.is_none_or(|c| seen < c) {
-                    let e = watcher.next().map_err(show)?;
-                    let value = e.info.value.as_ref().map_or("(deleted)".into(), |v| String::from_utf8_lossy(v).into_owned());
-                    println!("{} v{} {} {}", String::from_utf8_lossy(&e.key), e.info.version, e.info.commit_ts, value);
+                    let e = watcher.next_event().map_err(show)?;
+                    let value = e.info.value.as_ref().map_or("(deleted)".into(), |v| {
+                        String::from_utf8_lossy(v).into_owned()
+                    });
+                    println!(
+                        "{} v{} {} {}",
+                        String::from_utf8_lossy(&e.key),
+                        e.info.version,
+                        e.info.commit_ts,
+                        value
+                    );
                     seen += 1;
                 }
                 Ok(())
@@ -257,17 +333,30 @@ async fn run(cli: Cli) -> Result<(), String> {
             .map_err(|e| e.to_string())?
         }
         Command::Del { key, target } => {
-            match connect(&target).await?.delete(key.as_bytes()).await.map_err(show)? {
+            match connect(&target)
+                .await?
+                .delete(key.as_bytes())
+                .await
+                .map_err(show)?
+            {
                 Some(ack) => println!("deleted: version {}  commit {}", ack.version, ack.commit_ts),
                 None => println!("{key}: did not exist"),
             }
             Ok(())
         }
         Command::Keyspace { action } => match action {
-            KeyspaceAction::Create { prefix, mode, max_versions, max_age, target } => {
+            KeyspaceAction::Create {
+                prefix,
+                mode,
+                max_versions,
+                max_age,
+                target,
+            } => {
                 let spec = KeyspaceSpec {
                     prefix,
-                    mode: mode.parse().map_err(|e: firn_model::FirnError| e.to_string())?,
+                    mode: mode
+                        .parse()
+                        .map_err(|e: firn_model::FirnError| e.to_string())?,
                     max_versions,
                     max_age_us: max_age
                         .map(|a| firn_node::resp::command::parse_duration_us(&a))
@@ -275,24 +364,40 @@ async fn run(cli: Cli) -> Result<(), String> {
                         .map_err(|e| e.to_string())?,
                     durability: firn_model::Durability::Disk,
                 };
-                connect(&target).await?.keyspace_create(&spec).await.map_err(show)?;
+                connect(&target)
+                    .await?
+                    .keyspace_create(&spec)
+                    .await
+                    .map_err(show)?;
                 println!("keyspace '{}' created ({})", spec.prefix, spec.mode);
                 Ok(())
             }
             KeyspaceAction::List { target } => {
-                for (prefix, mode, max_versions, max_age_us) in connect(&target).await?.keyspace_list().await.map_err(show)? {
+                for (prefix, mode, max_versions, max_age_us) in connect(&target)
+                    .await?
+                    .keyspace_list()
+                    .await
+                    .map_err(show)?
+                {
                     println!(
                         "{:<24} {:<10} max_versions={} max_age={}",
                         format!("'{prefix}'"),
                         mode,
                         max_versions.map_or("-".into(), |n| n.to_string()),
-                        max_age_us.map_or("-".into(), |us| humantime::format_duration(Duration::from_micros(us)).to_string())
+                        max_age_us.map_or("-".into(), |us| humantime::format_duration(
+                            Duration::from_micros(us)
+                        )
+                        .to_string())
                     );
                 }
                 Ok(())
             }
             KeyspaceAction::Drop { prefix, target } => {
-                connect(&target).await?.keyspace_drop(&prefix).await.map_err(show)?;
+                connect(&target)
+                    .await?
+                    .keyspace_drop(&prefix)
+                    .await
+                    .map_err(show)?;
                 println!("keyspace '{prefix}' dropped");
                 Ok(())
             }
@@ -303,11 +408,14 @@ async fn run(cli: Cli) -> Result<(), String> {
 async fn serve(args: ServeArgs) -> Result<(), String> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn,fjall=warn,lsm_tree=warn")),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("info,openraft=warn,fjall=warn,lsm_tree=warn")
+            }),
         )
         .init();
-    if args.max_value_bytes == 0 || args.max_value_bytes > firn_model::limits::VALUE_BYTES_MAX_CEILING {
+    if args.max_value_bytes == 0
+        || args.max_value_bytes > firn_model::limits::VALUE_BYTES_MAX_CEILING
+    {
         return Err(format!(
             "--max-value-bytes must be 1..={}",
             firn_model::limits::VALUE_BYTES_MAX_CEILING
@@ -318,12 +426,16 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         http_addr: args.http_addr,
         data_dir: args.data_dir,
         in_memory: args.in_memory,
-        limits: Limits { value_bytes_max: args.max_value_bytes },
+        limits: Limits {
+            value_bytes_max: args.max_value_bytes,
+        },
         allow_flushall: args.allow_flushall,
         retention_interval: args.retention_interval,
         snapshot_every_entries: args.snapshot_every,
     };
-    let node = RunningNode::start(config).await.map_err(|e| e.to_string())?;
+    let node = RunningNode::start(config)
+        .await
+        .map_err(|e| e.to_string())?;
     println!(
         "firn serving: redis-cli -p {}   |   curl http://{}/v1/kv/hello",
         node.resp_addr.port(),

@@ -29,8 +29,15 @@ async fn kill_9_during_writes_loses_no_acknowledged_write() {
         writers.push(tokio::spawn(async move {
             for i in 0..WRITES_PER_WRITER_MAX {
                 // Each writer also overwrites one shared key, so versions matter too.
-                let (key, value) = if i % 4 == 0 { (format!("shared/{w}"), format!("{w}-{i}")) } else { (format!("w{w}/{i}"), format!("v{i}")) };
-                match client.put(key.as_bytes(), value.as_bytes(), PutOptions::default()).await {
+                let (key, value) = if i % 4 == 0 {
+                    (format!("shared/{w}"), format!("{w}-{i}"))
+                } else {
+                    (format!("w{w}/{i}"), format!("v{i}"))
+                };
+                match client
+                    .put(key.as_bytes(), value.as_bytes(), PutOptions::default())
+                    .await
+                {
                     Ok(ack) => acked.lock().unwrap().push((key, ack.version, value)),
                     Err(_) => return, // the node died: every later write is unacknowledged
                 }
@@ -43,21 +50,49 @@ async fn kill_9_during_writes_loses_no_acknowledged_write() {
         w.await.unwrap();
     }
     let acked = acked.lock().unwrap().clone();
-    assert!(acked.len() > 100, "too few writes were acknowledged before the kill ({})", acked.len());
+    assert!(
+        acked.len() > 100,
+        "too few writes were acknowledged before the kill ({})",
+        acked.len()
+    );
 
     let restarted = FirnProcess::start(dir.path(), &[]);
     let client = Client::connect(&restarted.resp_addr()).await.unwrap();
     let mut missing = Vec::new();
     for (key, version, value) in &acked {
-        let got = client.get(key.as_bytes(), ReadAt::Version(*version), ReadConsistency::Linearizable).await.unwrap();
+        let got = client
+            .get(
+                key.as_bytes(),
+                ReadAt::Version(*version),
+                ReadConsistency::Linearizable,
+            )
+            .await
+            .unwrap();
         if got.as_ref().and_then(|i| i.value.as_deref()) != Some(value.as_bytes()) {
             missing.push((key.clone(), *version, got));
         }
     }
-    assert!(missing.is_empty(), "{} of {} acknowledged writes lost, e.g. {:?}", missing.len(), acked.len(), &missing[..missing.len().min(3)]);
+    assert!(
+        missing.is_empty(),
+        "{} of {} acknowledged writes lost, e.g. {:?}",
+        missing.len(),
+        acked.len(),
+        &missing[..missing.len().min(3)]
+    );
     // Versions continue after the restart; none is reused.
-    let last_shared = acked.iter().filter(|(k, _, _)| k == "shared/0").map(|(_, v, _)| *v).max().unwrap_or(0);
-    let ack = client.put(b"shared/0", b"after-restart", PutOptions::default()).await.unwrap();
+    let last_shared = acked
+        .iter()
+        .filter(|(k, _, _)| k == "shared/0")
+        .map(|(_, v, _)| *v)
+        .max()
+        .unwrap_or(0);
+    let ack = client
+        .put(b"shared/0", b"after-restart", PutOptions::default())
+        .await
+        .unwrap();
     assert!(ack.version > last_shared);
-    eprintln!("kill -9 recovery: {} acknowledged writes, all present after restart", acked.len());
+    eprintln!(
+        "kill -9 recovery: {} acknowledged writes, all present after restart",
+        acked.len()
+    );
 }

@@ -7,14 +7,31 @@ use std::process::Command;
 use common::FirnProcess;
 
 fn tool(name: &str) -> Command {
-    let found = Command::new("sh").arg("-c").arg(format!("command -v {name}")).output().map(|o| o.status.success()).unwrap_or(false);
-    assert!(found, "{name} is not installed; the README's test command installs redis-tools");
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {name}"))
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(
+        found,
+        "{name} is not installed; the README's test command installs redis-tools"
+    );
     Command::new(name)
 }
 
 fn redis_cli(port: u16, args: &[&str]) -> String {
-    let out = tool("redis-cli").arg("-p").arg(port.to_string()).args(args).output().unwrap();
-    assert!(out.status.success(), "redis-cli {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = tool("redis-cli")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "redis-cli {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -46,15 +63,35 @@ fn redis_benchmark_runs_set_and_get_against_firn() {
     let dir = tempfile::tempdir().unwrap();
     let node = FirnProcess::start(dir.path(), &[]);
     let out = tool("redis-benchmark")
-        .args(["-p", &node.resp_port.to_string(), "-t", "set,get", "-n", "2000", "-c", "8", "-P", "4", "-d", "100", "-q"])
+        .args([
+            "-p",
+            &node.resp_port.to_string(),
+            "-t",
+            "set,get",
+            "-n",
+            "2000",
+            "-c",
+            "8",
+            "-P",
+            "4",
+            "-d",
+            "100",
+            "-q",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     // With -q each test ends on its own line "SET: N requests per second, …".
     for test in ["SET:", "GET:"] {
-        let line = text.split('\r').flat_map(|l| l.lines()).find(|l| l.trim_start().starts_with(test) && l.contains("requests per second"));
-        assert!(line.is_some(), "redis-benchmark printed no {test} result:\n{text}");
+        let line = text
+            .split('\r')
+            .flat_map(|l| l.lines())
+            .find(|l| l.trim_start().starts_with(test) && l.contains("requests per second"));
+        assert!(
+            line.is_some(),
+            "redis-benchmark printed no {test} result:\n{text}"
+        );
     }
     // Every SET landed: 2000 requests over the default 1 key.
     let info = redis_cli(node.resp_port, &["GET", "key:__rand_int__"]);

@@ -36,7 +36,8 @@ impl Args {
 
     pub fn text(&mut self) -> Result<String, FirnError> {
         let b = self.bytes()?;
-        String::from_utf8(b.to_vec()).map_err(|_| FirnError::BadArgument("argument is not valid UTF-8".into()))
+        String::from_utf8(b.to_vec())
+            .map_err(|_| FirnError::BadArgument("argument is not valid UTF-8".into()))
     }
 
     /// The next argument upper-cased, for keywords.
@@ -45,7 +46,9 @@ impl Args {
     }
 
     pub fn peek_keyword(&self) -> Option<String> {
-        self.items.front().map(|b| String::from_utf8_lossy(b).to_ascii_uppercase())
+        self.items
+            .front()
+            .map(|b| String::from_utf8_lossy(b).to_ascii_uppercase())
     }
 
     pub fn key(&mut self) -> Result<Key, FirnError> {
@@ -54,8 +57,9 @@ impl Args {
 
     pub fn u64(&mut self, what: &str) -> Result<u64, FirnError> {
         let t = self.text()?;
-        t.parse::<u64>()
-            .map_err(|_| FirnError::BadArgument(format!("{what} must be a non-negative integer, got '{t}'")))
+        t.parse::<u64>().map_err(|_| {
+            FirnError::BadArgument(format!("{what} must be a non-negative integer, got '{t}'"))
+        })
     }
 
     pub fn usize(&mut self, what: &str) -> Result<usize, FirnError> {

@@ -17,10 +17,18 @@ pub enum Action {
     Reply(Reply),
     Execute(Request, Render),
     /// SCAN with an integer cursor (resolved against the node's cursor table).
-    RedisScan { cursor: u64, pattern: Option<Bytes>, count: usize, type_filter: Option<String> },
+    RedisScan {
+        cursor: u64,
+        pattern: Option<Bytes>,
+        count: usize,
+        type_filter: Option<String>,
+    },
     Watch(WatchRequest),
     Unwatch,
-    Hello { proto: Option<u8>, setname: Option<Bytes> },
+    Hello {
+        proto: Option<u8>,
+        setname: Option<Bytes>,
+    },
     ClientSetName(Bytes),
     ClientGetName,
     ClientId,
@@ -50,12 +58,37 @@ pub enum Render {
 
 /// Names `COMMAND` lists, with Redis arity (negative: at least).
 pub const COMMANDS: &[(&str, i64)] = &[
-    ("ping", -1), ("echo", 2), ("hello", -1), ("auth", -2), ("select", 2), ("client", -2),
-    ("command", -1), ("config", -2), ("info", -1), ("dbsize", 1), ("get", 2), ("set", -3),
-    ("del", -2), ("unlink", -2), ("exists", -2), ("mget", -2), ("mset", -3), ("scan", -2),
-    ("type", 2), ("flushall", -1), ("flushdb", -1), ("quit", 1),
-    ("firn.put", -3), ("firn.get", -2), ("firn.mget", -2), ("firn.del", 2), ("firn.history", -2),
-    ("firn.scan", -2), ("firn.truncate", 5), ("firn.watch", -2), ("firn.unwatch", 1),
+    ("ping", -1),
+    ("echo", 2),
+    ("hello", -1),
+    ("auth", -2),
+    ("select", 2),
+    ("client", -2),
+    ("command", -1),
+    ("config", -2),
+    ("info", -1),
+    ("dbsize", 1),
+    ("get", 2),
+    ("set", -3),
+    ("del", -2),
+    ("unlink", -2),
+    ("exists", -2),
+    ("mget", -2),
+    ("mset", -3),
+    ("scan", -2),
+    ("type", 2),
+    ("flushall", -1),
+    ("flushdb", -1),
+    ("quit", 1),
+    ("firn.put", -3),
+    ("firn.get", -2),
+    ("firn.mget", -2),
+    ("firn.del", 2),
+    ("firn.history", -2),
+    ("firn.scan", -2),
+    ("firn.truncate", 5),
+    ("firn.watch", -2),
+    ("firn.unwatch", 1),
     ("firn.keyspace", -2),
 ];
 
@@ -71,12 +104,17 @@ fn exact_arity(args: &Args, n: usize) -> Result<(), FirnError> {
 }
 
 /// Parses `[CONSISTENCY linearizable|local]` and the read-position options shared by reads.
-fn read_options(args: &mut Args, allow_version: bool) -> Result<(ReadAt, ReadConsistency), FirnError> {
+fn read_options(
+    args: &mut Args,
+    allow_version: bool,
+) -> Result<(ReadAt, ReadConsistency), FirnError> {
     let mut at = ReadAt::Latest;
     let mut consistency = ReadConsistency::Linearizable;
     let set_at = |new: ReadAt, at: &mut ReadAt| {
         if *at != ReadAt::Latest {
-            return Err(FirnError::BadArgument("give at most one of VERSION, ASOF, EVENTTIME".into()));
+            return Err(FirnError::BadArgument(
+                "give at most one of VERSION, ASOF, EVENTTIME".into(),
+            ));
         }
         *at = new;
         Ok(())
@@ -128,7 +166,11 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
                 match v.as_str() {
                     "2" => Some(2),
                     "3" => Some(3),
-                    _ => return Ok(Action::Reply(Reply::Error("NOPROTO unsupported protocol version".into()))),
+                    _ => {
+                        return Ok(Action::Reply(Reply::Error(
+                            "NOPROTO unsupported protocol version".into(),
+                        )));
+                    }
                 }
             };
             let mut setname = None;
@@ -140,7 +182,11 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
                         args.bytes()?;
                     }
                     "SETNAME" => setname = Some(args.bytes()?),
-                    other => return Err(FirnError::BadArgument(format!("syntax error in HELLO near '{other}'"))),
+                    other => {
+                        return Err(FirnError::BadArgument(format!(
+                            "syntax error in HELLO near '{other}'"
+                        )));
+                    }
                 }
             }
             Action::Hello { proto, setname }
@@ -155,7 +201,11 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
             exact_arity(&args, 1)?;
             match args.text()?.as_str() {
                 "0" => Action::Reply(Reply::Ok),
-                _ => return Err(FirnError::BadArgument("DB index is out of range (Firn has one database, 0)".into())),
+                _ => {
+                    return Err(FirnError::BadArgument(
+                        "DB index is out of range (Firn has one database, 0)".into(),
+                    ));
+                }
             }
         }
         "CLIENT" => {
@@ -177,14 +227,23 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
                 COMMANDS
                     .iter()
                     .map(|(n, arity)| {
-                        Reply::Array(vec![Reply::text(n), Reply::Int(*arity), Reply::Array(vec![]), Reply::Int(1), Reply::Int(1), Reply::Int(1)])
+                        Reply::Array(vec![
+                            Reply::text(n),
+                            Reply::Int(*arity),
+                            Reply::Array(vec![]),
+                            Reply::Int(1),
+                            Reply::Int(1),
+                            Reply::Int(1),
+                        ])
                     })
                     .collect(),
             )),
             Some("COUNT") => Action::Reply(Reply::Int(COMMANDS.len() as i64)),
             // Documentation is in docs/api.md; an empty answer keeps redis-cli's hints quiet.
             Some("DOCS") | Some("INFO") => Action::Reply(Reply::Array(vec![])),
-            Some("LIST") => Action::Reply(Reply::Array(COMMANDS.iter().map(|(n, _)| Reply::text(n)).collect())),
+            Some("LIST") => Action::Reply(Reply::Array(
+                COMMANDS.iter().map(|(n, _)| Reply::text(n)).collect(),
+            )),
             Some(other) => return Err(unknown_subcommand("command", other)),
         },
         "CONFIG" => {
@@ -193,12 +252,18 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
                 // redis-benchmark asks for `save` and `appendonly`; Firn has no Redis config.
                 "GET" => Action::Reply(Reply::Map(vec![])),
                 "SET" | "RESETSTAT" | "REWRITE" => {
-                    return Err(FirnError::Refused("CONFIG SET is not supported; Firn is configured by flags at start".into()));
+                    return Err(FirnError::Refused(
+                        "CONFIG SET is not supported; Firn is configured by flags at start".into(),
+                    ));
                 }
                 _ => return Err(unknown_subcommand("config", &sub)),
             }
         }
-        "INFO" => Action::Info(if args.is_empty() { None } else { Some(args.text()?.to_lowercase()) }),
+        "INFO" => Action::Info(if args.is_empty() {
+            None
+        } else {
+            Some(args.text()?.to_lowercase())
+        }),
         "DBSIZE" => {
             args.done()?;
             Action::Execute(Request::DbSize, Render::Count)
@@ -206,12 +271,26 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
         "GET" => {
             exact_arity(&args, 1)?;
             let key = args.key()?;
-            Action::Execute(Request::Get { key, at: ReadAt::Latest, consistency: ReadConsistency::Linearizable }, Render::Get)
+            Action::Execute(
+                Request::Get {
+                    key,
+                    at: ReadAt::Latest,
+                    consistency: ReadConsistency::Linearizable,
+                },
+                Render::Get,
+            )
         }
         "TYPE" => {
             exact_arity(&args, 1)?;
             let key = args.key()?;
-            Action::Execute(Request::Get { key, at: ReadAt::Latest, consistency: ReadConsistency::Linearizable }, Render::Type)
+            Action::Execute(
+                Request::Get {
+                    key,
+                    at: ReadAt::Latest,
+                    consistency: ReadConsistency::Linearizable,
+                },
+                Render::Type,
+            )
         }
         "SET" => {
             if args.len() < 2 {
@@ -224,7 +303,9 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
                 let opt = args.keyword()?;
                 match opt.as_str() {
                     "NX" | "XX" if put.condition != WriteCondition::Always => {
-                        return Err(FirnError::BadArgument("syntax error: NX and XX exclude each other".into()));
+                        return Err(FirnError::BadArgument(
+                            "syntax error: NX and XX exclude each other".into(),
+                        ));
                     }
                     "NX" => put.condition = WriteCondition::IfVersion(0),
                     "XX" => put.condition = WriteCondition::IfPresent,
@@ -234,20 +315,36 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
                             "SET {opt} is not supported: Firn has no expiring keys yet; use a keyspace with a max age"
                         )));
                     }
-                    other => return Err(FirnError::BadArgument(format!("syntax error: unknown SET option '{other}'"))),
+                    other => {
+                        return Err(FirnError::BadArgument(format!(
+                            "syntax error: unknown SET option '{other}'"
+                        )));
+                    }
                 }
             }
             let get = put.return_previous;
             Action::Execute(Request::Put(put), Render::Set { get })
         }
-        "DEL" | "UNLINK" => Action::Execute(Request::Delete { keys: args.keys()? }, Render::DelCount),
-        "EXISTS" => Action::Execute(Request::Exists { keys: args.keys()?, consistency: ReadConsistency::Linearizable }, Render::Count),
+        "DEL" | "UNLINK" => {
+            Action::Execute(Request::Delete { keys: args.keys()? }, Render::DelCount)
+        }
+        "EXISTS" => Action::Execute(
+            Request::Exists {
+                keys: args.keys()?,
+                consistency: ReadConsistency::Linearizable,
+            },
+            Render::Count,
+        ),
         "MGET" => Action::Execute(
-            Request::MGet { keys: args.keys()?, at: ReadAt::Latest, consistency: ReadConsistency::Linearizable },
+            Request::MGet {
+                keys: args.keys()?,
+                at: ReadAt::Latest,
+                consistency: ReadConsistency::Linearizable,
+            },
             Render::MGet,
         ),
         "MSET" => {
-            if args.is_empty() || args.len() % 2 != 0 {
+            if args.is_empty() || !args.len().is_multiple_of(2) {
                 return Err(FirnError::WrongArity("mset".into()));
             }
             let mut items = Vec::with_capacity(args.len() / 2);
@@ -259,23 +356,38 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
         }
         "SCAN" => {
             let cursor_text = args.text()?;
-            let cursor = cursor_text.parse::<u64>().map_err(|_| FirnError::BadArgument("invalid cursor".into()))?;
+            let cursor = cursor_text
+                .parse::<u64>()
+                .map_err(|_| FirnError::BadArgument("invalid cursor".into()))?;
             let (mut pattern, mut count, mut type_filter) = (None, 10usize, None);
             while !args.is_empty() {
                 match args.keyword()?.as_str() {
                     "MATCH" => pattern = Some(args.bytes()?),
                     "COUNT" => count = args.usize("COUNT")?,
                     "TYPE" => type_filter = Some(args.text()?.to_lowercase()),
-                    other => return Err(FirnError::BadArgument(format!("syntax error: unknown SCAN option '{other}'"))),
+                    other => {
+                        return Err(FirnError::BadArgument(format!(
+                            "syntax error: unknown SCAN option '{other}'"
+                        )));
+                    }
                 }
             }
-            Action::RedisScan { cursor, pattern, count, type_filter }
+            Action::RedisScan {
+                cursor,
+                pattern,
+                count,
+                type_filter,
+            }
         }
         "FLUSHALL" | "FLUSHDB" => {
             while !args.is_empty() {
                 match args.keyword()?.as_str() {
                     "ASYNC" | "SYNC" => {}
-                    other => return Err(FirnError::BadArgument(format!("syntax error near '{other}'"))),
+                    other => {
+                        return Err(FirnError::BadArgument(format!(
+                            "syntax error near '{other}'"
+                        )));
+                    }
                 }
             }
             Action::Execute(Request::FlushAll, Render::Ok)
@@ -288,9 +400,15 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
             let mut put = PutRequest::new(key, args.bytes()?);
             while !args.is_empty() {
                 match args.keyword()?.as_str() {
-                    "IFVERSION" => put.condition = WriteCondition::IfVersion(args.u64("IFVERSION")?),
+                    "IFVERSION" => {
+                        put.condition = WriteCondition::IfVersion(args.u64("IFVERSION")?)
+                    }
                     "EVENTTIME" => put.event_time_us = Some(args.micros()?),
-                    other => return Err(FirnError::BadArgument(format!("unknown FIRN.PUT option '{other}'; use IFVERSION n, EVENTTIME t"))),
+                    other => {
+                        return Err(FirnError::BadArgument(format!(
+                            "unknown FIRN.PUT option '{other}'; use IFVERSION n, EVENTTIME t"
+                        )));
+                    }
                 }
             }
             Action::Execute(Request::Put(put), Render::FirnWritten)
@@ -299,29 +417,62 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
             let key = args.key()?;
             let (at, consistency) = read_options(&mut args, true)?;
             args.done()?;
-            Action::Execute(Request::Get { key, at, consistency }, Render::FirnValue)
+            Action::Execute(
+                Request::Get {
+                    key,
+                    at,
+                    consistency,
+                },
+                Render::FirnValue,
+            )
         }
         "FIRN.MGET" => {
             let (at, consistency) = read_options(&mut args, false)?;
-            Action::Execute(Request::MGet { keys: args.keys()?, at, consistency }, Render::FirnValues)
+            Action::Execute(
+                Request::MGet {
+                    keys: args.keys()?,
+                    at,
+                    consistency,
+                },
+                Render::FirnValues,
+            )
         }
         "FIRN.DEL" => {
             exact_arity(&args, 1)?;
-            Action::Execute(Request::Delete { keys: vec![args.key()?] }, Render::FirnDel)
+            Action::Execute(
+                Request::Delete {
+                    keys: vec![args.key()?],
+                },
+                Render::FirnDel,
+            )
         }
         "FIRN.HISTORY" => {
             let key = args.key()?;
-            let (mut from, mut to, mut limit, mut consistency) = (1, None, PAGE_ITEMS_DEFAULT, ReadConsistency::Linearizable);
+            let (mut from, mut to, mut limit, mut consistency) =
+                (1, None, PAGE_ITEMS_DEFAULT, ReadConsistency::Linearizable);
             while !args.is_empty() {
                 match args.keyword()?.as_str() {
                     "FROM" => from = args.u64("FROM")?,
                     "TO" => to = Some(args.u64("TO")?),
                     "LIMIT" => limit = args.usize("LIMIT")?,
                     "CONSISTENCY" => consistency = args.text()?.parse()?,
-                    other => return Err(FirnError::BadArgument(format!("unknown FIRN.HISTORY option '{other}'; use FROM, TO, LIMIT, CONSISTENCY"))),
+                    other => {
+                        return Err(FirnError::BadArgument(format!(
+                            "unknown FIRN.HISTORY option '{other}'; use FROM, TO, LIMIT, CONSISTENCY"
+                        )));
+                    }
                 }
             }
-            Action::Execute(Request::History { key, from, to, limit, consistency }, Render::FirnHistory)
+            Action::Execute(
+                Request::History {
+                    key,
+                    from,
+                    to,
+                    limit,
+                    consistency,
+                },
+                Render::FirnHistory,
+            )
         }
         "FIRN.SCAN" => {
             let prefix = args.bytes()?;
@@ -336,22 +487,44 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
                     "ASOF" => at = ReadAt::AsOf(args.read_time()?),
                     "EVENTTIME" => at = ReadAt::EventTime(args.micros()?),
                     "CONSISTENCY" => consistency = args.text()?.parse()?,
-                    other => return Err(FirnError::BadArgument(format!("unknown FIRN.SCAN option '{other}'; use CURSOR, COUNT, MATCH, ASOF, EVENTTIME, CONSISTENCY"))),
+                    other => {
+                        return Err(FirnError::BadArgument(format!(
+                            "unknown FIRN.SCAN option '{other}'; use CURSOR, COUNT, MATCH, ASOF, EVENTTIME, CONSISTENCY"
+                        )));
+                    }
                 }
             }
-            Action::Execute(Request::Scan { prefix, cursor, limit, pattern, at, consistency }, Render::FirnScan)
+            Action::Execute(
+                Request::Scan {
+                    prefix,
+                    cursor,
+                    limit,
+                    pattern,
+                    at,
+                    consistency,
+                },
+                Render::FirnScan,
+            )
         }
         "FIRN.TRUNCATE" => {
             exact_arity(&args, 4)?;
             let target = match args.keyword()?.as_str() {
                 "KEY" => KeyRange::Key(args.key()?),
                 "PREFIX" => KeyRange::Prefix(args.bytes()?),
-                other => return Err(FirnError::BadArgument(format!("FIRN.TRUNCATE takes KEY k or PREFIX p, not '{other}'"))),
+                other => {
+                    return Err(FirnError::BadArgument(format!(
+                        "FIRN.TRUNCATE takes KEY k or PREFIX p, not '{other}'"
+                    )));
+                }
             };
             let before = match args.keyword()?.as_str() {
                 "VERSION" => TruncateBefore::Version(args.u64("VERSION")?),
                 "TIME" => TruncateBefore::Time(args.read_time()?),
-                other => return Err(FirnError::BadArgument(format!("FIRN.TRUNCATE takes VERSION n or TIME t, not '{other}'"))),
+                other => {
+                    return Err(FirnError::BadArgument(format!(
+                        "FIRN.TRUNCATE takes VERSION n or TIME t, not '{other}'"
+                    )));
+                }
             };
             Action::Execute(Request::Truncate { target, before }, Render::Truncated)
         }
@@ -364,10 +537,18 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
                     "PREFIX" => prefix = true,
                     "VERSION" => from = WatchFrom::Version(args.u64("VERSION")?),
                     "TIME" => from = WatchFrom::Time(args.read_time()?),
-                    other => return Err(FirnError::BadArgument(format!("unknown FIRN.WATCH option '{other}'; use PREFIX, VERSION n, TIME t"))),
+                    other => {
+                        return Err(FirnError::BadArgument(format!(
+                            "unknown FIRN.WATCH option '{other}'; use PREFIX, VERSION n, TIME t"
+                        )));
+                    }
                 }
             }
-            let target = if prefix { KeyRange::Prefix(subject) } else { KeyRange::Key(firn_model::Key::new(subject)?) };
+            let target = if prefix {
+                KeyRange::Prefix(subject)
+            } else {
+                KeyRange::Key(firn_model::Key::new(subject)?)
+            };
             Action::Watch(WatchRequest { target, from })
         }
         "FIRN.UNWATCH" => Action::Unwatch,
@@ -377,17 +558,29 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
                 "LIST" => Action::Execute(Request::KeyspaceList, Render::Keyspaces),
                 "DROP" => {
                     exact_arity(&args, 1)?;
-                    Action::Execute(Request::KeyspaceDrop { prefix: args.text()? }, Render::Ok)
+                    Action::Execute(
+                        Request::KeyspaceDrop {
+                            prefix: args.text()?,
+                        },
+                        Render::Ok,
+                    )
                 }
                 "CREATE" => {
-                    let mut spec = KeyspaceSpec { prefix: args.text()?, ..KeyspaceSpec::default_keyspace() };
+                    let mut spec = KeyspaceSpec {
+                        prefix: args.text()?,
+                        ..KeyspaceSpec::default_keyspace()
+                    };
                     while !args.is_empty() {
                         match args.keyword()?.as_str() {
                             "MODE" => spec.mode = args.text()?.parse()?,
                             "MAXVERSIONS" => spec.max_versions = Some(args.u64("MAXVERSIONS")?),
                             "MAXAGE" => spec.max_age_us = Some(parse_duration_us(&args.text()?)?),
                             "DURABILITY" => spec.durability = args.text()?.parse()?,
-                            other => return Err(FirnError::BadArgument(format!("unknown keyspace option '{other}'; use MODE, MAXVERSIONS, MAXAGE, DURABILITY"))),
+                            other => {
+                                return Err(FirnError::BadArgument(format!(
+                                    "unknown keyspace option '{other}'; use MODE, MAXVERSIONS, MAXAGE, DURABILITY"
+                                )));
+                            }
                         }
                     }
                     Action::Execute(Request::KeyspaceCreate(spec), Render::Ok)
@@ -409,21 +602,38 @@ pub fn parse_duration_us(text: &str) -> Result<u64, FirnError> {
     }
     humantime::parse_duration(text)
         .map(|d| d.as_micros().min(u64::MAX as u128) as u64)
-        .map_err(|_| FirnError::BadArgument(format!("'{text}' is not a duration; use seconds or units like 90s, 15m, 2h, 7d")))
+        .map_err(|_| {
+            FirnError::BadArgument(format!(
+                "'{text}' is not a duration; use seconds or units like 90s, 15m, 2h, 7d"
+            ))
+        })
 }
 
 pub fn version_map(info: &VersionInfo) -> Reply {
     Reply::Map(vec![
         (Reply::text("version"), Reply::Int(info.version as i64)),
-        (Reply::text("commit_ts"), Reply::text(info.commit_ts.to_string())),
-        (Reply::text("event_time"), info.event_time_us.map_or(Reply::Nil, |t| Reply::Int(t as i64))),
+        (
+            Reply::text("commit_ts"),
+            Reply::text(info.commit_ts.to_string()),
+        ),
+        (
+            Reply::text("event_time"),
+            info.event_time_us
+                .map_or(Reply::Nil, |t| Reply::Int(t as i64)),
+        ),
         (Reply::text("deleted"), Reply::Int(info.deleted as i64)),
-        (Reply::text("value"), info.value.clone().map_or(Reply::Nil, Reply::Bulk)),
+        (
+            Reply::text("value"),
+            info.value.clone().map_or(Reply::Nil, Reply::Bulk),
+        ),
     ])
 }
 
 fn written_pair(w: &Written) -> Reply {
-    Reply::Array(vec![Reply::Int(w.version as i64), Reply::text(w.commit_ts.to_string())])
+    Reply::Array(vec![
+        Reply::Int(w.version as i64),
+        Reply::text(w.commit_ts.to_string()),
+    ])
 }
 
 /// Renders a router answer for the command that asked.
@@ -431,34 +641,59 @@ pub fn render(render: Render, result: Result<Response, FirnError>) -> Reply {
     let response = match result {
         Ok(r) => r,
         // SET NX / XX whose condition fails answers nil, as Redis does.
-        Err(FirnError::Conflict { .. }) if matches!(render, Render::Set { .. }) => return Reply::Nil,
+        Err(FirnError::Conflict { .. }) if matches!(render, Render::Set { .. }) => {
+            return Reply::Nil;
+        }
         Err(e) => return Reply::error(&e),
     };
     match (render, response) {
-        (Render::Get, Response::Value(v)) => v.and_then(|i| i.value).map_or(Reply::Nil, Reply::Bulk),
-        (Render::Type, Response::Value(v)) => Reply::Simple(if v.is_some() { "string" } else { "none" }.into()),
+        (Render::Get, Response::Value(v)) => {
+            v.and_then(|i| i.value).map_or(Reply::Nil, Reply::Bulk)
+        }
+        (Render::Type, Response::Value(v)) => {
+            Reply::Simple(if v.is_some() { "string" } else { "none" }.into())
+        }
         (Render::Set { get: false }, Response::Written(_)) => Reply::Ok,
-        (Render::Set { get: true }, Response::Written(w)) => {
-            w.first().and_then(|w| w.previous.as_ref()).and_then(|p| p.value.clone()).map_or(Reply::Nil, Reply::Bulk)
+        (Render::Set { get: true }, Response::Written(w)) => w
+            .first()
+            .and_then(|w| w.previous.as_ref())
+            .and_then(|p| p.value.clone())
+            .map_or(Reply::Nil, Reply::Bulk),
+        (Render::DelCount, Response::Written(w)) => {
+            Reply::Int(w.iter().filter(|w| w.existed).count() as i64)
         }
-        (Render::DelCount, Response::Written(w)) => Reply::Int(w.iter().filter(|w| w.existed).count() as i64),
         (Render::Count, Response::Count(n)) => Reply::Int(n as i64),
-        (Render::MGet, Response::Values(vs)) => {
-            Reply::Array(vs.into_iter().map(|v| v.and_then(|i| i.value).map_or(Reply::Nil, Reply::Bulk)).collect())
-        }
+        (Render::MGet, Response::Values(vs)) => Reply::Array(
+            vs.into_iter()
+                .map(|v| v.and_then(|i| i.value).map_or(Reply::Nil, Reply::Bulk))
+                .collect(),
+        ),
         (Render::Ok, _) => Reply::Ok,
         (Render::FirnWritten, Response::Written(w)) => w.first().map_or(Reply::Nil, written_pair),
-        (Render::FirnDel, Response::Written(w)) => w.first().filter(|w| w.existed).map_or(Reply::Nil, written_pair),
+        (Render::FirnDel, Response::Written(w)) => w
+            .first()
+            .filter(|w| w.existed)
+            .map_or(Reply::Nil, written_pair),
         (Render::FirnValue, Response::Value(v)) => v.as_ref().map_or(Reply::Nil, version_map),
-        (Render::FirnValues, Response::Values(vs)) => {
-            Reply::Array(vs.iter().map(|v| v.as_ref().map_or(Reply::Nil, version_map)).collect())
+        (Render::FirnValues, Response::Values(vs)) => Reply::Array(
+            vs.iter()
+                .map(|v| v.as_ref().map_or(Reply::Nil, version_map))
+                .collect(),
+        ),
+        (Render::FirnHistory, Response::History(h)) => {
+            Reply::Array(h.iter().map(version_map).collect())
         }
-        (Render::FirnHistory, Response::History(h)) => Reply::Array(h.iter().map(version_map).collect()),
         (Render::FirnScan, Response::Scan { keys, next_cursor }) => Reply::Array(vec![
             Reply::Bulk(next_cursor.unwrap_or_default()),
-            Reply::Array(keys.into_iter().map(|(k, _)| Reply::Bulk(k.bytes().clone())).collect()),
+            Reply::Array(
+                keys.into_iter()
+                    .map(|(k, _)| Reply::Bulk(k.bytes().clone()))
+                    .collect(),
+            ),
         ]),
-        (Render::Truncated, Response::Truncated { versions_removed }) => Reply::Int(versions_removed as i64),
+        (Render::Truncated, Response::Truncated { versions_removed }) => {
+            Reply::Int(versions_removed as i64)
+        }
         (Render::Keyspaces, Response::Keyspaces(specs)) => Reply::Array(
             specs
                 .iter()
@@ -466,13 +701,21 @@ pub fn render(render: Render, result: Result<Response, FirnError>) -> Reply {
                     Reply::Map(vec![
                         (Reply::text("prefix"), Reply::text(&s.prefix)),
                         (Reply::text("mode"), Reply::text(s.mode.to_string())),
-                        (Reply::text("max_versions"), s.max_versions.map_or(Reply::Nil, |n| Reply::Int(n as i64))),
-                        (Reply::text("max_age_us"), s.max_age_us.map_or(Reply::Nil, |n| Reply::Int(n as i64))),
+                        (
+                            Reply::text("max_versions"),
+                            s.max_versions.map_or(Reply::Nil, |n| Reply::Int(n as i64)),
+                        ),
+                        (
+                            Reply::text("max_age_us"),
+                            s.max_age_us.map_or(Reply::Nil, |n| Reply::Int(n as i64)),
+                        ),
                         (Reply::text("durability"), Reply::text("disk")),
                     ])
                 })
                 .collect(),
         ),
-        (render, other) => Reply::error(&FirnError::Internal(format!("{render:?} cannot show {other:?}"))),
+        (render, other) => Reply::error(&FirnError::Internal(format!(
+            "{render:?} cannot show {other:?}"
+        ))),
     }
 }

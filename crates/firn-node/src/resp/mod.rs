@@ -199,7 +199,10 @@ impl Connection {
             Ok(None) => None,
             Err(e) => {
                 self.input.clear();
-                Some(Err(Reply::Error(format!("ERR Protocol error: {}", e.details().replace(['\r', '\n'], " ")))))
+                Some(Err(Reply::Error(format!(
+                    "ERR Protocol error: {}",
+                    e.details().replace(['\r', '\n'], " ")
+                ))))
             }
         }
     }
@@ -209,9 +212,14 @@ impl Connection {
         let end = self.input.iter().position(|&b| b == b'\n')?;
         let line = self.input.split_to(end + 1);
         let text = String::from_utf8_lossy(&line);
-        let mut words = text.split_whitespace().map(|w| Bytes::copy_from_slice(w.as_bytes()));
+        let mut words = text
+            .split_whitespace()
+            .map(|w| Bytes::copy_from_slice(w.as_bytes()));
         let name = words.next()?;
-        Some(Ok((String::from_utf8_lossy(&name).to_ascii_uppercase(), words.collect())))
+        Some(Ok((
+            String::from_utf8_lossy(&name).to_ascii_uppercase(),
+            words.collect(),
+        )))
     }
 
     /// Awaits every queued answer, in order, into the output buffer.
@@ -247,7 +255,12 @@ impl Connection {
                 let pending = self.shared.router.submit(request).await;
                 self.queue.push_back(Queued::Pending(how, pending));
             }
-            Action::RedisScan { cursor, pattern, count, type_filter } => {
+            Action::RedisScan {
+                cursor,
+                pattern,
+                count,
+                type_filter,
+            } => {
                 self.drain().await;
                 let reply = self.redis_scan(cursor, pattern, count, type_filter).await;
                 self.queue.push_back(Queued::Ready(reply));
@@ -270,7 +283,9 @@ impl Connection {
                 let r = self.name.clone().map_or(Reply::Nil, Reply::Bulk);
                 self.queue.push_back(Queued::Ready(r));
             }
-            Action::ClientId => self.queue.push_back(Queued::Ready(Reply::Int(self.id as i64))),
+            Action::ClientId => self
+                .queue
+                .push_back(Queued::Ready(Reply::Int(self.id as i64))),
             Action::Info(section) => {
                 let r = Reply::Bulk(self.info(section.as_deref()).into());
                 self.queue.push_back(Queued::Ready(r));
@@ -279,7 +294,9 @@ impl Connection {
                 self.queue.push_back(Queued::Ready(Reply::Ok));
                 self.closing = true;
             }
-            Action::Unwatch => self.queue.push_back(Queued::Ready(Reply::Error("ERR not watching".into()))),
+            Action::Unwatch => self
+                .queue
+                .push_back(Queued::Ready(Reply::Error("ERR not watching".into()))),
             Action::Watch(request) => {
                 self.drain().await;
                 match self.shared.router.watch(request.clone()).await {
@@ -289,7 +306,8 @@ impl Connection {
                             firn_model::KeyRange::Key(k) => k.bytes().clone(),
                             firn_model::KeyRange::Prefix(p) => p.clone(),
                         };
-                        Reply::Push(vec![Reply::text("watching"), Reply::Bulk(subject)]).encode(self.proto, &mut self.output);
+                        Reply::Push(vec![Reply::text("watching"), Reply::Bulk(subject)])
+                            .encode(self.proto, &mut self.output);
                         self.flush().await?;
                         self.watch_loop(&mut stream).await?;
                     }
@@ -347,11 +365,24 @@ impl Connection {
         }
     }
 
-    async fn redis_scan(&mut self, cursor: u64, pattern: Option<Bytes>, count: usize, type_filter: Option<String>) -> Reply {
+    async fn redis_scan(
+        &mut self,
+        cursor: u64,
+        pattern: Option<Bytes>,
+        count: usize,
+        type_filter: Option<String>,
+    ) -> Reply {
         let after = if cursor == 0 {
             None
         } else {
-            match self.shared.cursors.lock().unwrap_or_else(|p| p.into_inner()).by_id.get(&cursor) {
+            match self
+                .shared
+                .cursors
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .by_id
+                .get(&cursor)
+            {
                 Some(k) => Some(k.clone()),
                 None => return Reply::error(&FirnError::BadArgument("invalid cursor".into())),
             }
@@ -370,12 +401,21 @@ impl Connection {
         match self.shared.router.execute(request).await {
             Ok(Response::Scan { keys, next_cursor }) => {
                 let next = match next_cursor {
-                    Some(k) => self.shared.cursors.lock().unwrap_or_else(|p| p.into_inner()).insert(k),
+                    Some(k) => self
+                        .shared
+                        .cursors
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(k),
                     None => 0,
                 };
                 Reply::Array(vec![
                     Reply::text(next.to_string()),
-                    Reply::Array(keys.into_iter().map(|(k, _)| Reply::Bulk(k.bytes().clone())).collect()),
+                    Reply::Array(
+                        keys.into_iter()
+                            .map(|(k, _)| Reply::Bulk(k.bytes().clone()))
+                            .collect(),
+                    ),
                 ])
             }
             Ok(other) => Reply::error(&FirnError::Internal(format!("scan answered {other:?}"))),
@@ -392,7 +432,10 @@ impl Connection {
             (Reply::text("mode"), Reply::text("standalone")),
             (Reply::text("role"), Reply::text("master")),
             (Reply::text("modules"), Reply::Array(vec![])),
-            (Reply::text("firn_version"), Reply::text(env!("CARGO_PKG_VERSION"))),
+            (
+                Reply::text("firn_version"),
+                Reply::text(env!("CARGO_PKG_VERSION")),
+            ),
         ])
     }
 
@@ -453,14 +496,20 @@ const REDIS_COMPAT_VERSION: &str = "7.2.0";
 fn frame_to_command(frame: resp2::types::BytesFrame) -> Result<Frame, Reply> {
     use resp2::types::BytesFrame as F;
     let F::Array(parts) = frame else {
-        return Err(Reply::Error("ERR Protocol error: expected an array of bulk strings".into()));
+        return Err(Reply::Error(
+            "ERR Protocol error: expected an array of bulk strings".into(),
+        ));
     };
     let mut items = VecDeque::with_capacity(parts.len());
     for part in parts {
         match part {
             F::BulkString(b) | F::SimpleString(b) => items.push_back(b),
             F::Integer(i) => items.push_back(Bytes::from(i.to_string())),
-            _ => return Err(Reply::Error("ERR Protocol error: command arguments must be bulk strings".into())),
+            _ => {
+                return Err(Reply::Error(
+                    "ERR Protocol error: command arguments must be bulk strings".into(),
+                ));
+            }
         }
     }
     let Some(name) = items.pop_front() else {
@@ -475,7 +524,9 @@ fn event_reply(e: &WatchEvent) -> Reply {
         Reply::Bulk(e.key.bytes().clone()),
         Reply::Int(e.info.version as i64),
         Reply::text(e.info.commit_ts.to_string()),
-        e.info.event_time_us.map_or(Reply::Nil, |t| Reply::Int(t as i64)),
+        e.info
+            .event_time_us
+            .map_or(Reply::Nil, |t| Reply::Int(t as i64)),
         Reply::text(if e.info.deleted { "del" } else { "put" }),
         e.info.value.clone().map_or(Reply::Nil, Reply::Bulk),
     ])

@@ -42,7 +42,8 @@ impl Reply {
             resp3::encode::complete::extend_encode(out, &self.to_resp3(), false)
                 .expect("encoding a RESP3 frame");
         } else {
-            resp2::encode::extend_encode(out, &self.to_resp2(), false).expect("encoding a RESP2 frame");
+            resp2::encode::extend_encode(out, &self.to_resp2(), false)
+                .expect("encoding a RESP2 frame");
         }
     }
 
@@ -55,24 +56,55 @@ impl Reply {
             Reply::Int(i) => F::Integer(*i),
             Reply::Bulk(b) => F::BulkString(b.clone()),
             Reply::Nil => F::Null,
-            Reply::Array(items) | Reply::Push(items) => F::Array(items.iter().map(Reply::to_resp2).collect()),
-            Reply::Map(pairs) => F::Array(pairs.iter().flat_map(|(k, v)| [k.to_resp2(), v.to_resp2()]).collect()),
+            Reply::Array(items) | Reply::Push(items) => {
+                F::Array(items.iter().map(Reply::to_resp2).collect())
+            }
+            Reply::Map(pairs) => F::Array(
+                pairs
+                    .iter()
+                    .flat_map(|(k, v)| [k.to_resp2(), v.to_resp2()])
+                    .collect(),
+            ),
         }
     }
 
     fn to_resp3(&self) -> resp3::types::BytesFrame {
         use resp3::types::BytesFrame as F;
         match self {
-            Reply::Ok => F::SimpleString { data: Bytes::from_static(b"OK"), attributes: None },
-            Reply::Simple(s) => F::SimpleString { data: Bytes::copy_from_slice(s.as_bytes()), attributes: None },
-            Reply::Error(e) => F::SimpleError { data: e.clone().into(), attributes: None },
-            Reply::Int(i) => F::Number { data: *i, attributes: None },
-            Reply::Bulk(b) => F::BlobString { data: b.clone(), attributes: None },
+            Reply::Ok => F::SimpleString {
+                data: Bytes::from_static(b"OK"),
+                attributes: None,
+            },
+            Reply::Simple(s) => F::SimpleString {
+                data: Bytes::copy_from_slice(s.as_bytes()),
+                attributes: None,
+            },
+            Reply::Error(e) => F::SimpleError {
+                data: e.clone().into(),
+                attributes: None,
+            },
+            Reply::Int(i) => F::Number {
+                data: *i,
+                attributes: None,
+            },
+            Reply::Bulk(b) => F::BlobString {
+                data: b.clone(),
+                attributes: None,
+            },
             Reply::Nil => F::Null,
-            Reply::Array(items) => F::Array { data: items.iter().map(Reply::to_resp3).collect(), attributes: None },
-            Reply::Push(items) => F::Push { data: items.iter().map(Reply::to_resp3).collect(), attributes: None },
+            Reply::Array(items) => F::Array {
+                data: items.iter().map(Reply::to_resp3).collect(),
+                attributes: None,
+            },
+            Reply::Push(items) => F::Push {
+                data: items.iter().map(Reply::to_resp3).collect(),
+                attributes: None,
+            },
             Reply::Map(pairs) => F::Map {
-                data: pairs.iter().map(|(k, v)| (k.to_resp3(), v.to_resp3())).collect(),
+                data: pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_resp3(), v.to_resp3()))
+                    .collect(),
                 attributes: None,
             },
         }
@@ -102,6 +134,9 @@ mod tests {
     fn error_lines_carry_the_code_and_no_newlines() {
         let e = FirnError::BadArgument("bad\r\nthing".into());
         assert_eq!(encoded(Reply::error(&e), 2), "-ERR bad  thing\r\n");
-        assert_eq!(encoded(Reply::error(&FirnError::Conflict { current: 4 }), 2), "-CONFLICT condition failed: the key's current version is 4\r\n");
+        assert_eq!(
+            encoded(Reply::error(&FirnError::Conflict { current: 4 }), 2),
+            "-CONFLICT condition failed: the key's current version is 4\r\n"
+        );
     }
 }

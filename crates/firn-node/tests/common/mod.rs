@@ -13,7 +13,9 @@ pub async fn start_node(allow_flushall: bool) -> RunningNode {
         http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         in_memory: true,
         allow_flushall,
-        limits: firn_model::Limits { value_bytes_max: 64 * 1024 },
+        limits: firn_model::Limits {
+            value_bytes_max: 64 * 1024,
+        },
         retention_interval: Duration::from_millis(200),
         ..NodeConfig::default()
     };
@@ -26,6 +28,7 @@ pub async fn redis_conn(node: &RunningNode) -> redis::aio::MultiplexedConnection
 }
 
 pub async fn redis_conn_resp3(node: &RunningNode) -> redis::aio::MultiplexedConnection {
-    let client = redis::Client::open(format!("redis://{}/?protocol=resp3", node.resp_addr)).unwrap();
+    let client =
+        redis::Client::open(format!("redis://{}/?protocol=resp3", node.resp_addr)).unwrap();
     client.get_multiplexed_async_connection().await.unwrap()
 }

@@ -37,11 +37,28 @@ impl FirnProcess {
                 }
             }
         });
-        let line = rx.recv_timeout(Duration::from_secs(60)).expect("firn did not start within 60 s");
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("firn did not start within 60 s");
         // "firn serving: redis-cli -p PORT   |   curl http://ADDR/v1/kv/hello"
-        let resp_port = line.split("-p ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap().parse().unwrap();
-        let http_addr = line.split("http://").nth(1).and_then(|r| r.split('/').next()).unwrap().to_string();
-        FirnProcess { child, resp_port, http_addr }
+        let resp_port = line
+            .split("-p ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap()
+            .parse()
+            .unwrap();
+        let http_addr = line
+            .split("http://")
+            .nth(1)
+            .and_then(|r| r.split('/').next())
+            .unwrap()
+            .to_string();
+        FirnProcess {
+            child,
+            resp_port,
+            http_addr,
+        }
     }
 
     pub fn resp_addr(&self) -> String {
