@@ -441,7 +441,23 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         node.resp_addr.port(),
         node.http_addr
     );
-    let _ = tokio::signal::ctrl_c().await;
+    wait_for_stop_signal().await;
     node.shutdown().await;
     Ok(())
+}
+
+/// Ctrl-C (SIGINT) or SIGTERM: stop gracefully. (kill -9 is safe too: nothing acknowledged
+/// is lost, it only skips the orderly close.)
+async fn wait_for_stop_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
 }
