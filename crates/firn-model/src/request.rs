@@ -247,6 +247,18 @@ pub enum Response {
 }
 
 impl Request {
+    /// How fresh a read must be; writes and bookkeeping reads are linearizable.
+    pub fn consistency(&self) -> ReadConsistency {
+        match self {
+            Request::Get { consistency, .. }
+            | Request::MGet { consistency, .. }
+            | Request::Exists { consistency, .. }
+            | Request::History { consistency, .. }
+            | Request::Scan { consistency, .. } => *consistency,
+            _ => ReadConsistency::Linearizable,
+        }
+    }
+
     /// A short name for metrics and logs.
     pub fn name(&self) -> &'static str {
         match self {

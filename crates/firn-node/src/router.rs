@@ -136,30 +136,59 @@ impl Router {
     }
 
     async fn read(&self, request: Request) -> Result<Response, FirnError> {
+        self.barrier(request.consistency()).await?;
+        self.read_unfenced(request)
+    }
+
+    /// Executes reads that arrived together: one read-index barrier serves every
+    /// linearizable one (each began before the barrier did, so each sees every write
+    /// acknowledged before it began). Answers in request order.
+    pub async fn execute_reads(&self, requests: Vec<Request>) -> Vec<Result<Response, FirnError>> {
+        let started = Instant::now();
+        let needs_barrier = requests
+            .iter()
+            .any(|r| r.consistency() == ReadConsistency::Linearizable);
+        let barrier = if needs_barrier {
+            self.barrier(ReadConsistency::Linearizable).await
+        } else {
+            Ok(())
+        };
+        requests
+            .into_iter()
+            .map(|request| {
+                let name = request.name();
+                metrics::counter!("firn_requests_total", "op" => name).increment(1);
+                let result = match (&barrier, request.consistency()) {
+                    (Err(e), ReadConsistency::Linearizable) => Err(e.clone()),
+                    _ => self
+                        .validate(&request)
+                        .and_then(|()| self.read_unfenced(request)),
+                };
+                metrics::histogram!("firn_request_seconds", "op" => name)
+                    .record(started.elapsed().as_secs_f64());
+                if result.is_err() {
+                    metrics::counter!("firn_request_errors_total", "op" => name).increment(1);
+                }
+                result
+            })
+            .collect()
+    }
+
+    /// A read against this replica's applied state, without a barrier.
+    fn read_unfenced(&self, request: Request) -> Result<Response, FirnError> {
         let store = self.shard.store();
         match request {
-            Request::Get {
-                key,
-                at,
-                consistency,
-            } => {
-                self.barrier(consistency).await?;
+            Request::Get { key, at, .. } => {
                 Ok(Response::Value(store.get_live(key.as_bytes(), at)?))
             }
-            Request::MGet {
-                keys,
-                at,
-                consistency,
-            } => {
-                self.barrier(consistency).await?;
+            Request::MGet { keys, at, .. } => {
                 let values = keys
                     .iter()
                     .map(|k| store.get_live(k.as_bytes(), at))
                     .collect::<Result<_, _>>()?;
                 Ok(Response::Values(values))
             }
-            Request::Exists { keys, consistency } => {
-                self.barrier(consistency).await?;
+            Request::Exists { keys, .. } => {
                 let mut n = 0;
                 for k in &keys {
                     n += store.meta(k.as_bytes())?.is_some_and(|m| m.is_live()) as u64;
@@ -171,37 +200,27 @@ impl Router {
                 from,
                 to,
                 limit,
-                consistency,
-            } => {
-                self.barrier(consistency).await?;
-                Ok(Response::History(store.history(
-                    key.as_bytes(),
-                    from,
-                    to,
-                    limit,
-                )?))
-            }
+                ..
+            } => Ok(Response::History(store.history(
+                key.as_bytes(),
+                from,
+                to,
+                limit,
+            )?)),
             Request::Scan {
                 prefix,
                 cursor,
                 limit,
                 pattern,
                 at,
-                consistency,
+                ..
             } => {
-                self.barrier(consistency).await?;
                 let (keys, next_cursor) =
                     store.scan(&prefix, cursor.as_deref(), limit, pattern.as_deref(), at)?;
                 Ok(Response::Scan { keys, next_cursor })
             }
-            Request::KeyspaceList => {
-                self.barrier(ReadConsistency::Linearizable).await?;
-                Ok(Response::Keyspaces(store.keyspaces()))
-            }
-            Request::DbSize => {
-                self.barrier(ReadConsistency::Linearizable).await?;
-                Ok(Response::Count(store.live_keys()))
-            }
+            Request::KeyspaceList => Ok(Response::Keyspaces(store.keyspaces())),
+            Request::DbSize => Ok(Response::Count(store.live_keys())),
             write => Err(FirnError::Internal(format!(
                 "{} is a write, not a read",
                 write.name()

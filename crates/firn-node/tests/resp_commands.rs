@@ -269,11 +269,19 @@ async fn pipelined_writes_apply_in_order_and_a_read_sees_them() {
     let node = start_node(false).await;
     let mut c = redis_conn(&node).await;
     let mut pipe = redis::pipe();
-    for i in 0..50 {
+    pipe.cmd("GET").arg("p");
+    for i in 0..25 {
+        pipe.cmd("SET").arg("p").arg(i).ignore();
+    }
+    pipe.cmd("GET").arg("p").cmd("GET").arg("p");
+    for i in 25..50 {
         pipe.cmd("SET").arg("p").arg(i).ignore();
     }
     pipe.cmd("GET").arg("p");
-    let (last,): (String,) = pipe.query_async(&mut c).await.unwrap();
+    let (before, mid, mid_again, last): (Option<String>, String, String, String) =
+        pipe.query_async(&mut c).await.unwrap();
+    assert_eq!(before, None, "a read does not see writes sent after it");
+    assert_eq!((mid.as_str(), mid_again.as_str()), ("24", "24"));
     assert_eq!(last, "49");
     let history: Vec<Value> = redis::cmd("FIRN.HISTORY")
         .arg("p")

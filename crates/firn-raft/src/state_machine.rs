@@ -6,13 +6,20 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use firn_model::FirnError;
+use firn_store::Command;
 use firn_store::VersionedStore;
 use firn_store::backend::{Dump, Table};
-use futures::{Stream, TryStreamExt};
-use openraft::storage::{EntryResponder, RaftStateMachine};
+use futures::{FutureExt, Stream, TryStreamExt};
+use openraft::storage::{ApplyResponder, EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 
-use crate::types::{FirnRaft, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership};
+use crate::types::{
+    FirnRaft, LogCommand, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership,
+};
+
+/// Most log entries applied in one storage batch: bounds the batch's memory and how long
+/// proposers wait for the first of them to be answered.
+const APPLY_BATCH_ENTRIES_MAX: usize = 1_024;
 
 const SYS_APPLIED: &[u8] = b"raft_applied";
 const SYS_MEMBERSHIP: &[u8] = b"raft_membership";
@@ -97,6 +104,28 @@ fn dump_system<T: for<'de> serde::Deserialize<'de>>(
     Ok(None)
 }
 
+impl ShardStateMachine {
+    /// Applies the collected commands as one storage batch and answers their proposers.
+    fn apply_pending(
+        &self,
+        pending: &mut Vec<(LogId, LogCommand, Option<ApplyResponder<FirnRaft>>)>,
+    ) -> io::Result<()> {
+        let Some((last_id, _, _)) = pending.last() else {
+            return Ok(());
+        };
+        let system = vec![(SYS_APPLIED.to_vec(), encode(last_id)?)];
+        let cmds: Vec<&Command> = pending.iter().map(|(_, c, _)| &c.0).collect();
+        // A storage failure leaves the state unknown: stop this replica.
+        let results = self.store.apply_batch(&cmds, system).map_err(firn_to_io)?;
+        for ((_, _, responder), result) in pending.drain(..).zip(results) {
+            if let Some(r) = responder {
+                r.send(result);
+            }
+        }
+        Ok(())
+    }
+}
+
 impl RaftSnapshotBuilder<FirnRaft> for ShardStateMachine {
     type SnapshotData = SnapshotData;
 
@@ -141,30 +170,60 @@ impl RaftStateMachine<FirnRaft> for ShardStateMachine {
     where
         Strm: Stream<Item = Result<EntryResponder<FirnRaft>, io::Error>> + Unpin + OptionalSend,
     {
-        while let Some((entry, responder)) = entries.try_next().await? {
-            let mut system = vec![(SYS_APPLIED.to_vec(), encode(&entry.log_id)?)];
-            let response = match entry.payload {
-                EntryPayload::Blank => {
-                    self.store.write_system(system).map_err(firn_to_io)?;
-                    Ok(firn_model::Response::Done)
+        // Entries already at hand are applied together: consecutive batchable commands share
+        // one storage batch, which is most of the cost of applying a small write.
+        let mut pending: Vec<(LogId, LogCommand, Option<ApplyResponder<FirnRaft>>)> = Vec::new();
+        loop {
+            let next = match pending.len() {
+                0 => entries.try_next().await?,
+                n if n >= APPLY_BATCH_ENTRIES_MAX => {
+                    self.apply_pending(&mut pending)?;
+                    continue;
                 }
-                EntryPayload::Membership(membership) => {
-                    let stored = StoredMembership::new(Some(entry.log_id), membership);
-                    system.push((SYS_MEMBERSHIP.to_vec(), encode(&stored)?));
-                    self.store.write_system(system).map_err(firn_to_io)?;
-                    Ok(firn_model::Response::Done)
-                }
-                EntryPayload::Normal(cmd) => match self.store.apply(&cmd.0, system) {
-                    // A storage failure leaves the state unknown: stop this replica.
-                    Err(FirnError::Internal(e)) => return Err(io::Error::other(e)),
-                    other => other,
+                // Wait for nothing: apply what is here when the stream has no more ready.
+                _ => match entries.try_next().now_or_never() {
+                    Some(next) => next?,
+                    None => {
+                        self.apply_pending(&mut pending)?;
+                        continue;
+                    }
                 },
             };
-            if let Some(responder) = responder {
-                responder.send(response);
+            let Some((entry, responder)) = next else {
+                self.apply_pending(&mut pending)?;
+                return Ok(());
+            };
+            match entry.payload {
+                EntryPayload::Normal(cmd) if cmd.0.op.is_batchable() => {
+                    pending.push((entry.log_id, cmd, responder));
+                }
+                EntryPayload::Normal(cmd) => {
+                    self.apply_pending(&mut pending)?;
+                    pending.push((entry.log_id, cmd, responder));
+                    self.apply_pending(&mut pending)?;
+                }
+                EntryPayload::Blank => {
+                    self.apply_pending(&mut pending)?;
+                    let system = vec![(SYS_APPLIED.to_vec(), encode(&entry.log_id)?)];
+                    self.store.write_system(system).map_err(firn_to_io)?;
+                    if let Some(r) = responder {
+                        r.send(Ok(firn_model::Response::Done));
+                    }
+                }
+                EntryPayload::Membership(membership) => {
+                    self.apply_pending(&mut pending)?;
+                    let stored = StoredMembership::new(Some(entry.log_id), membership);
+                    let system = vec![
+                        (SYS_APPLIED.to_vec(), encode(&entry.log_id)?),
+                        (SYS_MEMBERSHIP.to_vec(), encode(&stored)?),
+                    ];
+                    self.store.write_system(system).map_err(firn_to_io)?;
+                    if let Some(r) = responder {
+                        r.send(Ok(firn_model::Response::Done));
+                    }
+                }
             }
         }
-        Ok(())
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {

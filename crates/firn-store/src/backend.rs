@@ -67,6 +67,11 @@ impl Batch {
         self.ops.len()
     }
 
+    /// Drops every write queued after the first `len`.
+    pub fn truncate(&mut self, len: usize) {
+        self.ops.truncate(len);
+    }
+
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }

@@ -35,6 +35,16 @@ pub enum Op {
 }
 
 impl Op {
+    /// Whether the command reads only key metadata (never stored versions) while it applies,
+    /// so that it can share one storage batch with its neighbours in the log.
+    pub fn is_batchable(&self) -> bool {
+        match self {
+            Op::Put(p) => !p.return_previous,
+            Op::Delete { .. } | Op::MSet { .. } => true,
+            _ => false,
+        }
+    }
+
     /// The log operation for a write request; `None` for a read.
     pub fn from_request(request: Request) -> Option<Op> {
         Some(match request {

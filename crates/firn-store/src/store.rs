@@ -176,20 +176,54 @@ impl VersionedStore {
         cmd: &Command,
         system: Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<Response, FirnError> {
+        self.apply_batch(&[cmd], system)?
+            .pop()
+            .expect("one result per command")
+    }
+
+    /// Applies several commands in log order as one atomic storage batch, with `system`
+    /// bookkeeping (the caller's applied position after the last of them). Each command gets
+    /// its own result; a rejected one changes nothing. Several commands may share a batch
+    /// only if each [`Op::is_batchable`]: they read nothing but key metadata, which the batch
+    /// keeps in view. An `Err` is a storage failure: the state is then unknown.
+    pub fn apply_batch(
+        &self,
+        cmds: &[&Command],
+        system: Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<Vec<Result<Response, FirnError>>, FirnError> {
+        assert!(
+            cmds.len() <= 1 || cmds.iter().all(|c| c.op.is_batchable()),
+            "only batchable commands may share a storage batch"
+        );
         let mut state = self.apply_state.lock().unwrap_or_else(|p| p.into_inner());
-        // Deterministic HLC rule: within a shard stamps only grow.
-        let ts = cmd.ts.max(state.last_ts.successor());
-        let mut txn = Txn::new(self, ts);
-        let outcome = txn.run(&cmd.op);
-        let (mut batch, events, live_delta, keyspaces_changed) = match outcome {
-            Ok(_) => (txn.batch, txn.events, txn.live_delta, txn.keyspaces_changed),
-            Err(_) => (Batch::default(), Vec::new(), 0, false),
-        };
-        let live_keys = if matches!(cmd.op, Op::FlushAll) && outcome.is_ok() {
+        let mut txn = Txn::new(self, state.last_ts);
+        let mut results = Vec::with_capacity(cmds.len());
+        let mut flushed_all = false;
+        for cmd in cmds {
+            // Deterministic HLC rule: within a shard stamps only grow.
+            txn.ts = cmd.ts.max(txn.ts.successor());
+            let mark = (txn.batch.len(), txn.events.len(), txn.live_delta);
+            let outcome = txn.run(&cmd.op);
+            match &outcome {
+                Err(FirnError::Internal(e)) => return Err(FirnError::Internal(e.clone())),
+                Err(_) => {
+                    // Rejections happen before a command changes anything it could leave
+                    // behind in the overlay; drop whatever it queued.
+                    txn.batch.truncate(mark.0);
+                    txn.events.truncate(mark.1);
+                    txn.live_delta = mark.2;
+                }
+                Ok(_) => flushed_all |= matches!(cmd.op, Op::FlushAll),
+            }
+            results.push(outcome);
+        }
+        let live_keys = if flushed_all {
             0
         } else {
-            (state.live_keys as i64 + live_delta).max(0) as u64
+            (state.live_keys as i64 + txn.live_delta).max(0) as u64
         };
+        let ts = txn.ts;
+        let mut batch = std::mem::take(&mut txn.batch);
         batch.put(Table::System, SYS_LAST_TS.to_vec(), encode(&ts));
         batch.put(Table::System, SYS_LIVE_KEYS.to_vec(), encode(&live_keys));
         for (k, v) in system {
@@ -199,14 +233,14 @@ impl VersionedStore {
         state.last_ts = ts;
         state.live_keys = live_keys;
         drop(state);
-        if keyspaces_changed {
+        if txn.keyspaces_changed {
             self.reload()?;
         }
-        for event in events {
+        for event in txn.events {
             // No receivers is fine: nobody is watching.
             let _ = self.events.send(event);
         }
-        outcome
+        Ok(results)
     }
 
     // ---- reads -------------------------------------------------------------------------
@@ -467,6 +501,7 @@ struct Txn<'a> {
 }
 
 impl<'a> Txn<'a> {
+    /// `ts` is the stamp of the entry before; each command raises it.
     fn new(store: &'a VersionedStore, ts: CommitTs) -> Self {
         Txn {
             store,

@@ -445,3 +445,53 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_batch_of_commands_applies_in_order_and_a_rejected_one_changes_nothing() {
+    let store = mem_store();
+    let cmd = |wall: u64, v: &str, cond: WriteCondition| {
+        let mut p = put_req("k", v);
+        p.condition = cond;
+        Command {
+            ts: CommitTs::new(wall, 0),
+            op: Op::Put(p),
+        }
+    };
+    let cmds = [
+        cmd(10, "a", WriteCondition::IfVersion(0)),
+        cmd(10, "b", WriteCondition::IfVersion(1)), // sees the first put inside the batch
+        cmd(10, "stale", WriteCondition::IfVersion(1)),
+        cmd(9, "c", WriteCondition::Always),
+        Command {
+            ts: CommitTs::new(9, 0),
+            op: Op::Delete {
+                keys: vec![key("k"), key("never")],
+            },
+        },
+    ];
+    let refs: Vec<&Command> = cmds.iter().collect();
+    let results = store
+        .apply_batch(&refs, vec![(b"applied".to_vec(), b"5".to_vec())])
+        .unwrap();
+    assert_eq!(results[2], Err(FirnError::Conflict { current: 2 }));
+    let versions: Vec<_> = results
+        .iter()
+        .filter_map(|r| match r {
+            Ok(Response::Written(w)) => Some(w[0].version),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(versions, vec![1, 2, 3, 4]);
+    let history = store.history(b"k", 1, None, 10).unwrap();
+    let values: Vec<_> = history.iter().map(|i| i.value.clone()).collect();
+    assert_eq!(
+        values,
+        vec![Some("a".into()), Some("b".into()), Some("c".into()), None]
+    );
+    assert!(history.windows(2).all(|w| w[0].commit_ts < w[1].commit_ts));
+    assert_eq!(store.live_keys(), 0);
+    assert_eq!(
+        store.system_get(b"applied").unwrap().as_deref(),
+        Some(&b"5"[..])
+    );
+}

@@ -113,6 +113,8 @@ struct Connection {
     input: BytesMut,
     output: BytesMut,
     queue: VecDeque<Queued>,
+    /// Consecutive reads not yet executed: they share one read-index barrier.
+    reads: Vec<(Request, Render)>,
     closing: bool,
 }
 
@@ -132,6 +134,7 @@ impl Connection {
             input: BytesMut::with_capacity(16 * 1024),
             output: BytesMut::with_capacity(16 * 1024),
             queue: VecDeque::new(),
+            reads: Vec::new(),
             closing: false,
         }
     }
@@ -142,6 +145,7 @@ impl Connection {
                 match frame {
                     Ok((name, items)) => self.handle(name, items).await?,
                     Err(reply) => {
+                        self.flush_reads().await;
                         self.drain().await;
                         reply.encode(self.proto, &mut self.output);
                     }
@@ -149,10 +153,12 @@ impl Connection {
                 if self.closing {
                     break;
                 }
-                if self.queue.len() >= PIPELINE_DEPTH_MAX {
+                if self.queue.len() + self.reads.len() >= PIPELINE_DEPTH_MAX {
+                    self.flush_reads().await;
                     self.drain().await;
                 }
             }
+            self.flush_reads().await;
             self.drain().await;
             self.flush().await?;
             if self.closing {
@@ -233,6 +239,22 @@ impl Connection {
         }
     }
 
+    /// Executes the buffered reads after the writes queued before them, with one barrier.
+    async fn flush_reads(&mut self) {
+        if self.reads.is_empty() {
+            return;
+        }
+        if self.has_pending_writes() {
+            // A read sees the writes this connection sent before it.
+            self.drain().await;
+        }
+        let (requests, renders): (Vec<Request>, Vec<Render>) = self.reads.drain(..).unzip();
+        let results = self.shared.router.execute_reads(requests).await;
+        for (how, result) in renders.into_iter().zip(results) {
+            self.queue.push_back(Queued::Ready(render(how, result)));
+        }
+    }
+
     fn has_pending_writes(&self) -> bool {
         self.queue.iter().any(|q| matches!(q, Queued::Pending(..)))
     }
@@ -241,20 +263,27 @@ impl Connection {
         let action = match parse(&name, Args::new(name.clone(), items)) {
             Ok(a) => a,
             Err(e) => {
+                self.flush_reads().await;
                 self.queue.push_back(Queued::Ready(Reply::error(&e)));
                 return Ok(());
             }
         };
-        match action {
-            Action::Reply(r) => self.queue.push_back(Queued::Ready(r)),
-            Action::Execute(request, how) => {
-                if !request.is_write() && self.has_pending_writes() {
-                    // A read sees the writes this connection sent before it.
-                    self.drain().await;
-                }
+        if let Action::Execute(request, how) = action {
+            if request.is_write() {
+                // Reads sent before this write must not see it.
+                self.flush_reads().await;
                 let pending = self.shared.router.submit(request).await;
                 self.queue.push_back(Queued::Pending(how, pending));
+            } else {
+                self.reads.push((request, how));
             }
+            return Ok(());
+        }
+        // Everything else answers in order after the reads before it.
+        self.flush_reads().await;
+        match action {
+            Action::Execute(..) => unreachable!("handled above"),
+            Action::Reply(r) => self.queue.push_back(Queued::Ready(r)),
             Action::RedisScan {
                 cursor,
                 pattern,
