@@ -38,6 +38,22 @@ pub fn micros_to_rfc3339(us: u64) -> String {
         .unwrap_or_else(|| us.to_string())
 }
 
+/// A duration as a number of seconds or with units (`90s`, `15m`, `2h`, `7d`).
+pub fn parse_duration_us(text: &str) -> Result<u64, FirnError> {
+    if let Ok(secs) = text.parse::<u64>() {
+        return secs
+            .checked_mul(1_000_000)
+            .ok_or_else(|| FirnError::BadArgument(format!("duration '{text}' is too long")));
+    }
+    humantime::parse_duration(text)
+        .map(|d| d.as_micros().min(u64::MAX as u128) as u64)
+        .map_err(|_| {
+            FirnError::BadArgument(format!(
+                "'{text}' is not a duration; use seconds or units like 90s, 15m, 2h, 7d"
+            ))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,6 +76,14 @@ mod tests {
             let err = parse_read_time(bad).unwrap_err();
             assert!(matches!(err, FirnError::BadTime(_)), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn durations_are_seconds_or_units() {
+        assert_eq!(parse_duration_us("90").unwrap(), 90_000_000);
+        assert_eq!(parse_duration_us("15m").unwrap(), 900_000_000);
+        assert_eq!(parse_duration_us("300ms").unwrap(), 300_000);
+        assert!(parse_duration_us("soon").is_err());
     }
 
     #[test]

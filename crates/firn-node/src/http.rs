@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response as HttpResponse};
 use axum::routing::{get, post};
 use base64::Engine;
 use firn_model::limits::{PAGE_ITEMS_DEFAULT, VALUE_BYTES_MAX_CEILING};
-use firn_model::time::{micros_to_rfc3339, parse_micros, parse_read_time};
+use firn_model::time::{micros_to_rfc3339, parse_duration_us, parse_micros, parse_read_time};
 use firn_model::{
     FirnError, Key, KeyRange, KeyspaceSpec, PutRequest, ReadAt, ReadConsistency, Request, Response,
     TruncateBefore, VersionInfo, WatchFrom, WatchRequest, WriteCondition, Written,
@@ -22,7 +22,6 @@ use firn_model::{
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
 
-use crate::resp::command::parse_duration_us;
 use crate::router::Router;
 
 type Params = Query<HashMap<String, String>>;

@@ -359,7 +359,7 @@ async fn run(cli: Cli) -> Result<(), String> {
                         .map_err(|e: firn_model::FirnError| e.to_string())?,
                     max_versions,
                     max_age_us: max_age
-                        .map(|a| firn_node::resp::command::parse_duration_us(&a))
+                        .map(|a| firn_model::time::parse_duration_us(&a))
                         .transpose()
                         .map_err(|e| e.to_string())?,
                     durability: firn_model::Durability::Disk,

@@ -8,6 +8,8 @@ use firn_model::{
     limits::PAGE_ITEMS_DEFAULT,
 };
 
+use firn_model::time::parse_duration_us;
+
 use super::args::Args;
 use super::reply::Reply;
 
@@ -591,22 +593,6 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
         _ => return Err(FirnError::UnknownCommand(name.to_lowercase())),
     };
     Ok(action)
-}
-
-/// A duration as a number of seconds or with units (`90s`, `15m`, `2h`, `7d`).
-pub fn parse_duration_us(text: &str) -> Result<u64, FirnError> {
-    if let Ok(secs) = text.parse::<u64>() {
-        return secs
-            .checked_mul(1_000_000)
-            .ok_or_else(|| FirnError::BadArgument(format!("duration '{text}' is too long")));
-    }
-    humantime::parse_duration(text)
-        .map(|d| d.as_micros().min(u64::MAX as u128) as u64)
-        .map_err(|_| {
-            FirnError::BadArgument(format!(
-                "'{text}' is not a duration; use seconds or units like 90s, 15m, 2h, 7d"
-            ))
-        })
 }
 
 pub fn version_map(info: &VersionInfo) -> Reply {
