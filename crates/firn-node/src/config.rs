@@ -1,5 +1,6 @@
 //! How a node is started.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -24,7 +25,24 @@ pub struct NodeConfig {
     pub retention_interval: Duration,
     /// Build a snapshot (and purge the log before it) every this many log entries.
     pub snapshot_every_entries: u64,
+    /// This node's id in the cluster (1 for a single node).
+    pub node_id: u64,
+    /// Listener for other nodes (default 127.0.0.1:7381).
+    pub peer_addr: SocketAddr,
+    /// Every node of the cluster, this one included (node id → peer address). Empty: a
+    /// single node.
+    pub peers: BTreeMap<u64, String>,
+    /// Number of shards in a cluster (a single node has one).
+    pub shards: u32,
+    /// Replicas per shard, capped by the node count.
+    pub replication: usize,
 }
+
+/// Default shard count of a cluster: a few per node on small machines keeps the number of
+/// Raft groups (and their fsyncs) low.
+pub const CLUSTER_SHARDS_DEFAULT: u32 = 3;
+/// Default replicas per shard.
+pub const REPLICATION_DEFAULT: usize = 3;
 
 impl Default for NodeConfig {
     fn default() -> Self {
@@ -37,6 +55,11 @@ impl Default for NodeConfig {
             allow_flushall: false,
             retention_interval: Duration::from_secs(10),
             snapshot_every_entries: 100_000,
+            node_id: 1,
+            peer_addr: SocketAddr::from(([127, 0, 0, 1], 7381)),
+            peers: BTreeMap::new(),
+            shards: CLUSTER_SHARDS_DEFAULT,
+            replication: REPLICATION_DEFAULT,
         }
     }
 }

@@ -4,6 +4,7 @@
 //! request, and the two front ends that parse into it: [`resp`] (the Redis protocol) and
 //! [`http`] (HTTP/JSON). A front end parses and renders; it never holds store logic.
 
+pub mod cluster;
 pub mod config;
 pub mod http;
 pub mod metrics;

@@ -1,26 +1,28 @@
-//! Starting and stopping a node: storage, the shard replica, the router, both listeners and
-//! the background retention task.
+//! Starting and stopping a node: storage, the shard replicas it holds, the router, the
+//! client and peer listeners, and the background retention task.
 
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use firn_model::{FirnError, HybridClock};
 use firn_raft::log_store::Fsync;
+use firn_raft::peer::{LocalGroups, PeerPool, serve_peers};
 use firn_raft::{ShardConfig, ShardReplica};
 use firn_store::{FjallBackend, MemoryBackend, StorageBackend};
+use openraft::BasicNode;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::cluster::ClusterLayout;
 use crate::config::NodeConfig;
-use crate::router::Router;
-
-/// The node id of a single node (a cluster of one).
-const SINGLE_NODE_ID: u64 = 1;
+use crate::router::{Router, RouterRpc};
 
 pub struct RunningNode {
     pub resp_addr: SocketAddr,
     pub http_addr: SocketAddr,
+    pub peer_addr: SocketAddr,
     router: Arc<Router>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -32,29 +34,35 @@ fn startup(what: &str, e: impl std::fmt::Display) -> FirnError {
     FirnError::Internal(format!("{what}: {e}"))
 }
 
+async fn bind(addr: SocketAddr, what: &str) -> Result<(TcpListener, SocketAddr), FirnError> {
+    let l = TcpListener::bind(addr)
+        .await
+        .map_err(|e| startup(&format!("cannot listen for {what} on {addr}"), e))?;
+    let bound = l.local_addr().map_err(|e| startup(what, e))?;
+    Ok((l, bound))
+}
+
 impl RunningNode {
     pub async fn start(config: NodeConfig) -> Result<Self, FirnError> {
         // Install the metrics recorder before the first request counts anything.
         crate::metrics::handle();
         // Bind first: a busy port should fail before any data is touched.
-        let resp_listener = TcpListener::bind(config.resp_addr).await.map_err(|e| {
-            startup(
-                &format!("cannot listen for RESP on {}", config.resp_addr),
-                e,
-            )
-        })?;
-        let http_listener = TcpListener::bind(config.http_addr).await.map_err(|e| {
-            startup(
-                &format!("cannot listen for HTTP on {}", config.http_addr),
-                e,
-            )
-        })?;
-        let resp_addr = resp_listener
-            .local_addr()
-            .map_err(|e| startup("resp address", e))?;
-        let http_addr = http_listener
-            .local_addr()
-            .map_err(|e| startup("http address", e))?;
+        let (resp_listener, resp_addr) = bind(config.resp_addr, "RESP").await?;
+        let (http_listener, http_addr) = bind(config.http_addr, "HTTP").await?;
+        let (peer_listener, peer_addr) = bind(config.peer_addr, "peers").await?;
+
+        let layout = if config.peers.is_empty() {
+            ClusterLayout::single(config.node_id, peer_addr.to_string())
+        } else {
+            if !config.peers.contains_key(&config.node_id) {
+                return Err(FirnError::BadArgument(format!(
+                    "--peers does not list this node ({})",
+                    config.node_id
+                )));
+            }
+            ClusterLayout::new(config.peers.clone(), config.shards, config.replication)?
+        };
+        let layout = Arc::new(layout);
 
         let scratch = if config.in_memory {
             Some(tempfile::tempdir().map_err(|e| startup("creating a scratch directory", e))?)
@@ -73,39 +81,79 @@ impl RunningNode {
         let db = fjall::Database::builder(data_dir.join("db"))
             .open()
             .map_err(|e| startup(&format!("opening storage in {}", data_dir.display()), e))?;
-        let (backend, fsync): (Arc<dyn StorageBackend>, Fsync) = if config.in_memory {
-            (Arc::new(MemoryBackend::default()), Fsync::Never)
-        } else {
-            (
-                Arc::new(
-                    FjallBackend::open(db.clone())
-                        .map_err(|e| startup("opening the state machine", e))?,
-                ),
-                Fsync::Always,
+
+        // Peers can reach this node's groups as soon as each is registered.
+        let (stop, stop_rx) = watch::channel(false);
+        let pool = Arc::new(PeerPool::new(
+            config.node_id,
+            layout.nodes.clone().into_iter().collect(),
+        ));
+        let groups = LocalGroups::default();
+        let rpc = Arc::new(RouterRpc(OnceLock::new()));
+        let mut tasks = vec![tokio::spawn(serve_peers(
+            peer_listener,
+            groups.clone(),
+            rpc.clone(),
+            stop_rx.clone(),
+        ))];
+
+        let clock = Arc::new(HybridClock::system());
+        let mut local = HashMap::new();
+        for shard in layout
+            .shards
+            .iter()
+            .filter(|s| s.replicas.contains(&config.node_id))
+        {
+            let namespace = format!("shard{}", shard.id);
+            let (backend, fsync): (Arc<dyn StorageBackend>, Fsync) = if config.in_memory {
+                (Arc::new(MemoryBackend::default()), Fsync::Never)
+            } else {
+                let b = FjallBackend::open(db.clone(), &namespace)
+                    .map_err(|e| startup("opening the state machine", e))?;
+                (Arc::new(b), Fsync::Always)
+            };
+            let members: BTreeMap<u64, BasicNode> = shard
+                .replicas
+                .iter()
+                .map(|id| {
+                    (
+                        *id,
+                        BasicNode {
+                            addr: layout.nodes[id].clone(),
+                        },
+                    )
+                })
+                .collect();
+            let replica = ShardReplica::open(
+                ShardConfig {
+                    shard_id: shard.id,
+                    node_id: config.node_id,
+                    node_addr: peer_addr.to_string(),
+                    db: db.clone(),
+                    backend,
+                    fsync,
+                    snapshot_dir: data_dir.join("snapshots"),
+                    snapshot_every_entries: config.snapshot_every_entries,
+                    members,
+                    initialize: shard.replicas[0] == config.node_id,
+                    pool: pool.clone(),
+                    groups: groups.clone(),
+                },
+                clock.clone(),
             )
-        };
-        let shard = ShardReplica::open(
-            ShardConfig {
-                shard_id: 0,
-                node_id: SINGLE_NODE_ID,
-                node_addr: resp_addr.to_string(),
-                db,
-                backend,
-                fsync,
-                snapshot_dir: data_dir.join("snapshots"),
-                snapshot_every_entries: config.snapshot_every_entries,
-            },
-            Arc::new(HybridClock::system()),
-        )
-        .await?;
+            .await?;
+            local.insert(shard.id, Arc::new(replica));
+        }
         let router = Arc::new(Router::new(
-            Arc::new(shard),
+            config.node_id,
+            layout.clone(),
+            local,
+            pool,
             config.limits.clone(),
             config.allow_flushall,
         ));
+        let _ = rpc.0.set(router.clone());
 
-        let (stop, stop_rx) = watch::channel(false);
-        let mut tasks = Vec::new();
         tasks.push(tokio::spawn(crate::resp::serve(
             resp_listener,
             router.clone(),
@@ -139,10 +187,11 @@ impl RunningNode {
                 }
             }
         }));
-        tracing::info!(%resp_addr, %http_addr, data_dir = %data_dir.display(), "firn node serving");
+        tracing::info!(node = config.node_id, %resp_addr, %http_addr, %peer_addr, shards = layout.shards.len(), data_dir = %data_dir.display(), "firn node serving");
         Ok(RunningNode {
             resp_addr,
             http_addr,
+            peer_addr,
             router,
             stop,
             tasks,
@@ -154,7 +203,7 @@ impl RunningNode {
         &self.router
     }
 
-    /// Stops accepting requests, ends connections and stops the Raft group.
+    /// Stops accepting requests, ends connections and stops the Raft groups.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         for t in self.tasks {

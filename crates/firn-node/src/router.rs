@@ -1,27 +1,47 @@
 //! The one place a request is executed, whichever front end parsed it.
 //!
-//! The router validates a [`Request`] against the stated limits, sends writes through the
-//! shard's Raft group and serves reads from the replica at the asked consistency. With one
-//! shard per node today, every key routes to shard 0; the cluster work adds slot → shard
-//! lookup and forwarding here, and nowhere else.
+//! The router validates a [`Request`] against the stated limits, maps its keys to shards
+//! (slot → shard), and runs each part where it can be served: a write is proposed by this
+//! node if it leads the shard, else forwarded to the leader over the peer connection; a
+//! linearizable read is served by any replica here (a follower first gets the read index
+//! from the leader and waits until it has applied it), else forwarded. Requests touching
+//! several shards fan out and their answers are merged.
 
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use firn_model::limits::{KEYS_PER_REQUEST_MAX, PAGE_ITEMS_MAX};
-use firn_model::{FirnError, Limits, ReadConsistency, Request, Response, WatchRequest};
-use firn_raft::{ShardReplica, ShardStatus};
+use firn_model::{
+    FirnError, Key, KeyRange, Limits, ReadConsistency, Request, Response, WatchRequest, Written,
+};
+use firn_raft::peer::{AppHandler, PeerPool, PeerRequest, PeerResponse};
+use firn_raft::{NodeId, ShardId, ShardReplica, ShardStatus};
 use firn_store::Op;
 
+use crate::cluster::{ClusterLayout, NodeRpc, NodeRpcReply};
 use crate::watch::WatchStream;
 
 /// A request's outcome, possibly still in flight (a proposed write).
 pub type Pending = Pin<Box<dyn Future<Output = Result<Response, FirnError>> + Send>>;
 
+/// How long a request waits for a shard to have a leader before it is refused.
+const LEADER_WAIT: Duration = Duration::from_secs(5);
+/// How long a forwarded request or read-index call may take.
+const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a follower waits to apply up to a read index.
+const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
+/// Forwarding stops after this many hops (a leader change in flight): the client retries.
+const FORWARD_HOPS_MAX: u8 = 2;
+
 pub struct Router {
-    shard: Arc<ShardReplica>,
+    node_id: NodeId,
+    layout: Arc<ClusterLayout>,
+    local: HashMap<ShardId, Arc<ShardReplica>>,
+    pool: Arc<PeerPool>,
     limits: Limits,
     allow_flushall: bool,
 }
@@ -30,10 +50,28 @@ fn ready(result: Result<Response, FirnError>) -> Pending {
     Box::pin(std::future::ready(result))
 }
 
+/// Which shards a request touches and how its parts are combined.
+enum Plan {
+    One(ShardId, Request),
+    /// Per-shard parts, with the original positions of each part's keys.
+    Split(Vec<(ShardId, Request, Vec<usize>)>, usize),
+    All,
+}
+
 impl Router {
-    pub fn new(shard: Arc<ShardReplica>, limits: Limits, allow_flushall: bool) -> Self {
+    pub fn new(
+        node_id: NodeId,
+        layout: Arc<ClusterLayout>,
+        local: HashMap<ShardId, Arc<ShardReplica>>,
+        pool: Arc<PeerPool>,
+        limits: Limits,
+        allow_flushall: bool,
+    ) -> Self {
         Router {
-            shard,
+            node_id,
+            layout,
+            local,
+            pool,
             limits,
             allow_flushall,
         }
@@ -43,13 +81,24 @@ impl Router {
         &self.limits
     }
 
-    pub fn status(&self) -> Vec<ShardStatus> {
-        vec![self.shard.status()]
+    pub fn layout(&self) -> &Arc<ClusterLayout> {
+        &self.layout
     }
 
-    /// Number of live keys on this node.
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    /// The replicas this node holds.
+    pub fn status(&self) -> Vec<ShardStatus> {
+        let mut s: Vec<ShardStatus> = self.local.values().map(|r| r.status()).collect();
+        s.sort_by_key(|s| s.shard_id);
+        s
+    }
+
+    /// Live keys in the replicas this node holds (INFO's view; DBSIZE asks every shard).
     pub fn live_keys(&self) -> u64 {
-        self.shard.store().live_keys()
+        self.local.values().map(|r| r.store().live_keys()).sum()
     }
 
     /// Checks a request against every stated limit before anything is proposed.
@@ -96,8 +145,84 @@ impl Router {
         }
     }
 
-    /// Validates and starts a request. A write is proposed before this returns, so requests
-    /// submitted one after another are applied in that order; a read is executed at once.
+    fn plan(&self, request: Request) -> Plan {
+        let shard = |k: &Key| self.layout.shard_of_key(k.as_bytes());
+        /// Groups keys by shard, remembering each key's position.
+        fn split<T>(
+            items: Vec<T>,
+            shard_of: impl Fn(&T) -> ShardId,
+        ) -> BTreeMap<ShardId, (Vec<T>, Vec<usize>)> {
+            let mut by: BTreeMap<ShardId, (Vec<T>, Vec<usize>)> = BTreeMap::new();
+            for (i, item) in items.into_iter().enumerate() {
+                let e = by.entry(shard_of(&item)).or_default();
+                e.0.push(item);
+                e.1.push(i);
+            }
+            by
+        }
+        match request {
+            Request::Put(ref p) => Plan::One(shard(&p.key), request),
+            Request::Get { ref key, .. } | Request::History { ref key, .. } => {
+                Plan::One(shard(key), request)
+            }
+            Request::Truncate {
+                target: KeyRange::Key(ref k),
+                ..
+            } => Plan::One(shard(k), request),
+            Request::Delete { keys } => {
+                let n = keys.len();
+                let parts = split(keys, |k| shard(k))
+                    .into_iter()
+                    .map(|(s, (keys, pos))| (s, Request::Delete { keys }, pos))
+                    .collect();
+                Plan::Split(parts, n)
+            }
+            Request::MGet {
+                keys,
+                at,
+                consistency,
+            } => {
+                let n = keys.len();
+                let parts = split(keys, |k| shard(k))
+                    .into_iter()
+                    .map(|(s, (keys, pos))| {
+                        (
+                            s,
+                            Request::MGet {
+                                keys,
+                                at,
+                                consistency,
+                            },
+                            pos,
+                        )
+                    })
+                    .collect();
+                Plan::Split(parts, n)
+            }
+            Request::Exists { keys, consistency } => {
+                let n = keys.len();
+                let parts = split(keys, |k| shard(k))
+                    .into_iter()
+                    .map(|(s, (keys, pos))| (s, Request::Exists { keys, consistency }, pos))
+                    .collect();
+                Plan::Split(parts, n)
+            }
+            Request::MSet { items } => {
+                let n = items.len();
+                let parts = split(items, |(k, _)| shard(k))
+                    .into_iter()
+                    .map(|(s, (items, pos))| (s, Request::MSet { items }, pos))
+                    .collect();
+                Plan::Split(parts, n)
+            }
+            _ if self.layout.shards.len() == 1 => Plan::One(0, request),
+            _ => Plan::All,
+        }
+    }
+
+    /// Validates and starts a request. A write this node proposes is proposed before this
+    /// returns, so requests submitted one after another apply in that order (a forwarded
+    /// write is awaited here for the same reason); a read is executed at once.
     pub async fn submit(&self, request: Request) -> Pending {
         let name = request.name();
         let started = Instant::now();
@@ -106,12 +231,22 @@ impl Router {
             metrics::counter!("firn_request_errors_total", "op" => name).increment(1);
             return ready(Err(e));
         }
-        let outcome: Pending = match Op::from_request(request.clone()) {
-            Some(op) => match self.shard.propose(op).await {
-                Ok(pending) => pending,
-                Err(e) => ready(Err(e)),
-            },
-            None => ready(self.read(request).await),
+        let outcome = match self.plan(request.clone()) {
+            Plan::One(shard, request) => self.on_shard(shard, request, 0).await,
+            Plan::Split(parts, n) => {
+                let mut pendings = Vec::with_capacity(parts.len());
+                for (shard, part, positions) in parts {
+                    pendings.push((self.on_shard(shard, part, 0).await, positions));
+                }
+                Box::pin(merge_split(request, pendings, n))
+            }
+            Plan::All => {
+                let mut pendings = Vec::new();
+                for shard in self.layout.shard_ids() {
+                    pendings.push(self.on_shard(shard, request.clone(), 0).await);
+                }
+                Box::pin(merge_all(request, pendings))
+            }
         };
         Box::pin(async move {
             let result = outcome.await;
@@ -128,28 +263,23 @@ impl Router {
         self.submit(request).await.await
     }
 
-    async fn barrier(&self, consistency: ReadConsistency) -> Result<(), FirnError> {
-        match consistency {
-            ReadConsistency::Linearizable => self.shard.linearizable_barrier().await,
-            ReadConsistency::Local => Ok(()),
-        }
-    }
-
-    async fn read(&self, request: Request) -> Result<Response, FirnError> {
-        self.barrier(request.consistency()).await?;
-        self.read_unfenced(request)
-    }
-
-    /// Executes reads that arrived together: one read-index barrier serves every
-    /// linearizable one (each began before the barrier did, so each sees every write
-    /// acknowledged before it began). Answers in request order.
+    /// Executes reads that arrived together. Where they all fall in one shard held here,
+    /// one barrier serves them all (each began before the barrier did).
     pub async fn execute_reads(&self, requests: Vec<Request>) -> Vec<Result<Response, FirnError>> {
+        let single_local = self.layout.shards.len() == 1 && self.local.contains_key(&0);
+        if !single_local {
+            let mut out = Vec::with_capacity(requests.len());
+            for r in requests {
+                out.push(self.execute(r).await);
+            }
+            return out;
+        }
         let started = Instant::now();
         let needs_barrier = requests
             .iter()
             .any(|r| r.consistency() == ReadConsistency::Linearizable);
         let barrier = if needs_barrier {
-            self.barrier(ReadConsistency::Linearizable).await
+            self.barrier(0).await
         } else {
             Ok(())
         };
@@ -162,7 +292,7 @@ impl Router {
                     (Err(e), ReadConsistency::Linearizable) => Err(e.clone()),
                     _ => self
                         .validate(&request)
-                        .and_then(|()| self.read_unfenced(request)),
+                        .and_then(|()| read_unfenced(&self.local[&0], request)),
                 };
                 metrics::histogram!("firn_request_seconds", "op" => name)
                     .record(started.elapsed().as_secs_f64());
@@ -174,86 +304,381 @@ impl Router {
             .collect()
     }
 
-    /// A read against this replica's applied state, without a barrier.
-    fn read_unfenced(&self, request: Request) -> Result<Response, FirnError> {
-        let store = self.shard.store();
-        match request {
-            Request::Get { key, at, .. } => {
-                Ok(Response::Value(store.get_live(key.as_bytes(), at)?))
-            }
-            Request::MGet { keys, at, .. } => {
-                let values = keys
-                    .iter()
-                    .map(|k| store.get_live(k.as_bytes(), at))
-                    .collect::<Result<_, _>>()?;
-                Ok(Response::Values(values))
-            }
-            Request::Exists { keys, .. } => {
-                let mut n = 0;
-                for k in &keys {
-                    n += store.meta(k.as_bytes())?.is_some_and(|m| m.is_live()) as u64;
+    /// The leader of `shard`, as this node knows it.
+    async fn leader_of(&self, shard: ShardId) -> Result<NodeId, FirnError> {
+        match self.local.get(&shard) {
+            Some(replica) => match replica.leader() {
+                Some(l) => Ok(l),
+                None => replica.wait_for_leader(LEADER_WAIT).await,
+            },
+            // Not held here: its first replica is the likeliest leader; it forwards if not.
+            None => Ok(self.layout.shard(shard).replicas[0]),
+        }
+    }
+
+    /// Runs a single-shard request where it can be served.
+    fn on_shard<'a>(
+        &'a self,
+        shard: ShardId,
+        request: Request,
+        hops: u8,
+    ) -> Pin<Box<dyn Future<Output = Pending> + Send + 'a>> {
+        Box::pin(async move {
+            let local = self.local.get(&shard).cloned();
+            if request.is_write() {
+                let leader = match self.leader_of(shard).await {
+                    Ok(l) => l,
+                    Err(e) => return ready(Err(e)),
+                };
+                if let (Some(replica), true) = (&local, leader == self.node_id) {
+                    let op = Op::from_request(request).expect("a write has a log operation");
+                    return match replica.propose(op).await {
+                        Ok(p) => p,
+                        Err(e) => ready(Err(e)),
+                    };
                 }
-                Ok(Response::Count(n))
+                return ready(self.forward(leader, shard, request, hops).await);
             }
-            Request::History {
-                key,
-                from,
-                to,
-                limit,
-                ..
-            } => Ok(Response::History(store.history(
-                key.as_bytes(),
-                from,
-                to,
-                limit,
-            )?)),
-            Request::Scan {
-                prefix,
-                cursor,
-                limit,
-                pattern,
-                at,
-                ..
-            } => {
-                let (keys, next_cursor) =
-                    store.scan(&prefix, cursor.as_deref(), limit, pattern.as_deref(), at)?;
-                Ok(Response::Scan { keys, next_cursor })
+            match local {
+                Some(replica) => {
+                    if let Err(e) = self.barrier_for(shard, request.consistency()).await {
+                        return ready(Err(e));
+                    }
+                    ready(read_unfenced(&replica, request))
+                }
+                None => {
+                    let target = match self.leader_of(shard).await {
+                        Ok(l) => l,
+                        Err(e) => return ready(Err(e)),
+                    };
+                    ready(self.forward(target, shard, request, hops).await)
+                }
             }
-            Request::KeyspaceList => Ok(Response::Keyspaces(store.keyspaces())),
-            Request::DbSize => Ok(Response::Count(store.live_keys())),
-            write => Err(FirnError::Internal(format!(
-                "{} is a write, not a read",
-                write.name()
+        })
+    }
+
+    async fn forward(
+        &self,
+        target: NodeId,
+        shard: ShardId,
+        request: Request,
+        hops: u8,
+    ) -> Result<Response, FirnError> {
+        if hops >= FORWARD_HOPS_MAX || target == self.node_id {
+            return Err(FirnError::TryAgain(format!(
+                "shard {shard} is changing leader; retry"
+            )));
+        }
+        match self
+            .call(
+                target,
+                NodeRpc::Execute {
+                    shard,
+                    request,
+                    hops: hops + 1,
+                },
+            )
+            .await?
+        {
+            NodeRpcReply::Executed(r) => r,
+            other => Err(FirnError::Internal(format!(
+                "node {target} answered {other:?}"
             ))),
         }
     }
 
+    async fn call(&self, target: NodeId, rpc: NodeRpc) -> Result<NodeRpcReply, FirnError> {
+        let payload = postcard::to_stdvec(&rpc).map_err(|e| FirnError::Internal(e.to_string()))?;
+        match self
+            .pool
+            .call(target, PeerRequest::App(payload), PEER_CALL_TIMEOUT)
+            .await
+        {
+            Ok(PeerResponse::App(bytes)) => postcard::from_bytes(&bytes)
+                .map_err(|e| FirnError::Internal(format!("node {target} answered garbage: {e}"))),
+            Ok(other) => Err(FirnError::Internal(format!(
+                "node {target} answered {other:?}"
+            ))),
+            Err(e) => Err(FirnError::TryAgain(format!("{e}"))),
+        }
+    }
+
+    async fn barrier_for(
+        &self,
+        shard: ShardId,
+        consistency: ReadConsistency,
+    ) -> Result<(), FirnError> {
+        match consistency {
+            ReadConsistency::Linearizable => self.barrier(shard).await,
+            ReadConsistency::Local => Ok(()),
+        }
+    }
+
+    /// Waits until this node's replica of `shard` has applied every write acknowledged
+    /// before the call: ReadIndex on the leader, or the leader's read index on a follower.
+    async fn barrier(&self, shard: ShardId) -> Result<(), FirnError> {
+        let replica = self
+            .local
+            .get(&shard)
+            .ok_or_else(|| FirnError::Internal(format!("no replica of shard {shard} here")))?;
+        let leader = self.leader_of(shard).await?;
+        if leader == self.node_id {
+            return replica.linearizable_barrier().await;
+        }
+        let index = match self.call(leader, NodeRpc::ReadIndex { shard }).await? {
+            NodeRpcReply::ReadIndex(r) => r?,
+            other => {
+                return Err(FirnError::Internal(format!(
+                    "node {leader} answered {other:?}"
+                )));
+            }
+        };
+        replica.wait_applied(index, CATCH_UP_WAIT).await
+    }
+
+    /// Answers a peer's request.
+    pub async fn handle_rpc(&self, rpc: NodeRpc) -> NodeRpcReply {
+        match rpc {
+            NodeRpc::Execute {
+                shard,
+                request,
+                hops,
+            } => NodeRpcReply::Executed(self.on_shard(shard, request, hops).await.await),
+            NodeRpc::ReadIndex { shard } => NodeRpcReply::ReadIndex(match self.local.get(&shard) {
+                Some(r) => r.read_index().await,
+                None => Err(FirnError::TryAgain(format!(
+                    "no replica of shard {shard} on node {}",
+                    self.node_id
+                ))),
+            }),
+        }
+    }
+
     /// Starts a watch: replay from the requested start, then every new version, in commit
-    /// order.
+    /// order per key. Needs a replica here of every shard the watch covers.
     pub async fn watch(&self, request: WatchRequest) -> Result<WatchStream, FirnError> {
         metrics::counter!("firn_requests_total", "op" => "watch").increment(1);
+        let shards: Vec<ShardId> = match &request.target {
+            KeyRange::Key(k) => vec![self.layout.shard_of_key(k.as_bytes())],
+            KeyRange::Prefix(_) => self.layout.shard_ids().collect(),
+        };
+        let mut replicas = Vec::new();
+        for s in &shards {
+            let r = self.local.get(s).ok_or_else(|| {
+                FirnError::Refused(format!(
+                    "this node holds no replica of shard {s}; watch from a node that does (with replication equal to the node count, every node does)"
+                ))
+            })?;
+            replicas.push(r.clone());
+        }
         // Subscribe before replaying, so nothing committed in between is missed.
-        let live = self.shard.store().subscribe();
-        self.shard.linearizable_barrier().await?;
-        let replay = self.shard.store().replay(&request.target, request.from)?;
+        let live: Vec<_> = replicas.iter().map(|r| r.store().subscribe()).collect();
+        let mut replay = Vec::new();
+        for (s, r) in shards.iter().zip(&replicas) {
+            self.barrier(*s).await?;
+            replay.extend(r.store().replay(&request.target, request.from)?);
+        }
+        replay.sort_by(|a, b| {
+            a.info
+                .commit_ts
+                .cmp(&b.info.commit_ts)
+                .then(a.key.cmp(&b.key))
+        });
         Ok(WatchStream::new(request, replay, live))
     }
 
-    /// Proposes age-based retention if any keyspace has a max age.
+    /// Proposes age-based retention on the shards this node leads, if a keyspace has a max
+    /// age.
     pub async fn expire_by_age(&self) -> Result<(), FirnError> {
-        if self
-            .shard
-            .store()
-            .keyspaces()
-            .iter()
-            .any(|k| k.max_age_us.is_some())
-        {
-            self.shard.write(Op::ExpireByAge).await?;
+        for replica in self.local.values() {
+            if replica.leader() == Some(self.node_id)
+                && replica
+                    .store()
+                    .keyspaces()
+                    .iter()
+                    .any(|k| k.max_age_us.is_some())
+            {
+                replica.write(Op::ExpireByAge).await?;
+            }
         }
         Ok(())
     }
 
     pub async fn shutdown(&self) {
-        self.shard.shutdown().await;
+        for r in self.local.values() {
+            r.shutdown().await;
+        }
+    }
+}
+
+/// A read against a replica's applied state, without a barrier.
+fn read_unfenced(replica: &ShardReplica, request: Request) -> Result<Response, FirnError> {
+    let store = replica.store();
+    match request {
+        Request::Get { key, at, .. } => Ok(Response::Value(store.get_live(key.as_bytes(), at)?)),
+        Request::MGet { keys, at, .. } => {
+            let values = keys
+                .iter()
+                .map(|k| store.get_live(k.as_bytes(), at))
+                .collect::<Result<_, _>>()?;
+            Ok(Response::Values(values))
+        }
+        Request::Exists { keys, .. } => {
+            let mut n = 0;
+            for k in &keys {
+                n += store.meta(k.as_bytes())?.is_some_and(|m| m.is_live()) as u64;
+            }
+            Ok(Response::Count(n))
+        }
+        Request::History {
+            key,
+            from,
+            to,
+            limit,
+            ..
+        } => Ok(Response::History(store.history(
+            key.as_bytes(),
+            from,
+            to,
+            limit,
+        )?)),
+        Request::Scan {
+            prefix,
+            cursor,
+            limit,
+            pattern,
+            at,
+            ..
+        } => {
+            let (keys, next_cursor) =
+                store.scan(&prefix, cursor.as_deref(), limit, pattern.as_deref(), at)?;
+            Ok(Response::Scan { keys, next_cursor })
+        }
+        Request::KeyspaceList => Ok(Response::Keyspaces(store.keyspaces())),
+        Request::DbSize => Ok(Response::Count(store.live_keys())),
+        write => Err(FirnError::Internal(format!(
+            "{} is a write, not a read",
+            write.name()
+        ))),
+    }
+}
+
+/// Puts per-shard answers of a split request back in the order of its keys.
+async fn merge_split(
+    request: Request,
+    parts: Vec<(Pending, Vec<usize>)>,
+    n: usize,
+) -> Result<Response, FirnError> {
+    let mut values = vec![None; n];
+    let mut written: Vec<Option<Written>> = vec![None; n];
+    let mut count = 0u64;
+    for (pending, positions) in parts {
+        match pending.await? {
+            Response::Values(vs) => {
+                for (v, i) in vs.into_iter().zip(positions) {
+                    values[i] = v;
+                }
+            }
+            Response::Written(ws) => {
+                for (w, i) in ws.into_iter().zip(positions) {
+                    written[i] = Some(w);
+                }
+            }
+            Response::Count(c) => count += c,
+            other => {
+                return Err(FirnError::Internal(format!(
+                    "unexpected part answer {other:?}"
+                )));
+            }
+        }
+    }
+    Ok(match request {
+        Request::MGet { .. } => Response::Values(values),
+        Request::Exists { .. } => Response::Count(count),
+        _ => Response::Written(written.into_iter().flatten().collect()),
+    })
+}
+
+/// Combines the answers of a request every shard ran.
+async fn merge_all(request: Request, parts: Vec<Pending>) -> Result<Response, FirnError> {
+    let mut answers = Vec::with_capacity(parts.len());
+    for p in parts {
+        answers.push(p.await?);
+    }
+    match request {
+        Request::Scan { limit, .. } => {
+            // Each shard returned a page after the same cursor. Keys up to the smallest
+            // cursor a shard stopped at are complete; later ones are returned next time.
+            let mut keys = Vec::new();
+            let mut stop: Option<Bytes> = None;
+            for a in answers {
+                if let Response::Scan {
+                    keys: k,
+                    next_cursor,
+                } = a
+                {
+                    keys.extend(k);
+                    if let Some(c) = next_cursor {
+                        stop = Some(stop.map_or(c.clone(), |s| s.min(c)));
+                    }
+                }
+            }
+            keys.sort_by(|a, b| a.0.cmp(&b.0));
+            if let Some(s) = &stop {
+                keys.retain(|(k, _)| k.as_bytes() <= &s[..]);
+            }
+            let _ = limit;
+            Ok(Response::Scan {
+                keys,
+                next_cursor: stop,
+            })
+        }
+        Request::DbSize => Ok(Response::Count(
+            answers
+                .iter()
+                .map(|a| if let Response::Count(c) = a { *c } else { 0 })
+                .sum(),
+        )),
+        Request::Truncate { .. } => Ok(Response::Truncated {
+            versions_removed: answers
+                .iter()
+                .map(|a| {
+                    if let Response::Truncated { versions_removed } = a {
+                        *versions_removed
+                    } else {
+                        0
+                    }
+                })
+                .sum(),
+        }),
+        // Keyspace definitions are kept by every shard; any one answers the list.
+        _ => answers
+            .into_iter()
+            .next()
+            .ok_or_else(|| FirnError::Internal("no shards".into())),
+    }
+}
+
+/// Peer requests for this node's router.
+pub struct RouterRpc(pub std::sync::OnceLock<Arc<Router>>);
+
+impl AppHandler for RouterRpc {
+    fn handle(&self, payload: Vec<u8>) -> Pin<Box<dyn Future<Output = Vec<u8>> + Send>> {
+        let router = self.0.get().cloned();
+        Box::pin(async move {
+            let reply = match (router, postcard::from_bytes::<NodeRpc>(&payload)) {
+                (Some(router), Ok(rpc)) => router.handle_rpc(rpc).await,
+                (None, Ok(NodeRpc::ReadIndex { .. })) => {
+                    NodeRpcReply::ReadIndex(Err(FirnError::TryAgain("node is starting".into())))
+                }
+                (None, Ok(_)) => {
+                    NodeRpcReply::Executed(Err(FirnError::TryAgain("node is starting".into())))
+                }
+                (_, Err(e)) => NodeRpcReply::Executed(Err(FirnError::Internal(format!(
+                    "undecodable peer request: {e}"
+                )))),
+            };
+            postcard::to_stdvec(&reply).unwrap_or_default()
+        })
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod log_store;
 pub mod network;
+pub mod peer;
 pub mod shard;
 pub mod state_machine;
 pub mod types;

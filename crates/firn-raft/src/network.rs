@@ -1,8 +1,7 @@
-//! Peer networking between replicas of a group. A single node is a cluster of one, so no RPC
-//! is ever sent; every call answers "unreachable". The cluster work replaces this with one
-//! multiplexed connection per peer node.
+//! openraft's network for one shard's group, over the node's shared [`PeerPool`].
 
 use std::future::Future;
+use std::sync::Arc;
 
 use openraft::errors::{RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory};
@@ -11,21 +10,41 @@ use openraft::raft::{
 };
 use openraft::{BasicNode, OptionalSend, RaftNetworkV2};
 
-use crate::types::{FirnRaft, NodeId, Snapshot, SnapshotData, Vote};
+use crate::peer::{PeerError, PeerPool, PeerRequest, PeerResponse};
+use crate::types::{FirnRaft, NodeId, ShardId, Snapshot, SnapshotData, Vote};
 
-#[derive(Clone, Default)]
-pub struct PeerNetwork;
+#[derive(Clone)]
+pub struct PeerNetwork {
+    shard: ShardId,
+    pool: Arc<PeerPool>,
+}
+
+impl PeerNetwork {
+    pub fn new(shard: ShardId, pool: Arc<PeerPool>) -> Self {
+        PeerNetwork { shard, pool }
+    }
+}
 
 pub struct PeerClient {
+    shard: ShardId,
     target: NodeId,
+    pool: Arc<PeerPool>,
+}
+
+fn unreachable(e: impl std::fmt::Display) -> Unreachable<FirnRaft> {
+    Unreachable::from_string(e.to_string())
 }
 
 impl PeerClient {
-    fn unreachable(&self) -> Unreachable<FirnRaft> {
-        Unreachable::from_string(format!(
-            "node {} is not reachable: peer networking is not enabled on this node",
-            self.target
-        ))
+    async fn call(
+        &self,
+        request: PeerRequest,
+        option: &RPCOption,
+    ) -> Result<PeerResponse, Unreachable<FirnRaft>> {
+        self.pool
+            .call(self.target, request, option.hard_ttl())
+            .await
+            .map_err(|e: PeerError| unreachable(e))
     }
 }
 
@@ -33,7 +52,11 @@ impl RaftNetworkFactory<FirnRaft> for PeerNetwork {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, _node: &BasicNode) -> Self::Network {
-        PeerClient { target }
+        PeerClient {
+            shard: self.shard,
+            target,
+            pool: self.pool.clone(),
+        }
     }
 }
 
@@ -42,27 +65,66 @@ impl RaftNetworkV2<FirnRaft> for PeerClient {
 
     async fn append_entries(
         &mut self,
-        _rpc: AppendEntriesRequest<FirnRaft>,
-        _option: RPCOption,
+        rpc: AppendEntriesRequest<FirnRaft>,
+        option: RPCOption,
     ) -> Result<AppendEntriesResponse<FirnRaft>, RPCError<FirnRaft>> {
-        Err(RPCError::Unreachable(self.unreachable()))
+        match self
+            .call(
+                PeerRequest::Append {
+                    shard: self.shard,
+                    rpc,
+                },
+                &option,
+            )
+            .await?
+        {
+            PeerResponse::Append(r) => Ok(r),
+            other => Err(RPCError::Unreachable(unreachable(format!(
+                "unexpected answer {other:?}"
+            )))),
+        }
     }
 
     async fn vote(
         &mut self,
-        _rpc: VoteRequest<FirnRaft>,
-        _option: RPCOption,
+        rpc: VoteRequest<FirnRaft>,
+        option: RPCOption,
     ) -> Result<VoteResponse<FirnRaft>, RPCError<FirnRaft>> {
-        Err(RPCError::Unreachable(self.unreachable()))
+        match self
+            .call(
+                PeerRequest::Vote {
+                    shard: self.shard,
+                    rpc,
+                },
+                &option,
+            )
+            .await?
+        {
+            PeerResponse::Vote(r) => Ok(r),
+            other => Err(RPCError::Unreachable(unreachable(format!(
+                "unexpected answer {other:?}"
+            )))),
+        }
     }
 
     async fn full_snapshot(
         &mut self,
-        _vote: Vote,
-        _snapshot: Snapshot,
+        vote: Vote,
+        snapshot: Snapshot,
         _cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
-        _option: RPCOption,
+        option: RPCOption,
     ) -> Result<SnapshotResponse<FirnRaft>, StreamingError<FirnRaft>> {
-        Err(StreamingError::Unreachable(self.unreachable()))
+        let request = PeerRequest::Snapshot {
+            shard: self.shard,
+            vote,
+            meta: snapshot.meta,
+            data: snapshot.snapshot,
+        };
+        match self.call(request, &option).await? {
+            PeerResponse::Snapshot(r) => Ok(r),
+            other => Err(StreamingError::Unreachable(unreachable(format!(
+                "unexpected answer {other:?}"
+            )))),
+        }
     }
 }

@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use crate::log_store::{FjallLogStore, Fsync};
 use crate::network::PeerNetwork;
+use crate::peer::{LocalGroups, PeerPool};
 use crate::state_machine::ShardStateMachine;
 use crate::types::{FirnRaft, LogCommand, NodeId, ShardId};
 
@@ -38,6 +39,14 @@ pub struct ShardConfig {
     pub snapshot_dir: PathBuf,
     /// Build a snapshot (and purge the log before it) every this many entries.
     pub snapshot_every_entries: u64,
+    /// The group's initial members (node id → peer address).
+    pub members: BTreeMap<NodeId, BasicNode>,
+    /// Whether this node forms the group (exactly one member does, once).
+    pub initialize: bool,
+    /// Connections to the other nodes.
+    pub pool: Arc<PeerPool>,
+    /// Where incoming Raft messages find this replica.
+    pub groups: LocalGroups,
 }
 
 /// The outcome of a proposed write, resolved once it is durable and applied.
@@ -96,23 +105,29 @@ impl ShardReplica {
         }
         .validate()
         .map_err(|e| FirnError::Internal(format!("raft config: {e}")))?;
-        let raft = Raft::new(cfg.node_id, Arc::new(config), PeerNetwork, log, sm)
+        let network = PeerNetwork::new(cfg.shard_id, cfg.pool.clone());
+        let raft = Raft::new(cfg.node_id, Arc::new(config), network, log, sm)
             .await
             .map_err(unavailable)?;
-        let members = BTreeMap::from([(
-            cfg.node_id,
-            BasicNode {
-                addr: cfg.node_addr.clone(),
-            },
-        )]);
-        match raft.initialize(members).await {
-            Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
-            Err(e) => return Err(unavailable(e)),
+        // Reachable by peers before anyone can send it a vote or entries.
+        cfg.groups.insert(cfg.shard_id, raft.clone());
+        let mut members = cfg.members.clone();
+        members.entry(cfg.node_id).or_insert_with(|| BasicNode {
+            addr: cfg.node_addr.clone(),
+        });
+        let single = members.len() == 1;
+        if cfg.initialize || single {
+            match raft.initialize(members).await {
+                Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+                Err(e) => return Err(unavailable(e)),
+            }
         }
-        raft.wait(Some(ELECTION_WAIT))
-            .current_leader(cfg.node_id, "a single node elects itself")
-            .await
-            .map_err(unavailable)?;
+        if single {
+            raft.wait(Some(ELECTION_WAIT))
+                .current_leader(cfg.node_id, "a single node elects itself")
+                .await
+                .map_err(unavailable)?;
+        }
         Ok(ShardReplica {
             shard_id: cfg.shard_id,
             node_id: cfg.node_id,
@@ -185,6 +200,58 @@ impl ShardReplica {
             }
             Err(e) => Err(unavailable(e)),
         }
+    }
+
+    /// The current leader's node id, if one is known.
+    pub fn leader(&self) -> Option<NodeId> {
+        self.raft.metrics().borrow_watched().current_leader
+    }
+
+    /// Waits (at most `timeout`) until the group knows a leader.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> Result<NodeId, FirnError> {
+        let m = self
+            .raft
+            .wait(Some(timeout))
+            .metrics(|m| m.current_leader.is_some(), "a leader is known")
+            .await
+            .map_err(|_| {
+                FirnError::Unavailable(format!(
+                    "shard {} has no leader (no quorum?)",
+                    self.shard_id
+                ))
+            })?;
+        m.current_leader
+            .ok_or_else(|| FirnError::Unavailable(format!("shard {} has no leader", self.shard_id)))
+    }
+
+    /// On the leader: confirms leadership with a quorum and returns the log index a
+    /// replica must have applied to serve a linearizable read begun now.
+    pub async fn read_index(&self) -> Result<u64, FirnError> {
+        match self.raft.get_read_linearizer(ReadPolicy::ReadIndex).await {
+            Ok(l) => Ok(l.read_log_id().log_id().index),
+            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
+                Err(FirnError::TryAgain(format!(
+                    "this replica is not the leader of shard {} (leader: {:?})",
+                    self.shard_id, f.leader_id
+                )))
+            }
+            Err(e) => Err(unavailable(e)),
+        }
+    }
+
+    /// Waits (at most `timeout`) until this replica has applied `index`.
+    pub async fn wait_applied(&self, index: u64, timeout: Duration) -> Result<(), FirnError> {
+        self.raft
+            .wait(Some(timeout))
+            .applied_index_at_least(Some(index), "catching up for a read")
+            .await
+            .map(|_| ())
+            .map_err(|_| {
+                FirnError::TryAgain(format!(
+                    "replica of shard {} is still catching up",
+                    self.shard_id
+                ))
+            })
     }
 
     /// Builds a snapshot now (and lets the log before it be purged).

@@ -38,13 +38,16 @@ impl Table {
         self as usize
     }
 
-    fn fjall_name(self) -> &'static str {
-        match self {
-            Table::KeyMeta => "sm_key_meta",
-            Table::Versions => "sm_versions",
-            Table::Keyspaces => "sm_keyspaces",
-            Table::System => "sm_system",
-        }
+    /// The fjall keyspace holding this table for the state machine `namespace` (one per
+    /// shard replica, so that several share a database).
+    fn fjall_name(self, namespace: &str) -> String {
+        let table = match self {
+            Table::KeyMeta => "key_meta",
+            Table::Versions => "versions",
+            Table::Keyspaces => "keyspaces",
+            Table::System => "system",
+        };
+        format!("{namespace}_{table}")
     }
 }
 
@@ -225,9 +228,9 @@ fn fjall_err(e: fjall::Error) -> io::Error {
 }
 
 impl FjallBackend {
-    pub fn open(db: Database) -> io::Result<Self> {
+    pub fn open(db: Database, namespace: &str) -> io::Result<Self> {
         let open = |t: Table| {
-            db.keyspace(t.fjall_name(), KeyspaceCreateOptions::default)
+            db.keyspace(&t.fjall_name(namespace), KeyspaceCreateOptions::default)
                 .map_err(fjall_err)
         };
         let keyspaces = [
@@ -242,7 +245,7 @@ impl FjallBackend {
     /// Opens (or creates) a database of its own at `path`; used by tests.
     pub fn open_path(path: &Path) -> io::Result<Self> {
         let db = Database::builder(path).open().map_err(fjall_err)?;
-        Self::open(db)
+        Self::open(db, "test")
     }
 
     fn ks(&self, table: Table) -> &Keyspace {

@@ -165,6 +165,21 @@ struct ServeArgs {
     /// Snapshot (and purge the log) every this many entries.
     #[arg(long, default_value_t = 100_000)]
     snapshot_every: u64,
+    /// This node's id in the cluster.
+    #[arg(long, default_value_t = 1)]
+    node_id: u64,
+    /// Listener for the other nodes of the cluster.
+    #[arg(long, default_value = "127.0.0.1:7381")]
+    peer_addr: SocketAddr,
+    /// Every node of the cluster, this one included: ID=PEER_ADDR,… (none: a single node).
+    #[arg(long, default_value = "")]
+    peers: String,
+    /// Shards in a cluster (a single node has one).
+    #[arg(long, default_value_t = firn_node::config::CLUSTER_SHARDS_DEFAULT)]
+    shards: u32,
+    /// Replicas per shard, capped by the node count.
+    #[arg(long, default_value_t = firn_node::config::REPLICATION_DEFAULT)]
+    replication: usize,
 }
 
 fn main() -> ExitCode {
@@ -432,14 +447,20 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         allow_flushall: args.allow_flushall,
         retention_interval: args.retention_interval,
         snapshot_every_entries: args.snapshot_every,
+        node_id: args.node_id,
+        peer_addr: args.peer_addr,
+        peers: firn_node::cluster::parse_peers(&args.peers).map_err(|e| e.to_string())?,
+        shards: args.shards,
+        replication: args.replication,
     };
     let node = RunningNode::start(config)
         .await
         .map_err(|e| e.to_string())?;
     println!(
-        "firn serving: redis-cli -p {}   |   curl http://{}/v1/kv/hello",
+        "firn serving: redis-cli -p {}   |   curl http://{}/v1/kv/hello   |   peers {}",
         node.resp_addr.port(),
-        node.http_addr
+        node.http_addr,
+        node.peer_addr
     );
     wait_for_stop_signal().await;
     node.shutdown().await;

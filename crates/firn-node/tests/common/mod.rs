@@ -11,6 +11,7 @@ pub async fn start_node(allow_flushall: bool) -> RunningNode {
     let config = NodeConfig {
         resp_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        peer_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         in_memory: true,
         allow_flushall,
         limits: firn_model::Limits {

@@ -11,6 +11,7 @@ pub struct FirnProcess {
     pub child: Child,
     pub resp_port: u16,
     pub http_addr: String,
+    pub peer_addr: String,
 }
 
 impl FirnProcess {
@@ -21,7 +22,14 @@ impl FirnProcess {
             .arg("serve")
             .arg("--data-dir")
             .arg(data_dir)
-            .args(["--resp-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+            .args([
+                "--resp-addr",
+                "127.0.0.1:0",
+                "--http-addr",
+                "127.0.0.1:0",
+                "--peer-addr",
+                "127.0.0.1:0",
+            ])
             .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
@@ -54,10 +62,16 @@ impl FirnProcess {
             .and_then(|r| r.split('/').next())
             .unwrap()
             .to_string();
+        let peer_addr = line
+            .split("peers ")
+            .nth(1)
+            .map(|r| r.trim().to_string())
+            .unwrap_or_default();
         FirnProcess {
             child,
             resp_port,
             http_addr,
+            peer_addr,
         }
     }
 
