@@ -18,19 +18,25 @@ impl FirnProcess {
     /// Starts `firn serve` on free loopback ports with its data in `data_dir`, and waits
     /// until it serves (bounded).
     pub fn start(data_dir: &Path, extra: &[&str]) -> FirnProcess {
+        let mut args = vec![
+            "--resp-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--peer-addr",
+            "127.0.0.1:0",
+        ];
+        args.extend_from_slice(extra);
+        Self::start_with(data_dir, &args)
+    }
+
+    /// Starts `firn serve --data-dir DATA_DIR ARGS…` and waits until it serves (bounded).
+    pub fn start_with(data_dir: &Path, args: &[&str]) -> FirnProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_firn"))
             .arg("serve")
             .arg("--data-dir")
             .arg(data_dir)
-            .args([
-                "--resp-addr",
-                "127.0.0.1:0",
-                "--http-addr",
-                "127.0.0.1:0",
-                "--peer-addr",
-                "127.0.0.1:0",
-            ])
-            .args(extra)
+            .args(args)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -102,4 +108,83 @@ pub fn wait_until<F: FnMut() -> bool>(timeout: Duration, mut f: F) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     false
+}
+
+/// Free loopback ports, found by binding port 0 (a small race with other programs, which
+/// the tests accept).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
+/// A cluster of real `firn` processes on loopback.
+pub struct Cluster {
+    pub dirs: Vec<tempfile::TempDir>,
+    pub nodes: Vec<Option<FirnProcess>>,
+    ports: Vec<(u16, u16, u16)>,
+    peers: String,
+    extra: Vec<String>,
+}
+
+impl Cluster {
+    pub fn start(n: usize, extra: &[&str]) -> Cluster {
+        let ports: Vec<(u16, u16, u16)> = free_ports(3 * n)
+            .chunks(3)
+            .map(|c| (c[0], c[1], c[2]))
+            .collect();
+        let peers = (0..n)
+            .map(|i| format!("{}=127.0.0.1:{}", i + 1, ports[i].2))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = Cluster {
+            dirs: (0..n).map(|_| tempfile::tempdir().unwrap()).collect(),
+            nodes: (0..n).map(|_| None).collect(),
+            ports,
+            peers,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        for i in 0..n {
+            cluster.restart(i);
+        }
+        cluster
+    }
+
+    /// (Re)starts node index `i` (node id `i + 1`) on its own ports and data.
+    pub fn restart(&mut self, i: usize) {
+        let (resp, http, peer) = self.ports[i];
+        let mut args: Vec<String> = vec![
+            "--node-id".into(),
+            (i + 1).to_string(),
+            "--peers".into(),
+            self.peers.clone(),
+            "--resp-addr".into(),
+            format!("127.0.0.1:{resp}"),
+            "--http-addr".into(),
+            format!("127.0.0.1:{http}"),
+            "--peer-addr".into(),
+            format!("127.0.0.1:{peer}"),
+        ];
+        args.extend(self.extra.iter().cloned());
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.nodes[i] = Some(FirnProcess::start_with(self.dirs[i].path(), &refs));
+    }
+
+    pub fn kill_9(&mut self, i: usize) {
+        if let Some(p) = self.nodes[i].take() {
+            p.kill_9();
+        }
+    }
+
+    pub fn resp_addr(&self, i: usize) -> String {
+        format!("127.0.0.1:{}", self.ports[i].0)
+    }
+
+    pub fn http_addr(&self, i: usize) -> String {
+        format!("127.0.0.1:{}", self.ports[i].1)
+    }
 }
