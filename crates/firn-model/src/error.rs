@@ -30,9 +30,14 @@ pub enum FirnError {
     /// The operation is understood but refused by this node's configuration or this version.
     #[error("{0}")]
     Refused(String),
-    /// A transient condition (leader change, catching up): retrying may succeed.
+    /// A transient condition (leader change, catching up): the request was not applied,
+    /// and retrying may succeed.
     #[error("{0}")]
     TryAgain(String),
+    /// A write whose outcome is unknown (its leader failed, or the answer was lost): it may
+    /// or may not be applied. Read before retrying a non-idempotent write.
+    #[error("{0}")]
+    Indeterminate(String),
     /// This node cannot serve the request (no leader, no quorum).
     #[error("{0}")]
     Unavailable(String),
@@ -47,6 +52,7 @@ impl FirnError {
             FirnError::Conflict { .. } => "CONFLICT",
             FirnError::Compacted { .. } => "COMPACTED",
             FirnError::TryAgain(_) => "TRYAGAIN",
+            FirnError::Indeterminate(_) => "UNCERTAIN",
             FirnError::Unavailable(_) => "CLUSTERDOWN",
             FirnError::WrongArity(_) | FirnError::UnknownCommand(_) => "ERR",
             _ => "ERR",
@@ -62,6 +68,7 @@ impl FirnError {
             FirnError::KeyspaceNotFound(_) => 404,
             FirnError::Refused(_) => 403,
             FirnError::TryAgain(_) | FirnError::Unavailable(_) => 503,
+            FirnError::Indeterminate(_) => 504,
             FirnError::Internal(_) => 500,
             _ => 400,
         }

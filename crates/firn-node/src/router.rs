@@ -18,7 +18,7 @@ use firn_model::limits::{KEYS_PER_REQUEST_MAX, PAGE_ITEMS_MAX};
 use firn_model::{
     FirnError, Key, KeyRange, Limits, ReadConsistency, Request, Response, WatchRequest, Written,
 };
-use firn_raft::peer::{AppHandler, PeerPool, PeerRequest, PeerResponse};
+use firn_raft::peer::{AppHandler, PeerError, PeerPool, PeerRequest, PeerResponse};
 use firn_raft::{NodeId, ShardId, ShardReplica, ShardStatus};
 use firn_store::Op;
 
@@ -316,7 +316,10 @@ impl Router {
         }
     }
 
-    /// Runs a single-shard request where it can be served.
+    /// Runs a single-shard request where it can be served. The outer future finishes once
+    /// the request is started (a write proposed in order); the `Pending` it yields finishes
+    /// with the answer. That split is what lets a connection pipeline writes.
+    #[allow(clippy::async_yields_async)]
     fn on_shard<'a>(
         &'a self,
         shard: ShardId,
@@ -399,7 +402,12 @@ impl Router {
             Ok(other) => Err(FirnError::Internal(format!(
                 "node {target} answered {other:?}"
             ))),
-            Err(e) => Err(FirnError::TryAgain(format!("{e}"))),
+            // Never sent: nothing happened.
+            Err(e @ PeerError::Unreachable(..)) => Err(FirnError::TryAgain(format!("{e}"))),
+            // Sent, but no answer: a write may have been applied.
+            Err(e) => Err(FirnError::Indeterminate(format!(
+                "{e}; the request may or may not have been applied"
+            ))),
         }
     }
 

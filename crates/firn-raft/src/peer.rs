@@ -70,6 +70,9 @@ struct Envelope<T> {
 pub enum PeerError {
     #[error("node {0} is unreachable: {1}")]
     Unreachable(NodeId, String),
+    /// The request was sent but the connection dropped before the answer came.
+    #[error("the connection to node {0} dropped before it answered")]
+    Lost(NodeId),
     #[error("node {0} did not answer within {1:?}")]
     Timeout(NodeId, Duration),
     #[error("node {0} refused: {1}")]
@@ -350,7 +353,7 @@ impl PeerPool {
         match tokio::time::timeout(timeout, answer).await {
             Ok(Ok(PeerResponse::Error(e))) => Err(PeerError::Remote(target, e)),
             Ok(Ok(response)) => Ok(response),
-            Ok(Err(_)) => Err(PeerError::Unreachable(target, "connection closed".into())),
+            Ok(Err(_)) => Err(PeerError::Lost(target)),
             Err(_) => {
                 conn.pending
                     .lock()

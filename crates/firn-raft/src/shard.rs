@@ -180,9 +180,10 @@ impl ShardReplica {
                 Ok(Err(e)) => Err(FirnError::TryAgain(format!(
                     "write not applied, retry: {e}"
                 ))),
-                Err(_) => Err(unavailable(
-                    "the raft group stopped before the write completed",
-                )),
+                // The entry may already be in the log of other replicas.
+                Err(_) => Err(FirnError::Indeterminate(format!(
+                    "shard {shard_id} stopped before the write completed; it may or may not be applied"
+                ))),
             }
         }))
     }

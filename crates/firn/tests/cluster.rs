@@ -10,42 +10,6 @@ use firn_client::{Client, PutOptions};
 use firn_model::{ReadAt, ReadConsistency};
 use firn_node::cluster::{ClusterLayout, parse_peers};
 
-fn cluster_json(http: &str) -> Option<serde_json::Value> {
-    ureq::get(&format!("http://{http}/v1/cluster"))
-        .timeout(Duration::from_secs(2))
-        .call()
-        .ok()?
-        .into_json()
-        .ok()
-}
-
-/// Leader of each shard as node `i` sees it.
-fn leaders(cluster: &Cluster, i: usize) -> Vec<Option<u64>> {
-    cluster_json(&cluster.http_addr(i))
-        .map(|j| {
-            j["shards"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|s| s["leader"].as_u64())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Waits (bounded) until node `i` knows a leader for each of its shards, other than `not`.
-fn wait_for_leaders(cluster: &Cluster, i: usize, not: Option<u64>) -> Vec<u64> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let l = leaders(cluster, i);
-        if !l.is_empty() && l.iter().all(|x| x.is_some() && *x != not) {
-            return l.into_iter().flatten().collect();
-        }
-        assert!(Instant::now() < deadline, "no leaders after 30 s: {l:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// A key that lives in `shard` of the default three-shard layout.
 fn key_in_shard(shard: u32, tag: &str) -> String {
     let layout = ClusterLayout::new(parse_peers("1=a,2=b,3=c").unwrap(), 3, 3).unwrap();
@@ -68,7 +32,7 @@ async fn value(client: &Client, key: &str, consistency: ReadConsistency) -> Opti
 async fn writes_at_any_node_are_read_linearizably_at_every_node() {
     let cluster = tokio::task::spawn_blocking(|| {
         let c = Cluster::start(3, &[]);
-        wait_for_leaders(&c, 0, None);
+        c.wait_for_leaders(0, None);
         c
     })
     .await
@@ -140,12 +104,12 @@ async fn futures_connect(cluster: &Cluster) -> Vec<Client> {
 async fn a_killed_leader_is_replaced_and_catches_up_after_restart() {
     let mut cluster = tokio::task::spawn_blocking(|| {
         let c = Cluster::start(3, &[]);
-        wait_for_leaders(&c, 0, None);
+        c.wait_for_leaders(0, None);
         c
     })
     .await
     .unwrap();
-    let leader = wait_for_leaders(&cluster, 0, None)[0];
+    let leader = cluster.wait_for_leaders(0, None)[0];
     let victim = (leader - 1) as usize;
     let survivor = (victim + 1) % 3;
     let key = key_in_shard(0, "fail");

@@ -7,7 +7,7 @@ mod common;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use common::FirnProcess;
+use common::{Cluster, FirnProcess};
 use firn_check::register::{Register, RegisterOp, RegisterOut};
 use firn_check::{Operation, check_per_key};
 use firn_client::{Client, ClientError, PutOptions};
@@ -122,54 +122,125 @@ fn seed() -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_under_kill_and_restart_is_linearizable() {
     let seed = seed();
-    let history = record_history(seed, ReadPath::Linearizable, true).await;
-    let completed = history
-        .iter()
-        .filter(|(_, o)| o.completed_at.is_some())
-        .count();
-    assert!(
-        completed > CLIENTS * OPS_PER_CLIENT / 4,
-        "too few operations completed ({completed})"
-    );
-    eprintln!(
-        "checked {} operations ({} completed) on {KEYS} keys",
-        history.len(),
-        completed
-    );
-    if let Err((key, verdict)) = check_per_key(&Register::default(), &history) {
-        panic!("key k{key} is not linearizable (seed {seed}): {verdict:?}");
-    }
+    let dir = tempfile::tempdir().unwrap();
+    let node = FirnProcess::start(dir.path(), &[]);
+    let addrs = Arc::new(RwLock::new(vec![node.resp_addr()]));
+    let faults = {
+        let addrs = addrs.clone();
+        async move {
+            // SIGKILL the node mid-run, then restart it on the same data.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            node.kill_9();
+            let again = tokio::task::spawn_blocking(move || FirnProcess::start(dir.path(), &[]))
+                .await
+                .unwrap();
+            addrs.write().unwrap()[0] = again.resp_addr();
+            (again, ())
+        }
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let history = record_history(
+        seed,
+        ReadPath::Linearizable,
+        OPS_PER_CLIENT,
+        addrs,
+        async move {
+            let (again, ()) = faults.await;
+            let _ = tx.send(again);
+        },
+    )
+    .await;
+    drop(rx);
+    assert_linearizable(seed, &history, "single node, kill -9 and restart");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_checker_rejects_the_history_of_a_stale_read_path() {
     let seed = seed();
-    let history = record_history(seed, ReadPath::StaleBy(Duration::from_millis(150)), false).await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = FirnProcess::start(dir.path(), &[]);
+    let addrs = Arc::new(RwLock::new(vec![node.resp_addr()]));
+    let history = record_history(
+        seed,
+        ReadPath::StaleBy(Duration::from_millis(150)),
+        OPS_PER_CLIENT,
+        addrs,
+        async {},
+    )
+    .await;
     assert!(
         check_per_key(&Register::default(), &history).is_err(),
         "reads 150 ms in the past went unnoticed (seed {seed})"
     );
 }
 
-/// Runs the clients (and, with `kill`, a SIGKILL and restart of the node mid-run) and
-/// returns what they saw, per key.
-async fn record_history(seed: u64, reads: ReadPath, kill: bool) -> History {
-    let dir = tempfile::tempdir().unwrap();
-    let node = FirnProcess::start(dir.path(), &[]);
-    let addr = Arc::new(RwLock::new(node.resp_addr()));
-    let node = Arc::new(Mutex::new(Some(node)));
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_history_under_leader_kills_is_linearizable() {
+    let seed = seed();
+    let cluster = tokio::task::spawn_blocking(|| {
+        let c = Cluster::start(3, &[]);
+        c.wait_for_leaders(0, None);
+        c
+    })
+    .await
+    .unwrap();
+    let addrs = Arc::new(RwLock::new(
+        (0..3).map(|i| cluster.resp_addr(i)).collect::<Vec<_>>(),
+    ));
+    let cluster = Arc::new(Mutex::new(cluster));
+    let faults = {
+        let cluster = cluster.clone();
+        async move {
+            // Kill the leader of shard 0, restart it, then do the same to shard 1's leader.
+            for shard in [0usize, 1] {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let c = cluster.clone();
+                tokio::task::spawn_blocking(move || {
+                    let mut c = c.lock().unwrap();
+                    let alive = (0..3).find(|i| c.nodes[*i].is_some()).unwrap();
+                    let leader = c.wait_for_leaders(alive, None)[shard];
+                    c.kill_9((leader - 1) as usize);
+                })
+                .await
+                .unwrap();
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                let c = cluster.clone();
+                tokio::task::spawn_blocking(move || {
+                    let mut c = c.lock().unwrap();
+                    let down = (0..3).find(|i| c.nodes[*i].is_none()).unwrap();
+                    c.restart(down);
+                })
+                .await
+                .unwrap();
+            }
+        }
+    };
+    let history = record_history(seed, ReadPath::Linearizable, 200, addrs, faults).await;
+    drop(cluster);
+    assert_linearizable(seed, &history, "3-node cluster, leader kills");
+}
+
+/// Runs the clients against `addrs` (client `c` starts at `addrs[c % n]` and moves to the
+/// next address after a failure) while `faults` runs, and returns what they saw, per key.
+async fn record_history(
+    seed: u64,
+    reads: ReadPath,
+    ops_per_client: usize,
+    addrs: Arc<RwLock<Vec<String>>>,
+    faults: impl std::future::Future<Output = ()>,
+) -> History {
     let history: Arc<Mutex<History>> = Arc::default();
     let t0 = Instant::now();
-
     let mut tasks = Vec::new();
     for c in 0..CLIENTS {
-        let (addr, history) = (addr.clone(), history.clone());
+        let (addrs, history) = (addrs.clone(), history.clone());
         tasks.push(tokio::spawn(async move {
             let mut rng =
                 Rng(seed.wrapping_add((c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1);
             let mut client: Option<Client> = None;
+            let mut target = c;
             let mut last_version_seen = 0;
-            for i in 0..OPS_PER_CLIENT {
+            for i in 0..ops_per_client {
                 tokio::time::sleep(THINK).await;
                 let key = rng.next() % KEYS;
                 let op = match rng.next() % 3 {
@@ -181,13 +252,18 @@ async fn record_history(seed: u64, reads: ReadPath, kill: bool) -> History {
                     },
                 };
                 if client.is_none() {
-                    let current = addr.read().unwrap().clone();
-                    client = Client::connect(&current).await.ok();
+                    let addr = {
+                        let addrs = addrs.read().unwrap();
+                        addrs[target % addrs.len()].clone()
+                    };
+                    client = Client::connect(&addr).await.ok();
+                    if client.is_none() {
+                        target += 1;
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
                 }
-                let Some(cl) = client.as_ref() else {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                };
+                let cl = client.as_ref().expect("connected above");
                 let invoked_at = t0.elapsed().as_nanos() as u64;
                 let result =
                     tokio::time::timeout(OP_TIMEOUT, run_op(cl, &format!("k{key}"), &op, reads))
@@ -207,10 +283,19 @@ async fn record_history(seed: u64, reads: ReadPath, kill: bool) -> History {
                             out: Some(out),
                         })
                     }
-                    // A failed read changed nothing; a failed write may or may not have
-                    // happened.
+                    // Refused before it was applied (TRYAGAIN, CLUSTERDOWN): nothing happened.
+                    Ok(Err(ClientError::Server { code, .. }))
+                        if code == "TRYAGAIN" || code == "CLUSTERDOWN" =>
+                    {
+                        target += 1;
+                        client = None;
+                        None
+                    }
+                    // A failed read changed nothing; any other failed write (UNCERTAIN, a
+                    // dropped connection, a timeout) may or may not have happened.
                     _ => {
                         client = None;
+                        target += 1;
                         (op != RegisterOp::Get).then_some(Operation {
                             client: c,
                             invoked_at,
@@ -226,20 +311,28 @@ async fn record_history(seed: u64, reads: ReadPath, kill: bool) -> History {
             }
         }));
     }
-    // Fault: SIGKILL the node mid-run, then restart it on the same data.
-    let mut restarted = None;
-    if kill {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let killed = node.lock().unwrap().take().unwrap();
-        killed.kill_9();
-        let again = FirnProcess::start(dir.path(), &[]);
-        *addr.write().unwrap() = again.resp_addr();
-        restarted = Some(again);
-    }
+    faults.await;
     for t in tasks {
         t.await.unwrap();
     }
-    drop(restarted);
-    drop(node);
     history.lock().unwrap().clone()
+}
+
+fn assert_linearizable(seed: u64, history: &History, what: &str) {
+    let completed = history
+        .iter()
+        .filter(|(_, o)| o.completed_at.is_some())
+        .count();
+    eprintln!(
+        "{what}: checked {} operations ({} completed) on {KEYS} keys",
+        history.len(),
+        completed
+    );
+    assert!(
+        completed > history.len() / 2,
+        "too few operations completed ({completed})"
+    );
+    if let Err((key, verdict)) = check_per_key(&Register::default(), history) {
+        panic!("{what}: key k{key} is not linearizable (seed {seed}): {verdict:?}");
+    }
 }

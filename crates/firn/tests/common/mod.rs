@@ -188,3 +188,42 @@ impl Cluster {
         format!("127.0.0.1:{}", self.ports[i].1)
     }
 }
+
+impl Cluster {
+    fn cluster_json(&self, i: usize) -> Option<serde_json::Value> {
+        ureq::get(&format!("http://{}/v1/cluster", self.http_addr(i)))
+            .timeout(Duration::from_secs(2))
+            .call()
+            .ok()?
+            .into_json()
+            .ok()
+    }
+
+    /// Leader of each shard as node index `i` sees it.
+    pub fn leaders(&self, i: usize) -> Vec<Option<u64>> {
+        self.cluster_json(i)
+            .map(|j| {
+                j["shards"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|s| s["leader"].as_u64())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Waits (bounded) until node index `i` knows a leader for each of its shards, none of
+    /// them `not`.
+    pub fn wait_for_leaders(&self, i: usize, not: Option<u64>) -> Vec<u64> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let l = self.leaders(i);
+            if !l.is_empty() && l.iter().all(|x| x.is_some() && *x != not) {
+                return l.into_iter().flatten().collect();
+            }
+            assert!(Instant::now() < deadline, "no leaders after 30 s: {l:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
