@@ -99,6 +99,55 @@ impl ClusterLayout {
 }
 
 /// What nodes ask each other (carried opaquely by the peer transport).
+/// One node's own account of itself: where clients reach it and the replicas it holds.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NodeView {
+    pub node_id: NodeId,
+    pub resp_addr: String,
+    pub http_addr: String,
+    /// Whether the node answered (a node that did not is listed from the layout alone).
+    pub up: bool,
+    pub replicas: Vec<ReplicaView>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ReplicaView {
+    pub shard_id: ShardId,
+    pub state: String,
+    pub leader: Option<NodeId>,
+    pub term: u64,
+    pub last_applied_index: Option<u64>,
+}
+
+/// The whole cluster as one node sees it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClusterView {
+    pub nodes: Vec<NodeView>,
+    pub shards: Vec<ShardView>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ShardView {
+    pub shard_id: ShardId,
+    /// First and last slot, inclusive.
+    pub slots: (Slot, Slot),
+    pub replicas: Vec<NodeId>,
+    pub leader: Option<NodeId>,
+    /// How many log entries each replica is behind the most advanced one.
+    pub replica_lag: BTreeMap<NodeId, u64>,
+}
+
+impl ClusterView {
+    pub fn node(&self, id: NodeId) -> Option<&NodeView> {
+        self.nodes.iter().find(|n| n.node_id == id)
+    }
+
+    /// Whether every shard has a leader.
+    pub fn healthy(&self) -> bool {
+        self.shards.iter().all(|s| s.leader.is_some())
+    }
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 pub enum NodeRpc {
     /// Execute a request on this node's replica of `shard` (proposing if it leads).
@@ -109,12 +158,15 @@ pub enum NodeRpc {
     },
     /// As the shard's leader, confirm leadership and return the read index.
     ReadIndex { shard: ShardId },
+    /// Describe yourself.
+    Describe,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 pub enum NodeRpcReply {
     Executed(Result<Response, FirnError>),
     ReadIndex(Result<u64, FirnError>),
+    Described(NodeView),
 }
 
 /// Parses `--peers 1=127.0.0.1:7381,2=127.0.0.1:7391`.

@@ -437,8 +437,11 @@ async fn drop_keyspace(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// This node's replicas (`shards`, as in /healthz) and the whole cluster as this node sees
+/// it (`nodes`, `cluster`).
 async fn cluster(State(router): State<Arc<Router>>) -> axum::Json<Json> {
-    axum::Json(json!({ "shards": router.status() }))
+    let view = router.cluster_view().await;
+    axum::Json(json!({ "node_id": router.node_id(), "shards": router.status(), "cluster": view }))
 }
 
 async fn healthz(State(router): State<Arc<Router>>) -> HttpResponse {

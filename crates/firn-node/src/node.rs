@@ -151,6 +151,7 @@ impl RunningNode {
             pool,
             config.limits.clone(),
             config.allow_flushall,
+            (resp_addr.to_string(), http_addr.to_string()),
         ));
         let _ = rpc.0.set(router.clone());
 

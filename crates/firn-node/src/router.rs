@@ -22,7 +22,9 @@ use firn_raft::peer::{AppHandler, PeerError, PeerPool, PeerRequest, PeerResponse
 use firn_raft::{NodeId, ShardId, ShardReplica, ShardStatus};
 use firn_store::Op;
 
-use crate::cluster::{ClusterLayout, NodeRpc, NodeRpcReply};
+use crate::cluster::{
+    ClusterLayout, ClusterView, NodeRpc, NodeRpcReply, NodeView, ReplicaView, ShardView,
+};
 use crate::watch::WatchStream;
 
 /// A request's outcome, possibly still in flight (a proposed write).
@@ -34,10 +36,14 @@ const LEADER_WAIT: Duration = Duration::from_secs(5);
 const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a follower waits to apply up to a read index.
 const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
+/// How long a node waits for a peer to describe itself.
+const DESCRIBE_TIMEOUT: Duration = Duration::from_millis(500);
 /// Forwarding stops after this many hops (a leader change in flight): the client retries.
 const FORWARD_HOPS_MAX: u8 = 2;
 
 pub struct Router {
+    /// Where clients reach this node: (RESP, HTTP).
+    client_addrs: (String, String),
     node_id: NodeId,
     layout: Arc<ClusterLayout>,
     local: HashMap<ShardId, Arc<ShardReplica>>,
@@ -66,8 +72,10 @@ impl Router {
         pool: Arc<PeerPool>,
         limits: Limits,
         allow_flushall: bool,
+        client_addrs: (String, String),
     ) -> Self {
         Router {
+            client_addrs,
             node_id,
             layout,
             local,
@@ -372,6 +380,7 @@ impl Router {
                 "shard {shard} is changing leader; retry"
             )));
         }
+        metrics::counter!("firn_forwarded_total", "to" => target.to_string()).increment(1);
         match self
             .call(
                 target,
@@ -444,6 +453,97 @@ impl Router {
         replica.wait_applied(index, CATCH_UP_WAIT).await
     }
 
+    /// This node's own view of itself.
+    pub fn describe(&self) -> NodeView {
+        NodeView {
+            node_id: self.node_id,
+            resp_addr: self.client_addrs.0.clone(),
+            http_addr: self.client_addrs.1.clone(),
+            up: true,
+            replicas: self
+                .status()
+                .into_iter()
+                .map(|s| ReplicaView {
+                    shard_id: s.shard_id,
+                    state: s.state,
+                    leader: s.leader,
+                    term: s.term,
+                    last_applied_index: s.last_applied_index,
+                })
+                .collect(),
+        }
+    }
+
+    /// The whole cluster: every node asked for its own view (briefly; a node that does not
+    /// answer is shown down), and each shard's leader and replica lag from those views.
+    pub async fn cluster_view(&self) -> ClusterView {
+        let mut nodes = Vec::new();
+        for (&id, _) in self.layout.nodes.iter() {
+            let view = if id == self.node_id {
+                Some(self.describe())
+            } else {
+                let payload = postcard::to_stdvec(&NodeRpc::Describe).unwrap_or_default();
+                match self
+                    .pool
+                    .call(id, PeerRequest::App(payload), DESCRIBE_TIMEOUT)
+                    .await
+                {
+                    Ok(PeerResponse::App(b)) => match postcard::from_bytes::<NodeRpcReply>(&b) {
+                        Ok(NodeRpcReply::Described(v)) => Some(v),
+                        _ => None,
+                    },
+                    _ => None,
+                }
+            };
+            nodes.push(view.unwrap_or(NodeView {
+                node_id: id,
+                resp_addr: String::new(),
+                http_addr: String::new(),
+                up: false,
+                replicas: Vec::new(),
+            }));
+        }
+        let shards = self
+            .layout
+            .shards
+            .iter()
+            .map(|s| {
+                let reports: Vec<(NodeId, &ReplicaView)> = nodes
+                    .iter()
+                    .flat_map(|n| {
+                        n.replicas
+                            .iter()
+                            .filter(|r| r.shard_id == s.id)
+                            .map(move |r| (n.node_id, r))
+                    })
+                    .collect();
+                // The leader as reported by a replica of the newest term.
+                let leader = reports
+                    .iter()
+                    .filter(|(_, r)| r.leader.is_some())
+                    .max_by_key(|(_, r)| r.term)
+                    .and_then(|(_, r)| r.leader);
+                let newest = reports
+                    .iter()
+                    .filter_map(|(_, r)| r.last_applied_index)
+                    .max()
+                    .unwrap_or(0);
+                let replica_lag = reports
+                    .iter()
+                    .map(|(id, r)| (*id, newest - r.last_applied_index.unwrap_or(0)))
+                    .collect();
+                ShardView {
+                    shard_id: s.id,
+                    slots: (s.slots.start, s.slots.end - 1),
+                    replicas: s.replicas.clone(),
+                    leader,
+                    replica_lag,
+                }
+            })
+            .collect();
+        ClusterView { nodes, shards }
+    }
+
     /// Answers a peer's request.
     pub async fn handle_rpc(&self, rpc: NodeRpc) -> NodeRpcReply {
         match rpc {
@@ -452,6 +552,7 @@ impl Router {
                 request,
                 hops,
             } => NodeRpcReply::Executed(self.on_shard(shard, request, hops).await.await),
+            NodeRpc::Describe => NodeRpcReply::Described(self.describe()),
             NodeRpc::ReadIndex { shard } => NodeRpcReply::ReadIndex(match self.local.get(&shard) {
                 Some(r) => r.read_index().await,
                 None => Err(FirnError::TryAgain(format!(

@@ -113,6 +113,23 @@ enum Command {
         #[command(subcommand)]
         action: KeyspaceAction,
     },
+    /// Inspect the cluster.
+    Cluster {
+        #[command(subcommand)]
+        action: ClusterAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClusterAction {
+    /// Nodes, shards, leaders and replica lag, as the node at --addr sees them.
+    Status {
+        /// Print the raw JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: Target,
+    },
 }
 
 #[derive(Subcommand)]
@@ -356,6 +373,64 @@ async fn run(cli: Cli) -> Result<(), String> {
             {
                 Some(ack) => println!("deleted: version {}  commit {}", ack.version, ack.commit_ts),
                 None => println!("{key}: did not exist"),
+            }
+            Ok(())
+        }
+        Command::Cluster {
+            action: ClusterAction::Status { json, target },
+        } => {
+            let raw = connect(&target)
+                .await?
+                .raw(&redis::cmd("FIRN.CLUSTER"))
+                .await
+                .map_err(show)?;
+            let text: String = redis::from_redis_value(raw).map_err(|e| e.to_string())?;
+            if json {
+                println!("{text}");
+                return Ok(());
+            }
+            let view: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+            println!("{:<6} {:<22} {:<22} {:<5}", "node", "resp", "http", "up");
+            for n in view["nodes"].as_array().into_iter().flatten() {
+                println!(
+                    "{:<6} {:<22} {:<22} {:<5}",
+                    n["node_id"],
+                    n["resp_addr"].as_str().unwrap_or("-"),
+                    n["http_addr"].as_str().unwrap_or("-"),
+                    n["up"]
+                );
+            }
+            println!();
+            println!(
+                "{:<6} {:<14} {:<8} {:<12} replica lag (entries)",
+                "shard", "slots", "leader", "replicas"
+            );
+            for s in view["shards"].as_array().into_iter().flatten() {
+                println!(
+                    "{:<6} {:<14} {:<8} {:<12} {}",
+                    s["shard_id"],
+                    format!("{}-{}", s["slots"][0], s["slots"][1]),
+                    s["leader"]
+                        .as_u64()
+                        .map_or("none".into(), |l| l.to_string()),
+                    s["replicas"]
+                        .as_array()
+                        .map(|r| r
+                            .iter()
+                            .map(|x| x.to_string())
+                            .collect::<Vec<_>>()
+                            .join(","))
+                        .unwrap_or_default(),
+                    s["replica_lag"]
+                );
+            }
+            if view["shards"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|s| s["leader"].is_null())
+            {
+                return Err("some shards have no leader".into());
             }
             Ok(())
         }

@@ -179,3 +179,88 @@ async fn a_killed_leader_is_replaced_and_catches_up_after_restart() {
         Some("after")
     );
 }
+
+fn forwarded_total(cluster: &Cluster, i: usize) -> f64 {
+    let text = ureq::get(&format!("http://{}/metrics", cluster.http_addr(i)))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("firn_forwarded_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_aware_clients_route_straight_to_shard_leaders() {
+    let cluster = tokio::task::spawn_blocking(|| {
+        let c = Cluster::start(3, &[]);
+        for i in 0..3 {
+            c.wait_for_leaders(i, None);
+        }
+        c
+    })
+    .await
+    .unwrap();
+    // CLUSTER SLOTS: three ranges covering every slot, the shard leader listed first.
+    let plain = Client::connect(&cluster.resp_addr(1)).await.unwrap();
+    let slots: Vec<redis::Value> = redis::from_redis_value(
+        plain
+            .raw(redis::cmd("CLUSTER").arg("SLOTS"))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(slots.len(), 3);
+    let leaders = cluster.wait_for_leaders(0, None);
+    let mut covered = 0;
+    for (shard, entry) in slots.iter().enumerate() {
+        let redis::Value::Array(parts) = entry else {
+            panic!("{entry:?}")
+        };
+        let (start, end): (i64, i64) = (
+            redis::from_redis_value(parts[0].clone()).unwrap(),
+            redis::from_redis_value(parts[1].clone()).unwrap(),
+        );
+        covered += end - start + 1;
+        assert_eq!(parts.len(), 5, "start, end and three nodes");
+        let master: (String, i64, String) = redis::from_redis_value(parts[2].clone()).unwrap();
+        assert_eq!(
+            format!("{}:{}", master.0, master.1),
+            cluster.resp_addr((leaders[shard] - 1) as usize)
+        );
+    }
+    assert_eq!(covered, 16384);
+
+    let before: f64 = (0..3).map(|i| forwarded_total(&cluster, i)).sum();
+    let client =
+        redis::cluster::ClusterClient::new(vec![format!("redis://{}/", cluster.resp_addr(0))])
+            .unwrap();
+    let mut conn = client.get_async_connection().await.unwrap();
+    for i in 0..60 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("user:{i}"))
+            .arg(i)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    for i in 0..60 {
+        let v: i64 = redis::cmd("GET")
+            .arg(format!("user:{i}"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(v, i);
+    }
+    let after: f64 = (0..3).map(|i| forwarded_total(&cluster, i)).sum();
+    assert_eq!(
+        after, before,
+        "a cluster-aware client's writes went to a non-leader and were forwarded"
+    );
+    // A plain client reaches the same data through any node.
+    let v: Option<String> =
+        redis::from_redis_value(plain.raw(redis::cmd("GET").arg("user:7")).await.unwrap()).unwrap();
+    assert_eq!(v.as_deref(), Some("7"));
+}

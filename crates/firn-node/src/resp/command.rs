@@ -35,6 +35,8 @@ pub enum Action {
     ClientGetName,
     ClientId,
     Info(Option<String>),
+    /// CLUSTER subcommands that describe the cluster (upper-cased subcommand).
+    Cluster(String),
     Quit,
 }
 
@@ -92,6 +94,10 @@ pub const COMMANDS: &[(&str, i64)] = &[
     ("firn.watch", -2),
     ("firn.unwatch", 1),
     ("firn.keyspace", -2),
+    ("cluster", -2),
+    ("readonly", 1),
+    ("readwrite", 1),
+    ("firn.cluster", 1),
 ];
 
 fn unknown_subcommand(cmd: &str, sub: &str) -> FirnError {
@@ -260,6 +266,29 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
                 }
                 _ => return Err(unknown_subcommand("config", &sub)),
             }
+        }
+        "READONLY" | "READWRITE" => {
+            // Every replica serves linearizable reads, so there is no mode to switch.
+            args.done()?;
+            Action::Reply(Reply::Ok)
+        }
+        "CLUSTER" => {
+            let sub = args.keyword()?;
+            match sub.as_str() {
+                "KEYSLOT" => {
+                    exact_arity(&args, 1)?;
+                    Action::Reply(Reply::Int(firn_model::slot::slot_of(&args.bytes()?) as i64))
+                }
+                "SLOTS" | "SHARDS" | "NODES" | "INFO" | "MYID" => {
+                    args.done()?;
+                    Action::Cluster(sub)
+                }
+                _ => return Err(unknown_subcommand("cluster", &sub)),
+            }
+        }
+        "FIRN.CLUSTER" => {
+            args.done()?;
+            Action::Cluster("FIRN".into())
         }
         "INFO" => Action::Info(if args.is_empty() {
             None

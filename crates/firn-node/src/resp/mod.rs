@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use self::args::Args;
 use self::command::{Action, Render, parse, render};
 use self::reply::Reply;
+use crate::cluster::{ClusterView, ShardView};
 use crate::router::{Pending, Router};
 
 /// Most replies a connection holds before it writes them out (a bound on pipelining memory).
@@ -319,6 +320,11 @@ impl Connection {
                 let r = Reply::Bulk(self.info(section.as_deref()).into());
                 self.queue.push_back(Queued::Ready(r));
             }
+            Action::Cluster(sub) => {
+                let view = self.shared.router.cluster_view().await;
+                let reply = cluster_reply(&sub, &view, self.shared.router.node_id());
+                self.queue.push_back(Queued::Ready(reply));
+            }
             Action::Quit => {
                 self.queue.push_back(Queued::Ready(Reply::Ok));
                 self.closing = true;
@@ -545,6 +551,154 @@ fn frame_to_command(frame: resp2::types::BytesFrame) -> Result<Frame, Reply> {
         return Err(Reply::Error("ERR Protocol error: empty command".into()));
     };
     Ok((String::from_utf8_lossy(&name).to_ascii_uppercase(), items))
+}
+
+/// A node id as Redis Cluster shows them: 40 hex digits.
+fn cluster_node_id(id: u64) -> String {
+    format!("{id:040x}")
+}
+
+/// (ip, port) of a node's RESP address.
+fn ip_port(addr: &str) -> (String, i64) {
+    match addr.rsplit_once(':') {
+        Some((ip, port)) => (ip.to_string(), port.parse().unwrap_or(0)),
+        None => (addr.to_string(), 0),
+    }
+}
+
+/// CLUSTER SLOTS / SHARDS / NODES / INFO / MYID and FIRN.CLUSTER. Each shard's Raft leader
+/// is its master, its other replicas are replicas, so cluster-aware clients send writes
+/// straight to leaders; anything sent elsewhere is forwarded.
+fn cluster_reply(sub: &str, view: &ClusterView, me: u64) -> Reply {
+    let addr = |id: u64| {
+        view.node(id)
+            .filter(|n| n.up)
+            .map(|n| ip_port(&n.resp_addr))
+    };
+    // Master first (the leader, or the first replica while none is known), then the others.
+    let ordered = |s: &ShardView| -> Vec<u64> {
+        let master = s.leader.unwrap_or(s.replicas[0]);
+        std::iter::once(master)
+            .chain(s.replicas.iter().copied().filter(move |r| *r != master))
+            .collect()
+    };
+    match sub {
+        "MYID" => Reply::text(cluster_node_id(me)),
+        "SLOTS" => Reply::Array(
+            view.shards
+                .iter()
+                .map(|s| {
+                    let mut entry =
+                        vec![Reply::Int(s.slots.0 as i64), Reply::Int(s.slots.1 as i64)];
+                    for id in ordered(s) {
+                        if let Some((ip, port)) = addr(id) {
+                            entry.push(Reply::Array(vec![
+                                Reply::text(ip),
+                                Reply::Int(port),
+                                Reply::text(cluster_node_id(id)),
+                            ]));
+                        }
+                    }
+                    Reply::Array(entry)
+                })
+                .collect(),
+        ),
+        "SHARDS" => Reply::Array(
+            view.shards
+                .iter()
+                .map(|s| {
+                    let nodes = ordered(s)
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, id)| {
+                            let (ip, port) = addr(id).unwrap_or_default();
+                            Reply::Map(vec![
+                                (Reply::text("id"), Reply::text(cluster_node_id(id))),
+                                (Reply::text("port"), Reply::Int(port)),
+                                (Reply::text("ip"), Reply::text(&ip)),
+                                (Reply::text("endpoint"), Reply::text(&ip)),
+                                (
+                                    Reply::text("role"),
+                                    Reply::text(if i == 0 { "master" } else { "replica" }),
+                                ),
+                                (Reply::text("replication-offset"), Reply::Int(0)),
+                                (
+                                    Reply::text("health"),
+                                    Reply::text(if addr(id).is_some() {
+                                        "online"
+                                    } else {
+                                        "failed"
+                                    }),
+                                ),
+                            ])
+                        })
+                        .collect();
+                    Reply::Map(vec![
+                        (
+                            Reply::text("slots"),
+                            Reply::Array(vec![
+                                Reply::Int(s.slots.0 as i64),
+                                Reply::Int(s.slots.1 as i64),
+                            ]),
+                        ),
+                        (Reply::text("nodes"), Reply::Array(nodes)),
+                    ])
+                })
+                .collect(),
+        ),
+        "NODES" => {
+            let lines: Vec<String> = view
+                .nodes
+                .iter()
+                .map(|n| {
+                    let (ip, port) = ip_port(&n.resp_addr);
+                    let mut flags = String::new();
+                    if n.node_id == me {
+                        flags.push_str("myself,");
+                    }
+                    flags.push_str("master");
+                    if !n.up {
+                        flags.push_str(",fail");
+                    }
+                    let slots: Vec<String> = view
+                        .shards
+                        .iter()
+                        .filter(|s| s.leader == Some(n.node_id))
+                        .map(|s| format!("{}-{}", s.slots.0, s.slots.1))
+                        .collect();
+                    format!(
+                        "{} {ip}:{port}@{port} {flags} - 0 0 0 {} {}",
+                        cluster_node_id(n.node_id),
+                        if n.up { "connected" } else { "disconnected" },
+                        slots.join(" ")
+                    )
+                    .trim_end()
+                    .to_string()
+                })
+                .collect();
+            Reply::Bulk(Bytes::from(lines.join("\n") + "\n"))
+        }
+        "INFO" => {
+            let up = view.nodes.iter().filter(|n| n.up).count();
+            let led = view.shards.iter().filter(|s| s.leader.is_some()).count();
+            let slots_ok: u32 = view
+                .shards
+                .iter()
+                .filter(|s| s.leader.is_some())
+                .map(|s| (s.slots.1 - s.slots.0) as u32 + 1)
+                .sum();
+            Reply::Bulk(Bytes::from(format!(
+                "cluster_enabled:1\r\ncluster_state:{}\r\ncluster_slots_assigned:16384\r\ncluster_slots_ok:{slots_ok}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:{}\r\ncluster_known_nodes:{}\r\ncluster_size:{}\r\ncluster_nodes_up:{up}\r\ncluster_shards_with_leader:{led}\r\n",
+                if view.healthy() { "ok" } else { "fail" },
+                16384 - slots_ok,
+                view.nodes.len(),
+                view.shards.len(),
+            )))
+        }
+        _ => Reply::Bulk(Bytes::from(
+            serde_json::to_string_pretty(view).unwrap_or_default(),
+        )),
+    }
 }
 
 fn event_reply(e: &WatchEvent) -> Reply {
