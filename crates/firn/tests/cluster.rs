@@ -102,8 +102,10 @@ async fn futures_connect(cluster: &Cluster) -> Vec<Client> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leader_is_replaced_and_catches_up_after_restart() {
+    // Snapshots every 100 entries: while the node is down the others purge the log it
+    // needs, so it catches up by installing a snapshot.
     let mut cluster = tokio::task::spawn_blocking(|| {
-        let c = Cluster::start(3, &[]);
+        let c = Cluster::start(3, &["--snapshot-every", "100"]);
         c.wait_for_leaders(0, None);
         c
     })
@@ -119,6 +121,16 @@ async fn a_killed_leader_is_replaced_and_catches_up_after_restart() {
         .await
         .unwrap();
 
+    let http: Vec<String> = (0..3).map(|i| cluster.http_addr(i)).collect();
+    let shard0 = |i: usize| -> serde_json::Value {
+        let v: serde_json::Value = ureq::get(&format!("http://{}/v1/cluster", http[i]))
+            .call()
+            .unwrap()
+            .into_json()
+            .unwrap();
+        v["shards"][0].clone()
+    };
+    let victim_applied = shard0(victim)["last_applied_index"].as_u64().unwrap_or(0);
     cluster.kill_9(victim);
     let killed_at = Instant::now();
     let deadline = killed_at + Duration::from_secs(30);
@@ -150,6 +162,15 @@ async fn a_killed_leader_is_replaced_and_catches_up_after_restart() {
             .put(format!("{key}-{i}").as_bytes(), b"x", PutOptions::default())
             .await
             .unwrap();
+    }
+    // The survivors purged the log past where the victim stopped: it must take a snapshot.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while shard0(survivor)["purged_index"].as_u64().unwrap_or(0) <= victim_applied {
+        assert!(
+            Instant::now() < deadline,
+            "the survivors did not purge their logs"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let restart_at = Instant::now();
     let cluster = tokio::task::spawn_blocking(move || {
@@ -205,13 +226,9 @@ async fn cluster_aware_clients_route_straight_to_shard_leaders() {
     .unwrap();
     // CLUSTER SLOTS: three ranges covering every slot, the shard leader listed first.
     let plain = Client::connect(&cluster.resp_addr(1)).await.unwrap();
-    let slots: Vec<redis::Value> = redis::from_redis_value(
-        plain
-            .raw(redis::cmd("CLUSTER").arg("SLOTS"))
-            .await
-            .unwrap(),
-    )
-    .unwrap();
+    let slots: Vec<redis::Value> =
+        redis::from_redis_value(plain.raw(redis::cmd("CLUSTER").arg("SLOTS")).await.unwrap())
+            .unwrap();
     assert_eq!(slots.len(), 3);
     let leaders = cluster.wait_for_leaders(0, None);
     let mut covered = 0;
