@@ -32,6 +32,9 @@ impl From<redis::RedisError> for ClientError {
 
 pub type Result<T> = std::result::Result<T, ClientError>;
 
+/// How long the client waits for an answer before reporting a connection error.
+pub const RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// What a write answered.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WriteAck {
@@ -162,8 +165,12 @@ impl Client {
     pub async fn connect(addr: &str) -> Result<Self> {
         let client = redis::Client::open(format!("redis://{addr}/"))
             .map_err(|e| ClientError::Connection(e.to_string()))?;
+        // A write waits for a quorum's fsync and may wait out a leader change (the server
+        // answers within ~20 s at worst); the redis crate's default 500 ms would give up first.
+        let config =
+            redis::AsyncConnectionConfig::new().set_response_timeout(Some(RESPONSE_TIMEOUT));
         let conn = client
-            .get_multiplexed_async_connection()
+            .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(|e| ClientError::Connection(e.to_string()))?;
         Ok(Client {

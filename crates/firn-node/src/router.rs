@@ -32,8 +32,10 @@ pub type Pending = Pin<Box<dyn Future<Output = Result<Response, FirnError>> + Se
 
 /// How long a request waits for a shard to have a leader before it is refused.
 const LEADER_WAIT: Duration = Duration::from_secs(5);
-/// How long a forwarded request or read-index call may take.
-const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a forwarded request or read-index call may take. A healthy leader answers in
+/// milliseconds; past this the leader is probably gone, and the client hears UNCERTAIN (a
+/// write) or CLUSTERDOWN (a read) rather than waiting longer.
+const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a follower waits to apply up to a read index.
 const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
 /// How long a node waits for a peer to describe itself.
@@ -442,7 +444,16 @@ impl Router {
         if leader == self.node_id {
             return replica.linearizable_barrier().await;
         }
-        let index = match self.call(leader, NodeRpc::ReadIndex { shard }).await? {
+        // A read changes nothing: an unanswered call only means this replica cannot serve now.
+        let index = match self
+            .call(leader, NodeRpc::ReadIndex { shard })
+            .await
+            .map_err(|e| match e {
+                FirnError::Indeterminate(m) => {
+                    FirnError::Unavailable(format!("cannot reach the leader of shard {shard}: {m}"))
+                }
+                other => other,
+            })? {
             NodeRpcReply::ReadIndex(r) => r?,
             other => {
                 return Err(FirnError::Internal(format!(

@@ -17,7 +17,9 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
 use serde::{Deserialize, Serialize};
-use tokio::net::{TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr};
+
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
@@ -28,6 +30,9 @@ use crate::types::{FirnRaft, NodeId, ShardId, Snapshot, SnapshotMeta, Vote};
 pub const PEER_FRAME_BYTES_MAX: usize = 512 * 1024 * 1024;
 /// Frames queued for one connection's writer before callers wait.
 const PEER_SEND_QUEUE: usize = 4_096;
+/// A connection that has delivered nothing for this long while a call timed out is
+/// abandoned and remade (heartbeats keep a healthy one busier than this).
+const STALLED_AFTER: Duration = Duration::from_secs(1);
 /// How long connecting to a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -225,11 +230,33 @@ struct PeerConn {
     tx: mpsc::Sender<Bytes>,
     pending: Arc<Mutex<HashMap<u64, oneshot::Sender<PeerResponse>>>>,
     alive: Arc<AtomicBool>,
+    /// When the last frame arrived: a connection silent this long while calls time out is
+    /// stalled (a partition drops packets without resetting the connection) and is replaced.
+    last_frame_at: Arc<Mutex<std::time::Instant>>,
 }
 
 impl PeerConn {
-    async fn connect(addr: &str) -> std::io::Result<PeerConn> {
-        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+    /// Connects to `addr`, from `local_ip` when given, so that a node's peer traffic carries
+    /// its own address (which is what lets a test cut one node off with firewall rules).
+    async fn connect(addr: &str, local_ip: Option<IpAddr>) -> std::io::Result<PeerConn> {
+        let connect = async {
+            let target = tokio::net::lookup_host(addr)
+                .await?
+                .next()
+                .ok_or_else(|| std::io::Error::other(format!("{addr} resolves to nothing")))?;
+            let socket = if target.is_ipv4() {
+                TcpSocket::new_v4()?
+            } else {
+                TcpSocket::new_v6()?
+            };
+            if let Some(ip) =
+                local_ip.filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == target.is_ipv4())
+            {
+                socket.bind(SocketAddr::new(ip, 0))?;
+            }
+            socket.connect(target).await
+        };
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, connect)
             .await
             .map_err(|_| {
                 std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")
@@ -249,8 +276,11 @@ impl PeerConn {
             writer_alive.store(false, Ordering::Release);
         });
         let (reader_pending, reader_alive) = (pending.clone(), alive.clone());
+        let last_frame_at = Arc::new(Mutex::new(std::time::Instant::now()));
+        let reader_last = last_frame_at.clone();
         tokio::spawn(async move {
             while let Some(Ok(frame)) = frames.next().await {
+                *reader_last.lock().unwrap_or_else(|p| p.into_inner()) = std::time::Instant::now();
                 let Ok(Envelope { id, body }) =
                     postcard::from_bytes::<Envelope<PeerResponse>>(&frame)
                 else {
@@ -271,22 +301,35 @@ impl PeerConn {
                 .unwrap_or_else(|p| p.into_inner())
                 .clear();
         });
-        Ok(PeerConn { tx, pending, alive })
+        Ok(PeerConn {
+            tx,
+            pending,
+            alive,
+            last_frame_at,
+        })
     }
 }
 
 /// Connections to every peer, made on first use and remade after a failure.
 pub struct PeerPool {
     node_id: NodeId,
+    /// The address this node's outgoing peer connections come from.
+    local_ip: Option<IpAddr>,
     addrs: RwLock<HashMap<NodeId, String>>,
-    conns: tokio::sync::Mutex<HashMap<NodeId, Arc<PeerConn>>>,
+    /// One slot per peer; connecting to one peer never blocks calls to another.
+    conns: Mutex<HashMap<NodeId, Arc<tokio::sync::Mutex<Option<Arc<PeerConn>>>>>>,
     next_id: AtomicU64,
 }
 
 impl PeerPool {
     pub fn new(node_id: NodeId, addrs: HashMap<NodeId, String>) -> Self {
+        let local_ip = addrs
+            .get(&node_id)
+            .and_then(|a| a.parse::<SocketAddr>().ok())
+            .map(|a| a.ip());
         PeerPool {
             node_id,
+            local_ip,
             addrs: RwLock::new(addrs),
             conns: Default::default(),
             next_id: AtomicU64::new(1),
@@ -305,8 +348,15 @@ impl PeerPool {
     }
 
     async fn conn(&self, target: NodeId) -> Result<Arc<PeerConn>, PeerError> {
-        let mut conns = self.conns.lock().await;
-        if let Some(c) = conns.get(&target)
+        let slot = self
+            .conns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(target)
+            .or_default()
+            .clone();
+        let mut slot = slot.lock().await;
+        if let Some(c) = slot.as_ref()
             && c.alive.load(Ordering::Acquire)
         {
             return Ok(c.clone());
@@ -319,11 +369,11 @@ impl PeerPool {
             .cloned()
             .ok_or_else(|| PeerError::Unreachable(target, "no address known".into()))?;
         let conn = Arc::new(
-            PeerConn::connect(&addr)
+            PeerConn::connect(&addr, self.local_ip)
                 .await
                 .map_err(|e| PeerError::Unreachable(target, format!("{addr}: {e}")))?,
         );
-        conns.insert(target, conn.clone());
+        *slot = Some(conn.clone());
         Ok(conn)
     }
 
@@ -334,7 +384,14 @@ impl PeerPool {
         request: PeerRequest,
         timeout: Duration,
     ) -> Result<PeerResponse, PeerError> {
-        let conn = self.conn(target).await?;
+        // The connect counts against the call's time too.
+        let started = std::time::Instant::now();
+        let conn = tokio::time::timeout(timeout, self.conn(target))
+            .await
+            .map_err(|_| {
+                PeerError::Unreachable(target, format!("could not connect within {timeout:?}"))
+            })??;
+        let timeout = timeout.saturating_sub(started.elapsed());
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let bytes = encode(&Envelope { id, body: request })
             .ok_or_else(|| PeerError::Unreachable(target, "request could not be encoded".into()))?;
@@ -359,6 +416,14 @@ impl PeerPool {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&id);
+                let silent = conn
+                    .last_frame_at
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .elapsed();
+                if silent > STALLED_AFTER {
+                    conn.alive.store(false, Ordering::Release);
+                }
                 Err(PeerError::Timeout(target, timeout))
             }
         }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use firn_model::{FirnError, HybridClock, Response};
 use firn_store::{Command, Op, StorageBackend, VersionedStore};
 use fjall::Database;
+use openraft::Instant as _;
 use openraft::async_runtime::watch::WatchReceiver;
 use openraft::errors::{ClientWriteError, InitializeError, LinearizableReadError, RaftError};
 use openraft::impls::ProgressResponder;
@@ -21,6 +22,12 @@ use crate::network::PeerNetwork;
 use crate::peer::{LocalGroups, PeerPool};
 use crate::state_machine::ShardStateMachine;
 use crate::types::{FirnRaft, LogCommand, NodeId, ShardId};
+
+/// A leader refuses writes when a majority has not acknowledged it for this long: longer
+/// than the largest election timeout, so a new leader may exist elsewhere.
+const QUORUM_ACK_STALE: Duration = Duration::from_millis(1_000);
+/// Longest a proposer waits for its write to commit before answering UNCERTAIN.
+const COMMIT_WAIT: Duration = Duration::from_secs(10);
 
 /// Longest a new replica waits to elect itself before reporting that it cannot serve.
 const ELECTION_WAIT: Duration = Duration::from_secs(30);
@@ -151,6 +158,7 @@ impl ShardReplica {
     /// another are appended in that order, so a client may pipeline writes and still see
     /// them applied in the order it sent them.
     pub async fn propose(&self, op: Op) -> Result<ProposalOutcome, FirnError> {
+        self.check_quorum()?;
         let cmd = Command {
             ts: self.clock.now(),
             op,
@@ -164,7 +172,12 @@ impl ShardReplica {
         let clock = self.clock.clone();
         let shard_id = self.shard_id;
         Ok(Box::pin(async move {
-            match done.await {
+            let Ok(done) = tokio::time::timeout(COMMIT_WAIT, done).await else {
+                return Err(FirnError::Indeterminate(format!(
+                    "shard {shard_id} did not commit the write within {COMMIT_WAIT:?} (no quorum?); it may or may not be applied"
+                )));
+            };
+            match done {
                 Ok(Ok(resp)) => {
                     if let Ok(Response::Written(w)) = &resp.data
                         && let Some(last) = w.last()
@@ -201,6 +214,26 @@ impl ShardReplica {
             }
             Err(e) => Err(unavailable(e)),
         }
+    }
+
+    /// A leader that has not heard from a majority for longer than an election takes is
+    /// probably cut off (a new leader may exist on the other side): refuse rather than wait.
+    fn check_quorum(&self) -> Result<(), FirnError> {
+        if self.raft.voter_ids().count() <= 1 {
+            return Ok(());
+        }
+        let m = self.raft.metrics().borrow_watched().clone();
+        if let Some(acked) = &m.last_quorum_acked {
+            let since = acked.elapsed();
+            if since > QUORUM_ACK_STALE {
+                return Err(FirnError::Unavailable(format!(
+                    "shard {}: this leader has not heard from a majority for {} ms (partitioned?)",
+                    self.shard_id,
+                    since.as_millis()
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The current leader's node id, if one is known.

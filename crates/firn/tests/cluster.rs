@@ -5,19 +5,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::Cluster;
+use common::{Cluster, key_in_shard};
 use firn_client::{Client, PutOptions};
 use firn_model::{ReadAt, ReadConsistency};
-use firn_node::cluster::{ClusterLayout, parse_peers};
-
-/// A key that lives in `shard` of the default three-shard layout.
-fn key_in_shard(shard: u32, tag: &str) -> String {
-    let layout = ClusterLayout::new(parse_peers("1=a,2=b,3=c").unwrap(), 3, 3).unwrap();
-    (0..)
-        .map(|i| format!("{tag}{i}"))
-        .find(|k| layout.shard_of_key(k.as_bytes()) == shard)
-        .unwrap()
-}
 
 async fn value(client: &Client, key: &str, consistency: ReadConsistency) -> Option<String> {
     client

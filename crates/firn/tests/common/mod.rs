@@ -133,12 +133,23 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(n: usize, extra: &[&str]) -> Cluster {
+        Self::start_on(n, extra, None)
+    }
+
+    /// Like [`Cluster::start`], with node `i`'s peer traffic on its own loopback address
+    /// `127.0.0.{first_ip + i}`, so that firewall rules can cut one node off.
+    pub fn start_on(n: usize, extra: &[&str], first_ip: Option<u8>) -> Cluster {
         let ports: Vec<(u16, u16, u16)> = free_ports(3 * n)
             .chunks(3)
             .map(|c| (c[0], c[1], c[2]))
             .collect();
+        let peer_ip = |i: usize| {
+            first_ip.map_or("127.0.0.1".to_string(), |b| {
+                format!("127.0.0.{}", b as usize + i)
+            })
+        };
         let peers = (0..n)
-            .map(|i| format!("{}=127.0.0.1:{}", i + 1, ports[i].2))
+            .map(|i| format!("{}={}:{}", i + 1, peer_ip(i), ports[i].2))
             .collect::<Vec<_>>()
             .join(",");
         let mut cluster = Cluster {
@@ -156,7 +167,8 @@ impl Cluster {
 
     /// (Re)starts node index `i` (node id `i + 1`) on its own ports and data.
     pub fn restart(&mut self, i: usize) {
-        let (resp, http, peer) = self.ports[i];
+        let (resp, http, _) = self.ports[i];
+        let peer_addr = self.peer_addr(i);
         let mut args: Vec<String> = vec![
             "--node-id".into(),
             (i + 1).to_string(),
@@ -167,7 +179,7 @@ impl Cluster {
             "--http-addr".into(),
             format!("127.0.0.1:{http}"),
             "--peer-addr".into(),
-            format!("127.0.0.1:{peer}"),
+            peer_addr,
         ];
         args.extend(self.extra.iter().cloned());
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -178,6 +190,16 @@ impl Cluster {
         if let Some(p) = self.nodes[i].take() {
             p.kill_9();
         }
+    }
+
+    /// Node index `i`'s peer address, as listed in `--peers`.
+    pub fn peer_addr(&self, i: usize) -> String {
+        self.peers
+            .split(',')
+            .nth(i)
+            .and_then(|p| p.split_once('='))
+            .map(|(_, a)| a.to_string())
+            .unwrap()
     }
 
     pub fn resp_addr(&self, i: usize) -> String {
@@ -226,4 +248,18 @@ impl Cluster {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// A key that lives in `shard` of the default layout (3 shards).
+pub fn key_in_shard(shard: u32, tag: &str) -> String {
+    let layout = firn_node::cluster::ClusterLayout::new(
+        firn_node::cluster::parse_peers("1=a,2=b,3=c").unwrap(),
+        3,
+        3,
+    )
+    .unwrap();
+    (0..)
+        .map(|i| format!("{tag}{i}"))
+        .find(|k| layout.shard_of_key(k.as_bytes()) == shard)
+        .unwrap()
 }

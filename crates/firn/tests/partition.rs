@@ -1,0 +1,210 @@
+//! A network partition, made with firewall rules on the nodes' own loopback addresses: the
+//! minority side refuses writes and linearizable reads with a clear error, the majority goes
+//! on, and after healing every replica converges on the majority's writes.
+//!
+//! Needs root and iptables (the README's test command installs iptables).
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Cluster, key_in_shard};
+use firn_client::{Client, ClientError, PutOptions};
+use firn_model::{ReadAt, ReadConsistency};
+
+/// Firewall rules that drop traffic between one node's address and the others'; removed when
+/// dropped, so a failing test leaves no rule behind.
+struct Partition {
+    rules: Vec<[String; 4]>,
+}
+
+fn iptables(action: &str, rule: &[String; 4]) {
+    let status = Command::new("iptables")
+        .args([
+            action, "INPUT", "-s", &rule[0], "-d", &rule[1], "-p", &rule[2], "-j", &rule[3],
+        ])
+        .status()
+        .expect(
+            "iptables is needed for the partition test (the README's test command installs it)",
+        );
+    assert!(
+        status.success(),
+        "iptables {action} failed (the partition test needs root)"
+    );
+}
+
+impl Partition {
+    fn isolate(node_ip: &str, others: &[&str]) -> Partition {
+        let mut rules = Vec::new();
+        for other in others {
+            for (s, d) in [(node_ip, *other), (*other, node_ip)] {
+                let rule = [
+                    s.to_string(),
+                    d.to_string(),
+                    "tcp".to_string(),
+                    "DROP".to_string(),
+                ];
+                iptables("-I", &rule);
+                rules.push(rule);
+            }
+        }
+        Partition { rules }
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        for rule in &self.rules {
+            iptables("-D", rule);
+        }
+    }
+}
+
+fn ip(addr: &str) -> String {
+    addr.rsplit_once(':').unwrap().0.to_string()
+}
+
+async fn get(
+    client: &Client,
+    key: &str,
+    consistency: ReadConsistency,
+) -> Result<Option<String>, ClientError> {
+    Ok(client
+        .get(key.as_bytes(), ReadAt::Latest, consistency)
+        .await?
+        .and_then(|i| i.value)
+        .map(|v| String::from_utf8_lossy(&v).into_owned()))
+}
+
+/// The minority must answer, and with an error: success or silence both fail the test.
+fn assert_refused<T: std::fmt::Debug>(
+    what: &str,
+    outcome: Result<Result<T, ClientError>, tokio::time::error::Elapsed>,
+) {
+    match outcome {
+        Err(_) => panic!("{what}: the minority did not answer within 25 s"),
+        Ok(Ok(v)) => panic!("{what}: the minority answered {v:?}; it must refuse"),
+        Ok(Err(ClientError::Server { code, message })) => {
+            assert!(
+                ["CLUSTERDOWN", "TRYAGAIN", "UNCERTAIN"].contains(&code.as_str()),
+                "{what}: unexpected error {code} {message}"
+            );
+        }
+        Ok(Err(e)) => panic!("{what}: not a clear refusal: {e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minority_refuses_majority_goes_on_and_replicas_converge_after_healing() {
+    let cluster = tokio::task::spawn_blocking(|| {
+        let c = Cluster::start_on(3, &[], Some(21));
+        for i in 0..3 {
+            c.wait_for_leaders(i, None);
+        }
+        c
+    })
+    .await
+    .unwrap();
+    let keys: Vec<String> = (0..3).map(|s| key_in_shard(s, "part")).collect();
+    let majority = Client::connect(&cluster.resp_addr(0)).await.unwrap();
+    let minority = Client::connect(&cluster.resp_addr(2)).await.unwrap();
+    for k in &keys {
+        majority
+            .put(k.as_bytes(), b"before", PutOptions::default())
+            .await
+            .unwrap();
+    }
+
+    let (a, b, c) = (
+        ip(&cluster.peer_addr(0)),
+        ip(&cluster.peer_addr(1)),
+        ip(&cluster.peer_addr(2)),
+    );
+    let partition = Partition::isolate(&c, &[&a, &b]);
+    let cut_at = Instant::now();
+
+    // The majority side goes on: every shard (including the one node 3 led) takes writes.
+    for k in &keys {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while majority
+            .put(k.as_bytes(), b"during", PutOptions::default())
+            .await
+            .is_err()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the majority could not write {k} within 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    eprintln!(
+        "partition: the majority wrote to every shard {:?} after the cut",
+        cut_at.elapsed()
+    );
+
+    // The minority refuses writes and linearizable reads, with a clear error, in bounded time.
+    let bound = Duration::from_secs(25);
+    let mut checks = Vec::new();
+    for k in keys.clone() {
+        let m = minority.clone();
+        checks.push(tokio::spawn(async move {
+            let w = tokio::time::timeout(
+                bound,
+                m.put(k.as_bytes(), b"minority", PutOptions::default()),
+            )
+            .await;
+            assert_refused(&format!("write {k} on the minority"), w);
+            let r = tokio::time::timeout(bound, get(&m, &k, ReadConsistency::Linearizable)).await;
+            assert_refused(&format!("linearizable read of {k} on the minority"), r);
+        }));
+    }
+    for c in checks {
+        c.await.unwrap();
+    }
+
+    drop(partition);
+    let healed_at = Instant::now();
+    // After healing, node 3 converges on the majority's writes; nothing the minority was
+    // refused (or left uncertain) survives.
+    for k in &keys {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(v)) = get(&minority, k, ReadConsistency::Local).await
+                && v == "during"
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node 3 did not converge on {k} within 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            get(&majority, k, ReadConsistency::Linearizable)
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("during")
+        );
+    }
+    eprintln!(
+        "partition: node 3 converged {:?} after healing",
+        healed_at.elapsed()
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while minority
+        .put(keys[0].as_bytes(), b"after", PutOptions::default())
+        .await
+        .is_err()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "node 3 could not write after healing"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(cluster);
+}
