@@ -310,6 +310,9 @@ impl PeerConn {
     }
 }
 
+/// A peer's connection, if made; locked while (re)connecting.
+type ConnSlot = Arc<tokio::sync::Mutex<Option<Arc<PeerConn>>>>;
+
 /// Connections to every peer, made on first use and remade after a failure.
 pub struct PeerPool {
     node_id: NodeId,
@@ -317,7 +320,7 @@ pub struct PeerPool {
     local_ip: Option<IpAddr>,
     addrs: RwLock<HashMap<NodeId, String>>,
     /// One slot per peer; connecting to one peer never blocks calls to another.
-    conns: Mutex<HashMap<NodeId, Arc<tokio::sync::Mutex<Option<Arc<PeerConn>>>>>>,
+    conns: Mutex<HashMap<NodeId, ConnSlot>>,
     next_id: AtomicU64,
 }
 
