@@ -215,7 +215,12 @@ async fn cluster_history_under_leader_kills_is_linearizable() {
             }
         }
     };
-    let history = record_history(seed, ReadPath::Linearizable, 200, addrs, faults).await;
+    // FIRN_LIN_OPS lengthens the run for manual soak runs (scripts/fault-soak).
+    let ops = std::env::var("FIRN_LIN_OPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let history = record_history(seed, ReadPath::Linearizable, ops, addrs, faults).await;
     drop(cluster);
     assert_linearizable(seed, &history, "3-node cluster, leader kills");
 }
