@@ -726,7 +726,7 @@ async fn merge_all(request: Request, parts: Vec<Pending>) -> Result<Response, Fi
         answers.push(p.await?);
     }
     match request {
-        Request::Scan { limit, .. } => {
+        Request::Scan { .. } => {
             // Each shard returned a page after the same cursor. Keys up to the smallest
             // cursor a shard stopped at are complete; later ones are returned next time.
             let mut keys = Vec::new();
@@ -747,7 +747,6 @@ async fn merge_all(request: Request, parts: Vec<Pending>) -> Result<Response, Fi
             if let Some(s) = &stop {
                 keys.retain(|(k, _)| k.as_bytes() <= &s[..]);
             }
-            let _ = limit;
             Ok(Response::Scan {
                 keys,
                 next_cursor: stop,
