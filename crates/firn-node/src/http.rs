@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use axum::Router as HttpRouter;
 use axum::body::Bytes;
+use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -71,6 +72,14 @@ impl IntoResponse for ApiError {
 }
 
 type ApiResult<T> = Result<T, ApiError>;
+
+/// A body that is not the JSON an endpoint takes: the same error shape as every other.
+fn bad_json(rejection: JsonRejection) -> ApiError {
+    ApiError(FirnError::BadArgument(format!(
+        "request body: {}",
+        rejection.body_text()
+    )))
+}
 
 fn key_of(path: String) -> Result<Key, FirnError> {
     Key::new(Bytes::from(path))
@@ -349,8 +358,9 @@ struct TruncateBody {
 
 async fn truncate(
     State(router): State<Arc<Router>>,
-    axum::Json(body): axum::Json<TruncateBody>,
+    body: Result<axum::Json<TruncateBody>, JsonRejection>,
 ) -> ApiResult<axum::Json<Json>> {
+    let axum::Json(body) = body.map_err(bad_json)?;
     let target = match (body.key, body.prefix) {
         (Some(k), None) => KeyRange::Key(key_of(k)?),
         (None, Some(p)) => KeyRange::Prefix(Bytes::from(p)),
@@ -399,8 +409,9 @@ struct KeyspaceBody {
 
 async fn create_keyspace(
     State(router): State<Arc<Router>>,
-    axum::Json(body): axum::Json<KeyspaceBody>,
+    body: Result<axum::Json<KeyspaceBody>, JsonRejection>,
 ) -> ApiResult<(StatusCode, axum::Json<Json>)> {
+    let axum::Json(body) = body.map_err(bad_json)?;
     let mut spec = KeyspaceSpec {
         prefix: body.prefix,
         ..KeyspaceSpec::default_keyspace()

@@ -147,6 +147,18 @@ async fn keyspaces_health_and_metrics_over_http() {
                 .unwrap()
                 .contains("unknown keyspace mode")
         );
+        let (code, r) = call(
+            a.post(&format!("{base}/v1/keyspaces"))
+                .set("content-type", "application/json"),
+            Some(b"{not json"),
+        );
+        assert_eq!(code, 400);
+        assert!(
+            json(r)["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("request body:")
+        );
         let (_, r) = call(a.get(&format!("{base}/v1/keyspaces")), None);
         let list = json(r);
         assert_eq!(list["keyspaces"].as_array().unwrap().len(), 2);
