@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
 use firn_model::{FirnError, HybridClock};
-use firn_raft::log_store::Fsync;
+use firn_raft::log_store::{Fsync, GroupCommit};
 use firn_raft::peer::{LocalGroups, PeerPool, serve_peers};
 use firn_raft::{ShardConfig, ShardReplica};
 use firn_store::{FjallBackend, MemoryBackend, StorageBackend};
@@ -98,6 +98,13 @@ impl RunningNode {
         ))];
 
         let clock = Arc::new(HybridClock::system());
+        let fsync = if config.in_memory {
+            Fsync::Never
+        } else {
+            Fsync::Always
+        };
+        let commit = GroupCommit::start(db.clone(), fsync)
+            .map_err(|e| startup("starting the fsync thread", e))?;
         let mut local = HashMap::new();
         for shard in layout
             .shards
@@ -105,12 +112,13 @@ impl RunningNode {
             .filter(|s| s.replicas.contains(&config.node_id))
         {
             let namespace = format!("shard{}", shard.id);
-            let (backend, fsync): (Arc<dyn StorageBackend>, Fsync) = if config.in_memory {
-                (Arc::new(MemoryBackend::default()), Fsync::Never)
+            let backend: Arc<dyn StorageBackend> = if config.in_memory {
+                Arc::new(MemoryBackend::default())
             } else {
-                let b = FjallBackend::open(db.clone(), &namespace)
-                    .map_err(|e| startup("opening the state machine", e))?;
-                (Arc::new(b), Fsync::Always)
+                Arc::new(
+                    FjallBackend::open(db.clone(), &namespace)
+                        .map_err(|e| startup("opening the state machine", e))?,
+                )
             };
             let members: BTreeMap<u64, BasicNode> = shard
                 .replicas
@@ -131,7 +139,7 @@ impl RunningNode {
                     node_addr: peer_addr.to_string(),
                     db: db.clone(),
                     backend,
-                    fsync,
+                    commit: commit.clone(),
                     snapshot_dir: data_dir.join("snapshots"),
                     snapshot_every_entries: config.snapshot_every_entries,
                     members,

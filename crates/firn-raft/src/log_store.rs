@@ -38,16 +38,19 @@ pub struct FjallLogStore {
     db: Database,
     log: Keyspace,
     meta: Keyspace,
-    syncer: Arc<Syncer>,
+    commit: Arc<GroupCommit>,
 }
 
-/// The group-commit thread's inbox.
-struct Syncer {
+/// Group commit for one database: every Raft group on the node appends to the same fjall
+/// journal, so one thread fsyncs once for all the appends that arrived (from any group)
+/// while its previous fsync ran, then reports them all flushed.
+pub struct GroupCommit {
     tx: mpsc::Sender<IOFlushed<FirnRaft>>,
 }
 
-impl Syncer {
-    fn start(db: Database, fsync: Fsync, name: String) -> io::Result<Self> {
+impl GroupCommit {
+    pub fn start(db: Database, fsync: Fsync) -> io::Result<Arc<Self>> {
+        let name = "fsync".to_string();
         let (tx, rx) = mpsc::channel::<IOFlushed<FirnRaft>>();
         std::thread::Builder::new().name(name).spawn(move || {
             while let Ok(first) = rx.recv() {
@@ -66,14 +69,14 @@ impl Syncer {
                 }
             }
         })?;
-        Ok(Syncer { tx })
+        Ok(Arc::new(GroupCommit { tx }))
     }
 }
 
 impl FjallLogStore {
     /// Opens the log of one Raft group; `group` names its keyspaces so that several groups
     /// can share one database.
-    pub fn open(db: Database, group: &str, fsync: Fsync) -> io::Result<Self> {
+    pub fn open(db: Database, group: &str, commit: Arc<GroupCommit>) -> io::Result<Self> {
         let log = db
             .keyspace(&format!("raft_log_{group}"), KeyspaceCreateOptions::default)
             .map_err(fjall_err)?;
@@ -83,12 +86,11 @@ impl FjallLogStore {
                 KeyspaceCreateOptions::default,
             )
             .map_err(fjall_err)?;
-        let syncer = Arc::new(Syncer::start(db.clone(), fsync, format!("fsync-{group}"))?);
         Ok(FjallLogStore {
             db,
             log,
             meta,
-            syncer,
+            commit,
         })
     }
 
@@ -219,7 +221,7 @@ impl RaftLogStorage<FirnRaft> for FjallLogStore {
             batch.insert(&self.log, entry.log_id.index.to_be_bytes(), bytes);
         }
         batch.commit().map_err(fjall_err)?;
-        self.syncer
+        self.commit
             .tx
             .send(callback)
             .map_err(|_| io::Error::other("the fsync thread has stopped"))

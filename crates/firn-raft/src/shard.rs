@@ -17,7 +17,7 @@ use openraft::impls::ProgressResponder;
 use openraft::{BasicNode, Config, Raft, ReadPolicy, SnapshotPolicy};
 use serde::Serialize;
 
-use crate::log_store::{FjallLogStore, Fsync};
+use crate::log_store::{FjallLogStore, GroupCommit};
 use crate::network::PeerNetwork;
 use crate::peer::{LocalGroups, PeerPool};
 use crate::state_machine::ShardStateMachine;
@@ -41,7 +41,8 @@ pub struct ShardConfig {
     pub db: Database,
     /// The state machine's storage.
     pub backend: Arc<dyn StorageBackend>,
-    pub fsync: Fsync,
+    /// The node's group commit (one fsync thread per database).
+    pub commit: Arc<GroupCommit>,
     /// Where the replica keeps its latest snapshot.
     pub snapshot_dir: PathBuf,
     /// Build a snapshot (and purge the log before it) every this many entries.
@@ -93,7 +94,7 @@ impl ShardReplica {
         // Stamps after a restart stay above every stamp already applied.
         clock.observe(store.last_commit_ts());
         let group = format!("shard{}", cfg.shard_id);
-        let log = FjallLogStore::open(cfg.db.clone(), &group, cfg.fsync)
+        let log = FjallLogStore::open(cfg.db.clone(), &group, cfg.commit.clone())
             .map_err(|e| FirnError::Internal(format!("opening the raft log: {e}")))?;
         std::fs::create_dir_all(&cfg.snapshot_dir)
             .map_err(|e| FirnError::Internal(e.to_string()))?;

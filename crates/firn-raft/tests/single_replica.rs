@@ -15,6 +15,7 @@ fn open_db(dir: &std::path::Path) -> fjall::Database {
 }
 
 async fn open(dir: &std::path::Path, db: fjall::Database) -> ShardReplica {
+    let commit = firn_raft::log_store::GroupCommit::start(db.clone(), Fsync::Always).unwrap();
     let cfg = ShardConfig {
         shard_id: 0,
         node_id: 1,
@@ -25,7 +26,7 @@ async fn open(dir: &std::path::Path, db: fjall::Database) -> ShardReplica {
         pool: Arc::new(firn_raft::peer::PeerPool::new(1, Default::default())),
         groups: Default::default(),
         db,
-        fsync: Fsync::Always,
+        commit,
         snapshot_dir: dir.join("snapshots"),
         snapshot_every_entries: 1_000_000,
     };
