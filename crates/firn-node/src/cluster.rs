@@ -76,13 +76,9 @@ impl ClusterLayout {
     }
 
     pub fn shard_of_slot(&self, slot: Slot) -> ShardId {
-        // Shards hold contiguous, equal slot ranges, so the shard is found by arithmetic.
-        let n = self.shards.len() as u64;
-        let guess = (slot as u64 * n / SLOT_COUNT as u64) as usize;
-        let idx = (guess.saturating_sub(1)..=(guess + 1).min(self.shards.len() - 1))
-            .find(|&i| self.shards[i].slots.contains(&slot))
-            .unwrap_or(guess.min(self.shards.len() - 1));
-        self.shards[idx].id
+        // Shards hold contiguous slot ranges in order: the first whose range ends after `slot`.
+        let i = self.shards.partition_point(|s| s.slots.end <= slot);
+        self.shards[i.min(self.shards.len() - 1)].id
     }
 
     pub fn shard_of_key(&self, key: &[u8]) -> ShardId {

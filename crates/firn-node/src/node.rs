@@ -208,10 +208,6 @@ impl RunningNode {
         })
     }
 
-    pub fn router(&self) -> &Arc<Router> {
-        &self.router
-    }
-
     /// Stops accepting requests, ends connections and stops the Raft groups.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);

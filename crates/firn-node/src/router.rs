@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use firn_model::limits::{KEYS_PER_REQUEST_MAX, PAGE_ITEMS_MAX};
+use firn_model::limits::{KEY_BYTES_MAX, KEYS_PER_REQUEST_MAX, PAGE_ITEMS_MAX};
 use firn_model::{
     FirnError, Key, KeyRange, Limits, ReadConsistency, Request, Response, WatchRequest, Written,
 };
@@ -87,14 +87,6 @@ impl Router {
         }
     }
 
-    pub fn limits(&self) -> &Limits {
-        &self.limits
-    }
-
-    pub fn layout(&self) -> &Arc<ClusterLayout> {
-        &self.layout
-    }
-
     pub fn node_id(&self) -> NodeId {
         self.node_id
     }
@@ -145,7 +137,15 @@ impl Router {
             Request::Delete { keys }
             | Request::MGet { keys, .. }
             | Request::Exists { keys, .. } => too_many(keys.len()),
-            Request::History { limit, .. } | Request::Scan { limit, .. } => page(*limit),
+            Request::History { limit, .. } => page(*limit),
+            Request::Scan { limit, prefix, .. } => {
+                check_prefix(prefix)?;
+                page(*limit)
+            }
+            Request::Truncate {
+                target: KeyRange::Prefix(p),
+                ..
+            } => check_prefix(p),
             Request::KeyspaceCreate(spec) => spec.validate(),
             Request::FlushAll if !self.allow_flushall => Err(FirnError::Refused(
                 "FLUSHALL is disabled on this node; start it with --allow-flushall to enable it"
@@ -578,6 +578,9 @@ impl Router {
     /// order per key. Needs a replica here of every shard the watch covers.
     pub async fn watch(&self, request: WatchRequest) -> Result<WatchStream, FirnError> {
         metrics::counter!("firn_requests_total", "op" => "watch").increment(1);
+        if let KeyRange::Prefix(p) = &request.target {
+            check_prefix(p)?;
+        }
         let shards: Vec<ShardId> = match &request.target {
             KeyRange::Key(k) => vec![self.layout.shard_of_key(k.as_bytes())],
             KeyRange::Prefix(_) => self.layout.shard_ids().collect(),
@@ -629,6 +632,17 @@ impl Router {
             r.shutdown().await;
         }
     }
+}
+
+/// A prefix is at most as long as a key: no longer one could match anything.
+fn check_prefix(prefix: &[u8]) -> Result<(), FirnError> {
+    if prefix.len() > KEY_BYTES_MAX {
+        return Err(FirnError::BadArgument(format!(
+            "prefix is {} bytes; the limit is {KEY_BYTES_MAX}",
+            prefix.len()
+        )));
+    }
+    Ok(())
 }
 
 /// A read against a replica's applied state, without a barrier.

@@ -103,6 +103,29 @@ async fn wrong_arity_unknown_commands_and_bad_options_are_errors() {
     )
     .await;
     assert!(e.to_string().contains("exclude each other"), "{e}");
+    let long_prefix = vec![b'p'; 8193];
+    let e = err_of(&mut c, redis::cmd("FIRN.SCAN").arg(&long_prefix)).await;
+    assert!(
+        e.to_string()
+            .contains("prefix is 8193 bytes; the limit is 8192"),
+        "{e}"
+    );
+    let e = err_of(
+        &mut c,
+        redis::cmd("FIRN.TRUNCATE")
+            .arg("PREFIX")
+            .arg(&long_prefix)
+            .arg("VERSION")
+            .arg(1),
+    )
+    .await;
+    assert!(e.to_string().contains("prefix is 8193 bytes"), "{e}");
+    let e = err_of(
+        &mut c,
+        redis::cmd("FIRN.WATCH").arg(&long_prefix).arg("PREFIX"),
+    )
+    .await;
+    assert!(e.to_string().contains("prefix is 8193 bytes"), "{e}");
     let e = err_of(
         &mut c,
         redis::cmd("FIRN.HISTORY").arg("k").arg("LIMIT").arg(0),

@@ -315,7 +315,6 @@ type ConnSlot = Arc<tokio::sync::Mutex<Option<Arc<PeerConn>>>>;
 
 /// Connections to every peer, made on first use and remade after a failure.
 pub struct PeerPool {
-    node_id: NodeId,
     /// The address this node's outgoing peer connections come from.
     local_ip: Option<IpAddr>,
     addrs: RwLock<HashMap<NodeId, String>>,
@@ -331,23 +330,11 @@ impl PeerPool {
             .and_then(|a| a.parse::<SocketAddr>().ok())
             .map(|a| a.ip());
         PeerPool {
-            node_id,
             local_ip,
             addrs: RwLock::new(addrs),
             conns: Default::default(),
             next_id: AtomicU64::new(1),
         }
-    }
-
-    pub fn node_id(&self) -> NodeId {
-        self.node_id
-    }
-
-    pub fn set_addr(&self, node: NodeId, addr: String) {
-        self.addrs
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(node, addr);
     }
 
     async fn conn(&self, target: NodeId) -> Result<Arc<PeerConn>, PeerError> {

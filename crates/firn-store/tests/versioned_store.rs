@@ -495,3 +495,65 @@ fn a_batch_of_commands_applies_in_order_and_a_rejected_one_changes_nothing() {
         Some(&b"5"[..])
     );
 }
+
+#[test]
+fn every_write_request_has_a_log_operation_and_no_read_does() {
+    use firn_model::{ReadConsistency, Request};
+    // `Request::is_write` (front ends) and `Op::from_request` (the log) must agree.
+    let k = key("k");
+    let requests = vec![
+        Request::Put(put_req("k", "v")),
+        Request::Delete {
+            keys: vec![k.clone()],
+        },
+        Request::MSet {
+            items: vec![(k.clone(), Bytes::new())],
+        },
+        Request::Get {
+            key: k.clone(),
+            at: ReadAt::Latest,
+            consistency: ReadConsistency::Linearizable,
+        },
+        Request::MGet {
+            keys: vec![k.clone()],
+            at: ReadAt::Latest,
+            consistency: ReadConsistency::Local,
+        },
+        Request::Exists {
+            keys: vec![k.clone()],
+            consistency: ReadConsistency::Linearizable,
+        },
+        Request::History {
+            key: k.clone(),
+            from: 1,
+            to: None,
+            limit: 1,
+            consistency: ReadConsistency::Linearizable,
+        },
+        Request::Scan {
+            prefix: Bytes::new(),
+            cursor: None,
+            limit: 1,
+            pattern: None,
+            at: ReadAt::Latest,
+            consistency: ReadConsistency::Linearizable,
+        },
+        Request::Truncate {
+            target: KeyRange::Key(k),
+            before: TruncateBefore::Version(1),
+        },
+        Request::KeyspaceCreate(KeyspaceSpec::default_keyspace()),
+        Request::KeyspaceList,
+        Request::KeyspaceDrop { prefix: "x".into() },
+        Request::DbSize,
+        Request::FlushAll,
+    ];
+    for r in requests {
+        assert_eq!(
+            r.is_write(),
+            Op::from_request(r.clone()).is_some(),
+            "{}",
+            r.name()
+        );
+    }
+}
