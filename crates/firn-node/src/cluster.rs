@@ -1,11 +1,13 @@
 //! The cluster's shape: which nodes exist, how the 16,384 slots split into shards, and which
 //! nodes hold each shard's replicas.
 //!
-//! In this release the layout is static: every node derives the same layout from the same
-//! `--peers`, `--shards` and `--replication` flags (the meta group that changes it at run
-//! time comes later). A node without `--peers` is a cluster of one with one shard.
+//! The layout lives in the meta group (see [`crate::meta`]): it is created once, from the
+//! `--peers`, `--shards` and `--replication` flags of the first node (a node without
+//! `--peers` is a cluster of one with one shard), and changes when nodes join or leave.
+//! [`ClusterLayout::next_move`] decides, one replica at a time, how replicas move so that
+//! every shard has its replication factor and every node holds an even share.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
 use firn_model::slot::{SLOT_COUNT, Slot, slot_of};
@@ -16,21 +18,40 @@ use serde::{Deserialize, Serialize};
 /// Most shards a cluster may have: each is a Raft group with its own log and tasks.
 pub const SHARDS_MAX: u32 = 256;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardLayout {
     pub id: ShardId,
     /// Slots `start..end` belong to this shard.
     pub slots: Range<Slot>,
-    /// Replica nodes; the first forms the group.
+    /// The group's voters.
     pub replicas: Vec<NodeId>,
+    /// The node that forms the group when the cluster is created; cleared once the group
+    /// has changed members (a replica added later must never form a second group).
+    pub formed_by: Option<NodeId>,
+    /// A replica move in progress.
+    pub moving: Option<Move>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One step of rebalancing: a replica added, removed, or both (moved).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Move {
+    pub add: Option<NodeId>,
+    pub remove: Option<NodeId>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterLayout {
     /// Node id → peer address.
     pub nodes: BTreeMap<NodeId, String>,
+    /// Nodes being removed: their replicas move elsewhere, then they leave `nodes`.
+    pub leaving: BTreeSet<NodeId>,
+    /// Replicas per shard asked for at creation (capped by the number of active nodes).
+    pub replication: usize,
     pub shards: Vec<ShardLayout>,
 }
+
+/// Most meta-group voters: more only slows its commits.
+pub const META_VOTERS_MAX: usize = 5;
 
 impl ClusterLayout {
     /// `shard_count` shards over `nodes`, each on `replication` nodes (capped by the node
@@ -63,16 +84,35 @@ impl ClusterLayout {
                 ShardLayout {
                     id: s,
                     slots: start..end,
+                    formed_by: Some(ids[s as usize % ids.len()]),
                     replicas,
+                    moving: None,
                 }
             })
             .collect();
-        Ok(ClusterLayout { nodes, shards })
+        Ok(ClusterLayout {
+            nodes,
+            leaving: BTreeSet::new(),
+            replication: replication.max(1),
+            shards,
+        })
     }
 
-    /// A cluster of one: one node, one shard.
-    pub fn single(node_id: NodeId, peer_addr: String) -> Self {
-        Self::new(BTreeMap::from([(node_id, peer_addr)]), 1, 1).expect("a one-node layout is valid")
+    /// A cluster of one: one node, one shard; nodes that join later bring it up to
+    /// `replication` replicas.
+    pub fn single(node_id: NodeId, peer_addr: String, replication: usize) -> Self {
+        Self::new(BTreeMap::from([(node_id, peer_addr)]), 1, replication)
+            .expect("a one-node layout is valid")
+    }
+
+    /// No layout yet (a joining node before it has heard from the meta group).
+    pub fn empty() -> Self {
+        ClusterLayout {
+            nodes: BTreeMap::new(),
+            leaving: BTreeSet::new(),
+            replication: 1,
+            shards: Vec::new(),
+        }
     }
 
     pub fn shard_of_slot(&self, slot: Slot) -> ShardId {
@@ -92,6 +132,130 @@ impl ClusterLayout {
     pub fn shard_ids(&self) -> impl Iterator<Item = ShardId> + '_ {
         self.shards.iter().map(|s| s.id)
     }
+
+    /// Nodes that hold (or are about to hold) replicas: members not being removed.
+    pub fn active(&self) -> Vec<NodeId> {
+        self.nodes
+            .keys()
+            .filter(|n| !self.leaving.contains(n))
+            .copied()
+            .collect()
+    }
+
+    /// Whether `node` should run a replica of `shard`: it is a voter, or one is being added
+    /// there.
+    pub fn holds(&self, shard: &ShardLayout, node: NodeId) -> bool {
+        shard.replicas.contains(&node) || shard.moving.is_some_and(|m| m.add == Some(node))
+    }
+
+    /// How many replicas `node` holds.
+    pub fn load(&self, node: NodeId) -> usize {
+        self.shards.iter().filter(|s| self.holds(s, node)).count()
+    }
+
+    /// The next replica change, if the layout is not yet where it should be: a move in
+    /// progress first; then replicas off leaving (or unknown) nodes; then shards below the
+    /// replication factor; then a move from the most to the least loaded node while they
+    /// differ by more than one.
+    pub fn next_move(&self) -> Option<(ShardId, Move)> {
+        if let Some(s) = self.shards.iter().find(|s| s.moving.is_some()) {
+            return Some((s.id, s.moving.expect("found by moving")));
+        }
+        let active = self.active();
+        if active.is_empty() {
+            return None;
+        }
+        let target = self.replication.clamp(1, active.len());
+        // The least loaded active node that does not hold `shard` (lowest id on ties).
+        let least_loaded = |shard: &ShardLayout| {
+            active
+                .iter()
+                .filter(|n| !shard.replicas.contains(n))
+                .min_by_key(|n| (self.load(**n), **n))
+                .copied()
+        };
+        for s in &self.shards {
+            if let Some(&gone) = s.replicas.iter().find(|n| !active.contains(n)) {
+                let add = if s.replicas.len() <= target {
+                    least_loaded(s)
+                } else {
+                    None
+                };
+                if add.is_none() && s.replicas.len() == 1 {
+                    continue; // the last replica stays until another can take it
+                }
+                return Some((
+                    s.id,
+                    Move {
+                        add,
+                        remove: Some(gone),
+                    },
+                ));
+            }
+        }
+        for s in &self.shards {
+            if s.replicas.len() < target
+                && let Some(add) = least_loaded(s)
+            {
+                return Some((
+                    s.id,
+                    Move {
+                        add: Some(add),
+                        remove: None,
+                    },
+                ));
+            }
+        }
+        let by_load = |n: &NodeId| (self.load(*n), *n);
+        let most = *active.iter().max_by_key(|n| by_load(n))?;
+        let least = *active.iter().min_by_key(|n| by_load(n))?;
+        if self.load(most) <= self.load(least) + 1 {
+            return None;
+        }
+        let s = self
+            .shards
+            .iter()
+            .find(|s| s.replicas.contains(&most) && !s.replicas.contains(&least))?;
+        Some((
+            s.id,
+            Move {
+                add: Some(least),
+                remove: Some(most),
+            },
+        ))
+    }
+
+    /// The meta group's voters: the current ones that are still active, topped up (lowest
+    /// ids first) or trimmed to the largest odd number ≤ 5 the active nodes allow.
+    pub fn meta_voters(&self, current: &BTreeSet<NodeId>) -> BTreeSet<NodeId> {
+        let active = self.active();
+        let mut want = active.len().min(META_VOTERS_MAX);
+        if want.is_multiple_of(2) {
+            want -= 1;
+        }
+        let mut voters: Vec<NodeId> = current
+            .iter()
+            .filter(|n| active.contains(n))
+            .copied()
+            .collect();
+        voters.extend(active.iter().filter(|n| !current.contains(n)));
+        voters.into_iter().take(want.max(1)).collect()
+    }
+
+    /// Leaving nodes that hold nothing any more: they can be dropped from the cluster.
+    pub fn drained(&self) -> Vec<NodeId> {
+        self.leaving
+            .iter()
+            .filter(|n| {
+                self.load(**n) == 0
+                    && !self
+                        .shards
+                        .iter()
+                        .any(|s| s.moving.is_some_and(|m| m.remove == Some(**n)))
+            })
+            .copied()
+            .collect()
+    }
 }
 
 /// What nodes ask each other (carried opaquely by the peer transport).
@@ -103,6 +267,8 @@ pub struct NodeView {
     pub http_addr: String,
     /// Whether the node answered (a node that did not is listed from the layout alone).
     pub up: bool,
+    /// The node's part in the meta group (Leader, Follower, Learner, …).
+    pub meta: String,
     pub replicas: Vec<ReplicaView>,
 }
 
@@ -119,6 +285,8 @@ pub struct ReplicaView {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ClusterView {
     pub nodes: Vec<NodeView>,
+    /// Nodes being removed (their replicas are moving elsewhere).
+    pub leaving: Vec<NodeId>,
     pub shards: Vec<ShardView>,
 }
 
@@ -131,6 +299,8 @@ pub struct ShardView {
     pub leader: Option<NodeId>,
     /// How many log entries each replica is behind the most advanced one.
     pub replica_lag: BTreeMap<NodeId, u64>,
+    /// A replica move in progress.
+    pub moving: Option<Move>,
 }
 
 impl ClusterView {
@@ -156,6 +326,18 @@ pub enum NodeRpc {
     ReadIndex { shard: ShardId },
     /// Describe yourself.
     Describe,
+    /// A node asks to join (sent to any member; forwarded to the meta leader).
+    Join { node: NodeId, addr: String },
+    /// Start removing a node: its replicas move elsewhere, then it leaves.
+    Remove { node: NodeId },
+    /// As the shard's leader, make `voters` (id → peer address) the group's voters, adding
+    /// each new one as a learner first and waiting until it has caught up.
+    SetReplicas {
+        shard: ShardId,
+        voters: BTreeMap<NodeId, String>,
+    },
+    /// As the shard's leader, hand leadership to `to`.
+    TransferLeader { shard: ShardId, to: NodeId },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -163,6 +345,7 @@ pub enum NodeRpcReply {
     Executed(Result<Response, FirnError>),
     ReadIndex(Result<u64, FirnError>),
     Described(NodeView),
+    Done(Result<(), FirnError>),
 }
 
 /// Parses `--peers 1=127.0.0.1:7381,2=127.0.0.1:7391`.
@@ -229,5 +412,97 @@ mod tests {
         assert!(parse_peers("0=a:1").is_err());
         assert!(parse_peers("1").is_err());
         assert!(ClusterLayout::new(three(), 0, 3).is_err());
+    }
+
+    /// Applies moves until the layout settles, as the meta leader would, checking every
+    /// step keeps at least one replica per shard.
+    fn settle(layout: &mut ClusterLayout) -> usize {
+        let mut steps = 0;
+        while let Some((id, m)) = layout.next_move() {
+            let s = &mut layout.shards[id as usize];
+            if let Some(a) = m.add {
+                assert!(!s.replicas.contains(&a), "adds a replica already there");
+                s.replicas.push(a);
+            }
+            if let Some(r) = m.remove {
+                s.replicas.retain(|n| *n != r);
+            }
+            assert!(!s.replicas.is_empty(), "a shard lost its last replica");
+            s.moving = None;
+            steps += 1;
+            assert!(steps < 100, "placement does not settle");
+        }
+        steps
+    }
+
+    fn loads(layout: &ClusterLayout) -> Vec<usize> {
+        layout.active().iter().map(|n| layout.load(*n)).collect()
+    }
+
+    #[test]
+    fn a_joining_node_takes_an_even_share() {
+        let mut layout = ClusterLayout::new(three(), 6, 3).unwrap();
+        assert_eq!(layout.next_move(), None, "a new layout is settled");
+        layout.nodes.insert(4, "d:4".into());
+        let steps = settle(&mut layout);
+        assert!(steps >= 4, "node 4 took replicas ({steps} moves)");
+        let l = loads(&layout);
+        assert!(
+            l.iter().max().unwrap() - l.iter().min().unwrap() <= 1,
+            "{l:?}"
+        );
+        assert!(layout.shards.iter().all(|s| s.replicas.len() == 3));
+    }
+
+    #[test]
+    fn a_leaving_node_is_drained_and_replication_is_kept() {
+        let mut four = three();
+        four.insert(4, "d:4".into());
+        let mut layout = ClusterLayout::new(four, 4, 3).unwrap();
+        layout.leaving.insert(2);
+        settle(&mut layout);
+        assert_eq!(layout.load(2), 0);
+        assert_eq!(layout.drained(), vec![2]);
+        for s in &layout.shards {
+            assert_eq!(s.replicas.len(), 3);
+            assert!(!s.replicas.contains(&2));
+        }
+    }
+
+    #[test]
+    fn a_single_node_grows_to_the_replication_factor() {
+        let mut layout = ClusterLayout::new(BTreeMap::from([(1, "a:1".into())]), 1, 3).unwrap();
+        layout.nodes.insert(2, "b:2".into());
+        settle(&mut layout);
+        assert_eq!(layout.shards[0].replicas, vec![1, 2]);
+        layout.nodes.insert(3, "c:3".into());
+        layout.nodes.insert(4, "d:4".into());
+        settle(&mut layout);
+        assert_eq!(layout.shards[0].replicas.len(), 3);
+        // Removing down to one node keeps the last replica where it is.
+        layout.leaving.extend([1, 2, 3]);
+        settle(&mut layout);
+        assert_eq!(layout.shards[0].replicas, vec![4]);
+    }
+
+    #[test]
+    fn meta_voters_are_an_odd_number_of_active_nodes() {
+        let mut layout = ClusterLayout::new(three(), 1, 3).unwrap();
+        assert_eq!(
+            layout.meta_voters(&BTreeSet::from([1])),
+            BTreeSet::from([1, 2, 3])
+        );
+        layout.nodes.insert(4, "d:4".into());
+        assert_eq!(
+            layout.meta_voters(&BTreeSet::from([2, 3, 4])),
+            BTreeSet::from([2, 3, 4])
+        );
+        layout.leaving.insert(3);
+        assert_eq!(
+            layout.meta_voters(&BTreeSet::from([2, 3, 4])),
+            BTreeSet::from([2, 4, 1])
+        );
+        layout.leaving.insert(4);
+        assert_eq!(layout.meta_voters(&BTreeSet::from([2, 3, 4])).len(), 1);
     }
 }

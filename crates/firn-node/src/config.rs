@@ -36,6 +36,8 @@ pub struct NodeConfig {
     pub shards: u32,
     /// Replicas per shard, capped by the node count.
     pub replication: usize,
+    /// Join the cluster that the node at this peer address belongs to (instead of `peers`).
+    pub join: Option<String>,
 }
 
 /// Default shard count of a cluster: a few per node on small machines keeps the number of
@@ -60,6 +62,7 @@ impl Default for NodeConfig {
             peers: BTreeMap::new(),
             shards: CLUSTER_SHARDS_DEFAULT,
             replication: REPLICATION_DEFAULT,
+            join: None,
         }
     }
 }

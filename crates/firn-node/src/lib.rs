@@ -7,8 +7,10 @@
 pub mod cluster;
 pub mod config;
 pub mod http;
+pub mod meta;
 pub mod metrics;
 pub mod node;
+pub mod replicas;
 pub mod resp;
 pub mod router;
 pub mod watch;

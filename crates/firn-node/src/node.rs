@@ -1,22 +1,23 @@
 //! Starting and stopping a node: storage, the shard replicas it holds, the router, the
 //! client and peer listeners, and the background retention task.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use firn_model::{FirnError, HybridClock};
 use firn_raft::log_store::{Fsync, GroupCommit};
-use firn_raft::peer::{LocalGroups, PeerPool, serve_peers};
-use firn_raft::{ShardConfig, ShardReplica};
-use firn_store::{FjallBackend, MemoryBackend, StorageBackend};
-use openraft::BasicNode;
+use firn_raft::peer::{LocalGroups, PeerPool, PeerRequest, PeerResponse, serve_peers};
+use firn_raft::{META_GROUP, NodeId};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::cluster::ClusterLayout;
+use crate::cluster::{ClusterLayout, NodeRpc, NodeRpcReply};
 use crate::config::NodeConfig;
+use crate::meta::{Meta, STEWARD_INTERVAL, steward};
+use crate::replicas::ReplicaFactory;
 use crate::router::{Router, RouterRpc};
 
 pub struct RunningNode {
@@ -28,6 +29,97 @@ pub struct RunningNode {
     tasks: Vec<JoinHandle<()>>,
     /// Holds an in-memory node's scratch directory until shutdown.
     _scratch: Option<tempfile::TempDir>,
+}
+
+/// How often a node checks its meta replica for a new layout.
+const LAYOUT_POLL: Duration = Duration::from_millis(200);
+/// How often a joining node repeats its request until a member accepts it.
+const JOIN_RETRY: Duration = Duration::from_secs(1);
+
+/// Applies the newest layout the meta replica holds, if it is newer than `applied`.
+async fn follow_layout(router: &Router, applied: &mut Option<u64>) -> Result<(), FirnError> {
+    let Some((version, layout)) = router.meta().layout()? else {
+        return Ok(());
+    };
+    if *applied == Some(version) {
+        return Ok(());
+    }
+    router.apply_layout(layout).await?;
+    *applied = Some(version);
+    Ok(())
+}
+
+/// Keeps the node's replicas as the layout says; the creating node stores the first one.
+async fn layout_follower(
+    router: Arc<Router>,
+    bootstrap: Option<ClusterLayout>,
+    mut applied: Option<u64>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut created = false;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(LAYOUT_POLL) => {}
+            _ = stop.changed() => return,
+        }
+        if let Some(layout) = bootstrap.as_ref().filter(|_| !created)
+            && router.meta().is_leader()
+        {
+            match router.meta().create(layout).await {
+                Ok(()) => created = true,
+                Err(e) => tracing::debug!("storing the first layout: {e}"),
+            }
+        }
+        if let Err(e) = follow_layout(&router, &mut applied).await {
+            tracing::warn!("following the cluster layout: {e}");
+        }
+    }
+}
+
+/// On the meta leader: membership, replica moves and leader spread, a step at a time.
+async fn steward_loop(router: Arc<Router>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(STEWARD_INTERVAL) => {}
+            _ = stop.changed() => return,
+        }
+        if router.meta().is_leader()
+            && let Err(e) = steward(&router, router.meta()).await
+        {
+            tracing::info!("cluster steward: {e} (retrying)");
+        }
+    }
+}
+
+/// Asks the member at `contact` to add this node, until one accepts.
+async fn join(router: Arc<Router>, contact: String, addr: String, mut stop: watch::Receiver<bool>) {
+    let node = router.node_id();
+    let request = postcard::to_stdvec(&NodeRpc::Join { node, addr }).unwrap_or_default();
+    loop {
+        let answer = router
+            .pool()
+            .call_addr(&contact, PeerRequest::App(request.clone()), JOIN_RETRY * 5)
+            .await;
+        let outcome = match answer {
+            Ok(PeerResponse::App(bytes)) => match postcard::from_bytes::<NodeRpcReply>(&bytes) {
+                Ok(NodeRpcReply::Done(r)) => r.map_err(|e| e.to_string()),
+                other => Err(format!("unexpected answer {other:?}")),
+            },
+            Ok(other) => Err(format!("unexpected answer {other:?}")),
+            Err(e) => Err(e.to_string()),
+        };
+        match outcome {
+            Ok(()) => {
+                tracing::info!(node, %contact, "joined the cluster; replicas will move here");
+                return;
+            }
+            Err(e) => tracing::warn!(node, %contact, "joining: {e}; retrying"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(JOIN_RETRY) => {}
+            _ = stop.changed() => return,
+        }
+    }
 }
 
 fn startup(what: &str, e: impl std::fmt::Display) -> FirnError {
@@ -51,18 +143,52 @@ impl RunningNode {
         let (http_listener, http_addr) = bind(config.http_addr, "HTTP").await?;
         let (peer_listener, peer_addr) = bind(config.peer_addr, "peers").await?;
 
-        let layout = if config.peers.is_empty() {
-            ClusterLayout::single(config.node_id, peer_addr.to_string())
-        } else {
-            if !config.peers.contains_key(&config.node_id) {
-                return Err(FirnError::BadArgument(format!(
-                    "--peers does not list this node ({})",
-                    config.node_id
-                )));
+        let peer_addr_text = peer_addr.to_string();
+        // How this node finds its cluster: it creates one (alone, or as the lowest id of
+        // `--peers`), it is one of `--peers`, or it joins through a member.
+        let (nodes, bootstrap) = match (&config.join, config.peers.is_empty()) {
+            (Some(_), false) => {
+                return Err(FirnError::BadArgument(
+                    "give either --peers (to form a cluster) or --join (to join one), not both"
+                        .into(),
+                ));
             }
-            ClusterLayout::new(config.peers.clone(), config.shards, config.replication)?
+            (Some(_), true) => (
+                BTreeMap::from([(config.node_id, peer_addr_text.clone())]),
+                None,
+            ),
+            (None, true) => {
+                let single = ClusterLayout::single(
+                    config.node_id,
+                    peer_addr_text.clone(),
+                    config.replication,
+                );
+                (single.nodes.clone(), Some(single))
+            }
+            (None, false) => {
+                if !config.peers.contains_key(&config.node_id) {
+                    return Err(FirnError::BadArgument(format!(
+                        "--peers does not list this node ({})",
+                        config.node_id
+                    )));
+                }
+                let layout =
+                    ClusterLayout::new(config.peers.clone(), config.shards, config.replication)?;
+                let first = config.peers.keys().next() == Some(&config.node_id);
+                (config.peers.clone(), first.then_some(layout))
+            }
         };
-        let layout = Arc::new(layout);
+        // The meta group's first voters: an odd number, at most five, lowest ids first.
+        let meta_members: BTreeMap<NodeId, String> = {
+            let want = bootstrap
+                .as_ref()
+                .map_or(1, |l| l.meta_voters(&Default::default()).len());
+            nodes
+                .iter()
+                .take(want)
+                .map(|(k, v)| (*k, v.clone()))
+                .collect()
+        };
 
         let scratch = if config.in_memory {
             Some(tempfile::tempdir().map_err(|e| startup("creating a scratch directory", e))?)
@@ -86,7 +212,7 @@ impl RunningNode {
         let (stop, stop_rx) = watch::channel(false);
         let pool = Arc::new(PeerPool::new(
             config.node_id,
-            layout.nodes.clone().into_iter().collect(),
+            nodes.clone().into_iter().collect(),
         ));
         let groups = LocalGroups::default();
         let rpc = Arc::new(RouterRpc(OnceLock::new()));
@@ -105,63 +231,52 @@ impl RunningNode {
         };
         let commit = GroupCommit::start(db.clone(), fsync)
             .map_err(|e| startup("starting the fsync thread", e))?;
-        let mut local = HashMap::new();
-        for shard in layout
-            .shards
-            .iter()
-            .filter(|s| s.replicas.contains(&config.node_id))
-        {
-            let namespace = format!("shard{}", shard.id);
-            let backend: Arc<dyn StorageBackend> = if config.in_memory {
-                Arc::new(MemoryBackend::default())
-            } else {
-                Arc::new(
-                    FjallBackend::open(db.clone(), &namespace)
-                        .map_err(|e| startup("opening the state machine", e))?,
-                )
-            };
-            let members: BTreeMap<u64, BasicNode> = shard
-                .replicas
-                .iter()
-                .map(|id| {
-                    (
-                        *id,
-                        BasicNode {
-                            addr: layout.nodes[id].clone(),
-                        },
-                    )
-                })
-                .collect();
-            let replica = ShardReplica::open(
-                ShardConfig {
-                    shard_id: shard.id,
-                    node_id: config.node_id,
-                    node_addr: peer_addr.to_string(),
-                    db: db.clone(),
-                    backend,
-                    commit: commit.clone(),
-                    snapshot_dir: data_dir.join("snapshots"),
-                    snapshot_every_entries: config.snapshot_every_entries,
-                    members,
-                    initialize: shard.replicas[0] == config.node_id,
-                    pool: pool.clone(),
-                    groups: groups.clone(),
-                },
-                clock.clone(),
-            )
-            .await?;
-            local.insert(shard.id, Arc::new(replica));
-        }
-        let router = Arc::new(Router::new(
-            config.node_id,
-            layout.clone(),
-            local,
+        let factory = ReplicaFactory {
+            node_id: config.node_id,
+            peer_addr: peer_addr_text,
+            db,
+            commit,
+            data_dir: data_dir.clone(),
+            snapshot_every_entries: config.snapshot_every_entries,
+            in_memory: config.in_memory,
             pool,
+            groups,
+            clock,
+        };
+        let meta_replica = factory
+            .open(META_GROUP, &meta_members, bootstrap.is_some())
+            .await?;
+        let meta = Meta::new(config.node_id, meta_replica);
+        let router = Arc::new(Router::new(
+            factory,
+            meta,
             config.limits.clone(),
             config.allow_flushall,
             (resp_addr.to_string(), http_addr.to_string()),
         ));
         let _ = rpc.0.set(router.clone());
+        // A node alone, and a node restarting, serve before `start` returns: the layout is
+        // stored (alone) and applied (the one the meta replica recovered) now.
+        if let Some(layout) = bootstrap.as_ref().filter(|l| l.nodes.len() == 1) {
+            router.meta().create(layout).await?;
+        }
+        let mut applied = None;
+        follow_layout(&router, &mut applied).await?;
+        tasks.push(tokio::spawn(layout_follower(
+            router.clone(),
+            bootstrap,
+            applied,
+            stop_rx.clone(),
+        )));
+        tasks.push(tokio::spawn(steward_loop(router.clone(), stop_rx.clone())));
+        if let Some(contact) = config.join.clone() {
+            tasks.push(tokio::spawn(join(
+                router.clone(),
+                contact,
+                peer_addr.to_string(),
+                stop_rx.clone(),
+            )));
+        }
 
         tasks.push(tokio::spawn(crate::resp::serve(
             resp_listener,
@@ -196,7 +311,7 @@ impl RunningNode {
                 }
             }
         }));
-        tracing::info!(node = config.node_id, %resp_addr, %http_addr, %peer_addr, shards = layout.shards.len(), data_dir = %data_dir.display(), "firn node serving");
+        tracing::info!(node = config.node_id, %resp_addr, %http_addr, %peer_addr, data_dir = %data_dir.display(), "firn node serving");
         Ok(RunningNode {
             resp_addr,
             http_addr,

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -25,6 +25,8 @@ use firn_store::Op;
 use crate::cluster::{
     ClusterLayout, ClusterView, NodeRpc, NodeRpcReply, NodeView, ReplicaView, ShardView,
 };
+use crate::meta::Meta;
+use crate::replicas::ReplicaFactory;
 use crate::watch::WatchStream;
 
 /// A request's outcome, possibly still in flight (a proposed write).
@@ -40,6 +42,8 @@ const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
 /// How long a node waits for a peer to describe itself.
 const DESCRIBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long a read waits before asking again after the leader it asked stepped down.
+const LEADER_CHANGE_PAUSE: Duration = Duration::from_millis(100);
 /// Forwarding stops after this many hops (a leader change in flight): the client retries.
 const FORWARD_HOPS_MAX: u8 = 2;
 
@@ -47,9 +51,14 @@ pub struct Router {
     /// Where clients reach this node: (RESP, HTTP).
     client_addrs: (String, String),
     node_id: NodeId,
-    layout: Arc<ClusterLayout>,
-    local: HashMap<ShardId, Arc<ShardReplica>>,
-    pool: Arc<PeerPool>,
+    /// The layout this node last applied (empty until it knows one).
+    layout: RwLock<Arc<ClusterLayout>>,
+    /// The shard replicas held here, as the layout says.
+    local: RwLock<HashMap<ShardId, Arc<ShardReplica>>>,
+    /// Serialises layout changes (replicas opened and closed).
+    applying: tokio::sync::Mutex<()>,
+    factory: ReplicaFactory,
+    meta: Meta,
     limits: Limits,
     allow_flushall: bool,
 }
@@ -68,20 +77,20 @@ enum Plan {
 
 impl Router {
     pub fn new(
-        node_id: NodeId,
-        layout: Arc<ClusterLayout>,
-        local: HashMap<ShardId, Arc<ShardReplica>>,
-        pool: Arc<PeerPool>,
+        factory: ReplicaFactory,
+        meta: Meta,
         limits: Limits,
         allow_flushall: bool,
         client_addrs: (String, String),
     ) -> Self {
         Router {
             client_addrs,
-            node_id,
-            layout,
-            local,
-            pool,
+            node_id: factory.node_id,
+            layout: RwLock::new(Arc::new(ClusterLayout::empty())),
+            local: RwLock::default(),
+            applying: tokio::sync::Mutex::new(()),
+            factory,
+            meta,
             limits,
             allow_flushall,
         }
@@ -91,16 +100,119 @@ impl Router {
         self.node_id
     }
 
+    pub fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    pub(crate) fn pool(&self) -> &Arc<PeerPool> {
+        &self.factory.pool
+    }
+
+    /// The layout this node follows.
+    pub fn layout(&self) -> Arc<ClusterLayout> {
+        self.layout
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The layout, or why requests cannot be routed yet.
+    fn routable_layout(&self) -> Result<Arc<ClusterLayout>, FirnError> {
+        let layout = self.layout();
+        if layout.shards.is_empty() {
+            return Err(FirnError::Unavailable(
+                "this node does not know the cluster's layout yet (joining?)".into(),
+            ));
+        }
+        Ok(layout)
+    }
+
+    fn replica(&self, shard: ShardId) -> Option<Arc<ShardReplica>> {
+        self.local
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&shard)
+            .cloned()
+    }
+
+    fn replicas(&self) -> Vec<Arc<ShardReplica>> {
+        self.local
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Follows a new layout: peer addresses, then the replicas this node should hold —
+    /// opening the ones added here, closing the ones moved away.
+    pub async fn apply_layout(&self, layout: ClusterLayout) -> Result<(), FirnError> {
+        let _one_at_a_time = self.applying.lock().await;
+        for (id, addr) in &layout.nodes {
+            self.factory.pool.set_addr(*id, addr);
+        }
+        let me = self.node_id;
+        let held: Vec<ShardId> = self
+            .local
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .copied()
+            .collect();
+        let mut result = Ok(());
+        for shard in layout.shards.iter().filter(|s| layout.holds(s, me)) {
+            if held.contains(&shard.id) {
+                continue;
+            }
+            let members: BTreeMap<NodeId, String> = shard
+                .replicas
+                .iter()
+                .filter_map(|n| layout.nodes.get(n).map(|a| (*n, a.clone())))
+                .collect();
+            let form = shard.formed_by == Some(me);
+            match self.factory.open(shard.id, &members, form).await {
+                Ok(replica) => {
+                    tracing::info!(shard = shard.id, form, "opened a replica");
+                    self.local
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(shard.id, replica);
+                }
+                Err(e) => result = Err(e),
+            }
+        }
+        for id in held {
+            if layout
+                .shards
+                .iter()
+                .any(|s| s.id == id && layout.holds(s, me))
+            {
+                continue;
+            }
+            let replica = self
+                .local
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+            if let Some(r) = replica {
+                self.factory.close(id, &r).await;
+                tracing::info!(shard = id, "closed a replica moved elsewhere");
+            }
+        }
+        *self.layout.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(layout);
+        result
+    }
+
     /// The replicas this node holds.
     pub fn status(&self) -> Vec<ShardStatus> {
-        let mut s: Vec<ShardStatus> = self.local.values().map(|r| r.status()).collect();
+        let mut s: Vec<ShardStatus> = self.replicas().iter().map(|r| r.status()).collect();
         s.sort_by_key(|s| s.shard_id);
         s
     }
 
     /// Live keys in the replicas this node holds (INFO's view; DBSIZE asks every shard).
     pub fn live_keys(&self) -> u64 {
-        self.local.values().map(|r| r.store().live_keys()).sum()
+        self.replicas().iter().map(|r| r.store().live_keys()).sum()
     }
 
     /// Checks a request against every stated limit before anything is proposed.
@@ -155,8 +267,8 @@ impl Router {
         }
     }
 
-    fn plan(&self, request: Request) -> Plan {
-        let shard = |k: &Key| self.layout.shard_of_key(k.as_bytes());
+    fn plan(layout: &ClusterLayout, request: Request) -> Plan {
+        let shard = |k: &Key| layout.shard_of_key(k.as_bytes());
         /// Groups keys by shard, remembering each key's position.
         fn split<T>(
             items: Vec<T>,
@@ -225,7 +337,7 @@ impl Router {
                     .collect();
                 Plan::Split(parts, n)
             }
-            _ if self.layout.shards.len() == 1 => Plan::One(0, request),
+            _ if layout.shards.len() == 1 => Plan::One(layout.shards[0].id, request),
             _ => Plan::All,
         }
     }
@@ -237,11 +349,17 @@ impl Router {
         let name = request.name();
         let started = Instant::now();
         metrics::counter!("firn_requests_total", "op" => name).increment(1);
-        if let Err(e) = self.validate(&request) {
-            metrics::counter!("firn_request_errors_total", "op" => name).increment(1);
-            return ready(Err(e));
-        }
-        let outcome = match self.plan(request.clone()) {
+        let layout = match self
+            .validate(&request)
+            .and_then(|()| self.routable_layout())
+        {
+            Ok(l) => l,
+            Err(e) => {
+                metrics::counter!("firn_request_errors_total", "op" => name).increment(1);
+                return ready(Err(e));
+            }
+        };
+        let outcome = match Self::plan(&layout, request.clone()) {
             Plan::One(shard, request) => self.on_shard(shard, request, 0).await,
             Plan::Split(parts, n) => {
                 let mut pendings = Vec::with_capacity(parts.len());
@@ -252,7 +370,7 @@ impl Router {
             }
             Plan::All => {
                 let mut pendings = Vec::new();
-                for shard in self.layout.shard_ids() {
+                for shard in layout.shard_ids() {
                     pendings.push(self.on_shard(shard, request.clone(), 0).await);
                 }
                 Box::pin(merge_all(request, pendings))
@@ -276,20 +394,24 @@ impl Router {
     /// Executes reads that arrived together. Where they all fall in one shard held here,
     /// one barrier serves them all (each began before the barrier did).
     pub async fn execute_reads(&self, requests: Vec<Request>) -> Vec<Result<Response, FirnError>> {
-        let single_local = self.layout.shards.len() == 1 && self.local.contains_key(&0);
-        if !single_local {
+        let layout = self.layout();
+        let single_local = match layout.shards.as_slice() {
+            [only] => self.replica(only.id),
+            _ => None,
+        };
+        let Some(replica) = single_local else {
             let mut out = Vec::with_capacity(requests.len());
             for r in requests {
                 out.push(self.execute(r).await);
             }
             return out;
-        }
+        };
         let started = Instant::now();
         let needs_barrier = requests
             .iter()
             .any(|r| r.consistency() == ReadConsistency::Linearizable);
         let barrier = if needs_barrier {
-            self.barrier(0).await
+            self.barrier(replica.shard_id()).await
         } else {
             Ok(())
         };
@@ -302,7 +424,7 @@ impl Router {
                     (Err(e), ReadConsistency::Linearizable) => Err(e.clone()),
                     _ => self
                         .validate(&request)
-                        .and_then(|()| read_unfenced(&self.local[&0], request)),
+                        .and_then(|()| read_unfenced(&replica, request)),
                 };
                 metrics::histogram!("firn_request_seconds", "op" => name)
                     .record(started.elapsed().as_secs_f64());
@@ -315,14 +437,20 @@ impl Router {
     }
 
     /// The leader of `shard`, as this node knows it.
-    async fn leader_of(&self, shard: ShardId) -> Result<NodeId, FirnError> {
-        match self.local.get(&shard) {
+    pub(crate) async fn leader_of(&self, shard: ShardId) -> Result<NodeId, FirnError> {
+        match self.replica(shard) {
             Some(replica) => match replica.leader() {
                 Some(l) => Ok(l),
                 None => replica.wait_for_leader(LEADER_WAIT).await,
             },
             // Not held here: its first replica is the likeliest leader; it forwards if not.
-            None => Ok(self.layout.shard(shard).replicas[0]),
+            None => self
+                .layout()
+                .shards
+                .iter()
+                .find(|s| s.id == shard)
+                .and_then(|s| s.replicas.first().copied())
+                .ok_or_else(|| FirnError::Unavailable(format!("shard {shard} is unknown here"))),
         }
     }
 
@@ -337,7 +465,7 @@ impl Router {
         hops: u8,
     ) -> Pin<Box<dyn Future<Output = Pending> + Send + 'a>> {
         Box::pin(async move {
-            let local = self.local.get(&shard).cloned();
+            let local = self.replica(shard);
             if request.is_write() {
                 let leader = match self.leader_of(shard).await {
                     Ok(l) => l,
@@ -401,9 +529,18 @@ impl Router {
         }
     }
 
-    async fn call(&self, target: NodeId, rpc: NodeRpc) -> Result<NodeRpcReply, FirnError> {
+    /// Asks node `target` (this node answers itself directly).
+    pub(crate) async fn call(
+        &self,
+        target: NodeId,
+        rpc: NodeRpc,
+    ) -> Result<NodeRpcReply, FirnError> {
+        if target == self.node_id {
+            return Ok(Box::pin(self.handle_rpc(rpc)).await);
+        }
         let payload = postcard::to_stdvec(&rpc).map_err(|e| FirnError::Internal(e.to_string()))?;
         match self
+            .factory
             .pool
             .call(target, PeerRequest::App(payload), PEER_CALL_TIMEOUT)
             .await
@@ -437,12 +574,21 @@ impl Router {
     /// before the call: ReadIndex on the leader, or the leader's read index on a follower.
     async fn barrier(&self, shard: ShardId) -> Result<(), FirnError> {
         let replica = self
-            .local
-            .get(&shard)
-            .ok_or_else(|| FirnError::Internal(format!("no replica of shard {shard} here")))?;
-        let leader = self.leader_of(shard).await?;
+            .replica(shard)
+            .ok_or_else(|| FirnError::TryAgain(format!("no replica of shard {shard} here")))?;
+        let mut leader = self.leader_of(shard).await?;
         if leader == self.node_id {
-            return replica.linearizable_barrier().await;
+            match replica.linearizable_barrier().await {
+                // Leadership moved away meanwhile (a transfer): ask the new leader.
+                Err(FirnError::TryAgain(_)) => {
+                    tokio::time::sleep(LEADER_CHANGE_PAUSE).await;
+                    leader = self.leader_of(shard).await?;
+                    if leader == self.node_id {
+                        return replica.linearizable_barrier().await;
+                    }
+                }
+                other => return other,
+            }
         }
         // A read changes nothing: an unanswered call only means this replica cannot serve now.
         let index = match self
@@ -471,6 +617,7 @@ impl Router {
             resp_addr: self.client_addrs.0.clone(),
             http_addr: self.client_addrs.1.clone(),
             up: true,
+            meta: self.meta.replica().status().state,
             replicas: self
                 .status()
                 .into_iter()
@@ -488,13 +635,15 @@ impl Router {
     /// The whole cluster: every node asked for its own view (briefly; a node that does not
     /// answer is shown down), and each shard's leader and replica lag from those views.
     pub async fn cluster_view(&self) -> ClusterView {
+        let layout = self.layout();
         let mut nodes = Vec::new();
-        for (&id, _) in self.layout.nodes.iter() {
+        for (&id, _) in layout.nodes.iter() {
             let view = if id == self.node_id {
                 Some(self.describe())
             } else {
                 let payload = postcard::to_stdvec(&NodeRpc::Describe).unwrap_or_default();
                 match self
+                    .factory
                     .pool
                     .call(id, PeerRequest::App(payload), DESCRIBE_TIMEOUT)
                     .await
@@ -511,11 +660,11 @@ impl Router {
                 resp_addr: String::new(),
                 http_addr: String::new(),
                 up: false,
+                meta: String::new(),
                 replicas: Vec::new(),
             }));
         }
-        let shards = self
-            .layout
+        let shards = layout
             .shards
             .iter()
             .map(|s| {
@@ -549,10 +698,15 @@ impl Router {
                     replicas: s.replicas.clone(),
                     leader,
                     replica_lag,
+                    moving: s.moving,
                 }
             })
             .collect();
-        ClusterView { nodes, shards }
+        ClusterView {
+            nodes,
+            leaving: layout.leaving.iter().copied().collect(),
+            shards,
+        }
     }
 
     /// Answers a peer's request.
@@ -564,14 +718,93 @@ impl Router {
                 hops,
             } => NodeRpcReply::Executed(self.on_shard(shard, request, hops).await.await),
             NodeRpc::Describe => NodeRpcReply::Described(self.describe()),
-            NodeRpc::ReadIndex { shard } => NodeRpcReply::ReadIndex(match self.local.get(&shard) {
+            NodeRpc::ReadIndex { shard } => NodeRpcReply::ReadIndex(match self.replica(shard) {
                 Some(r) => r.read_index().await,
                 None => Err(FirnError::TryAgain(format!(
                     "no replica of shard {shard} on node {}",
                     self.node_id
                 ))),
             }),
+            NodeRpc::Join { .. } | NodeRpc::Remove { .. } => {
+                NodeRpcReply::Done(self.on_meta_leader(rpc).await)
+            }
+            NodeRpc::SetReplicas { shard, voters } => {
+                NodeRpcReply::Done(self.set_replicas(shard, voters).await)
+            }
+            NodeRpc::TransferLeader { shard, to } => {
+                NodeRpcReply::Done(match self.replica(shard) {
+                    Some(r) if r.leader() == Some(self.node_id) => r.transfer_leader(to).await,
+                    _ => Err(FirnError::TryAgain(format!(
+                        "node {} does not lead shard {shard}",
+                        self.node_id
+                    ))),
+                })
+            }
         }
+    }
+
+    /// Runs a membership request on the meta leader: here if this node leads the meta
+    /// group, else there (one hop).
+    async fn on_meta_leader(&self, rpc: NodeRpc) -> Result<(), FirnError> {
+        let leader = self.meta.leader().ok_or_else(|| {
+            FirnError::Unavailable(
+                "the meta group has no leader (no quorum, or not joined yet)".into(),
+            )
+        })?;
+        if leader != self.node_id {
+            return match self.call(leader, rpc).await? {
+                NodeRpcReply::Done(r) => r,
+                other => Err(FirnError::Internal(format!(
+                    "node {leader} answered {other:?}"
+                ))),
+            };
+        }
+        match rpc {
+            NodeRpc::Join { node, addr } => {
+                tracing::info!(node, %addr, "node joins");
+                self.meta.join(node, addr).await
+            }
+            NodeRpc::Remove { node } => {
+                tracing::info!(node, "node removal starts");
+                self.meta.remove(node).await
+            }
+            other => Err(FirnError::Internal(format!(
+                "{other:?} is not a meta request"
+            ))),
+        }
+    }
+
+    /// Starts removing `node` from the cluster (its replicas move first).
+    pub async fn remove_node(&self, node: NodeId) -> Result<(), FirnError> {
+        self.on_meta_leader(NodeRpc::Remove { node }).await
+    }
+
+    /// As the leader of `shard`: makes `voters` its voters, new ones caught up first.
+    async fn set_replicas(
+        &self,
+        shard: ShardId,
+        voters: BTreeMap<NodeId, String>,
+    ) -> Result<(), FirnError> {
+        let replica = self.replica(shard).ok_or_else(|| {
+            FirnError::TryAgain(format!(
+                "no replica of shard {shard} on node {}",
+                self.node_id
+            ))
+        })?;
+        if replica.leader() != Some(self.node_id) {
+            return Err(FirnError::TryAgain(format!(
+                "node {} does not lead shard {shard} (leader: {:?})",
+                self.node_id,
+                replica.leader()
+            )));
+        }
+        let (current, _) = replica.members();
+        for (id, addr) in voters.iter().filter(|(id, _)| !current.contains(id)) {
+            replica.add_learner(*id, addr, true).await?;
+        }
+        replica
+            .set_voters(voters.into_keys().collect(), false)
+            .await
     }
 
     /// Starts a watch: replay from the requested start, then every new version, in commit
@@ -581,18 +814,19 @@ impl Router {
         if let KeyRange::Prefix(p) = &request.target {
             check_prefix(p)?;
         }
+        let layout = self.routable_layout()?;
         let shards: Vec<ShardId> = match &request.target {
-            KeyRange::Key(k) => vec![self.layout.shard_of_key(k.as_bytes())],
-            KeyRange::Prefix(_) => self.layout.shard_ids().collect(),
+            KeyRange::Key(k) => vec![layout.shard_of_key(k.as_bytes())],
+            KeyRange::Prefix(_) => layout.shard_ids().collect(),
         };
         let mut replicas = Vec::new();
         for s in &shards {
-            let r = self.local.get(s).ok_or_else(|| {
+            let r = self.replica(*s).ok_or_else(|| {
                 FirnError::Refused(format!(
                     "this node holds no replica of shard {s}; watch from a node that does (with replication equal to the node count, every node does)"
                 ))
             })?;
-            replicas.push(r.clone());
+            replicas.push(r);
         }
         // Subscribe before replaying, so nothing committed in between is missed.
         let live: Vec<_> = replicas.iter().map(|r| r.store().subscribe()).collect();
@@ -613,7 +847,7 @@ impl Router {
     /// Proposes age-based retention on the shards this node leads, if a keyspace has a max
     /// age.
     pub async fn expire_by_age(&self) -> Result<(), FirnError> {
-        for replica in self.local.values() {
+        for replica in self.replicas() {
             if replica.leader() == Some(self.node_id)
                 && replica
                     .store()
@@ -628,9 +862,10 @@ impl Router {
     }
 
     pub async fn shutdown(&self) {
-        for r in self.local.values() {
+        for r in self.replicas() {
             r.shutdown().await;
         }
+        self.meta.replica().shutdown().await;
     }
 }
 
@@ -801,6 +1036,18 @@ impl AppHandler for RouterRpc {
         Box::pin(async move {
             let reply = match (router, postcard::from_bytes::<NodeRpc>(&payload)) {
                 (Some(router), Ok(rpc)) => router.handle_rpc(rpc).await,
+                (None, Ok(NodeRpc::Describe)) => {
+                    NodeRpcReply::Done(Err(FirnError::TryAgain("node is starting".into())))
+                }
+                (
+                    None,
+                    Ok(
+                        NodeRpc::Join { .. }
+                        | NodeRpc::Remove { .. }
+                        | NodeRpc::SetReplicas { .. }
+                        | NodeRpc::TransferLeader { .. },
+                    ),
+                ) => NodeRpcReply::Done(Err(FirnError::TryAgain("node is starting".into()))),
                 (None, Ok(NodeRpc::ReadIndex { .. })) => {
                     NodeRpcReply::ReadIndex(Err(FirnError::TryAgain("node is starting".into())))
                 }

@@ -12,4 +12,4 @@ pub mod state_machine;
 pub mod types;
 
 pub use shard::{ProposalOutcome, ShardConfig, ShardReplica, ShardStatus};
-pub use types::{FirnRaft, NodeId, ShardId};
+pub use types::{FirnRaft, META_GROUP, NodeId, ShardId, group_name};

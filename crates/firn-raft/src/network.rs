@@ -51,7 +51,10 @@ impl PeerClient {
 impl RaftNetworkFactory<FirnRaft> for PeerNetwork {
     type Network = PeerClient;
 
-    async fn new_client(&mut self, target: NodeId, _node: &BasicNode) -> Self::Network {
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
+        // The group's membership names each member's address; a member added at run time
+        // is reached through it.
+        self.pool.set_addr(target, &node.addr);
         PeerClient {
             shard: self.shard,
             target,

@@ -111,6 +111,14 @@ impl LocalGroups {
             .insert(shard, raft);
     }
 
+    /// Forgets a replica this node no longer holds (its messages are refused from now on).
+    pub fn remove(&self, shard: ShardId) {
+        self.0
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&shard);
+    }
+
     fn get(&self, shard: ShardId) -> Option<Raft<FirnRaft, ShardStateMachine>> {
         self.0
             .read()
@@ -334,6 +342,57 @@ impl PeerPool {
             addrs: RwLock::new(addrs),
             conns: Default::default(),
             next_id: AtomicU64::new(1),
+        }
+    }
+
+    /// Sets (or changes) where `node` is reached; a changed address drops the old connection.
+    pub fn set_addr(&self, node: NodeId, addr: &str) {
+        let changed = {
+            let mut addrs = self.addrs.write().unwrap_or_else(|p| p.into_inner());
+            addrs
+                .insert(node, addr.to_string())
+                .is_some_and(|old| old != addr)
+        };
+        if changed {
+            self.conns
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&node);
+        }
+    }
+
+    /// One request to a node known only by its address (a node joining asks a member):
+    /// a connection made for this call alone.
+    pub async fn call_addr(
+        &self,
+        addr: &str,
+        request: PeerRequest,
+        timeout: Duration,
+    ) -> Result<PeerResponse, PeerError> {
+        let unreachable = |e: String| PeerError::Unreachable(0, format!("{addr}: {e}"));
+        let conn = tokio::time::timeout(timeout, PeerConn::connect(addr, self.local_ip))
+            .await
+            .map_err(|_| unreachable("connect timed out".into()))?
+            .map_err(|e| unreachable(e.to_string()))?;
+        let bytes = encode(&Envelope {
+            id: 1,
+            body: request,
+        })
+        .ok_or_else(|| unreachable("request could not be encoded".into()))?;
+        let (done, answer) = oneshot::channel();
+        conn.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(1, done);
+        conn.tx
+            .send(bytes)
+            .await
+            .map_err(|_| unreachable("connection closed".into()))?;
+        match tokio::time::timeout(timeout, answer).await {
+            Ok(Ok(PeerResponse::Error(e))) => Err(PeerError::Remote(0, e)),
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(_)) => Err(PeerError::Lost(0)),
+            Err(_) => Err(PeerError::Timeout(0, timeout)),
         }
     }
 

@@ -1,6 +1,6 @@
 //! One replica of one shard: an openraft group over the fjall log and the versioned store.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -14,7 +14,7 @@ use openraft::Instant as _;
 use openraft::async_runtime::watch::WatchReceiver;
 use openraft::errors::{ClientWriteError, InitializeError, LinearizableReadError, RaftError};
 use openraft::impls::ProgressResponder;
-use openraft::{BasicNode, Config, Raft, ReadPolicy, SnapshotPolicy};
+use openraft::{BasicNode, ChangeMembers, Config, Raft, ReadPolicy, SnapshotPolicy};
 use serde::Serialize;
 
 use crate::log_store::{FjallLogStore, GroupCommit};
@@ -28,6 +28,9 @@ use crate::types::{FirnRaft, LogCommand, NodeId, ShardId};
 const QUORUM_ACK_STALE: Duration = Duration::from_millis(1_000);
 /// Longest a proposer waits for its write to commit before answering UNCERTAIN.
 const COMMIT_WAIT: Duration = Duration::from_secs(10);
+
+/// Longest a membership change (a learner catching up, a joint change) may take.
+const MEMBERSHIP_WAIT: Duration = Duration::from_secs(60);
 
 /// Longest a new replica waits to elect itself before reporting that it cannot serve.
 const ELECTION_WAIT: Duration = Duration::from_secs(30);
@@ -49,7 +52,8 @@ pub struct ShardConfig {
     pub snapshot_every_entries: u64,
     /// The group's initial members (node id → peer address).
     pub members: BTreeMap<NodeId, BasicNode>,
-    /// Whether this node forms the group (exactly one member does, once).
+    /// Whether this node forms the group with `members` (exactly one member does, once;
+    /// a replica added later joins as a learner instead).
     pub initialize: bool,
     /// Connections to the other nodes.
     pub pool: Arc<PeerPool>,
@@ -93,7 +97,7 @@ impl ShardReplica {
         let store = Arc::new(VersionedStore::open(cfg.backend.clone())?);
         // Stamps after a restart stay above every stamp already applied.
         clock.observe(store.last_commit_ts());
-        let group = format!("shard{}", cfg.shard_id);
+        let group = crate::types::group_name(cfg.shard_id);
         let log = FjallLogStore::open(cfg.db.clone(), &group, cfg.commit.clone())
             .map_err(|e| FirnError::Internal(format!("opening the raft log: {e}")))?;
         std::fs::create_dir_all(&cfg.snapshot_dir)
@@ -119,18 +123,20 @@ impl ShardReplica {
             .map_err(unavailable)?;
         // Reachable by peers before anyone can send it a vote or entries.
         cfg.groups.insert(cfg.shard_id, raft.clone());
-        let mut members = cfg.members.clone();
-        members.entry(cfg.node_id).or_insert_with(|| BasicNode {
-            addr: cfg.node_addr.clone(),
-        });
-        let single = members.len() == 1;
-        if cfg.initialize || single {
+        let mut alone = false;
+        if cfg.initialize {
+            let mut members = cfg.members.clone();
+            members.entry(cfg.node_id).or_insert_with(|| BasicNode {
+                addr: cfg.node_addr.clone(),
+            });
+            alone = members.len() == 1;
             match raft.initialize(members).await {
                 Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
                 Err(e) => return Err(unavailable(e)),
             }
         }
-        if single {
+        // A group of one (a single node) serves as soon as it has elected itself.
+        if alone || raft.voter_ids().collect::<Vec<_>>() == [cfg.node_id] {
             raft.wait(Some(ELECTION_WAIT))
                 .current_leader(cfg.node_id, "a single node elects itself")
                 .await
@@ -143,6 +149,10 @@ impl ShardReplica {
             store,
             clock,
         })
+    }
+
+    pub fn shard_id(&self) -> ShardId {
+        self.shard_id
     }
 
     pub fn store(&self) -> &Arc<VersionedStore> {
@@ -287,6 +297,91 @@ impl ShardReplica {
                     self.shard_id
                 ))
             })
+    }
+
+    /// The group's voters and learners, from the newest membership this replica knows.
+    pub fn members(&self) -> (BTreeSet<NodeId>, BTreeSet<NodeId>) {
+        (
+            self.raft.voter_ids().collect(),
+            self.raft.learner_ids().collect(),
+        )
+    }
+
+    /// On the leader: adds `node` as a learner and, with `wait`, returns once it has caught
+    /// up with the log (or `MEMBERSHIP_WAIT` passed).
+    pub async fn add_learner(&self, node: NodeId, addr: &str, wait: bool) -> Result<(), FirnError> {
+        let add = self.raft.add_learner(
+            node,
+            BasicNode {
+                addr: addr.to_string(),
+            },
+            wait,
+        );
+        match tokio::time::timeout(MEMBERSHIP_WAIT, add).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(self.membership_error(e)),
+            Err(_) => Err(FirnError::TryAgain(format!(
+                "node {node} did not catch up with shard {} within {MEMBERSHIP_WAIT:?}",
+                self.shard_id
+            ))),
+        }
+    }
+
+    /// On the leader: makes `voters` the group's voters (every one must already be a member);
+    /// with `keep_learners`, members that stop voting stay as learners, else they leave.
+    pub async fn set_voters(
+        &self,
+        voters: BTreeSet<NodeId>,
+        keep_learners: bool,
+    ) -> Result<(), FirnError> {
+        let change = self.raft.change_membership(voters, keep_learners);
+        match tokio::time::timeout(MEMBERSHIP_WAIT, change).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(self.membership_error(e)),
+            Err(_) => Err(FirnError::Indeterminate(format!(
+                "shard {}: membership change not committed within {MEMBERSHIP_WAIT:?}",
+                self.shard_id
+            ))),
+        }
+    }
+
+    /// On the leader: removes members that are not voters.
+    pub async fn remove_learners(&self, nodes: BTreeSet<NodeId>) -> Result<(), FirnError> {
+        let change = self
+            .raft
+            .change_membership(ChangeMembers::RemoveNodes(nodes), false);
+        match tokio::time::timeout(MEMBERSHIP_WAIT, change).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(self.membership_error(e)),
+            Err(_) => Err(FirnError::Indeterminate(format!(
+                "shard {}: membership change not committed within {MEMBERSHIP_WAIT:?}",
+                self.shard_id
+            ))),
+        }
+    }
+
+    /// On the leader: hands leadership to `to` (a caught-up voter).
+    pub async fn transfer_leader(&self, to: NodeId) -> Result<(), FirnError> {
+        self.raft
+            .trigger()
+            .transfer_leader(to)
+            .await
+            .map_err(unavailable)
+    }
+
+    fn membership_error(&self, e: RaftError<FirnRaft, ClientWriteError<FirnRaft>>) -> FirnError {
+        match e {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+                FirnError::TryAgain(format!(
+                    "this replica is not the leader of group {} (leader: {:?})",
+                    self.shard_id, f.leader_id
+                ))
+            }
+            other => FirnError::TryAgain(format!(
+                "group {}: membership change refused: {other}",
+                self.shard_id
+            )),
+        }
     }
 
     /// Builds a snapshot now (and lets the log before it be purged).

@@ -8,6 +8,19 @@ use firn_store::Command;
 pub type NodeId = u64;
 pub type ShardId = u32;
 
+/// The meta group's id among the node's groups (no shard has it: shards are numbered from 0
+/// and a cluster has at most a few hundred).
+pub const META_GROUP: ShardId = ShardId::MAX;
+
+/// The name of a group's log and state in storage.
+pub fn group_name(id: ShardId) -> String {
+    if id == META_GROUP {
+        "meta".to_string()
+    } else {
+        format!("shard{id}")
+    }
+}
+
 /// The log payload must print itself for openraft's logs; keep it short (never the value).
 pub struct CommandDisplay<'a>(pub &'a Command);
 

@@ -188,9 +188,14 @@ struct ServeArgs {
     /// Listener for the other nodes of the cluster.
     #[arg(long, default_value = "127.0.0.1:7381")]
     peer_addr: SocketAddr,
-    /// Every node of the cluster, this one included: ID=PEER_ADDR,… (none: a single node).
+    /// Form a cluster of these nodes, this one included: ID=PEER_ADDR,… (none: a single
+    /// node, which others may join). Only read when the cluster is first created.
     #[arg(long, default_value = "")]
     peers: String,
+    /// Join the cluster of the node at this peer address (any member); its replicas move
+    /// here so that shards and leaders spread evenly.
+    #[arg(long, conflicts_with = "peers")]
+    join: Option<String>,
     /// Shards in a cluster (a single node has one).
     #[arg(long, default_value_t = firn_node::config::CLUSTER_SHARDS_DEFAULT)]
     shards: u32,
@@ -527,6 +532,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         peers: firn_node::cluster::parse_peers(&args.peers).map_err(|e| e.to_string())?,
         shards: args.shards,
         replication: args.replication,
+        join: args.join,
     };
     let node = RunningNode::start(config)
         .await
