@@ -12,7 +12,7 @@ use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response as HttpResponse};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use base64::Engine;
 use firn_model::limits::{PAGE_ITEMS_DEFAULT, VALUE_BYTES_MAX_CEILING};
 use firn_model::time::{micros_to_rfc3339, parse_duration_us, parse_micros, parse_read_time};
@@ -41,6 +41,7 @@ pub fn routes(router: Arc<Router>) -> HttpRouter {
             axum::routing::delete(drop_keyspace),
         )
         .route("/v1/cluster", get(cluster))
+        .route("/v1/cluster/nodes/{id}", delete(remove_node))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         // Bodies up to the ceiling reach the router, which states the configured limit.
@@ -453,6 +454,18 @@ async fn drop_keyspace(
 async fn cluster(State(router): State<Arc<Router>>) -> axum::Json<Json> {
     let view = router.cluster_view().await;
     axum::Json(json!({ "node_id": router.node_id(), "shards": router.status(), "cluster": view }))
+}
+
+/// Starts removing a node: 202, the move goes on in the background (see /v1/cluster).
+async fn remove_node(
+    State(router): State<Arc<Router>>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let id = id
+        .parse()
+        .map_err(|_| FirnError::BadArgument(format!("node id '{id}' is not a number")))?;
+    router.remove_node(id).await?;
+    Ok(StatusCode::ACCEPTED)
 }
 
 async fn healthz(State(router): State<Arc<Router>>) -> HttpResponse {

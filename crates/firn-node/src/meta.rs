@@ -261,7 +261,7 @@ async fn move_replica(
         .iter()
         .filter_map(|n| layout.nodes.get(n).map(|a| (*n, a.clone())))
         .collect();
-    let leader = router.leader_of(shard).await?;
+    let leader = shard_leader(router, shard).await?;
     match router
         .call(
             leader,
@@ -291,6 +291,23 @@ async fn move_replica(
     .await?;
     tracing::info!(shard, replicas = ?voters, "replica move done");
     Ok(())
+}
+
+/// The leader of `shard`, as its replicas report it.
+async fn shard_leader(router: &Router, shard: u32) -> Result<NodeId, FirnError> {
+    // A replica here that knows its leader; not one just opened for a move, which learns
+    // of the group only once the leader adds it.
+    if let Some(leader) = router.known_leader(shard) {
+        return Ok(leader);
+    }
+    router
+        .cluster_view()
+        .await
+        .shards
+        .iter()
+        .find(|s| s.shard_id == shard)
+        .and_then(|s| s.leader)
+        .ok_or_else(|| FirnError::Unavailable(format!("shard {shard} has no known leader")))
 }
 
 /// Spreads shard leaders: while one node leads two more shards than another node that holds

@@ -146,7 +146,7 @@ impl RunningNode {
         let peer_addr_text = peer_addr.to_string();
         // How this node finds its cluster: it creates one (alone, or as the lowest id of
         // `--peers`), it is one of `--peers`, or it joins through a member.
-        let (nodes, bootstrap) = match (&config.join, config.peers.is_empty()) {
+        let (nodes, initial, creates) = match (&config.join, config.peers.is_empty()) {
             (Some(_), false) => {
                 return Err(FirnError::BadArgument(
                     "give either --peers (to form a cluster) or --join (to join one), not both"
@@ -156,6 +156,7 @@ impl RunningNode {
             (Some(_), true) => (
                 BTreeMap::from([(config.node_id, peer_addr_text.clone())]),
                 None,
+                false,
             ),
             (None, true) => {
                 let single = ClusterLayout::single(
@@ -163,7 +164,7 @@ impl RunningNode {
                     peer_addr_text.clone(),
                     config.replication,
                 );
-                (single.nodes.clone(), Some(single))
+                (single.nodes.clone(), Some(single), true)
             }
             (None, false) => {
                 if !config.peers.contains_key(&config.node_id) {
@@ -175,9 +176,11 @@ impl RunningNode {
                 let layout =
                     ClusterLayout::new(config.peers.clone(), config.shards, config.replication)?;
                 let first = config.peers.keys().next() == Some(&config.node_id);
-                (config.peers.clone(), first.then_some(layout))
+                (config.peers.clone(), Some(layout), first)
             }
         };
+        // The node that stores the first layout in the meta group.
+        let bootstrap = initial.clone().filter(|_| creates);
         // The meta group's first voters: an odd number, at most five, lowest ids first.
         let meta_members: BTreeMap<NodeId, String> = {
             let want = bootstrap
@@ -262,6 +265,13 @@ impl RunningNode {
         }
         let mut applied = None;
         follow_layout(&router, &mut applied).await?;
+        // Every node of a new `--peers` cluster derives the same first layout: it serves by
+        // it until the meta group delivers the stored one (the same, unless changed since).
+        if applied.is_none()
+            && let Some(layout) = initial
+        {
+            router.apply_layout(layout).await?;
+        }
         tasks.push(tokio::spawn(layout_follower(
             router.clone(),
             bootstrap,

@@ -43,7 +43,7 @@ const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
 /// How long a node waits for a peer to describe itself.
 const DESCRIBE_TIMEOUT: Duration = Duration::from_millis(500);
 /// How long a read waits before asking again after the leader it asked stepped down.
-const LEADER_CHANGE_PAUSE: Duration = Duration::from_millis(100);
+const LEADER_CHANGE_PAUSE: Duration = Duration::from_millis(50);
 /// Forwarding stops after this many hops (a leader change in flight): the client retries.
 const FORWARD_HOPS_MAX: u8 = 2;
 
@@ -133,6 +133,11 @@ impl Router {
             .unwrap_or_else(|p| p.into_inner())
             .get(&shard)
             .cloned()
+    }
+
+    /// The leader of `shard` as this node's replica knows it, without waiting.
+    pub fn known_leader(&self, shard: ShardId) -> Option<NodeId> {
+        self.replica(shard).and_then(|r| r.leader())
     }
 
     fn replicas(&self) -> Vec<Arc<ShardReplica>> {
@@ -572,7 +577,22 @@ impl Router {
 
     /// Waits until this node's replica of `shard` has applied every write acknowledged
     /// before the call: ReadIndex on the leader, or the leader's read index on a follower.
+    /// While leadership moves (the leader asked has stepped down, or the new one has not
+    /// committed in its term yet) it asks again, for at most `LEADER_WAIT`: a read changes
+    /// nothing, so asking twice is safe.
     async fn barrier(&self, shard: ShardId) -> Result<(), FirnError> {
+        let since = Instant::now();
+        loop {
+            match self.barrier_once(shard).await {
+                Err(FirnError::TryAgain(_)) if since.elapsed() < LEADER_WAIT => {
+                    tokio::time::sleep(LEADER_CHANGE_PAUSE).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn barrier_once(&self, shard: ShardId) -> Result<(), FirnError> {
         let replica = self
             .replica(shard)
             .ok_or_else(|| FirnError::TryAgain(format!("no replica of shard {shard} here")))?;
@@ -580,11 +600,17 @@ impl Router {
         if leader == self.node_id {
             match replica.linearizable_barrier().await {
                 // Leadership moved away meanwhile (a transfer): ask the new leader.
-                Err(FirnError::TryAgain(_)) => {
-                    tokio::time::sleep(LEADER_CHANGE_PAUSE).await;
-                    leader = self.leader_of(shard).await?;
-                    if leader == self.node_id {
-                        return replica.linearizable_barrier().await;
+                Err(e @ FirnError::TryAgain(_)) => {
+                    let since = Instant::now();
+                    loop {
+                        tokio::time::sleep(LEADER_CHANGE_PAUSE).await;
+                        leader = self.leader_of(shard).await?;
+                        if leader != self.node_id {
+                            break;
+                        }
+                        if since.elapsed() > LEADER_WAIT {
+                            return Err(e);
+                        }
                     }
                 }
                 other => return other,

@@ -130,6 +130,18 @@ enum ClusterAction {
         #[command(flatten)]
         target: Target,
     },
+    /// Remove a node: its replicas move to the other nodes first, then it leaves the
+    /// cluster (stop its process afterwards). Waits until it is gone unless --no-wait.
+    Remove {
+        node_id: u64,
+        #[arg(long)]
+        no_wait: bool,
+        /// Longest wait for the move.
+        #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+        timeout: Duration,
+        #[command(flatten)]
+        target: Target,
+    },
 }
 
 #[derive(Subcommand)]
@@ -438,6 +450,61 @@ async fn run(cli: Cli) -> Result<(), String> {
                 return Err("some shards have no leader".into());
             }
             Ok(())
+        }
+        Command::Cluster {
+            action:
+                ClusterAction::Remove {
+                    node_id,
+                    no_wait,
+                    timeout,
+                    target,
+                },
+        } => {
+            let client = connect(&target).await?;
+            client
+                .raw(redis::cmd("FIRN.CLUSTER").arg("REMOVE").arg(node_id))
+                .await
+                .map_err(show)?;
+            println!("removing node {node_id}: its replicas move to the other nodes");
+            if no_wait {
+                return Ok(());
+            }
+            let deadline = std::time::Instant::now() + timeout;
+            loop {
+                let raw = client
+                    .raw(&redis::cmd("FIRN.CLUSTER"))
+                    .await
+                    .map_err(show)?;
+                let text: String = redis::from_redis_value(raw).map_err(|e| e.to_string())?;
+                let view: serde_json::Value =
+                    serde_json::from_str(&text).map_err(|e| e.to_string())?;
+                let listed = view["nodes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|n| n["node_id"].as_u64() == Some(node_id));
+                if !listed {
+                    println!("node {node_id} has left the cluster; its process can be stopped");
+                    return Ok(());
+                }
+                let held = view["shards"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|s| {
+                        s["replicas"]
+                            .as_array()
+                            .is_some_and(|r| r.iter().any(|x| x.as_u64() == Some(node_id)))
+                    })
+                    .count();
+                if std::time::Instant::now() > deadline {
+                    return Err(format!(
+                        "node {node_id} still holds {held} replicas after {timeout:?}; the move goes on"
+                    ));
+                }
+                eprintln!("  node {node_id} still holds {held} replicas");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
         }
         Command::Keyspace { action } => match action {
             KeyspaceAction::Create {

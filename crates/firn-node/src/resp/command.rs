@@ -37,6 +37,8 @@ pub enum Action {
     Info(Option<String>),
     /// CLUSTER subcommands that describe the cluster (upper-cased subcommand).
     Cluster(String),
+    /// FIRN.CLUSTER REMOVE id: start removing a node.
+    ClusterRemove(u64),
     Quit,
 }
 
@@ -287,8 +289,23 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
             }
         }
         "FIRN.CLUSTER" => {
-            args.done()?;
-            Action::Cluster("FIRN".into())
+            if args.is_empty() {
+                Action::Cluster("FIRN".into())
+            } else {
+                let sub = args.text()?.to_uppercase();
+                match sub.as_str() {
+                    "STATUS" => {
+                        args.done()?;
+                        Action::Cluster("FIRN".into())
+                    }
+                    "REMOVE" => {
+                        let id = args.u64("node id")?;
+                        args.done()?;
+                        Action::ClusterRemove(id)
+                    }
+                    _ => return Err(unknown_subcommand("firn.cluster", &sub)),
+                }
+            }
         }
         "INFO" => Action::Info(if args.is_empty() {
             None

@@ -325,6 +325,13 @@ impl Connection {
                 let reply = cluster_reply(&sub, &view, self.shared.router.node_id());
                 self.queue.push_back(Queued::Ready(reply));
             }
+            Action::ClusterRemove(node) => {
+                let reply = match self.shared.router.remove_node(node).await {
+                    Ok(()) => Reply::Ok,
+                    Err(e) => Reply::error(&e),
+                };
+                self.queue.push_back(Queued::Ready(reply));
+            }
             Action::Quit => {
                 self.queue.push_back(Queued::Ready(Reply::Ok));
                 self.closing = true;

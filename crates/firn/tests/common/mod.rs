@@ -37,7 +37,10 @@ impl FirnProcess {
             .arg("--data-dir")
             .arg(data_dir)
             .args(args)
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("FIRN_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -48,6 +51,8 @@ impl FirnProcess {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if line.starts_with("firn serving:") {
                     let _ = tx.send(line);
+                } else {
+                    eprintln!("{line}");
                 }
             }
         });
@@ -128,6 +133,8 @@ pub struct Cluster {
     pub nodes: Vec<Option<FirnProcess>>,
     ports: Vec<(u16, u16, u16)>,
     peers: String,
+    /// For nodes added after the start: the peer address they joined through.
+    joined_via: Vec<Option<String>>,
     extra: Vec<String>,
 }
 
@@ -157,6 +164,7 @@ impl Cluster {
             nodes: (0..n).map(|_| None).collect(),
             ports,
             peers,
+            joined_via: vec![None; n],
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         for i in 0..n {
@@ -169,11 +177,15 @@ impl Cluster {
     pub fn restart(&mut self, i: usize) {
         let (resp, http, _) = self.ports[i];
         let peer_addr = self.peer_addr(i);
+        let (how, whom) = match &self.joined_via[i] {
+            Some(contact) => ("--join", contact.clone()),
+            None => ("--peers", self.peers.clone()),
+        };
         let mut args: Vec<String> = vec![
             "--node-id".into(),
             (i + 1).to_string(),
-            "--peers".into(),
-            self.peers.clone(),
+            how.into(),
+            whom,
             "--resp-addr".into(),
             format!("127.0.0.1:{resp}"),
             "--http-addr".into(),
@@ -192,14 +204,25 @@ impl Cluster {
         }
     }
 
-    /// Node index `i`'s peer address, as listed in `--peers`.
+    /// Starts one more node (id = its index + 1) that joins through node index `contact`;
+    /// returns its index.
+    pub fn join(&mut self, contact: usize) -> usize {
+        let p = free_ports(3);
+        self.ports.push((p[0], p[1], p[2]));
+        self.dirs.push(tempfile::tempdir().unwrap());
+        self.nodes.push(None);
+        self.joined_via.push(Some(self.peer_addr(contact)));
+        let i = self.nodes.len() - 1;
+        self.restart(i);
+        i
+    }
+
+    /// Node index `i`'s peer address (as listed in `--peers` for the first nodes).
     pub fn peer_addr(&self, i: usize) -> String {
-        self.peers
-            .split(',')
-            .nth(i)
-            .and_then(|p| p.split_once('='))
-            .map(|(_, a)| a.to_string())
-            .unwrap()
+        match self.peers.split(',').nth(i).and_then(|p| p.split_once('=')) {
+            Some((_, a)) => a.to_string(),
+            None => format!("127.0.0.1:{}", self.ports[i].2),
+        }
     }
 
     pub fn resp_addr(&self, i: usize) -> String {
@@ -212,7 +235,7 @@ impl Cluster {
 }
 
 impl Cluster {
-    fn cluster_json(&self, i: usize) -> Option<serde_json::Value> {
+    pub fn cluster_json(&self, i: usize) -> Option<serde_json::Value> {
         ureq::get(&format!("http://{}/v1/cluster", self.http_addr(i)))
             .timeout(Duration::from_secs(2))
             .call()

@@ -1,0 +1,197 @@
+//! Membership changes under load, with real processes: a fourth node joins a three-node
+//! cluster and takes an even share of the replicas; then a node is removed (its replicas
+//! move first) and stopped. Writers run throughout; every acknowledged write must be there
+//! at the end, read linearizably at the remaining nodes.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::Cluster;
+use firn_client::{Client, PutOptions};
+use firn_model::{ReadAt, ReadConsistency};
+
+const WRITERS: usize = 4;
+/// Each writer stops after this many writes even if the test has not told it to.
+const WRITES_PER_WRITER_MAX: usize = 20_000;
+
+/// A writer's acknowledged (key, value) pairs and its count of refused or uncertain writes.
+type WriterOutcome = (Vec<(String, String)>, usize);
+
+/// Starts writers over the given nodes; each returns the keys and values it had
+/// acknowledged (every key is written once, so the value read back must be that one).
+fn start_writers(
+    addrs: Vec<String>,
+    stop: Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<WriterOutcome>> {
+    (0..WRITERS)
+        .map(|w| {
+            let addr = addrs[w % addrs.len()].clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let client = Client::connect(&addr).await.unwrap();
+                let mut acked = Vec::new();
+                let mut failed = 0;
+                for i in 0..WRITES_PER_WRITER_MAX {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let (k, v) = (format!("m{w}-{i}"), format!("v{w}-{i}"));
+                    match client
+                        .put(k.as_bytes(), v.as_bytes(), PutOptions::default())
+                        .await
+                    {
+                        Ok(_) => acked.push((k, v)),
+                        Err(_) => {
+                            failed += 1;
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    }
+                }
+                (acked, failed)
+            })
+        })
+        .collect()
+}
+
+/// Replicas per node and whether any move is under way, from node index `i`'s view.
+fn placement(cluster: &Cluster, i: usize) -> Option<(BTreeMap<u64, usize>, bool, usize)> {
+    let v = cluster.cluster_json(i)?;
+    let c = &v["cluster"];
+    let mut load = BTreeMap::new();
+    for n in c["nodes"].as_array()? {
+        load.insert(n["node_id"].as_u64()?, 0);
+    }
+    let mut moving = false;
+    for s in c["shards"].as_array()? {
+        moving |= !s["moving"].is_null() || s["leader"].is_null();
+        for r in s["replicas"].as_array()? {
+            *load.entry(r.as_u64()?).or_default() += 1;
+        }
+    }
+    Some((load, moving, c["shards"].as_array()?.len()))
+}
+
+fn wait_for_placement(
+    cluster: &Cluster,
+    i: usize,
+    what: &str,
+    ok: impl Fn(&BTreeMap<u64, usize>) -> bool,
+) -> BTreeMap<u64, usize> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some((load, moving, _)) = placement(cluster, i)
+            && !moving
+            && ok(&load)
+        {
+            return load;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} not reached in 120 s: {:?}",
+            placement(cluster, i)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_join_and_leave_under_load_without_losing_acknowledged_writes() {
+    // Small snapshots: a joining replica catches up through a snapshot, not only the log.
+    let cluster = tokio::task::spawn_blocking(|| {
+        let c = Cluster::start(3, &["--snapshot-every", "500", "--shards", "4"]);
+        c.wait_for_leaders(0, None);
+        c
+    })
+    .await
+    .unwrap();
+    let addrs: Vec<String> = (0..3).map(|i| cluster.resp_addr(i)).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut writers = start_writers(addrs, stop.clone());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Node 4 joins through node 1 and takes an even share: 4 shards × 3 replicas over 4
+    // nodes is 3 each.
+    let joined_at = Instant::now();
+    let (mut cluster, load) = tokio::task::spawn_blocking(move || {
+        let mut cluster = cluster;
+        let four = cluster.join(0);
+        assert_eq!(four, 3);
+        let load = wait_for_placement(&cluster, 0, "an even spread over 4 nodes", |l| {
+            l.len() == 4 && l.values().all(|n| *n == 3)
+        });
+        (cluster, load)
+    })
+    .await
+    .unwrap();
+    eprintln!(
+        "join: node 4 holds its share after {:?}: {load:?}",
+        joined_at.elapsed()
+    );
+    // The new node serves reads and writes.
+    let four = Client::connect(&cluster.resp_addr(3)).await.unwrap();
+    four.put(b"via-four", b"yes", PutOptions::default())
+        .await
+        .unwrap();
+
+    // Node 2 is removed with the CLI, which waits until its replicas have moved.
+    let removed_at = Instant::now();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_firn"))
+        .args(["cluster", "remove", "2", "--timeout", "120s", "--addr"])
+        .arg(cluster.resp_addr(0))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "firn cluster remove failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("remove: node 2 left after {:?}", removed_at.elapsed());
+    let cluster = tokio::task::spawn_blocking(move || {
+        let load = wait_for_placement(&cluster, 0, "node 2 drained", |l| {
+            !l.contains_key(&2) && l.len() == 3 && l.values().all(|n| *n == 4)
+        });
+        eprintln!("after removal: {load:?}");
+        cluster.kill_9(1);
+        cluster
+    })
+    .await
+    .unwrap();
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut acked = Vec::new();
+    let mut failed = 0;
+    for w in writers.drain(..) {
+        let (a, f) = w.await.unwrap();
+        acked.extend(a);
+        failed += f;
+    }
+    eprintln!(
+        "{} writes acknowledged, {failed} refused or uncertain",
+        acked.len()
+    );
+    assert!(acked.len() > 200, "the writers made progress");
+
+    for i in [0, 2, 3] {
+        let client = Client::connect(&cluster.resp_addr(i)).await.unwrap();
+        for (k, v) in &acked {
+            let got = client
+                .get(k.as_bytes(), ReadAt::Latest, ReadConsistency::Linearizable)
+                .await
+                .unwrap_or_else(|e| panic!("node {} reading {k}: {e}", i + 1))
+                .and_then(|x| x.value);
+            assert_eq!(
+                got.as_deref(),
+                Some(v.as_bytes()),
+                "acknowledged write {k} missing at node {}",
+                i + 1
+            );
+        }
+    }
+    drop(cluster);
+}
