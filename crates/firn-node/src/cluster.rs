@@ -48,6 +48,10 @@ pub struct ClusterLayout {
     /// Replicas per shard asked for at creation (capped by the number of active nodes).
     pub replication: usize,
     pub shards: Vec<ShardLayout>,
+    /// Replicas moved: leaders are to be spread again (elections after failures are left as
+    /// they fell — moving a leader briefly pauses its shard's writes).
+    #[serde(default)]
+    pub spread_leaders: bool,
 }
 
 /// Most meta-group voters: more only slows its commits.
@@ -95,6 +99,7 @@ impl ClusterLayout {
             leaving: BTreeSet::new(),
             replication: replication.max(1),
             shards,
+            spread_leaders: false,
         })
     }
 
@@ -112,6 +117,7 @@ impl ClusterLayout {
             leaving: BTreeSet::new(),
             replication: 1,
             shards: Vec::new(),
+            spread_leaders: false,
         }
     }
 

@@ -10,7 +10,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -29,18 +28,11 @@ pub const STEWARD_INTERVAL: Duration = Duration::from_millis(500);
 pub struct Meta {
     node_id: NodeId,
     replica: Arc<ShardReplica>,
-    /// Set when replicas moved: leaders are spread again (and only then — moving a leader
-    /// pauses its shard's writes, so elections after failures are left as they fell).
-    spread_leaders: AtomicBool,
 }
 
 impl Meta {
     pub fn new(node_id: NodeId, replica: Arc<ShardReplica>) -> Self {
-        Meta {
-            node_id,
-            replica,
-            spread_leaders: AtomicBool::new(false),
-        }
+        Meta { node_id, replica }
     }
 
     pub fn replica(&self) -> &Arc<ShardReplica> {
@@ -174,14 +166,11 @@ pub async fn steward(router: &Router, meta: &Meta) -> Result<(), FirnError> {
         return Ok(());
     }
     match layout.next_move() {
-        Some((shard, step)) => {
-            move_replica(router, meta, &layout, shard, step).await?;
-            meta.spread_leaders.store(true, Ordering::Relaxed);
-            Ok(())
-        }
-        None if meta.spread_leaders.load(Ordering::Relaxed) => {
+        Some((shard, step)) => move_replica(router, meta, &layout, shard, step).await,
+        None if layout.spread_leaders => {
             if balance_leaders(router, &layout).await? {
-                meta.spread_leaders.store(false, Ordering::Relaxed);
+                meta.update(|l| Ok(std::mem::replace(&mut l.spread_leaders, false)))
+                    .await?;
             }
             Ok(())
         }
@@ -286,6 +275,7 @@ async fn move_replica(
         }
         s.replicas = voters.clone();
         s.moving = None;
+        l.spread_leaders = true;
         Ok(true)
     })
     .await?;

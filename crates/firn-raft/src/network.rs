@@ -6,7 +6,8 @@ use std::sync::Arc;
 use openraft::errors::{RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::{BasicNode, OptionalSend, RaftNetworkV2};
 
@@ -104,6 +105,28 @@ impl RaftNetworkV2<FirnRaft> for PeerClient {
             .await?
         {
             PeerResponse::Vote(r) => Ok(r),
+            other => Err(RPCError::Unreachable(unreachable(format!(
+                "unexpected answer {other:?}"
+            )))),
+        }
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        rpc: TransferLeaderRequest<FirnRaft>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<FirnRaft>, RPCError<FirnRaft>> {
+        match self
+            .call(
+                PeerRequest::TransferLeader {
+                    shard: self.shard,
+                    rpc,
+                },
+                &option,
+            )
+            .await?
+        {
+            PeerResponse::TransferLeader(r) => Ok(r),
             other => Err(RPCError::Unreachable(unreachable(format!(
                 "unexpected answer {other:?}"
             )))),

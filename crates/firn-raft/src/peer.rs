@@ -14,7 +14,8 @@ use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use openraft::Raft;
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
@@ -52,6 +53,11 @@ pub enum PeerRequest {
         meta: SnapshotMeta,
         data: Vec<u8>,
     },
+    /// The leader hands leadership to this node's replica.
+    TransferLeader {
+        shard: ShardId,
+        rpc: TransferLeaderRequest<FirnRaft>,
+    },
     /// A request of the node's own, opaque here (the router gives it meaning).
     App(Vec<u8>),
 }
@@ -61,6 +67,7 @@ pub enum PeerResponse {
     Append(AppendEntriesResponse<FirnRaft>),
     Vote(VoteResponse<FirnRaft>),
     Snapshot(SnapshotResponse<FirnRaft>),
+    TransferLeader(TransferLeaderResponse<FirnRaft>),
     App(Vec<u8>),
     Error(String),
 }
@@ -168,6 +175,13 @@ async fn answer(
                     |e| PeerResponse::Error(e.to_string()),
                     PeerResponse::Snapshot,
                 ),
+            None => missing(shard),
+        },
+        PeerRequest::TransferLeader { shard, rpc } => match groups.get(shard) {
+            Some(raft) => raft.handle_transfer_leader(rpc).await.map_or_else(
+                |e| PeerResponse::Error(e.to_string()),
+                PeerResponse::TransferLeader,
+            ),
             None => missing(shard),
         },
         PeerRequest::App(payload) => PeerResponse::App(app.handle(payload).await),

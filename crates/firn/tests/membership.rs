@@ -123,6 +123,32 @@ async fn nodes_join_and_leave_under_load_without_losing_acknowledged_writes() {
         let load = wait_for_placement(&cluster, 0, "an even spread over 4 nodes", |l| {
             l.len() == 4 && l.values().all(|n| *n == 3)
         });
+        // Leaders spread too: no node leads two shards more than another.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let leaders: Vec<Option<u64>> = cluster
+                .cluster_json(0)
+                .and_then(|v| {
+                    v["cluster"]["shards"]
+                        .as_array()
+                        .map(|a| a.iter().map(|s| s["leader"].as_u64()).collect())
+                })
+                .unwrap_or_default();
+            let mut led: BTreeMap<u64, usize> = (1..=4).map(|n| (n, 0)).collect();
+            for l in leaders.iter().flatten() {
+                *led.entry(*l).or_default() += 1;
+            }
+            let (max, min) = (led.values().max().unwrap(), led.values().min().unwrap());
+            if leaders.len() == 4 && leaders.iter().all(Option::is_some) && max - min <= 1 {
+                eprintln!(
+                    "join: leaders spread after {:?}: {led:?}",
+                    joined_at.elapsed()
+                );
+                break;
+            }
+            assert!(Instant::now() < deadline, "leaders not spread: {led:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
         (cluster, load)
     })
     .await
