@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
 use firn_model::slot::{SLOT_COUNT, Slot, slot_of};
-use firn_model::{FirnError, Request, Response};
+use firn_model::{CommitTs, FirnError, KeyRange, Request, Response, WatchEvent, WatchFrom};
 use firn_raft::{NodeId, ShardId};
 use serde::{Deserialize, Serialize};
 
@@ -344,6 +344,13 @@ pub enum NodeRpc {
     },
     /// As the shard's leader, hand leadership to `to`.
     TransferLeader { shard: ShardId, to: NodeId },
+    /// A watch on a node without a replica of `shard`: this replica's versions of `target`
+    /// from `from` on, waiting briefly for some if there are none yet (a long poll).
+    WatchPoll {
+        shard: ShardId,
+        target: KeyRange,
+        from: WatchFrom,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -352,6 +359,8 @@ pub enum NodeRpcReply {
     ReadIndex(Result<u64, FirnError>),
     Described(NodeView),
     Done(Result<(), FirnError>),
+    /// Events, in commit order, and the stamp up to which the replica delivered all of them.
+    Events(Result<(Vec<WatchEvent>, CommitTs), FirnError>),
 }
 
 /// Parses `--peers 1=127.0.0.1:7381,2=127.0.0.1:7391`.

@@ -257,6 +257,7 @@ impl RunningNode {
             config.allow_flushall,
             (resp_addr.to_string(), http_addr.to_string()),
         ));
+        router.set_self();
         let _ = rpc.0.set(router.clone());
         // A node alone, and a node restarting, serve before `start` returns: the layout is
         // stored (alone) and applied (the one the meta replica recovered) now.

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use firn_model::limits::{KEY_BYTES_MAX, KEYS_PER_REQUEST_MAX, PAGE_ITEMS_MAX};
 use firn_model::{
-    FirnError, Key, KeyRange, Limits, ReadConsistency, Request, Response, WatchRequest, Written,
+    FirnError, Key, KeyRange, Limits, ReadConsistency, Request, Response, WatchFrom, WatchRequest,
+    Written,
 };
 use firn_raft::peer::{AppHandler, PeerError, PeerPool, PeerRequest, PeerResponse};
 use firn_raft::{NodeId, ShardId, ShardReplica, ShardStatus};
@@ -44,6 +45,8 @@ const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
 const DESCRIBE_TIMEOUT: Duration = Duration::from_millis(500);
 /// How long a read waits before asking again after the leader it asked stepped down.
 const LEADER_CHANGE_PAUSE: Duration = Duration::from_millis(50);
+/// How long a remote watch's poll waits for a new version before answering empty.
+const WATCH_POLL_WAIT: Duration = Duration::from_secs(1);
 /// Forwarding stops after this many hops (a leader change in flight): the client retries.
 const FORWARD_HOPS_MAX: u8 = 2;
 
@@ -59,6 +62,8 @@ pub struct Router {
     applying: tokio::sync::Mutex<()>,
     factory: ReplicaFactory,
     meta: Meta,
+    /// This router, for tasks that outlive a call (remote watch feeds).
+    me: std::sync::OnceLock<std::sync::Weak<Router>>,
     limits: Limits,
     allow_flushall: bool,
 }
@@ -91,9 +96,15 @@ impl Router {
             applying: tokio::sync::Mutex::new(()),
             factory,
             meta,
+            me: std::sync::OnceLock::new(),
             limits,
             allow_flushall,
         }
+    }
+
+    /// Gives the router a handle on itself (for background tasks it starts).
+    pub fn set_self(self: &Arc<Self>) {
+        let _ = self.me.set(Arc::downgrade(self));
     }
 
     pub fn node_id(&self) -> NodeId {
@@ -757,6 +768,11 @@ impl Router {
             NodeRpc::SetReplicas { shard, voters } => {
                 NodeRpcReply::Done(self.set_replicas(shard, voters).await)
             }
+            NodeRpc::WatchPoll {
+                shard,
+                target,
+                from,
+            } => NodeRpcReply::Events(self.watch_poll(shard, target, from).await),
             NodeRpc::TransferLeader { shard, to } => {
                 NodeRpcReply::Done(match self.replica(shard) {
                     Some(r) if r.leader() == Some(self.node_id) => r.transfer_leader(to).await,
@@ -834,7 +850,8 @@ impl Router {
     }
 
     /// Starts a watch: replay from the requested start, then every new version, in commit
-    /// order per key. Needs a replica here of every shard the watch covers.
+    /// order per key. Shards held here are followed directly; any other is followed through
+    /// a node that holds it (a long-poll feed that moves to the new leader on failover).
     pub async fn watch(&self, request: WatchRequest) -> Result<WatchStream, FirnError> {
         metrics::counter!("firn_requests_total", "op" => "watch").increment(1);
         if let KeyRange::Prefix(p) = &request.target {
@@ -845,21 +862,19 @@ impl Router {
             KeyRange::Key(k) => vec![layout.shard_of_key(k.as_bytes())],
             KeyRange::Prefix(_) => layout.shard_ids().collect(),
         };
-        let mut replicas = Vec::new();
-        for s in &shards {
-            let r = self.replica(*s).ok_or_else(|| {
-                FirnError::Refused(format!(
-                    "this node holds no replica of shard {s}; watch from a node that does (with replication equal to the node count, every node does)"
-                ))
-            })?;
-            replicas.push(r);
-        }
+        let (held, remote): (Vec<ShardId>, Vec<ShardId>) =
+            shards.into_iter().partition(|s| self.replica(*s).is_some());
+        let replicas: Vec<Arc<ShardReplica>> =
+            held.iter().filter_map(|s| self.replica(*s)).collect();
         // Subscribe before replaying, so nothing committed in between is missed.
-        let live: Vec<_> = replicas.iter().map(|r| r.store().subscribe()).collect();
+        let mut live: Vec<_> = replicas.iter().map(|r| r.store().subscribe()).collect();
         let mut replay = Vec::new();
-        for (s, r) in shards.iter().zip(&replicas) {
+        for (s, r) in held.iter().zip(&replicas) {
             self.barrier(*s).await?;
             replay.extend(r.store().replay(&request.target, request.from)?);
+        }
+        for shard in remote {
+            live.push(self.remote_feed(shard, &request).await?);
         }
         replay.sort_by(|a, b| {
             a.info
@@ -868,6 +883,112 @@ impl Router {
                 .then(a.key.cmp(&b.key))
         });
         Ok(WatchStream::new(request, replay, live))
+    }
+
+    /// Follows `shard` (held elsewhere) for a watch: a task long-polls the shard's leader
+    /// and passes what it gets on, until the watch is dropped. The first poll runs here, so
+    /// a bad start (a truncated version) fails the watch at once.
+    async fn remote_feed(
+        &self,
+        shard: ShardId,
+        request: &WatchRequest,
+    ) -> Result<tokio::sync::broadcast::Receiver<firn_model::WatchEvent>, FirnError> {
+        let router = self
+            .me
+            .get()
+            .and_then(|w| w.upgrade())
+            .ok_or_else(|| FirnError::Unavailable("node is starting".into()))?;
+        let (tx, rx) = tokio::sync::broadcast::channel(firn_model::limits::WATCH_BUFFER_EVENTS);
+        let target = request.target.clone();
+        let (events, mut cursor) = self.poll_shard(shard, &target, request.from).await?;
+        for e in events {
+            let _ = tx.send(e);
+        }
+        tokio::spawn(async move {
+            loop {
+                if tx.receiver_count() == 0 {
+                    return; // the watch ended
+                }
+                let from = WatchFrom::Time(cursor.successor());
+                match router.poll_shard(shard, &target, from).await {
+                    Ok((events, c)) => {
+                        cursor = cursor.max(c);
+                        for e in events {
+                            if tx.send(e).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(shard, "remote watch feed: {e}; retrying");
+                        tokio::time::sleep(LEADER_CHANGE_PAUSE * 4).await;
+                    }
+                }
+            }
+        });
+        Ok(rx)
+    }
+
+    /// One long poll of `shard`'s leader for a remote watch.
+    async fn poll_shard(
+        &self,
+        shard: ShardId,
+        target: &KeyRange,
+        from: WatchFrom,
+    ) -> Result<(Vec<firn_model::WatchEvent>, firn_model::CommitTs), FirnError> {
+        let leader = self.leader_of(shard).await?;
+        let rpc = NodeRpc::WatchPoll {
+            shard,
+            target: target.clone(),
+            from,
+        };
+        match self.call(leader, rpc).await? {
+            NodeRpcReply::Events(r) => r,
+            other => Err(FirnError::Internal(format!(
+                "node {leader} answered {other:?}"
+            ))),
+        }
+    }
+
+    /// Answers a remote watch's poll from this node's replica: the versions from `from` on,
+    /// or — when there are none — whatever arrives within `WATCH_POLL_WAIT`.
+    async fn watch_poll(
+        &self,
+        shard: ShardId,
+        target: KeyRange,
+        from: WatchFrom,
+    ) -> Result<(Vec<firn_model::WatchEvent>, firn_model::CommitTs), FirnError> {
+        let replica = self.replica(shard).ok_or_else(|| {
+            FirnError::TryAgain(format!(
+                "no replica of shard {shard} on node {}",
+                self.node_id
+            ))
+        })?;
+        let store = replica.store();
+        if from == WatchFrom::Now {
+            // The start: everything committed from here on.
+            return Ok((Vec::new(), store.last_commit_ts()));
+        }
+        let mut sub = store.subscribe();
+        let mut waited = false;
+        loop {
+            let cursor = store.last_commit_ts();
+            let mut events = store.replay(&target, from)?;
+            if !events.is_empty() || waited {
+                events.sort_by_key(|e| e.info.commit_ts);
+                return Ok((events, cursor));
+            }
+            let _ = tokio::time::timeout(WATCH_POLL_WAIT, async {
+                loop {
+                    match sub.recv().await {
+                        Ok(e) if !target.contains(e.key.as_bytes()) => continue,
+                        _ => return,
+                    }
+                }
+            })
+            .await;
+            waited = true;
+        }
     }
 
     /// Proposes age-based retention on the shards this node leads, if a keyspace has a max
@@ -1074,6 +1195,9 @@ impl AppHandler for RouterRpc {
                         | NodeRpc::TransferLeader { .. },
                     ),
                 ) => NodeRpcReply::Done(Err(FirnError::TryAgain("node is starting".into()))),
+                (None, Ok(NodeRpc::WatchPoll { .. })) => {
+                    NodeRpcReply::Events(Err(FirnError::TryAgain("node is starting".into())))
+                }
                 (None, Ok(NodeRpc::ReadIndex { .. })) => {
                     NodeRpcReply::ReadIndex(Err(FirnError::TryAgain("node is starting".into())))
                 }

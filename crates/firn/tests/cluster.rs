@@ -271,3 +271,66 @@ async fn cluster_aware_clients_route_straight_to_shard_leaders() {
         redis::from_redis_value(plain.raw(redis::cmd("GET").arg("user:7")).await.unwrap()).unwrap();
     assert_eq!(v.as_deref(), Some("7"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_follows_shards_held_on_other_nodes() {
+    // One replica per shard: each node holds one shard, so a prefix watch at node 1 follows
+    // two shards through other nodes.
+    let cluster = tokio::task::spawn_blocking(|| {
+        let c = Cluster::start(3, &["--replication", "1"]);
+        c.wait_for_leaders(0, None);
+        c
+    })
+    .await
+    .unwrap();
+    let keys: Vec<String> = (0..3).map(|s| key_in_shard(s, "w/")).collect();
+    let client = Client::connect(&cluster.resp_addr(1)).await.unwrap();
+    client
+        .put(keys[2].as_bytes(), b"before", PutOptions::default())
+        .await
+        .unwrap();
+    let at_one = Client::connect(&cluster.resp_addr(0)).await.unwrap();
+    let mut watcher = tokio::task::spawn_blocking(move || {
+        let w = at_one
+            .watch(b"w/", true, firn_model::WatchFrom::Version(1))
+            .unwrap();
+        w.set_timeout(Some(Duration::from_secs(10))).unwrap();
+        w
+    })
+    .await
+    .unwrap();
+    for round in 0..3 {
+        for k in &keys {
+            client
+                .put(
+                    k.as_bytes(),
+                    format!("r{round}").as_bytes(),
+                    PutOptions::default(),
+                )
+                .await
+                .unwrap();
+        }
+    }
+    let events = tokio::task::spawn_blocking(move || {
+        (0..10)
+            .map(|_| watcher.next_event().expect("a watch event"))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    // Every version of every key, each once, in version order per key.
+    for k in &keys {
+        let versions: Vec<u64> = events
+            .iter()
+            .filter(|e| &e.key[..] == k.as_bytes())
+            .map(|e| e.info.version)
+            .collect();
+        let expected: Vec<u64> = if *k == keys[2] {
+            vec![1, 2, 3, 4]
+        } else {
+            vec![1, 2, 3]
+        };
+        assert_eq!(versions, expected, "versions of {k}");
+    }
+    drop(cluster);
+}
