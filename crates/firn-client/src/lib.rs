@@ -155,8 +155,14 @@ fn read_args(cmd: &mut redis::Cmd, at: ReadAt, consistency: ReadConsistency) {
             cmd.arg("EVENTTIME").arg(t);
         }
     }
-    if consistency == ReadConsistency::Local {
-        cmd.arg("CONSISTENCY").arg("local");
+    match consistency {
+        ReadConsistency::Linearizable => {}
+        ReadConsistency::Lease => {
+            cmd.arg("CONSISTENCY").arg("lease");
+        }
+        ReadConsistency::Local => {
+            cmd.arg("CONSISTENCY").arg("local");
+        }
     }
 }
 

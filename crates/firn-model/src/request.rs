@@ -26,6 +26,10 @@ pub enum ReadConsistency {
     /// Sees every write acknowledged before the read began.
     #[default]
     Linearizable,
+    /// Linearizable while the leader's lease holds: the leader confirms its leadership from
+    /// the lease instead of a quorum round trip (assumes clocks advance at about the same
+    /// rate; falls back to a quorum round trip when the lease has lapsed).
+    Lease,
     /// The serving replica as it is; fastest, possibly stale.
     Local,
 }
@@ -35,9 +39,10 @@ impl std::str::FromStr for ReadConsistency {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
             "linearizable" => Ok(ReadConsistency::Linearizable),
+            "lease" => Ok(ReadConsistency::Lease),
             "local" => Ok(ReadConsistency::Local),
             _ => Err(crate::FirnError::BadArgument(format!(
-                "unknown consistency '{s}'; use linearizable or local"
+                "unknown consistency '{s}'; use linearizable, lease or local"
             ))),
         }
     }

@@ -329,7 +329,8 @@ pub enum NodeRpc {
         hops: u8,
     },
     /// As the shard's leader, confirm leadership and return the read index.
-    ReadIndex { shard: ShardId },
+    /// With `lease`, from the leader's lease while it holds (no quorum round trip).
+    ReadIndex { shard: ShardId, lease: bool },
     /// Describe yourself.
     Describe,
     /// A node asks to join (sent to any member; forwarded to the meta leader).

@@ -81,7 +81,7 @@ impl Meta {
         mut change: impl FnMut(&mut ClusterLayout) -> Result<bool, FirnError>,
     ) -> Result<ClusterLayout, FirnError> {
         for _ in 0..3 {
-            self.replica.linearizable_barrier().await?;
+            self.replica.linearizable_barrier(false).await?;
             let (version, mut layout) = self
                 .layout()?
                 .ok_or_else(|| FirnError::Unavailable("the cluster has no layout yet".into()))?;

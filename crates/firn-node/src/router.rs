@@ -423,11 +423,13 @@ impl Router {
             return out;
         };
         let started = Instant::now();
-        let needs_barrier = requests
-            .iter()
-            .any(|r| r.consistency() == ReadConsistency::Linearizable);
-        let barrier = if needs_barrier {
-            self.barrier(replica.shard_id()).await
+        // The strongest level asked for decides the one barrier.
+        let consistencies: Vec<ReadConsistency> =
+            requests.iter().map(|r| r.consistency()).collect();
+        let barrier = if consistencies.contains(&ReadConsistency::Linearizable) {
+            self.barrier(replica.shard_id(), false).await
+        } else if consistencies.contains(&ReadConsistency::Lease) {
+            self.barrier(replica.shard_id(), true).await
         } else {
             Ok(())
         };
@@ -437,7 +439,9 @@ impl Router {
                 let name = request.name();
                 metrics::counter!("firn_requests_total", "op" => name).increment(1);
                 let result = match (&barrier, request.consistency()) {
-                    (Err(e), ReadConsistency::Linearizable) => Err(e.clone()),
+                    (Err(e), ReadConsistency::Linearizable | ReadConsistency::Lease) => {
+                        Err(e.clone())
+                    }
                     _ => self
                         .validate(&request)
                         .and_then(|()| read_unfenced(&replica, request)),
@@ -581,7 +585,8 @@ impl Router {
         consistency: ReadConsistency,
     ) -> Result<(), FirnError> {
         match consistency {
-            ReadConsistency::Linearizable => self.barrier(shard).await,
+            ReadConsistency::Linearizable => self.barrier(shard, false).await,
+            ReadConsistency::Lease => self.barrier(shard, true).await,
             ReadConsistency::Local => Ok(()),
         }
     }
@@ -590,11 +595,12 @@ impl Router {
     /// before the call: ReadIndex on the leader, or the leader's read index on a follower.
     /// While leadership moves (the leader asked has stepped down, or the new one has not
     /// committed in its term yet) it asks again, for at most `LEADER_WAIT`: a read changes
-    /// nothing, so asking twice is safe.
-    async fn barrier(&self, shard: ShardId) -> Result<(), FirnError> {
+    /// nothing, so asking twice is safe. With `lease`, the leader answers from its lease
+    /// (no quorum round trip) while the lease holds.
+    async fn barrier(&self, shard: ShardId, lease: bool) -> Result<(), FirnError> {
         let since = Instant::now();
         loop {
-            match self.barrier_once(shard).await {
+            match self.barrier_once(shard, lease).await {
                 Err(FirnError::TryAgain(_)) if since.elapsed() < LEADER_WAIT => {
                     tokio::time::sleep(LEADER_CHANGE_PAUSE).await;
                 }
@@ -603,33 +609,17 @@ impl Router {
         }
     }
 
-    async fn barrier_once(&self, shard: ShardId) -> Result<(), FirnError> {
+    async fn barrier_once(&self, shard: ShardId, lease: bool) -> Result<(), FirnError> {
         let replica = self
             .replica(shard)
             .ok_or_else(|| FirnError::TryAgain(format!("no replica of shard {shard} here")))?;
-        let mut leader = self.leader_of(shard).await?;
+        let leader = self.leader_of(shard).await?;
         if leader == self.node_id {
-            match replica.linearizable_barrier().await {
-                // Leadership moved away meanwhile (a transfer): ask the new leader.
-                Err(e @ FirnError::TryAgain(_)) => {
-                    let since = Instant::now();
-                    loop {
-                        tokio::time::sleep(LEADER_CHANGE_PAUSE).await;
-                        leader = self.leader_of(shard).await?;
-                        if leader != self.node_id {
-                            break;
-                        }
-                        if since.elapsed() > LEADER_WAIT {
-                            return Err(e);
-                        }
-                    }
-                }
-                other => return other,
-            }
+            return replica.linearizable_barrier(lease).await;
         }
         // A read changes nothing: an unanswered call only means this replica cannot serve now.
         let index = match self
-            .call(leader, NodeRpc::ReadIndex { shard })
+            .call(leader, NodeRpc::ReadIndex { shard, lease })
             .await
             .map_err(|e| match e {
                 FirnError::Indeterminate(m) => {
@@ -755,13 +745,15 @@ impl Router {
                 hops,
             } => NodeRpcReply::Executed(self.on_shard(shard, request, hops).await.await),
             NodeRpc::Describe => NodeRpcReply::Described(self.describe()),
-            NodeRpc::ReadIndex { shard } => NodeRpcReply::ReadIndex(match self.replica(shard) {
-                Some(r) => r.read_index().await,
-                None => Err(FirnError::TryAgain(format!(
-                    "no replica of shard {shard} on node {}",
-                    self.node_id
-                ))),
-            }),
+            NodeRpc::ReadIndex { shard, lease } => {
+                NodeRpcReply::ReadIndex(match self.replica(shard) {
+                    Some(r) => r.read_index(lease).await,
+                    None => Err(FirnError::TryAgain(format!(
+                        "no replica of shard {shard} on node {}",
+                        self.node_id
+                    ))),
+                })
+            }
             NodeRpc::Join { .. } | NodeRpc::Remove { .. } => {
                 NodeRpcReply::Done(self.on_meta_leader(rpc).await)
             }
@@ -870,7 +862,7 @@ impl Router {
         let mut live: Vec<_> = replicas.iter().map(|r| r.store().subscribe()).collect();
         let mut replay = Vec::new();
         for (s, r) in held.iter().zip(&replicas) {
-            self.barrier(*s).await?;
+            self.barrier(*s, false).await?;
             replay.extend(r.store().replay(&request.target, request.from)?);
         }
         for shard in remote {

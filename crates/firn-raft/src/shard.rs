@@ -213,8 +213,18 @@ impl ShardReplica {
     }
 
     /// Waits until this replica has applied every write acknowledged before the call
-    /// (ReadIndex: the leader confirms it still leads, then waits for apply).
-    pub async fn linearizable_barrier(&self) -> Result<(), FirnError> {
+    /// (ReadIndex: the leader confirms it still leads, then waits for apply). With `lease`,
+    /// a leader whose lease holds skips the confirmation round trip.
+    pub async fn linearizable_barrier(&self, lease: bool) -> Result<(), FirnError> {
+        if lease
+            && self
+                .raft
+                .ensure_linearizable(ReadPolicy::LeaseRead)
+                .await
+                .is_ok()
+        {
+            return Ok(());
+        }
         match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
             Ok(_) => Ok(()),
             Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
@@ -269,9 +279,13 @@ impl ShardReplica {
             .ok_or_else(|| FirnError::Unavailable(format!("shard {} has no leader", self.shard_id)))
     }
 
-    /// On the leader: confirms leadership with a quorum and returns the log index a
-    /// replica must have applied to serve a linearizable read begun now.
-    pub async fn read_index(&self) -> Result<u64, FirnError> {
+    /// On the leader: confirms leadership with a quorum (or, with `lease`, from its lease
+    /// while it holds) and returns the log index a replica must have applied to serve a
+    /// linearizable read begun now.
+    pub async fn read_index(&self, lease: bool) -> Result<u64, FirnError> {
+        if lease && let Ok(l) = self.raft.get_read_linearizer(ReadPolicy::LeaseRead).await {
+            return Ok(l.read_log_id().log_id().index);
+        }
         match self.raft.get_read_linearizer(ReadPolicy::ReadIndex).await {
             Ok(l) => Ok(l.read_log_id().log_id().index),
             Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {

@@ -71,14 +71,14 @@ async fn writes_survive_restart_and_snapshot_purges_the_log() {
             replica.status()
         );
         assert_eq!(put(&replica, "k", "after-snapshot").await, 51);
-        replica.linearizable_barrier().await.unwrap();
+        replica.linearizable_barrier(false).await.unwrap();
         replica.shutdown().await;
     }
     // Give the fsync thread a moment to drop its database handle.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let db = open_db(dir.path());
     let replica = open(dir.path(), db).await;
-    replica.linearizable_barrier().await.unwrap();
+    replica.linearizable_barrier(true).await.unwrap();
     let latest = replica
         .store()
         .get_live(b"k", ReadAt::Latest)

@@ -64,8 +64,11 @@ enum Command {
         #[arg(long)]
         event_time: Option<String>,
         /// Read this replica as it is (fastest, possibly stale).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "lease")]
         local: bool,
+        /// A linearizable read that trusts the leader's lease (no quorum round trip).
+        #[arg(long)]
+        lease: bool,
         /// Print version, commit time and event time before the value.
         #[arg(long)]
         meta: bool,
@@ -301,6 +304,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             as_of,
             event_time,
             local,
+            lease,
             meta,
             target,
         } => {
@@ -312,6 +316,8 @@ async fn run(cli: Cli) -> Result<(), String> {
             };
             let consistency = if local {
                 ReadConsistency::Local
+            } else if lease {
+                ReadConsistency::Lease
             } else {
                 ReadConsistency::Linearizable
             };

@@ -50,6 +50,33 @@ async fn writes_at_any_node_are_read_linearizably_at_every_node() {
             }
         }
     }
+    // Lease reads too: every node sees a write acknowledged just before, at every node.
+    for (i, c) in clients.iter().enumerate() {
+        clients[(i + 1) % 3]
+            .put(
+                b"lease-key",
+                format!("l{i}").as_bytes(),
+                PutOptions::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            value(c, "lease-key", ReadConsistency::Lease).await,
+            Some(format!("l{i}"))
+        );
+    }
+    let bad = clients[0]
+        .raw(
+            redis::cmd("FIRN.GET")
+                .arg("lease-key")
+                .arg("CONSISTENCY")
+                .arg("eventual"),
+        )
+        .await;
+    assert!(
+        bad.is_err_and(|e| e.to_string().contains("linearizable, lease or local")),
+        "an unknown consistency is refused"
+    );
     // MSET across shards: each shard's part is atomic on its own.
     let mset = clients[0]
         .raw(
@@ -77,7 +104,7 @@ async fn writes_at_any_node_are_read_linearizably_at_every_node() {
     );
     for c in &clients {
         let n: i64 = redis::from_redis_value(c.raw(&redis::cmd("DBSIZE")).await.unwrap()).unwrap();
-        assert_eq!(n, 63);
+        assert_eq!(n, 64);
     }
     drop(cluster);
 }

@@ -113,7 +113,7 @@ fn exact_arity(args: &Args, n: usize) -> Result<(), FirnError> {
     Ok(())
 }
 
-/// Parses `[CONSISTENCY linearizable|local]` and the read-position options shared by reads.
+/// Parses `[CONSISTENCY linearizable|lease|local]` and the read-position options shared by reads.
 fn read_options(
     args: &mut Args,
     allow_version: bool,
