@@ -80,6 +80,9 @@ struct Envelope<T> {
 
 #[derive(Debug, thiserror::Error)]
 pub enum PeerError {
+    /// A node known only by its address (a joining node's contact) could not be asked.
+    #[error("{0}: {1}")]
+    Contact(String, String),
     #[error("node {0} is unreachable: {1}")]
     Unreachable(NodeId, String),
     /// The request was sent but the connection dropped before the answer came.
@@ -383,7 +386,7 @@ impl PeerPool {
         request: PeerRequest,
         timeout: Duration,
     ) -> Result<PeerResponse, PeerError> {
-        let unreachable = |e: String| PeerError::Unreachable(0, format!("{addr}: {e}"));
+        let unreachable = |e: String| PeerError::Contact(addr.to_string(), e);
         let conn = tokio::time::timeout(timeout, PeerConn::connect(addr, self.local_ip))
             .await
             .map_err(|_| unreachable("connect timed out".into()))?
@@ -403,10 +406,12 @@ impl PeerPool {
             .await
             .map_err(|_| unreachable("connection closed".into()))?;
         match tokio::time::timeout(timeout, answer).await {
-            Ok(Ok(PeerResponse::Error(e))) => Err(PeerError::Remote(0, e)),
+            Ok(Ok(PeerResponse::Error(e))) => Err(unreachable(format!("refused: {e}"))),
             Ok(Ok(response)) => Ok(response),
-            Ok(Err(_)) => Err(PeerError::Lost(0)),
-            Err(_) => Err(PeerError::Timeout(0, timeout)),
+            Ok(Err(_)) => Err(unreachable(
+                "the connection dropped before an answer".into(),
+            )),
+            Err(_) => Err(unreachable(format!("no answer within {timeout:?}"))),
         }
     }
 
