@@ -413,14 +413,32 @@ async fn run(cli: Cli) -> Result<(), String> {
                 return Ok(());
             }
             let view: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-            println!("{:<6} {:<22} {:<22} {:<5}", "node", "resp", "http", "up");
+            println!(
+                "{:<6} {:<22} {:<22} {:<5} {:<10} note",
+                "node", "resp", "http", "up", "meta"
+            );
+            let leaving: Vec<u64> = view["leaving"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|n| n.as_u64())
+                .collect();
             for n in view["nodes"].as_array().into_iter().flatten() {
+                let note = if n["node_id"]
+                    .as_u64()
+                    .is_some_and(|id| leaving.contains(&id))
+                {
+                    "leaving: its replicas are moving"
+                } else {
+                    ""
+                };
                 println!(
-                    "{:<6} {:<22} {:<22} {:<5}",
-                    n["node_id"],
+                    "{:<6} {:<22} {:<22} {:<5} {:<10} {note}",
+                    n["node_id"].as_u64().unwrap_or(0),
                     n["resp_addr"].as_str().unwrap_or("-"),
                     n["http_addr"].as_str().unwrap_or("-"),
-                    n["up"]
+                    n["up"].as_bool().unwrap_or(false),
+                    n["meta"].as_str().unwrap_or("-"),
                 );
             }
             println!();
@@ -431,7 +449,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             for s in view["shards"].as_array().into_iter().flatten() {
                 println!(
                     "{:<6} {:<14} {:<8} {:<12} {}",
-                    s["shard_id"],
+                    s["shard_id"].as_u64().unwrap_or(0),
                     format!("{}-{}", s["slots"][0], s["slots"][1]),
                     s["leader"]
                         .as_u64()
@@ -446,6 +464,12 @@ async fn run(cli: Cli) -> Result<(), String> {
                         .unwrap_or_default(),
                     s["replica_lag"]
                 );
+                if let Some(m) = s["moving"].as_object() {
+                    println!(
+                        "       moving a replica: add {} remove {}",
+                        m["add"], m["remove"]
+                    );
+                }
             }
             if view["shards"]
                 .as_array()
