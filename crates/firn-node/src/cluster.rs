@@ -10,8 +10,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
+use firn_model::limits::KEYSPACES_MAX;
 use firn_model::slot::{SLOT_COUNT, Slot, slot_of};
-use firn_model::{CommitTs, FirnError, KeyRange, Request, Response, WatchEvent, WatchFrom};
+use firn_model::{
+    CommitTs, FirnError, KeyRange, KeyspaceSpec, Request, Response, WatchEvent, WatchFrom,
+};
 use firn_raft::{NodeId, ShardId};
 use serde::{Deserialize, Serialize};
 
@@ -48,6 +51,11 @@ pub struct ClusterLayout {
     /// Replicas per shard asked for at creation (capped by the number of active nodes).
     pub replication: usize,
     pub shards: Vec<ShardLayout>,
+    /// The keyspace definitions, sorted by prefix: the authority every shard is brought in
+    /// line with. `None` in a layout stored before keyspaces moved here: the steward adopts
+    /// the shards' own list.
+    #[serde(default)]
+    pub keyspaces: Option<Vec<KeyspaceSpec>>,
     /// Replicas moved: leaders are to be spread again (elections after failures are left as
     /// they fell — moving a leader briefly pauses its shard's writes).
     #[serde(default)]
@@ -99,6 +107,7 @@ impl ClusterLayout {
             leaving: BTreeSet::new(),
             replication: replication.max(1),
             shards,
+            keyspaces: Some(vec![KeyspaceSpec::default_keyspace()]),
             spread_leaders: false,
         })
     }
@@ -117,6 +126,7 @@ impl ClusterLayout {
             leaving: BTreeSet::new(),
             replication: 1,
             shards: Vec::new(),
+            keyspaces: None,
             spread_leaders: false,
         }
     }
@@ -248,6 +258,42 @@ impl ClusterLayout {
         voters.into_iter().take(want.max(1)).collect()
     }
 
+    /// Records a keyspace definition (new or changed) or, with `drop`, its removal — with
+    /// the same checks a shard makes, so that every shard accepts what the layout holds.
+    /// Answers whether anything changed.
+    pub fn define_keyspace(&mut self, spec: KeyspaceSpec, drop: bool) -> Result<bool, FirnError> {
+        let list = self.keyspaces.as_mut().ok_or_else(|| {
+            FirnError::TryAgain("the cluster is still taking over its keyspace list; retry".into())
+        })?;
+        let at = list.iter().position(|s| s.prefix == spec.prefix);
+        if drop {
+            if spec.prefix.is_empty() {
+                return Err(FirnError::Refused(
+                    "the default keyspace \"\" cannot be dropped".into(),
+                ));
+            }
+            let i = at.ok_or_else(|| FirnError::KeyspaceNotFound(spec.prefix.clone()))?;
+            list.remove(i);
+            return Ok(true);
+        }
+        spec.validate()?;
+        match at {
+            Some(i) if list[i] == spec => Ok(false),
+            Some(i) => {
+                list[i] = spec;
+                Ok(true)
+            }
+            None if list.len() >= KEYSPACES_MAX => Err(FirnError::Refused(format!(
+                "there are already {KEYSPACES_MAX} keyspaces, the limit"
+            ))),
+            None => {
+                list.push(spec);
+                list.sort_by(|a, b| a.prefix.cmp(&b.prefix));
+                Ok(true)
+            }
+        }
+    }
+
     /// Leaving nodes that hold nothing any more: they can be dropped from the cluster.
     pub fn drained(&self) -> Vec<NodeId> {
         self.leaving
@@ -337,6 +383,8 @@ pub enum NodeRpc {
     Join { node: NodeId, addr: String },
     /// Start removing a node: its replicas move elsewhere, then it leaves.
     Remove { node: NodeId },
+    /// Record a keyspace definition (or, with `drop`, its removal) in the layout.
+    Keyspace { spec: KeyspaceSpec, drop: bool },
     /// As the shard's leader, make `voters` (id → peer address) the group's voters, adding
     /// each new one as a learner first and waiting until it has caught up.
     SetReplicas {
@@ -362,6 +410,23 @@ pub enum NodeRpcReply {
     Done(Result<(), FirnError>),
     /// Events, in commit order, and the stamp up to which the replica delivered all of them.
     Events(Result<(Vec<WatchEvent>, CommitTs), FirnError>),
+}
+
+/// What a shard must apply to hold exactly the keyspaces `want` when it holds `has`.
+pub fn keyspace_repairs(want: &[KeyspaceSpec], has: &[KeyspaceSpec]) -> Vec<Request> {
+    let mut fixes: Vec<Request> = want
+        .iter()
+        .filter(|w| !has.contains(w))
+        .map(|w| Request::KeyspaceCreate(w.clone()))
+        .collect();
+    fixes.extend(
+        has.iter()
+            .filter(|h| !h.prefix.is_empty() && !want.iter().any(|w| w.prefix == h.prefix))
+            .map(|h| Request::KeyspaceDrop {
+                prefix: h.prefix.clone(),
+            }),
+    );
+    fixes
 }
 
 /// Parses `--peers 1=127.0.0.1:7381,2=127.0.0.1:7391`.
@@ -499,6 +564,48 @@ mod tests {
         layout.leaving.extend([1, 2, 3]);
         settle(&mut layout);
         assert_eq!(layout.shards[0].replicas, vec![4]);
+    }
+
+    #[test]
+    fn keyspaces_are_checked_like_a_shard_checks_them_and_repairs_are_exact() {
+        use firn_model::KeyspaceMode;
+        let mut layout = ClusterLayout::new(three(), 3, 3).unwrap();
+        let mut spec = KeyspaceSpec::default_keyspace();
+        spec.prefix = "cam/".into();
+        spec.mode = KeyspaceMode::Latest;
+        assert!(layout.define_keyspace(spec.clone(), false).unwrap());
+        assert!(
+            !layout.define_keyspace(spec.clone(), false).unwrap(),
+            "same again: no change"
+        );
+        let mut root = KeyspaceSpec::default_keyspace();
+        assert!(
+            layout.define_keyspace(root.clone(), true).is_err(),
+            "\"\" stays"
+        );
+        let mut missing = spec.clone();
+        missing.prefix = "nope/".into();
+        assert!(matches!(
+            layout.define_keyspace(missing, true),
+            Err(FirnError::KeyspaceNotFound(_))
+        ));
+        let want = layout.keyspaces.clone().unwrap();
+        assert_eq!(want.len(), 2);
+        // A shard that missed the definition gets it; one with a stale extra loses it.
+        root.mode = KeyspaceMode::Versioned;
+        let mut extra = spec.clone();
+        extra.prefix = "old/".into();
+        let fixes = keyspace_repairs(&want, &[root.clone(), extra]);
+        assert_eq!(fixes.len(), 2, "{fixes:?}");
+        assert!(matches!(&fixes[0], Request::KeyspaceCreate(s) if s.prefix == "cam/"));
+        assert!(matches!(&fixes[1], Request::KeyspaceDrop { prefix } if prefix == "old/"));
+        assert!(keyspace_repairs(&want, &want).is_empty());
+        let mut unadopted = layout.clone();
+        unadopted.keyspaces = None;
+        assert!(matches!(
+            unadopted.define_keyspace(spec, false),
+            Err(FirnError::TryAgain(_))
+        ));
     }
 
     #[test]

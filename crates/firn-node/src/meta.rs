@@ -10,29 +10,40 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use firn_model::{FirnError, Key, PutRequest, ReadAt, Version, WriteCondition};
+use firn_model::{
+    FirnError, Key, KeyspaceSpec, PutRequest, ReadAt, Request, Response, Version, WriteCondition,
+};
 use firn_raft::{NodeId, ShardReplica};
 use firn_store::Op;
 
-use crate::cluster::{ClusterLayout, Move, NodeRpc, NodeRpcReply};
+use crate::cluster::{ClusterLayout, Move, NodeRpc, NodeRpcReply, keyspace_repairs};
 use crate::router::Router;
 
 /// The key holding the layout in the meta group's store.
 const LAYOUT_KEY: &[u8] = b"cluster/layout";
 /// How often the meta leader looks for work (meta membership, replica moves, leaders).
 pub const STEWARD_INTERVAL: Duration = Duration::from_millis(500);
+/// How long a change waits for a new cluster's first layout to be stored.
+const FIRST_LAYOUT_WAIT: Duration = Duration::from_secs(5);
 
 pub struct Meta {
     node_id: NodeId,
     replica: Arc<ShardReplica>,
+    /// Steward rounds run here (some checks run every few rounds).
+    rounds: AtomicU64,
 }
 
 impl Meta {
     pub fn new(node_id: NodeId, replica: Arc<ShardReplica>) -> Self {
-        Meta { node_id, replica }
+        Meta {
+            node_id,
+            replica,
+            rounds: AtomicU64::new(0),
+        }
     }
 
     pub fn replica(&self) -> &Arc<ShardReplica> {
@@ -82,9 +93,7 @@ impl Meta {
     ) -> Result<ClusterLayout, FirnError> {
         for _ in 0..3 {
             self.replica.linearizable_barrier(false).await?;
-            let (version, mut layout) = self
-                .layout()?
-                .ok_or_else(|| FirnError::Unavailable("the cluster has no layout yet".into()))?;
+            let (version, mut layout) = self.stored_layout().await?;
             if !change(&mut layout)? {
                 return Ok(layout);
             }
@@ -97,6 +106,23 @@ impl Meta {
         Err(FirnError::TryAgain(
             "the cluster layout kept changing; retry".into(),
         ))
+    }
+
+    /// The stored layout; a cluster just formed stores its first one within moments of
+    /// electing a meta leader, so wait for it briefly.
+    async fn stored_layout(&self) -> Result<(Version, ClusterLayout), FirnError> {
+        let since = std::time::Instant::now();
+        loop {
+            if let Some(found) = self.layout()? {
+                return Ok(found);
+            }
+            if since.elapsed() > FIRST_LAYOUT_WAIT {
+                return Err(FirnError::Unavailable(
+                    "the cluster has no layout yet".into(),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// A node asks to join: it is added with its peer address (again: nothing changes).
@@ -145,6 +171,15 @@ impl Meta {
     }
 }
 
+impl Meta {
+    /// Records a keyspace definition (or its removal) in the layout.
+    pub async fn define_keyspace(&self, spec: KeyspaceSpec, drop: bool) -> Result<(), FirnError> {
+        self.update(|layout| layout.define_keyspace(spec.clone(), drop))
+            .await
+            .map(|_| ())
+    }
+}
+
 /// One round of the meta leader's work. Each part is idempotent: a round cut short (a
 /// leader change, a node down) is picked up by the next one, on whichever node leads then.
 pub async fn steward(router: &Router, meta: &Meta) -> Result<(), FirnError> {
@@ -152,6 +187,7 @@ pub async fn steward(router: &Router, meta: &Meta) -> Result<(), FirnError> {
         return Ok(());
     };
     meta_membership(router, meta, &layout).await?;
+    sync_keyspaces(router, meta, &layout).await?;
     let drained = layout.drained();
     if !drained.is_empty() {
         meta.update(|l| {
@@ -177,6 +213,56 @@ pub async fn steward(router: &Router, meta: &Meta) -> Result<(), FirnError> {
         None => Ok(()),
     }
 }
+
+/// Brings every shard's keyspaces in line with the layout's (a definition whose fan-out
+/// failed part-way is finished here), checking a shard only every `KEYSPACE_CHECK_EVERY`
+/// rounds. A layout from before keyspaces lived here first adopts shard 0's list.
+async fn sync_keyspaces(
+    router: &Router,
+    meta: &Meta,
+    layout: &ClusterLayout,
+) -> Result<(), FirnError> {
+    let round = meta.rounds.fetch_add(1, Ordering::Relaxed);
+    let Some(want) = &layout.keyspaces else {
+        let Some(first) = layout.shards.first() else {
+            return Ok(());
+        };
+        let Response::Keyspaces(has) = router.execute_on(first.id, Request::KeyspaceList).await?
+        else {
+            return Err(FirnError::Internal("a keyspace list was expected".into()));
+        };
+        meta.update(|l| {
+            if l.keyspaces.is_some() {
+                return Ok(false);
+            }
+            l.keyspaces = Some(has.clone());
+            Ok(true)
+        })
+        .await?;
+        return Ok(());
+    };
+    if !round.is_multiple_of(KEYSPACE_CHECK_EVERY) {
+        return Ok(());
+    }
+    for shard in layout.shard_ids() {
+        let Response::Keyspaces(has) = router.execute_on(shard, Request::KeyspaceList).await?
+        else {
+            continue;
+        };
+        for fix in keyspace_repairs(want, &has) {
+            tracing::info!(
+                shard,
+                fix = fix.name(),
+                "bringing a shard's keyspaces in line"
+            );
+            router.execute_on(shard, fix).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Steward rounds between checks of the shards' keyspaces (500 ms each).
+const KEYSPACE_CHECK_EVERY: u64 = 10;
 
 /// Keeps every node in the meta group: the chosen few as voters, the rest as learners.
 async fn meta_membership(

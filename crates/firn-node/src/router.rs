@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use firn_model::limits::{KEY_BYTES_MAX, KEYS_PER_REQUEST_MAX, PAGE_ITEMS_MAX};
 use firn_model::{
-    FirnError, Key, KeyRange, Limits, ReadConsistency, Request, Response, WatchFrom, WatchRequest,
-    Written,
+    FirnError, Key, KeyRange, KeyspaceSpec, Limits, ReadConsistency, Request, Response, WatchFrom,
+    WatchRequest, Written,
 };
 use firn_raft::peer::{AppHandler, PeerError, PeerPool, PeerRequest, PeerResponse};
 use firn_raft::{NodeId, ShardId, ShardReplica, ShardStatus};
@@ -375,6 +375,25 @@ impl Router {
                 return ready(Err(e));
             }
         };
+        // Keyspace definitions are decided in the meta group, then applied by every shard
+        // (the steward finishes a fan-out that fails part-way).
+        let definition = match &request {
+            Request::KeyspaceCreate(spec) => Some((spec.clone(), false)),
+            Request::KeyspaceDrop { prefix } => Some((
+                KeyspaceSpec {
+                    prefix: prefix.clone(),
+                    ..KeyspaceSpec::default_keyspace()
+                },
+                true,
+            )),
+            _ => None,
+        };
+        if let Some((spec, drop)) = definition
+            && let Err(e) = self.on_meta_leader(NodeRpc::Keyspace { spec, drop }).await
+        {
+            metrics::counter!("firn_request_errors_total", "op" => name).increment(1);
+            return ready(Err(e));
+        }
         let outcome = match Self::plan(&layout, request.clone()) {
             Plan::One(shard, request) => self.on_shard(shard, request, 0).await,
             Plan::Split(parts, n) => {
@@ -405,6 +424,15 @@ impl Router {
 
     pub async fn execute(&self, request: Request) -> Result<Response, FirnError> {
         self.submit(request).await.await
+    }
+
+    /// Runs a request on one shard (the steward's repairs and checks).
+    pub(crate) async fn execute_on(
+        &self,
+        shard: ShardId,
+        request: Request,
+    ) -> Result<Response, FirnError> {
+        self.on_shard(shard, request, 0).await.await
     }
 
     /// Executes reads that arrived together. Where they all fall in one shard held here,
@@ -754,7 +782,7 @@ impl Router {
                     ))),
                 })
             }
-            NodeRpc::Join { .. } | NodeRpc::Remove { .. } => {
+            NodeRpc::Join { .. } | NodeRpc::Remove { .. } | NodeRpc::Keyspace { .. } => {
                 NodeRpcReply::Done(self.on_meta_leader(rpc).await)
             }
             NodeRpc::SetReplicas { shard, voters } => {
@@ -802,6 +830,7 @@ impl Router {
                 tracing::info!(node, "node removal starts");
                 self.meta.remove(node).await
             }
+            NodeRpc::Keyspace { spec, drop } => self.meta.define_keyspace(spec, drop).await,
             other => Err(FirnError::Internal(format!(
                 "{other:?} is not a meta request"
             ))),
@@ -1183,6 +1212,7 @@ impl AppHandler for RouterRpc {
                     Ok(
                         NodeRpc::Join { .. }
                         | NodeRpc::Remove { .. }
+                        | NodeRpc::Keyspace { .. }
                         | NodeRpc::SetReplicas { .. }
                         | NodeRpc::TransferLeader { .. },
                     ),

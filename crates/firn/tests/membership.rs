@@ -109,6 +109,12 @@ async fn nodes_join_and_leave_under_load_without_losing_acknowledged_writes() {
     .await
     .unwrap();
     let addrs: Vec<String> = (0..3).map(|i| cluster.resp_addr(i)).collect();
+    // A keyspace defined before the changes holds on the replicas that move.
+    let two = Client::connect(&cluster.resp_addr(1)).await.unwrap();
+    let mut latest = firn_model::KeyspaceSpec::default_keyspace();
+    latest.prefix = "cam/".into();
+    latest.mode = firn_model::KeyspaceMode::Latest;
+    two.keyspace_create(&latest).await.unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let mut writers = start_writers(addrs, stop.clone());
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -205,6 +211,34 @@ async fn nodes_join_and_leave_under_load_without_losing_acknowledged_writes() {
 
     for i in [0, 2, 3] {
         let client = Client::connect(&cluster.resp_addr(i)).await.unwrap();
+        let listed = client.keyspace_list().await.unwrap();
+        assert!(
+            listed
+                .iter()
+                .any(|(p, mode, ..)| p == "cam/" && mode == "latest"),
+            "node {} lists {listed:?}",
+            i + 1
+        );
+        for round in 0..2 {
+            client
+                .put(
+                    format!("cam/{i}").as_bytes(),
+                    format!("f{round}").as_bytes(),
+                    PutOptions::default(),
+                )
+                .await
+                .unwrap();
+        }
+        let kept = client
+            .history(format!("cam/{i}").as_bytes(), 1, None, 10)
+            .await
+            .unwrap();
+        assert_eq!(
+            kept.len(),
+            1,
+            "a latest keyspace keeps one version at node {}",
+            i + 1
+        );
         for (k, v) in &acked {
             let got = client
                 .get(k.as_bytes(), ReadAt::Latest, ReadConsistency::Linearizable)
