@@ -182,14 +182,26 @@ async fn get_kv(
     Path(key): Path<String>,
     Query(q): Params,
 ) -> ApiResult<HttpResponse> {
+    let key = key_of(key)?;
+    let consistency = consistency(&q)?;
+    // A local read says how far behind it may be (measured before it reads).
+    let staleness = (consistency == ReadConsistency::Local)
+        .then(|| router.local_staleness(key.as_bytes()))
+        .flatten();
     let request = Request::Get {
-        key: key_of(key)?,
+        key,
         at: read_at(&q)?,
-        consistency: consistency(&q)?,
+        consistency,
     };
     match router.execute(request).await? {
         Response::Value(Some(info)) => {
-            let headers = version_headers(&info);
+            let mut headers = version_headers(&info);
+            if let Some((through, at_most_us)) = staleness {
+                if let Ok(v) = HeaderValue::from_str(&through.to_string()) {
+                    headers.insert("firn-applied-through", v);
+                }
+                headers.insert("firn-stale-at-most-us", HeaderValue::from(at_most_us));
+            }
             Ok((headers, info.value.unwrap_or_default()).into_response())
         }
         Response::Value(None) => Ok((StatusCode::NOT_FOUND, axum::Json(json!({"error": "NOTFOUND", "message": "no such key at the requested version or time"}))).into_response()),

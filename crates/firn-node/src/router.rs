@@ -219,6 +219,24 @@ impl Router {
         result
     }
 
+    /// How stale a `local` read of `key` here may be: the stamp through which this node's
+    /// replica of the key's shard has applied every write (taken before the read, the answer
+    /// reflects at least everything stamped up to it, so it is at most `now − stamp` behind),
+    /// with that bound in microseconds. `None` when no replica is here (the read goes to the
+    /// leader).
+    pub fn local_staleness(&self, key: &[u8]) -> Option<(firn_model::CommitTs, u64)> {
+        let layout = self.layout();
+        if layout.shards.is_empty() {
+            return None;
+        }
+        let stamp = self
+            .replica(layout.shard_of_key(key))?
+            .store()
+            .last_commit_ts();
+        let now = firn_model::hlc::system_wall_us();
+        Some((stamp, now.saturating_sub(stamp.wall_us)))
+    }
+
     /// The replicas this node holds.
     pub fn status(&self) -> Vec<ShardStatus> {
         let mut s: Vec<ShardStatus> = self.replicas().iter().map(|r| r.status()).collect();

@@ -361,3 +361,92 @@ async fn a_watch_follows_shards_held_on_other_nodes() {
     }
     drop(cluster);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_read_says_how_far_behind_it_may_be() {
+    let cluster = tokio::task::spawn_blocking(|| {
+        let c = Cluster::start(3, &[]);
+        c.wait_for_leaders(0, None);
+        c
+    })
+    .await
+    .unwrap();
+    let key = key_in_shard(0, "stale");
+    let writer = Client::connect(&cluster.resp_addr(0)).await.unwrap();
+    let ack = writer
+        .put(key.as_bytes(), b"v", PutOptions::default())
+        .await
+        .unwrap();
+    let wall_us = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as u64
+    };
+    for i in 0..3 {
+        // Wait until this replica has the write, then ask locally.
+        let client = Client::connect(&cluster.resp_addr(i)).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while value(&client, &key, ReadConsistency::Local).await.is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "node {} never applied the write",
+                i + 1
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // RESP: the FIRN.GET map carries the bound.
+        let reply = client
+            .raw(
+                redis::cmd("FIRN.GET")
+                    .arg(&key)
+                    .arg("CONSISTENCY")
+                    .arg("local"),
+            )
+            .await
+            .unwrap();
+        let fields: Vec<redis::Value> = match reply {
+            redis::Value::Map(m) => m.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+            redis::Value::Array(a) => a,
+            other => panic!("unexpected reply {other:?}"),
+        };
+        let field = |name: &str| -> redis::Value {
+            let at = fields
+                .iter()
+                .position(|f| redis::from_redis_value_ref::<String>(f).is_ok_and(|s| s == name))
+                .unwrap_or_else(|| panic!("no {name} in {fields:?}"));
+            fields[at + 1].clone()
+        };
+        let through: firn_model::CommitTs =
+            redis::from_redis_value::<String>(field("applied_through"))
+                .unwrap()
+                .parse()
+                .unwrap();
+        let at_most: u64 = redis::from_redis_value(field("stale_at_most_us")).unwrap();
+        assert!(through >= ack.commit_ts, "node {} applied the write", i + 1);
+        assert!(
+            at_most <= wall_us() - ack.commit_ts.wall_us,
+            "the bound counts from what the replica applied"
+        );
+        // HTTP: the same as headers.
+        let resp = ureq::get(&format!(
+            "http://{}/v1/kv/{key}?consistency=local",
+            cluster.http_addr(i)
+        ))
+        .call()
+        .unwrap();
+        let through: firn_model::CommitTs = resp
+            .header("firn-applied-through")
+            .expect("header")
+            .parse()
+            .unwrap();
+        assert!(through >= ack.commit_ts);
+        assert!(resp.header("firn-stale-at-most-us").is_some());
+        // A linearizable read does not carry it.
+        let lin = ureq::get(&format!("http://{}/v1/kv/{key}", cluster.http_addr(i)))
+            .call()
+            .unwrap();
+        assert!(lin.header("firn-applied-through").is_none());
+    }
+    drop(cluster);
+}

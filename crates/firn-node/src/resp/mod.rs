@@ -250,9 +250,36 @@ impl Connection {
             self.drain().await;
         }
         let (requests, renders): (Vec<Request>, Vec<Render>) = self.reads.drain(..).unzip();
+        // A local FIRN.GET says how far behind it may be (measured before it reads).
+        let staleness: Vec<_> = requests
+            .iter()
+            .zip(&renders)
+            .map(|(r, how)| match (r, how) {
+                (
+                    Request::Get {
+                        key,
+                        consistency: ReadConsistency::Local,
+                        ..
+                    },
+                    Render::FirnValue,
+                ) => self.shared.router.local_staleness(key.as_bytes()),
+                _ => None,
+            })
+            .collect();
         let results = self.shared.router.execute_reads(requests).await;
-        for (how, result) in renders.into_iter().zip(results) {
-            self.queue.push_back(Queued::Ready(render(how, result)));
+        for ((how, result), stale) in renders.into_iter().zip(results).zip(staleness) {
+            let mut reply = render(how, result);
+            if let (Reply::Map(fields), Some((through, at_most_us))) = (&mut reply, stale) {
+                fields.push((
+                    Reply::text("applied_through"),
+                    Reply::text(through.to_string()),
+                ));
+                fields.push((
+                    Reply::text("stale_at_most_us"),
+                    Reply::Int(at_most_us as i64),
+                ));
+            }
+            self.queue.push_back(Queued::Ready(reply));
         }
     }
 
