@@ -97,3 +97,47 @@ fn redis_benchmark_runs_set_and_get_against_firn() {
     let info = redis_cli(node.resp_port, &["GET", "key:__rand_int__"]);
     assert_eq!(info.len(), 100, "the benchmark's value is 100 bytes");
 }
+
+#[test]
+fn redis_cli_pipe_mass_insertion_completes() {
+    // `redis-cli --pipe` sends the commands, an empty line, then `ECHO <20 random bytes>`,
+    // and waits for that echo: every command must be answered and the empty line skipped.
+    let dir = tempfile::tempdir().unwrap();
+    let node = FirnProcess::start(dir.path(), &[]);
+    let mut input = String::new();
+    for i in 0..2_000 {
+        let (k, v) = (format!("pipe:{i:05}"), format!("value-{i}"));
+        input += &format!(
+            "*3\r\n$3\r\nSET\r\n${}\r\n{k}\r\n${}\r\n{v}\r\n",
+            k.len(),
+            v.len()
+        );
+    }
+    let mut child = tool("redis-cli")
+        .args([
+            "-p",
+            &node.resp_port.to_string(),
+            "--pipe",
+            "--pipe-timeout",
+            "20",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input.as_bytes()).unwrap();
+        stdin.write_all(b"\r\n").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "redis-cli --pipe failed: {text}");
+    assert!(text.contains("errors: 0, replies: 2000"), "{text}");
+    assert_eq!(redis_cli(node.resp_port, &["DBSIZE"]), "2000");
+    assert_eq!(
+        redis_cli(node.resp_port, &["GET", "pipe:01999"]),
+        "value-1999"
+    );
+}

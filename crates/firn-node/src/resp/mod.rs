@@ -195,11 +195,16 @@ impl Connection {
     /// Takes one complete command from the input, if there is one. A malformed frame yields
     /// an error reply and the unparseable input is dropped, so the connection can go on.
     fn next_frame(&mut self) -> Option<Result<Frame, Reply>> {
+        // Empty lines between commands are skipped, as Redis does (`redis-cli --pipe` sends
+        // one before its closing ECHO).
+        while self.input.first().is_some_and(|b| *b != b'*') {
+            match self.next_inline()? {
+                Some(frame) => return Some(Ok(frame)),
+                None => continue,
+            }
+        }
         if self.input.is_empty() {
             return None;
-        }
-        if self.input[0] != b'*' {
-            return self.next_inline();
         }
         match resp2::decode::decode_bytes_mut(&mut self.input) {
             Ok(Some((frame, _, _))) => Some(frame_to_command(frame)),
@@ -214,16 +219,19 @@ impl Connection {
         }
     }
 
-    /// Inline commands (`PING\r\n`, as typed into telnet).
-    fn next_inline(&mut self) -> Option<Result<Frame, Reply>> {
+    /// Inline commands (`PING\r\n`, as typed into telnet): `None` while the line is
+    /// incomplete, `Some(None)` for an empty line (consumed).
+    fn next_inline(&mut self) -> Option<Option<Frame>> {
         let end = self.input.iter().position(|&b| b == b'\n')?;
         let line = self.input.split_to(end + 1);
         let text = String::from_utf8_lossy(&line);
         let mut words = text
             .split_whitespace()
             .map(|w| Bytes::copy_from_slice(w.as_bytes()));
-        let name = words.next()?;
-        Some(Ok((
+        let Some(name) = words.next() else {
+            return Some(None);
+        };
+        Some(Some((
             String::from_utf8_lossy(&name).to_ascii_uppercase(),
             words.collect(),
         )))
