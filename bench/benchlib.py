@@ -1,0 +1,142 @@
+"""Shared pieces of the benchmark scripts: ports, the Firn release build, a local Firn
+cluster, redis-benchmark runs. Every process started here is stopped by its owner."""
+
+import csv
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/firn-target"))
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def http_json(port, path):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+        return json.load(r)
+
+
+def build_firn():
+    subprocess.run(["cargo", "build", "--release", "--locked", "-p", "firn"], cwd=ROOT, check=True,
+                   env={**os.environ, "CARGO_TARGET_DIR": TARGET})
+    return os.path.join(TARGET, "release", "firn")
+
+
+def stop(proc, timeout=10):
+    if proc and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+class FirnCluster:
+    """N `firn serve` processes on 127.0.0.1 (disk durability), formed with --peers."""
+
+    def __init__(self, binary, n=3, extra=()):
+        self.binary, self.n, self.extra = binary, n, list(extra)
+        self.dir = tempfile.mkdtemp(prefix="firn-bench-")
+        ports = free_ports(3 * n)
+        self.ports = [tuple(ports[3 * i:3 * i + 3]) for i in range(n)]
+        self.peers = ",".join(f"{i + 1}=127.0.0.1:{self.ports[i][2]}" for i in range(n))
+        self.procs = [None] * n
+        for i in range(n):
+            self.start(i)
+        for i in range(n):
+            self.wait_leaders(i)
+
+    def start(self, i):
+        resp, http, peer = self.ports[i]
+        self.procs[i] = subprocess.Popen(
+            [self.binary, "serve", "--node-id", str(i + 1), "--peers", self.peers,
+             "--resp-addr", f"127.0.0.1:{resp}", "--http-addr", f"127.0.0.1:{http}", "--peer-addr", f"127.0.0.1:{peer}",
+             "--data-dir", os.path.join(self.dir, f"node{i + 1}"), *self.extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "RUST_LOG": "warn"})
+
+    def resp_port(self, i=0):
+        return self.ports[i][0]
+
+    def leaders(self, i):
+        try:
+            return [s["leader"] for s in http_json(self.ports[i][1], "/v1/cluster")["shards"]]
+        except Exception:
+            return []
+
+    def wait_leaders(self, i, not_node=None, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            l = self.leaders(i)
+            if l and all(x is not None and x != not_node for x in l):
+                return l
+            time.sleep(0.02)
+        sys.exit(f"node {i + 1}: no leaders within {timeout} s")
+
+    def kill9(self, i):
+        self.procs[i].kill()
+        self.procs[i].wait()
+
+    def stop(self):
+        for p in self.procs:
+            stop(p)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def redis_benchmark(port, test, clients, requests, pipeline=1, keyspace=100_000):
+    """(ops/s, p50 ms, p99 ms) of one redis-benchmark run with 100-byte values; a failed run
+    (its own error is shown) is retried once."""
+    cmd = ["redis-benchmark", "-p", str(port), "-t", test, "-n", str(requests), "-c", str(clients),
+           "-P", str(pipeline), "-d", "100", "-r", str(keyspace), "--csv"]
+    for attempt in (1, 2):
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if run.returncode == 0:
+            break
+        print(f"  redis-benchmark failed (attempt {attempt}): {run.stderr.strip() or run.stdout.strip()}",
+              file=sys.stderr)
+    else:
+        sys.exit(f"redis-benchmark failed twice: {' '.join(cmd)}")
+    row = [r for r in csv.reader(io.StringIO(run.stdout)) if r and r[0] != "test"][-1]
+    return float(row[1]), float(row[4]), float(row[6])
+
+
+def redis_cli(port, *args):
+    return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True, timeout=10).stdout.strip()
+
+
+def wait_port(port, proc, what, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"{what} exited at start (code {proc.returncode})")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    sys.exit(f"{what} did not listen on {port} within {timeout} s")
