@@ -348,23 +348,25 @@ impl ShardReplica {
         voters: BTreeSet<NodeId>,
         keep_learners: bool,
     ) -> Result<(), FirnError> {
-        let change = self.raft.change_membership(voters, keep_learners);
-        match tokio::time::timeout(MEMBERSHIP_WAIT, change).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(self.membership_error(e)),
-            Err(_) => Err(FirnError::Indeterminate(format!(
-                "shard {}: membership change not committed within {MEMBERSHIP_WAIT:?}",
-                self.shard_id
-            ))),
-        }
+        self.change_members(ChangeMembers::ReplaceAllVoters(voters), keep_learners)
+            .await
     }
 
     /// On the leader: removes members that are not voters.
     pub async fn remove_learners(&self, nodes: BTreeSet<NodeId>) -> Result<(), FirnError> {
-        let change = self
-            .raft
-            .change_membership(ChangeMembers::RemoveNodes(nodes), false);
-        match tokio::time::timeout(MEMBERSHIP_WAIT, change).await {
+        self.change_members(ChangeMembers::RemoveNodes(nodes), false)
+            .await
+    }
+
+    /// A membership change, committed (joint, then final) within `MEMBERSHIP_WAIT`.
+    async fn change_members(
+        &self,
+        change: ChangeMembers<NodeId, BasicNode>,
+        retain: bool,
+    ) -> Result<(), FirnError> {
+        match tokio::time::timeout(MEMBERSHIP_WAIT, self.raft.change_membership(change, retain))
+            .await
+        {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(self.membership_error(e)),
             Err(_) => Err(FirnError::Indeterminate(format!(
