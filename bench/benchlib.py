@@ -3,6 +3,7 @@ cluster, redis-benchmark runs. Every process started here is stopped by its owne
 
 import csv
 import io
+import itertools
 import json
 import os
 import shutil
@@ -18,13 +19,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/firn-target"))
 
 
+_next_port = itertools.count()
+
+
 def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
+    """n ports that are free now, below the kernel's ephemeral range (32768 and up by
+    default): a port picked there can be taken by an outgoing connection before the server
+    started on it binds it."""
+    ports = []
+    while len(ports) < n:
+        port = 20_000 + (os.getpid() * 1_009 + next(_next_port)) % 12_000
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
     return ports
 
 
@@ -108,11 +118,12 @@ class FirnCluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def redis_benchmark(port, test, clients, requests, pipeline=1, keyspace=100_000):
+def redis_benchmark(port, test, clients, requests, pipeline=1, keyspace=100_000, cluster=False):
     """(ops/s, p50 ms, p99 ms) of one redis-benchmark run with 100-byte values; a failed run
-    (its own error is shown) is retried once."""
+    (its own error is shown) is retried once. With `cluster`, redis-benchmark reads the slot
+    map (CLUSTER NODES) and sends each key to the node that leads its shard."""
     cmd = ["redis-benchmark", "-p", str(port), "-t", test, "-n", str(requests), "-c", str(clients),
-           "-P", str(pipeline), "-d", "100", "-r", str(keyspace), "--csv"]
+           "-P", str(pipeline), "-d", "100", "-r", str(keyspace), "--csv"] + (["--cluster"] if cluster else [])
     for attempt in (1, 2):
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if run.returncode == 0:

@@ -118,13 +118,22 @@ pub fn wait_until<F: FnMut() -> bool>(timeout: Duration, mut f: F) -> bool {
 /// Free loopback ports, found by binding port 0 (a small race with other programs, which
 /// the tests accept).
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect()
+    // Below the kernel's ephemeral range (32768 and up by default): a port picked there can
+    // be taken by an outgoing connection before the node gets to bind it.
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let base = std::process::id().wrapping_mul(1_009);
+    let mut ports = Vec::with_capacity(n);
+    while ports.len() < n {
+        let i = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        assert!(i < SPAN, "no free port left in {LOW}..{}", LOW + SPAN);
+        let port = (LOW + base.wrapping_add(i) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            ports.push(port);
+        }
+    }
+    ports
 }
 
 /// A cluster of real `firn` processes on loopback.
