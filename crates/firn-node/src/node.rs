@@ -126,6 +126,40 @@ fn startup(what: &str, e: impl std::fmt::Display) -> FirnError {
     FirnError::Internal(format!("{what}: {e}"))
 }
 
+/// The node's Raft logs, under the data directory.
+const LOG_DB: &str = "log";
+/// The node's state machines, under the data directory.
+const STATE_DB: &str = "state";
+/// Names the layout of a data directory; a node refuses a directory in another layout
+/// rather than reading it wrongly.
+const DATA_FORMAT_FILE: &str = "FORMAT";
+const DATA_FORMAT: &str = "firn-data 2\n";
+
+/// Marks a new data directory with this build's layout, or checks an existing one has it.
+fn check_data_format(dir: &std::path::Path) -> Result<(), FirnError> {
+    let path = dir.join(DATA_FORMAT_FILE);
+    let refuse = |found: &str| {
+        FirnError::Internal(format!(
+            "{} holds data in another layout ({found}) than this build reads ({}); start with an empty --data-dir",
+            dir.display(),
+            DATA_FORMAT.trim()
+        ))
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(found) if found == DATA_FORMAT => Ok(()),
+        Ok(found) => Err(refuse(found.trim())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if dir.join("db").exists() {
+                return Err(refuse("firn-data 1"));
+            }
+            std::fs::write(&path, DATA_FORMAT)
+                .and_then(|()| std::fs::File::open(dir)?.sync_all())
+                .map_err(|e| startup(&format!("writing {}", path.display()), e))
+        }
+        Err(e) => Err(startup(&format!("reading {}", path.display()), e)),
+    }
+}
+
 async fn bind(addr: SocketAddr, what: &str) -> Result<(TcpListener, SocketAddr), FirnError> {
     let l = TcpListener::bind(addr)
         .await
@@ -207,9 +241,22 @@ impl RunningNode {
                 e,
             )
         })?;
-        let db = fjall::Database::builder(data_dir.join("db"))
-            .open()
-            .map_err(|e| startup(&format!("opening storage in {}", data_dir.display()), e))?;
+        check_data_format(&data_dir)?;
+        // The Raft logs and the state machines live in two databases: the group commit's
+        // fsync holds the log database's journal, and applying writes must not wait for it.
+        // State needs no fsync of its own: the log is purged only after a snapshot has
+        // persisted the state it covers, so a crash replays the log onto the state.
+        // Neither database writes its journal out on each batch (`manual_journal_persist`):
+        // the log's is written and fsync'd once per group commit, the state's when a
+        // snapshot persists it.
+        let open_db = |name: &str| {
+            fjall::Database::builder(data_dir.join(name))
+                .manual_journal_persist(true)
+                .open()
+                .map_err(|e| startup(&format!("opening storage in {}", data_dir.display()), e))
+        };
+        let db = open_db(LOG_DB)?;
+        let state_db = open_db(STATE_DB)?;
 
         // Peers can reach this node's groups as soon as each is registered.
         let (stop, stop_rx) = watch::channel(false);
@@ -238,6 +285,7 @@ impl RunningNode {
             node_id: config.node_id,
             peer_addr: peer_addr_text,
             db,
+            state_db,
             commit,
             data_dir: data_dir.clone(),
             snapshot_every_entries: config.snapshot_every_entries,
@@ -341,5 +389,37 @@ impl RunningNode {
             let _ = t.await;
         }
         self.router.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_data_directory_is_marked_and_another_layout_is_refused() {
+        let fresh = tempfile::tempdir().unwrap();
+        check_data_format(fresh.path()).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(fresh.path().join(DATA_FORMAT_FILE)).unwrap(),
+            DATA_FORMAT
+        );
+        // Opening it again is fine.
+        check_data_format(fresh.path()).unwrap();
+
+        // A directory written by the first layout (one database under `db/`) is refused.
+        let old = tempfile::tempdir().unwrap();
+        std::fs::create_dir(old.path().join("db")).unwrap();
+        let e = check_data_format(old.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("firn-data 1") && e.contains("empty --data-dir"),
+            "{e}"
+        );
+        assert!(!old.path().join(DATA_FORMAT_FILE).exists());
+
+        // So is one marked with a layout this build does not know.
+        std::fs::write(fresh.path().join(DATA_FORMAT_FILE), "firn-data 9\n").unwrap();
+        let e = check_data_format(fresh.path()).unwrap_err().to_string();
+        assert!(e.contains("firn-data 9"), "{e}");
     }
 }

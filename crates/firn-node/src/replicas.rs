@@ -1,5 +1,5 @@
 //! Opening the Raft groups a node holds: the meta group and its shard replicas, each with
-//! its log and state in the node's one fjall database.
+//! its log in the node's log database and its state in the node's state database.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -15,7 +15,10 @@ use openraft::BasicNode;
 pub struct ReplicaFactory {
     pub node_id: NodeId,
     pub peer_addr: String,
+    /// The Raft logs of every group on the node (fsync'd by `commit`).
     pub db: fjall::Database,
+    /// The state machines of every group on the node.
+    pub state_db: fjall::Database,
     pub commit: Arc<GroupCommit>,
     pub data_dir: PathBuf,
     pub snapshot_every_entries: u64,
@@ -38,7 +41,7 @@ impl ReplicaFactory {
             Arc::new(MemoryBackend::default())
         } else {
             Arc::new(
-                FjallBackend::open(self.db.clone(), &group_name(id)).map_err(|e| {
+                FjallBackend::open(self.state_db.clone(), &group_name(id)).map_err(|e| {
                     FirnError::Internal(format!("opening the state of {}: {e}", group_name(id)))
                 })?,
             )

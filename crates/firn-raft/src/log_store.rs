@@ -18,6 +18,10 @@ const META_VOTE: &[u8] = b"vote";
 const META_COMMITTED: &[u8] = b"committed";
 const META_LAST_PURGED: &[u8] = b"last_purged";
 
+/// Largest memtable of a group's log before fjall writes it out (its default is 64 MiB per
+/// group; entries are purged after each snapshot anyway).
+const LOG_MEMTABLE_BYTES_MAX: u64 = 16 * 1024 * 1024;
+
 fn fjall_err(e: fjall::Error) -> io::Error {
     io::Error::other(e.to_string())
 }
@@ -78,7 +82,9 @@ impl FjallLogStore {
     /// can share one database.
     pub fn open(db: Database, group: &str, commit: Arc<GroupCommit>) -> io::Result<Self> {
         let log = db
-            .keyspace(&format!("raft_log_{group}"), KeyspaceCreateOptions::default)
+            .keyspace(&format!("raft_log_{group}"), || {
+                KeyspaceCreateOptions::default().max_memtable_size(LOG_MEMTABLE_BYTES_MAX)
+            })
             .map_err(fjall_err)?;
         let meta = db
             .keyspace(

@@ -223,14 +223,19 @@ pub struct FjallBackend {
     keyspaces: [Keyspace; 4],
 }
 
+/// Largest memtable of one table before fjall writes it out (its default is 64 MiB; a node
+/// holds four tables for each replica, so memory would grow with the replicas it holds).
+const MEMTABLE_BYTES_MAX: u64 = 16 * 1024 * 1024;
+
 fn fjall_err(e: fjall::Error) -> io::Error {
     io::Error::other(e.to_string())
 }
 
 impl FjallBackend {
     pub fn open(db: Database, namespace: &str) -> io::Result<Self> {
+        let options = || KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES_MAX);
         let open = |t: Table| {
-            db.keyspace(&t.fjall_name(namespace), KeyspaceCreateOptions::default)
+            db.keyspace(&t.fjall_name(namespace), options)
                 .map_err(fjall_err)
         };
         let keyspaces = [
