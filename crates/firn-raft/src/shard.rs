@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use firn_model::{FirnError, HybridClock, Response};
@@ -16,6 +16,7 @@ use openraft::errors::{ClientWriteError, InitializeError, LinearizableReadError,
 use openraft::impls::ProgressResponder;
 use openraft::{BasicNode, ChangeMembers, Config, Raft, ReadPolicy, SnapshotPolicy};
 use serde::Serialize;
+use tokio::sync::oneshot;
 
 use crate::log_store::{FjallLogStore, GroupCommit};
 use crate::network::PeerNetwork;
@@ -84,6 +85,55 @@ pub struct ShardReplica {
     raft: Raft<FirnRaft, ShardStateMachine>,
     store: Arc<VersionedStore>,
     clock: Arc<HybridClock>,
+    read_rounds: Arc<Mutex<ReadRounds>>,
+}
+
+/// Linearizable reads waiting for a ReadIndex round. One round runs at a time; the reads
+/// that arrive while it runs wait for the next, which starts after they did and so covers
+/// them all. Hundreds of concurrent reads then cost one leadership confirmation per round
+/// trip instead of one each.
+#[derive(Default)]
+struct ReadRounds {
+    waiting: Vec<oneshot::Sender<Result<(), FirnError>>>,
+    running: bool,
+}
+
+impl ReadRounds {
+    fn lock(rounds: &Mutex<ReadRounds>) -> std::sync::MutexGuard<'_, ReadRounds> {
+        rounds.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Runs ReadIndex rounds while reads wait for one.
+async fn run_read_rounds(
+    raft: Raft<FirnRaft, ShardStateMachine>,
+    shard_id: ShardId,
+    rounds: Arc<Mutex<ReadRounds>>,
+) {
+    loop {
+        let waiting = {
+            let mut r = ReadRounds::lock(&rounds);
+            if r.waiting.is_empty() {
+                r.running = false;
+                return;
+            }
+            std::mem::take(&mut r.waiting)
+        };
+        let result = match raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+            Ok(_) => Ok(()),
+            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
+                Err(FirnError::TryAgain(format!(
+                    "this replica is not the leader of shard {shard_id} (leader: {:?})",
+                    f.leader_id
+                )))
+            }
+            Err(e) => Err(unavailable(e)),
+        };
+        for read in waiting {
+            // A reader that gave up is not waiting any more.
+            let _ = read.send(result.clone());
+        }
+    }
 }
 
 fn unavailable(e: impl std::fmt::Display) -> FirnError {
@@ -148,6 +198,7 @@ impl ShardReplica {
             raft,
             store,
             clock,
+            read_rounds: Arc::default(),
         })
     }
 
@@ -225,16 +276,25 @@ impl ShardReplica {
         {
             return Ok(());
         }
-        match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
-            Ok(_) => Ok(()),
-            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
-                Err(FirnError::TryAgain(format!(
-                    "this replica is not the leader of shard {} (leader: {:?})",
-                    self.shard_id, f.leader_id
-                )))
-            }
-            Err(e) => Err(unavailable(e)),
+        let (read, ready) = oneshot::channel();
+        let start = {
+            let mut r = ReadRounds::lock(&self.read_rounds);
+            r.waiting.push(read);
+            !std::mem::replace(&mut r.running, true)
+        };
+        if start {
+            tokio::spawn(run_read_rounds(
+                self.raft.clone(),
+                self.shard_id,
+                self.read_rounds.clone(),
+            ));
         }
+        ready.await.unwrap_or_else(|_| {
+            Err(unavailable(format!(
+                "shard {} stopped before confirming the read",
+                self.shard_id
+            )))
+        })
     }
 
     /// A leader that has not heard from a majority for longer than an election takes is
