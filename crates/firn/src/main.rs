@@ -7,6 +7,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+
+/// mimalloc instead of glibc's malloc: the hot paths allocate small buffers on many threads,
+/// where glibc's per-thread arenas cost time and hold memory.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use firn_client::{Client, ClientError, PutOptions};
 use firn_model::time::{micros_to_rfc3339, parse_micros, parse_read_time};
 use firn_model::{KeyspaceSpec, Limits, ReadAt, ReadConsistency, VersionInfo, WatchFrom};
