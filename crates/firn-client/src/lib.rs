@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use firn_model::{
-    CommitTs, KeyspaceSpec, ReadAt, ReadConsistency, Version, VersionInfo, WatchFrom,
+    CommitTs, KeyspaceSpec, ReadAt, ReadConsistency, SnapshotOf, Version, VersionInfo, WatchFrom,
 };
 use redis::Value;
 
@@ -237,6 +237,74 @@ impl Client {
                 .collect(),
             v => Err(protocol(v)),
         }
+    }
+
+    /// Keys or a prefix read as of one time across every shard (`at`, or the newest time
+    /// every shard involved has closed): the time read at, and each key found with its
+    /// version (keys: in the order asked, `None` where absent; a prefix: in key order).
+    pub async fn snapshot(
+        &self,
+        of: &SnapshotOf,
+        at: Option<CommitTs>,
+    ) -> Result<(CommitTs, Vec<(Bytes, Option<VersionInfo>)>)> {
+        let mut cmd = redis::cmd("FIRN.SNAPSHOT");
+        if let Some(t) = at {
+            cmd.arg("AT").arg(t.to_string());
+        }
+        match of {
+            SnapshotOf::Keys(keys) => {
+                cmd.arg("KEYS");
+                for k in keys {
+                    cmd.arg(k.as_bytes());
+                }
+            }
+            SnapshotOf::Prefix {
+                prefix,
+                cursor,
+                limit,
+            } => {
+                cmd.arg("PREFIX")
+                    .arg(prefix.as_ref())
+                    .arg("COUNT")
+                    .arg(*limit);
+                if let Some(c) = cursor {
+                    cmd.arg("CURSOR").arg(c.as_ref());
+                }
+            }
+        }
+        let reply = self.run(&cmd).await?;
+        let mut at = None;
+        let mut items = Vec::new();
+        for (field, v) in pairs(&reply)? {
+            match (field.as_str(), v) {
+                ("at", v) => at = Some(as_text(&v)?.parse().map_err(protocol)?),
+                ("values", Value::Array(vs)) => {
+                    let SnapshotOf::Keys(keys) = of else {
+                        return Err(protocol(&reply));
+                    };
+                    for (k, v) in keys.iter().zip(vs) {
+                        let found = if v == Value::Nil {
+                            None
+                        } else {
+                            Some(version_info(&v)?)
+                        };
+                        items.push((k.bytes().clone(), found));
+                    }
+                }
+                ("keys", Value::Array(vs)) => {
+                    for v in vs {
+                        let key = pairs(&v)?
+                            .into_iter()
+                            .find(|(f, _)| f == "key")
+                            .and_then(|(_, k)| as_bytes(&k))
+                            .ok_or_else(|| protocol(&v))?;
+                        items.push((key, Some(version_info(&v)?)));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok((at.ok_or_else(|| protocol(&reply))?, items))
     }
 
     /// Writes a tombstone; `None` if the key did not exist.

@@ -169,6 +169,13 @@ pub enum Request {
         target: KeyRange,
         before: TruncateBefore,
     },
+    /// Keys or a prefix read as of one time T across every shard involved: one consistent
+    /// cut, the same at every replica. Without `at`, T is the newest time every shard
+    /// involved has closed.
+    Snapshot {
+        of: SnapshotOf,
+        at: Option<CommitTs>,
+    },
     KeyspaceCreate(KeyspaceSpec),
     KeyspaceList,
     KeyspaceDrop {
@@ -178,6 +185,44 @@ pub enum Request {
     DbSize,
     /// Drop every key and version (refused unless the node allows it).
     FlushAll,
+}
+
+/// What a snapshot reads.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SnapshotOf {
+    Keys(Vec<Key>),
+    /// Live keys under `prefix` after `cursor`, in key order, at most `limit`.
+    Prefix {
+        prefix: Bytes,
+        cursor: Option<Bytes>,
+        limit: usize,
+    },
+}
+
+impl SnapshotOf {
+    /// The read of these keys as of `at`, served by any replica once it has closed `at`.
+    pub fn read_at(self, at: CommitTs) -> Request {
+        let (at, consistency) = (ReadAt::AsOf(at), ReadConsistency::Local);
+        match self {
+            SnapshotOf::Keys(keys) => Request::MGet {
+                keys,
+                at,
+                consistency,
+            },
+            SnapshotOf::Prefix {
+                prefix,
+                cursor,
+                limit,
+            } => Request::Scan {
+                prefix,
+                cursor,
+                limit,
+                pattern: None,
+                at,
+                consistency,
+            },
+        }
+    }
 }
 
 impl Request {
@@ -248,6 +293,11 @@ pub enum Response {
         versions_removed: u64,
     },
     Keyspaces(Vec<KeyspaceSpec>),
+    /// A snapshot's answer: the time it was read at, and what its read (MGET or SCAN) gave.
+    Snapshot {
+        at: CommitTs,
+        read: Box<Response>,
+    },
     Done,
 }
 
@@ -264,6 +314,25 @@ impl Request {
         }
     }
 
+    /// The time a read is at, for reads as of a commit time (`ASOF t`).
+    pub fn as_of(&self) -> Option<CommitTs> {
+        match self {
+            Request::Get {
+                at: ReadAt::AsOf(t),
+                ..
+            }
+            | Request::MGet {
+                at: ReadAt::AsOf(t),
+                ..
+            }
+            | Request::Scan {
+                at: ReadAt::AsOf(t),
+                ..
+            } => Some(*t),
+            _ => None,
+        }
+    }
+
     /// A short name for metrics and logs.
     pub fn name(&self) -> &'static str {
         match self {
@@ -275,6 +344,7 @@ impl Request {
             Request::Exists { .. } => "exists",
             Request::History { .. } => "history",
             Request::Scan { .. } => "scan",
+            Request::Snapshot { .. } => "snapshot",
             Request::Truncate { .. } => "truncate",
             Request::KeyspaceCreate(_) => "keyspace_create",
             Request::KeyspaceList => "keyspace_list",

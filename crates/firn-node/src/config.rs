@@ -25,6 +25,9 @@ pub struct NodeConfig {
     pub retention_interval: Duration,
     /// Build a snapshot (and purge the log before it) every this many log entries.
     pub snapshot_every_entries: u64,
+    /// A shard leader whose shard has had no entry for this long proposes one that closes
+    /// time (so reads at a time wait at most about this long, plus a commit, for it to close).
+    pub close_time_every: Duration,
     /// This node's id in the cluster (1 for a single node).
     pub node_id: u64,
     /// Listener for other nodes (default 127.0.0.1:7381).
@@ -46,6 +49,10 @@ pub const CLUSTER_SHARDS_DEFAULT: u32 = 3;
 /// Default replicas per shard.
 pub const REPLICATION_DEFAULT: usize = 3;
 
+/// How often an idle shard closes time by default: the target lag of closed time behind
+/// real time is this plus one commit (tens of milliseconds).
+pub const CLOSE_TIME_EVERY_DEFAULT: Duration = Duration::from_millis(20);
+
 impl Default for NodeConfig {
     fn default() -> Self {
         NodeConfig {
@@ -57,6 +64,7 @@ impl Default for NodeConfig {
             allow_flushall: false,
             retention_interval: Duration::from_secs(10),
             snapshot_every_entries: 100_000,
+            close_time_every: CLOSE_TIME_EVERY_DEFAULT,
             node_id: 1,
             peer_addr: SocketAddr::from(([127, 0, 0, 1], 7381)),
             peers: BTreeMap::new(),

@@ -18,7 +18,7 @@ use firn_model::limits::{PAGE_ITEMS_DEFAULT, VALUE_BYTES_MAX_CEILING};
 use firn_model::time::{micros_to_rfc3339, parse_duration_us, parse_micros, parse_read_time};
 use firn_model::{
     FirnError, Key, KeyRange, KeyspaceSpec, PutRequest, ReadAt, ReadConsistency, Request, Response,
-    TruncateBefore, VersionInfo, WatchFrom, WatchRequest, WriteCondition, Written,
+    SnapshotOf, TruncateBefore, VersionInfo, WatchFrom, WatchRequest, WriteCondition, Written,
 };
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
@@ -33,6 +33,7 @@ pub fn routes(router: Arc<Router>) -> HttpRouter {
         .route("/v1/history/{*key}", get(history))
         .route("/v1/scan", get(scan))
         .route("/v1/mget", get(mget))
+        .route("/v1/snapshot", get(snapshot))
         .route("/v1/watch", get(watch))
         .route("/v1/truncate", post(truncate))
         .route("/v1/keyspaces", get(list_keyspaces).post(create_keyspace))
@@ -295,17 +296,25 @@ async fn scan(State(router): State<Arc<Router>>, Query(q): Params) -> ApiResult<
     }
 }
 
-async fn mget(
-    State(router): State<Arc<Router>>,
-    Query(pairs): Query<Vec<(String, String)>>,
-) -> ApiResult<axum::Json<Json>> {
-    // `key` repeats (`?key=a&key=b`), so the parameters are read as a list of pairs.
-    let keys: Vec<Key> = pairs
+/// The repeated `key` parameters (`?key=a&key=b`, so the query is read as a list of pairs),
+/// and the other parameters.
+fn keys_and_params(
+    pairs: Vec<(String, String)>,
+) -> Result<(Vec<Key>, HashMap<String, String>), FirnError> {
+    let keys = pairs
         .iter()
         .filter(|(n, _)| n == "key")
         .map(|(_, k)| key_of(k.clone()))
         .collect::<Result<_, _>>()?;
-    let q: HashMap<String, String> = pairs.into_iter().filter(|(n, _)| n != "key").collect();
+    let params = pairs.into_iter().filter(|(n, _)| n != "key").collect();
+    Ok((keys, params))
+}
+
+async fn mget(
+    State(router): State<Arc<Router>>,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> ApiResult<axum::Json<Json>> {
+    let (keys, q) = keys_and_params(pairs)?;
     let request = Request::MGet {
         keys: keys.clone(),
         at: read_at(&q)?,
@@ -315,6 +324,62 @@ async fn mget(
         Response::Values(values) => Ok(axum::Json(json!({
             "values": keys.iter().zip(values).map(|(k, v)| json!({"key": k.to_string(), "found": v.as_ref().map(version_json)})).collect::<Vec<_>>()
         }))),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// `?key=a&key=b` or `?prefix=p[&cursor=c][&limit=n]`, with `at=T` or (without) the newest
+/// time every shard involved has closed.
+async fn snapshot(
+    State(router): State<Arc<Router>>,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> ApiResult<axum::Json<Json>> {
+    let (keys, q) = keys_and_params(pairs)?;
+    let of = match (keys.is_empty(), q.get("prefix")) {
+        (false, None) => SnapshotOf::Keys(keys.clone()),
+        (true, Some(prefix)) => SnapshotOf::Prefix {
+            prefix: Bytes::from(prefix.clone()),
+            cursor: q
+                .get("cursor")
+                .filter(|c| !c.is_empty())
+                .map(|c| Bytes::from(c.clone())),
+            limit: param_u64(&q, "limit")?.map_or(PAGE_ITEMS_DEFAULT, |l| l as usize),
+        },
+        _ => {
+            return Err(FirnError::BadArgument(
+                "a snapshot reads either keys (key=…, repeated) or one prefix (prefix=…)".into(),
+            )
+            .into());
+        }
+    };
+    let at = q.get("at").map(|t| parse_read_time(t)).transpose()?;
+    match router.execute(Request::Snapshot { of, at }).await? {
+        Response::Snapshot { at, read } => {
+            let mut body = json!({
+                "at": at.to_string(),
+                "at_time": micros_to_rfc3339(at.wall_us),
+            });
+            match *read {
+                Response::Values(values) => {
+                    body["values"] = json!(keys.iter().zip(values).map(|(k, v)| json!({"key": k.to_string(), "found": v.as_ref().map(version_json)})).collect::<Vec<_>>());
+                }
+                Response::Scan { keys, next_cursor } => {
+                    body["keys"] = json!(
+                        keys.iter()
+                            .map(|(k, info)| {
+                                let mut j = version_json(info);
+                                j["key"] = json!(k.to_string());
+                                j
+                            })
+                            .collect::<Vec<_>>()
+                    );
+                    body["next_cursor"] =
+                        json!(next_cursor.map(|c| String::from_utf8_lossy(&c).into_owned()));
+                }
+                other => return Err(unexpected(other)),
+            }
+            Ok(axum::Json(body))
+        }
         other => Err(unexpected(other)),
     }
 }

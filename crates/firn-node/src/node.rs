@@ -289,6 +289,7 @@ impl RunningNode {
             commit,
             data_dir: data_dir.clone(),
             snapshot_every_entries: config.snapshot_every_entries,
+            close_time_every: config.close_time_every,
             in_memory: config.in_memory,
             pool,
             groups,

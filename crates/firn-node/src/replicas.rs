@@ -8,7 +8,7 @@ use std::sync::Arc;
 use firn_model::{FirnError, HybridClock};
 use firn_raft::log_store::GroupCommit;
 use firn_raft::peer::{LocalGroups, PeerPool};
-use firn_raft::{NodeId, ShardConfig, ShardId, ShardReplica, group_name};
+use firn_raft::{META_GROUP, NodeId, ShardConfig, ShardId, ShardReplica, group_name};
 use firn_store::{FjallBackend, MemoryBackend, StorageBackend};
 use openraft::BasicNode;
 
@@ -22,6 +22,7 @@ pub struct ReplicaFactory {
     pub commit: Arc<GroupCommit>,
     pub data_dir: PathBuf,
     pub snapshot_every_entries: u64,
+    pub close_time_every: std::time::Duration,
     pub in_memory: bool,
     pub pool: Arc<PeerPool>,
     pub groups: LocalGroups,
@@ -56,6 +57,8 @@ impl ReplicaFactory {
                 commit: self.commit.clone(),
                 snapshot_dir: self.data_dir.join("snapshots"),
                 snapshot_every_entries: self.snapshot_every_entries,
+                // The meta group's state is the layout: nobody reads it at a time.
+                close_time_every: (id != META_GROUP).then_some(self.close_time_every),
                 members: members
                     .iter()
                     .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))

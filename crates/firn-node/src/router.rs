@@ -7,7 +7,7 @@
 //! from the leader and waits until it has applied it), else forwarded. Requests touching
 //! several shards fan out and their answers are merged.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, RwLock};
@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use firn_model::limits::{KEY_BYTES_MAX, KEYS_PER_REQUEST_MAX, PAGE_ITEMS_MAX};
 use firn_model::{
-    FirnError, Key, KeyRange, KeyspaceSpec, Limits, ReadConsistency, Request, Response, WatchFrom,
-    WatchRequest, Written,
+    CommitTs, FirnError, Key, KeyRange, KeyspaceSpec, Limits, ReadConsistency, Request, Response,
+    SnapshotOf, WatchFrom, WatchRequest, Written,
 };
 use firn_raft::peer::{AppHandler, PeerError, PeerPool, PeerRequest, PeerResponse};
 use firn_raft::{NodeId, ShardId, ShardReplica, ShardStatus};
@@ -49,6 +49,9 @@ const LEADER_CHANGE_PAUSE: Duration = Duration::from_millis(50);
 const WATCH_POLL_WAIT: Duration = Duration::from_secs(1);
 /// Forwarding stops after this many hops (a leader change in flight): the client retries.
 const FORWARD_HOPS_MAX: u8 = 2;
+/// Longest a read at a time (`ASOF t`) waits for its replica to close that time; a time
+/// further ahead than this is refused at once.
+const CLOSED_WAIT: Duration = Duration::from_secs(2);
 
 pub struct Router {
     /// Where clients reach this node: (RESP, HTTP).
@@ -380,6 +383,44 @@ impl Router {
     /// returns, so requests submitted one after another apply in that order (a forwarded
     /// write is awaited here for the same reason); a read is executed at once.
     pub async fn submit(&self, request: Request) -> Pending {
+        let Request::Snapshot { of, at } = request else {
+            return self.submit_one(request).await;
+        };
+        // One time for every shard: the reads of each shard wait until it has closed it.
+        let at = at.unwrap_or_else(|| self.closed_now(&of));
+        let read = self.submit_one(of.read_at(at)).await;
+        Box::pin(async move {
+            read.await.map(|read| Response::Snapshot {
+                at,
+                read: Box::new(read),
+            })
+        })
+    }
+
+    /// The newest time that every shard `of` involves has closed, as far as this node knows:
+    /// a replica held here has closed through its newest applied stamp; for a shard held
+    /// elsewhere it is now (its leader closes it within the close interval).
+    fn closed_now(&self, of: &SnapshotOf) -> CommitTs {
+        let layout = self.layout();
+        let shards: BTreeSet<ShardId> = match of {
+            SnapshotOf::Keys(keys) => keys
+                .iter()
+                .map(|k| layout.shard_of_key(k.as_bytes()))
+                .collect(),
+            SnapshotOf::Prefix { .. } => layout.shard_ids().collect(),
+        };
+        let now = CommitTs::new(firn_model::hlc::system_wall_us(), 0);
+        shards
+            .into_iter()
+            .map(|s| {
+                self.replica(s)
+                    .map_or(now, |r| r.store().last_commit_ts().min(now))
+            })
+            .min()
+            .unwrap_or(now)
+    }
+
+    async fn submit_one(&self, request: Request) -> Pending {
         let name = request.name();
         let started = Instant::now();
         metrics::counter!("firn_requests_total", "op" => name).increment(1);
@@ -461,7 +502,10 @@ impl Router {
             [only] => self.replica(only.id),
             _ => None,
         };
-        let Some(replica) = single_local else {
+        let snapshot = requests
+            .iter()
+            .any(|r| matches!(r, Request::Snapshot { .. }));
+        let (Some(replica), false) = (single_local, snapshot) else {
             let mut out = Vec::with_capacity(requests.len());
             for r in requests {
                 out.push(self.execute(r).await);
@@ -469,9 +513,20 @@ impl Router {
             return out;
         };
         let started = Instant::now();
-        // The strongest level asked for decides the one barrier.
-        let consistencies: Vec<ReadConsistency> =
-            requests.iter().map(|r| r.consistency()).collect();
+        // The strongest level asked for decides the one barrier (reads at a time wait for
+        // their time to close instead).
+        let consistencies: Vec<ReadConsistency> = requests
+            .iter()
+            .filter(|r| r.as_of().is_none())
+            .map(|r| r.consistency())
+            .collect();
+        let mut closed = Vec::with_capacity(requests.len());
+        for r in &requests {
+            closed.push(match r.as_of() {
+                Some(t) => Some(wait_closed(&replica, t).await),
+                None => None,
+            });
+        }
         let barrier = if consistencies.contains(&ReadConsistency::Linearizable) {
             self.barrier(replica.shard_id(), false).await
         } else if consistencies.contains(&ReadConsistency::Lease) {
@@ -481,11 +536,16 @@ impl Router {
         };
         requests
             .into_iter()
-            .map(|request| {
+            .zip(closed)
+            .map(|(request, closed)| {
                 let name = request.name();
                 metrics::counter!("firn_requests_total", "op" => name).increment(1);
-                let result = match (&barrier, request.consistency()) {
-                    (Err(e), ReadConsistency::Linearizable | ReadConsistency::Lease) => {
+                let result = match (&barrier, request.consistency(), closed) {
+                    (_, _, Some(Err(e))) => Err(e),
+                    (_, _, Some(Ok(()))) => self
+                        .validate(&request)
+                        .and_then(|()| read_unfenced(&replica, request)),
+                    (Err(e), ReadConsistency::Linearizable | ReadConsistency::Lease, None) => {
                         Err(e.clone())
                     }
                     _ => self
@@ -548,7 +608,7 @@ impl Router {
             }
             match local {
                 Some(replica) => {
-                    if let Err(e) = self.barrier_for(shard, request.consistency()).await {
+                    if let Err(e) = self.fence(&replica, &request).await {
                         return ready(Err(e));
                     }
                     ready(read_unfenced(&replica, request))
@@ -622,6 +682,19 @@ impl Router {
             Err(e) => Err(FirnError::Indeterminate(format!(
                 "{e}; the request may or may not have been applied"
             ))),
+        }
+    }
+
+    /// What a read on a local replica waits for before it reads: a read at a time waits
+    /// until the replica has closed that time (then every replica answers it alike, and
+    /// no leader is asked); any other read passes its consistency's barrier.
+    async fn fence(&self, replica: &ShardReplica, request: &Request) -> Result<(), FirnError> {
+        match request.as_of() {
+            Some(t) => wait_closed(replica, t).await,
+            None => {
+                self.barrier_for(replica.shard_id(), request.consistency())
+                    .await
+            }
         }
     }
 
@@ -1064,6 +1137,21 @@ fn check_prefix(prefix: &[u8]) -> Result<(), FirnError> {
         )));
     }
     Ok(())
+}
+
+/// Waits until `replica` has closed time `t` (at most `CLOSED_WAIT`); refuses a `t` further
+/// ahead of this node's clock than that.
+async fn wait_closed(replica: &ShardReplica, t: CommitTs) -> Result<(), FirnError> {
+    let now = firn_model::hlc::system_wall_us();
+    let ahead = t.wall_us.saturating_sub(now);
+    if ahead > CLOSED_WAIT.as_micros() as u64 {
+        return Err(FirnError::BadArgument(format!(
+            "time {t} is {} ms in the future; a read at a time waits at most {} ms for it",
+            ahead / 1_000,
+            CLOSED_WAIT.as_millis()
+        )));
+    }
+    replica.store().wait_closed(t, CLOSED_WAIT).await
 }
 
 /// A read against a replica's applied state, without a barrier.

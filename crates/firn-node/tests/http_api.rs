@@ -50,6 +50,22 @@ async fn kv_history_scan_and_errors_over_http() {
         );
         assert_eq!(json(r)["version"], 2);
 
+        // One cut at the first write's time, and the refusal of a snapshot of nothing.
+        let at = first["commit_ts"].as_str().unwrap().to_string();
+        let (code, r) = call(
+            a.get(&format!(
+                "{base}/v1/snapshot?key=room/1&key=room/none&at={at}"
+            )),
+            None,
+        );
+        assert_eq!(code, 200);
+        let snap = json(r);
+        assert_eq!(snap["at"], at.as_str());
+        assert_eq!(snap["values"][0]["found"]["version"], 1);
+        assert_eq!(snap["values"][1]["found"], serde_json::Value::Null);
+        let (code, _) = call(a.get(&format!("{base}/v1/snapshot")), None);
+        assert_eq!(code, 400);
+
         let (code, r) = call(a.get(&format!("{base}/v1/kv/room/1")), None);
         assert_eq!(code, 200);
         assert_eq!(r.header("firn-version"), Some("2"));

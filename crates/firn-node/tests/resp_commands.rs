@@ -370,6 +370,44 @@ async fn firn_commands_expose_versions_time_and_keyspaces() {
     assert_eq!(mget.len(), 2);
     assert_eq!(mget[1], Value::Nil);
 
+    // One cut at ts1: the value then, nil for an absent key, and the time it was read at.
+    let snap: Value = redis::cmd("FIRN.SNAPSHOT")
+        .arg("AT")
+        .arg(&ts1)
+        .arg("KEYS")
+        .arg("s")
+        .arg("none")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(
+        field(&snap, "at"),
+        Some(&Value::BulkString(ts1.clone().into_bytes()))
+    );
+    match field(&snap, "values") {
+        Some(Value::Array(values)) => {
+            assert_eq!(values.len(), 2);
+            assert_eq!(
+                field(&values[0], "value"),
+                Some(&Value::BulkString(b"a".to_vec()))
+            );
+            assert_eq!(values[1], Value::Nil);
+        }
+        other => panic!("values: {other:?}"),
+    }
+    let bad: redis::RedisResult<Value> = redis::cmd("FIRN.SNAPSHOT")
+        .arg("NOPE")
+        .arg("s")
+        .query_async(&mut c)
+        .await;
+    assert!(
+        bad.unwrap_err()
+            .to_string()
+            .contains("unknown FIRN.SNAPSHOT option 'NOPE'")
+    );
+    let pong: String = redis::cmd("PING").query_async(&mut c).await.unwrap();
+    assert_eq!(pong, "PONG");
+
     let removed: i64 = redis::cmd("FIRN.TRUNCATE")
         .arg("KEY")
         .arg("s")
@@ -435,4 +473,20 @@ async fn firn_commands_expose_versions_time_and_keyspaces() {
         .unwrap();
     assert_eq!(gone, Value::Nil);
     node.shutdown().await;
+}
+
+/// A field of a RESP map, whether it came as a map (RESP3) or as a flat array (RESP2).
+fn field<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
+    let is = |k: &Value| {
+        matches!(k, Value::BulkString(b) if b == name.as_bytes())
+            || matches!(k, Value::SimpleString(s) if s == name)
+    };
+    match v {
+        Value::Map(pairs) => pairs.iter().find(|(k, _)| is(k)).map(|(_, v)| v),
+        Value::Array(items) => items
+            .chunks(2)
+            .find(|pair| pair.len() == 2 && is(&pair[0]))
+            .map(|pair| &pair[1]),
+        _ => None,
+    }
 }

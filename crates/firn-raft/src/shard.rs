@@ -51,6 +51,9 @@ pub struct ShardConfig {
     pub snapshot_dir: PathBuf,
     /// Build a snapshot (and purge the log before it) every this many entries.
     pub snapshot_every_entries: u64,
+    /// When this replica leads and the shard has had no entry for this long, it proposes
+    /// one that closes time (`Op::CloseTime`). `None`: never (the meta group).
+    pub close_time_every: Option<Duration>,
     /// The group's initial members (node id → peer address).
     pub members: BTreeMap<NodeId, BasicNode>,
     /// Whether this node forms the group with `members` (exactly one member does, once;
@@ -86,6 +89,42 @@ pub struct ShardReplica {
     store: Arc<VersionedStore>,
     clock: Arc<HybridClock>,
     read_rounds: Arc<Mutex<ReadRounds>>,
+    closer: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Keeps time closing on an idle shard: while this replica leads, whenever the shard's
+/// newest stamp is older than `every`, proposes a `CloseTime` entry stamped now. Writes close
+/// time too, so a busy shard gets none.
+async fn run_closer(
+    raft: Raft<FirnRaft, ShardStateMachine>,
+    node_id: NodeId,
+    store: Arc<VersionedStore>,
+    clock: Arc<HybridClock>,
+    every: Duration,
+) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if raft.metrics().borrow_watched().current_leader != Some(node_id) {
+            continue;
+        }
+        let now = clock.now();
+        let newest = store.last_commit_ts();
+        if now.wall_us.saturating_sub(newest.wall_us) < every.as_micros() as u64 {
+            continue;
+        }
+        let close = LogCommand(Command {
+            ts: now,
+            op: Op::CloseTime,
+        });
+        // Without a quorum the entry waits; the next tick tries again.
+        if let Ok(Err(RaftError::Fatal(_))) =
+            tokio::time::timeout(COMMIT_WAIT, raft.client_write(close)).await
+        {
+            return;
+        }
+    }
 }
 
 /// Linearizable reads waiting for a ReadIndex round. One round runs at a time; the reads
@@ -192,6 +231,15 @@ impl ShardReplica {
                 .await
                 .map_err(unavailable)?;
         }
+        let closer = cfg.close_time_every.map(|every| {
+            tokio::spawn(run_closer(
+                raft.clone(),
+                cfg.node_id,
+                store.clone(),
+                clock.clone(),
+                every,
+            ))
+        });
         Ok(ShardReplica {
             shard_id: cfg.shard_id,
             node_id: cfg.node_id,
@@ -199,6 +247,7 @@ impl ShardReplica {
             store,
             clock,
             read_rounds: Arc::default(),
+            closer,
         })
     }
 
@@ -481,6 +530,9 @@ impl ShardReplica {
     }
 
     pub async fn shutdown(&self) {
+        if let Some(closer) = &self.closer {
+            closer.abort();
+        }
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(shard = self.shard_id, "raft shutdown: {e}");
         }

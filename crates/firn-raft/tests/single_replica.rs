@@ -29,6 +29,7 @@ async fn open(dir: &std::path::Path, db: fjall::Database) -> ShardReplica {
         commit,
         snapshot_dir: dir.join("snapshots"),
         snapshot_every_entries: 1_000_000,
+        close_time_every: None,
     };
     ShardReplica::open(cfg, Arc::new(HybridClock::system()))
         .await

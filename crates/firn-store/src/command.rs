@@ -31,6 +31,10 @@ pub enum Op {
     },
     /// Retention by age: drop versions older than each keyspace's `max_age` at `ts`.
     ExpireByAge,
+    /// Closes time through the entry's stamp: changes no key, but every later entry of the
+    /// shard is stamped above it. A leader proposes one when the shard has been idle, so
+    /// that time keeps closing.
+    CloseTime,
     FlushAll,
 }
 
@@ -40,7 +44,7 @@ impl Op {
     pub fn is_batchable(&self) -> bool {
         match self {
             Op::Put(p) => !p.return_previous,
-            Op::Delete { .. } | Op::MSet { .. } => true,
+            Op::Delete { .. } | Op::MSet { .. } | Op::CloseTime => true,
             _ => false,
         }
     }

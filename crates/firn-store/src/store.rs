@@ -17,7 +17,7 @@ use firn_model::{
     CommitTs, FirnError, Key, KeyRange, KeyspaceMode, KeyspaceSpec, ReadAt, Response,
     TruncateBefore, Version, VersionInfo, WatchEvent, WatchFrom, WriteCondition, Written,
 };
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 use crate::backend::{Batch, StorageBackend, Table};
 use crate::command::{Command, Op};
@@ -62,6 +62,9 @@ pub struct VersionedStore {
     keyspaces: RwLock<Vec<KeyspaceSpec>>,
     apply_state: Mutex<ApplyState>,
     events: broadcast::Sender<WatchEvent>,
+    /// The newest stamp applied: every entry applied later is stamped above it, so this
+    /// replica holds every version of the shard with `commit_ts ≤` it (time is closed).
+    closed: watch::Sender<CommitTs>,
 }
 
 impl VersionedStore {
@@ -72,6 +75,7 @@ impl VersionedStore {
             keyspaces: RwLock::new(Vec::new()),
             apply_state: Mutex::new(ApplyState::default()),
             events,
+            closed: watch::Sender::new(CommitTs::default()),
         };
         store.reload()?;
         Ok(store)
@@ -115,6 +119,7 @@ impl VersionedStore {
             .unwrap_or(0);
         *self.apply_state.lock().unwrap_or_else(|p| p.into_inner()) =
             ApplyState { last_ts, live_keys };
+        self.closed.send_replace(last_ts);
         Ok(())
     }
 
@@ -128,6 +133,27 @@ impl VersionedStore {
     }
 
     /// The commit timestamp of the last applied write.
+    /// Waits (at most `timeout`) until this replica has closed time `t`: it holds every
+    /// version with `commit_ts ≤ t` that the shard will ever have, so a read as of `t` gives
+    /// the same answer on every replica, every time.
+    pub async fn wait_closed(
+        &self,
+        t: CommitTs,
+        timeout: std::time::Duration,
+    ) -> Result<(), FirnError> {
+        let mut closed = self.closed.subscribe();
+        let reached = tokio::time::timeout(timeout, closed.wait_for(|c| *c >= t))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        if reached {
+            return Ok(());
+        }
+        Err(FirnError::TryAgain(format!(
+            "time {t} is not closed here yet (closed through {}); retry, or read at an earlier time",
+            *closed.borrow()
+        )))
+    }
+
     pub fn last_commit_ts(&self) -> CommitTs {
         self.apply_state
             .lock()
@@ -232,6 +258,7 @@ impl VersionedStore {
         self.backend.write(batch).map_err(io_err)?;
         state.last_ts = ts;
         state.live_keys = live_keys;
+        self.closed.send_replace(ts);
         drop(state);
         if txn.keyspaces_changed {
             self.reload()?;
@@ -637,6 +664,7 @@ impl<'a> Txn<'a> {
                 self.keyspaces_changed = true;
                 Ok(Response::Done)
             }
+            Op::CloseTime => Ok(Response::Done),
             Op::FlushAll => {
                 for table in [Table::KeyMeta, Table::Versions] {
                     let mut after: Option<Vec<u8>> = None;

@@ -14,7 +14,9 @@ use clap::{Args, Parser, Subcommand};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use firn_client::{Client, ClientError, PutOptions};
 use firn_model::time::{micros_to_rfc3339, parse_micros, parse_read_time};
-use firn_model::{KeyspaceSpec, Limits, ReadAt, ReadConsistency, VersionInfo, WatchFrom};
+use firn_model::{
+    Key, KeyspaceSpec, Limits, ReadAt, ReadConsistency, SnapshotOf, VersionInfo, WatchFrom,
+};
 use firn_node::{NodeConfig, RunningNode};
 
 #[derive(Parser)]
@@ -62,8 +64,9 @@ enum Command {
         key: String,
         #[arg(long, conflicts_with_all = ["as_of", "event_time"])]
         version: Option<u64>,
-        /// Newest version committed at or before this time (µs, RFC 3339, or WALL-LOGICAL).
-        #[arg(long, conflicts_with = "event_time")]
+        /// Newest version committed at or before this time (µs, RFC 3339, or WALL-LOGICAL);
+        /// the replica waits until it has closed that time, so every replica answers alike.
+        #[arg(long, visible_alias = "at", conflicts_with = "event_time")]
         as_of: Option<String>,
         /// The version with the greatest event time at or before this time.
         #[arg(long)]
@@ -89,6 +92,22 @@ enum Command {
         to: Option<u64>,
         #[arg(long, default_value_t = 100)]
         limit: usize,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Read keys, or the keys under a prefix, as of one time across every shard: one
+    /// consistent cut. Without --at, the newest time every shard involved has closed.
+    Snapshot {
+        /// Keys to read (or give --prefix).
+        keys: Vec<String>,
+        /// Read the live keys under this prefix instead (first --limit of them).
+        #[arg(long, conflicts_with = "keys")]
+        prefix: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// The time (µs, RFC 3339, or WALL-LOGICAL).
+        #[arg(long)]
+        at: Option<String>,
         #[command(flatten)]
         target: Target,
     },
@@ -202,6 +221,10 @@ struct ServeArgs {
     /// Snapshot (and purge the log) every this many entries.
     #[arg(long, default_value_t = 100_000)]
     snapshot_every: u64,
+    /// An idle shard's leader closes time this often (e.g. 20ms), so that reads at a time
+    /// (ASOF) wait at most about this long for it to be closed.
+    #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
+    close_time_every: Duration,
     /// This node's id in the cluster.
     #[arg(long, default_value_t = 1)]
     node_id: u64,
@@ -353,6 +376,46 @@ async fn run(cli: Cli) -> Result<(), String> {
                 .map_err(show)?
             {
                 print_version(&info, true);
+            }
+            Ok(())
+        }
+        Command::Snapshot {
+            keys,
+            prefix,
+            limit,
+            at,
+            target,
+        } => {
+            let of = match prefix {
+                Some(p) => SnapshotOf::Prefix {
+                    prefix: p.into(),
+                    cursor: None,
+                    limit,
+                },
+                None if keys.is_empty() => return Err("give keys or --prefix".into()),
+                None => SnapshotOf::Keys(
+                    keys.iter()
+                        .map(|k| Key::new(k.clone().into_bytes()).map_err(|e| e.to_string()))
+                        .collect::<Result<_, _>>()?,
+                ),
+            };
+            let at = at
+                .map(|t| parse_read_time(&t).map_err(|e| e.to_string()))
+                .transpose()?;
+            let (at, items) = connect(&target)
+                .await?
+                .snapshot(&of, at)
+                .await
+                .map_err(show)?;
+            println!("at {at} ({})", micros_to_rfc3339(at.wall_us));
+            for (key, found) in items {
+                let key = String::from_utf8_lossy(&key);
+                match found.and_then(|i| i.value.map(|v| (i.version, v))) {
+                    Some((version, v)) => {
+                        println!("{key}  v{version}  {}", String::from_utf8_lossy(&v))
+                    }
+                    None => println!("{key}  (none)"),
+                }
             }
             Ok(())
         }
@@ -629,6 +692,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         allow_flushall: args.allow_flushall,
         retention_interval: args.retention_interval,
         snapshot_every_entries: args.snapshot_every,
+        close_time_every: args.close_time_every,
         node_id: args.node_id,
         peer_addr: args.peer_addr,
         peers: firn_node::cluster::parse_peers(&args.peers).map_err(|e| e.to_string())?,

@@ -9,6 +9,17 @@ use common::{Cluster, key_in_shard};
 use firn_client::{Client, PutOptions};
 use firn_model::{ReadAt, ReadConsistency};
 
+/// Three nodes started with `extra` flags, once node 1 knows every shard's leader.
+async fn three_nodes(extra: &'static [&'static str]) -> Cluster {
+    tokio::task::spawn_blocking(move || {
+        let c = Cluster::start(3, extra);
+        c.wait_for_leaders(0, None);
+        c
+    })
+    .await
+    .unwrap()
+}
+
 async fn value(client: &Client, key: &str, consistency: ReadConsistency) -> Option<String> {
     client
         .get(key.as_bytes(), ReadAt::Latest, consistency)
@@ -20,13 +31,7 @@ async fn value(client: &Client, key: &str, consistency: ReadConsistency) -> Opti
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_at_any_node_are_read_linearizably_at_every_node() {
-    let cluster = tokio::task::spawn_blocking(|| {
-        let c = Cluster::start(3, &[]);
-        c.wait_for_leaders(0, None);
-        c
-    })
-    .await
-    .unwrap();
+    let cluster = three_nodes(&[]).await;
     let clients: Vec<Client> = futures_connect(&cluster).await;
     for (i, c) in clients.iter().enumerate() {
         for j in 0..20 {
@@ -303,13 +308,7 @@ async fn cluster_aware_clients_route_straight_to_shard_leaders() {
 async fn a_watch_follows_shards_held_on_other_nodes() {
     // One replica per shard: each node holds one shard, so a prefix watch at node 1 follows
     // two shards through other nodes.
-    let cluster = tokio::task::spawn_blocking(|| {
-        let c = Cluster::start(3, &["--replication", "1"]);
-        c.wait_for_leaders(0, None);
-        c
-    })
-    .await
-    .unwrap();
+    let cluster = three_nodes(&["--replication", "1"]).await;
     let keys: Vec<String> = (0..3).map(|s| key_in_shard(s, "w/")).collect();
     let client = Client::connect(&cluster.resp_addr(1)).await.unwrap();
     client
@@ -364,13 +363,7 @@ async fn a_watch_follows_shards_held_on_other_nodes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_local_read_says_how_far_behind_it_may_be() {
-    let cluster = tokio::task::spawn_blocking(|| {
-        let c = Cluster::start(3, &[]);
-        c.wait_for_leaders(0, None);
-        c
-    })
-    .await
-    .unwrap();
+    let cluster = three_nodes(&[]).await;
     let key = key_in_shard(0, "stale");
     let writer = Client::connect(&cluster.resp_addr(0)).await.unwrap();
     let ack = writer
@@ -449,4 +442,130 @@ async fn a_local_read_says_how_far_behind_it_may_be() {
         assert!(lin.header("firn-applied-through").is_none());
     }
     drop(cluster);
+}
+
+/// A read at a time T is one cut of the store: the same at every replica and on every retry,
+/// while writes go on, and each key's value is the newest acknowledged one at or before T.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_at_a_time_are_the_same_at_every_replica_and_every_time() {
+    use firn_model::CommitTs;
+    use std::collections::BTreeMap;
+
+    let cluster = three_nodes(&[]).await;
+    let clients: Vec<Client> = futures_connect(&cluster).await;
+    let keys: Vec<String> = (0..24).map(|i| format!("cut/{i}")).collect();
+    // Every acknowledged write, in the order made: (key, commit_ts, value).
+    let mut written: Vec<(String, CommitTs, String)> = Vec::new();
+    async fn write_round(
+        clients: &[Client],
+        keys: &[String],
+        round: usize,
+        written: &mut Vec<(String, CommitTs, String)>,
+    ) {
+        for (i, k) in keys.iter().enumerate() {
+            let v = format!("{k}@{round}");
+            let ack = clients[(i + round) % 3]
+                .put(k.as_bytes(), v.as_bytes(), PutOptions::default())
+                .await
+                .unwrap();
+            written.push((k.clone(), ack.commit_ts, v));
+        }
+    }
+    for round in 0..3 {
+        write_round(&clients, &keys, round, &mut written).await;
+    }
+    // A time in the middle of the second round: some keys have their second value, some not.
+    let t = written[keys.len() + keys.len() / 2].1;
+    let expected = |written: &[(String, CommitTs, String)]| -> BTreeMap<String, String> {
+        let mut newest: BTreeMap<String, (CommitTs, String)> = BTreeMap::new();
+        for (k, ts, v) in written {
+            if *ts <= t && newest.get(k).is_none_or(|(seen, _)| ts > seen) {
+                newest.insert(k.clone(), (*ts, v.clone()));
+            }
+        }
+        newest.into_iter().map(|(k, (_, v))| (k, v)).collect()
+    };
+    let read_cut = |client: &Client, consistency: ReadConsistency| {
+        let keys = keys.clone();
+        let client = client.clone();
+        async move {
+            let mut cut = BTreeMap::new();
+            for k in &keys {
+                if let Some(v) = client
+                    .get(k.as_bytes(), ReadAt::AsOf(t), consistency)
+                    .await
+                    .unwrap()
+                    .and_then(|i| i.value)
+                {
+                    cut.insert(k.clone(), String::from_utf8_lossy(&v).into_owned());
+                }
+            }
+            cut
+        }
+    };
+    let first = expected(&written);
+    assert!(
+        first.values().any(|v| v.ends_with("@0")) && first.values().any(|v| v.ends_with("@1")),
+        "T must fall inside the second round: {first:?}"
+    );
+    for c in &clients {
+        // Each node reads its own replica (no leader asked).
+        assert_eq!(read_cut(c, ReadConsistency::Local).await, first);
+    }
+    // More writes after T change nothing at T, on any replica, with any consistency.
+    for round in 3..5 {
+        write_round(&clients, &keys, round, &mut written).await;
+    }
+    assert_eq!(
+        expected(&written),
+        first,
+        "a write made after T was stamped at or before T"
+    );
+    for c in &clients {
+        assert_eq!(read_cut(c, ReadConsistency::Local).await, first);
+        assert_eq!(read_cut(c, ReadConsistency::Linearizable).await, first);
+    }
+
+    // Read your write at its own time, at once, at another node: that replica may not have
+    // applied it yet, and the read waits until its time is closed there.
+    for i in 0..60 {
+        let k = format!("ryw/{i}");
+        let ack = clients[i % 3]
+            .put(k.as_bytes(), b"mine", PutOptions::default())
+            .await
+            .unwrap();
+        let got = clients[(i + 1) % 3]
+            .get(
+                k.as_bytes(),
+                ReadAt::AsOf(ack.commit_ts),
+                ReadConsistency::Local,
+            )
+            .await
+            .unwrap()
+            .and_then(|i| i.value);
+        assert_eq!(
+            got.as_deref(),
+            Some(&b"mine"[..]),
+            "{k} at {}",
+            ack.commit_ts
+        );
+    }
+
+    // A time a little ahead is waited for (an idle shard closes time by itself); one far
+    // ahead is refused at once.
+    let now_us = firn_model::hlc::system_wall_us();
+    let soon = CommitTs::new(now_us + 200_000, 0);
+    let got = clients[0]
+        .get(b"cut/0", ReadAt::AsOf(soon), ReadConsistency::Local)
+        .await
+        .unwrap()
+        .and_then(|i| i.value);
+    assert_eq!(got.as_deref(), Some(&b"cut/0@4"[..]));
+    let far = CommitTs::new(now_us + 60_000_000, 0);
+    let e = clients[0]
+        .get(b"cut/0", ReadAt::AsOf(far), ReadConsistency::Local)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("in the future"), "{e}");
 }

@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use firn_model::{
     FirnError, KeyRange, KeyspaceSpec, PutRequest, ReadAt, ReadConsistency, Request, Response,
-    TruncateBefore, VersionInfo, WatchFrom, WatchRequest, WriteCondition, Written,
+    SnapshotOf, TruncateBefore, VersionInfo, WatchFrom, WatchRequest, WriteCondition, Written,
     limits::PAGE_ITEMS_DEFAULT,
 };
 
@@ -58,6 +58,7 @@ pub enum Render {
     FirnValues,
     FirnHistory,
     FirnScan,
+    FirnSnapshot,
     Truncated,
     Keyspaces,
 }
@@ -92,6 +93,7 @@ pub const COMMANDS: &[(&str, i64)] = &[
     ("firn.del", 2),
     ("firn.history", -2),
     ("firn.scan", -2),
+    ("firn.snapshot", -3),
     ("firn.truncate", 5),
     ("firn.watch", -2),
     ("firn.unwatch", 1),
@@ -554,6 +556,41 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
                 Render::FirnScan,
             )
         }
+        "FIRN.SNAPSHOT" => {
+            let mut at = None;
+            let of = loop {
+                match args.keyword()?.as_str() {
+                    "AT" => at = Some(args.read_time()?),
+                    "KEYS" => break SnapshotOf::Keys(args.keys()?),
+                    "PREFIX" => {
+                        let prefix = args.bytes()?;
+                        let (mut cursor, mut limit) = (None, PAGE_ITEMS_DEFAULT);
+                        while !args.is_empty() {
+                            match args.keyword()?.as_str() {
+                                "CURSOR" => cursor = Some(args.bytes()?).filter(|c| !c.is_empty()),
+                                "COUNT" | "LIMIT" => limit = args.usize("COUNT")?,
+                                other => {
+                                    return Err(FirnError::BadArgument(format!(
+                                        "unknown FIRN.SNAPSHOT PREFIX option '{other}'; use CURSOR, COUNT"
+                                    )));
+                                }
+                            }
+                        }
+                        break SnapshotOf::Prefix {
+                            prefix,
+                            cursor,
+                            limit,
+                        };
+                    }
+                    other => {
+                        return Err(FirnError::BadArgument(format!(
+                            "unknown FIRN.SNAPSHOT option '{other}'; use [AT t] KEYS k… or [AT t] PREFIX p [CURSOR c] [COUNT n]"
+                        )));
+                    }
+                }
+            };
+            Action::Execute(Request::Snapshot { of, at }, Render::FirnSnapshot)
+        }
         "FIRN.TRUNCATE" => {
             exact_arity(&args, 4)?;
             let target = match args.keyword()?.as_str() {
@@ -723,6 +760,48 @@ pub fn render(render: Render, result: Result<Response, FirnError>) -> Reply {
                     .collect(),
             ),
         ]),
+        (Render::FirnSnapshot, Response::Snapshot { at, read }) => {
+            let mut fields = vec![(Reply::text("at"), Reply::text(at.to_string()))];
+            match *read {
+                Response::Values(vs) => fields.push((
+                    Reply::text("values"),
+                    Reply::Array(
+                        vs.iter()
+                            .map(|v| v.as_ref().map_or(Reply::Nil, version_map))
+                            .collect(),
+                    ),
+                )),
+                Response::Scan { keys, next_cursor } => {
+                    fields.push((
+                        Reply::text("cursor"),
+                        Reply::Bulk(next_cursor.unwrap_or_default()),
+                    ));
+                    fields.push((
+                        Reply::text("keys"),
+                        Reply::Array(
+                            keys.iter()
+                                .map(|(k, info)| match version_map(info) {
+                                    Reply::Map(mut m) => {
+                                        m.insert(
+                                            0,
+                                            (Reply::text("key"), Reply::Bulk(k.bytes().clone())),
+                                        );
+                                        Reply::Map(m)
+                                    }
+                                    other => other,
+                                })
+                                .collect(),
+                        ),
+                    ));
+                }
+                other => {
+                    return Reply::error(&FirnError::Internal(format!(
+                        "a snapshot answered {other:?}"
+                    )));
+                }
+            }
+            Reply::Map(fields)
+        }
         (Render::Truncated, Response::Truncated { versions_removed }) => {
             Reply::Int(versions_removed as i64)
         }
