@@ -27,6 +27,7 @@ pub struct NodeConfig {
     pub snapshot_every_entries: u64,
     /// A shard leader whose shard has had no entry for this long proposes one that closes
     /// time (so reads at a time wait at most about this long, plus a commit, for it to close).
+    /// Zero: never (a read at a recent time on an idle shard then waits for its next write).
     pub close_time_every: Duration,
     /// This node's id in the cluster (1 for a single node).
     pub node_id: u64,
@@ -51,7 +52,7 @@ pub const REPLICATION_DEFAULT: usize = 3;
 
 /// How often an idle shard closes time by default: the target lag of closed time behind
 /// real time is this plus one commit (tens of milliseconds).
-pub const CLOSE_TIME_EVERY_DEFAULT: Duration = Duration::from_millis(20);
+pub const CLOSE_TIME_EVERY_DEFAULT: Duration = Duration::from_millis(50);
 
 impl Default for NodeConfig {
     fn default() -> Self {

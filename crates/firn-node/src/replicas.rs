@@ -58,7 +58,8 @@ impl ReplicaFactory {
                 snapshot_dir: self.data_dir.join("snapshots"),
                 snapshot_every_entries: self.snapshot_every_entries,
                 // The meta group's state is the layout: nobody reads it at a time.
-                close_time_every: (id != META_GROUP).then_some(self.close_time_every),
+                close_time_every: (id != META_GROUP && !self.close_time_every.is_zero())
+                    .then_some(self.close_time_every),
                 members: members
                     .iter()
                     .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))

@@ -221,9 +221,10 @@ struct ServeArgs {
     /// Snapshot (and purge the log) every this many entries.
     #[arg(long, default_value_t = 100_000)]
     snapshot_every: u64,
-    /// An idle shard's leader closes time this often (e.g. 20ms), so that reads at a time
-    /// (ASOF) wait at most about this long for it to be closed.
-    #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
+    /// An idle shard's leader closes time this often, so that reads at a time (ASOF) wait
+    /// at most about this long for it to be closed; 0 turns it off (an idle cluster then
+    /// uses less CPU, and a read at a recent time on an idle shard waits for its next write).
+    #[arg(long, default_value = "50ms", value_parser = humantime::parse_duration)]
     close_time_every: Duration,
     /// This node's id in the cluster.
     #[arg(long, default_value_t = 1)]
