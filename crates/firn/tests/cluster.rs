@@ -445,7 +445,8 @@ async fn a_local_read_says_how_far_behind_it_may_be() {
 }
 
 /// A read at a time T is one cut of the store: the same at every replica and on every retry,
-/// while writes go on, and each key's value is the newest acknowledged one at or before T.
+/// while writes go on, and each key's value is the newest acknowledged one at or before T;
+/// a cut at a later time contains it (monotone).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_at_a_time_are_the_same_at_every_replica_and_every_time() {
     use firn_model::CommitTs;
@@ -476,16 +477,20 @@ async fn reads_at_a_time_are_the_same_at_every_replica_and_every_time() {
     }
     // A time in the middle of the second round: some keys have their second value, some not.
     let t = written[keys.len() + keys.len() / 2].1;
-    let expected = |written: &[(String, CommitTs, String)]| -> BTreeMap<String, String> {
+    let expected_at = |written: &[(String, CommitTs, String)], t: CommitTs| {
         let mut newest: BTreeMap<String, (CommitTs, String)> = BTreeMap::new();
         for (k, ts, v) in written {
             if *ts <= t && newest.get(k).is_none_or(|(seen, _)| ts > seen) {
                 newest.insert(k.clone(), (*ts, v.clone()));
             }
         }
-        newest.into_iter().map(|(k, (_, v))| (k, v)).collect()
+        newest
+            .into_iter()
+            .map(|(k, (_, v))| (k, v))
+            .collect::<BTreeMap<String, String>>()
     };
-    let read_cut = |client: &Client, consistency: ReadConsistency| {
+    let expected = |written: &[(String, CommitTs, String)]| expected_at(written, t);
+    let read_cut_at = |client: &Client, t: CommitTs, consistency: ReadConsistency| {
         let keys = keys.clone();
         let client = client.clone();
         async move {
@@ -503,6 +508,8 @@ async fn reads_at_a_time_are_the_same_at_every_replica_and_every_time() {
             cut
         }
     };
+    let read_cut =
+        |client: &Client, consistency: ReadConsistency| read_cut_at(client, t, consistency);
     let first = expected(&written);
     assert!(
         first.values().any(|v| v.ends_with("@0")) && first.values().any(|v| v.ends_with("@1")),
@@ -524,6 +531,19 @@ async fn reads_at_a_time_are_the_same_at_every_replica_and_every_time() {
     for c in &clients {
         assert_eq!(read_cut(c, ReadConsistency::Local).await, first);
         assert_eq!(read_cut(c, ReadConsistency::Linearizable).await, first);
+    }
+
+    // Monotone: the cut at a later time (in the third round) holds every key of the cut at
+    // T, each at the same or a later round.
+    let t2 = written[2 * keys.len() + keys.len() / 3].1;
+    let later = read_cut_at(&clients[1], t2, ReadConsistency::Local).await;
+    assert_eq!(later, expected_at(&written, t2));
+    let round = |v: &str| v.rsplit('@').next().unwrap().parse::<usize>().unwrap();
+    for (k, v) in &first {
+        let after = later
+            .get(k)
+            .unwrap_or_else(|| panic!("{k} left the later cut"));
+        assert!(round(after) >= round(v), "{k}: {v} at T, {after} later");
     }
 
     // Read your write at its own time, at once, at another node: that replica may not have
