@@ -158,20 +158,32 @@ async fn run_read_rounds(
             }
             std::mem::take(&mut r.waiting)
         };
-        let result = match raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
-            Ok(_) => Ok(()),
-            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
-                Err(FirnError::TryAgain(format!(
-                    "this replica is not the leader of shard {shard_id} (leader: {:?})",
-                    f.leader_id
-                )))
-            }
-            Err(e) => Err(unavailable(e)),
-        };
+        let result = raft
+            .ensure_linearizable(ReadPolicy::ReadIndex)
+            .await
+            .map(|_| ())
+            .map_err(|e| read_index_error(shard_id, e));
         for read in waiting {
             // A reader that gave up is not waiting any more.
             let _ = read.send(result.clone());
         }
+    }
+}
+
+/// A failed ReadIndex: TRYAGAIN where the leader is elsewhere (the caller asks it), else the
+/// shard is unavailable.
+fn read_index_error(
+    shard_id: ShardId,
+    e: RaftError<FirnRaft, LinearizableReadError<FirnRaft>>,
+) -> FirnError {
+    match e {
+        RaftError::APIError(LinearizableReadError::ForwardToLeader(f)) => {
+            FirnError::TryAgain(format!(
+                "this replica is not the leader of shard {shard_id} (leader: {:?})",
+                f.leader_id
+            ))
+        }
+        e => unavailable(e),
     }
 }
 
@@ -395,16 +407,11 @@ impl ShardReplica {
         if lease && let Ok(l) = self.raft.get_read_linearizer(ReadPolicy::LeaseRead).await {
             return Ok(l.read_log_id().log_id().index);
         }
-        match self.raft.get_read_linearizer(ReadPolicy::ReadIndex).await {
-            Ok(l) => Ok(l.read_log_id().log_id().index),
-            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
-                Err(FirnError::TryAgain(format!(
-                    "this replica is not the leader of shard {} (leader: {:?})",
-                    self.shard_id, f.leader_id
-                )))
-            }
-            Err(e) => Err(unavailable(e)),
-        }
+        self.raft
+            .get_read_linearizer(ReadPolicy::ReadIndex)
+            .await
+            .map(|l| l.read_log_id().log_id().index)
+            .map_err(|e| read_index_error(self.shard_id, e))
     }
 
     /// Waits (at most `timeout`) until this replica has applied `index`.
