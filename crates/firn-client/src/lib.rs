@@ -239,6 +239,23 @@ impl Client {
         }
     }
 
+    /// The connection's causality token: the newest stamp it has been shown (by writes and
+    /// reads) or given. The server keeps it per connection, so a session on one `Client`
+    /// reads its own writes and never reads backwards, on any replica.
+    pub async fn token(&self) -> Result<CommitTs> {
+        as_text(&self.run(&redis::cmd("FIRN.TOKEN")).await?)?
+            .parse()
+            .map_err(protocol)
+    }
+
+    /// Carries a token from elsewhere (another `Client`, another process) into this
+    /// session: later reads see at least what it covers, later writes are stamped above it.
+    pub async fn after(&self, token: CommitTs) -> Result<()> {
+        self.run(redis::cmd("FIRN.AFTER").arg(token.to_string()))
+            .await
+            .map(|_| ())
+    }
+
     /// Keys or a prefix read as of one time across every shard (`at`, or the newest time
     /// every shard involved has closed): the time read at, and each key found with its
     /// version (keys: in the order asked, `None` where absent; a prefix: in key order).

@@ -176,6 +176,12 @@ pub enum Request {
         of: SnapshotOf,
         at: Option<CommitTs>,
     },
+    /// A request that must come after a causality token: a write is stamped above it, a
+    /// read waits until its replica has closed it (so it sees everything its client saw).
+    After {
+        after: CommitTs,
+        request: Box<Request>,
+    },
     KeyspaceCreate(KeyspaceSpec),
     KeyspaceList,
     KeyspaceDrop {
@@ -197,6 +203,21 @@ pub enum SnapshotOf {
         cursor: Option<Bytes>,
         limit: usize,
     },
+}
+
+impl Response {
+    /// The newest commit stamp this answer shows its client (the causality token it carries).
+    pub fn newest_stamp(&self) -> Option<CommitTs> {
+        match self {
+            Response::Written(w) => w.iter().map(|w| w.commit_ts).max(),
+            Response::Value(v) => v.as_ref().map(|i| i.commit_ts),
+            Response::Values(vs) => vs.iter().flatten().map(|i| i.commit_ts).max(),
+            Response::History(h) => h.iter().map(|i| i.commit_ts).max(),
+            Response::Scan { keys, .. } => keys.iter().map(|(_, i)| i.commit_ts).max(),
+            Response::Snapshot { at, read } => read.newest_stamp().max(Some(*at)),
+            _ => None,
+        }
+    }
 }
 
 impl SnapshotOf {
@@ -228,6 +249,9 @@ impl SnapshotOf {
 impl Request {
     /// Whether this request changes state (and so goes through the log).
     pub fn is_write(&self) -> bool {
+        if let Request::After { request, .. } = self {
+            return request.is_write();
+        }
         matches!(
             self,
             Request::Put(_)
@@ -305,6 +329,7 @@ impl Request {
     /// How fresh a read must be; writes and bookkeeping reads are linearizable.
     pub fn consistency(&self) -> ReadConsistency {
         match self {
+            Request::After { request, .. } => request.consistency(),
             Request::Get { consistency, .. }
             | Request::MGet { consistency, .. }
             | Request::Exists { consistency, .. }
@@ -314,9 +339,40 @@ impl Request {
         }
     }
 
+    /// This request, to come after `token` (unchanged without one).
+    pub fn after(self, token: Option<CommitTs>) -> Request {
+        match token {
+            Some(after) if after > CommitTs::ZERO => Request::After {
+                after,
+                request: Box::new(self),
+            },
+            _ => self,
+        }
+    }
+
+    /// The request under any causality tokens.
+    pub fn peeled(&self) -> &Request {
+        match self {
+            Request::After { request, .. } => request.peeled(),
+            other => other,
+        }
+    }
+
+    /// The causality token a request carries, and the request itself.
+    pub fn split_after(self) -> (Option<CommitTs>, Request) {
+        match self {
+            Request::After { after, request } => {
+                let (inner, request) = request.split_after();
+                (Some(inner.map_or(after, |i| i.max(after))), request)
+            }
+            other => (None, other),
+        }
+    }
+
     /// The time a read is at, for reads as of a commit time (`ASOF t`).
     pub fn as_of(&self) -> Option<CommitTs> {
         match self {
+            Request::After { request, .. } => request.as_of(),
             Request::Get {
                 at: ReadAt::AsOf(t),
                 ..
@@ -345,6 +401,7 @@ impl Request {
             Request::History { .. } => "history",
             Request::Scan { .. } => "scan",
             Request::Snapshot { .. } => "snapshot",
+            Request::After { request, .. } => request.name(),
             Request::Truncate { .. } => "truncate",
             Request::KeyspaceCreate(_) => "keyspace_create",
             Request::KeyspaceList => "keyspace_list",

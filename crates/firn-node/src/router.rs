@@ -383,12 +383,14 @@ impl Router {
     /// returns, so requests submitted one after another apply in that order (a forwarded
     /// write is awaited here for the same reason); a read is executed at once.
     pub async fn submit(&self, request: Request) -> Pending {
+        let (after, request) = request.split_after();
         let Request::Snapshot { of, at } = request else {
-            return self.submit_one(request).await;
+            return self.submit_one(request, after).await;
         };
-        // One time for every shard: the reads of each shard wait until it has closed it.
-        let at = at.unwrap_or_else(|| self.closed_now(&of));
-        let read = self.submit_one(of.read_at(at)).await;
+        // One time for every shard: the reads of each shard wait until it has closed it
+        // (never before a causality token the client brought).
+        let at = at.unwrap_or_else(|| self.closed_now(&of).max(after.unwrap_or(CommitTs::ZERO)));
+        let read = self.submit_one(of.read_at(at), None).await;
         Box::pin(async move {
             read.await.map(|read| Response::Snapshot {
                 at,
@@ -420,7 +422,9 @@ impl Router {
             .unwrap_or(now)
     }
 
-    async fn submit_one(&self, request: Request) -> Pending {
+    /// Plans a request (never a snapshot) over the shards and starts each part, each part
+    /// carrying the causality token `after`, if any.
+    async fn submit_one(&self, request: Request, after: Option<CommitTs>) -> Pending {
         let name = request.name();
         let started = Instant::now();
         metrics::counter!("firn_requests_total", "op" => name).increment(1);
@@ -454,18 +458,18 @@ impl Router {
             return ready(Err(e));
         }
         let outcome = match Self::plan(&layout, request.clone()) {
-            Plan::One(shard, request) => self.on_shard(shard, request, 0).await,
+            Plan::One(shard, request) => self.on_shard(shard, request.after(after), 0).await,
             Plan::Split(parts, n) => {
                 let mut pendings = Vec::with_capacity(parts.len());
                 for (shard, part, positions) in parts {
-                    pendings.push((self.on_shard(shard, part, 0).await, positions));
+                    pendings.push((self.on_shard(shard, part.after(after), 0).await, positions));
                 }
                 Box::pin(merge_split(request, pendings, n))
             }
             Plan::All => {
                 let mut pendings = Vec::new();
                 for shard in layout.shard_ids() {
-                    pendings.push(self.on_shard(shard, request.clone(), 0).await);
+                    pendings.push(self.on_shard(shard, request.clone().after(after), 0).await);
                 }
                 Box::pin(merge_all(request, pendings))
             }
@@ -504,7 +508,7 @@ impl Router {
         };
         let snapshot = requests
             .iter()
-            .any(|r| matches!(r, Request::Snapshot { .. }));
+            .any(|r| matches!(r.peeled(), Request::Snapshot { .. }));
         let (Some(replica), false) = (single_local, snapshot) else {
             let mut out = Vec::with_capacity(requests.len());
             for r in requests {
@@ -513,6 +517,20 @@ impl Router {
             return out;
         };
         let started = Instant::now();
+        // The newest causality token of the local reads among them: the replica first closes
+        // it, once for all (linearizable reads see what their client saw anyway).
+        let (afters, requests): (Vec<Option<CommitTs>>, Vec<Request>) =
+            requests.into_iter().map(Request::split_after).unzip();
+        if let Some(t) = afters
+            .into_iter()
+            .zip(&requests)
+            .filter(|(_, r)| r.consistency() == ReadConsistency::Local)
+            .filter_map(|(t, _)| t)
+            .max()
+            && let Err(e) = wait_closed(&replica, t).await
+        {
+            return vec![Err(e); requests.len()];
+        }
         // The strongest level asked for decides the one barrier (reads at a time wait for
         // their time to close instead).
         let consistencies: Vec<ReadConsistency> = requests
@@ -598,6 +616,11 @@ impl Router {
                     Err(e) => return ready(Err(e)),
                 };
                 if let (Some(replica), true) = (&local, leader == self.node_id) {
+                    // A write after a token is stamped above it.
+                    let (after, request) = request.split_after();
+                    if let Some(t) = after {
+                        replica.observe(t);
+                    }
                     let op = Op::from_request(request).expect("a write has a log operation");
                     return match replica.propose(op).await {
                         Ok(p) => p,
@@ -608,6 +631,16 @@ impl Router {
             }
             match local {
                 Some(replica) => {
+                    // A local read after a token waits until this replica has closed it: it
+                    // then holds everything the client saw. (A linearizable read sees that
+                    // and more anyway.)
+                    let (after, request) = request.split_after();
+                    if let Some(t) = after
+                        && request.consistency() == ReadConsistency::Local
+                        && let Err(e) = wait_closed(&replica, t).await
+                    {
+                        return ready(Err(e));
+                    }
                     if let Err(e) = self.fence(&replica, &request).await {
                         return ready(Err(e));
                     }

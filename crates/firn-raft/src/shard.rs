@@ -267,6 +267,11 @@ impl ShardReplica {
         self.shard_id
     }
 
+    /// Makes this replica's later stamps exceed `ts` (a causality token a client brought).
+    pub fn observe(&self, ts: firn_model::CommitTs) {
+        self.clock.observe(ts);
+    }
+
     pub fn store(&self) -> &Arc<VersionedStore> {
         &self.store
     }

@@ -3,9 +3,9 @@
 
 use bytes::Bytes;
 use firn_model::{
-    FirnError, KeyRange, KeyspaceSpec, PutRequest, ReadAt, ReadConsistency, Request, Response,
-    SnapshotOf, TruncateBefore, VersionInfo, WatchFrom, WatchRequest, WriteCondition, Written,
-    limits::PAGE_ITEMS_DEFAULT,
+    CommitTs, FirnError, KeyRange, KeyspaceSpec, PutRequest, ReadAt, ReadConsistency, Request,
+    Response, SnapshotOf, TruncateBefore, VersionInfo, WatchFrom, WatchRequest, WriteCondition,
+    Written, limits::PAGE_ITEMS_DEFAULT,
 };
 
 use firn_model::time::parse_duration_us;
@@ -39,6 +39,10 @@ pub enum Action {
     Cluster(String),
     /// FIRN.CLUSTER REMOVE id: start removing a node.
     ClusterRemove(u64),
+    /// FIRN.AFTER token: what this connection sends from now on comes after the token.
+    After(CommitTs),
+    /// FIRN.TOKEN: this connection's causality token.
+    Token,
     Quit,
 }
 
@@ -102,6 +106,8 @@ pub const COMMANDS: &[(&str, i64)] = &[
     ("readonly", 1),
     ("readwrite", 1),
     ("firn.cluster", 1),
+    ("firn.after", 2),
+    ("firn.token", 1),
 ];
 
 fn unknown_subcommand(cmd: &str, sub: &str) -> FirnError {
@@ -289,6 +295,14 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
                 }
                 _ => return Err(unknown_subcommand("cluster", &sub)),
             }
+        }
+        "FIRN.AFTER" => {
+            exact_arity(&args, 1)?;
+            Action::After(args.read_time()?)
+        }
+        "FIRN.TOKEN" => {
+            exact_arity(&args, 0)?;
+            Action::Token
         }
         "FIRN.CLUSTER" => {
             if args.is_empty() {

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use firn_model::limits::RESP_FRAME_BYTES_MAX;
-use firn_model::{FirnError, ReadAt, ReadConsistency, Request, Response, WatchEvent};
+use firn_model::{CommitTs, FirnError, ReadAt, ReadConsistency, Request, Response, WatchEvent};
 use redis_protocol::resp2;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -116,6 +116,9 @@ struct Connection {
     queue: VecDeque<Queued>,
     /// Consecutive reads not yet executed: they share one read-index barrier.
     reads: Vec<(Request, Render)>,
+    /// The connection's causality token: the newest stamp it was shown or given. What it
+    /// sends comes after it (reads see at least what it saw; writes are stamped above it).
+    token: Option<CommitTs>,
     closing: bool,
 }
 
@@ -136,6 +139,7 @@ impl Connection {
             output: BytesMut::with_capacity(16 * 1024),
             queue: VecDeque::new(),
             reads: Vec::new(),
+            token: None,
             closing: false,
         }
     }
@@ -238,11 +242,22 @@ impl Connection {
     }
 
     /// Awaits every queued answer, in order, into the output buffer.
+    /// Raises the connection's causality token to what an answer showed.
+    fn saw(&mut self, result: &Result<Response, FirnError>) {
+        if let Some(t) = result.as_ref().ok().and_then(Response::newest_stamp) {
+            self.token = self.token.max(Some(t));
+        }
+    }
+
     async fn drain(&mut self) {
         while let Some(q) = self.queue.pop_front() {
             let reply = match q {
                 Queued::Ready(r) => r,
-                Queued::Pending(how, pending) => render(how, pending.await),
+                Queued::Pending(how, pending) => {
+                    let result = pending.await;
+                    self.saw(&result);
+                    render(how, result)
+                }
             };
             reply.encode(self.proto, &mut self.output);
         }
@@ -257,12 +272,17 @@ impl Connection {
             // A read sees the writes this connection sent before it.
             self.drain().await;
         }
-        let (requests, renders): (Vec<Request>, Vec<Render>) = self.reads.drain(..).unzip();
+        let token = self.token;
+        let (requests, renders): (Vec<Request>, Vec<Render>) = self
+            .reads
+            .drain(..)
+            .map(|(r, how)| (r.after(token), how))
+            .unzip();
         // A local FIRN.GET says how far behind it may be (measured before it reads).
         let staleness: Vec<_> = requests
             .iter()
             .zip(&renders)
-            .map(|(r, how)| match (r, how) {
+            .map(|(r, how)| match (r.peeled(), how) {
                 (
                     Request::Get {
                         key,
@@ -276,6 +296,7 @@ impl Connection {
             .collect();
         let results = self.shared.router.execute_reads(requests).await;
         for ((how, result), stale) in renders.into_iter().zip(results).zip(staleness) {
+            self.saw(&result);
             let mut reply = render(how, result);
             if let (Reply::Map(fields), Some((through, at_most_us))) = (&mut reply, stale) {
                 fields.push((
@@ -308,7 +329,7 @@ impl Connection {
             if request.is_write() {
                 // Reads sent before this write must not see it.
                 self.flush_reads().await;
-                let pending = self.shared.router.submit(request).await;
+                let pending = self.shared.router.submit(request.after(self.token)).await;
                 self.queue.push_back(Queued::Pending(how, pending));
             } else {
                 self.reads.push((request, how));
@@ -359,6 +380,15 @@ impl Connection {
                 let view = self.shared.router.cluster_view().await;
                 let reply = cluster_reply(&sub, &view, self.shared.router.node_id());
                 self.queue.push_back(Queued::Ready(reply));
+            }
+            Action::After(t) => {
+                self.token = self.token.max(Some(t));
+                self.queue.push_back(Queued::Ready(Reply::Ok));
+            }
+            Action::Token => {
+                let t = self.token.unwrap_or(CommitTs::ZERO);
+                self.queue
+                    .push_back(Queued::Ready(Reply::text(t.to_string())));
             }
             Action::ClusterRemove(node) => {
                 let reply = match self.shared.router.remove_node(node).await {
