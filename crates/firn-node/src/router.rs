@@ -517,34 +517,19 @@ impl Router {
             return out;
         };
         let started = Instant::now();
-        // The newest causality token of the local reads among them: the replica first closes
-        // it, once for all (linearizable reads see what their client saw anyway).
+        // What each read waits for on this replica (its client's token, its time), then one
+        // barrier, decided by the strongest level the others asked for.
         let (afters, requests): (Vec<Option<CommitTs>>, Vec<Request>) =
             requests.into_iter().map(Request::split_after).unzip();
-        if let Some(t) = afters
-            .into_iter()
-            .zip(&requests)
-            .filter(|(_, r)| r.consistency() == ReadConsistency::Local)
-            .filter_map(|(t, _)| t)
-            .max()
-            && let Err(e) = wait_closed(&replica, t).await
-        {
-            return vec![Err(e); requests.len()];
+        let mut local = Vec::with_capacity(requests.len());
+        for (after, r) in afters.into_iter().zip(&requests) {
+            local.push(wait_local(&replica, after, r).await);
         }
-        // The strongest level asked for decides the one barrier (reads at a time wait for
-        // their time to close instead).
         let consistencies: Vec<ReadConsistency> = requests
             .iter()
             .filter(|r| r.as_of().is_none())
             .map(|r| r.consistency())
             .collect();
-        let mut closed = Vec::with_capacity(requests.len());
-        for r in &requests {
-            closed.push(match r.as_of() {
-                Some(t) => Some(wait_closed(&replica, t).await),
-                None => None,
-            });
-        }
         let barrier = if consistencies.contains(&ReadConsistency::Linearizable) {
             self.barrier(replica.shard_id(), false).await
         } else if consistencies.contains(&ReadConsistency::Lease) {
@@ -554,16 +539,16 @@ impl Router {
         };
         requests
             .into_iter()
-            .zip(closed)
-            .map(|(request, closed)| {
+            .zip(local)
+            .map(|(request, local)| {
                 let name = request.name();
                 metrics::counter!("firn_requests_total", "op" => name).increment(1);
-                let result = match (&barrier, request.consistency(), closed) {
-                    (_, _, Some(Err(e))) => Err(e),
-                    (_, _, Some(Ok(()))) => self
-                        .validate(&request)
-                        .and_then(|()| read_unfenced(&replica, request)),
-                    (Err(e), ReadConsistency::Linearizable | ReadConsistency::Lease, None) => {
+                let at_a_time = request.as_of().is_some();
+                let result = match (&barrier, request.consistency(), local) {
+                    (_, _, Err(e)) => Err(e),
+                    (Err(e), ReadConsistency::Linearizable | ReadConsistency::Lease, _)
+                        if !at_a_time =>
+                    {
                         Err(e.clone())
                     }
                     _ => self
@@ -631,17 +616,14 @@ impl Router {
             }
             match local {
                 Some(replica) => {
-                    // A local read after a token waits until this replica has closed it: it
-                    // then holds everything the client saw. (A linearizable read sees that
-                    // and more anyway.)
                     let (after, request) = request.split_after();
-                    if let Some(t) = after
-                        && request.consistency() == ReadConsistency::Local
-                        && let Err(e) = wait_closed(&replica, t).await
-                    {
+                    if let Err(e) = wait_local(&replica, after, &request).await {
                         return ready(Err(e));
                     }
-                    if let Err(e) = self.fence(&replica, &request).await {
+                    // A read at a time needs no barrier: its time is closed here.
+                    if request.as_of().is_none()
+                        && let Err(e) = self.barrier_for(shard, request.consistency()).await
+                    {
                         return ready(Err(e));
                     }
                     ready(read_unfenced(&replica, request))
@@ -715,19 +697,6 @@ impl Router {
             Err(e) => Err(FirnError::Indeterminate(format!(
                 "{e}; the request may or may not have been applied"
             ))),
-        }
-    }
-
-    /// What a read on a local replica waits for before it reads: a read at a time waits
-    /// until the replica has closed that time (then every replica answers it alike, and
-    /// no leader is asked); any other read passes its consistency's barrier.
-    async fn fence(&self, replica: &ShardReplica, request: &Request) -> Result<(), FirnError> {
-        match request.as_of() {
-            Some(t) => wait_closed(replica, t).await,
-            None => {
-                self.barrier_for(replica.shard_id(), request.consistency())
-                    .await
-            }
         }
     }
 
@@ -1170,6 +1139,26 @@ fn check_prefix(prefix: &[u8]) -> Result<(), FirnError> {
         )));
     }
     Ok(())
+}
+
+/// What a read waits for on the replica itself, before any barrier: a local read, until the
+/// replica has closed its client's causality token (it then holds everything the client saw;
+/// a linearizable read sees that and more anyway); a read at a time, until the replica has
+/// closed that time (then every replica answers it alike, and no leader is asked).
+async fn wait_local(
+    replica: &ShardReplica,
+    after: Option<CommitTs>,
+    request: &Request,
+) -> Result<(), FirnError> {
+    if let Some(t) = after
+        && request.consistency() == ReadConsistency::Local
+    {
+        wait_closed(replica, t).await?;
+    }
+    match request.as_of() {
+        Some(t) => wait_closed(replica, t).await,
+        None => Ok(()),
+    }
 }
 
 /// Waits until `replica` has closed time `t` (at most `CLOSED_WAIT`); refuses a `t` further
