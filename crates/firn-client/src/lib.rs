@@ -332,17 +332,23 @@ impl Client {
         }
     }
 
+    /// Versions `from..=to` of a key, oldest first; with `as_of`, only those committed at
+    /// or before that time.
     pub async fn history(
         &self,
         key: &[u8],
         from: Version,
         to: Option<Version>,
         limit: usize,
+        as_of: Option<CommitTs>,
     ) -> Result<Vec<VersionInfo>> {
         let mut cmd = redis::cmd("FIRN.HISTORY");
         cmd.arg(key).arg("FROM").arg(from).arg("LIMIT").arg(limit);
         if let Some(to) = to {
             cmd.arg("TO").arg(to);
+        }
+        if let Some(t) = as_of {
+            cmd.arg("ASOF").arg(t.to_string());
         }
         match self.run(&cmd).await? {
             Value::Array(items) => items.iter().map(version_info).collect(),

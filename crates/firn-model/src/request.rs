@@ -148,12 +148,14 @@ pub enum Request {
         keys: Vec<Key>,
         consistency: ReadConsistency,
     },
-    /// Versions `from..=to` of a key, oldest first, at most `limit`.
+    /// Versions `from..=to` of a key, oldest first, at most `limit`; with `as_of`, only the
+    /// versions committed at or before that time (the history as a read at T sees it).
     History {
         key: Key,
         from: Version,
         to: Option<Version>,
         limit: usize,
+        as_of: Option<CommitTs>,
         consistency: ReadConsistency,
     },
     /// Live keys under `prefix` after `cursor`, in key order, at most `limit`.
@@ -384,7 +386,8 @@ impl Request {
             | Request::Scan {
                 at: ReadAt::AsOf(t),
                 ..
-            } => Some(*t),
+            }
+            | Request::History { as_of: Some(t), .. } => Some(*t),
             _ => None,
         }
     }

@@ -259,6 +259,7 @@ async fn history(
         from: param_u64(&q, "from")?.unwrap_or(1),
         to: param_u64(&q, "to")?,
         limit: param_u64(&q, "limit")?.map_or(PAGE_ITEMS_DEFAULT, |l| l as usize),
+        as_of: q.get("as_of").map(|t| parse_read_time(t)).transpose()?,
         consistency: consistency(&q)?,
     };
     match router.execute(request).await? {

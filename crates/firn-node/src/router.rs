@@ -1200,12 +1200,14 @@ fn read_unfenced(replica: &ShardReplica, request: Request) -> Result<Response, F
             from,
             to,
             limit,
+            as_of,
             ..
         } => Ok(Response::History(store.history(
             key.as_bytes(),
             from,
             to,
             limit,
+            as_of,
         )?)),
         Request::Scan {
             prefix,

@@ -88,7 +88,11 @@ async fn writes_survive_restart_and_snapshot_purges_the_log() {
     assert_eq!(latest.version, 51);
     assert_eq!(latest.value.unwrap(), "after-snapshot");
     assert_eq!(
-        replica.store().history(b"k", 1, None, 100).unwrap().len(),
+        replica
+            .store()
+            .history(b"k", 1, None, 100, None)
+            .unwrap()
+            .len(),
         51
     );
     assert_eq!(put(&replica, "k", "52").await, 52);

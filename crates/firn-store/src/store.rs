@@ -379,11 +379,21 @@ impl VersionedStore {
         from: Version,
         to: Option<Version>,
         limit: usize,
+        as_of: Option<CommitTs>,
     ) -> Result<Vec<VersionInfo>, FirnError> {
         let Some(meta) = self.meta(key)? else {
             return Ok(Vec::new());
         };
-        let to = to.unwrap_or(meta.latest).min(meta.latest);
+        let mut to = to.unwrap_or(meta.latest).min(meta.latest);
+        if let Some(t) = as_of {
+            // Stamps grow with versions, so the history at T is a prefix: it ends at the
+            // version a read at T sees. Nothing stored at or before T: an empty history.
+            to = match self.get(key, ReadAt::AsOf(t)) {
+                Ok(Some(seen)) => to.min(seen.version),
+                Ok(None) | Err(FirnError::Compacted { .. }) => return Ok(Vec::new()),
+                Err(e) => return Err(e),
+            };
+        }
         self.records(key, from.max(meta.oldest), to, false, limit)
     }
 

@@ -81,7 +81,7 @@ fn cput_with_stale_version_conflicts_and_writes_nothing() {
     let err = apply(&store, 3, Op::Put(req)).unwrap_err();
     assert_eq!(err, FirnError::Conflict { current: 2 });
     assert_eq!(value_at(&store, "k", ReadAt::Latest).as_deref(), Some("b"));
-    assert_eq!(store.history(b"k", 1, None, 100).unwrap().len(), 2);
+    assert_eq!(store.history(b"k", 1, None, 100, None).unwrap().len(), 2);
 
     let mut req = put_req("k", "fresh");
     req.condition = WriteCondition::IfVersion(2);
@@ -118,7 +118,7 @@ fn delete_writes_a_tombstone_version_that_history_shows() {
     assert_eq!(w[0].version, 2);
     assert_eq!(value_at(&store, "k", ReadAt::Latest), None);
     assert_eq!(store.live_keys(), 0);
-    let history = store.history(b"k", 1, None, 10).unwrap();
+    let history = store.history(b"k", 1, None, 10, None).unwrap();
     assert_eq!(history.len(), 2);
     assert!(history[1].deleted && !history[0].deleted);
     // A deleted key counts as absent for if_version 0.
@@ -128,6 +128,34 @@ fn delete_writes_a_tombstone_version_that_history_shows() {
         panic!()
     };
     assert_eq!(w[0].version, 3);
+}
+
+#[test]
+fn history_as_of_t_ends_at_the_version_a_read_at_t_sees() {
+    let store = mem_store();
+    for (wall, v) in [(10, "a"), (20, "b"), (30, "c")] {
+        put(&store, wall, "k", v);
+    }
+    let versions = |as_of: Option<CommitTs>| -> Vec<u64> {
+        store
+            .history(b"k", 1, None, 10, as_of)
+            .unwrap()
+            .iter()
+            .map(|i| i.version)
+            .collect()
+    };
+    assert_eq!(versions(None), [1, 2, 3]);
+    assert_eq!(versions(Some(CommitTs::new(25, 0))), [1, 2]);
+    assert_eq!(versions(Some(CommitTs::new(20, 0))), [1, 2]);
+    assert_eq!(versions(Some(CommitTs::new(9, 0))), Vec::<u64>::new());
+    // TO still bounds it.
+    assert_eq!(
+        store
+            .history(b"k", 1, Some(1), 10, Some(CommitTs::new(99, 0)))
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 #[test]
@@ -170,7 +198,10 @@ fn latest_and_notify_keyspaces_keep_only_the_newest_or_nothing() {
     let mut events = store.subscribe();
     put(&store, 2, "last/a", "1");
     put(&store, 3, "last/a", "2");
-    assert_eq!(store.history(b"last/a", 1, None, 10).unwrap().len(), 1);
+    assert_eq!(
+        store.history(b"last/a", 1, None, 10, None).unwrap().len(),
+        1
+    );
     assert_eq!(
         value_at(&store, "last/a", ReadAt::Latest).as_deref(),
         Some("2")
@@ -179,7 +210,12 @@ fn latest_and_notify_keyspaces_keep_only_the_newest_or_nothing() {
     let w = put(&store, 4, "ping/x", "hello");
     assert_eq!(w.version, 1);
     assert_eq!(value_at(&store, "ping/x", ReadAt::Latest), None);
-    assert!(store.history(b"ping/x", 1, None, 10).unwrap().is_empty());
+    assert!(
+        store
+            .history(b"ping/x", 1, None, 10, None)
+            .unwrap()
+            .is_empty()
+    );
     let mut seen = Vec::new();
     while let Ok(e) = events.try_recv() {
         seen.push((e.key.to_string(), e.info.value.unwrap()));
@@ -204,7 +240,7 @@ fn max_versions_retention_drops_the_oldest_at_apply() {
         put(&store, 10 + i, "t/k", &i.to_string());
     }
     let versions: Vec<_> = store
-        .history(b"t/k", 1, None, 10)
+        .history(b"t/k", 1, None, 10, None)
         .unwrap()
         .iter()
         .map(|i| i.version)
@@ -236,8 +272,8 @@ fn expire_by_age_keeps_the_newest_version() {
             versions_removed: 1
         }
     );
-    assert_eq!(store.history(b"a/k", 1, None, 10).unwrap().len(), 1);
-    assert_eq!(store.history(b"other", 1, None, 10).unwrap().len(), 2);
+    assert_eq!(store.history(b"a/k", 1, None, 10, None).unwrap().len(), 1);
+    assert_eq!(store.history(b"other", 1, None, 10, None).unwrap().len(), 2);
 }
 
 #[test]
@@ -395,7 +431,7 @@ fn fjall_backend_keeps_versions_and_bookkeeping_across_reopen() {
     }
     let backend: Arc<dyn StorageBackend> = Arc::new(FjallBackend::open_path(dir.path()).unwrap());
     let store = VersionedStore::open(backend).unwrap();
-    assert_eq!(store.history(b"k", 1, None, 10).unwrap().len(), 3);
+    assert_eq!(store.history(b"k", 1, None, 10, None).unwrap().len(), 3);
     assert_eq!(
         store.system_get(b"applied").unwrap().as_deref(),
         Some(&b"7"[..])
@@ -482,7 +518,7 @@ fn a_batch_of_commands_applies_in_order_and_a_rejected_one_changes_nothing() {
         })
         .collect();
     assert_eq!(versions, vec![1, 2, 3, 4]);
-    let history = store.history(b"k", 1, None, 10).unwrap();
+    let history = store.history(b"k", 1, None, 10, None).unwrap();
     let values: Vec<_> = history.iter().map(|i| i.value.clone()).collect();
     assert_eq!(
         values,
@@ -528,6 +564,7 @@ fn every_write_request_has_a_log_operation_and_no_read_does() {
             from: 1,
             to: None,
             limit: 1,
+            as_of: None,
             consistency: ReadConsistency::Linearizable,
         },
         Request::Scan {

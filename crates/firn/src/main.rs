@@ -92,6 +92,10 @@ enum Command {
         to: Option<u64>,
         #[arg(long, default_value_t = 100)]
         limit: usize,
+        /// Only the versions committed at or before this time (RFC 3339, µs, or a commit
+        /// stamp).
+        #[arg(long, visible_alias = "as-of")]
+        at: Option<String>,
         #[command(flatten)]
         target: Target,
     },
@@ -368,11 +372,15 @@ async fn run(cli: Cli) -> Result<(), String> {
             from,
             to,
             limit,
+            at,
             target,
         } => {
+            let as_of = at
+                .map(|t| parse_read_time(&t).map_err(|e| e.to_string()))
+                .transpose()?;
             for info in connect(&target)
                 .await?
-                .history(key.as_bytes(), from, to, limit)
+                .history(key.as_bytes(), from, to, limit, as_of)
                 .await
                 .map_err(show)?
             {

@@ -532,6 +532,22 @@ async fn reads_at_a_time_are_the_same_at_every_replica_and_every_time() {
         assert_eq!(read_cut(c, ReadConsistency::Local).await, first);
         assert_eq!(read_cut(c, ReadConsistency::Linearizable).await, first);
     }
+    // History at T, on every replica: exactly the writes of the key at or before T.
+    for (i, k) in keys.iter().enumerate().step_by(5) {
+        let mine: Vec<CommitTs> = written
+            .iter()
+            .filter(|(wk, ts, _)| wk == k && *ts <= t)
+            .map(|(_, ts, _)| *ts)
+            .collect();
+        let history: Vec<CommitTs> = clients[i % 3]
+            .history(k.as_bytes(), 1, None, 100, Some(t))
+            .await
+            .unwrap()
+            .iter()
+            .map(|v| v.commit_ts)
+            .collect();
+        assert_eq!(history, mine, "history of {k} at {t}");
+    }
 
     // Monotone: the cut at a later time (in the third round) holds every key of the cut at
     // T, each at the same or a later round.

@@ -230,7 +230,7 @@ async fn nodes_join_and_leave_under_load_without_losing_acknowledged_writes() {
                 .unwrap();
         }
         let kept = client
-            .history(format!("cam/{i}").as_bytes(), 1, None, 10)
+            .history(format!("cam/{i}").as_bytes(), 1, None, 10, None)
             .await
             .unwrap();
         assert_eq!(

@@ -512,17 +512,23 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
         }
         "FIRN.HISTORY" => {
             let key = args.key()?;
-            let (mut from, mut to, mut limit, mut consistency) =
-                (1, None, PAGE_ITEMS_DEFAULT, ReadConsistency::Linearizable);
+            let (mut from, mut to, mut limit, mut as_of, mut consistency) = (
+                1,
+                None,
+                PAGE_ITEMS_DEFAULT,
+                None,
+                ReadConsistency::Linearizable,
+            );
             while !args.is_empty() {
                 match args.keyword()?.as_str() {
                     "FROM" => from = args.u64("FROM")?,
                     "TO" => to = Some(args.u64("TO")?),
                     "LIMIT" => limit = args.usize("LIMIT")?,
+                    "ASOF" => as_of = Some(args.read_time()?),
                     "CONSISTENCY" => consistency = args.text()?.parse()?,
                     other => {
                         return Err(FirnError::BadArgument(format!(
-                            "unknown FIRN.HISTORY option '{other}'; use FROM, TO, LIMIT, CONSISTENCY"
+                            "unknown FIRN.HISTORY option '{other}'; use FROM, TO, LIMIT, ASOF, CONSISTENCY"
                         )));
                     }
                 }
@@ -533,6 +539,7 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
                     from,
                     to,
                     limit,
+                    as_of,
                     consistency,
                 },
                 Render::FirnHistory,
