@@ -220,6 +220,11 @@ impl Response {
             _ => None,
         }
     }
+
+    /// Raises a session's causality token to what this answer shows.
+    pub fn raise_token(&self, token: &mut Option<CommitTs>) {
+        *token = (*token).max(self.newest_stamp());
+    }
 }
 
 impl SnapshotOf {

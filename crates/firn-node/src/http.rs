@@ -17,8 +17,9 @@ use base64::Engine;
 use firn_model::limits::{PAGE_ITEMS_DEFAULT, VALUE_BYTES_MAX_CEILING};
 use firn_model::time::{micros_to_rfc3339, parse_duration_us, parse_micros, parse_read_time};
 use firn_model::{
-    FirnError, Key, KeyRange, KeyspaceSpec, PutRequest, ReadAt, ReadConsistency, Request, Response,
-    SnapshotOf, TruncateBefore, VersionInfo, WatchFrom, WatchRequest, WriteCondition, Written,
+    CommitTs, FirnError, Key, KeyRange, KeyspaceSpec, PutRequest, ReadAt, ReadConsistency, Request,
+    Response, SnapshotOf, TruncateBefore, VersionInfo, WatchFrom, WatchRequest, WriteCondition,
+    Written,
 };
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
@@ -47,7 +48,64 @@ pub fn routes(router: Arc<Router>) -> HttpRouter {
         .route("/metrics", get(metrics))
         // Bodies up to the ceiling reach the router, which states the configured limit.
         .layer(DefaultBodyLimit::max(VALUE_BYTES_MAX_CEILING + 1))
+        .layer(axum::middleware::from_fn(sessions))
         .with_state(router)
+}
+
+/// The causality token a client sends back (`Firn-After`) and the one every answer carries
+/// (`Firn-Token`): the same commit-stamp text RESP's `FIRN.TOKEN` and `FIRN.AFTER` use.
+const AFTER_HEADER: &str = "firn-after";
+const TOKEN_HEADER: &str = "firn-token";
+
+/// One HTTP request's session: it comes after the client's token, and its answer carries
+/// the newest stamp the client has now seen. HTTP has no connection state, so the client
+/// keeps the token between requests.
+#[derive(Clone)]
+struct Session {
+    after: Option<CommitTs>,
+    token: Arc<std::sync::Mutex<Option<CommitTs>>>,
+}
+
+impl Session {
+    /// Executes `request` after the client's token and raises the token to what it shows.
+    async fn execute(&self, router: &Router, request: Request) -> Result<Response, FirnError> {
+        let result = router.execute(request.after(self.after)).await;
+        if let Ok(response) = &result {
+            response.raise_token(&mut self.token.lock().unwrap_or_else(|p| p.into_inner()));
+        }
+        result
+    }
+}
+
+/// Reads `Firn-After` into the request's [`Session`] and writes `Firn-Token` on its answer
+/// (errors included: the token is then the one sent).
+async fn sessions(
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> HttpResponse {
+    let after = match request.headers().get(AFTER_HEADER).map(|v| {
+        v.to_str()
+            .map_err(|_| FirnError::BadTime("Firn-After is not text".into()))
+            .and_then(|t| {
+                t.parse::<CommitTs>()
+                    .map_err(|e| FirnError::BadTime(format!("Firn-After: {e}")))
+            })
+    }) {
+        None => None,
+        Some(Ok(t)) => Some(t),
+        Some(Err(e)) => return ApiError(e).into_response(),
+    };
+    let session = Session {
+        after,
+        token: Arc::new(std::sync::Mutex::new(after)),
+    };
+    request.extensions_mut().insert(session.clone());
+    let mut response = next.run(request).await;
+    let token = *session.token.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(v) = token.and_then(|t| HeaderValue::from_str(&t.to_string()).ok()) {
+        response.headers_mut().insert(TOKEN_HEADER, v);
+    }
+    response
 }
 
 /// A Firn error as an HTTP answer: its status and `{"error", "message", …}`.
@@ -180,6 +238,7 @@ fn unexpected(r: Response) -> ApiError {
 
 async fn get_kv(
     State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
     Path(key): Path<String>,
     Query(q): Params,
 ) -> ApiResult<HttpResponse> {
@@ -194,7 +253,7 @@ async fn get_kv(
         at: read_at(&q)?,
         consistency,
     };
-    match router.execute(request).await? {
+    match session.execute(&router, request).await? {
         Response::Value(Some(info)) => {
             let mut headers = version_headers(&info);
             if let Some((through, at_most_us)) = staleness {
@@ -212,6 +271,7 @@ async fn get_kv(
 
 async fn put_kv(
     State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
     Path(key): Path<String>,
     Query(q): Params,
     body: Bytes,
@@ -221,7 +281,7 @@ async fn put_kv(
         put.condition = WriteCondition::IfVersion(v);
     }
     put.event_time_us = q.get("event_time").map(|t| parse_micros(t)).transpose()?;
-    match router.execute(Request::Put(put)).await? {
+    match session.execute(&router, Request::Put(put)).await? {
         Response::Written(w) if !w.is_empty() => {
             let mut headers = HeaderMap::new();
             headers.insert("firn-version", HeaderValue::from(w[0].version));
@@ -236,12 +296,16 @@ async fn put_kv(
 
 async fn delete_kv(
     State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
     Path(key): Path<String>,
 ) -> ApiResult<axum::Json<Json>> {
-    match router
-        .execute(Request::Delete {
-            keys: vec![key_of(key)?],
-        })
+    match session
+        .execute(
+            &router,
+            Request::Delete {
+                keys: vec![key_of(key)?],
+            },
+        )
         .await?
     {
         Response::Written(w) if !w.is_empty() => Ok(axum::Json(written_json(&w[0]))),
@@ -251,6 +315,7 @@ async fn delete_kv(
 
 async fn history(
     State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
     Path(key): Path<String>,
     Query(q): Params,
 ) -> ApiResult<axum::Json<Json>> {
@@ -262,7 +327,7 @@ async fn history(
         as_of: q.get("as_of").map(|t| parse_read_time(t)).transpose()?,
         consistency: consistency(&q)?,
     };
-    match router.execute(request).await? {
+    match session.execute(&router, request).await? {
         Response::History(h) => Ok(axum::Json(
             json!({ "versions": h.iter().map(version_json).collect::<Vec<_>>() }),
         )),
@@ -270,7 +335,11 @@ async fn history(
     }
 }
 
-async fn scan(State(router): State<Arc<Router>>, Query(q): Params) -> ApiResult<axum::Json<Json>> {
+async fn scan(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    Query(q): Params,
+) -> ApiResult<axum::Json<Json>> {
     let at = read_at(&q)?;
     if matches!(at, ReadAt::Version(_)) {
         return Err(
@@ -288,7 +357,7 @@ async fn scan(State(router): State<Arc<Router>>, Query(q): Params) -> ApiResult<
         at,
         consistency: consistency(&q)?,
     };
-    match router.execute(request).await? {
+    match session.execute(&router, request).await? {
         Response::Scan { keys, next_cursor } => Ok(axum::Json(json!({
             "keys": keys.iter().map(|(k, info)| { let mut j = version_json(info); j["key"] = json!(k.to_string()); j }).collect::<Vec<_>>(),
             "next_cursor": next_cursor.map(|c| String::from_utf8_lossy(&c).into_owned()),
@@ -313,6 +382,7 @@ fn keys_and_params(
 
 async fn mget(
     State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
     Query(pairs): Query<Vec<(String, String)>>,
 ) -> ApiResult<axum::Json<Json>> {
     let (keys, q) = keys_and_params(pairs)?;
@@ -321,7 +391,7 @@ async fn mget(
         at: read_at(&q)?,
         consistency: consistency(&q)?,
     };
-    match router.execute(request).await? {
+    match session.execute(&router, request).await? {
         Response::Values(values) => Ok(axum::Json(json!({
             "values": keys.iter().zip(values).map(|(k, v)| json!({"key": k.to_string(), "found": v.as_ref().map(version_json)})).collect::<Vec<_>>()
         }))),
@@ -333,6 +403,7 @@ async fn mget(
 /// time every shard involved has closed.
 async fn snapshot(
     State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
     Query(pairs): Query<Vec<(String, String)>>,
 ) -> ApiResult<axum::Json<Json>> {
     let (keys, q) = keys_and_params(pairs)?;
@@ -354,7 +425,10 @@ async fn snapshot(
         }
     };
     let at = q.get("at").map(|t| parse_read_time(t)).transpose()?;
-    match router.execute(Request::Snapshot { of, at }).await? {
+    match session
+        .execute(&router, Request::Snapshot { of, at })
+        .await?
+    {
         Response::Snapshot { at, read } => {
             let mut body = json!({
                 "at": at.to_string(),
@@ -437,6 +511,7 @@ struct TruncateBody {
 
 async fn truncate(
     State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
     body: Result<axum::Json<TruncateBody>, JsonRejection>,
 ) -> ApiResult<axum::Json<Json>> {
     let axum::Json(body) = body.map_err(bad_json)?;
@@ -455,7 +530,10 @@ async fn truncate(
             .into());
         }
     };
-    match router.execute(Request::Truncate { target, before }).await? {
+    match session
+        .execute(&router, Request::Truncate { target, before })
+        .await?
+    {
         Response::Truncated { versions_removed } => {
             Ok(axum::Json(json!({ "versions_removed": versions_removed })))
         }

@@ -43,7 +43,40 @@ async fn kv_history_scan_and_errors_over_http() {
         );
         assert_eq!(code, 200);
         assert_eq!(r.header("firn-version"), Some("1"));
+        // Every answer carries the session's causality token: here the write's stamp.
+        let token = r.header("firn-token").unwrap().to_string();
+        assert_eq!(r.header("firn-commit-ts"), Some(token.as_str()));
         let first = json(r);
+        // Sent back, it comes back (an answer older than the token cannot lower it) ...
+        let (code, r) = call(
+            a.get(&format!("{base}/v1/kv/absent"))
+                .set("Firn-After", &token),
+            None,
+        );
+        assert_eq!((code, r.header("firn-token")), (404, Some(token.as_str())));
+        // ... a malformed one is refused, and one far ahead of every clock too.
+        let (code, r) = call(
+            a.get(&format!("{base}/v1/kv/room/1"))
+                .set("Firn-After", "yesterday"),
+            None,
+        );
+        assert_eq!(code, 400);
+        let message = json(r)["message"].as_str().unwrap().to_string();
+        assert!(message.contains("Firn-After"), "{message}");
+        let ahead = format!("{}-0", firn_model::hlc::system_wall_us() + 60_000_000);
+        let (code, r) = call(
+            a.get(&format!("{base}/v1/kv/room/1?consistency=local"))
+                .set("Firn-After", &ahead),
+            None,
+        );
+        assert_eq!(code, 400);
+        assert!(
+            json(r)["message"]
+                .as_str()
+                .unwrap()
+                .contains("in the future"),
+            "a token a minute ahead"
+        );
         let (_, r) = call(
             a.put(&format!("{base}/v1/kv/room/1")),
             Some(&[0xff, 0x00, 0x01]),

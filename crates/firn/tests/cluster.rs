@@ -629,6 +629,40 @@ async fn causality_tokens_carry_a_session_across_nodes() {
             "{k} after {token}"
         );
     }
+    // Over HTTP the client keeps the token: each answer's Firn-Token, sent back as
+    // Firn-After. A write through one node is read at once, locally, through another.
+    let http: Vec<String> = (0..3).map(|i| cluster.http_addr(i)).collect();
+    let checked = tokio::task::spawn_blocking(move || {
+        let mut token = String::new();
+        for i in 0..30 {
+            let url =
+                |node: usize, tail: &str| format!("http://{}/v1/kv/htok/{i}{tail}", http[node]);
+            let put = ureq::put(&url(i % 3, ""))
+                .set("Firn-After", if token.is_empty() { "0-0" } else { &token })
+                .send_bytes(b"mine")
+                .unwrap();
+            token = put.header("firn-token").unwrap().to_string();
+            let read = ureq::get(&url((i + 1) % 3, "?consistency=local"))
+                .set("Firn-After", &token)
+                .call()
+                .unwrap_or_else(|e| panic!("htok/{i} after {token}: {e}"));
+            let stamp = |t: &str| t.parse::<firn_model::CommitTs>().unwrap();
+            assert!(
+                read.header("firn-token")
+                    .is_some_and(|t| stamp(t) >= stamp(&token))
+            );
+            assert_eq!(
+                read.into_string().unwrap(),
+                "mine",
+                "htok/{i} after {token}"
+            );
+        }
+        30
+    })
+    .await
+    .unwrap();
+    assert_eq!(checked, 30);
+
     let ahead = firn_model::CommitTs::new(firn_model::hlc::system_wall_us() + 300_000, 7);
     clients[0].after(ahead).await.unwrap();
     for shard in 0..3 {

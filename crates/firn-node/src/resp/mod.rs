@@ -244,8 +244,8 @@ impl Connection {
     /// Awaits every queued answer, in order, into the output buffer.
     /// Raises the connection's causality token to what an answer showed.
     fn saw(&mut self, result: &Result<Response, FirnError>) {
-        if let Some(t) = result.as_ref().ok().and_then(Response::newest_stamp) {
-            self.token = self.token.max(Some(t));
+        if let Ok(response) = result {
+            response.raise_token(&mut self.token);
         }
     }
 
