@@ -339,26 +339,12 @@ impl VersionedStore {
                 }
                 Ok(self.record(key, v)?.map(|r| r.into_info(v)))
             }
-            ReadAt::AsOf(t) => {
-                let mut newest_first =
-                    self.records(key, meta.oldest, meta.latest, true, usize::MAX)?;
-                if let Some(pos) = newest_first.iter().position(|i| i.commit_ts <= t) {
-                    return Ok(Some(newest_first.swap_remove(pos)));
-                }
-                // Nothing stored is old enough. If older versions were truncated, the answer
-                // is unknowable rather than "absent".
-                if meta.oldest > 1
-                    && newest_first
-                        .last()
-                        .is_none_or(|oldest| oldest.commit_ts > t)
-                {
-                    return Err(FirnError::Compacted {
-                        oldest: meta.oldest,
-                    });
-                }
-                Ok(None)
-            }
+            ReadAt::AsOf(t) => match self.search_as_of(key, &meta, t)? {
+                Some(found) => Ok(found),
+                None => self.scan_as_of(key, &meta, t),
+            },
             ReadAt::EventTime(t) => {
+                // Event times follow no order: every stored version is looked at.
                 let all = self.records(key, meta.oldest, meta.latest, false, usize::MAX)?;
                 Ok(all
                     .into_iter()
@@ -366,6 +352,80 @@ impl VersionedStore {
                     .max_by_key(|i| (i.event_time_us, i.version)))
             }
         }
+    }
+
+    /// The newest version of `key` with `commit_ts ≤ t`, found by point reads: stamps grow
+    /// with versions, so it gallops back from the newest and then bisects — O(log d) reads
+    /// for a version d back, not the whole history. `None` when a version in the way is not
+    /// stored (a `notify` keyspace); the caller then scans.
+    fn search_as_of(
+        &self,
+        key: &[u8],
+        meta: &KeyMeta,
+        t: CommitTs,
+    ) -> Result<Option<Option<VersionInfo>>, FirnError> {
+        let at = |v: Version| self.record(key, v);
+        // Invariant: the version `above` is stamped after t.
+        let mut above = meta.latest;
+        if meta.latest_ts <= t {
+            return Ok(at(above)?.map(|r| Some(r.into_info(above))));
+        }
+        let mut step = 1;
+        let (mut below, mut found) = loop {
+            if above <= meta.oldest {
+                // Nothing stored is old enough: unknowable if older versions were truncated.
+                return if meta.oldest > 1 {
+                    Err(FirnError::Compacted {
+                        oldest: meta.oldest,
+                    })
+                } else {
+                    Ok(Some(None))
+                };
+            }
+            let v = above.saturating_sub(step).max(meta.oldest);
+            match at(v)? {
+                None => return Ok(None),
+                Some(r) if r.commit_ts <= t => break (v, r),
+                Some(_) => {
+                    above = v;
+                    step = step.saturating_mul(2);
+                }
+            }
+        };
+        while above - below > 1 {
+            let mid = below + (above - below) / 2;
+            match at(mid)? {
+                None => return Ok(None),
+                Some(r) if r.commit_ts <= t => (below, found) = (mid, r),
+                Some(_) => above = mid,
+            }
+        }
+        Ok(Some(Some(found.into_info(below))))
+    }
+
+    /// [`search_as_of`](Self::search_as_of) by reading every stored version, newest first.
+    fn scan_as_of(
+        &self,
+        key: &[u8],
+        meta: &KeyMeta,
+        t: CommitTs,
+    ) -> Result<Option<VersionInfo>, FirnError> {
+        let mut newest_first = self.records(key, meta.oldest, meta.latest, true, usize::MAX)?;
+        if let Some(pos) = newest_first.iter().position(|i| i.commit_ts <= t) {
+            return Ok(Some(newest_first.swap_remove(pos)));
+        }
+        // Nothing stored is old enough. If older versions were truncated, the answer is
+        // unknowable rather than "absent".
+        if meta.oldest > 1
+            && newest_first
+                .last()
+                .is_none_or(|oldest| oldest.commit_ts > t)
+        {
+            return Err(FirnError::Compacted {
+                oldest: meta.oldest,
+            });
+        }
+        Ok(None)
     }
 
     /// Like [`get`](Self::get), but a tombstone reads as absent.

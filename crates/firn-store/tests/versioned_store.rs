@@ -480,6 +480,47 @@ proptest! {
             }
         }
     }
+
+    /// A long history, truncated below some version: a read at any time finds the version
+    /// a full scan would (the search gallops and bisects), or says the answer was truncated.
+    #[test]
+    fn as_of_search_over_long_truncated_histories(
+        gaps in proptest::collection::vec(1u64..4, 1..150),
+        cut in 0usize..150,
+    ) {
+        let store = mem_store();
+        let mut stamps = Vec::new();
+        let mut wall = 0;
+        for (i, gap) in gaps.iter().enumerate() {
+            wall += gap;
+            stamps.push(put(&store, wall, "k", &format!("v{}", i + 1)).commit_ts);
+        }
+        let before = (cut % (stamps.len() + 1)) as u64;
+        if before > 1 {
+            apply(&store, wall + 1, Op::Truncate {
+                target: KeyRange::Key(key("k")),
+                before: TruncateBefore::Version(before),
+            }).unwrap();
+        }
+        let oldest = before.max(1);
+        // Probe exactly at each stamp and just after it.
+        let probes = (0..=wall + 1).flat_map(|w| [CommitTs::new(w, 0), CommitTs::end_of_micros(w)]);
+        for t in probes {
+            let expected = (oldest..=stamps.len() as u64)
+                .rev()
+                .find(|v| stamps[*v as usize - 1] <= t);
+            match store.get(b"k", ReadAt::AsOf(t)) {
+                Ok(got) => {
+                    prop_assert_eq!(got.map(|i| i.version), expected);
+                    prop_assert!(expected.is_some() || oldest == 1);
+                }
+                Err(FirnError::Compacted { oldest: o }) => {
+                    prop_assert_eq!((expected, o), (None, oldest));
+                }
+                Err(e) => prop_assert!(false, "{e}"),
+            }
+        }
+    }
 }
 
 #[test]
