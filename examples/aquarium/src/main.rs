@@ -48,6 +48,14 @@ struct Args {
 
 const CAMERAS_MAX: usize = 1_000;
 
+/// `println!` that does not panic when stdout is closed (`aquarium | head`).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
@@ -82,36 +90,36 @@ async fn aquarium(args: Args) -> Result<usize, firn_aquarium::Error> {
             )
         })?;
     let shards = shards_spanned(&first, &config.cameras).await?;
-    println!(
-        "aquarium: {} cameras in {shards} shards on {} nodes, filming for {:?}",
+    say!(
+        "aquarium: {} cameras in {shards} shard(s) on {} node(s), filming for {:?}",
         config.cameras.len(),
         config.nodes.len(),
         config.run_for
     );
     let report = run(&config).await?;
     let violations = check(&report);
-    println!("  frames written     {:>8}", report.frames_written());
-    println!(
+    say!("  frames written     {:>8}", report.frames_written());
+    say!(
         "  snapshots taken    {:>8}   ({} asked again of another node)",
         report.snapshots.len(),
         report.rechecked()
     );
-    println!("  violations         {:>8}", violations.len());
+    say!("  violations         {:>8}", violations.len());
     if config.reads == firn_aquarium::Reads::Snapshot {
-        println!(
+        say!(
             "  snapshot-now lag   p50 {:.1} ms, p99 {:.1} ms behind real time",
             report.lag_ms(0.5),
             report.lag_ms(0.99)
         );
     }
     for Violation { what, .. } in violations.iter().take(10) {
-        println!("  ! {what}");
+        say!("  ! {what}");
     }
     if let Some(path) = args.image {
         let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         render_png(&report, &violations, std::io::BufWriter::new(file))?;
         let (w, h) = firn_aquarium::image_size(&report);
-        println!(
+        say!(
             "  image              {} ({w}×{h}: a row per snapshot, oldest at the top; green margin: kept every promise)",
             path.display()
         );
