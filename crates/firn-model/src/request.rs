@@ -217,7 +217,27 @@ impl Response {
             Response::History(h) => h.iter().map(|i| i.commit_ts).max(),
             Response::Scan { keys, .. } => keys.iter().map(|(_, i)| i.commit_ts).max(),
             Response::Snapshot { at, read } => read.newest_stamp().max(Some(*at)),
+            Response::Observed { through, response } => response.newest_stamp().max(Some(*through)),
             _ => None,
+        }
+    }
+
+    /// This answer, read from state through `through`.
+    pub fn observed(self, through: CommitTs) -> Response {
+        Response::Observed {
+            through,
+            response: Box::new(self),
+        }
+    }
+
+    /// The answer itself, and the newest state it was read from (if it says).
+    pub fn unobserved(self) -> (Response, Option<CommitTs>) {
+        match self {
+            Response::Observed { through, response } => {
+                let (response, inner) = response.unobserved();
+                (response, inner.max(Some(through)))
+            }
+            other => (other, None),
         }
     }
 
@@ -330,6 +350,15 @@ pub enum Response {
         read: Box<Response>,
     },
     Done,
+    /// A read's answer with the state it was read from: its replica's state through
+    /// `through` (or the cut at that time). The reader's session token rises to it, so a
+    /// later read elsewhere shows no older state — also where the answer showed an absence,
+    /// which carries no stamp of its own. The router's callers take it apart with
+    /// [`Response::unobserved`]; clients never see it.
+    Observed {
+        through: CommitTs,
+        response: Box<Response>,
+    },
 }
 
 impl Request {

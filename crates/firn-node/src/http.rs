@@ -62,17 +62,18 @@ const TOKEN_HEADER: &str = "firn-token";
 /// keeps the token between requests.
 #[derive(Clone)]
 struct Session {
-    after: Option<CommitTs>,
+    /// The client's token (`Firn-After`), raised by each answer.
     token: Arc<std::sync::Mutex<Option<CommitTs>>>,
 }
 
 impl Session {
     /// Executes `request` after the client's token and raises the token to what it shows.
     async fn execute(&self, router: &Router, request: Request) -> Result<Response, FirnError> {
-        let result = router.execute(request.after(self.after)).await;
-        if let Ok(response) = &result {
-            response.raise_token(&mut self.token.lock().unwrap_or_else(|p| p.into_inner()));
-        }
+        let lock = || self.token.lock().unwrap_or_else(|p| p.into_inner());
+        let mut token = *lock();
+        let result = router.execute_in_session(request, &mut token).await;
+        let mut kept = lock();
+        *kept = (*kept).max(token);
         result
     }
 }
@@ -96,7 +97,6 @@ async fn sessions(
         Some(Err(e)) => return ApiError(e).into_response(),
     };
     let session = Session {
-        after,
         token: Arc::new(std::sync::Mutex::new(after)),
     };
     request.extensions_mut().insert(session.clone());

@@ -379,7 +379,8 @@ impl Router {
         }
     }
 
-    /// Validates and starts a request. A write this node proposes is proposed before this
+    /// Validates and starts a request. A read's answer comes as [`Response::Observed`] (take
+    /// it apart with [`Response::unobserved`]). A write this node proposes is proposed before this
     /// returns, so requests submitted one after another apply in that order (a forwarded
     /// write is awaited here for the same reason); a read is executed at once.
     pub async fn submit(&self, request: Request) -> Pending {
@@ -392,9 +393,10 @@ impl Router {
         let at = at.unwrap_or_else(|| self.closed_now(&of).max(after.unwrap_or(CommitTs::ZERO)));
         let read = self.submit_one(of.read_at(at), None).await;
         Box::pin(async move {
+            // The read was at `at`: that is all it observed.
             read.await.map(|read| Response::Snapshot {
                 at,
-                read: Box::new(read),
+                read: Box::new(read.unobserved().0),
             })
         })
     }
@@ -485,8 +487,21 @@ impl Router {
         })
     }
 
+    /// Runs a request outside any session: the answer as a client sees it.
     pub async fn execute(&self, request: Request) -> Result<Response, FirnError> {
-        self.submit(request).await.await
+        Ok(self.submit(request).await.await?.unobserved().0)
+    }
+
+    /// Runs a request in a session: after the session's causality token, which then rises
+    /// to everything the answer showed (the state it was read from included).
+    pub async fn execute_in_session(
+        &self,
+        request: Request,
+        token: &mut Option<CommitTs>,
+    ) -> Result<Response, FirnError> {
+        let answer = self.submit(request.after(*token)).await.await?;
+        answer.raise_token(token);
+        Ok(answer.unobserved().0)
     }
 
     /// Runs a request on one shard (the steward's repairs and checks).
@@ -495,7 +510,7 @@ impl Router {
         shard: ShardId,
         request: Request,
     ) -> Result<Response, FirnError> {
-        self.on_shard(shard, request, 0).await.await
+        Ok(self.on_shard(shard, request, 0).await.await?.unobserved().0)
     }
 
     /// Executes reads that arrived together. Where they all fall in one shard held here,
@@ -512,7 +527,7 @@ impl Router {
         let (Some(replica), false) = (single_local, snapshot) else {
             let mut out = Vec::with_capacity(requests.len());
             for r in requests {
-                out.push(self.execute(r).await);
+                out.push(self.submit(r).await.await);
             }
             return out;
         };
@@ -1176,8 +1191,17 @@ async fn wait_closed(replica: &ShardReplica, t: CommitTs) -> Result<(), FirnErro
     replica.store().wait_closed(t, CLOSED_WAIT).await
 }
 
-/// A read against a replica's applied state, without a barrier.
+/// A read against a replica's applied state, without a barrier, answered with the state it
+/// was read from (the time of a read at a time; else the replica's applied state, taken
+/// before the read, so the read shows at least that much).
 fn read_unfenced(replica: &ShardReplica, request: Request) -> Result<Response, FirnError> {
+    let through = request
+        .as_of()
+        .unwrap_or_else(|| replica.store().last_commit_ts());
+    read_replica(replica, request).map(|r| r.observed(through))
+}
+
+fn read_replica(replica: &ShardReplica, request: Request) -> Result<Response, FirnError> {
     let store = replica.store();
     match request {
         Request::Get { key, at, .. } => Ok(Response::Value(store.get_live(key.as_bytes(), at)?)),
@@ -1239,8 +1263,11 @@ async fn merge_split(
     let mut values = vec![None; n];
     let mut written: Vec<Option<Written>> = vec![None; n];
     let mut count = 0u64;
+    let mut through = None;
     for (pending, positions) in parts {
-        match pending.await? {
+        let (answer, seen) = pending.await?.unobserved();
+        through = through.max(seen);
+        match answer {
             Response::Values(vs) => {
                 for (v, i) in vs.into_iter().zip(positions) {
                     values[i] = v;
@@ -1259,19 +1286,35 @@ async fn merge_split(
             }
         }
     }
-    Ok(match request {
+    let merged = match request {
         Request::MGet { .. } => Response::Values(values),
         Request::Exists { .. } => Response::Count(count),
         _ => Response::Written(written.into_iter().flatten().collect()),
-    })
+    };
+    Ok(observed_through(merged, through))
+}
+
+/// `response`, observed through `through` if the parts said.
+fn observed_through(response: Response, through: Option<CommitTs>) -> Response {
+    match through {
+        Some(t) => response.observed(t),
+        None => response,
+    }
 }
 
 /// Combines the answers of a request every shard ran.
 async fn merge_all(request: Request, parts: Vec<Pending>) -> Result<Response, FirnError> {
     let mut answers = Vec::with_capacity(parts.len());
+    let mut through = None;
     for p in parts {
-        answers.push(p.await?);
+        let (answer, seen) = p.await?.unobserved();
+        through = through.max(seen);
+        answers.push(answer);
     }
+    merge_answers(request, answers).map(|merged| observed_through(merged, through))
+}
+
+fn merge_answers(request: Request, answers: Vec<Response>) -> Result<Response, FirnError> {
     match request {
         Request::Scan { .. } => {
             // Each shard returned a page after the same cursor. Keys up to the smallest

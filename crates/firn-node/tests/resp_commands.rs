@@ -369,6 +369,25 @@ async fn firn_commands_expose_versions_time_and_keyspaces() {
         .unwrap();
     assert_eq!(mget.len(), 2);
     assert_eq!(mget[1], Value::Nil);
+    // By event time: version 1 carries event time 100, version 2 none.
+    let by_event: Vec<Value> = redis::cmd("FIRN.MGET")
+        .arg("EVENTTIME")
+        .arg(150)
+        .arg("s")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(field(&by_event[0], "version"), Some(&Value::Int(1)));
+    for (t, expected) in [(150, vec![b"s".to_vec()]), (99, vec![])] {
+        let (_, keys): (Vec<u8>, Vec<Vec<u8>>) = redis::cmd("FIRN.SCAN")
+            .arg("")
+            .arg("EVENTTIME")
+            .arg(t)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(keys, expected, "scan by event time {t}");
+    }
 
     // One cut at ts1: the value then, nil for an absent key, and the time it was read at.
     let snap: Value = redis::cmd("FIRN.SNAPSHOT")

@@ -107,13 +107,26 @@ async fn minority_refuses_majority_goes_on_and_replicas_converge_after_healing()
     .await
     .unwrap();
     let keys: Vec<String> = (0..3).map(|s| key_in_shard(s, "part")).collect();
+    let gone: Vec<String> = (0..3).map(|s| key_in_shard(s, "gone")).collect();
     let majority = Client::connect(&cluster.resp_addr(0)).await.unwrap();
     let minority = Client::connect(&cluster.resp_addr(2)).await.unwrap();
-    for k in &keys {
+    for k in keys.iter().chain(&gone) {
         majority
             .put(k.as_bytes(), b"before", PutOptions::default())
             .await
             .unwrap();
+    }
+    // Node 3 holds every "before" before it is cut off.
+    let written = majority.token().await.unwrap();
+    minority.after(written).await.unwrap();
+    for k in keys.iter().chain(&gone) {
+        assert_eq!(
+            get(&minority, k, ReadConsistency::Local)
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("before")
+        );
     }
 
     let (a, b, c) = (
@@ -143,6 +156,35 @@ async fn minority_refuses_majority_goes_on_and_replicas_converge_after_healing()
         "partition: the majority wrote to every shard {:?} after the cut",
         cut_at.elapsed()
     );
+
+    // A session that only read — it saw the keys deleted, an answer with no stamp of its
+    // own — hands its token to node 3. Node 3 missed the deletes: its local read must wait
+    // and refuse (TRYAGAIN), not go back to "before".
+    for k in &gone {
+        majority.delete(k.as_bytes()).await.unwrap();
+    }
+    let reader = Client::connect(&cluster.resp_addr(1)).await.unwrap();
+    for k in &gone {
+        assert_eq!(
+            get(&reader, k, ReadConsistency::Linearizable)
+                .await
+                .unwrap(),
+            None
+        );
+    }
+    let cut_off = Client::connect(&cluster.resp_addr(2)).await.unwrap();
+    cut_off.after(reader.token().await.unwrap()).await.unwrap();
+    for k in &gone {
+        let r = tokio::time::timeout(
+            Duration::from_secs(25),
+            get(&cut_off, k, ReadConsistency::Local),
+        )
+        .await;
+        assert_refused(
+            &format!("local read of deleted {k} after the session's token"),
+            r,
+        );
+    }
 
     // The minority refuses writes and linearizable reads, with a clear error, in bounded time.
     let bound = Duration::from_secs(25);

@@ -241,21 +241,21 @@ impl Connection {
         )))
     }
 
-    /// Awaits every queued answer, in order, into the output buffer.
-    /// Raises the connection's causality token to what an answer showed.
-    fn saw(&mut self, result: &Result<Response, FirnError>) {
-        if let Ok(response) = result {
-            response.raise_token(&mut self.token);
-        }
+    /// Raises the connection's causality token to what an answer showed (the state it was
+    /// read from included); the answer as the client sees it.
+    fn saw(&mut self, result: Result<Response, FirnError>) -> Result<Response, FirnError> {
+        let response = result?;
+        response.raise_token(&mut self.token);
+        Ok(response.unobserved().0)
     }
 
+    /// Awaits every queued answer, in order, into the output buffer.
     async fn drain(&mut self) {
         while let Some(q) = self.queue.pop_front() {
             let reply = match q {
                 Queued::Ready(r) => r,
                 Queued::Pending(how, pending) => {
-                    let result = pending.await;
-                    self.saw(&result);
+                    let result = self.saw(pending.await);
                     render(how, result)
                 }
             };
@@ -296,7 +296,7 @@ impl Connection {
             .collect();
         let results = self.shared.router.execute_reads(requests).await;
         for ((how, result), stale) in renders.into_iter().zip(results).zip(staleness) {
-            self.saw(&result);
+            let result = self.saw(result);
             let mut reply = render(how, result);
             if let (Reply::Map(fields), Some((through, at_most_us))) = (&mut reply, stale) {
                 fields.push((
