@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use firn_model::limits::{KEY_BYTES_MAX, KEYS_PER_REQUEST_MAX, PAGE_ITEMS_MAX};
 use firn_model::{
-    CommitTs, FirnError, Key, KeyRange, KeyspaceSpec, Limits, ReadConsistency, Request, Response,
-    SnapshotOf, WatchFrom, WatchRequest, Written,
+    CommitTs, FirnError, Key, KeyRange, KeyspaceSpec, Limits, ReadAt, ReadConsistency, Request,
+    Response, SnapshotOf, VersionInfo, WatchFrom, WatchRequest, Written,
 };
 use firn_raft::peer::{AppHandler, PeerError, PeerPool, PeerRequest, PeerResponse};
 use firn_raft::{NodeId, ShardId, ShardReplica, ShardStatus};
@@ -1191,33 +1191,49 @@ async fn wait_closed(replica: &ShardReplica, t: CommitTs) -> Result<(), FirnErro
     replica.store().wait_closed(t, CLOSED_WAIT).await
 }
 
-/// A read against a replica's applied state, without a barrier, answered with the state it
-/// was read from (the time of a read at a time; else the replica's applied state, taken
-/// before the read, so the read shows at least that much).
+/// A read against a replica's applied state, without a barrier. Its answer is observed
+/// through the newest version it looked at, tombstones included: a reader that found a key
+/// deleted has seen the delete, though the answer shows no version of it.
 fn read_unfenced(replica: &ShardReplica, request: Request) -> Result<Response, FirnError> {
-    let through = request
-        .as_of()
-        .unwrap_or_else(|| replica.store().last_commit_ts());
-    read_replica(replica, request).map(|r| r.observed(through))
+    let (answer, seen) = read_replica(replica, request)?;
+    Ok(observed_through(answer, seen))
 }
 
-fn read_replica(replica: &ShardReplica, request: Request) -> Result<Response, FirnError> {
+fn read_replica(
+    replica: &ShardReplica,
+    request: Request,
+) -> Result<(Response, Option<CommitTs>), FirnError> {
     let store = replica.store();
+    // The version a read at `at` sees, and whether it is live.
+    let seen =
+        |key: &Key, at: ReadAt| -> Result<(Option<VersionInfo>, Option<CommitTs>), FirnError> {
+            let version = store.get(key.as_bytes(), at)?;
+            let stamp = version.as_ref().map(|v| v.commit_ts);
+            Ok((version.filter(|v| !v.deleted), stamp))
+        };
     match request {
-        Request::Get { key, at, .. } => Ok(Response::Value(store.get_live(key.as_bytes(), at)?)),
+        Request::Get { key, at, .. } => {
+            let (value, stamp) = seen(&key, at)?;
+            Ok((Response::Value(value), stamp))
+        }
         Request::MGet { keys, at, .. } => {
-            let values = keys
-                .iter()
-                .map(|k| store.get_live(k.as_bytes(), at))
-                .collect::<Result<_, _>>()?;
-            Ok(Response::Values(values))
+            let (mut values, mut through) = (Vec::with_capacity(keys.len()), None);
+            for k in &keys {
+                let (value, stamp) = seen(k, at)?;
+                values.push(value);
+                through = through.max(stamp);
+            }
+            Ok((Response::Values(values), through))
         }
         Request::Exists { keys, .. } => {
-            let mut n = 0;
+            let (mut n, mut through) = (0, None);
             for k in &keys {
-                n += store.meta(k.as_bytes())?.is_some_and(|m| m.is_live()) as u64;
+                if let Some(meta) = store.meta(k.as_bytes())? {
+                    n += meta.is_live() as u64;
+                    through = through.max((meta.latest > 0).then_some(meta.latest_ts));
+                }
             }
-            Ok(Response::Count(n))
+            Ok((Response::Count(n), through))
         }
         Request::History {
             key,
@@ -1226,13 +1242,10 @@ fn read_replica(replica: &ShardReplica, request: Request) -> Result<Response, Fi
             limit,
             as_of,
             ..
-        } => Ok(Response::History(store.history(
-            key.as_bytes(),
-            from,
-            to,
-            limit,
-            as_of,
-        )?)),
+        } => Ok((
+            Response::History(store.history(key.as_bytes(), from, to, limit, as_of)?),
+            None,
+        )),
         Request::Scan {
             prefix,
             cursor,
@@ -1241,12 +1254,17 @@ fn read_replica(replica: &ShardReplica, request: Request) -> Result<Response, Fi
             at,
             ..
         } => {
-            let (keys, next_cursor) =
-                store.scan(&prefix, cursor.as_deref(), limit, pattern.as_deref(), at)?;
-            Ok(Response::Scan { keys, next_cursor })
+            let page = store.scan(&prefix, cursor.as_deref(), limit, pattern.as_deref(), at)?;
+            Ok((
+                Response::Scan {
+                    keys: page.keys,
+                    next_cursor: page.next_cursor,
+                },
+                page.seen_through,
+            ))
         }
-        Request::KeyspaceList => Ok(Response::Keyspaces(store.keyspaces())),
-        Request::DbSize => Ok(Response::Count(store.live_keys())),
+        Request::KeyspaceList => Ok((Response::Keyspaces(store.keyspaces()), None)),
+        Request::DbSize => Ok((Response::Count(store.live_keys()), None)),
         write => Err(FirnError::Internal(format!(
             "{} is a write, not a read",
             write.name()

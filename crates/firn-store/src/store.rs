@@ -46,8 +46,17 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
-/// Live keys with their visible version, and the cursor to continue from.
-pub type ScanPage = (Vec<(Key, VersionInfo)>, Option<Bytes>);
+/// A page of a scan.
+#[derive(Debug)]
+pub struct ScanPage {
+    /// Live keys with their visible version, in key order.
+    pub keys: Vec<(Key, VersionInfo)>,
+    /// Where to continue; `None` when the prefix is exhausted.
+    pub next_cursor: Option<Bytes>,
+    /// The newest stamp of the versions the page looked at, tombstones included: what a
+    /// reader of the page has seen, also of the keys it found deleted.
+    pub seen_through: Option<CommitTs>,
+}
 
 /// State only apply touches.
 #[derive(Debug, Default)]
@@ -481,20 +490,28 @@ impl VersionedStore {
         let next_cursor =
             (page.len() == limit).then(|| Bytes::from(page[page.len() - 1].0.clone()));
         let mut found = Vec::new();
+        let mut seen_through = None;
         for (k, _) in page {
             if pattern.is_some_and(|p| !glob_match(p, &k)) {
                 continue;
             }
             let visible = match at {
                 // Truncated history at T is skipped rather than failing the whole page.
-                ReadAt::AsOf(_) | ReadAt::EventTime(_) => self.get_live(&k, at).unwrap_or(None),
-                _ => self.get_live(&k, at)?,
+                ReadAt::AsOf(_) | ReadAt::EventTime(_) => self.get(&k, at).unwrap_or(None),
+                _ => self.get(&k, at)?,
             };
             if let Some(info) = visible {
-                found.push((Key::new(k)?, info));
+                seen_through = seen_through.max(Some(info.commit_ts));
+                if !info.deleted {
+                    found.push((Key::new(k)?, info));
+                }
             }
         }
-        Ok((found, next_cursor))
+        Ok(ScanPage {
+            keys: found,
+            next_cursor,
+            seen_through,
+        })
     }
 
     pub fn live_keys(&self) -> u64 {
