@@ -222,7 +222,7 @@ impl Response {
         }
     }
 
-    /// This answer, read from state through `through`.
+    /// This answer, of a read that looked at versions up to `through`.
     pub fn observed(self, through: CommitTs) -> Response {
         Response::Observed {
             through,
@@ -230,7 +230,7 @@ impl Response {
         }
     }
 
-    /// The answer itself, and the newest state it was read from (if it says).
+    /// The answer itself, and the newest version its read looked at (if it says).
     pub fn unobserved(self) -> (Response, Option<CommitTs>) {
         match self {
             Response::Observed { through, response } => {
@@ -241,9 +241,11 @@ impl Response {
         }
     }
 
-    /// Raises a session's causality token to what this answer shows.
-    pub fn raise_token(&self, token: &mut Option<CommitTs>) {
+    /// Raises a session's causality token to what this answer showed (for a read, the
+    /// newest version it looked at, tombstones included); the answer as the client sees it.
+    pub fn seen_by(self, token: &mut Option<CommitTs>) -> Response {
         *token = (*token).max(self.newest_stamp());
+        self.unobserved().0
     }
 }
 
@@ -350,11 +352,11 @@ pub enum Response {
         read: Box<Response>,
     },
     Done,
-    /// A read's answer with the state it was read from: its replica's state through
-    /// `through` (or the cut at that time). The reader's session token rises to it, so a
-    /// later read elsewhere shows no older state — also where the answer showed an absence,
-    /// which carries no stamp of its own. The router's callers take it apart with
-    /// [`Response::unobserved`]; clients never see it.
+    /// A read's answer with the newest version it looked at (`through`), tombstones
+    /// included. The reader's session token rises to it, so a later read elsewhere shows no
+    /// older state — also where the answer showed an absence, which carries no stamp of its
+    /// own. The router's callers take it apart with [`Response::unobserved`]; clients never
+    /// see it.
     Observed {
         through: CommitTs,
         response: Box<Response>,

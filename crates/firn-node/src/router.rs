@@ -493,15 +493,18 @@ impl Router {
     }
 
     /// Runs a request in a session: after the session's causality token, which then rises
-    /// to everything the answer showed (the state it was read from included).
+    /// to everything the answer showed (for a read, the newest version it looked at,
+    /// tombstones included).
     pub async fn execute_in_session(
         &self,
         request: Request,
         token: &mut Option<CommitTs>,
     ) -> Result<Response, FirnError> {
-        let answer = self.submit(request.after(*token)).await.await?;
-        answer.raise_token(token);
-        Ok(answer.unobserved().0)
+        Ok(self
+            .submit(request.after(*token))
+            .await
+            .await?
+            .seen_by(token))
     }
 
     /// Runs a request on one shard (the steward's repairs and checks).
@@ -1204,7 +1207,8 @@ fn read_replica(
     request: Request,
 ) -> Result<(Response, Option<CommitTs>), FirnError> {
     let store = replica.store();
-    // The version a read at `at` sees, and whether it is live.
+    // The live version a read at `at` sees, and the stamp of what it looked at (a
+    // tombstone's too).
     let seen =
         |key: &Key, at: ReadAt| -> Result<(Option<VersionInfo>, Option<CommitTs>), FirnError> {
             let version = store.get(key.as_bytes(), at)?;

@@ -241,12 +241,9 @@ impl Connection {
         )))
     }
 
-    /// Raises the connection's causality token to what an answer showed (the state it was
-    /// read from included); the answer as the client sees it.
+    /// The answer as the client sees it, once the connection's token has risen to it.
     fn saw(&mut self, result: Result<Response, FirnError>) -> Result<Response, FirnError> {
-        let response = result?;
-        response.raise_token(&mut self.token);
-        Ok(response.unobserved().0)
+        Ok(result?.seen_by(&mut self.token))
     }
 
     /// Awaits every queued answer, in order, into the output buffer.
