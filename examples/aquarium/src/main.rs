@@ -11,7 +11,7 @@ use clap::Parser;
 use firn_aquarium::{Config, Violation, check, render_png, run, shards_spanned};
 
 /// The Freeze-Frame File System's wave in an aquarium, on Firn. Deletes and rewrites the
-/// keys cam/0 … cam/N-1.
+/// keys cam/0 … cam/N-1, and writes aquarium/start.
 #[derive(Parser)]
 #[command(name = "aquarium", version)]
 struct Args {
