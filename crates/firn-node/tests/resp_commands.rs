@@ -140,6 +140,21 @@ async fn string_commands_behave_as_in_redis() {
         .await
         .unwrap();
     assert_eq!(old.as_deref(), Some("1"));
+    // NX with GET (Redis 7): a present key keeps its value and answers it; an absent one
+    // is set and answers nil.
+    for (key, expected) in [("a", Some("3")), ("nxget", None)] {
+        let got: Option<String> = redis::cmd("SET")
+            .arg(key)
+            .arg("nx-get")
+            .arg("NX")
+            .arg("GET")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(got.as_deref(), expected, "SET {key} NX GET");
+    }
+    assert_eq!(c.get::<_, String>("a").await.unwrap(), "3");
+    assert_eq!(c.get::<_, String>("nxget").await.unwrap(), "nx-get");
     let ex: redis::RedisResult<()> = redis::cmd("SET")
         .arg("a")
         .arg("4")
@@ -194,7 +209,7 @@ async fn string_commands_behave_as_in_redis() {
         .unwrap();
     assert_eq!(deleted, 1);
     let size: i64 = redis::cmd("DBSIZE").query_async(&mut c).await.unwrap();
-    assert_eq!(size, 3); // a, b, m2
+    assert_eq!(size, 4); // a, b, m2, nxget
 
     let flush: redis::RedisResult<()> = redis::cmd("FLUSHALL").query_async(&mut c).await;
     assert!(flush.unwrap_err().to_string().contains("--allow-flushall"));
@@ -203,7 +218,7 @@ async fn string_commands_behave_as_in_redis() {
             .query_async::<i64>(&mut c)
             .await
             .unwrap(),
-        3
+        4
     );
     node.shutdown().await;
 }

@@ -820,12 +820,26 @@ impl<'a> Txn<'a> {
             WriteCondition::IfVersion(v) => meta.latest == v,
             WriteCondition::IfPresent => existed,
         };
+        let stored_any = meta.latest > 0 && meta.oldest <= meta.latest;
         if !condition_holds {
+            // Redis `SET … NX GET` on a present key writes nothing and answers the current
+            // value, not a conflict.
+            if return_previous && condition == WriteCondition::IfVersion(0) {
+                return Ok(Written {
+                    key: key.clone(),
+                    version: meta.latest,
+                    commit_ts: meta.latest_ts,
+                    existed,
+                    previous: self
+                        .store
+                        .record(k, meta.latest)?
+                        .map(|r| r.into_info(meta.latest)),
+                });
+            }
             return Err(FirnError::Conflict {
                 current: meta.latest,
             });
         }
-        let stored_any = meta.latest > 0 && meta.oldest <= meta.latest;
         let previous = if return_previous && stored_any {
             self.store
                 .record(k, meta.latest)?
