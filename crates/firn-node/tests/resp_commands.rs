@@ -65,6 +65,30 @@ async fn connection_commands_answer_like_redis() {
         .await
         .unwrap();
     assert!(keyspace.starts_with("# Keyspace") && !keyspace.contains("# Server"));
+    // CONFIG GET answers the Redis settings that describe Firn (as name/value pairs).
+    for (patterns, expected) in [
+        (vec!["save"], vec!["save", ""]),
+        (
+            vec!["APPEND*"],
+            vec!["appendfsync", "always", "appendonly", "yes"],
+        ),
+        (vec!["maxmemory", "save"], vec!["save", ""]),
+        (vec!["maxmemory"], vec![]),
+    ] {
+        let got: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg(&patterns)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(got, expected, "CONFIG GET {patterns:?}");
+    }
+    let bare: redis::RedisResult<Value> = redis::cmd("CONFIG").arg("GET").query_async(&mut c).await;
+    assert!(
+        bare.unwrap_err()
+            .to_string()
+            .contains("wrong number of arguments")
+    );
     node.shutdown().await;
 }
 

@@ -267,8 +267,13 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
         "CONFIG" => {
             let sub = args.keyword()?;
             match sub.as_str() {
-                // redis-benchmark asks for `save` and `appendonly`; Firn has no Redis config.
-                "GET" => Action::Reply(Reply::Map(vec![])),
+                "GET" => {
+                    let patterns = args.rest();
+                    if patterns.is_empty() {
+                        return Err(FirnError::WrongArity("config|get".into()));
+                    }
+                    Action::Reply(config_get(&patterns))
+                }
                 "SET" | "RESETSTAT" | "REWRITE" => {
                     return Err(FirnError::Refused(
                         "CONFIG SET is not supported; Firn is configured by flags at start".into(),
@@ -727,6 +732,32 @@ fn written_pair(w: &Written) -> Reply {
 }
 
 /// Renders a router answer for the command that asked.
+/// The Redis settings that describe Firn, as `CONFIG GET` answers them (clients such as
+/// redis-benchmark ask for `save` and `appendonly`): every write is logged and fsync'd before
+/// it is acknowledged, and there are no RDB snapshots. Everything else Firn takes as flags at
+/// start, so other names match nothing.
+const REDIS_SETTINGS: [(&str, &str); 3] = [
+    ("appendfsync", "always"),
+    ("appendonly", "yes"),
+    ("save", ""),
+];
+
+/// `CONFIG GET pattern …`: the settings matching any pattern (glob, case-insensitive).
+fn config_get(patterns: &[Bytes]) -> Reply {
+    let matches = |name: &str| {
+        patterns
+            .iter()
+            .any(|p| firn_store::glob::glob_match(&p.to_ascii_lowercase(), name.as_bytes()))
+    };
+    Reply::Map(
+        REDIS_SETTINGS
+            .iter()
+            .filter(|(name, _)| matches(name))
+            .map(|(name, value)| (Reply::text(*name), Reply::text(*value)))
+            .collect(),
+    )
+}
+
 pub fn render(render: Render, result: Result<Response, FirnError>) -> Reply {
     let response = match result {
         Ok(r) => r,
