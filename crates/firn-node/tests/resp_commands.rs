@@ -234,6 +234,21 @@ async fn string_commands_behave_as_in_redis() {
     assert_eq!(deleted, 1);
     let size: i64 = redis::cmd("DBSIZE").query_async(&mut c).await.unwrap();
     assert_eq!(size, 4); // a, b, m2, nxget
+    // Redis SCAN runs in the connection's session too: what it showed raises the token.
+    let mut fresh = redis_conn(&node).await;
+    let (_, scanned): (String, Vec<String>) = redis::cmd("SCAN")
+        .arg(0)
+        .arg("COUNT")
+        .arg(100)
+        .query_async(&mut fresh)
+        .await
+        .unwrap();
+    assert_eq!(scanned.len(), 4);
+    let token: String = redis::cmd("FIRN.TOKEN")
+        .query_async(&mut fresh)
+        .await
+        .unwrap();
+    assert_ne!(token, "0-0", "SCAN left the session's token unraised");
 
     let flush: redis::RedisResult<()> = redis::cmd("FLUSHALL").query_async(&mut c).await;
     assert!(flush.unwrap_err().to_string().contains("--allow-flushall"));

@@ -502,7 +502,12 @@ impl Connection {
             at: ReadAt::Latest,
             consistency: ReadConsistency::Linearizable,
         };
-        match self.shared.router.execute(request).await {
+        match self
+            .shared
+            .router
+            .execute_in_session(request, &mut self.token)
+            .await
+        {
             Ok(Response::Scan { keys, next_cursor }) => {
                 let next = match next_cursor {
                     Some(k) => self
