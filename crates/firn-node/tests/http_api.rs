@@ -139,6 +139,12 @@ async fn kv_history_scan_and_errors_over_http() {
         assert_eq!(h["versions"].as_array().unwrap().len(), 2);
         assert_eq!(h["versions"][0]["value"], "21.5");
         assert!(h["versions"][1]["value_base64"].is_string());
+        // The history as a read at the first write's time sees it: one version.
+        let (_, r) = call(
+            a.get(&format!("{base}/v1/history/room/1?as_of={as_of}")),
+            None,
+        );
+        assert_eq!(json(r)["versions"].as_array().unwrap().len(), 1);
 
         let (_, r) = call(
             a.get(&format!("{base}/v1/mget?key=room/1&key=absent")),
