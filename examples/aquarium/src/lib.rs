@@ -286,35 +286,31 @@ pub async fn run(config: &Config) -> Result<Report, Error> {
             while started.elapsed() < config.run_for {
                 let node = fastrand::usize(..n);
                 let asked = system_wall_us();
-                if config.reads == Reads::OneByOne {
-                    let (at, frames) = one_by_one(&nodes, &of).await?;
-                    taken.push(Snapshot {
-                        reader,
-                        node,
-                        at,
-                        frames,
-                        again: None,
-                        lag_us: asked.saturating_sub(at.wall_us),
-                    });
-                    tokio::time::sleep(config.snapshot_every).await;
-                    continue;
-                }
-                nodes[node].after(token).await?;
-                let (at, items) = nodes[node].snapshot(&of, None).await?;
-                token = token.max(at);
-                let frames = frames_of(&items)?;
-                let again =
-                    if config.recheck_every > 0 && (taken.len() + 1) % config.recheck_every == 0 {
-                        let other = if n > 1 {
-                            (node + 1 + fastrand::usize(..n - 1)) % n
+                let (at, frames, again) = match config.reads {
+                    Reads::OneByOne => {
+                        let (at, frames) = one_by_one(&nodes, &of).await?;
+                        (at, frames, None)
+                    }
+                    Reads::Snapshot => {
+                        nodes[node].after(token).await?;
+                        let (at, items) = nodes[node].snapshot(&of, None).await?;
+                        token = token.max(at);
+                        let recheck = config.recheck_every > 0
+                            && (taken.len() + 1) % config.recheck_every == 0;
+                        let again = if recheck {
+                            let other = if n > 1 {
+                                (node + 1 + fastrand::usize(..n - 1)) % n
+                            } else {
+                                node
+                            };
+                            let (at2, items2) = nodes[other].snapshot(&of, Some(at)).await?;
+                            Some((other, at2, frames_of(&items2)?))
                         } else {
-                            node
+                            None
                         };
-                        let (at2, items2) = nodes[other].snapshot(&of, Some(at)).await?;
-                        Some((other, at2, frames_of(&items2)?))
-                    } else {
-                        None
-                    };
+                        (at, frames_of(&items)?, again)
+                    }
+                };
                 taken.push(Snapshot {
                     reader,
                     node,
