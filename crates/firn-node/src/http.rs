@@ -358,12 +358,24 @@ async fn scan(
         consistency: consistency(&q)?,
     };
     match session.execute(&router, request).await? {
-        Response::Scan { keys, next_cursor } => Ok(axum::Json(json!({
-            "keys": keys.iter().map(|(k, info)| { let mut j = version_json(info); j["key"] = json!(k.to_string()); j }).collect::<Vec<_>>(),
-            "next_cursor": next_cursor.map(|c| String::from_utf8_lossy(&c).into_owned()),
-        }))),
+        Response::Scan { keys, next_cursor } => Ok(axum::Json(scan_page_json(&keys, next_cursor))),
         other => Err(unexpected(other)),
     }
+}
+
+/// A page of keys: `{keys: [{key, version, …}], next_cursor}`.
+fn scan_page_json(keys: &[(Key, VersionInfo)], next_cursor: Option<Bytes>) -> Json {
+    json!({
+        "keys": keys.iter().map(|(k, info)| { let mut j = version_json(info); j["key"] = json!(k.to_string()); j }).collect::<Vec<_>>(),
+        "next_cursor": next_cursor.map(|c| String::from_utf8_lossy(&c).into_owned()),
+    })
+}
+
+/// Keys asked for, each with what was found: `{values: [{key, found: {…} | null}]}`.
+fn values_json(keys: &[Key], values: Vec<Option<VersionInfo>>) -> Json {
+    json!({
+        "values": keys.iter().zip(values).map(|(k, v)| json!({"key": k.to_string(), "found": v.as_ref().map(version_json)})).collect::<Vec<_>>()
+    })
 }
 
 /// The repeated `key` parameters (`?key=a&key=b`, so the query is read as a list of pairs),
@@ -392,9 +404,7 @@ async fn mget(
         consistency: consistency(&q)?,
     };
     match session.execute(&router, request).await? {
-        Response::Values(values) => Ok(axum::Json(json!({
-            "values": keys.iter().zip(values).map(|(k, v)| json!({"key": k.to_string(), "found": v.as_ref().map(version_json)})).collect::<Vec<_>>()
-        }))),
+        Response::Values(values) => Ok(axum::Json(values_json(&keys, values))),
         other => Err(unexpected(other)),
     }
 }
@@ -430,29 +440,13 @@ async fn snapshot(
         .await?
     {
         Response::Snapshot { at, read } => {
-            let mut body = json!({
-                "at": at.to_string(),
-                "at_time": micros_to_rfc3339(at.wall_us),
-            });
-            match *read {
-                Response::Values(values) => {
-                    body["values"] = json!(keys.iter().zip(values).map(|(k, v)| json!({"key": k.to_string(), "found": v.as_ref().map(version_json)})).collect::<Vec<_>>());
-                }
-                Response::Scan { keys, next_cursor } => {
-                    body["keys"] = json!(
-                        keys.iter()
-                            .map(|(k, info)| {
-                                let mut j = version_json(info);
-                                j["key"] = json!(k.to_string());
-                                j
-                            })
-                            .collect::<Vec<_>>()
-                    );
-                    body["next_cursor"] =
-                        json!(next_cursor.map(|c| String::from_utf8_lossy(&c).into_owned()));
-                }
+            let mut body = match *read {
+                Response::Values(values) => values_json(&keys, values),
+                Response::Scan { keys, next_cursor } => scan_page_json(&keys, next_cursor),
                 other => return Err(unexpected(other)),
-            }
+            };
+            body["at"] = json!(at.to_string());
+            body["at_time"] = json!(micros_to_rfc3339(at.wall_us));
             Ok(axum::Json(body))
         }
         other => Err(unexpected(other)),
