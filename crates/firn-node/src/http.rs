@@ -17,18 +17,28 @@ use base64::Engine;
 use firn_model::limits::{PAGE_ITEMS_DEFAULT, VALUE_BYTES_MAX_CEILING};
 use firn_model::time::{micros_to_rfc3339, parse_duration_us, parse_micros, parse_read_time};
 use firn_model::{
-    CommitTs, FirnError, Key, KeyRange, KeyspaceSpec, PutRequest, ReadAt, ReadConsistency, Request,
-    Response, SnapshotOf, TruncateBefore, VersionInfo, WatchFrom, WatchRequest, WriteCondition,
-    Written,
+    AdminRequest, Answer, CommitTs, FirnError, Key, KeyRange, KeyspaceSpec, KvRead, KvWrite,
+    PutRequest, ReadAt, ReadConsistency, Request, Response, SnapshotOf, TruncateBefore,
+    VersionInfo, WatchFrom, WatchRequest, WriteCondition, Written,
 };
+use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
 
 use crate::router::Router;
+use crate::session::Session as ClientSession;
 
 type Params = Query<HashMap<String, String>>;
 
-pub fn routes(router: Arc<Router>) -> HttpRouter {
+/// How long a node's shutdown waits for HTTP answers in progress; open watch streams end at
+/// once when it begins.
+pub const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The node is stopping: open watch streams end.
+#[derive(Clone)]
+struct Stopping(tokio::sync::watch::Receiver<bool>);
+
+pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> HttpRouter {
     HttpRouter::new()
         .route("/v1/kv/{*key}", get(get_kv).put(put_kv).delete(delete_kv))
         .route("/v1/history/{*key}", get(history))
@@ -49,6 +59,7 @@ pub fn routes(router: Arc<Router>) -> HttpRouter {
         // Bodies up to the ceiling reach the router, which states the configured limit.
         .layer(DefaultBodyLimit::max(VALUE_BYTES_MAX_CEILING + 1))
         .layer(axum::middleware::from_fn(sessions))
+        .layer(axum::Extension(Stopping(stop)))
         .with_state(router)
 }
 
@@ -61,20 +72,18 @@ const TOKEN_HEADER: &str = "firn-token";
 /// the newest stamp the client has now seen. HTTP has no connection state, so the client
 /// keeps the token between requests.
 #[derive(Clone)]
-struct Session {
-    /// The client's token (`Firn-After`), raised by each answer.
-    token: Arc<std::sync::Mutex<Option<CommitTs>>>,
-}
+struct Session(Arc<std::sync::Mutex<ClientSession>>);
 
 impl Session {
     /// Executes `request` after the client's token and raises the token to what it shows.
-    async fn execute(&self, router: &Router, request: Request) -> Result<Response, FirnError> {
-        let lock = || self.token.lock().unwrap_or_else(|p| p.into_inner());
-        let mut token = *lock();
-        let result = router.execute_in_session(request, &mut token).await;
-        let mut kept = lock();
-        *kept = (*kept).max(token);
-        result
+    async fn execute(&self, router: &Router, request: Request) -> Result<Answer, FirnError> {
+        let ctx = self.lock().context();
+        let result = router.execute(&ctx, request).await;
+        self.lock().saw_result(result)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ClientSession> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -96,12 +105,10 @@ async fn sessions(
         Some(Ok(t)) => Some(t),
         Some(Err(e)) => return ApiError(e).into_response(),
     };
-    let session = Session {
-        token: Arc::new(std::sync::Mutex::new(after)),
-    };
+    let session = Session(Arc::new(std::sync::Mutex::new(ClientSession::after(after))));
     request.extensions_mut().insert(session.clone());
     let mut response = next.run(request).await;
-    let token = *session.token.lock().unwrap_or_else(|p| p.into_inner());
+    let token = session.lock().token();
     if let Some(v) = token.and_then(|t| HeaderValue::from_str(&t.to_string()).ok()) {
         response.headers_mut().insert(TOKEN_HEADER, v);
     }
@@ -242,25 +249,21 @@ async fn get_kv(
     Path(key): Path<String>,
     Query(q): Params,
 ) -> ApiResult<HttpResponse> {
-    let key = key_of(key)?;
-    let consistency = consistency(&q)?;
-    // A local read says how far behind it may be (measured before it reads).
-    let staleness = (consistency == ReadConsistency::Local)
-        .then(|| router.local_staleness(key.as_bytes()))
-        .flatten();
-    let request = Request::Get {
-        key,
+    let request = KvRead::Get {
+        key: key_of(key)?,
         at: read_at(&q)?,
-        consistency,
+        consistency: consistency(&q)?,
     };
-    match session.execute(&router, request).await? {
+    let answer = session.execute(&router, request.into()).await?;
+    match answer.response {
         Response::Value(Some(info)) => {
             let mut headers = version_headers(&info);
-            if let Some((through, at_most_us)) = staleness {
-                if let Ok(v) = HeaderValue::from_str(&through.to_string()) {
+            // A local read says how far behind it may be.
+            if let Some(stale) = answer.staleness {
+                if let Ok(v) = HeaderValue::from_str(&stale.applied_through.to_string()) {
                     headers.insert("firn-applied-through", v);
                 }
-                headers.insert("firn-stale-at-most-us", HeaderValue::from(at_most_us));
+                headers.insert("firn-stale-at-most-us", HeaderValue::from(stale.at_most_us));
             }
             Ok((headers, info.value.unwrap_or_default()).into_response())
         }
@@ -281,7 +284,11 @@ async fn put_kv(
         put.condition = WriteCondition::IfVersion(v);
     }
     put.event_time_us = q.get("event_time").map(|t| parse_micros(t)).transpose()?;
-    match session.execute(&router, Request::Put(put)).await? {
+    match session
+        .execute(&router, KvWrite::Put(put).into())
+        .await?
+        .response
+    {
         Response::Written(w) if !w.is_empty() => {
             let mut headers = HeaderMap::new();
             headers.insert("firn-version", HeaderValue::from(w[0].version));
@@ -302,11 +309,13 @@ async fn delete_kv(
     match session
         .execute(
             &router,
-            Request::Delete {
+            KvWrite::Delete {
                 keys: vec![key_of(key)?],
-            },
+            }
+            .into(),
         )
         .await?
+        .response
     {
         Response::Written(w) if !w.is_empty() => Ok(axum::Json(written_json(&w[0]))),
         other => Err(unexpected(other)),
@@ -319,15 +328,16 @@ async fn history(
     Path(key): Path<String>,
     Query(q): Params,
 ) -> ApiResult<axum::Json<Json>> {
-    let request = Request::History {
+    let request: Request = KvRead::History {
         key: key_of(key)?,
         from: param_u64(&q, "from")?.unwrap_or(1),
         to: param_u64(&q, "to")?,
         limit: param_u64(&q, "limit")?.map_or(PAGE_ITEMS_DEFAULT, |l| l as usize),
         as_of: q.get("as_of").map(|t| parse_read_time(t)).transpose()?,
         consistency: consistency(&q)?,
-    };
-    match session.execute(&router, request).await? {
+    }
+    .into();
+    match session.execute(&router, request).await?.response {
         Response::History(h) => Ok(axum::Json(
             json!({ "versions": h.iter().map(version_json).collect::<Vec<_>>() }),
         )),
@@ -346,7 +356,7 @@ async fn scan(
             FirnError::BadArgument("scan takes as_of or event_time, not version".into()).into(),
         );
     }
-    let request = Request::Scan {
+    let request: Request = KvRead::Scan {
         prefix: Bytes::from(q.get("prefix").cloned().unwrap_or_default()),
         cursor: q
             .get("cursor")
@@ -356,8 +366,9 @@ async fn scan(
         pattern: q.get("match").map(|m| Bytes::from(m.clone())),
         at,
         consistency: consistency(&q)?,
-    };
-    match session.execute(&router, request).await? {
+    }
+    .into();
+    match session.execute(&router, request).await?.response {
         Response::Scan { keys, next_cursor } => Ok(axum::Json(scan_page_json(&keys, next_cursor))),
         other => Err(unexpected(other)),
     }
@@ -398,12 +409,13 @@ async fn mget(
     Query(pairs): Query<Vec<(String, String)>>,
 ) -> ApiResult<axum::Json<Json>> {
     let (keys, q) = keys_and_params(pairs)?;
-    let request = Request::MGet {
+    let request: Request = KvRead::MGet {
         keys: keys.clone(),
         at: read_at(&q)?,
         consistency: consistency(&q)?,
-    };
-    match session.execute(&router, request).await? {
+    }
+    .into();
+    match session.execute(&router, request).await?.response {
         Response::Values(values) => Ok(axum::Json(values_json(&keys, values))),
         other => Err(unexpected(other)),
     }
@@ -436,8 +448,9 @@ async fn snapshot(
     };
     let at = q.get("at").map(|t| parse_read_time(t)).transpose()?;
     match session
-        .execute(&router, Request::Snapshot { of, at })
+        .execute(&router, KvRead::Snapshot { of, at }.into())
         .await?
+        .response
     {
         Response::Snapshot { at, read } => {
             let mut body = match *read {
@@ -453,7 +466,11 @@ async fn snapshot(
     }
 }
 
-async fn watch(State(router): State<Arc<Router>>, Query(q): Params) -> ApiResult<HttpResponse> {
+async fn watch(
+    State(router): State<Arc<Router>>,
+    axum::Extension(Stopping(mut stop)): axum::Extension<Stopping>,
+    Query(q): Params,
+) -> ApiResult<HttpResponse> {
     let target = match (q.get("key"), q.get("prefix")) {
         (Some(k), None) => KeyRange::Key(key_of(k.clone())?),
         (None, Some(p)) => KeyRange::Prefix(Bytes::from(p.clone())),
@@ -474,6 +491,10 @@ async fn watch(State(router): State<Arc<Router>>, Query(q): Params) -> ApiResult
     let events = futures::stream::unfold(stream, |mut stream| async move {
         let item = stream.next().await?;
         Some((Ok::<_, Infallible>(sse_event(item)), stream))
+    })
+    // The stream ends when the node stops, so that its shutdown is not held open.
+    .take_until(async move {
+        let _ = stop.wait_for(|stopping| *stopping).await;
     });
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::default())
@@ -525,8 +546,9 @@ async fn truncate(
         }
     };
     match session
-        .execute(&router, Request::Truncate { target, before })
+        .execute(&router, KvWrite::Truncate { target, before }.into())
         .await?
+        .response
     {
         Response::Truncated { versions_removed } => {
             Ok(axum::Json(json!({ "versions_removed": versions_removed })))
@@ -539,8 +561,15 @@ fn keyspace_json(s: &KeyspaceSpec) -> Json {
     json!({ "prefix": s.prefix, "mode": s.mode.to_string(), "max_versions": s.max_versions, "max_age_us": s.max_age_us, "durability": "disk" })
 }
 
-async fn list_keyspaces(State(router): State<Arc<Router>>) -> ApiResult<axum::Json<Json>> {
-    match router.execute(Request::KeyspaceList).await? {
+async fn list_keyspaces(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+) -> ApiResult<axum::Json<Json>> {
+    match session
+        .execute(&router, AdminRequest::KeyspaceList.into())
+        .await?
+        .response
+    {
         Response::Keyspaces(specs) => Ok(axum::Json(
             json!({ "keyspaces": specs.iter().map(keyspace_json).collect::<Vec<_>>() }),
         )),
@@ -560,6 +589,7 @@ struct KeyspaceBody {
 
 async fn create_keyspace(
     State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
     body: Result<axum::Json<KeyspaceBody>, JsonRejection>,
 ) -> ApiResult<(StatusCode, axum::Json<Json>)> {
     let axum::Json(body) = body.map_err(bad_json)?;
@@ -585,17 +615,20 @@ async fn create_keyspace(
     if let Some(d) = body.durability {
         spec.durability = d.parse()?;
     }
-    router
-        .execute(Request::KeyspaceCreate(spec.clone()))
+    session
+        .execute(&router, AdminRequest::KeyspaceCreate(spec.clone()).into())
         .await?;
     Ok((StatusCode::CREATED, axum::Json(keyspace_json(&spec))))
 }
 
 async fn drop_keyspace(
     State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
     Path(prefix): Path<String>,
 ) -> ApiResult<StatusCode> {
-    router.execute(Request::KeyspaceDrop { prefix }).await?;
+    session
+        .execute(&router, AdminRequest::KeyspaceDrop { prefix }.into())
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -603,7 +636,9 @@ async fn drop_keyspace(
 /// it (`nodes`, `cluster`).
 async fn cluster(State(router): State<Arc<Router>>) -> axum::Json<Json> {
     let view = router.cluster_view().await;
-    axum::Json(json!({ "node_id": router.node_id(), "shards": router.status(), "cluster": view }))
+    axum::Json(
+        json!({ "node_id": router.node_id(), "shards": router.replicas().status(), "cluster": view }),
+    )
 }
 
 /// Starts removing a node: 202, the move goes on in the background (see /v1/cluster).
@@ -619,7 +654,7 @@ async fn remove_node(
 }
 
 async fn healthz(State(router): State<Arc<Router>>) -> HttpResponse {
-    let status = router.status();
+    let status = router.replicas().status();
     let serving = status.iter().all(|s| s.leader.is_some());
     let code = if serving {
         StatusCode::OK

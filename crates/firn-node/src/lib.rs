@@ -1,18 +1,23 @@
 //! A Firn node: one `firn serve` process.
 //!
-//! The node owns its shard replicas, the [`router::Router`] that executes every typed
-//! request, and the two front ends that parse into it: [`resp`] (the Redis protocol) and
-//! [`http`] (HTTP/JSON). A front end parses and renders; it never holds store logic.
+//! The two front ends, [`resp`] (the Redis protocol) and [`http`] (HTTP/JSON), parse into one
+//! typed request and run it in a client's [`session`] through the [`router`], which plans it
+//! over the shard [`replicas`] held here and elsewhere (reaching other nodes through typed
+//! [`rpc`] calls, answered by [`inbound`]). The [`cluster`] part keeps the layout (meta
+//! group, steward, follower) and publishes it on a channel the router reads. A front end
+//! parses and renders; it never holds store logic.
 
 pub mod cluster;
 pub mod config;
 pub mod http;
-pub mod meta;
+pub mod inbound;
 pub mod metrics;
 pub mod node;
 pub mod replicas;
 pub mod resp;
 pub mod router;
+pub mod rpc;
+pub mod session;
 pub mod watch;
 
 pub use config::NodeConfig;

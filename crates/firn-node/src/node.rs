@@ -3,22 +3,24 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::Arc;
 
 use firn_model::{FirnError, HybridClock};
 use firn_raft::log_store::{Fsync, GroupCommit};
-use firn_raft::peer::{LocalGroups, PeerPool, PeerRequest, PeerResponse, serve_peers};
+use firn_raft::peer::{LocalGroups, PeerPool, serve_peers};
 use firn_raft::{META_GROUP, NodeId};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::cluster::{ClusterLayout, NodeRpc, NodeRpcReply};
+use crate::cluster::ShardHost;
+use crate::cluster::follower::{LayoutFollower, join, steward_loop};
+use crate::cluster::layout::ClusterLayout;
+use crate::cluster::meta::{Meta, MetaClient};
 use crate::config::NodeConfig;
-use crate::meta::{Meta, STEWARD_INTERVAL, steward};
-use crate::replicas::ReplicaFactory;
-use crate::router::{Router, RouterRpc};
+use crate::replicas::{ReplicaFactory, Replicas};
+use crate::router::{Router, RouterParts};
+use crate::rpc::PeerClient;
 
 pub struct RunningNode {
     pub resp_addr: SocketAddr,
@@ -31,96 +33,9 @@ pub struct RunningNode {
     _scratch: Option<tempfile::TempDir>,
 }
 
-/// How often a node checks its meta replica for a new layout.
-const LAYOUT_POLL: Duration = Duration::from_millis(200);
-/// How often a joining node repeats its request until a member accepts it.
-const JOIN_RETRY: Duration = Duration::from_secs(1);
-
-/// Applies the newest layout the meta replica holds, if it is newer than `applied`.
-async fn follow_layout(router: &Router, applied: &mut Option<u64>) -> Result<(), FirnError> {
-    let Some((version, layout)) = router.meta().layout()? else {
-        return Ok(());
-    };
-    if *applied == Some(version) {
-        return Ok(());
-    }
-    router.apply_layout(layout).await?;
-    *applied = Some(version);
-    Ok(())
-}
-
-/// Keeps the node's replicas as the layout says; the creating node stores the first one.
-async fn layout_follower(
-    router: Arc<Router>,
-    bootstrap: Option<ClusterLayout>,
-    mut applied: Option<u64>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut created = false;
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(LAYOUT_POLL) => {}
-            _ = stop.changed() => return,
-        }
-        if let Some(layout) = bootstrap.as_ref().filter(|_| !created)
-            && router.meta().is_leader()
-        {
-            match router.meta().create(layout).await {
-                Ok(()) => created = true,
-                Err(e) => tracing::debug!("storing the first layout: {e}"),
-            }
-        }
-        if let Err(e) = follow_layout(&router, &mut applied).await {
-            tracing::warn!("following the cluster layout: {e}");
-        }
-    }
-}
-
-/// On the meta leader: membership, replica moves and leader spread, a step at a time.
-async fn steward_loop(router: Arc<Router>, mut stop: watch::Receiver<bool>) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(STEWARD_INTERVAL) => {}
-            _ = stop.changed() => return,
-        }
-        if router.meta().is_leader()
-            && let Err(e) = steward(&router, router.meta()).await
-        {
-            tracing::info!("cluster steward: {e} (retrying)");
-        }
-    }
-}
-
-/// Asks the member at `contact` to add this node, until one accepts.
-async fn join(router: Arc<Router>, contact: String, addr: String, mut stop: watch::Receiver<bool>) {
-    let node = router.node_id();
-    let request = postcard::to_stdvec(&NodeRpc::Join { node, addr }).unwrap_or_default();
-    loop {
-        let answer = router
-            .pool()
-            .call_addr(&contact, PeerRequest::App(request.clone()), JOIN_RETRY * 5)
-            .await;
-        let outcome = match answer {
-            Ok(PeerResponse::App(bytes)) => match postcard::from_bytes::<NodeRpcReply>(&bytes) {
-                Ok(NodeRpcReply::Done(r)) => r.map_err(|e| e.to_string()),
-                other => Err(format!("unexpected answer {other:?}")),
-            },
-            Ok(other) => Err(format!("unexpected answer {other:?}")),
-            Err(e) => Err(e.to_string()),
-        };
-        match outcome {
-            Ok(()) => {
-                tracing::info!(node, %contact, "joined the cluster; replicas will move here");
-                return;
-            }
-            Err(e) => tracing::warn!(node, %contact, "joining: {e}; retrying"),
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(JOIN_RETRY) => {}
-            _ = stop.changed() => return,
-        }
-    }
-}
+/// How long shutdown waits for the node's tasks (listeners, connections, loops) to end
+/// once told to stop: HTTP answers in progress get [`crate::http::SHUTDOWN_WAIT`] of it.
+pub const SHUTDOWN_TASKS_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 fn startup(what: &str, e: impl std::fmt::Display) -> FirnError {
     FirnError::Internal(format!("{what}: {e}"))
@@ -265,11 +180,12 @@ impl RunningNode {
             nodes.clone().into_iter().collect(),
         ));
         let groups = LocalGroups::default();
-        let rpc = Arc::new(RouterRpc(OnceLock::new()));
+        // Calls from peers wait in the inbox until the router answering them exists.
+        let (inbox, inbox_queues) = crate::inbound::inbox();
         let mut tasks = vec![tokio::spawn(serve_peers(
             peer_listener,
             groups.clone(),
-            rpc.clone(),
+            inbox,
             stop_rx.clone(),
         ))];
 
@@ -281,6 +197,7 @@ impl RunningNode {
         };
         let commit = GroupCommit::start(db.clone(), fsync)
             .map_err(|e| startup("starting the fsync thread", e))?;
+        let peers = PeerClient::new(pool.clone());
         let factory = ReplicaFactory {
             node_id: config.node_id,
             peer_addr: peer_addr_text,
@@ -298,40 +215,51 @@ impl RunningNode {
         let meta_replica = factory
             .open(META_GROUP, &meta_members, bootstrap.is_some())
             .await?;
-        let meta = Meta::new(config.node_id, meta_replica);
-        let router = Arc::new(Router::new(
-            factory,
-            meta,
-            config.limits.clone(),
-            config.allow_flushall,
-            (resp_addr.to_string(), http_addr.to_string()),
-        ));
-        router.set_self();
-        let _ = rpc.0.set(router.clone());
+        let meta = Arc::new(Meta::new(config.node_id, meta_replica));
+        let meta_client = Arc::new(MetaClient::new(meta.clone(), peers.clone()));
+        let replicas = Arc::new(Replicas::new(factory));
+        let (publish, layout) = watch::channel(Arc::new(ClusterLayout::empty()));
+        let router = Arc::new(Router::new(RouterParts {
+            replicas: replicas.clone(),
+            peers: peers.clone(),
+            meta: meta_client.clone(),
+            layout,
+            limits: config.limits.clone(),
+            allow_flushall: config.allow_flushall,
+            client_addrs: (resp_addr.to_string(), http_addr.to_string()),
+        }));
+        tasks.push(tokio::spawn(crate::inbound::serve(
+            inbox_queues,
+            router.clone(),
+            meta_client,
+            stop_rx.clone(),
+        )));
+        let host: Arc<dyn ShardHost> = router.clone();
+        let mut follower = LayoutFollower::new(meta.clone(), host.clone(), publish);
         // A node alone, and a node restarting, serve before `start` returns: the layout is
         // stored (alone) and applied (the one the meta replica recovered) now.
         if let Some(layout) = bootstrap.as_ref().filter(|l| l.nodes.len() == 1) {
-            router.meta().create(layout).await?;
+            meta.create(layout).await?;
         }
-        let mut applied = None;
-        follow_layout(&router, &mut applied).await?;
+        follower.catch_up().await?;
         // Every node of a new `--peers` cluster derives the same first layout: it serves by
         // it until the meta group delivers the stored one (the same, unless changed since).
-        if applied.is_none()
+        if !follower.has_applied()
             && let Some(layout) = initial
         {
-            router.apply_layout(layout).await?;
+            follower.apply(layout).await?;
         }
-        tasks.push(tokio::spawn(layout_follower(
-            router.clone(),
-            bootstrap,
-            applied,
+        tasks.push(tokio::spawn(follower.run(bootstrap, stop_rx.clone())));
+        tasks.push(tokio::spawn(steward_loop(
+            host,
+            peers.clone(),
+            meta,
             stop_rx.clone(),
         )));
-        tasks.push(tokio::spawn(steward_loop(router.clone(), stop_rx.clone())));
         if let Some(contact) = config.join.clone() {
             tasks.push(tokio::spawn(join(
-                router.clone(),
+                peers,
+                config.node_id,
                 contact,
                 peer_addr.to_string(),
                 stop_rx.clone(),
@@ -343,7 +271,7 @@ impl RunningNode {
             router.clone(),
             stop_rx.clone(),
         )));
-        let app = crate::http::routes(router.clone());
+        let app = crate::http::routes(router.clone(), stop_rx.clone());
         let mut http_stop = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
             let shutdown = async move {
@@ -356,14 +284,14 @@ impl RunningNode {
                 tracing::error!("http server: {e}");
             }
         }));
-        let retention_router = router.clone();
+        let retention = replicas;
         let mut retention_stop = stop_rx;
         let interval = config.retention_interval;
         tasks.push(tokio::spawn(async move {
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep(interval) => {
-                        if let Err(e) = retention_router.expire_by_age().await {
+                        if let Err(e) = retention.expire_by_age().await {
                             tracing::warn!("retention: {e}");
                         }
                     }
@@ -383,11 +311,16 @@ impl RunningNode {
         })
     }
 
-    /// Stops accepting requests, ends connections and stops the Raft groups.
+    /// Stops accepting requests, ends connections and open watches, and stops the Raft
+    /// groups. Tasks still running after [`SHUTDOWN_TASKS_WAIT`] are cut off.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
-        for t in self.tasks {
-            let _ = t.await;
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_TASKS_WAIT;
+        for mut t in self.tasks {
+            if tokio::time::timeout_at(deadline, &mut t).await.is_err() {
+                tracing::warn!("a task did not stop within {SHUTDOWN_TASKS_WAIT:?}; cut off");
+                t.abort();
+            }
         }
         self.router.shutdown().await;
     }

@@ -1,15 +1,20 @@
-//! Opening the Raft groups a node holds: the meta group and its shard replicas, each with
-//! its log in the node's log database and its state in the node's state database.
+//! The shard replicas a node holds ([`Replicas`]: opened and closed as the layout says,
+//! their leaders, their status) and how each Raft group is opened ([`ReplicaFactory`]: the
+//! meta group and the shard replicas, each with its log in the node's log database and its
+//! state in the node's state database).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use firn_model::{FirnError, HybridClock};
 use firn_raft::log_store::GroupCommit;
 use firn_raft::peer::{LocalGroups, PeerPool};
-use firn_raft::{META_GROUP, NodeId, ShardConfig, ShardId, ShardReplica, group_name};
-use firn_store::{FjallBackend, MemoryBackend, StorageBackend};
+use firn_raft::{META_GROUP, NodeId, ShardConfig, ShardId, ShardReplica, ShardStatus, group_name};
+use firn_store::{FjallBackend, MemoryBackend, Op, StorageBackend};
+
+use crate::cluster::layout::ClusterLayout;
 use openraft::BasicNode;
 
 pub struct ReplicaFactory {
@@ -78,5 +83,202 @@ impl ReplicaFactory {
     pub async fn close(&self, id: ShardId, replica: &ShardReplica) {
         self.groups.remove(id);
         replica.shutdown().await;
+    }
+}
+
+/// How long a request waits for a shard to have a leader before it is refused.
+pub const LEADER_WAIT: Duration = Duration::from_secs(5);
+
+/// The shard replicas this node holds, opened and closed as the layout says.
+pub struct Replicas {
+    node_id: NodeId,
+    factory: ReplicaFactory,
+    held: RwLock<HashMap<ShardId, Arc<ShardReplica>>>,
+    /// Serialises layout changes (replicas opened and closed).
+    applying: tokio::sync::Mutex<()>,
+}
+
+impl Replicas {
+    pub fn new(factory: ReplicaFactory) -> Self {
+        Replicas {
+            node_id: factory.node_id,
+            factory,
+            held: RwLock::default(),
+            applying: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    /// This node's replica of `shard`, if it holds one.
+    pub fn get(&self, shard: ShardId) -> Option<Arc<ShardReplica>> {
+        self.held
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&shard)
+            .cloned()
+    }
+
+    pub fn all(&self) -> Vec<Arc<ShardReplica>> {
+        self.held
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// The replica of `shard`, or why this node cannot serve it.
+    pub fn require(&self, shard: ShardId) -> Result<Arc<ShardReplica>, FirnError> {
+        self.get(shard).ok_or_else(|| {
+            FirnError::TryAgain(format!(
+                "no replica of shard {shard} on node {}",
+                self.node_id
+            ))
+        })
+    }
+
+    /// The replica of `shard` if this node leads it.
+    pub fn require_leader(&self, shard: ShardId) -> Result<Arc<ShardReplica>, FirnError> {
+        let replica = self.require(shard)?;
+        if replica.leader() != Some(self.node_id) {
+            return Err(FirnError::TryAgain(format!(
+                "node {} does not lead shard {shard} (leader: {:?})",
+                self.node_id,
+                replica.leader()
+            )));
+        }
+        Ok(replica)
+    }
+
+    /// The leader of `shard` as this node's replica knows it, without waiting.
+    pub fn known_leader(&self, shard: ShardId) -> Option<NodeId> {
+        self.get(shard).and_then(|r| r.leader())
+    }
+
+    /// The leader of a shard held here, waiting for one (at most `LEADER_WAIT`); `None`
+    /// when this node holds no replica of it.
+    pub async fn leader_of(&self, shard: ShardId) -> Option<Result<NodeId, FirnError>> {
+        let replica = self.get(shard)?;
+        Some(match replica.leader() {
+            Some(l) => Ok(l),
+            None => replica.wait_for_leader(LEADER_WAIT).await,
+        })
+    }
+
+    /// The replicas this node holds.
+    pub fn status(&self) -> Vec<ShardStatus> {
+        let mut s: Vec<ShardStatus> = self.all().iter().map(|r| r.status()).collect();
+        s.sort_by_key(|s| s.shard_id);
+        s
+    }
+
+    /// Live keys in the replicas this node holds (INFO's view; DBSIZE asks every shard).
+    pub fn live_keys(&self) -> u64 {
+        self.all().iter().map(|r| r.store().live_keys()).sum()
+    }
+
+    /// Follows a new layout: peer addresses, then the replicas this node should hold —
+    /// opening the ones added here, closing the ones moved away.
+    pub async fn follow(&self, layout: &ClusterLayout) -> Result<(), FirnError> {
+        let _one_at_a_time = self.applying.lock().await;
+        for (id, addr) in &layout.nodes {
+            self.factory.pool.set_addr(*id, addr);
+        }
+        let me = self.node_id;
+        let held: Vec<ShardId> = self
+            .held
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .copied()
+            .collect();
+        let mut result = Ok(());
+        for shard in layout.shards.iter().filter(|s| layout.holds(s, me)) {
+            if held.contains(&shard.id) {
+                continue;
+            }
+            let members: BTreeMap<NodeId, String> = shard
+                .replicas
+                .iter()
+                .filter_map(|n| layout.nodes.get(n).map(|a| (*n, a.clone())))
+                .collect();
+            let form = shard.formed_by == Some(me);
+            match self.factory.open(shard.id, &members, form).await {
+                Ok(replica) => {
+                    tracing::info!(shard = shard.id, form, "opened a replica");
+                    self.held
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(shard.id, replica);
+                }
+                Err(e) => result = Err(e),
+            }
+        }
+        for id in held {
+            if layout
+                .shards
+                .iter()
+                .any(|s| s.id == id && layout.holds(s, me))
+            {
+                continue;
+            }
+            let replica = self
+                .held
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+            if let Some(r) = replica {
+                self.factory.close(id, &r).await;
+                tracing::info!(shard = id, "closed a replica moved elsewhere");
+            }
+        }
+        result
+    }
+
+    /// As the leader of `shard`: makes `voters` its voters, new ones caught up first.
+    pub async fn set_voters(
+        &self,
+        shard: ShardId,
+        voters: BTreeMap<NodeId, String>,
+    ) -> Result<(), FirnError> {
+        let replica = self.require_leader(shard)?;
+        let (current, _) = replica.members();
+        for (id, addr) in voters.iter().filter(|(id, _)| !current.contains(id)) {
+            replica.add_learner(*id, addr, true).await?;
+        }
+        replica
+            .set_voters(voters.into_keys().collect(), false)
+            .await
+    }
+
+    /// As the leader of `shard`: hands leadership to `to`.
+    pub async fn transfer_leader(&self, shard: ShardId, to: NodeId) -> Result<(), FirnError> {
+        self.require_leader(shard)?.transfer_leader(to).await
+    }
+
+    /// Proposes age-based retention on the shards this node leads, if a keyspace has a max
+    /// age.
+    pub async fn expire_by_age(&self) -> Result<(), FirnError> {
+        for replica in self.all() {
+            if replica.leader() == Some(self.node_id)
+                && replica
+                    .store()
+                    .keyspaces()
+                    .iter()
+                    .any(|k| k.max_age_us.is_some())
+            {
+                replica.write(Op::ExpireByAge).await?;
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn shutdown(&self) {
+        for r in self.all() {
+            r.shutdown().await;
+        }
     }
 }

@@ -278,3 +278,52 @@ async fn malformed_resp_gets_a_protocol_error_and_the_connection_goes_on() {
     assert_eq!(reply, "+OK\r\n");
     node.shutdown().await;
 }
+
+/// A node that is still joining knows no layout: every request, snapshots and watches
+/// included, is refused with CLUSTERDOWN — the connection stays usable, nothing panics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_a_layout_refuses_requests_and_keeps_the_connection() {
+    let config = firn_node::NodeConfig {
+        resp_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        http_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        peer_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        in_memory: true,
+        // Nobody listens there: the node stays a joining node without a layout.
+        join: Some("127.0.0.1:9".into()),
+        ..firn_node::NodeConfig::default()
+    };
+    let node = firn_node::RunningNode::start(config)
+        .await
+        .expect("node starts");
+    let mut con = redis_conn(&node).await;
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["FIRN.SNAPSHOT", "KEYS", "a", "b"],
+        vec!["FIRN.SNAPSHOT", "PREFIX", "a"],
+        vec!["GET", "a"],
+        vec!["MGET", "a", "b"],
+        vec!["SET", "a", "1"],
+        vec!["FIRN.SCAN", ""],
+        vec!["DBSIZE"],
+    ];
+    for command in commands {
+        let mut cmd = redis::cmd(command[0]);
+        for arg in &command[1..] {
+            cmd.arg(*arg);
+        }
+        let err = cmd
+            .query_async::<redis::Value>(&mut con)
+            .await
+            .expect_err(&format!("{command:?} is refused"));
+        assert_eq!(err.code(), Some("CLUSTERDOWN"), "{command:?}: {err}");
+    }
+    let pong: String = redis::cmd("PING").query_async(&mut con).await.unwrap();
+    assert_eq!(pong, "PONG", "the connection is still usable");
+    // Over HTTP too.
+    let url = format!("http://{}/v1/snapshot?key=a", node.http_addr);
+    let status = match ureq::get(&url).call() {
+        Err(ureq::Error::Status(code, _)) => code,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    assert_eq!(status, 503);
+    node.shutdown().await;
+}

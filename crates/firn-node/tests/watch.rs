@@ -138,3 +138,32 @@ async fn notify_keyspace_delivers_to_watchers_and_stores_nothing() {
     );
     node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_with_an_open_http_watch_ends_the_stream_and_finishes_promptly() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = start_node(false).await;
+    let mut sse = tokio::net::TcpStream::connect(node.http_addr)
+        .await
+        .unwrap();
+    sse.write_all(b"GET /v1/watch?prefix=cam/ HTTP/1.1\r\nHost: firn\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = vec![0u8; 1024];
+    let n = sse.read(&mut head).await.unwrap();
+    assert!(
+        String::from_utf8_lossy(&head[..n]).starts_with("HTTP/1.1 200"),
+        "the watch stream is open"
+    );
+    let started = std::time::Instant::now();
+    tokio::time::timeout(std::time::Duration::from_secs(10), node.shutdown())
+        .await
+        .expect("shutdown finishes");
+    // The stream ends when shutdown begins; a stream held open would keep the HTTP server
+    // until the node's last-resort cut-off (`SHUTDOWN_TASKS_WAIT`).
+    assert!(
+        started.elapsed() < firn_node::node::SHUTDOWN_TASKS_WAIT / 2,
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+}

@@ -1,7 +1,7 @@
 //! The Raft log payload: a write, stamped by the leader with its proposal time.
 
 use bytes::Bytes;
-use firn_model::{CommitTs, Key, KeyRange, KeyspaceSpec, PutRequest, Request, TruncateBefore};
+use firn_model::{CommitTs, Key, KeyRange, KeyspaceSpec, KvWrite, PutRequest, TruncateBefore};
 use serde::{Deserialize, Serialize};
 
 /// A state change as it travels through the log. `ts` is the leader's HLC reading when it
@@ -48,18 +48,17 @@ impl Op {
             _ => false,
         }
     }
+}
 
-    /// The log operation for a write request; `None` for a read.
-    pub fn from_request(request: Request) -> Option<Op> {
-        Some(match request {
-            Request::Put(p) => Op::Put(p),
-            Request::Delete { keys } => Op::Delete { keys },
-            Request::MSet { items } => Op::MSet { items },
-            Request::Truncate { target, before } => Op::Truncate { target, before },
-            Request::KeyspaceCreate(spec) => Op::KeyspaceCreate(spec),
-            Request::KeyspaceDrop { prefix } => Op::KeyspaceDrop { prefix },
-            Request::FlushAll => Op::FlushAll,
-            _ => return None,
-        })
+/// Every kv write is one log operation: the conversion is total, so no write can lack one.
+impl From<KvWrite> for Op {
+    fn from(write: KvWrite) -> Op {
+        match write {
+            KvWrite::Put(p) => Op::Put(p),
+            KvWrite::Delete { keys } => Op::Delete { keys },
+            KvWrite::MSet { items } => Op::MSet { items },
+            KvWrite::Truncate { target, before } => Op::Truncate { target, before },
+            KvWrite::FlushAll => Op::FlushAll,
+        }
     }
 }

@@ -704,7 +704,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         close_time_every: args.close_time_every,
         node_id: args.node_id,
         peer_addr: args.peer_addr,
-        peers: firn_node::cluster::parse_peers(&args.peers).map_err(|e| e.to_string())?,
+        peers: firn_node::cluster::layout::parse_peers(&args.peers).map_err(|e| e.to_string())?,
         shards: args.shards,
         replication: args.replication,
         join: args.join,

@@ -677,3 +677,30 @@ async fn causality_tokens_carry_a_session_across_nodes() {
         assert!(ack.commit_ts > ahead, "{} not above {ahead}", ack.commit_ts);
     }
 }
+
+/// A malformed read is refused at once, not after a barrier that waits for a leader: with
+/// two of three nodes gone, a valid linearizable read on the survivor waits seconds for a
+/// quorum that never comes, while one with a bad limit is refused before any wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_read_is_refused_before_any_barrier() {
+    let mut cluster = three_nodes(&["--shards", "1"]).await;
+    let addr = cluster.resp_addr(0);
+    cluster.kill_9(1);
+    cluster.kill_9(2);
+    let client = redis::Client::open(format!("redis://{addr}/")).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let started = Instant::now();
+    let err = redis::cmd("FIRN.HISTORY")
+        .arg("k")
+        .arg("LIMIT")
+        .arg(0)
+        .query_async::<redis::Value>(&mut con)
+        .await
+        .expect_err("a limit of 0 is refused");
+    assert!(err.to_string().contains("out of range"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "refused after {:?}: it waited for a barrier first",
+        started.elapsed()
+    );
+}

@@ -3,9 +3,9 @@
 
 use bytes::Bytes;
 use firn_model::{
-    CommitTs, FirnError, KeyRange, KeyspaceSpec, PutRequest, ReadAt, ReadConsistency, Request,
-    Response, SnapshotOf, TruncateBefore, VersionInfo, WatchFrom, WatchRequest, WriteCondition,
-    Written, limits::PAGE_ITEMS_DEFAULT,
+    AdminRequest, CommitTs, FirnError, KeyRange, KeyspaceSpec, KvRead, KvWrite, PutRequest, ReadAt,
+    ReadConsistency, Request, Response, SnapshotOf, TruncateBefore, VersionInfo, WatchFrom,
+    WatchRequest, WriteCondition, Written, limits::PAGE_ITEMS_DEFAULT,
 };
 
 use firn_model::time::parse_duration_us;
@@ -44,6 +44,11 @@ pub enum Action {
     /// FIRN.TOKEN: this connection's causality token.
     Token,
     Quit,
+}
+
+/// Runs `request` and shows its answer `how`.
+fn exec(request: impl Into<Request>, how: Render) -> Action {
+    Action::Execute(request.into(), how)
 }
 
 /// How a command shows the router's answer.
@@ -335,13 +340,13 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
         }),
         "DBSIZE" => {
             args.done()?;
-            Action::Execute(Request::DbSize, Render::Count)
+            exec(KvRead::DbSize, Render::Count)
         }
         "GET" => {
             exact_arity(&args, 1)?;
             let key = args.key()?;
-            Action::Execute(
-                Request::Get {
+            exec(
+                KvRead::Get {
                     key,
                     at: ReadAt::Latest,
                     consistency: ReadConsistency::Linearizable,
@@ -352,8 +357,8 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
         "TYPE" => {
             exact_arity(&args, 1)?;
             let key = args.key()?;
-            Action::Execute(
-                Request::Get {
+            exec(
+                KvRead::Get {
                     key,
                     at: ReadAt::Latest,
                     consistency: ReadConsistency::Linearizable,
@@ -392,20 +397,18 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
                 }
             }
             let get = put.return_previous;
-            Action::Execute(Request::Put(put), Render::Set { get })
+            exec(KvWrite::Put(put), Render::Set { get })
         }
-        "DEL" | "UNLINK" => {
-            Action::Execute(Request::Delete { keys: args.keys()? }, Render::DelCount)
-        }
-        "EXISTS" => Action::Execute(
-            Request::Exists {
+        "DEL" | "UNLINK" => exec(KvWrite::Delete { keys: args.keys()? }, Render::DelCount),
+        "EXISTS" => exec(
+            KvRead::Exists {
                 keys: args.keys()?,
                 consistency: ReadConsistency::Linearizable,
             },
             Render::Count,
         ),
-        "MGET" => Action::Execute(
-            Request::MGet {
+        "MGET" => exec(
+            KvRead::MGet {
                 keys: args.keys()?,
                 at: ReadAt::Latest,
                 consistency: ReadConsistency::Linearizable,
@@ -421,7 +424,7 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
                 let k = args.key()?;
                 items.push((k, args.bytes()?));
             }
-            Action::Execute(Request::MSet { items }, Render::Ok)
+            exec(KvWrite::MSet { items }, Render::Ok)
         }
         "SCAN" => {
             let cursor_text = args.text()?;
@@ -459,7 +462,7 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
                     }
                 }
             }
-            Action::Execute(Request::FlushAll, Render::Ok)
+            exec(KvWrite::FlushAll, Render::Ok)
         }
         "FIRN.PUT" => {
             if args.len() < 2 {
@@ -480,14 +483,14 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
                     }
                 }
             }
-            Action::Execute(Request::Put(put), Render::FirnWritten)
+            exec(KvWrite::Put(put), Render::FirnWritten)
         }
         "FIRN.GET" => {
             let key = args.key()?;
             let (at, consistency) = read_options(&mut args, true)?;
             args.done()?;
-            Action::Execute(
-                Request::Get {
+            exec(
+                KvRead::Get {
                     key,
                     at,
                     consistency,
@@ -497,8 +500,8 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
         }
         "FIRN.MGET" => {
             let (at, consistency) = read_options(&mut args, false)?;
-            Action::Execute(
-                Request::MGet {
+            exec(
+                KvRead::MGet {
                     keys: args.keys()?,
                     at,
                     consistency,
@@ -508,8 +511,8 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
         }
         "FIRN.DEL" => {
             exact_arity(&args, 1)?;
-            Action::Execute(
-                Request::Delete {
+            exec(
+                KvWrite::Delete {
                     keys: vec![args.key()?],
                 },
                 Render::FirnDel,
@@ -538,8 +541,8 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
                     }
                 }
             }
-            Action::Execute(
-                Request::History {
+            exec(
+                KvRead::History {
                     key,
                     from,
                     to,
@@ -570,8 +573,8 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
                     }
                 }
             }
-            Action::Execute(
-                Request::Scan {
+            exec(
+                KvRead::Scan {
                     prefix,
                     cursor,
                     limit,
@@ -615,7 +618,7 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
                     }
                 }
             };
-            Action::Execute(Request::Snapshot { of, at }, Render::FirnSnapshot)
+            exec(KvRead::Snapshot { of, at }, Render::FirnSnapshot)
         }
         "FIRN.TRUNCATE" => {
             exact_arity(&args, 4)?;
@@ -637,7 +640,7 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
                     )));
                 }
             };
-            Action::Execute(Request::Truncate { target, before }, Render::Truncated)
+            exec(KvWrite::Truncate { target, before }, Render::Truncated)
         }
         "FIRN.WATCH" => {
             let subject = args.bytes()?;
@@ -666,11 +669,11 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
         "FIRN.KEYSPACE" => {
             let sub = args.keyword()?;
             match sub.as_str() {
-                "LIST" => Action::Execute(Request::KeyspaceList, Render::Keyspaces),
+                "LIST" => exec(AdminRequest::KeyspaceList, Render::Keyspaces),
                 "DROP" => {
                     exact_arity(&args, 1)?;
-                    Action::Execute(
-                        Request::KeyspaceDrop {
+                    exec(
+                        AdminRequest::KeyspaceDrop {
                             prefix: args.text()?,
                         },
                         Render::Ok,
@@ -694,7 +697,7 @@ pub fn parse(name: &str, mut args: Args) -> Result<Action, FirnError> {
                             }
                         }
                     }
-                    Action::Execute(Request::KeyspaceCreate(spec), Render::Ok)
+                    exec(AdminRequest::KeyspaceCreate(spec), Render::Ok)
                 }
                 _ => return Err(unknown_subcommand("firn.keyspace", &sub)),
             }

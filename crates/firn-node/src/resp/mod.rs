@@ -14,7 +14,10 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use firn_model::limits::RESP_FRAME_BYTES_MAX;
-use firn_model::{CommitTs, FirnError, ReadAt, ReadConsistency, Request, Response, WatchEvent};
+use firn_model::{
+    Answer, CommitTs, FirnError, KvRead, KvRequest, ReadAt, ReadConsistency, Request, Response,
+    WatchEvent,
+};
 use redis_protocol::resp2;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -23,8 +26,9 @@ use tokio::sync::watch;
 use self::args::Args;
 use self::command::{Action, Render, parse, render};
 use self::reply::Reply;
-use crate::cluster::{ClusterView, ShardView};
+use crate::cluster::view::{ClusterView, ShardView};
 use crate::router::{Pending, Router};
+use crate::session::Session;
 
 /// Most replies a connection holds before it writes them out (a bound on pipelining memory).
 const PIPELINE_DEPTH_MAX: usize = 1_024;
@@ -109,16 +113,15 @@ struct Connection {
     peer: SocketAddr,
     id: u64,
     proto: u8,
-    name: Option<Bytes>,
     shared: Arc<Shared>,
     input: BytesMut,
     output: BytesMut,
     queue: VecDeque<Queued>,
     /// Consecutive reads not yet executed: they share one read-index barrier.
-    reads: Vec<(Request, Render)>,
-    /// The connection's causality token: the newest stamp it was shown or given. What it
-    /// sends comes after it (reads see at least what it saw; writes are stamped above it).
-    token: Option<CommitTs>,
+    reads: Vec<(KvRead, Render)>,
+    /// The connection's session: its causality token (what it sends comes after what it
+    /// was shown or given) and its name.
+    session: Session,
     closing: bool,
 }
 
@@ -133,13 +136,12 @@ impl Connection {
             peer,
             id,
             proto: 2,
-            name: None,
             shared,
             input: BytesMut::with_capacity(16 * 1024),
             output: BytesMut::with_capacity(16 * 1024),
             queue: VecDeque::new(),
             reads: Vec::new(),
-            token: None,
+            session: Session::default(),
             closing: false,
         }
     }
@@ -242,8 +244,8 @@ impl Connection {
     }
 
     /// The answer as the client sees it, once the connection's token has risen to it.
-    fn saw(&mut self, result: Result<Response, FirnError>) -> Result<Response, FirnError> {
-        Ok(result?.seen_by(&mut self.token))
+    fn saw(&mut self, result: Result<Answer, FirnError>) -> Result<Answer, FirnError> {
+        self.session.saw_result(result)
     }
 
     /// Awaits every queued answer, in order, into the output buffer.
@@ -253,7 +255,7 @@ impl Connection {
                 Queued::Ready(r) => r,
                 Queued::Pending(how, pending) => {
                     let result = self.saw(pending.await);
-                    render(how, result)
+                    render(how, result.map(|a| a.response))
                 }
             };
             reply.encode(self.proto, &mut self.output);
@@ -269,40 +271,25 @@ impl Connection {
             // A read sees the writes this connection sent before it.
             self.drain().await;
         }
-        let token = self.token;
-        let (requests, renders): (Vec<Request>, Vec<Render>) = self
-            .reads
-            .drain(..)
-            .map(|(r, how)| (r.after(token), how))
-            .unzip();
-        // A local FIRN.GET says how far behind it may be (measured before it reads).
-        let staleness: Vec<_> = requests
-            .iter()
-            .zip(&renders)
-            .map(|(r, how)| match (r.peeled(), how) {
-                (
-                    Request::Get {
-                        key,
-                        consistency: ReadConsistency::Local,
-                        ..
-                    },
-                    Render::FirnValue,
-                ) => self.shared.router.local_staleness(key.as_bytes()),
-                _ => None,
-            })
-            .collect();
-        let results = self.shared.router.execute_reads(requests).await;
-        for ((how, result), stale) in renders.into_iter().zip(results).zip(staleness) {
+        let (reads, renders): (Vec<KvRead>, Vec<Render>) = self.reads.drain(..).unzip();
+        let ctx = self.session.context();
+        let results = self.shared.router.execute_reads(&ctx, reads).await;
+        for (how, result) in renders.into_iter().zip(results) {
             let result = self.saw(result);
-            let mut reply = render(how, result);
-            if let (Reply::Map(fields), Some((through, at_most_us))) = (&mut reply, stale) {
+            // A local FIRN.GET says how far behind it may be.
+            let stale = match (&how, &result) {
+                (Render::FirnValue, Ok(a)) => a.staleness,
+                _ => None,
+            };
+            let mut reply = render(how, result.map(|a| a.response));
+            if let (Reply::Map(fields), Some(stale)) = (&mut reply, stale) {
                 fields.push((
                     Reply::text("applied_through"),
-                    Reply::text(through.to_string()),
+                    Reply::text(stale.applied_through.to_string()),
                 ));
                 fields.push((
                     Reply::text("stale_at_most_us"),
-                    Reply::Int(at_most_us as i64),
+                    Reply::Int(stale.at_most_us as i64),
                 ));
             }
             self.queue.push_back(Queued::Ready(reply));
@@ -323,13 +310,14 @@ impl Connection {
             }
         };
         if let Action::Execute(request, how) = action {
-            if request.is_write() {
+            match request {
+                Request::Kv(KvRequest::Read(read)) => self.reads.push((read, how)),
                 // Reads sent before this write must not see it.
-                self.flush_reads().await;
-                let pending = self.shared.router.submit(request.after(self.token)).await;
-                self.queue.push_back(Queued::Pending(how, pending));
-            } else {
-                self.reads.push((request, how));
+                write => {
+                    self.flush_reads().await;
+                    let pending = self.session.submit(&self.shared.router, write).await;
+                    self.queue.push_back(Queued::Pending(how, pending));
+                }
             }
             return Ok(());
         }
@@ -352,18 +340,18 @@ impl Connection {
                 if let Some(p) = proto {
                     self.proto = p;
                 }
-                if setname.is_some() {
-                    self.name = setname;
+                if let Some(name) = setname {
+                    self.session.set_name(name);
                 }
                 let reply = self.hello_reply();
                 self.queue.push_back(Queued::Ready(reply));
             }
             Action::ClientSetName(n) => {
-                self.name = Some(n).filter(|n| !n.is_empty());
+                self.session.set_name(n);
                 self.queue.push_back(Queued::Ready(Reply::Ok));
             }
             Action::ClientGetName => {
-                let r = self.name.clone().map_or(Reply::Nil, Reply::Bulk);
+                let r = self.session.name().cloned().map_or(Reply::Nil, Reply::Bulk);
                 self.queue.push_back(Queued::Ready(r));
             }
             Action::ClientId => self
@@ -379,11 +367,11 @@ impl Connection {
                 self.queue.push_back(Queued::Ready(reply));
             }
             Action::After(t) => {
-                self.token = self.token.max(Some(t));
+                self.session.advance(t);
                 self.queue.push_back(Queued::Ready(Reply::Ok));
             }
             Action::Token => {
-                let t = self.token.unwrap_or(CommitTs::ZERO);
+                let t = self.session.token().unwrap_or(CommitTs::ZERO);
                 self.queue
                     .push_back(Queued::Ready(Reply::text(t.to_string())));
             }
@@ -494,7 +482,7 @@ impl Connection {
         if type_filter.as_deref().is_some_and(|t| t != "string") {
             return Reply::Array(vec![Reply::text("0"), Reply::Array(vec![])]);
         }
-        let request = Request::Scan {
+        let request = KvRead::Scan {
             prefix: Bytes::new(),
             cursor: after,
             limit: count.clamp(1, firn_model::limits::PAGE_ITEMS_MAX),
@@ -503,10 +491,10 @@ impl Connection {
             consistency: ReadConsistency::Linearizable,
         };
         match self
-            .shared
-            .router
-            .execute_in_session(request, &mut self.token)
+            .session
+            .execute(&self.shared.router, request.into())
             .await
+            .map(|a| a.response)
         {
             Ok(Response::Scan { keys, next_cursor }) => {
                 let next = match next_cursor {
@@ -550,7 +538,7 @@ impl Connection {
 
     fn info(&self, section: Option<&str>) -> String {
         let router = &self.shared.router;
-        let status = router.status();
+        let status = router.replicas().status();
         let shard = status.first();
         let mut sections: Vec<(&str, String)> = vec![
             (
@@ -582,7 +570,7 @@ impl Connection {
                     )
                 }),
             ),
-            ("keyspace", format!("db0:keys={},expires=0,avg_ttl=0\r\n", router.live_keys())),
+            ("keyspace", format!("db0:keys={},expires=0,avg_ttl=0\r\n", router.replicas().live_keys())),
         ];
         if let Some(wanted) = section.filter(|s| !matches!(*s, "all" | "default" | "everything")) {
             sections.retain(|(name, _)| *name == wanted);

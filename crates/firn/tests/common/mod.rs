@@ -284,8 +284,8 @@ impl Cluster {
 
 /// A key that lives in `shard` of the default layout (3 shards).
 pub fn key_in_shard(shard: u32, tag: &str) -> String {
-    let layout = firn_node::cluster::ClusterLayout::new(
-        firn_node::cluster::parse_peers("1=a,2=b,3=c").unwrap(),
+    let layout = firn_node::cluster::layout::ClusterLayout::new(
+        firn_node::cluster::layout::parse_peers("1=a,2=b,3=c").unwrap(),
         3,
         3,
     )

@@ -1,7 +1,7 @@
 //! The cluster's shape: which nodes exist, how the 16,384 slots split into shards, and which
 //! nodes hold each shard's replicas.
 //!
-//! The layout lives in the meta group (see [`crate::meta`]): it is created once, from the
+//! The layout lives in the meta group (see [`super::meta`]): it is created once, from the
 //! `--peers`, `--shards` and `--replication` flags of the first node (a node without
 //! `--peers` is a cluster of one with one shard), and changes when nodes join or leave.
 //! [`ClusterLayout::next_move`] decides, one replica at a time, how replicas move so that
@@ -12,10 +12,9 @@ use std::ops::Range;
 
 use firn_model::limits::KEYSPACES_MAX;
 use firn_model::slot::{SLOT_COUNT, Slot, slot_of};
-use firn_model::{
-    CommitTs, FirnError, KeyRange, KeyspaceSpec, Request, Response, WatchEvent, WatchFrom,
-};
+use firn_model::{FirnError, KeyspaceSpec};
 use firn_raft::{NodeId, ShardId};
+use firn_store::Op;
 use serde::{Deserialize, Serialize};
 
 /// Most shards a cluster may have: each is a Raft group with its own log and tasks.
@@ -131,10 +130,20 @@ impl ClusterLayout {
         }
     }
 
+    /// The shard that owns `slot`. A layout without shards (a node still joining) owns no
+    /// slot: it answers shard 0, which such a node does not know, so a request routed by it
+    /// is refused as unavailable — callers check [`ClusterLayout::is_routable`] first.
     pub fn shard_of_slot(&self, slot: Slot) -> ShardId {
         // Shards hold contiguous slot ranges in order: the first whose range ends after `slot`.
         let i = self.shards.partition_point(|s| s.slots.end <= slot);
-        self.shards[i.min(self.shards.len() - 1)].id
+        self.shards
+            .get(i.min(self.shards.len().saturating_sub(1)))
+            .map_or(0, |s| s.id)
+    }
+
+    /// Whether requests can be routed by this layout (it has shards).
+    pub fn is_routable(&self) -> bool {
+        !self.shards.is_empty()
     }
 
     pub fn shard_of_key(&self, key: &[u8]) -> ShardId {
@@ -310,119 +319,17 @@ impl ClusterLayout {
     }
 }
 
-/// What nodes ask each other (carried opaquely by the peer transport).
-/// One node's own account of itself: where clients reach it and the replicas it holds.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct NodeView {
-    pub node_id: NodeId,
-    pub resp_addr: String,
-    pub http_addr: String,
-    /// Whether the node answered (a node that did not is listed from the layout alone).
-    pub up: bool,
-    /// The node's part in the meta group (Leader, Follower, Learner, …).
-    pub meta: String,
-    pub replicas: Vec<ReplicaView>,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ReplicaView {
-    pub shard_id: ShardId,
-    pub state: String,
-    pub leader: Option<NodeId>,
-    pub term: u64,
-    pub last_applied_index: Option<u64>,
-}
-
-/// The whole cluster as one node sees it.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ClusterView {
-    pub nodes: Vec<NodeView>,
-    /// Nodes being removed (their replicas are moving elsewhere).
-    pub leaving: Vec<NodeId>,
-    pub shards: Vec<ShardView>,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ShardView {
-    pub shard_id: ShardId,
-    /// First and last slot, inclusive.
-    pub slots: (Slot, Slot),
-    pub replicas: Vec<NodeId>,
-    pub leader: Option<NodeId>,
-    /// How many log entries each replica is behind the most advanced one.
-    pub replica_lag: BTreeMap<NodeId, u64>,
-    /// A replica move in progress.
-    pub moving: Option<Move>,
-}
-
-impl ClusterView {
-    pub fn node(&self, id: NodeId) -> Option<&NodeView> {
-        self.nodes.iter().find(|n| n.node_id == id)
-    }
-
-    /// Whether every shard has a leader.
-    pub fn healthy(&self) -> bool {
-        self.shards.iter().all(|s| s.leader.is_some())
-    }
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub enum NodeRpc {
-    /// Execute a request on this node's replica of `shard` (proposing if it leads).
-    Execute {
-        shard: ShardId,
-        request: Request,
-        hops: u8,
-    },
-    /// As the shard's leader, confirm leadership and return the read index.
-    /// With `lease`, from the leader's lease while it holds (no quorum round trip).
-    ReadIndex { shard: ShardId, lease: bool },
-    /// Describe yourself.
-    Describe,
-    /// A node asks to join (sent to any member; forwarded to the meta leader).
-    Join { node: NodeId, addr: String },
-    /// Start removing a node: its replicas move elsewhere, then it leaves.
-    Remove { node: NodeId },
-    /// Record a keyspace definition (or, with `drop`, its removal) in the layout.
-    Keyspace { spec: KeyspaceSpec, drop: bool },
-    /// As the shard's leader, make `voters` (id → peer address) the group's voters, adding
-    /// each new one as a learner first and waiting until it has caught up.
-    SetReplicas {
-        shard: ShardId,
-        voters: BTreeMap<NodeId, String>,
-    },
-    /// As the shard's leader, hand leadership to `to`.
-    TransferLeader { shard: ShardId, to: NodeId },
-    /// A watch on a node without a replica of `shard`: this replica's versions of `target`
-    /// from `from` on, waiting briefly for some if there are none yet (a long poll).
-    WatchPoll {
-        shard: ShardId,
-        target: KeyRange,
-        from: WatchFrom,
-    },
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub enum NodeRpcReply {
-    Executed(Result<Response, FirnError>),
-    ReadIndex(Result<u64, FirnError>),
-    Described(NodeView),
-    Done(Result<(), FirnError>),
-    /// Events, in commit order, and the stamp up to which the replica delivered all of them.
-    Events(Result<(Vec<WatchEvent>, CommitTs), FirnError>),
-}
-
 /// What a shard must apply to hold exactly the keyspaces `want` when it holds `has`.
-pub fn keyspace_repairs(want: &[KeyspaceSpec], has: &[KeyspaceSpec]) -> Vec<Request> {
-    let mut fixes: Vec<Request> = want
+pub fn keyspace_repairs(want: &[KeyspaceSpec], has: &[KeyspaceSpec]) -> Vec<Op> {
+    let mut fixes: Vec<Op> = want
         .iter()
         .filter(|w| !has.contains(w))
-        .map(|w| Request::KeyspaceCreate(w.clone()))
+        .map(|w| Op::KeyspaceCreate(w.clone()))
         .collect();
     fixes.extend(
         has.iter()
             .filter(|h| !h.prefix.is_empty() && !want.iter().any(|w| w.prefix == h.prefix))
-            .map(|h| Request::KeyspaceDrop {
+            .map(|h| Op::KeyspaceDrop {
                 prefix: h.prefix.clone(),
             }),
     );
@@ -484,6 +391,14 @@ mod tests {
             3,
             "replication is capped by the node count"
         );
+    }
+
+    #[test]
+    fn an_empty_layout_routes_no_key_and_does_not_panic() {
+        let empty = ClusterLayout::empty();
+        assert!(!empty.is_routable());
+        assert_eq!(empty.shard_of_key(b"k"), 0);
+        assert!(empty.shard_ids().next().is_none());
     }
 
     #[test]
@@ -597,8 +512,8 @@ mod tests {
         extra.prefix = "old/".into();
         let fixes = keyspace_repairs(&want, &[root.clone(), extra]);
         assert_eq!(fixes.len(), 2, "{fixes:?}");
-        assert!(matches!(&fixes[0], Request::KeyspaceCreate(s) if s.prefix == "cam/"));
-        assert!(matches!(&fixes[1], Request::KeyspaceDrop { prefix } if prefix == "old/"));
+        assert!(matches!(&fixes[0], Op::KeyspaceCreate(s) if s.prefix == "cam/"));
+        assert!(matches!(&fixes[1], Op::KeyspaceDrop { prefix } if prefix == "old/"));
         assert!(keyspace_repairs(&want, &want).is_empty());
         let mut unadopted = layout.clone();
         unadopted.keyspaces = None;

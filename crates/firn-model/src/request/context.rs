@@ -1,0 +1,79 @@
+//! What travels beside a request ([`CallContext`]) and beside its answer ([`Answer`]): the
+//! causality token, who asks and from where, by when; and what a read observed and how
+//! stale it may be. Neither is wrapped around the request or the response.
+
+use serde::{Deserialize, Serialize};
+
+use super::Response;
+use crate::hlc::CommitTs;
+
+/// The context of one call, carried next to the request (also when it is forwarded).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallContext {
+    /// The causality token: the request comes after it. A write is stamped above it; a read
+    /// of consistency `local` waits until its replica has closed it.
+    pub after: Option<CommitTs>,
+    /// Who asks (room for authentication; nothing checks it yet).
+    pub principal: Option<String>,
+    /// Wall-clock microseconds since the epoch after which the client no longer waits.
+    pub deadline_us: Option<u64>,
+    /// The node the client is connected to.
+    pub origin: Option<u64>,
+}
+
+impl CallContext {
+    /// A context after `token` (none, or the zero stamp, means no token).
+    pub fn after(token: Option<CommitTs>) -> Self {
+        CallContext {
+            after: token.filter(|t| *t > CommitTs::ZERO),
+            ..CallContext::default()
+        }
+    }
+}
+
+/// How stale a `local` read may be: its replica had applied every write stamped up to
+/// `applied_through` before it read, so the answer is at most `at_most_us` behind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Staleness {
+    pub applied_through: CommitTs,
+    pub at_most_us: u64,
+}
+
+/// A request's answer with what travels beside it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answer {
+    pub response: Response,
+    /// For a read: the newest version it looked at, tombstones included. A session's token
+    /// rises to it, so a later read elsewhere shows no older state — also where the answer
+    /// showed an absence, which carries no stamp of its own.
+    pub observed: Option<CommitTs>,
+    /// For a `local` read on one replica: how stale it may be.
+    pub staleness: Option<Staleness>,
+}
+
+impl Answer {
+    pub fn new(response: Response) -> Self {
+        Answer {
+            response,
+            observed: None,
+            staleness: None,
+        }
+    }
+
+    /// This answer, having observed versions up to `through` too.
+    pub fn observed(mut self, through: Option<CommitTs>) -> Self {
+        self.observed = self.observed.max(through);
+        self
+    }
+
+    /// The newest stamp the answer shows its client: what a session's token rises to.
+    pub fn newest_stamp(&self) -> Option<CommitTs> {
+        self.response.newest_stamp().max(self.observed)
+    }
+}
+
+impl From<Response> for Answer {
+    fn from(response: Response) -> Self {
+        Answer::new(response)
+    }
+}

@@ -1,0 +1,174 @@
+//! The key-value subsystem's requests: reads ([`KvRead`]), served by a replica, and writes
+//! ([`KvWrite`]), which go through a shard's log.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::{KeyRange, PutRequest, ReadAt, ReadConsistency, TruncateBefore};
+use crate::hlc::CommitTs;
+use crate::key::{Key, Version};
+
+/// A read of keys. Never changes state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KvRead {
+    Get {
+        key: Key,
+        at: ReadAt,
+        consistency: ReadConsistency,
+    },
+    MGet {
+        keys: Vec<Key>,
+        at: ReadAt,
+        consistency: ReadConsistency,
+    },
+    Exists {
+        keys: Vec<Key>,
+        consistency: ReadConsistency,
+    },
+    /// Versions `from..=to` of a key, oldest first, at most `limit`; with `as_of`, only the
+    /// versions committed at or before that time (the history as a read at T sees it).
+    History {
+        key: Key,
+        from: Version,
+        to: Option<Version>,
+        limit: usize,
+        as_of: Option<CommitTs>,
+        consistency: ReadConsistency,
+    },
+    /// Live keys under `prefix` after `cursor`, in key order, at most `limit`.
+    Scan {
+        prefix: Bytes,
+        cursor: Option<Bytes>,
+        limit: usize,
+        pattern: Option<Bytes>,
+        at: ReadAt,
+        consistency: ReadConsistency,
+    },
+    /// Keys or a prefix read as of one time T across every shard involved: one consistent
+    /// cut, the same at every replica. Without `at`, T is the newest time every shard
+    /// involved has closed.
+    Snapshot {
+        of: SnapshotOf,
+        at: Option<CommitTs>,
+    },
+    /// Number of live keys.
+    DbSize,
+}
+
+/// A write of keys: what a shard's log carries (see `firn_store::Op`, which every
+/// `KvWrite` becomes).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KvWrite {
+    Put(PutRequest),
+    /// Tombstone each key; the response says which existed.
+    Delete {
+        keys: Vec<Key>,
+    },
+    /// Several puts applied atomically in one log entry (per shard).
+    MSet {
+        items: Vec<(Key, Bytes)>,
+    },
+    Truncate {
+        target: KeyRange,
+        before: TruncateBefore,
+    },
+    /// Drop every key and version (refused unless the node allows it).
+    FlushAll,
+}
+
+/// What a snapshot reads.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SnapshotOf {
+    Keys(Vec<Key>),
+    /// Live keys under `prefix` after `cursor`, in key order, at most `limit`.
+    Prefix {
+        prefix: Bytes,
+        cursor: Option<Bytes>,
+        limit: usize,
+    },
+}
+
+impl SnapshotOf {
+    /// The read of these keys as of `at`, served by any replica once it has closed `at`.
+    pub fn read_at(self, at: CommitTs) -> KvRead {
+        let (at, consistency) = (ReadAt::AsOf(at), ReadConsistency::Local);
+        match self {
+            SnapshotOf::Keys(keys) => KvRead::MGet {
+                keys,
+                at,
+                consistency,
+            },
+            SnapshotOf::Prefix {
+                prefix,
+                cursor,
+                limit,
+            } => KvRead::Scan {
+                prefix,
+                cursor,
+                limit,
+                pattern: None,
+                at,
+                consistency,
+            },
+        }
+    }
+}
+
+impl KvRead {
+    /// How fresh the read must be (a snapshot reads at a closed time: as fresh as that).
+    pub fn consistency(&self) -> ReadConsistency {
+        match self {
+            KvRead::Get { consistency, .. }
+            | KvRead::MGet { consistency, .. }
+            | KvRead::Exists { consistency, .. }
+            | KvRead::History { consistency, .. }
+            | KvRead::Scan { consistency, .. } => *consistency,
+            KvRead::Snapshot { .. } => ReadConsistency::Local,
+            KvRead::DbSize => ReadConsistency::Linearizable,
+        }
+    }
+
+    /// The time a read is at, for reads as of a commit time (`ASOF t`).
+    pub fn as_of(&self) -> Option<CommitTs> {
+        match self {
+            KvRead::Get {
+                at: ReadAt::AsOf(t),
+                ..
+            }
+            | KvRead::MGet {
+                at: ReadAt::AsOf(t),
+                ..
+            }
+            | KvRead::Scan {
+                at: ReadAt::AsOf(t),
+                ..
+            }
+            | KvRead::History { as_of: Some(t), .. } => Some(*t),
+            _ => None,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            KvRead::Get { .. } => "get",
+            KvRead::MGet { .. } => "mget",
+            KvRead::Exists { .. } => "exists",
+            KvRead::History { .. } => "history",
+            KvRead::Scan { .. } => "scan",
+            KvRead::Snapshot { .. } => "snapshot",
+            KvRead::DbSize => "dbsize",
+        }
+    }
+}
+
+impl KvWrite {
+    pub fn name(&self) -> &'static str {
+        match self {
+            KvWrite::Put(_) => "put",
+            KvWrite::Delete { .. } => "delete",
+            KvWrite::MSet { .. } => "mset",
+            KvWrite::Truncate { .. } => "truncate",
+            KvWrite::FlushAll => "flushall",
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! The one typed request both front ends (RESP, HTTP) parse into, and its answer.
+//! The router executes a [`Request`] with a [`CallContext`] beside it; nothing here knows
+//! which protocol it came from.
+//!
+//! Requests are grouped by subsystem: [`kv`] (reads and writes of keys), [`admin`]
+//! (keyspace definitions, decided in the meta group). Whether a request writes is its type:
+//! a [`KvWrite`] goes through a shard's log, a [`KvRead`] never does.
+
+pub mod admin;
+pub mod context;
+pub mod kv;
+
+pub use admin::AdminRequest;
+pub use context::{Answer, CallContext, Staleness};
+pub use kv::{KvRead, KvWrite, SnapshotOf};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::hlc::CommitTs;
+use crate::key::{Key, Version};
+use crate::keyspace::KeyspaceSpec;
+
+/// Which version of a key a read returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadAt {
+    Latest,
+    /// Exactly this version.
+    Version(Version),
+    /// The newest version with `commit_ts ≤ T`.
+    AsOf(CommitTs),
+    /// The version with the greatest event time ≤ T (ties: the newest version).
+    EventTime(u64),
+}
+
+/// How fresh a read must be.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadConsistency {
+    /// Sees every write acknowledged before the read began.
+    #[default]
+    Linearizable,
+    /// Linearizable while the leader's lease holds: the leader confirms its leadership from
+    /// the lease instead of a quorum round trip (assumes clocks advance at about the same
+    /// rate; falls back to a quorum round trip when the lease has lapsed).
+    Lease,
+    /// The serving replica as it is; fastest, possibly stale.
+    Local,
+}
+
+impl std::str::FromStr for ReadConsistency {
+    type Err = crate::FirnError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "linearizable" => Ok(ReadConsistency::Linearizable),
+            "lease" => Ok(ReadConsistency::Lease),
+            "local" => Ok(ReadConsistency::Local),
+            _ => Err(crate::FirnError::BadArgument(format!(
+                "unknown consistency '{s}'; use linearizable, lease or local"
+            ))),
+        }
+    }
+}
+
+/// The condition a write must meet to be applied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WriteCondition {
+    #[default]
+    Always,
+    /// The key's latest version is exactly this (0: the key does not exist or is deleted).
+    IfVersion(Version),
+    /// The key exists and is not deleted (Redis `SET … XX`).
+    IfPresent,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PutRequest {
+    pub key: Key,
+    pub value: Bytes,
+    pub condition: WriteCondition,
+    /// The writer's own time for this value (sensor time), microseconds since the epoch.
+    pub event_time_us: Option<u64>,
+    /// Return the version this write replaced (Redis `SET … GET`).
+    pub return_previous: bool,
+}
+
+impl PutRequest {
+    pub fn new(key: Key, value: Bytes) -> Self {
+        PutRequest {
+            key,
+            value,
+            condition: WriteCondition::Always,
+            event_time_us: None,
+            return_previous: false,
+        }
+    }
+}
+
+/// A key, or every key under a prefix.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KeyRange {
+    Key(Key),
+    Prefix(Bytes),
+}
+
+impl KeyRange {
+    pub fn contains(&self, key: &[u8]) -> bool {
+        match self {
+            KeyRange::Key(k) => k.as_bytes() == key,
+            KeyRange::Prefix(p) => key.starts_with(p),
+        }
+    }
+}
+
+/// Where truncation stops: versions strictly before this are dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TruncateBefore {
+    Version(Version),
+    Time(CommitTs),
+}
+
+/// Where a watch starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WatchFrom {
+    /// Only versions committed after the watch starts.
+    Now,
+    /// Replay from this version of the key (for a prefix: of each key).
+    Version(Version),
+    /// Replay versions with `commit_ts ≥ T`.
+    Time(CommitTs),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatchRequest {
+    pub target: KeyRange,
+    pub from: WatchFrom,
+}
+
+/// Everything a client can ask of Firn, except watch (a stream, see [`WatchRequest`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    Kv(KvRequest),
+    Admin(AdminRequest),
+}
+
+/// A request of the key-value subsystem: a read, or a write that goes through the log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KvRequest {
+    Read(KvRead),
+    Write(KvWrite),
+}
+
+impl From<KvRead> for Request {
+    fn from(r: KvRead) -> Self {
+        Request::Kv(KvRequest::Read(r))
+    }
+}
+
+impl From<KvWrite> for Request {
+    fn from(w: KvWrite) -> Self {
+        Request::Kv(KvRequest::Write(w))
+    }
+}
+
+impl From<AdminRequest> for Request {
+    fn from(a: AdminRequest) -> Self {
+        Request::Admin(a)
+    }
+}
+
+impl Request {
+    /// Whether this request changes state. Decided by its type: kv writes go through a
+    /// shard's log, admin requests through the meta group's.
+    pub fn is_write(&self) -> bool {
+        !matches!(self, Request::Kv(KvRequest::Read(_)))
+    }
+
+    /// A short name for metrics and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::Kv(KvRequest::Read(r)) => r.name(),
+            Request::Kv(KvRequest::Write(w)) => w.name(),
+            Request::Admin(a) => a.name(),
+        }
+    }
+}
+
+impl Response {
+    /// The newest commit stamp this answer shows its client (part of the causality token
+    /// it carries).
+    pub fn newest_stamp(&self) -> Option<CommitTs> {
+        match self {
+            Response::Written(w) => w.iter().map(|w| w.commit_ts).max(),
+            Response::Value(v) => v.as_ref().map(|i| i.commit_ts),
+            Response::Values(vs) => vs.iter().flatten().map(|i| i.commit_ts).max(),
+            Response::History(h) => h.iter().map(|i| i.commit_ts).max(),
+            Response::Scan { keys, .. } => keys.iter().map(|(_, i)| i.commit_ts).max(),
+            Response::Snapshot { at, read } => read.newest_stamp().max(Some(*at)),
+            _ => None,
+        }
+    }
+}
+
+/// One version of a key as a reader sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionInfo {
+    pub version: Version,
+    pub commit_ts: CommitTs,
+    pub event_time_us: Option<u64>,
+    /// A tombstone: the key was deleted at this version.
+    pub deleted: bool,
+    /// The value; `None` for a tombstone or a keyspace that stores no values.
+    pub value: Option<Bytes>,
+}
+
+impl VersionInfo {
+    pub fn size(&self) -> usize {
+        self.value.as_ref().map_or(0, |v| v.len())
+    }
+}
+
+/// What one write did to one key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Written {
+    pub key: Key,
+    pub version: Version,
+    pub commit_ts: CommitTs,
+    /// Whether the key existed (live, not deleted) before this write.
+    pub existed: bool,
+    /// The replaced version, when the request asked for it.
+    pub previous: Option<VersionInfo>,
+}
+
+/// A committed version as a watcher receives it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatchEvent {
+    pub key: Key,
+    pub info: VersionInfo,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    Written(Vec<Written>),
+    Value(Option<VersionInfo>),
+    Values(Vec<Option<VersionInfo>>),
+    Count(u64),
+    History(Vec<VersionInfo>),
+    Scan {
+        keys: Vec<(Key, VersionInfo)>,
+        next_cursor: Option<Bytes>,
+    },
+    Truncated {
+        versions_removed: u64,
+    },
+    Keyspaces(Vec<KeyspaceSpec>),
+    /// A snapshot's answer: the time it was read at, and what its read (MGET or SCAN) gave.
+    Snapshot {
+        at: CommitTs,
+        read: Box<Response>,
+    },
+    Done,
+}

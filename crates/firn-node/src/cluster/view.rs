@@ -1,0 +1,126 @@
+//! The cluster as one node sees it: each node's own account of itself ([`NodeView`]), and
+//! each shard's leader and replica lag assembled from those accounts ([`ClusterView`]).
+
+use std::collections::BTreeMap;
+
+use firn_model::slot::Slot;
+use firn_raft::{NodeId, ShardId};
+use serde::{Deserialize, Serialize};
+
+use super::layout::{ClusterLayout, Move};
+
+/// One node's own account of itself: where clients reach it and the replicas it holds.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NodeView {
+    pub node_id: NodeId,
+    pub resp_addr: String,
+    pub http_addr: String,
+    /// Whether the node answered (a node that did not is listed from the layout alone).
+    pub up: bool,
+    /// The node's part in the meta group (Leader, Follower, Learner, …).
+    pub meta: String,
+    pub replicas: Vec<ReplicaView>,
+}
+
+impl NodeView {
+    /// A node that did not answer.
+    pub fn down(node_id: NodeId) -> Self {
+        NodeView {
+            node_id,
+            resp_addr: String::new(),
+            http_addr: String::new(),
+            up: false,
+            meta: String::new(),
+            replicas: Vec::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ReplicaView {
+    pub shard_id: ShardId,
+    pub state: String,
+    pub leader: Option<NodeId>,
+    pub term: u64,
+    pub last_applied_index: Option<u64>,
+}
+
+/// The whole cluster as one node sees it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClusterView {
+    pub nodes: Vec<NodeView>,
+    /// Nodes being removed (their replicas are moving elsewhere).
+    pub leaving: Vec<NodeId>,
+    pub shards: Vec<ShardView>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ShardView {
+    pub shard_id: ShardId,
+    /// First and last slot, inclusive.
+    pub slots: (Slot, Slot),
+    pub replicas: Vec<NodeId>,
+    pub leader: Option<NodeId>,
+    /// How many log entries each replica is behind the most advanced one.
+    pub replica_lag: BTreeMap<NodeId, u64>,
+    /// A replica move in progress.
+    pub moving: Option<Move>,
+}
+
+impl ClusterView {
+    /// The view of `layout` from the nodes' own accounts.
+    pub fn assemble(layout: &ClusterLayout, nodes: Vec<NodeView>) -> Self {
+        let shards = layout
+            .shards
+            .iter()
+            .map(|s| {
+                let reports: Vec<(NodeId, &ReplicaView)> = nodes
+                    .iter()
+                    .flat_map(|n| {
+                        n.replicas
+                            .iter()
+                            .filter(|r| r.shard_id == s.id)
+                            .map(move |r| (n.node_id, r))
+                    })
+                    .collect();
+                // The leader as reported by a replica of the newest term.
+                let leader = reports
+                    .iter()
+                    .filter(|(_, r)| r.leader.is_some())
+                    .max_by_key(|(_, r)| r.term)
+                    .and_then(|(_, r)| r.leader);
+                let newest = reports
+                    .iter()
+                    .filter_map(|(_, r)| r.last_applied_index)
+                    .max()
+                    .unwrap_or(0);
+                let replica_lag = reports
+                    .iter()
+                    .map(|(id, r)| (*id, newest - r.last_applied_index.unwrap_or(0)))
+                    .collect();
+                ShardView {
+                    shard_id: s.id,
+                    slots: (s.slots.start, s.slots.end.saturating_sub(1)),
+                    replicas: s.replicas.clone(),
+                    leader,
+                    replica_lag,
+                    moving: s.moving,
+                }
+            })
+            .collect();
+        ClusterView {
+            nodes,
+            leaving: layout.leaving.iter().copied().collect(),
+            shards,
+        }
+    }
+
+    pub fn node(&self, id: NodeId) -> Option<&NodeView> {
+        self.nodes.iter().find(|n| n.node_id == id)
+    }
+
+    /// Whether every shard has a leader.
+    pub fn healthy(&self) -> bool {
+        self.shards.iter().all(|s| s.leader.is_some())
+    }
+}

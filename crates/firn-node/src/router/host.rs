@@ -1,0 +1,129 @@
+//! The router as the cluster part's [`ShardHost`]: this node's account of itself, the
+//! cluster view (every node asked concurrently), and the shard-side steps of replica and
+//! leader moves, run here or on the shard's leader.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use firn_model::{CallContext, FirnError, Response};
+use firn_raft::{NodeId, ShardId};
+
+use super::Router;
+use crate::cluster::layout::ClusterLayout;
+use crate::cluster::view::{ClusterView, NodeView, ReplicaView};
+use crate::cluster::{HostFuture, ShardHost};
+use crate::rpc::{Describe, SetReplicas, ShardPart, TransferLeader};
+
+/// How long a node waits for a peer to describe itself: describing is a glance, and a node
+/// that does not answer at once is shown down.
+const DESCRIBE_TIMEOUT: Duration = Duration::from_millis(500);
+
+impl Router {
+    /// This node's own view of itself.
+    pub fn describe(&self) -> NodeView {
+        NodeView {
+            node_id: self.node_id,
+            resp_addr: self.client_addrs.0.clone(),
+            http_addr: self.client_addrs.1.clone(),
+            up: true,
+            meta: self.meta.meta().replica().status().state,
+            replicas: self
+                .replicas
+                .status()
+                .into_iter()
+                .map(|s| ReplicaView {
+                    shard_id: s.shard_id,
+                    state: s.state,
+                    leader: s.leader,
+                    term: s.term,
+                    last_applied_index: s.last_applied_index,
+                })
+                .collect(),
+        }
+    }
+
+    /// The whole cluster: every node asked for its own view, all at once and briefly (a
+    /// node that does not answer is shown down), and each shard's leader and replica lag
+    /// from those views.
+    pub async fn cluster_view(&self) -> ClusterView {
+        let layout = self.layout();
+        let nodes = futures::future::join_all(layout.nodes.keys().map(|&id| async move {
+            if id == self.node_id {
+                return self.describe();
+            }
+            self.peers
+                .call_within(id, Describe, DESCRIBE_TIMEOUT)
+                .await
+                .unwrap_or_else(|_| NodeView::down(id))
+        }))
+        .await;
+        ClusterView::assemble(&layout, nodes)
+    }
+
+    /// Starts removing `node` from the cluster (its replicas move first).
+    pub async fn remove_node(&self, node: NodeId) -> Result<(), FirnError> {
+        self.meta
+            .change(crate::rpc::MetaChange::Remove { node })
+            .await
+    }
+}
+
+impl ShardHost for Router {
+    fn follow<'a>(&'a self, layout: &'a ClusterLayout) -> HostFuture<'a, Result<(), FirnError>> {
+        Box::pin(self.replicas.follow(layout))
+    }
+
+    fn run_on(
+        &self,
+        shard: ShardId,
+        part: ShardPart,
+    ) -> HostFuture<'_, Result<Response, FirnError>> {
+        Box::pin(async move {
+            let answer = self
+                .on_shard(shard, part, CallContext::default(), 0)
+                .await
+                .await?;
+            Ok(answer.response)
+        })
+    }
+
+    fn known_leader(&self, shard: ShardId) -> Option<NodeId> {
+        self.replicas.known_leader(shard)
+    }
+
+    fn cluster_view(&self) -> HostFuture<'_, ClusterView> {
+        Box::pin(Router::cluster_view(self))
+    }
+
+    fn set_voters(
+        &self,
+        leader: NodeId,
+        shard: ShardId,
+        voters: BTreeMap<NodeId, String>,
+    ) -> HostFuture<'_, Result<(), FirnError>> {
+        Box::pin(async move {
+            if leader == self.node_id {
+                return self.replicas.set_voters(shard, voters).await;
+            }
+            self.peers
+                .call(leader, SetReplicas { shard, voters })
+                .await?
+        })
+    }
+
+    fn transfer_leader(
+        &self,
+        leader: NodeId,
+        shard: ShardId,
+        to: NodeId,
+    ) -> HostFuture<'_, Result<(), FirnError>> {
+        Box::pin(async move {
+            if leader == self.node_id {
+                return self.replicas.transfer_leader(shard, to).await;
+            }
+            self.peers
+                .call(leader, TransferLeader { shard, to })
+                .await?
+        })
+    }
+}

@@ -1,0 +1,423 @@
+//! The router: where a request runs. It checks a request against the stated limits, plans
+//! it over the shards ([`plan`]), and runs each part where it can be served: a write is
+//! proposed here if this node leads the shard, else forwarded to the leader; a read is
+//! served by a replica here ([`read`]: closed-time wait, then a barrier), else forwarded.
+//! Parts on several shards run concurrently and their answers are merged ([`merge`]).
+//! Admin requests go to the meta group ([`admin`]); watches follow shards ([`watch`]).
+//! The cluster part reaches shards through this router as a [`crate::cluster::ShardHost`]
+//! ([`host`]).
+
+mod admin;
+mod host;
+mod merge;
+mod plan;
+mod read;
+mod watch;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use firn_model::limits::{KEY_BYTES_MAX, KEYS_PER_REQUEST_MAX, PAGE_ITEMS_MAX};
+use firn_model::{
+    Answer, CallContext, CommitTs, FirnError, KeyRange, KvRead, KvRequest, KvWrite, Limits,
+    Request, Response, SnapshotOf,
+};
+use firn_raft::{NodeId, ShardId};
+use tokio::sync::watch as channel;
+
+use self::plan::Plan;
+use crate::cluster::layout::ClusterLayout;
+use crate::cluster::meta::MetaClient;
+use crate::replicas::Replicas;
+use crate::rpc::{Execute, PeerClient, ShardPart};
+
+/// A request's outcome, possibly still in flight (a proposed write).
+pub type Pending = Pin<Box<dyn Future<Output = Result<Answer, FirnError>> + Send>>;
+
+/// Forwarding stops after this many hops (a leader change in flight): the client retries.
+const FORWARD_HOPS_MAX: u8 = 2;
+/// How long a read waits before asking again after the leader it asked stepped down.
+const LEADER_CHANGE_PAUSE: Duration = Duration::from_millis(50);
+
+fn ready(result: Result<Answer, FirnError>) -> Pending {
+    Box::pin(std::future::ready(result))
+}
+
+pub struct Router {
+    node_id: NodeId,
+    /// Where clients reach this node: (RESP, HTTP).
+    client_addrs: (String, String),
+    replicas: Arc<Replicas>,
+    peers: PeerClient,
+    meta: Arc<MetaClient>,
+    /// The layout this node follows, as the cluster part publishes it.
+    layout: channel::Receiver<Arc<ClusterLayout>>,
+    limits: Limits,
+    allow_flushall: bool,
+}
+
+/// What a router is built from.
+pub struct RouterParts {
+    pub replicas: Arc<Replicas>,
+    pub peers: PeerClient,
+    pub meta: Arc<MetaClient>,
+    pub layout: channel::Receiver<Arc<ClusterLayout>>,
+    pub limits: Limits,
+    pub allow_flushall: bool,
+    pub client_addrs: (String, String),
+}
+
+impl Router {
+    pub fn new(parts: RouterParts) -> Self {
+        Router {
+            node_id: parts.replicas.node_id(),
+            client_addrs: parts.client_addrs,
+            replicas: parts.replicas,
+            peers: parts.peers,
+            meta: parts.meta,
+            layout: parts.layout,
+            limits: parts.limits,
+            allow_flushall: parts.allow_flushall,
+        }
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    pub fn replicas(&self) -> &Arc<Replicas> {
+        &self.replicas
+    }
+
+    pub fn meta(&self) -> &Arc<MetaClient> {
+        &self.meta
+    }
+
+    /// The layout this node follows.
+    pub fn layout(&self) -> Arc<ClusterLayout> {
+        self.layout.borrow().clone()
+    }
+
+    /// The layout, or why requests cannot be routed yet.
+    fn routable_layout(&self) -> Result<Arc<ClusterLayout>, FirnError> {
+        let layout = self.layout();
+        if !layout.is_routable() {
+            return Err(FirnError::Unavailable(
+                "this node does not know the cluster's layout yet (joining?)".into(),
+            ));
+        }
+        Ok(layout)
+    }
+
+    /// The leader of `shard`, as this node knows it.
+    pub(crate) async fn leader_of(&self, shard: ShardId) -> Result<NodeId, FirnError> {
+        if let Some(leader) = self.replicas.leader_of(shard).await {
+            return leader;
+        }
+        // Not held here: its first replica is the likeliest leader; it forwards if not.
+        self.layout()
+            .shards
+            .iter()
+            .find(|s| s.id == shard)
+            .and_then(|s| s.replicas.first().copied())
+            .ok_or_else(|| FirnError::Unavailable(format!("shard {shard} is unknown here")))
+    }
+
+    /// Checks a kv request against every stated limit before anything is proposed or
+    /// waited for.
+    pub fn validate(&self, request: &KvRequest) -> Result<(), FirnError> {
+        match request {
+            KvRequest::Read(r) => validate_read(r),
+            KvRequest::Write(w) => self.validate_write(w),
+        }
+    }
+
+    fn validate_write(&self, write: &KvWrite) -> Result<(), FirnError> {
+        match write {
+            KvWrite::Put(p) => self.limits.check_value(p.value.len()),
+            KvWrite::MSet { items } => {
+                check_key_count(items.len())?;
+                items
+                    .iter()
+                    .try_for_each(|(_, v)| self.limits.check_value(v.len()))
+            }
+            KvWrite::Delete { keys } => check_key_count(keys.len()),
+            KvWrite::Truncate {
+                target: KeyRange::Prefix(p),
+                ..
+            } => check_prefix(p),
+            KvWrite::Truncate { .. } => Ok(()),
+            KvWrite::FlushAll if !self.allow_flushall => Err(FirnError::Refused(
+                "FLUSHALL is disabled on this node; start it with --allow-flushall to enable it"
+                    .into(),
+            )),
+            KvWrite::FlushAll => Ok(()),
+        }
+    }
+
+    /// Validates and starts a request after `ctx`. A write this node proposes is proposed
+    /// before this returns, so requests submitted one after another apply in that order (a
+    /// forwarded write is awaited here for the same reason); a read is executed at once.
+    pub async fn submit(&self, ctx: &CallContext, request: Request) -> Pending {
+        match request {
+            Request::Kv(KvRequest::Read(KvRead::Snapshot { of, at })) => {
+                self.snapshot(ctx, of, at).await
+            }
+            Request::Kv(kv) => self.submit_kv(ctx, kv).await,
+            Request::Admin(admin) => ready(self.admin(admin).await),
+        }
+    }
+
+    /// Runs a request after `ctx` to its answer.
+    pub async fn execute(&self, ctx: &CallContext, request: Request) -> Result<Answer, FirnError> {
+        self.submit(ctx, request).await.await
+    }
+
+    /// A snapshot: one time T for every shard, then the read of each at T (each waits until
+    /// its shard has closed T, never before a causality token the client brought).
+    async fn snapshot(&self, ctx: &CallContext, of: SnapshotOf, at: Option<CommitTs>) -> Pending {
+        let layout = match self.routable_layout() {
+            Ok(l) => l,
+            Err(e) => return ready(Err(e)),
+        };
+        let at = at.unwrap_or_else(|| {
+            self.closed_now(&layout, &of)
+                .max(ctx.after.unwrap_or(CommitTs::ZERO))
+        });
+        // The read is at `at`: the client's token matters only for choosing it.
+        let read = self
+            .submit_kv(&CallContext::default(), KvRequest::Read(of.read_at(at)))
+            .await;
+        Box::pin(async move {
+            let answer = read.await?;
+            Ok(Answer::new(Response::Snapshot {
+                at,
+                read: Box::new(answer.response),
+            }))
+        })
+    }
+
+    /// The newest time that every shard `of` involves has closed, as far as this node knows:
+    /// a replica held here has closed through its newest applied stamp; for a shard held
+    /// elsewhere it is now (its leader closes it within the close interval).
+    fn closed_now(&self, layout: &ClusterLayout, of: &SnapshotOf) -> CommitTs {
+        let shards: std::collections::BTreeSet<ShardId> = match of {
+            SnapshotOf::Keys(keys) => keys
+                .iter()
+                .map(|k| layout.shard_of_key(k.as_bytes()))
+                .collect(),
+            SnapshotOf::Prefix { .. } => layout.shard_ids().collect(),
+        };
+        let now = CommitTs::new(firn_model::hlc::system_wall_us(), 0);
+        shards
+            .into_iter()
+            .map(|s| {
+                self.replicas
+                    .get(s)
+                    .map_or(now, |r| r.store().last_commit_ts().min(now))
+            })
+            .min()
+            .unwrap_or(now)
+    }
+
+    /// Plans a kv request over the shards and starts every part, concurrently.
+    async fn submit_kv(&self, ctx: &CallContext, request: KvRequest) -> Pending {
+        let name = match &request {
+            KvRequest::Read(r) => r.name(),
+            KvRequest::Write(w) => w.name(),
+        };
+        let started = Instant::now();
+        metrics::counter!("firn_requests_total", "op" => name).increment(1);
+        let layout = match self
+            .validate(&request)
+            .and_then(|()| self.routable_layout())
+        {
+            Ok(l) => l,
+            Err(e) => {
+                metrics::counter!("firn_request_errors_total", "op" => name).increment(1);
+                return ready(Err(e));
+            }
+        };
+        let outcome = match plan::plan(&layout, request) {
+            Plan::One(shard, part) => self.on_shard(shard, part, ctx.clone(), 0).await,
+            Plan::Split { parts, merge } => {
+                let started = futures::future::join_all(parts.into_iter().map(
+                    |(shard, part, positions)| async move {
+                        (self.on_shard(shard, part, ctx.clone(), 0).await, positions)
+                    },
+                ))
+                .await;
+                Box::pin(merge.split(started))
+            }
+            Plan::All { part, merge } => {
+                let started = futures::future::join_all(
+                    layout
+                        .shard_ids()
+                        .map(|shard| self.on_shard(shard, part.clone(), ctx.clone(), 0)),
+                )
+                .await;
+                Box::pin(merge.all(started))
+            }
+        };
+        Box::pin(async move {
+            let result = outcome.await;
+            metrics::histogram!("firn_request_seconds", "op" => name)
+                .record(started.elapsed().as_secs_f64());
+            if result.is_err() {
+                metrics::counter!("firn_request_errors_total", "op" => name).increment(1);
+            }
+            result
+        })
+    }
+
+    /// Runs one shard's part where it can be served. The outer future finishes once the
+    /// part is started (a write proposed in order); the `Pending` it yields finishes with
+    /// the answer. That split is what lets a connection pipeline writes.
+    #[allow(clippy::async_yields_async)]
+    pub(crate) fn on_shard(
+        &self,
+        shard: ShardId,
+        part: ShardPart,
+        ctx: CallContext,
+        hops: u8,
+    ) -> Pin<Box<dyn Future<Output = Pending> + Send + '_>> {
+        Box::pin(async move {
+            let local = self.replicas.get(shard);
+            match (part, local) {
+                (ShardPart::Write(op), local) => {
+                    let leader = match self.leader_of(shard).await {
+                        Ok(l) => l,
+                        Err(e) => return ready(Err(e)),
+                    };
+                    match local.filter(|_| leader == self.node_id) {
+                        Some(replica) => {
+                            // A write after a token is stamped above it.
+                            if let Some(t) = ctx.after {
+                                replica.observe(t);
+                            }
+                            match replica.propose(op).await {
+                                Ok(p) => Box::pin(async move { p.await.map(Answer::new) }),
+                                Err(e) => ready(Err(e)),
+                            }
+                        }
+                        None => ready(
+                            self.forward(leader, shard, ShardPart::Write(op), ctx, hops)
+                                .await,
+                        ),
+                    }
+                }
+                (ShardPart::Read(read), Some(replica)) => {
+                    ready(self.read_here(&replica, read, &ctx).await)
+                }
+                (ShardPart::Keyspaces, Some(replica)) => ready(
+                    self.barrier(shard, false)
+                        .await
+                        .map(|()| Answer::new(Response::Keyspaces(replica.store().keyspaces()))),
+                ),
+                (part, None) => {
+                    let target = match self.leader_of(shard).await {
+                        Ok(l) => l,
+                        Err(e) => return ready(Err(e)),
+                    };
+                    ready(self.forward(target, shard, part, ctx, hops).await)
+                }
+            }
+        })
+    }
+
+    async fn forward(
+        &self,
+        target: NodeId,
+        shard: ShardId,
+        part: ShardPart,
+        ctx: CallContext,
+        hops: u8,
+    ) -> Result<Answer, FirnError> {
+        if hops >= FORWARD_HOPS_MAX || target == self.node_id {
+            return Err(FirnError::TryAgain(format!(
+                "shard {shard} is changing leader; retry"
+            )));
+        }
+        metrics::counter!("firn_forwarded_total", "to" => target.to_string()).increment(1);
+        self.peers
+            .call(
+                target,
+                Execute {
+                    shard,
+                    part,
+                    ctx,
+                    hops: hops + 1,
+                },
+            )
+            .await?
+    }
+
+    /// Answers a peer's forwarded part.
+    pub(crate) async fn execute_part(&self, call: Execute) -> Result<Answer, FirnError> {
+        self.on_shard(call.shard, call.part, call.ctx, call.hops)
+            .await
+            .await
+    }
+
+    pub async fn shutdown(&self) {
+        self.replicas.shutdown().await;
+        self.meta.meta().replica().shutdown().await;
+    }
+}
+
+fn check_key_count(n: usize) -> Result<(), FirnError> {
+    if n == 0 {
+        return Err(FirnError::BadArgument(
+            "at least one key is required".into(),
+        ));
+    }
+    if n > KEYS_PER_REQUEST_MAX {
+        return Err(FirnError::BadArgument(format!(
+            "{n} keys in one request; the limit is {KEYS_PER_REQUEST_MAX}"
+        )));
+    }
+    Ok(())
+}
+
+fn check_page(n: usize) -> Result<(), FirnError> {
+    if n == 0 || n > PAGE_ITEMS_MAX {
+        return Err(FirnError::BadArgument(format!(
+            "limit {n} is out of range 1..={PAGE_ITEMS_MAX}"
+        )));
+    }
+    Ok(())
+}
+
+/// A prefix is at most as long as a key: no longer one could match anything.
+fn check_prefix(prefix: &[u8]) -> Result<(), FirnError> {
+    if prefix.len() > KEY_BYTES_MAX {
+        return Err(FirnError::BadArgument(format!(
+            "prefix is {} bytes; the limit is {KEY_BYTES_MAX}",
+            prefix.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a read against the stated limits: done before any barrier or wait, so a
+/// malformed read is refused at once.
+pub fn validate_read(read: &KvRead) -> Result<(), FirnError> {
+    match read {
+        KvRead::MGet { keys, .. } | KvRead::Exists { keys, .. } => check_key_count(keys.len()),
+        KvRead::History { limit, .. } => check_page(*limit),
+        KvRead::Scan { limit, prefix, .. } => {
+            check_prefix(prefix)?;
+            check_page(*limit)
+        }
+        KvRead::Snapshot { of, .. } => match of {
+            SnapshotOf::Keys(keys) => check_key_count(keys.len()),
+            SnapshotOf::Prefix { prefix, limit, .. } => {
+                check_prefix(prefix)?;
+                check_page(*limit)
+            }
+        },
+        KvRead::Get { .. } | KvRead::DbSize => Ok(()),
+    }
+}

@@ -1,0 +1,124 @@
+//! Which shards a kv request touches, the part each runs, and how the parts' answers are
+//! merged.
+
+use std::collections::BTreeMap;
+
+use firn_model::{Key, KeyRange, KvRead, KvRequest, KvWrite};
+use firn_raft::ShardId;
+use firn_store::Op;
+
+use super::merge::Merge;
+use crate::cluster::layout::ClusterLayout;
+use crate::rpc::ShardPart;
+
+pub(super) enum Plan {
+    One(ShardId, ShardPart),
+    /// Per-shard parts, with the original positions of each part's keys.
+    Split {
+        parts: Vec<(ShardId, ShardPart, Vec<usize>)>,
+        merge: Merge,
+    },
+    /// The same part on every shard.
+    All {
+        part: ShardPart,
+        merge: Merge,
+    },
+}
+
+/// Groups keyed items by shard, remembering each item's position.
+fn split<T>(
+    items: Vec<T>,
+    shard_of: impl Fn(&T) -> ShardId,
+) -> BTreeMap<ShardId, (Vec<T>, Vec<usize>)> {
+    let mut by: BTreeMap<ShardId, (Vec<T>, Vec<usize>)> = BTreeMap::new();
+    for (i, item) in items.into_iter().enumerate() {
+        let e = by.entry(shard_of(&item)).or_default();
+        e.0.push(item);
+        e.1.push(i);
+    }
+    by
+}
+
+/// Plans `request` (never a snapshot: it is planned as the read it becomes) over `layout`,
+/// which has shards.
+pub(super) fn plan(layout: &ClusterLayout, request: KvRequest) -> Plan {
+    let shard = |k: &Key| layout.shard_of_key(k.as_bytes());
+    let split_keys = |keys: Vec<Key>, make: &dyn Fn(Vec<Key>) -> ShardPart, merge: Merge| {
+        let n = keys.len();
+        let parts = split(keys, |k| shard(k))
+            .into_iter()
+            .map(|(s, (keys, pos))| (s, make(keys), pos))
+            .collect();
+        Plan::Split {
+            parts,
+            merge: merge.of(n),
+        }
+    };
+    let everywhere = |part: ShardPart, merge: Merge| match layout.shards.as_slice() {
+        [only] => Plan::One(only.id, part),
+        _ => Plan::All { part, merge },
+    };
+    match request {
+        KvRequest::Read(read) => match read {
+            KvRead::Get { ref key, .. } | KvRead::History { ref key, .. } => {
+                Plan::One(shard(key), ShardPart::Read(read))
+            }
+            KvRead::MGet {
+                keys,
+                at,
+                consistency,
+            } => split_keys(
+                keys,
+                &|keys| {
+                    ShardPart::Read(KvRead::MGet {
+                        keys,
+                        at,
+                        consistency,
+                    })
+                },
+                Merge::Values { n: 0 },
+            ),
+            KvRead::Exists { keys, consistency } => split_keys(
+                keys,
+                &|keys| ShardPart::Read(KvRead::Exists { keys, consistency }),
+                Merge::Count,
+            ),
+            read @ KvRead::Scan { .. } => everywhere(ShardPart::Read(read), Merge::Scan),
+            read @ (KvRead::DbSize | KvRead::Snapshot { .. }) => {
+                everywhere(ShardPart::Read(read), Merge::Count)
+            }
+        },
+        KvRequest::Write(write) => match write {
+            KvWrite::Put(p) => Plan::One(shard(&p.key), ShardPart::Write(Op::Put(p))),
+            KvWrite::Truncate {
+                target: KeyRange::Key(k),
+                before,
+            } => Plan::One(
+                shard(&k),
+                ShardPart::Write(Op::Truncate {
+                    target: KeyRange::Key(k),
+                    before,
+                }),
+            ),
+            KvWrite::Delete { keys } => split_keys(
+                keys,
+                &|keys| ShardPart::Write(Op::Delete { keys }),
+                Merge::Written { n: 0 },
+            ),
+            KvWrite::MSet { items } => {
+                let n = items.len();
+                let parts = split(items, |(k, _)| shard(k))
+                    .into_iter()
+                    .map(|(s, (items, pos))| (s, ShardPart::Write(Op::MSet { items }), pos))
+                    .collect();
+                Plan::Split {
+                    parts,
+                    merge: Merge::Written { n },
+                }
+            }
+            write @ (KvWrite::Truncate { .. } | KvWrite::FlushAll) => {
+                everywhere(ShardPart::Write(Op::from(write)), Merge::Truncated)
+            }
+        },
+    }
+}

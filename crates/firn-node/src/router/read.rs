@@ -1,0 +1,297 @@
+//! The one read path: on a replica held here, a read first waits for what it must see on
+//! the replica itself (its client's token for a `local` read, its time for a read at a
+//! time), then — unless it reads at a closed time — a barrier (ReadIndex on the leader, the
+//! leader's read index on a follower), then reads the replica's applied state.
+
+use std::time::{Duration, Instant};
+
+use firn_model::{
+    Answer, CallContext, CommitTs, FirnError, Key, KvRead, ReadAt, ReadConsistency, Response,
+    Staleness, VersionInfo,
+};
+use firn_raft::{ShardId, ShardReplica};
+
+use super::{LEADER_CHANGE_PAUSE, Router, validate_read};
+use crate::replicas::LEADER_WAIT;
+use crate::rpc::ReadIndex;
+
+/// How long a follower waits to apply up to a read index.
+const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
+/// Longest a read at a time (`ASOF t`) waits for its replica to close that time; a time
+/// further ahead than this is refused at once.
+const CLOSED_WAIT: Duration = Duration::from_secs(2);
+
+impl Router {
+    /// Serves `read` on this node's `replica`.
+    pub(super) async fn read_here(
+        &self,
+        replica: &ShardReplica,
+        read: KvRead,
+        ctx: &CallContext,
+    ) -> Result<Answer, FirnError> {
+        validate_read(&read)?;
+        wait_local(replica, ctx.after, &read).await?;
+        // A read at a time needs no barrier: its time is closed here.
+        if read.as_of().is_none() {
+            self.barrier_for(replica.shard_id(), read.consistency())
+                .await?;
+        }
+        read_unfenced(replica, read)
+    }
+
+    /// Executes reads that arrived together after one context. Each is validated first, so
+    /// a malformed one is refused at once. Where they all fall in one shard held here, one
+    /// barrier serves them all (each began before the barrier did); otherwise they run
+    /// concurrently.
+    pub async fn execute_reads(
+        &self,
+        ctx: &CallContext,
+        reads: Vec<KvRead>,
+    ) -> Vec<Result<Answer, FirnError>> {
+        let layout = self.layout();
+        let single_local = match layout.shards.as_slice() {
+            [only] => self.replicas.get(only.id),
+            _ => None,
+        };
+        let snapshot = reads.iter().any(|r| matches!(r, KvRead::Snapshot { .. }));
+        let (Some(replica), false) = (single_local, snapshot) else {
+            return futures::future::join_all(
+                reads
+                    .into_iter()
+                    .map(|r| async move { self.submit(ctx, r.into()).await.await }),
+            )
+            .await;
+        };
+        let started = Instant::now();
+        let checked: Vec<Result<(), FirnError>> = reads.iter().map(validate_read).collect();
+        // What each read waits for on this replica, then one barrier, decided by the
+        // strongest level the others asked for.
+        let mut local = Vec::with_capacity(reads.len());
+        for (read, valid) in reads.iter().zip(&checked) {
+            local.push(match valid {
+                Ok(()) => wait_local(&replica, ctx.after, read).await,
+                Err(e) => Err(e.clone()),
+            });
+        }
+        let needs: Vec<ReadConsistency> = reads
+            .iter()
+            .zip(&local)
+            .filter(|(r, ok)| r.as_of().is_none() && ok.is_ok())
+            .map(|(r, _)| r.consistency())
+            .collect();
+        let barrier = if needs.contains(&ReadConsistency::Linearizable) {
+            self.barrier(replica.shard_id(), false).await
+        } else if needs.contains(&ReadConsistency::Lease) {
+            self.barrier(replica.shard_id(), true).await
+        } else {
+            Ok(())
+        };
+        reads
+            .into_iter()
+            .zip(local)
+            .map(|(read, local)| {
+                let name = read.name();
+                metrics::counter!("firn_requests_total", "op" => name).increment(1);
+                let fenced = read.as_of().is_none() && read.consistency() != ReadConsistency::Local;
+                let result = match (&barrier, local) {
+                    (_, Err(e)) => Err(e),
+                    (Err(e), _) if fenced => Err(e.clone()),
+                    _ => read_unfenced(&replica, read),
+                };
+                metrics::histogram!("firn_request_seconds", "op" => name)
+                    .record(started.elapsed().as_secs_f64());
+                if result.is_err() {
+                    metrics::counter!("firn_request_errors_total", "op" => name).increment(1);
+                }
+                result
+            })
+            .collect()
+    }
+
+    async fn barrier_for(
+        &self,
+        shard: ShardId,
+        consistency: ReadConsistency,
+    ) -> Result<(), FirnError> {
+        match consistency {
+            ReadConsistency::Linearizable => self.barrier(shard, false).await,
+            ReadConsistency::Lease => self.barrier(shard, true).await,
+            ReadConsistency::Local => Ok(()),
+        }
+    }
+
+    /// Waits until this node's replica of `shard` has applied every write acknowledged
+    /// before the call: ReadIndex on the leader, or the leader's read index on a follower.
+    /// While leadership moves (the leader asked has stepped down, or the new one has not
+    /// committed in its term yet) it asks again, for at most `LEADER_WAIT`: a read changes
+    /// nothing, so asking twice is safe. With `lease`, the leader answers from its lease
+    /// (no quorum round trip) while the lease holds.
+    pub(super) async fn barrier(&self, shard: ShardId, lease: bool) -> Result<(), FirnError> {
+        let since = Instant::now();
+        loop {
+            match self.barrier_once(shard, lease).await {
+                Err(FirnError::TryAgain(_)) if since.elapsed() < LEADER_WAIT => {
+                    tokio::time::sleep(LEADER_CHANGE_PAUSE).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn barrier_once(&self, shard: ShardId, lease: bool) -> Result<(), FirnError> {
+        let replica = self.replicas.require(shard)?;
+        let leader = self.leader_of(shard).await?;
+        if leader == self.node_id {
+            return replica.linearizable_barrier(lease).await;
+        }
+        // A read changes nothing: an unanswered call only means this replica cannot serve now.
+        let index = self
+            .peers
+            .call(leader, ReadIndex { shard, lease })
+            .await
+            .map_err(|e| match e {
+                FirnError::Indeterminate(m) => {
+                    FirnError::Unavailable(format!("cannot reach the leader of shard {shard}: {m}"))
+                }
+                other => other,
+            })??;
+        replica.wait_applied(index, CATCH_UP_WAIT).await
+    }
+
+    /// Answers a peer's read-index call for a shard this node leads.
+    pub(crate) async fn read_index(&self, call: ReadIndex) -> Result<u64, FirnError> {
+        self.replicas
+            .require(call.shard)?
+            .read_index(call.lease)
+            .await
+    }
+}
+
+/// What a read waits for on the replica itself, before any barrier: a local read, until the
+/// replica has closed its client's causality token (it then holds everything the client saw;
+/// a linearizable read sees that and more anyway); a read at a time, until the replica has
+/// closed that time (then every replica answers it alike, and no leader is asked).
+async fn wait_local(
+    replica: &ShardReplica,
+    after: Option<CommitTs>,
+    read: &KvRead,
+) -> Result<(), FirnError> {
+    if let Some(t) = after
+        && read.consistency() == ReadConsistency::Local
+    {
+        wait_closed(replica, t).await?;
+    }
+    match read.as_of() {
+        Some(t) => wait_closed(replica, t).await,
+        None => Ok(()),
+    }
+}
+
+/// Waits until `replica` has closed time `t` (at most `CLOSED_WAIT`); refuses a `t` further
+/// ahead of this node's clock than that.
+async fn wait_closed(replica: &ShardReplica, t: CommitTs) -> Result<(), FirnError> {
+    let now = firn_model::hlc::system_wall_us();
+    let ahead = t.wall_us.saturating_sub(now);
+    if ahead > CLOSED_WAIT.as_micros() as u64 {
+        return Err(FirnError::BadArgument(format!(
+            "time {t} is {} ms in the future; a read at a time waits at most {} ms for it",
+            ahead / 1_000,
+            CLOSED_WAIT.as_millis()
+        )));
+    }
+    replica.store().wait_closed(t, CLOSED_WAIT).await
+}
+
+/// A read against a replica's applied state, without a barrier. Its answer is observed
+/// through the newest version it looked at, tombstones included: a reader that found a key
+/// deleted has seen the delete, though the answer shows no version of it. A `local` read
+/// also says how stale it may be (measured before it reads).
+fn read_unfenced(replica: &ShardReplica, read: KvRead) -> Result<Answer, FirnError> {
+    let staleness =
+        (read.consistency() == ReadConsistency::Local && read.as_of().is_none()).then(|| {
+            let applied_through = replica.store().last_commit_ts();
+            let now = firn_model::hlc::system_wall_us();
+            Staleness {
+                applied_through,
+                at_most_us: now.saturating_sub(applied_through.wall_us),
+            }
+        });
+    let (response, observed) = read_replica(replica, read)?;
+    Ok(Answer {
+        response,
+        observed,
+        staleness,
+    })
+}
+
+fn read_replica(
+    replica: &ShardReplica,
+    read: KvRead,
+) -> Result<(Response, Option<CommitTs>), FirnError> {
+    let store = replica.store();
+    // The live version a read at `at` sees, and the stamp of what it looked at (a
+    // tombstone's too).
+    let seen =
+        |key: &Key, at: ReadAt| -> Result<(Option<VersionInfo>, Option<CommitTs>), FirnError> {
+            let version = store.get(key.as_bytes(), at)?;
+            let stamp = version.as_ref().map(|v| v.commit_ts);
+            Ok((version.filter(|v| !v.deleted), stamp))
+        };
+    match read {
+        KvRead::Get { key, at, .. } => {
+            let (value, stamp) = seen(&key, at)?;
+            Ok((Response::Value(value), stamp))
+        }
+        KvRead::MGet { keys, at, .. } => {
+            let (mut values, mut through) = (Vec::with_capacity(keys.len()), None);
+            for k in &keys {
+                let (value, stamp) = seen(k, at)?;
+                values.push(value);
+                through = through.max(stamp);
+            }
+            Ok((Response::Values(values), through))
+        }
+        KvRead::Exists { keys, .. } => {
+            let (mut n, mut through) = (0, None);
+            for k in &keys {
+                if let Some(meta) = store.meta(k.as_bytes())? {
+                    n += meta.is_live() as u64;
+                    through = through.max((meta.latest > 0).then_some(meta.latest_ts));
+                }
+            }
+            Ok((Response::Count(n), through))
+        }
+        KvRead::History {
+            key,
+            from,
+            to,
+            limit,
+            as_of,
+            ..
+        } => Ok((
+            Response::History(store.history(key.as_bytes(), from, to, limit, as_of)?),
+            None,
+        )),
+        KvRead::Scan {
+            prefix,
+            cursor,
+            limit,
+            pattern,
+            at,
+            ..
+        } => {
+            let page = store.scan(&prefix, cursor.as_deref(), limit, pattern.as_deref(), at)?;
+            Ok((
+                Response::Scan {
+                    keys: page.keys,
+                    next_cursor: page.next_cursor,
+                },
+                page.seen_through,
+            ))
+        }
+        KvRead::DbSize => Ok((Response::Count(store.live_keys()), None)),
+        KvRead::Snapshot { .. } => Err(FirnError::Internal(
+            "a snapshot is planned as the read at its time, never served as such".into(),
+        )),
+    }
+}

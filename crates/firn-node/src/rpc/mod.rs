@@ -1,0 +1,202 @@
+//! Typed calls between nodes: each request type names its reply type ([`Rpc::Reply`]), and
+//! one [`PeerClient::call`] sends any of them over the peer transport and decodes exactly
+//! that reply. The answering side is [`crate::inbound`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use firn_model::{Answer, CallContext, CommitTs, FirnError, KeyRange, KeyspaceSpec, KvRead};
+use firn_model::{WatchEvent, WatchFrom};
+use firn_raft::peer::{PeerError, PeerPool, PeerRequest, PeerResponse};
+use firn_raft::{NodeId, ShardId};
+use firn_store::Op;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::view::NodeView;
+
+/// How long a call may take unless it says otherwise. A healthy peer answers in
+/// milliseconds; past this the peer is probably gone, and the client hears UNCERTAIN (a
+/// write) or CLUSTERDOWN (a read) rather than waiting longer.
+pub const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A request one node sends another, and the type of its reply.
+pub trait Rpc: Serialize + Into<NodeRpc> {
+    type Reply: Serialize + DeserializeOwned;
+    /// How long the caller waits for the reply.
+    const TIMEOUT: Duration = PEER_CALL_TIMEOUT;
+}
+
+/// Declares the calls: each becomes a variant of [`NodeRpc`] and an [`Rpc`] with its reply.
+macro_rules! calls {
+    ($($(#[$doc:meta])* $name:ident => $reply:ty;)*) => {
+        /// Every call, as it travels.
+        #[derive(Debug, Serialize, Deserialize)]
+        pub enum NodeRpc {
+            $($(#[$doc])* $name($name),)*
+        }
+        $(
+            impl From<$name> for NodeRpc {
+                fn from(call: $name) -> Self {
+                    NodeRpc::$name(call)
+                }
+            }
+            impl Rpc for $name {
+                type Reply = $reply;
+            }
+        )*
+    };
+}
+
+calls! {
+    /// Execute a part of a request on this node's replica of a shard (proposing if it leads).
+    Execute => Result<Answer, FirnError>;
+    /// As the shard's leader, confirm leadership and return the read index.
+    ReadIndex => Result<u64, FirnError>;
+    /// Describe yourself.
+    Describe => NodeView;
+    /// A change of the cluster's layout, run on the meta leader.
+    MetaChange => Result<(), FirnError>;
+    /// As the meta leader, the keyspace definitions the layout holds.
+    ListKeyspaces => Result<Vec<KeyspaceSpec>, FirnError>;
+    /// As the shard's leader, make `voters` the group's voters.
+    SetReplicas => Result<(), FirnError>;
+    /// As the shard's leader, hand leadership to another replica.
+    TransferLeader => Result<(), FirnError>;
+    /// A remote watch's long poll.
+    WatchPoll => Result<(Vec<WatchEvent>, CommitTs), FirnError>;
+}
+
+/// What one shard is asked: a read, or a write as the log operation it becomes.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum ShardPart {
+    Read(KvRead),
+    Write(Op),
+    /// The keyspace definitions the shard has applied (the steward compares them with the
+    /// layout's).
+    Keyspaces,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Execute {
+    pub shard: ShardId,
+    pub part: ShardPart,
+    pub ctx: CallContext,
+    /// How many nodes forwarded it already.
+    pub hops: u8,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ReadIndex {
+    pub shard: ShardId,
+    /// From the leader's lease while it holds (no quorum round trip).
+    pub lease: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Describe;
+
+/// What the meta leader changes in the layout.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum MetaChange {
+    /// A node asks to join (sent to any member; forwarded to the meta leader).
+    Join { node: NodeId, addr: String },
+    /// Start removing a node: its replicas move elsewhere, then it leaves.
+    Remove { node: NodeId },
+    /// Record a keyspace definition (or, with `drop`, its removal).
+    Keyspace { spec: KeyspaceSpec, drop: bool },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ListKeyspaces;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SetReplicas {
+    pub shard: ShardId,
+    /// Node id → peer address; each new one is added as a learner and caught up first.
+    pub voters: BTreeMap<NodeId, String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TransferLeader {
+    pub shard: ShardId,
+    pub to: NodeId,
+}
+
+/// A watch on a node without a replica of `shard`: the replica's versions of `target` from
+/// `from` on, waiting briefly for some if there are none yet.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WatchPoll {
+    pub shard: ShardId,
+    pub target: KeyRange,
+    pub from: WatchFrom,
+}
+
+/// Sends typed calls to other nodes.
+#[derive(Clone)]
+pub struct PeerClient {
+    pool: Arc<PeerPool>,
+}
+
+impl PeerClient {
+    pub fn new(pool: Arc<PeerPool>) -> Self {
+        PeerClient { pool }
+    }
+
+    /// Where node `id` is reached.
+    pub fn set_addr(&self, id: NodeId, addr: &str) {
+        self.pool.set_addr(id, addr);
+    }
+
+    /// Calls node `target` (never this node: callers answer themselves directly).
+    pub async fn call<R: Rpc>(&self, target: NodeId, call: R) -> Result<R::Reply, FirnError> {
+        self.call_within(target, call, R::TIMEOUT).await
+    }
+
+    pub async fn call_within<R: Rpc>(
+        &self,
+        target: NodeId,
+        call: R,
+        timeout: Duration,
+    ) -> Result<R::Reply, FirnError> {
+        let payload = encode(call)?;
+        let answer = self
+            .pool
+            .call(target, PeerRequest::App(payload), timeout)
+            .await;
+        decode::<R>(&format!("node {target}"), answer)
+    }
+
+    /// Calls whichever node listens at `addr` (a joining node knows no ids yet).
+    pub async fn call_addr<R: Rpc>(&self, addr: &str, call: R) -> Result<R::Reply, FirnError> {
+        let payload = encode(call)?;
+        let answer = self
+            .pool
+            .call_addr(addr, PeerRequest::App(payload), R::TIMEOUT)
+            .await;
+        decode::<R>(addr, answer)
+    }
+}
+
+fn encode<R: Rpc>(call: R) -> Result<Vec<u8>, FirnError> {
+    postcard::to_stdvec(&call.into()).map_err(|e| FirnError::Internal(e.to_string()))
+}
+
+fn decode<R: Rpc>(
+    who: &str,
+    answer: Result<PeerResponse, PeerError>,
+) -> Result<R::Reply, FirnError> {
+    match answer {
+        Ok(PeerResponse::App(bytes)) => postcard::from_bytes(&bytes)
+            .map_err(|e| FirnError::Internal(format!("{who} answered garbage: {e}"))),
+        Ok(PeerResponse::Error(e)) => Err(FirnError::TryAgain(format!("{who}: {e}"))),
+        Ok(other) => Err(FirnError::Internal(format!("{who} answered {other:?}"))),
+        // Never sent: nothing happened.
+        Err(e @ PeerError::Unreachable(..)) => Err(FirnError::TryAgain(format!("{e}"))),
+        // Sent, but no answer: a write may have been applied.
+        Err(e) => Err(FirnError::Indeterminate(format!(
+            "{e}; the request may or may not have been applied"
+        ))),
+    }
+}
