@@ -44,6 +44,10 @@ def http_json(port, path):
 
 
 def build_firn():
+    """The release `firn` of this tree, built if needed; `FIRN_BIN` names another binary
+    instead (to compare two builds back to back)."""
+    if os.environ.get("FIRN_BIN"):
+        return os.environ["FIRN_BIN"]
     subprocess.run(["cargo", "build", "--release", "--locked", "-p", "firn"], cwd=ROOT, check=True,
                    env={**os.environ, "CARGO_TARGET_DIR": TARGET})
     return os.path.join(TARGET, "release", "firn")

@@ -1,45 +1,60 @@
 //! A watch: the replayed versions, then live ones, each exactly once; in commit order per
 //! key (and overall, within one shard).
+//!
+//! Each shard the watch covers is one feed, whose events come in commit order. A version
+//! both replayed and received live (the subscription starts before the replay reads), or
+//! polled twice from a remote shard after a failover, is recognised by its feed's newest
+//! delivered stamp (and the keys delivered at that stamp: one log entry, an MSET or a
+//! multi-key DEL, writes several keys with one stamp). The bookkeeping is one stamp per feed
+//! and at most one entry's keys, however many keys a prefix watch sees.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashSet, VecDeque};
 
 use firn_model::limits::WATCH_BUFFER_EVENTS;
-use firn_model::{FirnError, Key, Version, WatchEvent, WatchFrom, WatchRequest};
+use firn_model::{CommitTs, FirnError, Key, WatchEvent, WatchFrom, WatchRequest};
 use tokio::sync::{broadcast, mpsc};
 
 /// What a shard's forwarding task hands the watcher.
 enum Live {
-    Event(WatchEvent),
+    Event(usize, WatchEvent),
     Lagged(u64),
 }
 
 pub struct WatchStream {
     request: WatchRequest,
-    replay: VecDeque<WatchEvent>,
+    /// Replayed events, in commit order, each with its feed.
+    replay: VecDeque<(usize, WatchEvent)>,
     live: mpsc::Receiver<Live>,
-    /// Newest version delivered per key, so a version both replayed and received live is
-    /// delivered once.
-    delivered: HashMap<Key, Version>,
+    /// The newest stamp delivered from each feed, with the keys delivered at it.
+    delivered: Vec<Option<(CommitTs, HashSet<Key>)>>,
     ended: bool,
 }
 
 impl WatchStream {
-    /// `live` holds one subscription per shard the watch covers; each is forwarded into one
-    /// queue by its own task, which ends when the watch is dropped.
+    /// `live` holds one subscription per feed (shard) the watch covers; each is forwarded
+    /// into one queue by its own task, which ends when the watch is dropped. `replay` holds
+    /// each event with the index of its feed in `live`.
     pub fn new(
         request: WatchRequest,
-        replay: Vec<WatchEvent>,
+        mut replay: Vec<(usize, WatchEvent)>,
         live: Vec<broadcast::Receiver<WatchEvent>>,
     ) -> Self {
+        replay.sort_by(|(_, a), (_, b)| {
+            a.info
+                .commit_ts
+                .cmp(&b.info.commit_ts)
+                .then(a.key.cmp(&b.key))
+        });
         let (tx, rx) = mpsc::channel(WATCH_BUFFER_EVENTS);
-        for mut sub in live {
+        let feeds = live.len();
+        for (feed, mut sub) in live.into_iter().enumerate() {
             let tx = tx.clone();
             let target = request.target.clone();
             tokio::spawn(async move {
                 loop {
                     let item = match sub.recv().await {
                         Ok(e) if !target.contains(e.key.as_bytes()) => continue,
-                        Ok(e) => Live::Event(e),
+                        Ok(e) => Live::Event(feed, e),
                         Err(broadcast::error::RecvError::Lagged(n)) => Live::Lagged(n),
                         Err(broadcast::error::RecvError::Closed) => return,
                     };
@@ -54,21 +69,30 @@ impl WatchStream {
             request,
             replay: replay.into(),
             live: rx,
-            delivered: HashMap::new(),
+            delivered: vec![None; feeds],
             ended: false,
         }
     }
 
-    fn wanted(&self, event: &WatchEvent) -> bool {
+    /// How many keys the watch remembers to deliver each version once: those of the newest
+    /// entry of each feed.
+    pub fn bookkeeping_len(&self) -> usize {
+        self.delivered
+            .iter()
+            .flatten()
+            .map(|(_, keys)| keys.len())
+            .sum()
+    }
+
+    fn wanted(&self, feed: usize, event: &WatchEvent) -> bool {
         if !self.request.target.contains(event.key.as_bytes()) {
             return false;
         }
-        if self
-            .delivered
-            .get(&event.key)
-            .is_some_and(|v| *v >= event.info.version)
-        {
-            return false;
+        if let Some(Some((newest, keys))) = self.delivered.get(feed) {
+            let ts = event.info.commit_ts;
+            if ts < *newest || (ts == *newest && keys.contains(&event.key)) {
+                return false;
+            }
         }
         match self.request.from {
             WatchFrom::Now => true,
@@ -84,10 +108,10 @@ impl WatchStream {
             return None;
         }
         loop {
-            let event = match self.replay.pop_front() {
+            let (feed, event) = match self.replay.pop_front() {
                 Some(e) => e,
                 None => match self.live.recv().await {
-                    Some(Live::Event(e)) => e,
+                    Some(Live::Event(feed, e)) => (feed, e),
                     Some(Live::Lagged(n)) => {
                         self.ended = true;
                         return Some(Err(FirnError::TryAgain(format!(
@@ -101,8 +125,16 @@ impl WatchStream {
                     }
                 },
             };
-            if self.wanted(&event) {
-                self.delivered.insert(event.key.clone(), event.info.version);
+            if self.wanted(feed, &event) {
+                if let Some(slot) = self.delivered.get_mut(feed) {
+                    let ts = event.info.commit_ts;
+                    match slot {
+                        Some((newest, keys)) if *newest == ts => {
+                            keys.insert(event.key.clone());
+                        }
+                        _ => *slot = Some((ts, HashSet::from([event.key.clone()]))),
+                    }
+                }
                 return Some(Ok(event));
             }
         }

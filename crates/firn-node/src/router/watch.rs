@@ -40,19 +40,14 @@ impl Router {
         // Subscribe before replaying, so nothing committed in between is missed.
         let mut live: Vec<_> = held.iter().map(|r| r.store().subscribe()).collect();
         let mut replay = Vec::new();
-        for r in &held {
+        for (feed, r) in held.iter().enumerate() {
             self.barrier(r.shard_id(), false).await?;
-            replay.extend(r.store().replay(&request.target, request.from)?);
+            let events = r.store().replay(&request.target, request.from)?;
+            replay.extend(events.into_iter().map(|e| (feed, e)));
         }
         for shard in remote {
             live.push(self.remote_feed(shard, &request).await?);
         }
-        replay.sort_by(|a, b| {
-            a.info
-                .commit_ts
-                .cmp(&b.info.commit_ts)
-                .then(a.key.cmp(&b.key))
-        });
         Ok(WatchStream::new(request, replay, live))
     }
 
