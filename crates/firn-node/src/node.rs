@@ -342,6 +342,7 @@ impl RunningNode {
             resp_listener,
             router.clone(),
             stop_rx.clone(),
+            config.resp_connections_max,
         )));
         let app = crate::http::routes(router.clone());
         let mut http_stop = stop_rx.clone();

@@ -1,8 +1,8 @@
 //! The Redis protocol front end (RESP2 and RESP3): frames in, typed requests to the router,
 //! replies out. Pipelined writes are proposed back to back and answered in order; a read
 //! waits for the writes sent before it on the same connection. Commands are one family to
-//! a file under `cmd/`, listed once in `registry.rs`; this file owns the connections:
-//! pipelining, sessions (causality tokens) and watches. It never parses a command's
+//! a file under `cmd/`, listed once in `registry.rs`; this file owns the connections: their
+//! limit, pipelining, sessions (causality tokens) and watches. It never parses a command's
 //! arguments or shows its answer.
 
 pub mod args;
@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use firn_model::limits::RESP_FRAME_BYTES_MAX;
@@ -23,7 +23,7 @@ use firn_model::{CommitTs, FirnError, ReadConsistency, Request, Response};
 use redis_protocol::resp2;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use self::cmd::scan::CursorTable;
 use self::cmd::{cluster, connection, firn_watch, server};
@@ -33,46 +33,101 @@ use crate::router::{Pending, Router};
 
 /// Most replies a connection holds before it writes them out (a bound on pipelining memory).
 const PIPELINE_DEPTH_MAX: usize = 1_024;
+/// Redis's words for a node at its connection limit; the connection is then closed.
+const MAX_CLIENTS_REACHED: &[u8] = b"-ERR max number of clients reached\r\n";
+/// How long a refused connection is kept to read why it was refused.
+const REFUSAL_WAIT: Duration = Duration::from_secs(1);
+/// Most refused connections kept at once to read why; past it one is closed unanswered,
+/// so a flood of connections costs the node at most this many tasks beyond its limit.
+const REFUSALS_IN_FLIGHT_MAX: usize = 256;
+
 /// What every connection of the node shares.
 pub struct Shared {
     pub router: Arc<Router>,
     cursors: Mutex<CursorTable>,
     next_client_id: AtomicU64,
-    connected: AtomicU64,
+    /// One permit per connection the node may hold (`NodeConfig::resp_connections_max`).
+    slots: Arc<Semaphore>,
+    connections_max: usize,
     started: Instant,
     resp_port: u16,
 }
 
-pub async fn serve(listener: TcpListener, router: Arc<Router>, mut stop: watch::Receiver<bool>) {
+impl Shared {
+    /// Connections open now.
+    fn connected(&self) -> usize {
+        self.connections_max - self.slots.available_permits()
+    }
+}
+
+/// Accepts RESP connections until `stop`, at most `connections_max` at once.
+pub async fn serve(
+    listener: TcpListener,
+    router: Arc<Router>,
+    mut stop: watch::Receiver<bool>,
+    connections_max: usize,
+) {
+    let slots = Arc::new(Semaphore::new(connections_max));
     let shared = Arc::new(Shared {
         router,
         cursors: Mutex::default(),
         next_client_id: AtomicU64::new(1),
-        connected: AtomicU64::new(0),
+        slots: slots.clone(),
+        connections_max,
         started: Instant::now(),
         resp_port: listener.local_addr().map(|a| a.port()).unwrap_or(0),
     });
+    let refusals = Arc::new(Semaphore::new(REFUSALS_IN_FLIGHT_MAX));
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    let shared = shared.clone();
-                    let stop = stop.clone();
-                    tokio::spawn(async move {
-                        shared.connected.fetch_add(1, Ordering::Relaxed);
-                        let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
-                        let mut conn = Connection::new(stream, peer, id, shared.clone(), stop);
-                        if let Err(e) = conn.run().await {
-                            tracing::debug!(%peer, "resp connection ended: {e}");
+                Ok((stream, peer)) => match slots.clone().try_acquire_owned() {
+                    Ok(slot) => {
+                        tokio::spawn(serve_connection(stream, peer, shared.clone(), stop.clone(), slot));
+                    }
+                    Err(_) => {
+                        // Counted rather than logged: a flood would flood the log.
+                        metrics::counter!("firn_resp_connections_refused_total").increment(1);
+                        tracing::debug!(%peer, "refusing a RESP connection: {connections_max} are open");
+                        if let Ok(permit) = refusals.clone().try_acquire_owned() {
+                            tokio::spawn(refuse(stream, permit));
                         }
-                        shared.connected.fetch_sub(1, Ordering::Relaxed);
-                    });
-                }
+                    }
+                },
                 Err(e) => tracing::warn!("resp accept: {e}"),
             },
             _ = stop.changed() => return,
         }
     }
+}
+
+/// One connection, holding its slot until it ends.
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    stop: watch::Receiver<bool>,
+    _slot: OwnedSemaphorePermit,
+) {
+    let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
+    let mut conn = Connection::new(stream, peer, id, shared, stop);
+    if let Err(e) = conn.run().await {
+        tracing::debug!(%peer, "resp connection ended: {e}");
+    }
+}
+
+/// Tells a connection over the limit why, and closes it.
+async fn refuse(mut stream: TcpStream, _permit: OwnedSemaphorePermit) {
+    let told = async {
+        stream.write_all(MAX_CLIENTS_REACHED).await?;
+        stream.shutdown().await?;
+        // Read what the client sent until it closes: closing with unread input would reset
+        // the connection, and the client could lose the error before reading it.
+        let mut sink = [0u8; 512];
+        while stream.read(&mut sink).await? > 0 {}
+        Ok::<(), std::io::Error>(())
+    };
+    let _ = tokio::time::timeout(REFUSAL_WAIT, told).await;
 }
 
 /// One queued answer: ready, or a write still in flight.

@@ -167,8 +167,9 @@ pub fn info_text(shared: &Shared, section: Option<&str>) -> String {
         (
             "clients",
             format!(
-                "connected_clients:{}\r\n",
-                shared.connected.load(std::sync::atomic::Ordering::Relaxed)
+                "connected_clients:{}\r\nmaxclients:{}\r\n",
+                shared.connected(),
+                shared.connections_max
             ),
         ),
         ("persistence", "aof_enabled:0\r\nfirn_durability:raft-log-fsync\r\n".to_string()),
