@@ -384,7 +384,8 @@ impl RunningNode {
         })
     }
 
-    /// Stops accepting requests, ends connections and stops the Raft groups.
+    /// Stops accepting requests, ends connections (RESP ones within
+    /// [`crate::resp::SHUTDOWN_CONNECTIONS_WAIT`], watches included) and stops the Raft groups.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         for t in self.tasks {

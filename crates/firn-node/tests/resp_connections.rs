@@ -1,8 +1,10 @@
-//! RESP connections: a node holds at most its stated number.
+//! RESP connections: a node holds at most its stated number, and a stopping node ends them
+//! (watches included) within a stated bound.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use firn_node::resp::SHUTDOWN_CONNECTIONS_WAIT;
 use firn_node::{NodeConfig, RunningNode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -88,4 +90,39 @@ async fn a_connection_past_the_limit_is_refused_and_a_freed_slot_is_reused() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_with_a_watch_open_ends_the_watch_within_the_bound() {
+    let node = node_with_connections_max(16).await;
+    let mut watcher = TcpStream::connect(node.resp_addr).await.unwrap();
+    let first = exchange(
+        &mut watcher,
+        b"*2\r\n$10\r\nFIRN.WATCH\r\n$6\r\ncamera\r\n",
+        "*2\r\n$8\r\nwatching\r\n$6\r\ncamera\r\n".len(),
+    )
+    .await;
+    assert!(first.contains("watching"), "{first}");
+    // A plain connection, idle, as well.
+    let mut idle = TcpStream::connect(node.resp_addr).await.unwrap();
+    assert_eq!(exchange(&mut idle, PING, 7).await, "+PONG\r\n");
+
+    let started = Instant::now();
+    timeout(SHUTDOWN_CONNECTIONS_WAIT * 10, node.shutdown())
+        .await
+        .expect("shutdown hangs while a watch is open");
+    let took = started.elapsed();
+    assert!(
+        took < SHUTDOWN_CONNECTIONS_WAIT,
+        "shutdown took {took:?}; the bound is {SHUTDOWN_CONNECTIONS_WAIT:?}"
+    );
+    // Both connections were closed by the node, not left to the runtime.
+    for (what, c) in [("watching", &mut watcher), ("idle", &mut idle)] {
+        let mut buf = [0u8; 64];
+        let read = timeout(Duration::from_millis(500), c.read(&mut buf)).await;
+        assert!(
+            matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+            "the {what} connection is still open after shutdown: {read:?}"
+        );
+    }
 }

@@ -24,6 +24,7 @@ use redis_protocol::resp2;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::task::JoinSet;
 
 use self::cmd::scan::CursorTable;
 use self::cmd::{cluster, connection, firn_watch, server};
@@ -33,6 +34,11 @@ use crate::router::{Pending, Router};
 
 /// Most replies a connection holds before it writes them out (a bound on pipelining memory).
 const PIPELINE_DEPTH_MAX: usize = 1_024;
+/// How long a stopping node waits for its RESP connections to end. Each answers what it has
+/// read and ends when it next waits for input (a watching one at once); one still waiting
+/// for the router after this long is closed without its answers (a write in flight may
+/// still commit: its client sees the connection drop, as with any lost answer).
+pub const SHUTDOWN_CONNECTIONS_WAIT: Duration = Duration::from_secs(2);
 /// Redis's words for a node at its connection limit; the connection is then closed.
 const MAX_CLIENTS_REACHED: &[u8] = b"-ERR max number of clients reached\r\n";
 /// How long a refused connection is kept to read why it was refused.
@@ -60,7 +66,8 @@ impl Shared {
     }
 }
 
-/// Accepts RESP connections until `stop`, at most `connections_max` at once.
+/// Accepts RESP connections until `stop`, at most `connections_max` at once, then waits up
+/// to [`SHUTDOWN_CONNECTIONS_WAIT`] for them to end.
 pub async fn serve(
     listener: TcpListener,
     router: Arc<Router>,
@@ -78,26 +85,42 @@ pub async fn serve(
         resp_port: listener.local_addr().map(|a| a.port()).unwrap_or(0),
     });
     let refusals = Arc::new(Semaphore::new(REFUSALS_IN_FLIGHT_MAX));
+    // Connection tasks are kept so that shutdown can wait for them (and end stragglers).
+    let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => match slots.clone().try_acquire_owned() {
                     Ok(slot) => {
-                        tokio::spawn(serve_connection(stream, peer, shared.clone(), stop.clone(), slot));
+                        connections.spawn(serve_connection(stream, peer, shared.clone(), stop.clone(), slot));
                     }
                     Err(_) => {
                         // Counted rather than logged: a flood would flood the log.
                         metrics::counter!("firn_resp_connections_refused_total").increment(1);
                         tracing::debug!(%peer, "refusing a RESP connection: {connections_max} are open");
                         if let Ok(permit) = refusals.clone().try_acquire_owned() {
-                            tokio::spawn(refuse(stream, permit));
+                            connections.spawn(refuse(stream, permit));
                         }
                     }
                 },
                 Err(e) => tracing::warn!("resp accept: {e}"),
             },
-            _ = stop.changed() => return,
+            // Ended connections are reaped as they go, so the set holds only live ones.
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = stop.changed() => break,
         }
+    }
+    drop(listener);
+    let all_ended = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(SHUTDOWN_CONNECTIONS_WAIT, all_ended)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            open = connections.len(),
+            "closing RESP connections that did not end within {SHUTDOWN_CONNECTIONS_WAIT:?}"
+        );
+        connections.shutdown().await;
     }
 }
 
@@ -153,7 +176,8 @@ struct Connection {
     /// sends comes after it (reads see at least what it saw; writes are stamped above it).
     token: Option<CommitTs>,
     closing: bool,
-    /// Set when the node stops: the connection ends at its next read.
+    /// Set when the node stops: the connection ends when it next waits for input, or at
+    /// once while watching.
     stop: watch::Receiver<bool>,
 }
 
@@ -450,7 +474,8 @@ impl Connection {
         Ok(())
     }
 
-    /// Streams events until the client sends FIRN.UNWATCH or QUIT, or the watch ends.
+    /// Streams events until the client sends FIRN.UNWATCH or QUIT, the watch ends, or the
+    /// node stops (then the connection closes).
     async fn watch_loop(&mut self, stream: &mut crate::watch::WatchStream) -> std::io::Result<()> {
         loop {
             tokio::select! {
@@ -466,6 +491,10 @@ impl Connection {
                     }
                     None => return Ok(()),
                 },
+                _ = self.stop.changed() => {
+                    self.closing = true;
+                    return Ok(());
+                }
                 n = self.stream.read_buf(&mut self.input) => {
                     if n? == 0 {
                         self.closing = true;
