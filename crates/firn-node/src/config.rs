@@ -42,6 +42,9 @@ pub struct NodeConfig {
     pub replication: usize,
     /// Join the cluster that the node at this peer address belongs to (instead of `peers`).
     pub join: Option<String>,
+    /// Most RESP connections open at once; one more is told `ERR max number of clients
+    /// reached` and closed.
+    pub resp_connections_max: usize,
 }
 
 /// Default shard count of a cluster: a few per node on small machines keeps the number of
@@ -53,6 +56,11 @@ pub const REPLICATION_DEFAULT: usize = 3;
 /// How often an idle shard closes time by default: the target lag of closed time behind
 /// real time is this plus one commit (tens of milliseconds).
 pub const CLOSE_TIME_EVERY_DEFAULT: Duration = Duration::from_millis(50);
+
+/// Default limit of open RESP connections: Redis's default `maxclients`. Each connection
+/// holds two 16 KiB buffers and up to 1,024 pipelined replies, so the limit bounds the
+/// node's memory for clients (and its file descriptors) rather than its throughput.
+pub const RESP_CONNECTIONS_MAX: usize = 10_000;
 
 impl Default for NodeConfig {
     fn default() -> Self {
@@ -72,6 +80,7 @@ impl Default for NodeConfig {
             shards: CLUSTER_SHARDS_DEFAULT,
             replication: REPLICATION_DEFAULT,
             join: None,
+            resp_connections_max: RESP_CONNECTIONS_MAX,
         }
     }
 }

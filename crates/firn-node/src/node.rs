@@ -270,6 +270,7 @@ impl RunningNode {
             resp_listener,
             router.clone(),
             stop_rx.clone(),
+            config.resp_connections_max,
         )));
         let app = crate::http::routes(router.clone(), stop_rx.clone());
         let mut http_stop = stop_rx.clone();
@@ -311,7 +312,8 @@ impl RunningNode {
         })
     }
 
-    /// Stops accepting requests, ends connections and open watches, and stops the Raft
+    /// Stops accepting requests, ends connections (RESP ones within
+    /// [`crate::resp::SHUTDOWN_CONNECTIONS_WAIT`], open watches included) and stops the Raft
     /// groups. Tasks still running after [`SHUTDOWN_TASKS_WAIT`] are cut off.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);

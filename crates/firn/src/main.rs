@@ -250,6 +250,10 @@ struct ServeArgs {
     /// Replicas per shard, capped by the node count.
     #[arg(long, default_value_t = firn_node::config::REPLICATION_DEFAULT)]
     replication: usize,
+    /// Most RESP connections open at once; one more is told `ERR max number of clients
+    /// reached` and closed.
+    #[arg(long, default_value_t = firn_node::config::RESP_CONNECTIONS_MAX)]
+    max_connections: usize,
 }
 
 fn main() -> ExitCode {
@@ -690,6 +694,9 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             firn_model::limits::VALUE_BYTES_MAX_CEILING
         ));
     }
+    if args.max_connections == 0 {
+        return Err("--max-connections must be at least 1".into());
+    }
     let config = NodeConfig {
         resp_addr: args.resp_addr,
         http_addr: args.http_addr,
@@ -708,6 +715,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         shards: args.shards,
         replication: args.replication,
         join: args.join,
+        resp_connections_max: args.max_connections,
     };
     let node = RunningNode::start(config)
         .await

@@ -1,104 +1,157 @@
 //! The Redis protocol front end (RESP2 and RESP3): frames in, typed requests to the router,
 //! replies out. Pipelined writes are proposed back to back and answered in order; a read
-//! waits for the writes sent before it on the same connection.
+//! waits for the writes sent before it on the same connection. Commands are one family to
+//! a file under `cmd/`, listed once in `registry.rs`; this file owns the connections: their
+//! limit, pipelining, sessions (causality tokens) and watches. It never parses a command's
+//! arguments or shows its answer.
 
 pub mod args;
+pub mod cmd;
 pub mod command;
+pub mod registry;
 pub mod reply;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use firn_model::limits::RESP_FRAME_BYTES_MAX;
-use firn_model::{
-    Answer, CommitTs, FirnError, KvRead, KvRequest, ReadAt, ReadConsistency, Request, Response,
-    WatchEvent,
-};
+use firn_model::{Answer, CommitTs, FirnError, KvRead, KvRequest, Request};
 use redis_protocol::resp2;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::task::JoinSet;
 
-use self::args::Args;
-use self::command::{Action, Render, parse, render};
+use self::cmd::scan::CursorTable;
+use self::cmd::{cluster, connection, firn_watch, server};
+use self::command::{Action, Render};
 use self::reply::Reply;
-use crate::cluster::view::{ClusterView, ShardView};
 use crate::router::{Pending, Router};
 use crate::session::Session;
 
 /// Most replies a connection holds before it writes them out (a bound on pipelining memory).
 const PIPELINE_DEPTH_MAX: usize = 1_024;
-/// Most live SCAN cursors a node remembers; the oldest is forgotten first.
-const SCAN_CURSORS_MAX: usize = 65_536;
-
-/// Redis SCAN cursors are integers; Firn pages by key. The table maps one to the other,
-/// node-wide, so a client may continue a scan on any of its pooled connections.
-#[derive(Default)]
-struct CursorTable {
-    next_id: u64,
-    by_id: HashMap<u64, Bytes>,
-    order: VecDeque<u64>,
-}
-
-impl CursorTable {
-    fn insert(&mut self, key: Bytes) -> u64 {
-        self.next_id += 1;
-        let id = self.next_id;
-        self.by_id.insert(id, key);
-        self.order.push_back(id);
-        while self.order.len() > SCAN_CURSORS_MAX {
-            if let Some(old) = self.order.pop_front() {
-                self.by_id.remove(&old);
-            }
-        }
-        id
-    }
-}
+/// How long a stopping node waits for its RESP connections to end. Each answers what it has
+/// read and ends when it next waits for input (a watching one at once); one still waiting
+/// for the router after this long is closed without its answers (a write in flight may
+/// still commit: its client sees the connection drop, as with any lost answer).
+pub const SHUTDOWN_CONNECTIONS_WAIT: Duration = Duration::from_secs(2);
+/// Redis's words for a node at its connection limit; the connection is then closed.
+const MAX_CLIENTS_REACHED: &[u8] = b"-ERR max number of clients reached\r\n";
+/// How long a refused connection is kept to read why it was refused.
+const REFUSAL_WAIT: Duration = Duration::from_secs(1);
+/// Most refused connections kept at once to read why; past it one is closed unanswered,
+/// so a flood of connections costs the node at most this many tasks beyond its limit.
+const REFUSALS_IN_FLIGHT_MAX: usize = 256;
 
 /// What every connection of the node shares.
 pub struct Shared {
     pub router: Arc<Router>,
     cursors: Mutex<CursorTable>,
     next_client_id: AtomicU64,
-    connected: AtomicU64,
+    /// One permit per connection the node may hold (`NodeConfig::resp_connections_max`).
+    slots: Arc<Semaphore>,
+    connections_max: usize,
     started: Instant,
     resp_port: u16,
 }
 
-pub async fn serve(listener: TcpListener, router: Arc<Router>, mut stop: watch::Receiver<bool>) {
+impl Shared {
+    /// Connections open now.
+    fn connected(&self) -> usize {
+        self.connections_max - self.slots.available_permits()
+    }
+}
+
+/// Accepts RESP connections until `stop`, at most `connections_max` at once, then waits up
+/// to [`SHUTDOWN_CONNECTIONS_WAIT`] for them to end.
+pub async fn serve(
+    listener: TcpListener,
+    router: Arc<Router>,
+    mut stop: watch::Receiver<bool>,
+    connections_max: usize,
+) {
+    let slots = Arc::new(Semaphore::new(connections_max));
     let shared = Arc::new(Shared {
         router,
         cursors: Mutex::default(),
         next_client_id: AtomicU64::new(1),
-        connected: AtomicU64::new(0),
+        slots: slots.clone(),
+        connections_max,
         started: Instant::now(),
         resp_port: listener.local_addr().map(|a| a.port()).unwrap_or(0),
     });
+    let refusals = Arc::new(Semaphore::new(REFUSALS_IN_FLIGHT_MAX));
+    // Connection tasks are kept so that shutdown can wait for them (and end stragglers).
+    let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    let shared = shared.clone();
-                    let stop = stop.clone();
-                    tokio::spawn(async move {
-                        shared.connected.fetch_add(1, Ordering::Relaxed);
-                        let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
-                        let mut conn = Connection::new(stream, peer, id, shared.clone());
-                        if let Err(e) = conn.run(stop).await {
-                            tracing::debug!(%peer, "resp connection ended: {e}");
+                Ok((stream, peer)) => match slots.clone().try_acquire_owned() {
+                    Ok(slot) => {
+                        connections.spawn(serve_connection(stream, peer, shared.clone(), stop.clone(), slot));
+                    }
+                    Err(_) => {
+                        // Counted rather than logged: a flood would flood the log.
+                        metrics::counter!("firn_resp_connections_refused_total").increment(1);
+                        tracing::debug!(%peer, "refusing a RESP connection: {connections_max} are open");
+                        if let Ok(permit) = refusals.clone().try_acquire_owned() {
+                            connections.spawn(refuse(stream, permit));
                         }
-                        shared.connected.fetch_sub(1, Ordering::Relaxed);
-                    });
-                }
+                    }
+                },
                 Err(e) => tracing::warn!("resp accept: {e}"),
             },
-            _ = stop.changed() => return,
+            // Ended connections are reaped as they go, so the set holds only live ones.
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = stop.changed() => break,
         }
     }
+    drop(listener);
+    let all_ended = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(SHUTDOWN_CONNECTIONS_WAIT, all_ended)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            open = connections.len(),
+            "closing RESP connections that did not end within {SHUTDOWN_CONNECTIONS_WAIT:?}"
+        );
+        connections.shutdown().await;
+    }
+}
+
+/// One connection, holding its slot until it ends.
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    stop: watch::Receiver<bool>,
+    _slot: OwnedSemaphorePermit,
+) {
+    let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
+    let mut conn = Connection::new(stream, peer, id, shared, stop);
+    if let Err(e) = conn.run().await {
+        tracing::debug!(%peer, "resp connection ended: {e}");
+    }
+}
+
+/// Tells a connection over the limit why, and closes it.
+async fn refuse(mut stream: TcpStream, _permit: OwnedSemaphorePermit) {
+    let told = async {
+        stream.write_all(MAX_CLIENTS_REACHED).await?;
+        stream.shutdown().await?;
+        // Read what the client sent until it closes: closing with unread input would reset
+        // the connection, and the client could lose the error before reading it.
+        let mut sink = [0u8; 512];
+        while stream.read(&mut sink).await? > 0 {}
+        Ok::<(), std::io::Error>(())
+    };
+    let _ = tokio::time::timeout(REFUSAL_WAIT, told).await;
 }
 
 /// One queued answer: ready, or a write still in flight.
@@ -120,16 +173,26 @@ struct Connection {
     /// Consecutive reads not yet executed: they share one read-index barrier.
     reads: Vec<(KvRead, Render)>,
     /// The connection's session: its causality token (what it sends comes after what it
-    /// was shown or given) and its name.
+    /// was shown or given: reads see at least what it saw, writes are stamped above it) and
+    /// its name.
     session: Session,
     closing: bool,
+    /// Set when the node stops: the connection ends when it next waits for input, or at
+    /// once while watching.
+    stop: watch::Receiver<bool>,
 }
 
 /// One command as received: its upper-cased name and arguments.
 type Frame = (String, VecDeque<Bytes>);
 
 impl Connection {
-    fn new(stream: TcpStream, peer: SocketAddr, id: u64, shared: Arc<Shared>) -> Self {
+    fn new(
+        stream: TcpStream,
+        peer: SocketAddr,
+        id: u64,
+        shared: Arc<Shared>,
+        stop: watch::Receiver<bool>,
+    ) -> Self {
         let _ = stream.set_nodelay(true);
         Connection {
             stream,
@@ -143,10 +206,11 @@ impl Connection {
             reads: Vec::new(),
             session: Session::default(),
             closing: false,
+            stop,
         }
     }
 
-    async fn run(&mut self, mut stop: watch::Receiver<bool>) -> std::io::Result<()> {
+    async fn run(&mut self) -> std::io::Result<()> {
         loop {
             while let Some(frame) = self.next_frame() {
                 match frame {
@@ -185,7 +249,7 @@ impl Connection {
                         return Ok(());
                     }
                 }
-                _ = stop.changed() => return Ok(()),
+                _ = self.stop.changed() => return Ok(()),
             }
         }
     }
@@ -255,7 +319,7 @@ impl Connection {
                 Queued::Ready(r) => r,
                 Queued::Pending(how, pending) => {
                     let result = self.saw(pending.await);
-                    render(how, result.map(|a| a.response))
+                    how.show(result.map(|a| a.response))
                 }
             };
             reply.encode(self.proto, &mut self.output);
@@ -276,12 +340,10 @@ impl Connection {
         let results = self.shared.router.execute_reads(&ctx, reads).await;
         for (how, result) in renders.into_iter().zip(results) {
             let result = self.saw(result);
-            // A local FIRN.GET says how far behind it may be.
-            let stale = match (&how, &result) {
-                (Render::FirnValue, Ok(a)) => a.staleness,
-                _ => None,
-            };
-            let mut reply = render(how, result.map(|a| a.response));
+            // A local read says how far behind it may be, when its command answers a map
+            // (FIRN.GET; GET is never local).
+            let stale = result.as_ref().ok().and_then(|a| a.staleness);
+            let mut reply = how.show(result.map(|a| a.response));
             if let (Reply::Map(fields), Some(stale)) = (&mut reply, stale) {
                 fields.push((
                     Reply::text("applied_through"),
@@ -301,7 +363,7 @@ impl Connection {
     }
 
     async fn handle(&mut self, name: String, items: VecDeque<Bytes>) -> std::io::Result<()> {
-        let action = match parse(&name, Args::new(name.clone(), items)) {
+        let action = match registry::dispatch(&name, items) {
             Ok(a) => a,
             Err(e) => {
                 self.flush_reads().await;
@@ -326,14 +388,9 @@ impl Connection {
         match action {
             Action::Execute(..) => unreachable!("handled above"),
             Action::Reply(r) => self.queue.push_back(Queued::Ready(r)),
-            Action::RedisScan {
-                cursor,
-                pattern,
-                count,
-                type_filter,
-            } => {
+            Action::RedisScan(scan) => {
                 self.drain().await;
-                let reply = self.redis_scan(cursor, pattern, count, type_filter).await;
+                let reply = scan.run(&self.shared, &mut self.session).await;
                 self.queue.push_back(Queued::Ready(reply));
             }
             Action::Hello { proto, setname } => {
@@ -343,7 +400,7 @@ impl Connection {
                 if let Some(name) = setname {
                     self.session.set_name(name);
                 }
-                let reply = self.hello_reply();
+                let reply = connection::hello_reply(self.proto, self.id);
                 self.queue.push_back(Queued::Ready(reply));
             }
             Action::ClientSetName(n) => {
@@ -358,12 +415,12 @@ impl Connection {
                 .queue
                 .push_back(Queued::Ready(Reply::Int(self.id as i64))),
             Action::Info(section) => {
-                let r = Reply::Bulk(self.info(section.as_deref()).into());
+                let r = Reply::Bulk(server::info_text(&self.shared, section.as_deref()).into());
                 self.queue.push_back(Queued::Ready(r));
             }
             Action::Cluster(sub) => {
                 let view = self.shared.router.cluster_view().await;
-                let reply = cluster_reply(&sub, &view, self.shared.router.node_id());
+                let reply = cluster::cluster_reply(&sub, &view, self.shared.router.node_id());
                 self.queue.push_back(Queued::Ready(reply));
             }
             Action::After(t) => {
@@ -394,12 +451,7 @@ impl Connection {
                 match self.shared.router.watch(request.clone()).await {
                     Err(e) => self.queue.push_back(Queued::Ready(Reply::error(&e))),
                     Ok(mut stream) => {
-                        let subject = match &request.target {
-                            firn_model::KeyRange::Key(k) => k.bytes().clone(),
-                            firn_model::KeyRange::Prefix(p) => p.clone(),
-                        };
-                        Reply::Push(vec![Reply::text("watching"), Reply::Bulk(subject)])
-                            .encode(self.proto, &mut self.output);
+                        firn_watch::watching_reply(&request).encode(self.proto, &mut self.output);
                         self.flush().await?;
                         self.watch_loop(&mut stream).await?;
                     }
@@ -409,13 +461,14 @@ impl Connection {
         Ok(())
     }
 
-    /// Streams events until the client sends FIRN.UNWATCH or QUIT, or the watch ends.
+    /// Streams events until the client sends FIRN.UNWATCH or QUIT, the watch ends, or the
+    /// node stops (then the connection closes).
     async fn watch_loop(&mut self, stream: &mut crate::watch::WatchStream) -> std::io::Result<()> {
         loop {
             tokio::select! {
                 event = stream.next() => match event {
                     Some(Ok(e)) => {
-                        event_reply(&e).encode(self.proto, &mut self.output);
+                        firn_watch::event_reply(&e).encode(self.proto, &mut self.output);
                         self.flush().await?;
                     }
                     Some(Err(e)) => {
@@ -425,6 +478,10 @@ impl Connection {
                     }
                     None => return Ok(()),
                 },
+                _ = self.stop.changed() => {
+                    self.closing = true;
+                    return Ok(());
+                }
                 n = self.stream.read_buf(&mut self.input) => {
                     if n? == 0 {
                         self.closing = true;
@@ -456,139 +513,7 @@ impl Connection {
             }
         }
     }
-
-    async fn redis_scan(
-        &mut self,
-        cursor: u64,
-        pattern: Option<Bytes>,
-        count: usize,
-        type_filter: Option<String>,
-    ) -> Reply {
-        let after = if cursor == 0 {
-            None
-        } else {
-            match self
-                .shared
-                .cursors
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .by_id
-                .get(&cursor)
-            {
-                Some(k) => Some(k.clone()),
-                None => return Reply::error(&FirnError::BadArgument("invalid cursor".into())),
-            }
-        };
-        if type_filter.as_deref().is_some_and(|t| t != "string") {
-            return Reply::Array(vec![Reply::text("0"), Reply::Array(vec![])]);
-        }
-        let request = KvRead::Scan {
-            prefix: Bytes::new(),
-            cursor: after,
-            limit: count.clamp(1, firn_model::limits::PAGE_ITEMS_MAX),
-            pattern,
-            at: ReadAt::Latest,
-            consistency: ReadConsistency::Linearizable,
-        };
-        match self
-            .session
-            .execute(&self.shared.router, request.into())
-            .await
-            .map(|a| a.response)
-        {
-            Ok(Response::Scan { keys, next_cursor }) => {
-                let next = match next_cursor {
-                    Some(k) => self
-                        .shared
-                        .cursors
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(k),
-                    None => 0,
-                };
-                Reply::Array(vec![
-                    Reply::text(next.to_string()),
-                    Reply::Array(
-                        keys.into_iter()
-                            .map(|(k, _)| Reply::Bulk(k.bytes().clone()))
-                            .collect(),
-                    ),
-                ])
-            }
-            Ok(other) => Reply::error(&FirnError::Internal(format!("scan answered {other:?}"))),
-            Err(e) => Reply::error(&e),
-        }
-    }
-
-    fn hello_reply(&self) -> Reply {
-        Reply::Map(vec![
-            (Reply::text("server"), Reply::text("redis")),
-            (Reply::text("version"), Reply::text(REDIS_COMPAT_VERSION)),
-            (Reply::text("proto"), Reply::Int(self.proto as i64)),
-            (Reply::text("id"), Reply::Int(self.id as i64)),
-            (Reply::text("mode"), Reply::text("standalone")),
-            (Reply::text("role"), Reply::text("master")),
-            (Reply::text("modules"), Reply::Array(vec![])),
-            (
-                Reply::text("firn_version"),
-                Reply::text(env!("CARGO_PKG_VERSION")),
-            ),
-        ])
-    }
-
-    fn info(&self, section: Option<&str>) -> String {
-        let router = &self.shared.router;
-        let status = router.replicas().status();
-        let shard = status.first();
-        let mut sections: Vec<(&str, String)> = vec![
-            (
-                "server",
-                format!(
-                    "redis_version:{REDIS_COMPAT_VERSION}\r\nfirn_version:{}\r\nredis_mode:standalone\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\n",
-                    env!("CARGO_PKG_VERSION"),
-                    std::process::id(),
-                    self.shared.resp_port,
-                    self.shared.started.elapsed().as_secs()
-                ),
-            ),
-            ("clients", format!("connected_clients:{}\r\n", self.shared.connected.load(Ordering::Relaxed))),
-            ("persistence", "aof_enabled:0\r\nfirn_durability:raft-log-fsync\r\n".to_string()),
-            ("replication", "role:master\r\nconnected_slaves:0\r\n".to_string()),
-            (
-                "raft",
-                shard.map_or(String::new(), |s| {
-                    format!(
-                        "shard:{}\r\nnode_id:{}\r\nraft_state:{}\r\nleader:{}\r\nterm:{}\r\nlast_log_index:{}\r\nlast_applied_index:{}\r\nsnapshot_index:{}\r\n",
-                        s.shard_id,
-                        s.node_id,
-                        s.state,
-                        s.leader.map_or("none".into(), |l| l.to_string()),
-                        s.term,
-                        s.last_log_index.unwrap_or(0),
-                        s.last_applied_index.unwrap_or(0),
-                        s.snapshot_index.unwrap_or(0)
-                    )
-                }),
-            ),
-            ("keyspace", format!("db0:keys={},expires=0,avg_ttl=0\r\n", router.replicas().live_keys())),
-        ];
-        if let Some(wanted) = section.filter(|s| !matches!(*s, "all" | "default" | "everything")) {
-            sections.retain(|(name, _)| *name == wanted);
-        }
-        sections
-            .into_iter()
-            .map(|(name, body)| {
-                let mut title = name.to_string();
-                title[..1].make_ascii_uppercase();
-                format!("# {title}\r\n{body}")
-            })
-            .collect::<Vec<_>>()
-            .join("\r\n")
-    }
 }
-
-/// The Redis version Firn answers to HELLO and INFO: clients use it to pick features.
-const REDIS_COMPAT_VERSION: &str = "7.2.0";
 
 fn frame_to_command(frame: resp2::types::BytesFrame) -> Result<Frame, Reply> {
     use resp2::types::BytesFrame as F;
@@ -613,166 +538,4 @@ fn frame_to_command(frame: resp2::types::BytesFrame) -> Result<Frame, Reply> {
         return Err(Reply::Error("ERR Protocol error: empty command".into()));
     };
     Ok((String::from_utf8_lossy(&name).to_ascii_uppercase(), items))
-}
-
-/// A node id as Redis Cluster shows them: 40 hex digits.
-fn cluster_node_id(id: u64) -> String {
-    format!("{id:040x}")
-}
-
-/// (ip, port) of a node's RESP address.
-fn ip_port(addr: &str) -> (String, i64) {
-    match addr.rsplit_once(':') {
-        Some((ip, port)) => (ip.to_string(), port.parse().unwrap_or(0)),
-        None => (addr.to_string(), 0),
-    }
-}
-
-/// CLUSTER SLOTS / SHARDS / NODES / INFO / MYID and FIRN.CLUSTER. Each shard's Raft leader
-/// is its master, its other replicas are replicas, so cluster-aware clients send writes
-/// straight to leaders; anything sent elsewhere is forwarded.
-fn cluster_reply(sub: &str, view: &ClusterView, me: u64) -> Reply {
-    let addr = |id: u64| {
-        view.node(id)
-            .filter(|n| n.up)
-            .map(|n| ip_port(&n.resp_addr))
-    };
-    // Master first (the leader, or the first replica while none is known), then the others.
-    let ordered = |s: &ShardView| -> Vec<u64> {
-        let master = s.leader.unwrap_or(s.replicas[0]);
-        std::iter::once(master)
-            .chain(s.replicas.iter().copied().filter(move |r| *r != master))
-            .collect()
-    };
-    match sub {
-        "MYID" => Reply::text(cluster_node_id(me)),
-        "SLOTS" => Reply::Array(
-            view.shards
-                .iter()
-                .map(|s| {
-                    let mut entry =
-                        vec![Reply::Int(s.slots.0 as i64), Reply::Int(s.slots.1 as i64)];
-                    for id in ordered(s) {
-                        if let Some((ip, port)) = addr(id) {
-                            entry.push(Reply::Array(vec![
-                                Reply::text(ip),
-                                Reply::Int(port),
-                                Reply::text(cluster_node_id(id)),
-                            ]));
-                        }
-                    }
-                    Reply::Array(entry)
-                })
-                .collect(),
-        ),
-        "SHARDS" => Reply::Array(
-            view.shards
-                .iter()
-                .map(|s| {
-                    let nodes = ordered(s)
-                        .into_iter()
-                        .enumerate()
-                        .map(|(i, id)| {
-                            let (ip, port) = addr(id).unwrap_or_default();
-                            Reply::Map(vec![
-                                (Reply::text("id"), Reply::text(cluster_node_id(id))),
-                                (Reply::text("port"), Reply::Int(port)),
-                                (Reply::text("ip"), Reply::text(&ip)),
-                                (Reply::text("endpoint"), Reply::text(&ip)),
-                                (
-                                    Reply::text("role"),
-                                    Reply::text(if i == 0 { "master" } else { "replica" }),
-                                ),
-                                (Reply::text("replication-offset"), Reply::Int(0)),
-                                (
-                                    Reply::text("health"),
-                                    Reply::text(if addr(id).is_some() {
-                                        "online"
-                                    } else {
-                                        "failed"
-                                    }),
-                                ),
-                            ])
-                        })
-                        .collect();
-                    Reply::Map(vec![
-                        (
-                            Reply::text("slots"),
-                            Reply::Array(vec![
-                                Reply::Int(s.slots.0 as i64),
-                                Reply::Int(s.slots.1 as i64),
-                            ]),
-                        ),
-                        (Reply::text("nodes"), Reply::Array(nodes)),
-                    ])
-                })
-                .collect(),
-        ),
-        "NODES" => {
-            let lines: Vec<String> = view
-                .nodes
-                .iter()
-                .map(|n| {
-                    let (ip, port) = ip_port(&n.resp_addr);
-                    let mut flags = String::new();
-                    if n.node_id == me {
-                        flags.push_str("myself,");
-                    }
-                    flags.push_str("master");
-                    if !n.up {
-                        flags.push_str(",fail");
-                    }
-                    let slots: Vec<String> = view
-                        .shards
-                        .iter()
-                        .filter(|s| s.leader == Some(n.node_id))
-                        .map(|s| format!("{}-{}", s.slots.0, s.slots.1))
-                        .collect();
-                    format!(
-                        "{} {ip}:{port}@{port} {flags} - 0 0 0 {} {}",
-                        cluster_node_id(n.node_id),
-                        if n.up { "connected" } else { "disconnected" },
-                        slots.join(" ")
-                    )
-                    .trim_end()
-                    .to_string()
-                })
-                .collect();
-            Reply::Bulk(Bytes::from(lines.join("\n") + "\n"))
-        }
-        "INFO" => {
-            let up = view.nodes.iter().filter(|n| n.up).count();
-            let led = view.shards.iter().filter(|s| s.leader.is_some()).count();
-            let slots_ok: u32 = view
-                .shards
-                .iter()
-                .filter(|s| s.leader.is_some())
-                .map(|s| (s.slots.1 - s.slots.0) as u32 + 1)
-                .sum();
-            Reply::Bulk(Bytes::from(format!(
-                "cluster_enabled:1\r\ncluster_state:{}\r\ncluster_slots_assigned:16384\r\ncluster_slots_ok:{slots_ok}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:{}\r\ncluster_known_nodes:{}\r\ncluster_size:{}\r\ncluster_nodes_up:{up}\r\ncluster_shards_with_leader:{led}\r\n",
-                if view.healthy() { "ok" } else { "fail" },
-                16384 - slots_ok,
-                view.nodes.len(),
-                view.shards.len(),
-            )))
-        }
-        _ => Reply::Bulk(Bytes::from(
-            serde_json::to_string_pretty(view).unwrap_or_default(),
-        )),
-    }
-}
-
-fn event_reply(e: &WatchEvent) -> Reply {
-    Reply::Push(vec![
-        Reply::text("firn.watch"),
-        Reply::Bulk(e.key.bytes().clone()),
-        Reply::Int(e.info.version as i64),
-        Reply::text(e.info.commit_ts.to_string()),
-        e.info
-            .event_time_us
-            .map_or(Reply::Nil, |t| Reply::Int(t as i64)),
-        Reply::text(if e.info.deleted { "del" } else { "put" }),
-        e.info.value.clone().map_or(Reply::Nil, Reply::Bulk),
-    ])
 }

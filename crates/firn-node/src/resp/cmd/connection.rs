@@ -1,0 +1,179 @@
+//! Connection commands: PING, ECHO, QUIT, HELLO, AUTH, SELECT, CLIENT. They answer from the
+//! connection alone and never reach the router.
+
+use firn_model::FirnError;
+
+use super::{REDIS_COMPAT_VERSION, exact_arity, unknown_subcommand};
+use crate::resp::args::Args;
+use crate::resp::command::{Action, CommandSpec, FIRST_RELEASE, Flag, Group, KeyPositions};
+use crate::resp::reply::Reply;
+
+pub const PING: CommandSpec = CommandSpec {
+    name: "ping",
+    arity: -1,
+    flags: &[Flag::Fast],
+    keys: KeyPositions::NONE,
+    group: Group::Connection,
+    since: FIRST_RELEASE,
+    summary: "Returns PONG, or the message given.",
+    parse: ping,
+};
+
+pub const ECHO: CommandSpec = CommandSpec {
+    name: "echo",
+    arity: 2,
+    flags: &[Flag::Fast],
+    keys: KeyPositions::NONE,
+    group: Group::Connection,
+    since: FIRST_RELEASE,
+    summary: "Returns the given string.",
+    parse: echo,
+};
+
+pub const QUIT: CommandSpec = CommandSpec {
+    name: "quit",
+    arity: -1,
+    flags: &[Flag::Fast],
+    keys: KeyPositions::NONE,
+    group: Group::Connection,
+    since: FIRST_RELEASE,
+    summary: "Answers OK and closes the connection.",
+    parse: |_| Ok(Action::Quit),
+};
+
+pub const HELLO: CommandSpec = CommandSpec {
+    name: "hello",
+    arity: -1,
+    flags: &[Flag::Fast],
+    keys: KeyPositions::NONE,
+    group: Group::Connection,
+    since: FIRST_RELEASE,
+    summary: "Switches the protocol (2 or 3), names the connection; any credentials are accepted.",
+    parse: hello,
+};
+
+pub const AUTH: CommandSpec = CommandSpec {
+    name: "auth",
+    arity: -2,
+    flags: &[Flag::Fast],
+    keys: KeyPositions::NONE,
+    group: Group::Connection,
+    since: FIRST_RELEASE,
+    summary: "Accepted: a Firn node has no users or passwords.",
+    parse: auth,
+};
+
+pub const SELECT: CommandSpec = CommandSpec {
+    name: "select",
+    arity: 2,
+    flags: &[Flag::Fast],
+    keys: KeyPositions::NONE,
+    group: Group::Connection,
+    since: FIRST_RELEASE,
+    summary: "Selects database 0, the only one.",
+    parse: select,
+};
+
+pub const CLIENT: CommandSpec = CommandSpec {
+    name: "client",
+    arity: -2,
+    flags: &[],
+    keys: KeyPositions::NONE,
+    group: Group::Connection,
+    since: FIRST_RELEASE,
+    summary: "CLIENT SETNAME, GETNAME, ID and SETINFO.",
+    parse: client,
+};
+
+fn ping(mut args: Args) -> Result<Action, FirnError> {
+    match args.len() {
+        0 => Ok(Action::Reply(Reply::Simple("PONG".into()))),
+        1 => Ok(Action::Reply(Reply::Bulk(args.bytes()?))),
+        _ => Err(FirnError::WrongArity("ping".into())),
+    }
+}
+
+fn echo(mut args: Args) -> Result<Action, FirnError> {
+    Ok(Action::Reply(Reply::Bulk(args.bytes()?)))
+}
+
+fn hello(mut args: Args) -> Result<Action, FirnError> {
+    let proto = if args.is_empty() {
+        None
+    } else {
+        match args.text()?.as_str() {
+            "2" => Some(2),
+            "3" => Some(3),
+            _ => {
+                return Ok(Action::Reply(Reply::Error(
+                    "NOPROTO unsupported protocol version".into(),
+                )));
+            }
+        }
+    };
+    let mut setname = None;
+    while !args.is_empty() {
+        match args.keyword()?.as_str() {
+            // No users or passwords exist on a Firn node: any credentials are accepted.
+            "AUTH" => {
+                args.bytes()?;
+                args.bytes()?;
+            }
+            "SETNAME" => setname = Some(args.bytes()?),
+            other => {
+                return Err(FirnError::BadArgument(format!(
+                    "syntax error in HELLO near '{other}'"
+                )));
+            }
+        }
+    }
+    Ok(Action::Hello { proto, setname })
+}
+
+/// What HELLO answers, once the connection has switched.
+pub fn hello_reply(proto: u8, client_id: u64) -> Reply {
+    Reply::Map(vec![
+        (Reply::text("server"), Reply::text("redis")),
+        (Reply::text("version"), Reply::text(REDIS_COMPAT_VERSION)),
+        (Reply::text("proto"), Reply::Int(proto as i64)),
+        (Reply::text("id"), Reply::Int(client_id as i64)),
+        (Reply::text("mode"), Reply::text("standalone")),
+        (Reply::text("role"), Reply::text("master")),
+        (Reply::text("modules"), Reply::Array(vec![])),
+        (
+            Reply::text("firn_version"),
+            Reply::text(env!("CARGO_PKG_VERSION")),
+        ),
+    ])
+}
+
+fn auth(args: Args) -> Result<Action, FirnError> {
+    if args.len() > 2 {
+        return Err(FirnError::WrongArity("auth".into()));
+    }
+    Ok(Action::Reply(Reply::Ok))
+}
+
+fn select(mut args: Args) -> Result<Action, FirnError> {
+    match args.text()?.as_str() {
+        "0" => Ok(Action::Reply(Reply::Ok)),
+        _ => Err(FirnError::BadArgument(
+            "DB index is out of range (Firn has one database, 0)".into(),
+        )),
+    }
+}
+
+fn client(mut args: Args) -> Result<Action, FirnError> {
+    let sub = args.keyword()?;
+    match sub.as_str() {
+        "SETNAME" => {
+            exact_arity(&args, 1)?;
+            Ok(Action::ClientSetName(args.bytes()?))
+        }
+        "GETNAME" => Ok(Action::ClientGetName),
+        "ID" => Ok(Action::ClientId),
+        // Client libraries announce themselves (redis-py, go-redis); nothing to keep.
+        "SETINFO" => Ok(Action::Reply(Reply::Ok)),
+        _ => Err(unknown_subcommand("client", &sub)),
+    }
+}

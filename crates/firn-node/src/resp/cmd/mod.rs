@@ -1,0 +1,129 @@
+//! One file per RESP command or family of commands. Each holds its `CommandSpec`s, the
+//! parse that turns arguments into a typed [`firn_model::Request`] (or a connection-local
+//! action) and the render that shows the router's answer. What several commands share —
+//! read options, the version map, the written pair — is here. To add a command, see
+//! docs/architecture.md ("How to add a RESP command").
+
+pub mod cluster;
+pub mod connection;
+pub mod del;
+pub mod exists;
+pub mod firn_del;
+pub mod firn_get;
+pub mod firn_history;
+pub mod firn_keyspace;
+pub mod firn_put;
+pub mod firn_scan;
+pub mod firn_snapshot;
+pub mod firn_truncate;
+pub mod firn_watch;
+pub mod get;
+pub mod mget;
+pub mod mset;
+pub mod scan;
+pub mod server;
+pub mod session;
+pub mod set;
+
+use firn_model::{FirnError, ReadAt, ReadConsistency, VersionInfo, Written};
+
+use super::args::Args;
+use super::reply::Reply;
+
+/// The Redis version Firn answers to HELLO and INFO: clients use it to pick features.
+pub const REDIS_COMPAT_VERSION: &str = "7.2.0";
+
+pub fn unknown_subcommand(cmd: &str, sub: &str) -> FirnError {
+    FirnError::BadArgument(format!("unknown subcommand '{sub}' for '{cmd}'"))
+}
+
+/// For arities the registry cannot state: those of subcommands, or "exactly n" after a
+/// keyword.
+pub fn exact_arity(args: &Args, n: usize) -> Result<(), FirnError> {
+    if args.len() != n {
+        return Err(FirnError::WrongArity(args.name.to_lowercase()));
+    }
+    Ok(())
+}
+
+/// Parses `[CONSISTENCY linearizable|lease|local]` and the read-position options shared by reads.
+pub fn read_options(
+    args: &mut Args,
+    allow_version: bool,
+) -> Result<(ReadAt, ReadConsistency), FirnError> {
+    let mut at = ReadAt::Latest;
+    let mut consistency = ReadConsistency::Linearizable;
+    let set_at = |new: ReadAt, at: &mut ReadAt| {
+        if *at != ReadAt::Latest {
+            return Err(FirnError::BadArgument(
+                "give at most one of VERSION, ASOF, EVENTTIME".into(),
+            ));
+        }
+        *at = new;
+        Ok(())
+    };
+    while let Some(kw) = args.peek_keyword() {
+        match kw.as_str() {
+            "VERSION" if allow_version => {
+                args.bytes()?;
+                let v = args.u64("VERSION")?;
+                set_at(ReadAt::Version(v), &mut at)?;
+            }
+            "ASOF" => {
+                args.bytes()?;
+                let t = args.read_time()?;
+                set_at(ReadAt::AsOf(t), &mut at)?;
+            }
+            "EVENTTIME" => {
+                args.bytes()?;
+                let t = args.micros()?;
+                set_at(ReadAt::EventTime(t), &mut at)?;
+            }
+            "CONSISTENCY" => {
+                args.bytes()?;
+                consistency = args.text()?.parse()?;
+            }
+            _ => break,
+        }
+    }
+    Ok((at, consistency))
+}
+
+/// A version as `FIRN.*` reads show it.
+pub fn version_map(info: &VersionInfo) -> Reply {
+    Reply::Map(vec![
+        (Reply::text("version"), Reply::Int(info.version as i64)),
+        (
+            Reply::text("commit_ts"),
+            Reply::text(info.commit_ts.to_string()),
+        ),
+        (
+            Reply::text("event_time"),
+            info.event_time_us
+                .map_or(Reply::Nil, |t| Reply::Int(t as i64)),
+        ),
+        (Reply::text("deleted"), Reply::Int(info.deleted as i64)),
+        (
+            Reply::text("value"),
+            info.value.clone().map_or(Reply::Nil, Reply::Bulk),
+        ),
+    ])
+}
+
+/// Each key's version or nil, as FIRN.MGET and FIRN.SNAPSHOT KEYS show them.
+pub fn version_maps(values: &[Option<VersionInfo>]) -> Reply {
+    Reply::Array(
+        values
+            .iter()
+            .map(|v| v.as_ref().map_or(Reply::Nil, version_map))
+            .collect(),
+    )
+}
+
+/// `[version, commit_ts]`, as `FIRN.*` writes answer.
+pub fn written_pair(w: &Written) -> Reply {
+    Reply::Array(vec![
+        Reply::Int(w.version as i64),
+        Reply::text(w.commit_ts.to_string()),
+    ])
+}

@@ -1,0 +1,131 @@
+//! Redis SCAN cursor [MATCH p] [COUNT n] [TYPE t]: pages over every key with integer
+//! cursors. Firn pages by key; a node-wide table maps one to the other.
+
+use std::collections::{HashMap, VecDeque};
+
+use bytes::Bytes;
+use firn_model::{FirnError, KvRead, ReadAt, ReadConsistency, Response};
+
+use crate::resp::Shared;
+use crate::resp::args::Args;
+use crate::resp::command::{Action, CommandSpec, FIRST_RELEASE, Flag, Group, KeyPositions};
+use crate::resp::reply::Reply;
+use crate::session::Session;
+
+pub const SCAN: CommandSpec = CommandSpec {
+    name: "scan",
+    arity: -2,
+    flags: &[Flag::ReadOnly],
+    keys: KeyPositions::NONE,
+    group: Group::Generic,
+    since: FIRST_RELEASE,
+    summary: "A page of keys and the cursor of the next (0: done); COUNT is keys examined.",
+    parse: scan,
+};
+
+/// Most live SCAN cursors a node remembers; the oldest is forgotten first.
+const SCAN_CURSORS_MAX: usize = 65_536;
+
+/// A parsed SCAN, run by the connection in its session.
+pub struct RedisScan {
+    cursor: u64,
+    pattern: Option<Bytes>,
+    count: usize,
+    type_filter: Option<String>,
+}
+
+fn scan(mut args: Args) -> Result<Action, FirnError> {
+    let cursor = args
+        .text()?
+        .parse::<u64>()
+        .map_err(|_| FirnError::BadArgument("invalid cursor".into()))?;
+    let (mut pattern, mut count, mut type_filter) = (None, 10usize, None);
+    while !args.is_empty() {
+        match args.keyword()?.as_str() {
+            "MATCH" => pattern = Some(args.bytes()?),
+            "COUNT" => count = args.usize("COUNT")?,
+            "TYPE" => type_filter = Some(args.text()?.to_lowercase()),
+            other => {
+                return Err(FirnError::BadArgument(format!(
+                    "syntax error: unknown SCAN option '{other}'"
+                )));
+            }
+        }
+    }
+    Ok(Action::RedisScan(RedisScan {
+        cursor,
+        pattern,
+        count,
+        type_filter,
+    }))
+}
+
+/// Redis SCAN cursors are integers; Firn pages by key. The table maps one to the other,
+/// node-wide, so a client may continue a scan on any of its pooled connections.
+#[derive(Default)]
+pub struct CursorTable {
+    next_id: u64,
+    by_id: HashMap<u64, Bytes>,
+    order: VecDeque<u64>,
+}
+
+impl CursorTable {
+    fn insert(&mut self, key: Bytes) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.by_id.insert(id, key);
+        self.order.push_back(id);
+        while self.order.len() > SCAN_CURSORS_MAX {
+            if let Some(old) = self.order.pop_front() {
+                self.by_id.remove(&old);
+            }
+        }
+        id
+    }
+}
+
+impl RedisScan {
+    /// Reads the page in the connection's session (after its token, raising it to what the
+    /// page showed).
+    pub async fn run(self, shared: &Shared, session: &mut Session) -> Reply {
+        let cursors = || shared.cursors.lock().unwrap_or_else(|p| p.into_inner());
+        let after = if self.cursor == 0 {
+            None
+        } else {
+            match cursors().by_id.get(&self.cursor) {
+                Some(k) => Some(k.clone()),
+                None => return Reply::error(&FirnError::BadArgument("invalid cursor".into())),
+            }
+        };
+        if self.type_filter.as_deref().is_some_and(|t| t != "string") {
+            return Reply::Array(vec![Reply::text("0"), Reply::Array(vec![])]);
+        }
+        let request = KvRead::Scan {
+            prefix: Bytes::new(),
+            cursor: after,
+            limit: self.count.clamp(1, firn_model::limits::PAGE_ITEMS_MAX),
+            pattern: self.pattern,
+            at: ReadAt::Latest,
+            consistency: ReadConsistency::Linearizable,
+        };
+        match session
+            .execute(&shared.router, request.into())
+            .await
+            .map(|a| a.response)
+        {
+            Ok(Response::Scan { keys, next_cursor }) => {
+                let next = next_cursor.map_or(0, |k| cursors().insert(k));
+                Reply::Array(vec![
+                    Reply::text(next.to_string()),
+                    Reply::Array(
+                        keys.into_iter()
+                            .map(|(k, _)| Reply::Bulk(k.bytes().clone()))
+                            .collect(),
+                    ),
+                ])
+            }
+            Ok(other) => Reply::error(&FirnError::Internal(format!("scan answered {other:?}"))),
+            Err(e) => Reply::error(&e),
+        }
+    }
+}
