@@ -4,7 +4,10 @@
 //! Apply runs one command at a time (the Raft state machine task); reads run concurrently
 //! straight against the backend. Each command commits as one atomic backend batch together
 //! with the caller's bookkeeping (the applied log position), so a crash never applies half a
-//! command or applies one twice.
+//! command or applies one twice. The exception is a bulk delete (FLUSHALL, truncate, age
+//! retention), which may touch every key: it commits in batches of at most
+//! [`BULK_BATCH_WRITES_MAX`] writes, the bookkeeping in the last, so a crash part-way
+//! applies it again from the start — it is idempotent — and readers may see it half done.
 
 use std::io;
 use std::ops::Bound;
@@ -31,6 +34,13 @@ const SYS_LIVE_KEYS: &[u8] = b"live_keys";
 
 /// Keys examined per page when a command walks a prefix (truncate, retention, flush).
 const WALK_PAGE: usize = 1_024;
+
+/// Most writes in one storage batch of a bulk delete (FLUSHALL, a truncate, age retention),
+/// which otherwise removes every key and version it touches in one batch held in memory.
+/// The state database is shared by every replica on the node, and fjall commits a batch
+/// whole: 4,096 removals (tens of KiB for typical keys, at most 32 MiB of 8 KiB keys) keep
+/// the memory bounded and let other replicas' applies in between batches.
+pub const BULK_BATCH_WRITES_MAX: usize = 4_096;
 
 fn io_err(e: io::Error) -> FirnError {
     FirnError::Internal(format!("storage: {e}"))
@@ -221,7 +231,9 @@ impl VersionedStore {
     /// bookkeeping (the caller's applied position after the last of them). Each command gets
     /// its own result; a rejected one changes nothing. Several commands may share a batch
     /// only if each [`Op::is_batchable`]: they read nothing but key metadata, which the batch
-    /// keeps in view. An `Err` is a storage failure: the state is then unknown.
+    /// keeps in view. A bulk delete is applied alone and may commit in several batches,
+    /// `system` in the last (see the module doc). An `Err` is a storage failure: the state
+    /// is then unknown.
     pub fn apply_batch(
         &self,
         cmds: &[&Command],
@@ -259,6 +271,10 @@ impl VersionedStore {
             (state.live_keys as i64 + txn.live_delta).max(0) as u64
         };
         let ts = txn.ts;
+        if txn.paged {
+            // The bookkeeping shares the last batch of a bulk delete, within its bound.
+            txn.make_room(2 + system.len())?;
+        }
         let mut batch = std::mem::take(&mut txn.batch);
         batch.put(Table::System, SYS_LAST_TS.to_vec(), encode(&ts));
         batch.put(Table::System, SYS_LIVE_KEYS.to_vec(), encode(&live_keys));

@@ -13,7 +13,7 @@ use firn_model::{
     WatchEvent, WriteCondition, Written,
 };
 
-use super::{VersionedStore, WALK_PAGE, io_err, prefix_end};
+use super::{BULK_BATCH_WRITES_MAX, VersionedStore, WALK_PAGE, io_err, prefix_end};
 use crate::backend::{Batch, Table};
 use crate::command::Op;
 use crate::record::{KeyMeta, VersionRecord, encode, version_key};
@@ -28,6 +28,9 @@ pub(super) struct Txn<'a> {
     pub(super) events: Vec<WatchEvent>,
     pub(super) live_delta: i64,
     pub(super) keyspaces_changed: bool,
+    /// Whether the command may commit in several storage batches (a bulk delete; see
+    /// [`BULK_BATCH_WRITES_MAX`]). Only a command applied alone may.
+    pub(super) paged: bool,
 }
 
 impl<'a> Txn<'a> {
@@ -41,6 +44,7 @@ impl<'a> Txn<'a> {
             events: Vec::new(),
             live_delta: 0,
             keyspaces_changed: false,
+            paged: false,
         }
     }
 
@@ -60,6 +64,7 @@ impl<'a> Txn<'a> {
     }
 
     pub(super) fn run(&mut self, op: &Op) -> Result<Response, FirnError> {
+        self.paged = is_bulk(op);
         match op {
             Op::Put(p) => {
                 let w = self.write_version(
@@ -107,11 +112,7 @@ impl<'a> Txn<'a> {
                 let removed = match target {
                     KeyRange::Key(k) => self.truncate_key(k.as_bytes(), *before)?,
                     KeyRange::Prefix(p) => {
-                        let mut removed = 0;
-                        for key in self.keys_under(p)? {
-                            removed += self.truncate_key(&key, *before)?;
-                        }
-                        removed
+                        self.walk_keys_under(p, |txn, key| txn.truncate_key(key, *before))?
                     }
                 };
                 Ok(Response::Truncated {
@@ -125,11 +126,12 @@ impl<'a> Txn<'a> {
                         continue;
                     };
                     let cutoff = CommitTs::new(self.ts.wall_us.saturating_sub(max_age), 0);
-                    for key in self.keys_under(spec.prefix.as_bytes())? {
-                        if self.store.keyspace_for(&key).prefix == spec.prefix {
-                            removed += self.truncate_key(&key, TruncateBefore::Time(cutoff))?;
+                    removed += self.walk_keys_under(spec.prefix.as_bytes(), |txn, key| {
+                        if txn.store.keyspace_for(key).prefix != spec.prefix {
+                            return Ok(0);
                         }
-                    }
+                        txn.truncate_key(key, TruncateBefore::Time(cutoff))
+                    })?;
                 }
                 Ok(Response::Truncated {
                     versions_removed: removed,
@@ -169,6 +171,8 @@ impl<'a> Txn<'a> {
             }
             Op::CloseTime => Ok(Response::Done),
             Op::FlushAll => {
+                // Metadata first: a key without it is gone for every read, and versions a
+                // crash leaves behind are removed when the entry is applied again.
                 for table in [Table::KeyMeta, Table::Versions] {
                     let mut after: Option<Vec<u8>> = None;
                     loop {
@@ -181,6 +185,7 @@ impl<'a> Txn<'a> {
                         let Some((last, _)) = page.last() else { break };
                         after = Some(last.clone());
                         for (k, _) in page {
+                            self.make_room(1)?;
                             self.batch.remove(table, k);
                         }
                     }
@@ -190,33 +195,54 @@ impl<'a> Txn<'a> {
         }
     }
 
-    fn keys_under(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>, FirnError> {
+    /// Runs `each` on every key under `prefix` in key order, reading the keys a page at a
+    /// time (never the whole keyspace at once); returns the sum of what `each` returned.
+    fn walk_keys_under(
+        &mut self,
+        prefix: &[u8],
+        mut each: impl FnMut(&mut Self, &[u8]) -> Result<u64, FirnError>,
+    ) -> Result<u64, FirnError> {
         let end = prefix_end(prefix);
         let upper = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-        let mut keys = Vec::new();
-        let mut lower_key = prefix.to_vec();
-        let mut inclusive = true;
+        let mut after: Option<Vec<u8>> = None;
+        let mut total = 0;
         loop {
-            let lower = if inclusive {
-                Bound::Included(&lower_key[..])
-            } else {
-                Bound::Excluded(&lower_key[..])
-            };
+            let lower = after
+                .as_deref()
+                .map_or(Bound::Included(prefix), Bound::Excluded);
             let page = self
                 .store
                 .backend
                 .range(Table::KeyMeta, lower, upper, false, WALK_PAGE)
                 .map_err(io_err)?;
             let done = page.len() < WALK_PAGE;
-            if let Some((last, _)) = page.last() {
-                lower_key = last.clone();
-                inclusive = false;
+            for (key, _) in &page {
+                total += each(self, key)?;
             }
-            keys.extend(page.into_iter().map(|(k, _)| k));
-            if done {
-                return Ok(keys);
+            match page.into_iter().next_back() {
+                Some((last, _)) if !done => after = Some(last),
+                _ => return Ok(total),
             }
         }
+    }
+
+    /// Makes room for `writes` more writes in the current storage batch, writing out what
+    /// is queued when they would not fit. Only a bulk delete may commit in several batches:
+    /// the caller's bookkeeping (the applied position) goes in the last one, so a crash in
+    /// between applies the whole command again, and each batch leaves every key it touched
+    /// consistent (its metadata names a stored oldest version), so that replay finds the
+    /// same keys to finish.
+    pub(super) fn make_room(&mut self, writes: usize) -> Result<(), FirnError> {
+        assert!(self.paged, "only a bulk delete commits in several batches");
+        assert!(writes <= BULK_BATCH_WRITES_MAX);
+        if self.batch.len() + writes <= BULK_BATCH_WRITES_MAX {
+            return Ok(());
+        }
+        let batch = std::mem::take(&mut self.batch);
+        self.store.backend.write(batch).map_err(io_err)?;
+        // What the overlay held is in storage now.
+        self.metas.clear();
+        Ok(())
     }
 
     fn write_version(
@@ -325,7 +351,9 @@ impl<'a> Txn<'a> {
         }
     }
 
-    /// Drops stored versions before `before`, never the newest.
+    /// Drops stored versions before `before`, never the newest. The versions go oldest
+    /// first, at most a batch's room at a time, each run with the metadata that stops
+    /// naming them: a reader, or a replay after a crash, always finds `oldest` stored.
     fn truncate_key(&mut self, key: &[u8], before: TruncateBefore) -> Result<u64, FirnError> {
         let mut meta = self.meta(key)?;
         if meta.latest == 0 || meta.oldest >= meta.latest {
@@ -348,9 +376,21 @@ impl<'a> Txn<'a> {
             return Ok(0);
         }
         let removed = bound - meta.oldest;
-        self.remove_versions(key, meta.oldest, bound - 1);
-        meta.oldest = bound;
-        self.set_meta(key, meta);
+        while meta.oldest < bound {
+            // One version and the metadata at least.
+            self.make_room(2)?;
+            let room = (BULK_BATCH_WRITES_MAX - self.batch.len() - 1) as u64;
+            let to = bound.min(meta.oldest + room);
+            self.remove_versions(key, meta.oldest, to - 1);
+            meta.oldest = to;
+            self.set_meta(key, meta.clone());
+        }
         Ok(removed)
     }
+}
+
+/// Whether `op` is a bulk delete: it may touch every key of the shard, so it commits in
+/// batches of at most [`BULK_BATCH_WRITES_MAX`] writes rather than in one.
+fn is_bulk(op: &Op) -> bool {
+    matches!(op, Op::FlushAll | Op::Truncate { .. } | Op::ExpireByAge)
 }
