@@ -42,6 +42,13 @@ const WALK_PAGE: usize = 1_024;
 /// the memory bounded and let other replicas' applies in between batches.
 pub const BULK_BATCH_WRITES_MAX: usize = 4_096;
 
+/// Most versions read from storage at once while a read or a command walks a key's whole
+/// history (reads by event time, replay of a watch, truncate by time): the walk then holds
+/// one page, however long the history. A page holds the versions' values, so 64 is at most
+/// 64 MiB with the default 1 MiB value limit and a few KiB with typical values, while a
+/// history of 10,000 versions still takes only ~160 range reads.
+pub const HISTORY_PAGE_VERSIONS: usize = 64;
+
 fn io_err(e: io::Error) -> FirnError {
     FirnError::Internal(format!("storage: {e}"))
 }
@@ -341,6 +348,38 @@ impl VersionedStore {
             .collect()
     }
 
+    /// Visits the stored versions of `key` in `[from, to]`, ascending (or descending),
+    /// reading at most [`HISTORY_PAGE_VERSIONS`] from storage at a time, until `visit`
+    /// answers `false`.
+    pub(crate) fn walk_records(
+        &self,
+        key: &[u8],
+        mut from: Version,
+        mut to: Version,
+        reverse: bool,
+        mut visit: impl FnMut(VersionInfo) -> Result<bool, FirnError>,
+    ) -> Result<(), FirnError> {
+        loop {
+            let page = self.records(key, from, to, reverse, HISTORY_PAGE_VERSIONS)?;
+            let full = page.len() == HISTORY_PAGE_VERSIONS;
+            let Some(last) = page.last().map(|i| i.version) else {
+                return Ok(());
+            };
+            for info in page {
+                if !visit(info)? {
+                    return Ok(());
+                }
+            }
+            // The next page starts past the last version seen; an empty range ends it.
+            match (full, reverse) {
+                (false, _) => return Ok(()),
+                (true, false) if last < to => from = last + 1,
+                (true, true) if last > from => to = last - 1,
+                _ => return Ok(()),
+            }
+        }
+    }
+
     /// The version of `key` a read at `at` sees, tombstones included (the caller decides how
     /// a deleted key reads).
     pub fn get(&self, key: &[u8], at: ReadAt) -> Result<Option<VersionInfo>, FirnError> {
@@ -371,11 +410,17 @@ impl VersionedStore {
             },
             ReadAt::EventTime(t) => {
                 // Event times follow no order: every stored version is looked at.
-                let all = self.records(key, meta.oldest, meta.latest, false, usize::MAX)?;
-                Ok(all
-                    .into_iter()
-                    .filter(|i| i.event_time_us.is_some_and(|e| e <= t))
-                    .max_by_key(|i| (i.event_time_us, i.version)))
+                let mut best: Option<VersionInfo> = None;
+                self.walk_records(key, meta.oldest, meta.latest, false, |info| {
+                    let rank = |i: &VersionInfo| (i.event_time_us, i.version);
+                    if info.event_time_us.is_some_and(|e| e <= t)
+                        && best.as_ref().is_none_or(|b| rank(&info) > rank(b))
+                    {
+                        best = Some(info);
+                    }
+                    Ok(true)
+                })?;
+                Ok(best)
             }
         }
     }
@@ -436,17 +481,20 @@ impl VersionedStore {
         meta: &KeyMeta,
         t: CommitTs,
     ) -> Result<Option<VersionInfo>, FirnError> {
-        let mut newest_first = self.records(key, meta.oldest, meta.latest, true, usize::MAX)?;
-        if let Some(pos) = newest_first.iter().position(|i| i.commit_ts <= t) {
-            return Ok(Some(newest_first.swap_remove(pos)));
+        let mut found = None;
+        self.walk_records(key, meta.oldest, meta.latest, true, |info| {
+            if info.commit_ts <= t {
+                found = Some(info);
+                return Ok(false);
+            }
+            Ok(true)
+        })?;
+        if found.is_some() {
+            return Ok(found);
         }
         // Nothing stored is old enough. If older versions were truncated, the answer is
         // unknowable rather than "absent".
-        if meta.oldest > 1
-            && newest_first
-                .last()
-                .is_none_or(|oldest| oldest.commit_ts > t)
-        {
+        if meta.oldest > 1 {
             return Err(FirnError::Compacted {
                 oldest: meta.oldest,
             });
@@ -571,7 +619,8 @@ impl VersionedStore {
             if meta.latest == 0 || self.keyspace_for(&key).mode == KeyspaceMode::Notify {
                 continue;
             }
-            let infos = match from {
+            let key = Key::new(key)?;
+            let start = match from {
                 WatchFrom::Now => unreachable!("handled above"),
                 WatchFrom::Version(v) => {
                     if v < meta.oldest && v <= meta.latest {
@@ -579,35 +628,36 @@ impl VersionedStore {
                             oldest: meta.oldest,
                         });
                     }
-                    self.records(
-                        &key,
-                        v.max(meta.oldest),
-                        meta.latest,
-                        false,
-                        WATCH_REPLAY_MAX + 1,
-                    )?
+                    v.max(meta.oldest)
                 }
-                WatchFrom::Time(t) => {
-                    let stored = self.records(&key, meta.oldest, meta.latest, false, usize::MAX)?;
-                    if meta.oldest > 1 && stored.first().is_some_and(|first| first.commit_ts > t) {
+                WatchFrom::Time(_) => meta.oldest,
+            };
+            let mut first = true;
+            self.walk_records(key.as_bytes(), start, meta.latest, false, |info| {
+                if let WatchFrom::Time(t) = from {
+                    // The oldest stored version is after t: what came before was truncated.
+                    if first && meta.oldest > 1 && info.commit_ts > t {
                         return Err(FirnError::Compacted {
                             oldest: meta.oldest,
                         });
                     }
-                    stored.into_iter().filter(|i| i.commit_ts >= t).collect()
+                    first = false;
+                    if info.commit_ts < t {
+                        return Ok(true);
+                    }
                 }
-            };
-            let key = Key::new(key)?;
-            events.extend(infos.into_iter().map(|info| WatchEvent {
-                key: key.clone(),
-                info,
-            }));
-            if events.len() > WATCH_REPLAY_MAX {
-                return Err(FirnError::BadArgument(format!(
-                    "the replay holds more than {WATCH_REPLAY_MAX} versions; start the watch \
-                     later or page through history first"
-                )));
-            }
+                events.push(WatchEvent {
+                    key: key.clone(),
+                    info,
+                });
+                if events.len() > WATCH_REPLAY_MAX {
+                    return Err(FirnError::BadArgument(format!(
+                        "the replay holds more than {WATCH_REPLAY_MAX} versions; start the watch \
+                         later or page through history first"
+                    )));
+                }
+                Ok(true)
+            })?;
         }
         events.sort_by(|a, b| {
             a.info

@@ -1,5 +1,6 @@
 //! Work the store hands to storage at once is bounded: bulk deletes commit in batches of at
-//! most `BULK_BATCH_WRITES_MAX` writes, and replay a crash part-way through to the same state.
+//! most `BULK_BATCH_WRITES_MAX` writes, and replay a crash part-way through to the same state;
+//! walks over a whole history read at most `HISTORY_PAGE_VERSIONS` versions at a time.
 
 use std::io;
 use std::ops::Bound;
@@ -8,10 +9,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use firn_model::{
-    CommitTs, FirnError, Key, KeyRange, KeyspaceSpec, ReadAt, Response, TruncateBefore,
+    CommitTs, FirnError, Key, KeyRange, KeyspaceSpec, PutRequest, ReadAt, Response, TruncateBefore,
+    WatchFrom,
 };
 use firn_store::backend::{Batch, Dump, Pair, Table};
-use firn_store::store::BULK_BATCH_WRITES_MAX;
+use firn_store::store::{BULK_BATCH_WRITES_MAX, HISTORY_PAGE_VERSIONS};
 use firn_store::{Command, MemoryBackend, Op, StorageBackend, VersionedStore};
 
 /// A memory backend that records the work it is given, and can fail a write (a crash).
@@ -20,6 +22,8 @@ struct RecordingBackend {
     inner: MemoryBackend,
     writes: AtomicUsize,
     largest_batch: AtomicUsize,
+    /// The most versions one range read returned.
+    largest_versions_read: AtomicUsize,
     /// Fails the write with this number (1-based) and every one after it; 0: never.
     fail_from_write: AtomicUsize,
 }
@@ -29,6 +33,7 @@ impl RecordingBackend {
     fn reset(&self) {
         self.writes.store(0, Ordering::SeqCst);
         self.largest_batch.store(0, Ordering::SeqCst);
+        self.largest_versions_read.store(0, Ordering::SeqCst);
     }
 }
 
@@ -45,7 +50,12 @@ impl StorageBackend for RecordingBackend {
         reverse: bool,
         limit: usize,
     ) -> io::Result<Vec<Pair>> {
-        self.inner.range(table, lower, upper, reverse, limit)
+        let pairs = self.inner.range(table, lower, upper, reverse, limit)?;
+        if table == Table::Versions {
+            self.largest_versions_read
+                .fetch_max(pairs.len(), Ordering::SeqCst);
+        }
+        Ok(pairs)
     }
 
     fn write(&self, batch: Batch) -> io::Result<()> {
@@ -333,4 +343,85 @@ fn a_bulk_delete_cut_short_by_a_crash_applies_again_to_the_same_state() {
         ),
         2,
     );
+}
+
+/// Asserts that no range read since the last reset returned more than a page of versions.
+fn assert_paged(backend: &RecordingBackend, what: &str) {
+    let largest = backend.largest_versions_read.load(Ordering::SeqCst);
+    assert!(
+        largest <= HISTORY_PAGE_VERSIONS,
+        "{what} read {largest} versions at once; a page is {HISTORY_PAGE_VERSIONS}"
+    );
+    backend.reset();
+}
+
+#[test]
+fn walks_over_a_long_history_read_a_page_of_versions_at_a_time_and_answer_the_same() {
+    let (backend, store) = recording_store();
+    let versions = 5 * HISTORY_PAGE_VERSIONS as u64;
+    // Event times out of order (a permutation of 0..versions, times 10), stamps in order.
+    let event_time = |v: u64| (v * 37 % versions) * 10;
+    for v in 1..=versions {
+        let mut put = PutRequest::new(key("h/long"), Bytes::from(format!("{v}")));
+        put.event_time_us = Some(event_time(v));
+        apply(&store, 1_000 + v, Op::Put(put)).unwrap();
+    }
+    let stamp = |v: u64| {
+        store
+            .get(b"h/long", ReadAt::Version(v))
+            .unwrap()
+            .unwrap()
+            .commit_ts
+    };
+    let stamps: Vec<CommitTs> = (1..=versions).map(stamp).collect();
+    backend.reset();
+
+    // Reads by event time: the greatest event time not after t, checked against a model.
+    for t in (0..=versions * 10).step_by(7) {
+        let expected = (1..=versions)
+            .filter(|v| event_time(*v) <= t)
+            .max_by_key(|v| event_time(*v));
+        let got = store.get(b"h/long", ReadAt::EventTime(t)).unwrap();
+        assert_eq!(got.map(|i| i.version), expected, "event time {t}");
+    }
+    assert_paged(&backend, "a read by event time");
+
+    let page = store
+        .scan(b"h/", None, 10, None, ReadAt::EventTime(versions * 10))
+        .unwrap();
+    assert_eq!(page.keys.len(), 1);
+    assert_paged(&backend, "a scan by event time");
+
+    // Replay from a time and from a version: every version from there, in order.
+    let from = stamps[HISTORY_PAGE_VERSIONS + 3];
+    let target = KeyRange::Key(key("h/long"));
+    let events = store.replay(&target, WatchFrom::Time(from)).unwrap();
+    let replayed: Vec<u64> = events.iter().map(|e| e.info.version).collect();
+    let expected: Vec<u64> = (HISTORY_PAGE_VERSIONS as u64 + 4..=versions).collect();
+    assert_eq!(replayed, expected);
+    assert_paged(&backend, "a replay from a time");
+    let events = store.replay(&target, WatchFrom::Version(2)).unwrap();
+    assert_eq!(events.len() as u64, versions - 1);
+    assert_paged(&backend, "a replay from a version");
+
+    // Truncate by time: everything stamped before the cut goes.
+    let cut = stamps[3 * HISTORY_PAGE_VERSIONS];
+    let removed = apply(
+        &store,
+        1_000_000,
+        Op::Truncate {
+            target: KeyRange::Key(key("h/long")),
+            before: TruncateBefore::Time(cut),
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        removed,
+        Response::Truncated {
+            versions_removed: 3 * HISTORY_PAGE_VERSIONS as u64
+        }
+    );
+    assert_paged(&backend, "a truncate by time");
+    let oldest = store.history(b"h/long", 1, None, 1, None).unwrap();
+    assert_eq!(oldest[0].version, 3 * HISTORY_PAGE_VERSIONS as u64 + 1);
 }

@@ -362,14 +362,17 @@ impl<'a> Txn<'a> {
         let bound = match before {
             TruncateBefore::Version(v) => v.min(meta.latest),
             TruncateBefore::Time(t) => {
-                let older =
-                    self.store
-                        .records(key, meta.oldest, meta.latest - 1, false, usize::MAX)?;
-                older
-                    .iter()
-                    .take_while(|i| i.commit_ts < t)
-                    .last()
-                    .map_or(meta.oldest, |i| i.version + 1)
+                // Stamps grow with versions: the bound is past the last one before t.
+                let mut bound = meta.oldest;
+                self.store
+                    .walk_records(key, meta.oldest, meta.latest - 1, false, |info| {
+                        if info.commit_ts >= t {
+                            return Ok(false);
+                        }
+                        bound = info.version + 1;
+                        Ok(true)
+                    })?;
+                bound
             }
         };
         if bound <= meta.oldest {
