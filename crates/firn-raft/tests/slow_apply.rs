@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use firn_model::{HybridClock, Key, PutRequest, Response};
+use firn_model::{FirnError, HybridClock, Key, PutRequest, Response};
 use firn_raft::log_store::Fsync;
+use firn_raft::shard::READ_ROUND_WAITERS_MAX;
 use firn_raft::{ShardConfig, ShardReplica};
 use firn_store::backend::{Batch, Dump, Pair, Table};
 use firn_store::{MemoryBackend, Op, StorageBackend};
@@ -139,5 +140,46 @@ async fn a_long_apply_leaves_the_async_worker_free_for_other_tasks() {
         "the ticker stalled for {largest_gap:?} while a {APPLY_MS} ms apply ran ({} ticks)",
         during.len()
     );
+    replica.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_past_the_waiting_bound_of_a_stuck_read_round_are_told_to_try_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(SlowBackend::default());
+    let replica = Arc::new(open(dir.path(), backend.clone()).await);
+
+    // A write commits and then applies slowly: a ReadIndex round waits for that apply.
+    backend.write_delay_ms.store(1_500, Ordering::Relaxed);
+    let write = tokio::spawn({
+        let replica = replica.clone();
+        async move { replica.write(put_op("k", "v")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let first = tokio::spawn({
+        let replica = replica.clone();
+        async move { replica.linearizable_barrier(false).await }
+    });
+    // The first read's round is running (and stuck); a burst waits for the next one.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let extra = 10;
+    let burst = futures::future::join_all(
+        (0..READ_ROUND_WAITERS_MAX + extra).map(|_| replica.linearizable_barrier(false)),
+    )
+    .await;
+    backend.write_delay_ms.store(0, Ordering::Relaxed);
+
+    let refused = burst
+        .iter()
+        .filter(|r| matches!(r, Err(FirnError::TryAgain(_))))
+        .count();
+    let served = burst.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(refused, extra, "reads past the bound must be told to retry");
+    assert_eq!(
+        served, READ_ROUND_WAITERS_MAX,
+        "every read within the bound is served"
+    );
+    first.await.unwrap().unwrap();
+    write.await.unwrap().unwrap();
     replica.shutdown().await;
 }
