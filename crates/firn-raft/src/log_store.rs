@@ -6,11 +6,11 @@ use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
-use std::sync::mpsc;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader};
+use tokio::sync::mpsc;
 
 use crate::types::{Entry, FirnRaft, LogId, Vote};
 
@@ -45,6 +45,13 @@ pub struct FjallLogStore {
     commit: Arc<GroupCommit>,
 }
 
+/// Most appends waiting for the next fsync, across the node's groups. Past it an append
+/// waits for room (backpressure on the group's Raft core) rather than queueing without
+/// bound: appends that arrive faster than the disk syncs only grow the queue and the
+/// latency of every write behind them. One fsync commits them all, so 4,096 is far more
+/// than a node sees in one fsync time (a few ms) at any load it can serve.
+pub const GROUP_COMMIT_QUEUE_MAX: usize = 4_096;
+
 /// Group commit for one database: every Raft group on the node appends to the same fjall
 /// journal, so one thread fsyncs once for all the appends that arrived (from any group)
 /// while its previous fsync ran, then reports them all flushed.
@@ -54,16 +61,28 @@ pub struct GroupCommit {
 
 impl GroupCommit {
     pub fn start(db: Database, fsync: Fsync) -> io::Result<Arc<Self>> {
+        Self::start_with(move || match fsync {
+            Fsync::Always => db.persist(PersistMode::SyncAll).map_err(fjall_err),
+            Fsync::Never => Ok(()),
+        })
+    }
+
+    /// Starts the fsync thread, which calls `sync` once for every group of appends.
+    fn start_with(
+        mut sync: impl FnMut() -> io::Result<()> + Send + 'static,
+    ) -> io::Result<Arc<Self>> {
         let name = "fsync".to_string();
-        let (tx, rx) = mpsc::channel::<IOFlushed<FirnRaft>>();
+        let (tx, mut rx) = mpsc::channel::<IOFlushed<FirnRaft>>(GROUP_COMMIT_QUEUE_MAX);
         std::thread::Builder::new().name(name).spawn(move || {
-            while let Ok(first) = rx.recv() {
+            while let Some(first) = rx.blocking_recv() {
                 let mut waiting = vec![first];
-                waiting.extend(rx.try_iter());
-                let result = match fsync {
-                    Fsync::Always => db.persist(PersistMode::SyncAll).map_err(fjall_err),
-                    Fsync::Never => Ok(()),
-                };
+                // At most a queue's worth: appends arriving while this drains go next time.
+                while waiting.len() < GROUP_COMMIT_QUEUE_MAX
+                    && let Ok(next) = rx.try_recv()
+                {
+                    waiting.push(next);
+                }
+                let result = sync();
                 for callback in waiting {
                     let r = match &result {
                         Ok(()) => Ok(()),
@@ -74,6 +93,14 @@ impl GroupCommit {
             }
         })?;
         Ok(Arc::new(GroupCommit { tx }))
+    }
+
+    /// Queues `callback` for the next fsync, waiting while the queue is full.
+    async fn enqueue(&self, callback: IOFlushed<FirnRaft>) -> io::Result<()> {
+        self.tx
+            .send(callback)
+            .await
+            .map_err(|_| io::Error::other("the fsync thread has stopped"))
     }
 }
 
@@ -227,10 +254,7 @@ impl RaftLogStorage<FirnRaft> for FjallLogStore {
             batch.insert(&self.log, entry.log_id.index.to_be_bytes(), bytes);
         }
         batch.commit().map_err(fjall_err)?;
-        self.commit
-            .tx
-            .send(callback)
-            .map_err(|_| io::Error::other("the fsync thread has stopped"))
+        self.commit.enqueue(callback).await
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
@@ -242,5 +266,82 @@ impl RaftLogStorage<FirnRaft> for FjallLogStore {
         // Record the purge point first: entries at or before it are ignored from then on.
         self.put_meta(META_LAST_PURGED, &log_id)?;
         self.remove_range(0, Bound::Included(log_id.index))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc as std_mpsc;
+    use std::time::Duration;
+
+    use openraft::alias::OneshotOf;
+    use openraft::async_runtime::Oneshot;
+
+    use super::*;
+
+    /// A flush callback and the receiver that learns its outcome.
+    fn signal() -> (
+        IOFlushed<FirnRaft>,
+        impl Future<Output = Option<io::Result<()>>>,
+    ) {
+        let (tx, rx) = <OneshotOf<FirnRaft> as Oneshot>::channel();
+        (IOFlushed::signal(tx), async move { rx.await.ok() })
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_appends_waits_for_room_in_the_group_commit_queue_and_every_one_is_flushed()
+    {
+        // The "disk" syncs once per token on `gate`, and says when it has begun to.
+        let (gate, gate_rx) = std_mpsc::channel::<()>();
+        let (began, began_rx) = std_mpsc::channel::<()>();
+        let commit = GroupCommit::start_with(move || {
+            let _ = began.send(());
+            gate_rx.recv().map_err(io::Error::other)
+        })
+        .unwrap();
+
+        // The first append is taken by the fsync thread, which then waits on the disk.
+        let mut flushed = Vec::new();
+        let (cb, done) = signal();
+        commit.enqueue(cb).await.unwrap();
+        flushed.push(done);
+        tokio::task::spawn_blocking(move || began_rx.recv().unwrap())
+            .await
+            .unwrap();
+
+        // A full queue's worth is taken at once ...
+        for _ in 0..GROUP_COMMIT_QUEUE_MAX {
+            let (cb, done) = signal();
+            tokio::time::timeout(Duration::from_secs(5), commit.enqueue(cb))
+                .await
+                .expect("an append waited while the queue had room")
+                .unwrap();
+            flushed.push(done);
+        }
+        // ... and one more waits while the disk is stuck.
+        let (cb, done) = signal();
+        let mut blocked = Box::pin(commit.enqueue(cb));
+        flushed.push(done);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), &mut blocked)
+                .await
+                .is_err(),
+            "an append past {GROUP_COMMIT_QUEUE_MAX} queued ones did not wait"
+        );
+
+        // The disk moves: the waiting append gets in, and every append is reported flushed.
+        for _ in 0..4 {
+            gate.send(()).unwrap();
+        }
+        tokio::time::timeout(Duration::from_secs(5), blocked)
+            .await
+            .expect("the waiting append never got in")
+            .unwrap();
+        for done in flushed {
+            let outcome = tokio::time::timeout(Duration::from_secs(5), done)
+                .await
+                .expect("an append was never reported flushed");
+            assert!(matches!(outcome, Some(Ok(()))), "{outcome:?}");
+        }
     }
 }

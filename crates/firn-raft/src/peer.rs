@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
 
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use crate::state_machine::ShardStateMachine;
@@ -36,6 +36,24 @@ const PEER_SEND_QUEUE: usize = 4_096;
 const STALLED_AFTER: Duration = Duration::from_secs(1);
 /// How long connecting to a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Most requests of the node's own ([`PeerRequest::App`]: forwarded writes and reads) that
+/// a node handles at once for its peers. Each holds its request (up to a value's size) and
+/// a task until it is answered; without a bound a burst of forwarded requests took as much
+/// memory and as many tasks as peers sent. Handlers mostly wait on Raft, so 1,024 at once
+/// keep every shard's pipeline full.
+pub const PEER_APP_CONCURRENCY_MAX: usize = 1_024;
+
+/// Most App requests that wait for one of the [`PEER_APP_CONCURRENCY_MAX`] places. A request
+/// past it is answered at once with an error starting [`PEER_BUSY`] — not handled, so the
+/// caller may retry — because a connection's reader cannot wait for a place: the same
+/// connection carries the Raft messages (appends, votes), which must never queue behind
+/// the node's own requests. Raft messages have no bound of their own here: openraft keeps
+/// at most one replication stream and one vote per group and peer in flight.
+pub const PEER_APP_WAITING_MAX: usize = 8_192;
+
+/// How a node's answer to an App request it was too busy to take begins.
+pub const PEER_BUSY: &str = "busy";
 
 #[derive(Debug, Serialize, Deserialize)]
 pub enum PeerRequest {
@@ -83,6 +101,8 @@ pub enum PeerError {
     /// A node known only by its address (a joining node's contact) could not be asked.
     #[error("{0}: {1}")]
     Contact(String, String),
+    /// The request was not handled: the node could not be reached, or it answered that it
+    /// was too busy to take the request ([`PEER_BUSY`]). Nothing happened; retrying is safe.
     #[error("node {0} is unreachable: {1}")]
     Unreachable(NodeId, String),
     /// The request was sent but the connection dropped before the answer came.
@@ -191,6 +211,26 @@ async fn answer(
     }
 }
 
+/// The node-wide bounds on App requests from peers, shared by every connection.
+#[derive(Clone)]
+struct AppLimits {
+    /// Places for handling: [`PEER_APP_CONCURRENCY_MAX`].
+    running: Arc<Semaphore>,
+    /// Places for handling or waiting to: the sum of both bounds.
+    admitted: Arc<Semaphore>,
+}
+
+impl AppLimits {
+    fn new() -> Self {
+        AppLimits {
+            running: Arc::new(Semaphore::new(PEER_APP_CONCURRENCY_MAX)),
+            admitted: Arc::new(Semaphore::new(
+                PEER_APP_CONCURRENCY_MAX + PEER_APP_WAITING_MAX,
+            )),
+        }
+    }
+}
+
 /// Accepts peer connections until `stop` fires.
 pub async fn serve_peers(
     listener: TcpListener,
@@ -198,12 +238,19 @@ pub async fn serve_peers(
     app: Arc<dyn AppHandler>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let limits = AppLimits::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(serve_connection(stream, groups.clone(), app.clone(), stop.clone()));
+                    tokio::spawn(serve_connection(
+                        stream,
+                        groups.clone(),
+                        app.clone(),
+                        limits.clone(),
+                        stop.clone(),
+                    ));
                 }
                 Err(e) => tracing::warn!("peer accept: {e}"),
             },
@@ -216,6 +263,7 @@ async fn serve_connection(
     stream: TcpStream,
     groups: LocalGroups,
     app: Arc<dyn AppHandler>,
+    limits: AppLimits,
     mut stop: watch::Receiver<bool>,
 ) {
     let (mut sink, mut frames) = Framed::new(stream, codec()).split();
@@ -238,8 +286,37 @@ async fn serve_connection(
             tracing::warn!("peer sent an undecodable frame; closing the connection");
             break;
         };
+        // An App request takes a place before it gets a task; with none left it is
+        // answered busy at once, and the reader goes on to the next frame (maybe a Raft
+        // message) without waiting.
+        let admitted = match &body {
+            PeerRequest::App(_) => match limits.admitted.clone().try_acquire_owned() {
+                Ok(place) => Some(place),
+                Err(_) => {
+                    let busy = PeerResponse::Error(format!(
+                        "{PEER_BUSY}: {} requests already run or wait on this node, the \
+                         limit; retry",
+                        PEER_APP_CONCURRENCY_MAX + PEER_APP_WAITING_MAX
+                    ));
+                    // Queued by the reader itself (no task per refusal): it waits only
+                    // when the writer's queue is full, as every answer then does.
+                    if let Some(bytes) = encode(&Envelope { id, body: busy }) {
+                        let _ = tx.send(bytes).await;
+                    }
+                    continue;
+                }
+            },
+            _ => None,
+        };
         let (groups, app, tx) = (groups.clone(), app.clone(), tx.clone());
+        let running = limits.running.clone();
         tokio::spawn(async move {
+            // Both places are held until the answer is queued (the semaphores are never
+            // closed, so acquiring cannot fail).
+            let _running = match &admitted {
+                Some(_) => Some(running.acquire_owned().await),
+                None => None,
+            };
             let body = answer(&groups, &app, body).await;
             if let Some(bytes) = encode(&Envelope { id, body }) {
                 let _ = tx.send(bytes).await;
@@ -476,6 +553,10 @@ impl PeerPool {
             return Err(PeerError::Unreachable(target, "connection closed".into()));
         }
         match tokio::time::timeout(timeout, answer).await {
+            // Not handled: safe to retry, like a request that never left.
+            Ok(Ok(PeerResponse::Error(e))) if e.starts_with(PEER_BUSY) => {
+                Err(PeerError::Unreachable(target, e))
+            }
             Ok(Ok(PeerResponse::Error(e))) => Err(PeerError::Remote(target, e)),
             Ok(Ok(response)) => Ok(response),
             Ok(Err(_)) => Err(PeerError::Lost(target)),

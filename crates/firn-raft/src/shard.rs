@@ -127,10 +127,17 @@ async fn run_closer(
     }
 }
 
+/// Most linearizable reads waiting for the next ReadIndex round of a replica, and so the
+/// most one round answers. A read arriving when that many wait is answered TryAgain at once
+/// (the client retries, maybe elsewhere) rather than joining a queue that grows while a
+/// round is stuck (no quorum, a slow apply). A waiting read costs a oneshot channel; 16,384
+/// is well above what our benchmarks reach (64 connections pipelining 100 is 6,400).
+pub const READ_ROUND_WAITERS_MAX: usize = 16_384;
+
 /// Linearizable reads waiting for a ReadIndex round. One round runs at a time; the reads
 /// that arrive while it runs wait for the next, which starts after they did and so covers
 /// them all. Hundreds of concurrent reads then cost one leadership confirmation per round
-/// trip instead of one each.
+/// trip instead of one each. At most [`READ_ROUND_WAITERS_MAX`] wait.
 #[derive(Default)]
 struct ReadRounds {
     waiting: Vec<oneshot::Sender<Result<(), FirnError>>>,
@@ -345,6 +352,13 @@ impl ShardReplica {
         let (read, ready) = oneshot::channel();
         let start = {
             let mut r = ReadRounds::lock(&self.read_rounds);
+            if r.waiting.len() >= READ_ROUND_WAITERS_MAX {
+                return Err(FirnError::TryAgain(format!(
+                    "shard {}: {READ_ROUND_WAITERS_MAX} linearizable reads already wait for \
+                     the next read-index round here, the limit; retry",
+                    self.shard_id
+                )));
+            }
             r.waiting.push(read);
             !std::mem::replace(&mut r.running, true)
         };

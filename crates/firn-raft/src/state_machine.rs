@@ -104,25 +104,51 @@ fn dump_system<T: for<'de> serde::Deserialize<'de>>(
     Ok(None)
 }
 
+/// Log entries waiting to be applied together, with the proposers waiting for them.
+type Pending = Vec<(LogId, LogCommand, Option<ApplyResponder<FirnRaft>>)>;
+
 impl ShardStateMachine {
     /// Applies the collected commands as one storage batch and answers their proposers.
-    fn apply_pending(
-        &self,
-        pending: &mut Vec<(LogId, LogCommand, Option<ApplyResponder<FirnRaft>>)>,
-    ) -> io::Result<()> {
+    ///
+    /// The batch runs on tokio's blocking pool, not on the async worker: one command can
+    /// be long (FLUSHALL, a prefix truncate, age retention walk many keys), and on the
+    /// worker it would stall every task scheduled there — heartbeats, other groups, client
+    /// connections. Awaiting each batch before the next keeps log order, and proposers are
+    /// answered in that order after their batch commits.
+    async fn apply_pending(&self, pending: &mut Pending) -> io::Result<()> {
         let Some((last_id, _, _)) = pending.last() else {
             return Ok(());
         };
         let system = vec![(SYS_APPLIED.to_vec(), encode(last_id)?)];
-        let cmds: Vec<&Command> = pending.iter().map(|(_, c, _)| &c.0).collect();
+        let (cmds, responders): (Vec<Command>, Vec<_>) = pending
+            .drain(..)
+            .map(|(_, LogCommand(cmd), responder)| (cmd, responder))
+            .unzip();
+        let store = self.store.clone();
+        let results = tokio::task::spawn_blocking(move || {
+            let cmds: Vec<&Command> = cmds.iter().collect();
+            store.apply_batch(&cmds, system)
+        })
+        .await
+        .map_err(io::Error::other)?
         // A storage failure leaves the state unknown: stop this replica.
-        let results = self.store.apply_batch(&cmds, system).map_err(firn_to_io)?;
-        for ((_, _, responder), result) in pending.drain(..).zip(results) {
+        .map_err(firn_to_io)?;
+        for (responder, result) in responders.into_iter().zip(results) {
             if let Some(r) = responder {
                 r.send(result);
             }
         }
         Ok(())
+    }
+
+    /// Stores bookkeeping alone (an entry without a command), off the async worker like
+    /// every storage write of apply.
+    async fn write_system(&self, system: Vec<(Vec<u8>, Vec<u8>)>) -> io::Result<()> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || store.write_system(system))
+            .await
+            .map_err(io::Error::other)?
+            .map_err(firn_to_io)
     }
 }
 
@@ -172,25 +198,25 @@ impl RaftStateMachine<FirnRaft> for ShardStateMachine {
     {
         // Entries already at hand are applied together: consecutive batchable commands share
         // one storage batch, which is most of the cost of applying a small write.
-        let mut pending: Vec<(LogId, LogCommand, Option<ApplyResponder<FirnRaft>>)> = Vec::new();
+        let mut pending: Pending = Vec::new();
         loop {
             let next = match pending.len() {
                 0 => entries.try_next().await?,
                 n if n >= APPLY_BATCH_ENTRIES_MAX => {
-                    self.apply_pending(&mut pending)?;
+                    self.apply_pending(&mut pending).await?;
                     continue;
                 }
                 // Wait for nothing: apply what is here when the stream has no more ready.
                 _ => match entries.try_next().now_or_never() {
                     Some(next) => next?,
                     None => {
-                        self.apply_pending(&mut pending)?;
+                        self.apply_pending(&mut pending).await?;
                         continue;
                     }
                 },
             };
             let Some((entry, responder)) = next else {
-                self.apply_pending(&mut pending)?;
+                self.apply_pending(&mut pending).await?;
                 return Ok(());
             };
             match entry.payload {
@@ -198,26 +224,26 @@ impl RaftStateMachine<FirnRaft> for ShardStateMachine {
                     pending.push((entry.log_id, cmd, responder));
                 }
                 EntryPayload::Normal(cmd) => {
-                    self.apply_pending(&mut pending)?;
+                    self.apply_pending(&mut pending).await?;
                     pending.push((entry.log_id, cmd, responder));
-                    self.apply_pending(&mut pending)?;
+                    self.apply_pending(&mut pending).await?;
                 }
                 EntryPayload::Blank => {
-                    self.apply_pending(&mut pending)?;
+                    self.apply_pending(&mut pending).await?;
                     let system = vec![(SYS_APPLIED.to_vec(), encode(&entry.log_id)?)];
-                    self.store.write_system(system).map_err(firn_to_io)?;
+                    self.write_system(system).await?;
                     if let Some(r) = responder {
                         r.send(Ok(firn_model::Response::Done));
                     }
                 }
                 EntryPayload::Membership(membership) => {
-                    self.apply_pending(&mut pending)?;
+                    self.apply_pending(&mut pending).await?;
                     let stored = StoredMembership::new(Some(entry.log_id), membership);
                     let system = vec![
                         (SYS_APPLIED.to_vec(), encode(&entry.log_id)?),
                         (SYS_MEMBERSHIP.to_vec(), encode(&stored)?),
                     ];
-                    self.store.write_system(system).map_err(firn_to_io)?;
+                    self.write_system(system).await?;
                     if let Some(r) = responder {
                         r.send(Ok(firn_model::Response::Done));
                     }
@@ -235,10 +261,11 @@ impl RaftStateMachine<FirnRaft> for ShardStateMachine {
         meta: &SnapshotMeta,
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
-        let dump: Dump = decode(&snapshot)?;
         let this = self.clone();
         let meta = meta.clone();
+        // Decoding and loading a dump of up to a frame's size is long work: off the worker.
         tokio::task::spawn_blocking(move || {
+            let dump: Dump = decode(&snapshot)?;
             this.store.backend().load(dump)?;
             this.store.reload().map_err(firn_to_io)?;
             this.write_snapshot_file(&meta, &snapshot)
@@ -248,6 +275,10 @@ impl RaftStateMachine<FirnRaft> for ShardStateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
-        self.read_snapshot_file()
+        // The file holds a whole-state dump: read it off the worker.
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.read_snapshot_file())
+            .await
+            .map_err(io::Error::other)?
     }
 }

@@ -4,18 +4,20 @@
 //! Apply runs one command at a time (the Raft state machine task); reads run concurrently
 //! straight against the backend. Each command commits as one atomic backend batch together
 //! with the caller's bookkeeping (the applied log position), so a crash never applies half a
-//! command or applies one twice.
+//! command or applies one twice. The exception is a bulk delete (FLUSHALL, truncate, age
+//! retention), which may touch every key: it commits in batches of at most
+//! [`BULK_BATCH_WRITES_MAX`] writes, the bookkeeping in the last, so a crash part-way
+//! applies it again from the start — it is idempotent — and readers may see it half done.
 
-use std::collections::HashMap;
 use std::io;
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
-use firn_model::limits::{KEYSPACES_MAX, WATCH_BUFFER_EVENTS, WATCH_REPLAY_MAX};
+use firn_model::limits::{WATCH_BUFFER_EVENTS, WATCH_REPLAY_MAX};
 use firn_model::{
-    CommitTs, FirnError, Key, KeyRange, KeyspaceMode, KeyspaceSpec, ReadAt, Response,
-    TruncateBefore, Version, VersionInfo, WatchEvent, WatchFrom, WriteCondition, Written,
+    CommitTs, FirnError, Key, KeyRange, KeyspaceMode, KeyspaceSpec, ReadAt, Response, Version,
+    VersionInfo, WatchEvent, WatchFrom,
 };
 use tokio::sync::{broadcast, watch};
 
@@ -24,11 +26,28 @@ use crate::command::{Command, Op};
 use crate::glob::glob_match;
 use crate::record::{KeyMeta, VersionRecord, decode, encode, version_key, version_of};
 
+mod apply;
+use apply::Txn;
+
 const SYS_LAST_TS: &[u8] = b"last_ts";
 const SYS_LIVE_KEYS: &[u8] = b"live_keys";
 
 /// Keys examined per page when a command walks a prefix (truncate, retention, flush).
 const WALK_PAGE: usize = 1_024;
+
+/// Most writes in one storage batch of a bulk delete (FLUSHALL, a truncate, age retention),
+/// which otherwise removes every key and version it touches in one batch held in memory.
+/// The state database is shared by every replica on the node, and fjall commits a batch
+/// whole: 4,096 removals (tens of KiB for typical keys, at most 32 MiB of 8 KiB keys) keep
+/// the memory bounded and let other replicas' applies in between batches.
+pub const BULK_BATCH_WRITES_MAX: usize = 4_096;
+
+/// Most versions read from storage at once while a read or a command walks a key's whole
+/// history (reads by event time, replay of a watch, truncate by time): the walk then holds
+/// one page, however long the history. A page holds the versions' values, so 64 is at most
+/// 64 MiB with the default 1 MiB value limit and a few KiB with typical values, while a
+/// history of 10,000 versions still takes only ~160 range reads.
+pub const HISTORY_PAGE_VERSIONS: usize = 64;
 
 fn io_err(e: io::Error) -> FirnError {
     FirnError::Internal(format!("storage: {e}"))
@@ -219,7 +238,9 @@ impl VersionedStore {
     /// bookkeeping (the caller's applied position after the last of them). Each command gets
     /// its own result; a rejected one changes nothing. Several commands may share a batch
     /// only if each [`Op::is_batchable`]: they read nothing but key metadata, which the batch
-    /// keeps in view. An `Err` is a storage failure: the state is then unknown.
+    /// keeps in view. A bulk delete is applied alone and may commit in several batches,
+    /// `system` in the last (see the module doc). An `Err` is a storage failure: the state
+    /// is then unknown.
     pub fn apply_batch(
         &self,
         cmds: &[&Command],
@@ -257,6 +278,10 @@ impl VersionedStore {
             (state.live_keys as i64 + txn.live_delta).max(0) as u64
         };
         let ts = txn.ts;
+        if txn.paged {
+            // The bookkeeping shares the last batch of a bulk delete, within its bound.
+            txn.make_room(2 + system.len())?;
+        }
         let mut batch = std::mem::take(&mut txn.batch);
         batch.put(Table::System, SYS_LAST_TS.to_vec(), encode(&ts));
         batch.put(Table::System, SYS_LIVE_KEYS.to_vec(), encode(&live_keys));
@@ -323,6 +348,38 @@ impl VersionedStore {
             .collect()
     }
 
+    /// Visits the stored versions of `key` in `[from, to]`, ascending (or descending),
+    /// reading at most [`HISTORY_PAGE_VERSIONS`] from storage at a time, until `visit`
+    /// answers `false`.
+    pub(crate) fn walk_records(
+        &self,
+        key: &[u8],
+        mut from: Version,
+        mut to: Version,
+        reverse: bool,
+        mut visit: impl FnMut(VersionInfo) -> Result<bool, FirnError>,
+    ) -> Result<(), FirnError> {
+        loop {
+            let page = self.records(key, from, to, reverse, HISTORY_PAGE_VERSIONS)?;
+            let full = page.len() == HISTORY_PAGE_VERSIONS;
+            let Some(last) = page.last().map(|i| i.version) else {
+                return Ok(());
+            };
+            for info in page {
+                if !visit(info)? {
+                    return Ok(());
+                }
+            }
+            // The next page starts past the last version seen; an empty range ends it.
+            match (full, reverse) {
+                (false, _) => return Ok(()),
+                (true, false) if last < to => from = last + 1,
+                (true, true) if last > from => to = last - 1,
+                _ => return Ok(()),
+            }
+        }
+    }
+
     /// The version of `key` a read at `at` sees, tombstones included (the caller decides how
     /// a deleted key reads).
     pub fn get(&self, key: &[u8], at: ReadAt) -> Result<Option<VersionInfo>, FirnError> {
@@ -353,11 +410,17 @@ impl VersionedStore {
             },
             ReadAt::EventTime(t) => {
                 // Event times follow no order: every stored version is looked at.
-                let all = self.records(key, meta.oldest, meta.latest, false, usize::MAX)?;
-                Ok(all
-                    .into_iter()
-                    .filter(|i| i.event_time_us.is_some_and(|e| e <= t))
-                    .max_by_key(|i| (i.event_time_us, i.version)))
+                let mut best: Option<VersionInfo> = None;
+                self.walk_records(key, meta.oldest, meta.latest, false, |info| {
+                    let rank = |i: &VersionInfo| (i.event_time_us, i.version);
+                    if info.event_time_us.is_some_and(|e| e <= t)
+                        && best.as_ref().is_none_or(|b| rank(&info) > rank(b))
+                    {
+                        best = Some(info);
+                    }
+                    Ok(true)
+                })?;
+                Ok(best)
             }
         }
     }
@@ -418,17 +481,20 @@ impl VersionedStore {
         meta: &KeyMeta,
         t: CommitTs,
     ) -> Result<Option<VersionInfo>, FirnError> {
-        let mut newest_first = self.records(key, meta.oldest, meta.latest, true, usize::MAX)?;
-        if let Some(pos) = newest_first.iter().position(|i| i.commit_ts <= t) {
-            return Ok(Some(newest_first.swap_remove(pos)));
+        let mut found = None;
+        self.walk_records(key, meta.oldest, meta.latest, true, |info| {
+            if info.commit_ts <= t {
+                found = Some(info);
+                return Ok(false);
+            }
+            Ok(true)
+        })?;
+        if found.is_some() {
+            return Ok(found);
         }
         // Nothing stored is old enough. If older versions were truncated, the answer is
         // unknowable rather than "absent".
-        if meta.oldest > 1
-            && newest_first
-                .last()
-                .is_none_or(|oldest| oldest.commit_ts > t)
-        {
+        if meta.oldest > 1 {
             return Err(FirnError::Compacted {
                 oldest: meta.oldest,
             });
@@ -553,7 +619,8 @@ impl VersionedStore {
             if meta.latest == 0 || self.keyspace_for(&key).mode == KeyspaceMode::Notify {
                 continue;
             }
-            let infos = match from {
+            let key = Key::new(key)?;
+            let start = match from {
                 WatchFrom::Now => unreachable!("handled above"),
                 WatchFrom::Version(v) => {
                     if v < meta.oldest && v <= meta.latest {
@@ -561,35 +628,36 @@ impl VersionedStore {
                             oldest: meta.oldest,
                         });
                     }
-                    self.records(
-                        &key,
-                        v.max(meta.oldest),
-                        meta.latest,
-                        false,
-                        WATCH_REPLAY_MAX + 1,
-                    )?
+                    v.max(meta.oldest)
                 }
-                WatchFrom::Time(t) => {
-                    let stored = self.records(&key, meta.oldest, meta.latest, false, usize::MAX)?;
-                    if meta.oldest > 1 && stored.first().is_some_and(|first| first.commit_ts > t) {
+                WatchFrom::Time(_) => meta.oldest,
+            };
+            let mut first = true;
+            self.walk_records(key.as_bytes(), start, meta.latest, false, |info| {
+                if let WatchFrom::Time(t) = from {
+                    // The oldest stored version is after t: what came before was truncated.
+                    if first && meta.oldest > 1 && info.commit_ts > t {
                         return Err(FirnError::Compacted {
                             oldest: meta.oldest,
                         });
                     }
-                    stored.into_iter().filter(|i| i.commit_ts >= t).collect()
+                    first = false;
+                    if info.commit_ts < t {
+                        return Ok(true);
+                    }
                 }
-            };
-            let key = Key::new(key)?;
-            events.extend(infos.into_iter().map(|info| WatchEvent {
-                key: key.clone(),
-                info,
-            }));
-            if events.len() > WATCH_REPLAY_MAX {
-                return Err(FirnError::BadArgument(format!(
-                    "the replay holds more than {WATCH_REPLAY_MAX} versions; start the watch \
-                     later or page through history first"
-                )));
-            }
+                events.push(WatchEvent {
+                    key: key.clone(),
+                    info,
+                });
+                if events.len() > WATCH_REPLAY_MAX {
+                    return Err(FirnError::BadArgument(format!(
+                        "the replay holds more than {WATCH_REPLAY_MAX} versions; start the watch \
+                         later or page through history first"
+                    )));
+                }
+                Ok(true)
+            })?;
         }
         events.sort_by(|a, b| {
             a.info
@@ -598,342 +666,5 @@ impl VersionedStore {
                 .then(a.key.cmp(&b.key))
         });
         Ok(events)
-    }
-}
-
-/// One command's changes, buffered until they commit as one batch.
-struct Txn<'a> {
-    store: &'a VersionedStore,
-    ts: CommitTs,
-    batch: Batch,
-    /// Metas changed by this command, read back before the batch commits.
-    metas: HashMap<Vec<u8>, KeyMeta>,
-    events: Vec<WatchEvent>,
-    live_delta: i64,
-    keyspaces_changed: bool,
-}
-
-impl<'a> Txn<'a> {
-    /// `ts` is the stamp of the entry before; each command raises it.
-    fn new(store: &'a VersionedStore, ts: CommitTs) -> Self {
-        Txn {
-            store,
-            ts,
-            batch: Batch::default(),
-            metas: HashMap::new(),
-            events: Vec::new(),
-            live_delta: 0,
-            keyspaces_changed: false,
-        }
-    }
-
-    fn meta(&self, key: &[u8]) -> Result<KeyMeta, FirnError> {
-        if let Some(m) = self.metas.get(key) {
-            return Ok(m.clone());
-        }
-        Ok(self.store.meta(key)?.unwrap_or(KeyMeta {
-            oldest: 1,
-            ..KeyMeta::default()
-        }))
-    }
-
-    fn set_meta(&mut self, key: &[u8], meta: KeyMeta) {
-        self.batch.put(Table::KeyMeta, key.to_vec(), encode(&meta));
-        self.metas.insert(key.to_vec(), meta);
-    }
-
-    fn run(&mut self, op: &Op) -> Result<Response, FirnError> {
-        match op {
-            Op::Put(p) => {
-                let w = self.write_version(
-                    &p.key,
-                    Some(p.value.clone()),
-                    p.event_time_us,
-                    p.condition,
-                    p.return_previous,
-                )?;
-                Ok(Response::Written(vec![w]))
-            }
-            Op::MSet { items } => {
-                let mut out = Vec::with_capacity(items.len());
-                for (key, value) in items {
-                    out.push(self.write_version(
-                        key,
-                        Some(value.clone()),
-                        None,
-                        WriteCondition::Always,
-                        false,
-                    )?);
-                }
-                Ok(Response::Written(out))
-            }
-            Op::Delete { keys } => {
-                let mut out = Vec::with_capacity(keys.len());
-                for key in keys {
-                    // Deleting an absent key writes nothing (Redis DEL semantics).
-                    if !self.meta(key.as_bytes())?.is_live() {
-                        let meta = self.meta(key.as_bytes())?;
-                        out.push(Written {
-                            key: key.clone(),
-                            version: meta.latest,
-                            commit_ts: meta.latest_ts,
-                            existed: false,
-                            previous: None,
-                        });
-                        continue;
-                    }
-                    out.push(self.write_version(key, None, None, WriteCondition::Always, false)?);
-                }
-                Ok(Response::Written(out))
-            }
-            Op::Truncate { target, before } => {
-                let removed = match target {
-                    KeyRange::Key(k) => self.truncate_key(k.as_bytes(), *before)?,
-                    KeyRange::Prefix(p) => {
-                        let mut removed = 0;
-                        for key in self.keys_under(p)? {
-                            removed += self.truncate_key(&key, *before)?;
-                        }
-                        removed
-                    }
-                };
-                Ok(Response::Truncated {
-                    versions_removed: removed,
-                })
-            }
-            Op::ExpireByAge => {
-                let mut removed = 0;
-                for spec in self.store.keyspaces() {
-                    let Some(max_age) = spec.max_age_us else {
-                        continue;
-                    };
-                    let cutoff = CommitTs::new(self.ts.wall_us.saturating_sub(max_age), 0);
-                    for key in self.keys_under(spec.prefix.as_bytes())? {
-                        if self.store.keyspace_for(&key).prefix == spec.prefix {
-                            removed += self.truncate_key(&key, TruncateBefore::Time(cutoff))?;
-                        }
-                    }
-                }
-                Ok(Response::Truncated {
-                    versions_removed: removed,
-                })
-            }
-            Op::KeyspaceCreate(spec) => {
-                spec.validate()?;
-                let existing = self.store.keyspaces();
-                if !existing.iter().any(|s| s.prefix == spec.prefix)
-                    && existing.len() >= KEYSPACES_MAX
-                {
-                    return Err(FirnError::Refused(format!(
-                        "there are already {KEYSPACES_MAX} keyspaces, the limit"
-                    )));
-                }
-                self.batch.put(
-                    Table::Keyspaces,
-                    spec.prefix.as_bytes().to_vec(),
-                    encode(spec),
-                );
-                self.keyspaces_changed = true;
-                Ok(Response::Done)
-            }
-            Op::KeyspaceDrop { prefix } => {
-                if prefix.is_empty() {
-                    return Err(FirnError::Refused(
-                        "the default keyspace \"\" cannot be dropped".into(),
-                    ));
-                }
-                if !self.store.keyspaces().iter().any(|s| &s.prefix == prefix) {
-                    return Err(FirnError::KeyspaceNotFound(prefix.clone()));
-                }
-                self.batch
-                    .remove(Table::Keyspaces, prefix.as_bytes().to_vec());
-                self.keyspaces_changed = true;
-                Ok(Response::Done)
-            }
-            Op::CloseTime => Ok(Response::Done),
-            Op::FlushAll => {
-                for table in [Table::KeyMeta, Table::Versions] {
-                    let mut after: Option<Vec<u8>> = None;
-                    loop {
-                        let lower = after.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-                        let page = self
-                            .store
-                            .backend
-                            .range(table, lower, Bound::Unbounded, false, WALK_PAGE)
-                            .map_err(io_err)?;
-                        let Some((last, _)) = page.last() else { break };
-                        after = Some(last.clone());
-                        for (k, _) in page {
-                            self.batch.remove(table, k);
-                        }
-                    }
-                }
-                Ok(Response::Done)
-            }
-        }
-    }
-
-    fn keys_under(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>, FirnError> {
-        let end = prefix_end(prefix);
-        let upper = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-        let mut keys = Vec::new();
-        let mut lower_key = prefix.to_vec();
-        let mut inclusive = true;
-        loop {
-            let lower = if inclusive {
-                Bound::Included(&lower_key[..])
-            } else {
-                Bound::Excluded(&lower_key[..])
-            };
-            let page = self
-                .store
-                .backend
-                .range(Table::KeyMeta, lower, upper, false, WALK_PAGE)
-                .map_err(io_err)?;
-            let done = page.len() < WALK_PAGE;
-            if let Some((last, _)) = page.last() {
-                lower_key = last.clone();
-                inclusive = false;
-            }
-            keys.extend(page.into_iter().map(|(k, _)| k));
-            if done {
-                return Ok(keys);
-            }
-        }
-    }
-
-    fn write_version(
-        &mut self,
-        key: &Key,
-        value: Option<Bytes>,
-        event_time_us: Option<u64>,
-        condition: WriteCondition,
-        return_previous: bool,
-    ) -> Result<Written, FirnError> {
-        let k = key.as_bytes();
-        let spec = self.store.keyspace_for(k);
-        let mut meta = self.meta(k)?;
-        let existed = meta.is_live();
-        let condition_holds = match condition {
-            WriteCondition::Always => true,
-            WriteCondition::IfVersion(0) => !existed,
-            WriteCondition::IfVersion(v) => meta.latest == v,
-            WriteCondition::IfPresent => existed,
-        };
-        let stored_any = meta.latest > 0 && meta.oldest <= meta.latest;
-        if !condition_holds {
-            // Redis `SET … NX GET` on a present key writes nothing and answers the current
-            // value, not a conflict.
-            if return_previous && condition == WriteCondition::IfVersion(0) {
-                return Ok(Written {
-                    key: key.clone(),
-                    version: meta.latest,
-                    commit_ts: meta.latest_ts,
-                    existed,
-                    previous: self
-                        .store
-                        .record(k, meta.latest)?
-                        .map(|r| r.into_info(meta.latest)),
-                });
-            }
-            return Err(FirnError::Conflict {
-                current: meta.latest,
-            });
-        }
-        let previous = if return_previous && stored_any {
-            self.store
-                .record(k, meta.latest)?
-                .map(|r| r.into_info(meta.latest))
-        } else {
-            None
-        };
-        let version = meta.latest + 1;
-        let record = VersionRecord {
-            commit_ts: self.ts,
-            event_time_us,
-            value,
-        };
-        match spec.mode {
-            KeyspaceMode::Versioned => {
-                if !stored_any {
-                    meta.oldest = version;
-                }
-                self.batch
-                    .put(Table::Versions, version_key(k, version), encode(&record));
-                if let Some(max) = spec.max_versions {
-                    while version - meta.oldest + 1 > max {
-                        self.batch
-                            .remove(Table::Versions, version_key(k, meta.oldest));
-                        meta.oldest += 1;
-                    }
-                }
-            }
-            KeyspaceMode::Latest => {
-                if stored_any {
-                    self.remove_versions(k, meta.oldest, meta.latest);
-                }
-                meta.oldest = version;
-                self.batch
-                    .put(Table::Versions, version_key(k, version), encode(&record));
-            }
-            KeyspaceMode::Notify => {
-                if stored_any {
-                    self.remove_versions(k, meta.oldest, meta.latest);
-                }
-                meta.oldest = version + 1;
-            }
-        }
-        let now_live = record.value.is_some();
-        meta.latest = version;
-        meta.latest_ts = self.ts;
-        meta.latest_deleted = !now_live;
-        self.set_meta(k, meta);
-        self.live_delta += now_live as i64 - existed as i64;
-        self.events.push(WatchEvent {
-            key: key.clone(),
-            info: record.into_info(version),
-        });
-        Ok(Written {
-            key: key.clone(),
-            version,
-            commit_ts: self.ts,
-            existed,
-            previous,
-        })
-    }
-
-    fn remove_versions(&mut self, key: &[u8], from: Version, to: Version) {
-        for v in from..=to {
-            self.batch.remove(Table::Versions, version_key(key, v));
-        }
-    }
-
-    /// Drops stored versions before `before`, never the newest.
-    fn truncate_key(&mut self, key: &[u8], before: TruncateBefore) -> Result<u64, FirnError> {
-        let mut meta = self.meta(key)?;
-        if meta.latest == 0 || meta.oldest >= meta.latest {
-            return Ok(0);
-        }
-        let bound = match before {
-            TruncateBefore::Version(v) => v.min(meta.latest),
-            TruncateBefore::Time(t) => {
-                let older =
-                    self.store
-                        .records(key, meta.oldest, meta.latest - 1, false, usize::MAX)?;
-                older
-                    .iter()
-                    .take_while(|i| i.commit_ts < t)
-                    .last()
-                    .map_or(meta.oldest, |i| i.version + 1)
-            }
-        };
-        if bound <= meta.oldest {
-            return Ok(0);
-        }
-        let removed = bound - meta.oldest;
-        self.remove_versions(key, meta.oldest, bound - 1);
-        meta.oldest = bound;
-        self.set_meta(key, meta);
-        Ok(removed)
     }
 }

@@ -1,0 +1,399 @@
+//! Apply of one command: its changes are buffered in a [`Txn`] and committed by
+//! [`VersionedStore::apply_batch`](super::VersionedStore::apply_batch). Apply reads only the
+//! store and the command (never a clock, the network or randomness), so every replica
+//! reaches the same state.
+
+use std::collections::HashMap;
+use std::ops::Bound;
+
+use bytes::Bytes;
+use firn_model::limits::KEYSPACES_MAX;
+use firn_model::{
+    CommitTs, FirnError, Key, KeyRange, KeyspaceMode, Response, TruncateBefore, Version,
+    WatchEvent, WriteCondition, Written,
+};
+
+use super::{BULK_BATCH_WRITES_MAX, VersionedStore, WALK_PAGE, io_err, prefix_end};
+use crate::backend::{Batch, Table};
+use crate::command::Op;
+use crate::record::{KeyMeta, VersionRecord, encode, version_key};
+
+/// One command's changes, buffered until they commit as one batch.
+pub(super) struct Txn<'a> {
+    store: &'a VersionedStore,
+    pub(super) ts: CommitTs,
+    pub(super) batch: Batch,
+    /// Metas changed by this command, read back before the batch commits.
+    metas: HashMap<Vec<u8>, KeyMeta>,
+    pub(super) events: Vec<WatchEvent>,
+    pub(super) live_delta: i64,
+    pub(super) keyspaces_changed: bool,
+    /// Whether the command may commit in several storage batches (a bulk delete; see
+    /// [`BULK_BATCH_WRITES_MAX`]). Only a command applied alone may.
+    pub(super) paged: bool,
+}
+
+impl<'a> Txn<'a> {
+    /// `ts` is the stamp of the entry before; each command raises it.
+    pub(super) fn new(store: &'a VersionedStore, ts: CommitTs) -> Self {
+        Txn {
+            store,
+            ts,
+            batch: Batch::default(),
+            metas: HashMap::new(),
+            events: Vec::new(),
+            live_delta: 0,
+            keyspaces_changed: false,
+            paged: false,
+        }
+    }
+
+    fn meta(&self, key: &[u8]) -> Result<KeyMeta, FirnError> {
+        if let Some(m) = self.metas.get(key) {
+            return Ok(m.clone());
+        }
+        Ok(self.store.meta(key)?.unwrap_or(KeyMeta {
+            oldest: 1,
+            ..KeyMeta::default()
+        }))
+    }
+
+    fn set_meta(&mut self, key: &[u8], meta: KeyMeta) {
+        self.batch.put(Table::KeyMeta, key.to_vec(), encode(&meta));
+        self.metas.insert(key.to_vec(), meta);
+    }
+
+    pub(super) fn run(&mut self, op: &Op) -> Result<Response, FirnError> {
+        self.paged = is_bulk(op);
+        match op {
+            Op::Put(p) => {
+                let w = self.write_version(
+                    &p.key,
+                    Some(p.value.clone()),
+                    p.event_time_us,
+                    p.condition,
+                    p.return_previous,
+                )?;
+                Ok(Response::Written(vec![w]))
+            }
+            Op::MSet { items } => {
+                let mut out = Vec::with_capacity(items.len());
+                for (key, value) in items {
+                    out.push(self.write_version(
+                        key,
+                        Some(value.clone()),
+                        None,
+                        WriteCondition::Always,
+                        false,
+                    )?);
+                }
+                Ok(Response::Written(out))
+            }
+            Op::Delete { keys } => {
+                let mut out = Vec::with_capacity(keys.len());
+                for key in keys {
+                    // Deleting an absent key writes nothing (Redis DEL semantics).
+                    if !self.meta(key.as_bytes())?.is_live() {
+                        let meta = self.meta(key.as_bytes())?;
+                        out.push(Written {
+                            key: key.clone(),
+                            version: meta.latest,
+                            commit_ts: meta.latest_ts,
+                            existed: false,
+                            previous: None,
+                        });
+                        continue;
+                    }
+                    out.push(self.write_version(key, None, None, WriteCondition::Always, false)?);
+                }
+                Ok(Response::Written(out))
+            }
+            Op::Truncate { target, before } => {
+                let removed = match target {
+                    KeyRange::Key(k) => self.truncate_key(k.as_bytes(), *before)?,
+                    KeyRange::Prefix(p) => {
+                        self.walk_keys_under(p, |txn, key| txn.truncate_key(key, *before))?
+                    }
+                };
+                Ok(Response::Truncated {
+                    versions_removed: removed,
+                })
+            }
+            Op::ExpireByAge => {
+                let mut removed = 0;
+                for spec in self.store.keyspaces() {
+                    let Some(max_age) = spec.max_age_us else {
+                        continue;
+                    };
+                    let cutoff = CommitTs::new(self.ts.wall_us.saturating_sub(max_age), 0);
+                    removed += self.walk_keys_under(spec.prefix.as_bytes(), |txn, key| {
+                        if txn.store.keyspace_for(key).prefix != spec.prefix {
+                            return Ok(0);
+                        }
+                        txn.truncate_key(key, TruncateBefore::Time(cutoff))
+                    })?;
+                }
+                Ok(Response::Truncated {
+                    versions_removed: removed,
+                })
+            }
+            Op::KeyspaceCreate(spec) => {
+                spec.validate()?;
+                let existing = self.store.keyspaces();
+                if !existing.iter().any(|s| s.prefix == spec.prefix)
+                    && existing.len() >= KEYSPACES_MAX
+                {
+                    return Err(FirnError::Refused(format!(
+                        "there are already {KEYSPACES_MAX} keyspaces, the limit"
+                    )));
+                }
+                self.batch.put(
+                    Table::Keyspaces,
+                    spec.prefix.as_bytes().to_vec(),
+                    encode(spec),
+                );
+                self.keyspaces_changed = true;
+                Ok(Response::Done)
+            }
+            Op::KeyspaceDrop { prefix } => {
+                if prefix.is_empty() {
+                    return Err(FirnError::Refused(
+                        "the default keyspace \"\" cannot be dropped".into(),
+                    ));
+                }
+                if !self.store.keyspaces().iter().any(|s| &s.prefix == prefix) {
+                    return Err(FirnError::KeyspaceNotFound(prefix.clone()));
+                }
+                self.batch
+                    .remove(Table::Keyspaces, prefix.as_bytes().to_vec());
+                self.keyspaces_changed = true;
+                Ok(Response::Done)
+            }
+            Op::CloseTime => Ok(Response::Done),
+            Op::FlushAll => {
+                // Metadata first: a key without it is gone for every read, and versions a
+                // crash leaves behind are removed when the entry is applied again.
+                for table in [Table::KeyMeta, Table::Versions] {
+                    let mut after: Option<Vec<u8>> = None;
+                    loop {
+                        let lower = after.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+                        let page = self
+                            .store
+                            .backend
+                            .range(table, lower, Bound::Unbounded, false, WALK_PAGE)
+                            .map_err(io_err)?;
+                        let Some((last, _)) = page.last() else { break };
+                        after = Some(last.clone());
+                        for (k, _) in page {
+                            self.make_room(1)?;
+                            self.batch.remove(table, k);
+                        }
+                    }
+                }
+                Ok(Response::Done)
+            }
+        }
+    }
+
+    /// Runs `each` on every key under `prefix` in key order, reading the keys a page at a
+    /// time (never the whole keyspace at once); returns the sum of what `each` returned.
+    fn walk_keys_under(
+        &mut self,
+        prefix: &[u8],
+        mut each: impl FnMut(&mut Self, &[u8]) -> Result<u64, FirnError>,
+    ) -> Result<u64, FirnError> {
+        let end = prefix_end(prefix);
+        let upper = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+        let mut after: Option<Vec<u8>> = None;
+        let mut total = 0;
+        loop {
+            let lower = after
+                .as_deref()
+                .map_or(Bound::Included(prefix), Bound::Excluded);
+            let page = self
+                .store
+                .backend
+                .range(Table::KeyMeta, lower, upper, false, WALK_PAGE)
+                .map_err(io_err)?;
+            let done = page.len() < WALK_PAGE;
+            for (key, _) in &page {
+                total += each(self, key)?;
+            }
+            match page.into_iter().next_back() {
+                Some((last, _)) if !done => after = Some(last),
+                _ => return Ok(total),
+            }
+        }
+    }
+
+    /// Makes room for `writes` more writes in the current storage batch, writing out what
+    /// is queued when they would not fit. Only a bulk delete may commit in several batches:
+    /// the caller's bookkeeping (the applied position) goes in the last one, so a crash in
+    /// between applies the whole command again, and each batch leaves every key it touched
+    /// consistent (its metadata names a stored oldest version), so that replay finds the
+    /// same keys to finish.
+    pub(super) fn make_room(&mut self, writes: usize) -> Result<(), FirnError> {
+        assert!(self.paged, "only a bulk delete commits in several batches");
+        assert!(writes <= BULK_BATCH_WRITES_MAX);
+        if self.batch.len() + writes <= BULK_BATCH_WRITES_MAX {
+            return Ok(());
+        }
+        let batch = std::mem::take(&mut self.batch);
+        self.store.backend.write(batch).map_err(io_err)?;
+        // What the overlay held is in storage now.
+        self.metas.clear();
+        Ok(())
+    }
+
+    fn write_version(
+        &mut self,
+        key: &Key,
+        value: Option<Bytes>,
+        event_time_us: Option<u64>,
+        condition: WriteCondition,
+        return_previous: bool,
+    ) -> Result<Written, FirnError> {
+        let k = key.as_bytes();
+        let spec = self.store.keyspace_for(k);
+        let mut meta = self.meta(k)?;
+        let existed = meta.is_live();
+        let condition_holds = match condition {
+            WriteCondition::Always => true,
+            WriteCondition::IfVersion(0) => !existed,
+            WriteCondition::IfVersion(v) => meta.latest == v,
+            WriteCondition::IfPresent => existed,
+        };
+        let stored_any = meta.latest > 0 && meta.oldest <= meta.latest;
+        if !condition_holds {
+            // Redis `SET … NX GET` on a present key writes nothing and answers the current
+            // value, not a conflict.
+            if return_previous && condition == WriteCondition::IfVersion(0) {
+                return Ok(Written {
+                    key: key.clone(),
+                    version: meta.latest,
+                    commit_ts: meta.latest_ts,
+                    existed,
+                    previous: self
+                        .store
+                        .record(k, meta.latest)?
+                        .map(|r| r.into_info(meta.latest)),
+                });
+            }
+            return Err(FirnError::Conflict {
+                current: meta.latest,
+            });
+        }
+        let previous = if return_previous && stored_any {
+            self.store
+                .record(k, meta.latest)?
+                .map(|r| r.into_info(meta.latest))
+        } else {
+            None
+        };
+        let version = meta.latest + 1;
+        let record = VersionRecord {
+            commit_ts: self.ts,
+            event_time_us,
+            value,
+        };
+        match spec.mode {
+            KeyspaceMode::Versioned => {
+                if !stored_any {
+                    meta.oldest = version;
+                }
+                self.batch
+                    .put(Table::Versions, version_key(k, version), encode(&record));
+                if let Some(max) = spec.max_versions {
+                    while version - meta.oldest + 1 > max {
+                        self.batch
+                            .remove(Table::Versions, version_key(k, meta.oldest));
+                        meta.oldest += 1;
+                    }
+                }
+            }
+            KeyspaceMode::Latest => {
+                if stored_any {
+                    self.remove_versions(k, meta.oldest, meta.latest);
+                }
+                meta.oldest = version;
+                self.batch
+                    .put(Table::Versions, version_key(k, version), encode(&record));
+            }
+            KeyspaceMode::Notify => {
+                if stored_any {
+                    self.remove_versions(k, meta.oldest, meta.latest);
+                }
+                meta.oldest = version + 1;
+            }
+        }
+        let now_live = record.value.is_some();
+        meta.latest = version;
+        meta.latest_ts = self.ts;
+        meta.latest_deleted = !now_live;
+        self.set_meta(k, meta);
+        self.live_delta += now_live as i64 - existed as i64;
+        self.events.push(WatchEvent {
+            key: key.clone(),
+            info: record.into_info(version),
+        });
+        Ok(Written {
+            key: key.clone(),
+            version,
+            commit_ts: self.ts,
+            existed,
+            previous,
+        })
+    }
+
+    fn remove_versions(&mut self, key: &[u8], from: Version, to: Version) {
+        for v in from..=to {
+            self.batch.remove(Table::Versions, version_key(key, v));
+        }
+    }
+
+    /// Drops stored versions before `before`, never the newest. The versions go oldest
+    /// first, at most a batch's room at a time, each run with the metadata that stops
+    /// naming them: a reader, or a replay after a crash, always finds `oldest` stored.
+    fn truncate_key(&mut self, key: &[u8], before: TruncateBefore) -> Result<u64, FirnError> {
+        let mut meta = self.meta(key)?;
+        if meta.latest == 0 || meta.oldest >= meta.latest {
+            return Ok(0);
+        }
+        let bound = match before {
+            TruncateBefore::Version(v) => v.min(meta.latest),
+            TruncateBefore::Time(t) => {
+                // Stamps grow with versions: the bound is past the last one before t.
+                let mut bound = meta.oldest;
+                self.store
+                    .walk_records(key, meta.oldest, meta.latest - 1, false, |info| {
+                        if info.commit_ts >= t {
+                            return Ok(false);
+                        }
+                        bound = info.version + 1;
+                        Ok(true)
+                    })?;
+                bound
+            }
+        };
+        if bound <= meta.oldest {
+            return Ok(0);
+        }
+        let removed = bound - meta.oldest;
+        while meta.oldest < bound {
+            // One version and the metadata at least.
+            self.make_room(2)?;
+            let room = (BULK_BATCH_WRITES_MAX - self.batch.len() - 1) as u64;
+            let to = bound.min(meta.oldest + room);
+            self.remove_versions(key, meta.oldest, to - 1);
+            meta.oldest = to;
+            self.set_meta(key, meta.clone());
+        }
+        Ok(removed)
+    }
+}
+
+/// Whether `op` is a bulk delete: it may touch every key of the shard, so it commits in
+/// batches of at most [`BULK_BATCH_WRITES_MAX`] writes rather than in one.
+fn is_bulk(op: &Op) -> bool {
+    matches!(op, Op::FlushAll | Op::Truncate { .. } | Op::ExpireByAge)
+}
