@@ -108,8 +108,10 @@ async fn sessions(
     let session = Session(Arc::new(std::sync::Mutex::new(ClientSession::after(after))));
     request.extensions_mut().insert(session.clone());
     let mut response = next.run(request).await;
-    let token = session.lock().token();
-    if let Some(v) = token.and_then(|t| HeaderValue::from_str(&t.to_string()).ok()) {
+    // Every answer carries the token, `0-0` before the client has seen any stamp (as
+    // `FIRN.TOKEN` answers).
+    let token = session.lock().token().unwrap_or(CommitTs::ZERO);
+    if let Ok(v) = HeaderValue::from_str(&token.to_string()) {
         response.headers_mut().insert(TOKEN_HEADER, v);
     }
     response

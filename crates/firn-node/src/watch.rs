@@ -140,3 +140,76 @@ impl WatchStream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use firn_model::{KeyRange, VersionInfo};
+
+    use super::*;
+
+    fn event(key: &str, version: u64, wall_us: u64) -> WatchEvent {
+        WatchEvent {
+            key: Key::new(Bytes::copy_from_slice(key.as_bytes())).unwrap(),
+            info: VersionInfo {
+                version,
+                commit_ts: CommitTs::new(wall_us, 0),
+                event_time_us: None,
+                deleted: false,
+                value: None,
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn each_version_is_delivered_once_and_the_bookkeeping_stays_one_entry_wide() {
+        let request = WatchRequest {
+            target: KeyRange::Prefix(Bytes::from_static(b"k/")),
+            from: WatchFrom::Version(1),
+        };
+        let (tx, rx) = broadcast::channel(4_096);
+        // Replayed: two versions; the live feed repeats the second (the subscription began
+        // before the replay read), then an MSET writes two keys with one stamp, twice over
+        // (a remote poll after a failover), then a thousand distinct keys.
+        let replay = vec![(0, event("k/a", 1, 10)), (0, event("k/a", 2, 20))];
+        let mut live = vec![
+            event("k/a", 2, 20),
+            event("k/x", 1, 30),
+            event("k/y", 1, 30),
+            event("k/x", 1, 30),
+            event("k/y", 1, 30),
+        ];
+        live.extend((0..1_000).map(|i| event(&format!("k/{i:04}"), 1, 100 + i)));
+        let mut stream = WatchStream::new(request, replay, vec![rx]);
+        for e in &live {
+            tx.send(e.clone()).unwrap();
+        }
+        drop(tx);
+        let mut seen = Vec::new();
+        let mut widest = 0;
+        while let Some(e) = stream.next().await {
+            let e = e.unwrap();
+            seen.push((e.key.to_string(), e.info.version));
+            widest = widest.max(stream.bookkeeping_len());
+        }
+        assert_eq!(
+            seen.len(),
+            2 + 2 + 1_000,
+            "each version once: {:?}",
+            &seen[..6]
+        );
+        assert_eq!(
+            &seen[..4],
+            &[
+                ("k/a".to_string(), 1),
+                ("k/a".to_string(), 2),
+                ("k/x".to_string(), 1),
+                ("k/y".to_string(), 1)
+            ]
+        );
+        assert!(
+            widest <= 2,
+            "the watch remembered {widest} keys; one entry's keys at most"
+        );
+    }
+}

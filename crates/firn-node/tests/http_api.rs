@@ -279,3 +279,43 @@ async fn sse_watch_streams_committed_versions() {
     assert_eq!(data[1]["key"], "w/b");
     node.shutdown().await;
 }
+
+/// Keyspace and cluster endpoints are sessions like the rest: each answer carries
+/// `Firn-Token`, the token sent (`Firn-After`) or one the answer raised it to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyspace_and_cluster_endpoints_carry_the_session_token() {
+    let node = start_node(false).await;
+    let base = format!("http://{}", node.http_addr);
+    tokio::task::spawn_blocking(move || {
+        let a = agent();
+        let (_, r) = call(a.put(&format!("{base}/v1/kv/k")), Some(b"v"));
+        let token = r.header("firn-token").expect("a write's token").to_string();
+        assert_ne!(token, "0-0");
+        let after = |req: ureq::Request| req.set("Firn-After", &token);
+        let answers = [
+            call(after(a.get(&format!("{base}/v1/keyspaces"))), None),
+            call(
+                after(a.post(&format!("{base}/v1/keyspaces")))
+                    .set("content-type", "application/json"),
+                Some(br#"{"prefix": "cam/", "mode": "latest"}"#),
+            ),
+            call(after(a.delete(&format!("{base}/v1/keyspaces/cam/"))), None),
+            call(after(a.get(&format!("{base}/v1/cluster"))), None),
+            call(after(a.get(&format!("{base}/healthz"))), None),
+        ];
+        for (code, r) in answers {
+            assert!(code < 300, "{} answered {code}", r.get_url());
+            assert_eq!(
+                r.header("firn-token"),
+                Some(token.as_str()),
+                "{} carries the session's token",
+                r.get_url()
+            );
+        }
+        // Without a token sent, an answer that showed no stamp carries the zero token.
+        let (_, r) = call(a.get(&format!("{base}/v1/cluster")), None);
+        assert_eq!(r.header("firn-token"), Some("0-0"));
+    })
+    .await
+    .unwrap();
+}
