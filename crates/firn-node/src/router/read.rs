@@ -3,6 +3,7 @@
 //! time), then — unless it reads at a closed time — a barrier (ReadIndex on the leader, the
 //! leader's read index on a follower), then reads the replica's applied state.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use firn_model::{
@@ -25,7 +26,7 @@ impl Router {
     /// Serves `read` on this node's `replica`.
     pub(super) async fn read_here(
         &self,
-        replica: &ShardReplica,
+        replica: &Arc<ShardReplica>,
         read: KvRead,
         ctx: &CallContext,
     ) -> Result<Answer, FirnError> {
@@ -36,7 +37,7 @@ impl Router {
             self.barrier_for(replica.shard_id(), read.consistency())
                 .await?;
         }
-        read_unfenced(replica, read)
+        read_off_worker(replica, read).await
     }
 
     /// Executes reads that arrived together after one context. Each is validated first, so
@@ -86,26 +87,24 @@ impl Router {
         } else {
             Ok(())
         };
-        reads
-            .into_iter()
-            .zip(local)
-            .map(|(read, local)| {
-                let name = read.name();
-                metrics::counter!("firn_requests_total", "op" => name).increment(1);
-                let fenced = read.as_of().is_none() && read.consistency() != ReadConsistency::Local;
-                let result = match (&barrier, local) {
-                    (_, Err(e)) => Err(e),
-                    (Err(e), _) if fenced => Err(e.clone()),
-                    _ => read_unfenced(&replica, read),
-                };
-                metrics::histogram!("firn_request_seconds", "op" => name)
-                    .record(started.elapsed().as_secs_f64());
-                if result.is_err() {
-                    metrics::counter!("firn_request_errors_total", "op" => name).increment(1);
-                }
-                result
-            })
-            .collect()
+        let mut results = Vec::with_capacity(reads.len());
+        for (read, local) in reads.into_iter().zip(local) {
+            let name = read.name();
+            metrics::counter!("firn_requests_total", "op" => name).increment(1);
+            let fenced = read.as_of().is_none() && read.consistency() != ReadConsistency::Local;
+            let result = match (&barrier, local) {
+                (_, Err(e)) => Err(e),
+                (Err(e), _) if fenced => Err(e.clone()),
+                _ => read_off_worker(&replica, read).await,
+            };
+            metrics::histogram!("firn_request_seconds", "op" => name)
+                .record(started.elapsed().as_secs_f64());
+            if result.is_err() {
+                metrics::counter!("firn_request_errors_total", "op" => name).increment(1);
+            }
+            results.push(result);
+        }
+        results
     }
 
     async fn barrier_for(
@@ -200,6 +199,37 @@ async fn wait_closed(replica: &ShardReplica, t: CommitTs) -> Result<(), FirnErro
         )));
     }
     replica.store().wait_closed(t, CLOSED_WAIT).await
+}
+
+/// Keys a read may touch and still run on the async worker: a handful of point reads
+/// (microseconds each) cost less than handing them to another thread.
+const POINT_READS_INLINE_MAX: usize = 16;
+
+/// Whether `read` is a few point reads (each O(log versions) at most), cheap enough to run
+/// on the async worker. Walks — a scan, a history, a read by event time (which walks a
+/// key's history) — are not.
+fn is_short(read: &KvRead) -> bool {
+    match read {
+        KvRead::Get { at, .. } => !matches!(at, ReadAt::EventTime(_)),
+        KvRead::MGet { keys, at, .. } => {
+            keys.len() <= POINT_READS_INLINE_MAX && !matches!(at, ReadAt::EventTime(_))
+        }
+        KvRead::Exists { keys, .. } => keys.len() <= POINT_READS_INLINE_MAX,
+        KvRead::DbSize => true,
+        KvRead::History { .. } | KvRead::Scan { .. } | KvRead::Snapshot { .. } => false,
+    }
+}
+
+/// Reads `replica` without a barrier, a long read on the blocking pool, so that one long
+/// walk never stalls the other connections an async worker serves.
+async fn read_off_worker(replica: &Arc<ShardReplica>, read: KvRead) -> Result<Answer, FirnError> {
+    if is_short(&read) {
+        return read_unfenced(replica, read);
+    }
+    let replica = replica.clone();
+    tokio::task::spawn_blocking(move || read_unfenced(&replica, read))
+        .await
+        .map_err(|e| FirnError::Internal(format!("a read stopped: {e}")))?
 }
 
 /// A read against a replica's applied state, without a barrier. Its answer is observed

@@ -42,7 +42,11 @@ impl Router {
         let mut replay = Vec::new();
         for (feed, r) in held.iter().enumerate() {
             self.barrier(r.shard_id(), false).await?;
-            let events = r.store().replay(&request.target, request.from)?;
+            // A replay may walk many versions: off the async workers.
+            let (store, target, from) = (r.store().clone(), request.target.clone(), request.from);
+            let events = tokio::task::spawn_blocking(move || store.replay(&target, from))
+                .await
+                .map_err(|e| FirnError::Internal(format!("a replay stopped: {e}")))??;
             replay.extend(events.into_iter().map(|e| (feed, e)));
         }
         for shard in remote {
@@ -131,7 +135,12 @@ impl Router {
         let mut waited = false;
         loop {
             let cursor = store.last_commit_ts();
-            let mut events = store.replay(&target, from)?;
+            let mut events = {
+                let (store, target) = (store.clone(), target.clone());
+                tokio::task::spawn_blocking(move || store.replay(&target, from))
+                    .await
+                    .map_err(|e| FirnError::Internal(format!("a replay stopped: {e}")))??
+            };
             if !events.is_empty() || waited {
                 events.sort_by_key(|e| e.info.commit_ts);
                 return Ok((events, cursor));
