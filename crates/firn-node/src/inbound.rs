@@ -1,8 +1,10 @@
-//! Calls from other nodes, answered here. The peer transport hands each call to an
-//! [`Inbox`] at once (it exists before the node's router does); the calls wait in bounded
-//! queues until [`serve`] answers them, each lane with a stated limit on the calls it
-//! handles at once. Forwarded requests (which may wait on other nodes) have a lane of their
-//! own, so that they can never hold up the short calls they depend on (read indexes).
+//! Calls from other nodes, answered here. The peer transport hands each call to the
+//! [`Inbox`] at once: the inbox exists before the node's router does, and calls that arrive
+//! before it is published wait for it (no part is bound late into another that calls it).
+//! Each call is answered in the transport's own task, with no further hand-off. How many
+//! calls a node handles at once is bounded once, by the transport
+//! (`firn_raft::peer::PEER_APP_CONCURRENCY_MAX` handled and `PEER_APP_WAITING_MAX` waiting;
+//! past that a caller hears `busy`, which it takes as TRYAGAIN).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,52 +12,34 @@ use std::sync::Arc;
 
 use firn_model::FirnError;
 use firn_raft::peer::AppHandler;
-use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use tokio::sync::watch;
 
 use crate::cluster::meta::MetaClient;
 use crate::router::Router;
 use crate::rpc::{NodeRpc, Rpc};
 
-/// Forwarded requests one node handles at once. Each holds little (a request, a proposal in
-/// flight); past this, callers wait in the queue and the peer connection pushes back.
-pub const INBOUND_FORWARDED_MAX: usize = 4_096;
-/// Other calls (read indexes, watch polls, descriptions, cluster changes) handled at once.
-pub const INBOUND_CONTROL_MAX: usize = 1_024;
-/// Calls queued per lane before the peer transport waits to hand over more.
-const INBOUND_QUEUE_MAX: usize = 1_024;
-
-type Call = (NodeRpc, oneshot::Sender<Vec<u8>>);
-
 /// Where the peer transport leaves calls for this node.
-pub struct Inbox {
-    forwarded: mpsc::Sender<Call>,
-    control: mpsc::Sender<Call>,
+pub struct Inbox(watch::Receiver<Option<Arc<Answerer>>>);
+
+/// Publishes the answering side once it exists ([`Opening::open`]).
+pub struct Opening(watch::Sender<Option<Arc<Answerer>>>);
+
+pub fn inbox() -> (Arc<Inbox>, Opening) {
+    let (tx, rx) = watch::channel(None);
+    (Arc::new(Inbox(rx)), Opening(tx))
 }
 
-/// The receiving ends of an [`Inbox`], for [`serve`].
-pub struct InboxQueues {
-    forwarded: mpsc::Receiver<Call>,
-    control: mpsc::Receiver<Call>,
-}
-
-pub fn inbox() -> (Arc<Inbox>, InboxQueues) {
-    let (ftx, frx) = mpsc::channel(INBOUND_QUEUE_MAX);
-    let (ctx, crx) = mpsc::channel(INBOUND_QUEUE_MAX);
-    (
-        Arc::new(Inbox {
-            forwarded: ftx,
-            control: ctx,
-        }),
-        InboxQueues {
-            forwarded: frx,
-            control: crx,
-        },
-    )
+impl Opening {
+    /// From now on, calls are answered by `router` and `meta`.
+    pub fn open(self, router: Arc<Router>, meta: Arc<MetaClient>) {
+        self.0
+            .send_replace(Some(Arc::new(Answerer { router, meta })));
+    }
 }
 
 impl AppHandler for Inbox {
     fn handle(&self, payload: Vec<u8>) -> Pin<Box<dyn Future<Output = Vec<u8>> + Send>> {
-        let lanes = (self.forwarded.clone(), self.control.clone());
+        let mut ready = self.0.clone();
         Box::pin(async move {
             let call = match postcard::from_bytes::<NodeRpc>(&payload) {
                 Ok(c) => c,
@@ -67,65 +51,19 @@ impl AppHandler for Inbox {
                     return postcard::to_stdvec(&e).unwrap_or_default();
                 }
             };
-            let lane = match call {
-                NodeRpc::Execute(_) => lanes.0,
-                _ => lanes.1,
+            let answerer = match ready.wait_for(Option::is_some).await {
+                Ok(a) => a.clone(),
+                Err(_) => return Vec::new(), // the node stopped before it started
             };
-            let (tx, rx) = oneshot::channel();
-            if lane.send((call, tx)).await.is_err() {
-                return Vec::new(); // the node is stopping
+            match answerer {
+                Some(a) => a.answer(call).await,
+                None => Vec::new(),
             }
-            rx.await.unwrap_or_default()
         })
     }
 }
 
-/// Answers the calls in `queues` until `stop`, at most each lane's limit at once.
-pub async fn serve(
-    queues: InboxQueues,
-    router: Arc<Router>,
-    meta: Arc<MetaClient>,
-    stop: watch::Receiver<bool>,
-) {
-    let answerer = Arc::new(Answerer { router, meta });
-    tokio::join!(
-        lane(
-            queues.forwarded,
-            INBOUND_FORWARDED_MAX,
-            answerer.clone(),
-            stop.clone()
-        ),
-        lane(queues.control, INBOUND_CONTROL_MAX, answerer, stop),
-    );
-}
-
-async fn lane(
-    mut queue: mpsc::Receiver<Call>,
-    limit: usize,
-    answerer: Arc<Answerer>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let permits = Arc::new(Semaphore::new(limit));
-    loop {
-        let (call, reply) = tokio::select! {
-            next = queue.recv() => match next {
-                Some(c) => c,
-                None => return,
-            },
-            _ = stop.changed() => return,
-        };
-        let Ok(permit) = permits.clone().acquire_owned().await else {
-            return;
-        };
-        let answerer = answerer.clone();
-        tokio::spawn(async move {
-            let _ = reply.send(answerer.answer(call).await);
-            drop(permit);
-        });
-    }
-}
-
-struct Answerer {
+pub struct Answerer {
     router: Arc<Router>,
     meta: Arc<MetaClient>,
 }

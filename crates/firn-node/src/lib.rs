@@ -18,6 +18,7 @@ pub mod resp;
 pub mod router;
 pub mod rpc;
 pub mod session;
+pub mod view;
 pub mod watch;
 
 pub use config::NodeConfig;

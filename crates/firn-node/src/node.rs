@@ -181,7 +181,7 @@ impl RunningNode {
         ));
         let groups = LocalGroups::default();
         // Calls from peers wait in the inbox until the router answering them exists.
-        let (inbox, inbox_queues) = crate::inbound::inbox();
+        let (inbox, opening) = crate::inbound::inbox();
         let mut tasks = vec![tokio::spawn(serve_peers(
             peer_listener,
             groups.clone(),
@@ -228,12 +228,7 @@ impl RunningNode {
             allow_flushall: config.allow_flushall,
             client_addrs: (resp_addr.to_string(), http_addr.to_string()),
         }));
-        tasks.push(tokio::spawn(crate::inbound::serve(
-            inbox_queues,
-            router.clone(),
-            meta_client,
-            stop_rx.clone(),
-        )));
+        opening.open(router.clone(), meta_client);
         let host: Arc<dyn ShardHost> = router.clone();
         let mut follower = LayoutFollower::new(meta.clone(), host.clone(), publish);
         // A node alone, and a node restarting, serve before `start` returns: the layout is

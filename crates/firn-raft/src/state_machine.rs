@@ -20,6 +20,9 @@ use crate::types::{
 /// Most log entries applied in one storage batch: bounds the batch's memory and how long
 /// proposers wait for the first of them to be answered.
 const APPLY_BATCH_ENTRIES_MAX: usize = 1_024;
+/// Most keys a batch of small writes may touch and still be applied on the async worker
+/// (see `apply_pending`): a few hundred point writes take well under a millisecond.
+pub const APPLY_INLINE_KEYS_MAX: usize = 256;
 
 const SYS_APPLIED: &[u8] = b"raft_applied";
 const SYS_MEMBERSHIP: &[u8] = b"raft_membership";
@@ -110,11 +113,14 @@ type Pending = Vec<(LogId, LogCommand, Option<ApplyResponder<FirnRaft>>)>;
 impl ShardStateMachine {
     /// Applies the collected commands as one storage batch and answers their proposers.
     ///
-    /// The batch runs on tokio's blocking pool, not on the async worker: one command can
-    /// be long (FLUSHALL, a prefix truncate, age retention walk many keys), and on the
-    /// worker it would stall every task scheduled there — heartbeats, other groups, client
-    /// connections. Awaiting each batch before the next keeps log order, and proposers are
-    /// answered in that order after their batch commits.
+    /// A batch that may be long runs on tokio's blocking pool, not on the async worker: one
+    /// command can be long (FLUSHALL, a prefix truncate, age retention walk many keys), and
+    /// on the worker it would stall every task scheduled there — heartbeats, other groups,
+    /// client connections. A batch of a few small writes (at most [`APPLY_INLINE_KEYS_MAX`]
+    /// keys) is applied where it is: it takes microseconds, less than the two thread
+    /// hand-offs of the pool (measured: those cost about a tenth of a 3-node cluster's put
+    /// throughput on 2 cores). Awaiting each batch before the next keeps log order, and
+    /// proposers are answered in that order after their batch commits.
     async fn apply_pending(&self, pending: &mut Pending) -> io::Result<()> {
         let Some((last_id, _, _)) = pending.last() else {
             return Ok(());
@@ -124,13 +130,22 @@ impl ShardStateMachine {
             .drain(..)
             .map(|(_, LogCommand(cmd), responder)| (cmd, responder))
             .unzip();
-        let store = self.store.clone();
-        let results = tokio::task::spawn_blocking(move || {
+        let keys: usize = cmds
+            .iter()
+            .map(|c| c.op.keys_written().unwrap_or(usize::MAX))
+            .fold(0, usize::saturating_add);
+        let results = if keys <= APPLY_INLINE_KEYS_MAX {
             let cmds: Vec<&Command> = cmds.iter().collect();
-            store.apply_batch(&cmds, system)
-        })
-        .await
-        .map_err(io::Error::other)?
+            self.store.apply_batch(&cmds, system)
+        } else {
+            let store = self.store.clone();
+            tokio::task::spawn_blocking(move || {
+                let cmds: Vec<&Command> = cmds.iter().collect();
+                store.apply_batch(&cmds, system)
+            })
+            .await
+            .map_err(io::Error::other)?
+        }
         // A storage failure leaves the state unknown: stop this replica.
         .map_err(firn_to_io)?;
         for (responder, result) in responders.into_iter().zip(results) {

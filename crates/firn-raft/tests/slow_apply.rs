@@ -7,8 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use firn_model::{FirnError, HybridClock, Key, PutRequest, Response};
+use firn_model::{FirnError, HybridClock, Response};
 use firn_raft::log_store::Fsync;
 use firn_raft::shard::READ_ROUND_WAITERS_MAX;
 use firn_raft::{ShardConfig, ShardReplica};
@@ -83,14 +82,8 @@ async fn open(dir: &std::path::Path, backend: Arc<SlowBackend>) -> ShardReplica 
         .unwrap()
 }
 
-fn put_op(k: &str, v: &str) -> Op {
-    Op::Put(PutRequest::new(
-        Key::new(Bytes::copy_from_slice(k.as_bytes())).unwrap(),
-        Bytes::copy_from_slice(v.as_bytes()),
-    ))
-}
-
-/// One worker thread: a long apply on the worker would stop every other task until it ends.
+/// One worker thread: a long apply (a FLUSHALL: a bulk delete) on the worker would stop
+/// every other task until it ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn a_long_apply_leaves_the_async_worker_free_for_other_tasks() {
     const APPLY_MS: u64 = 1_000;
@@ -115,10 +108,10 @@ async fn a_long_apply_leaves_the_async_worker_free_for_other_tasks() {
     let started = Instant::now();
     let write = tokio::spawn({
         let replica = replica.clone();
-        async move { replica.write(put_op("k", "v")).await }
+        async move { replica.write(Op::FlushAll).await }
     });
     let written = write.await.unwrap().unwrap();
-    assert!(matches!(written, Response::Written(_)), "{written:?}");
+    assert!(matches!(written, Response::Done), "{written:?}");
     let took = started.elapsed();
     assert!(
         took >= Duration::from_millis(APPLY_MS),
@@ -153,7 +146,7 @@ async fn reads_past_the_waiting_bound_of_a_stuck_read_round_are_told_to_try_agai
     backend.write_delay_ms.store(1_500, Ordering::Relaxed);
     let write = tokio::spawn({
         let replica = replica.clone();
-        async move { replica.write(put_op("k", "v")).await }
+        async move { replica.write(Op::FlushAll).await }
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     let first = tokio::spawn({

@@ -50,6 +50,21 @@ impl Op {
     }
 }
 
+impl Op {
+    /// How many keys the command writes when that is known from the command alone (a point
+    /// write); `None` for one that walks keys or history (FLUSHALL, truncation, retention,
+    /// keyspace changes) or reads the version it replaces.
+    pub fn keys_written(&self) -> Option<usize> {
+        match self {
+            Op::Put(p) if !p.return_previous => Some(1),
+            Op::Delete { keys } => Some(keys.len()),
+            Op::MSet { items } => Some(items.len()),
+            Op::CloseTime => Some(0),
+            _ => None,
+        }
+    }
+}
+
 /// Every kv write is one log operation: the conversion is total, so no write can lack one.
 impl From<KvWrite> for Op {
     fn from(write: KvWrite) -> Op {

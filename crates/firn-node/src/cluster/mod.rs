@@ -1,13 +1,13 @@
-//! The cluster part: the meta group that holds the layout ([`meta`]), the meta leader's
-//! steward that moves replicas and leaders ([`steward`]), and the follower that applies each
-//! new layout on this node and publishes it on a channel ([`follower`]). It reaches the
-//! shards only through the narrow [`ShardHost`] trait, never the router itself.
+//! The cluster part: the layout and placement ([`layout`]), the meta group that holds it
+//! ([`meta`]), the meta leader's steward that moves replicas and leaders ([`steward`]), and
+//! the follower that applies each new layout on this node and publishes it on a channel
+//! ([`follower`]). It reaches the shards only through the narrow [`ShardHost`] trait, never
+//! the router itself.
 
 pub mod follower;
 pub mod layout;
 pub mod meta;
 pub mod steward;
-pub mod view;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -17,8 +17,8 @@ use firn_model::{FirnError, Response};
 use firn_raft::{NodeId, ShardId};
 
 use self::layout::ClusterLayout;
-use self::view::ClusterView;
 use crate::rpc::ShardPart;
+use crate::view::ClusterView;
 
 /// A future the host answers with.
 pub type HostFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

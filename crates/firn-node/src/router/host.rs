@@ -10,9 +10,9 @@ use firn_raft::{NodeId, ShardId};
 
 use super::Router;
 use crate::cluster::layout::ClusterLayout;
-use crate::cluster::view::{ClusterView, NodeView, ReplicaView};
 use crate::cluster::{HostFuture, ShardHost};
 use crate::rpc::{Describe, SetReplicas, ShardPart, TransferLeader};
+use crate::view::{ClusterView, NodeView, ReplicaView};
 
 /// How long a node waits for a peer to describe itself: describing is a glance, and a node
 /// that does not answer at once is shown down.

@@ -14,7 +14,7 @@ use firn_store::Op;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::view::NodeView;
+use crate::view::NodeView;
 
 /// How long a call may take unless it says otherwise. A healthy peer answers in
 /// milliseconds; past this the peer is probably gone, and the client hears UNCERTAIN (a

@@ -7,7 +7,7 @@ use firn_model::slot::Slot;
 use firn_raft::{NodeId, ShardId};
 use serde::{Deserialize, Serialize};
 
-use super::layout::{ClusterLayout, Move};
+use crate::cluster::layout::{ClusterLayout, Move};
 
 /// One node's own account of itself: where clients reach it and the replicas it holds.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -1,0 +1,132 @@
+//! Admin endpoints: keyspaces, the cluster, health and metrics.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response as HttpResponse};
+use firn_model::time::parse_duration_us;
+use firn_model::{AdminRequest, FirnError, KeyspaceSpec, Response};
+use serde::Deserialize;
+use serde_json::{Value as Json, json};
+
+use super::{ApiResult, Session, bad_json, unexpected};
+use crate::router::Router;
+
+pub(super) fn keyspace_json(s: &KeyspaceSpec) -> Json {
+    json!({ "prefix": s.prefix, "mode": s.mode.to_string(), "max_versions": s.max_versions, "max_age_us": s.max_age_us, "durability": "disk" })
+}
+
+pub(super) async fn list_keyspaces(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+) -> ApiResult<axum::Json<Json>> {
+    match session
+        .execute(&router, AdminRequest::KeyspaceList.into())
+        .await?
+        .response
+    {
+        Response::Keyspaces(specs) => Ok(axum::Json(
+            json!({ "keyspaces": specs.iter().map(keyspace_json).collect::<Vec<_>>() }),
+        )),
+        other => Err(unexpected(other)),
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct KeyspaceBody {
+    prefix: String,
+    mode: Option<String>,
+    max_versions: Option<u64>,
+    /// Seconds, or a duration with units (`7d`).
+    max_age: Option<Json>,
+    durability: Option<String>,
+}
+
+pub(super) async fn create_keyspace(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    body: Result<axum::Json<KeyspaceBody>, JsonRejection>,
+) -> ApiResult<(StatusCode, axum::Json<Json>)> {
+    let axum::Json(body) = body.map_err(bad_json)?;
+    let mut spec = KeyspaceSpec {
+        prefix: body.prefix,
+        ..KeyspaceSpec::default_keyspace()
+    };
+    if let Some(m) = body.mode {
+        spec.mode = m.parse()?;
+    }
+    spec.max_versions = body.max_versions;
+    spec.max_age_us = match body.max_age {
+        None | Some(Json::Null) => None,
+        Some(Json::Number(n)) => Some(parse_duration_us(&n.to_string())?),
+        Some(Json::String(s)) => Some(parse_duration_us(&s)?),
+        Some(other) => {
+            return Err(FirnError::BadArgument(format!(
+                "max_age must be seconds or a duration like \"7d\", not {other}"
+            ))
+            .into());
+        }
+    };
+    if let Some(d) = body.durability {
+        spec.durability = d.parse()?;
+    }
+    session
+        .execute(&router, AdminRequest::KeyspaceCreate(spec.clone()).into())
+        .await?;
+    Ok((StatusCode::CREATED, axum::Json(keyspace_json(&spec))))
+}
+
+pub(super) async fn drop_keyspace(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    Path(prefix): Path<String>,
+) -> ApiResult<StatusCode> {
+    session
+        .execute(&router, AdminRequest::KeyspaceDrop { prefix }.into())
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// This node's replicas (`shards`, as in /healthz) and the whole cluster as this node sees
+/// it (`nodes`, `cluster`).
+pub(super) async fn cluster(State(router): State<Arc<Router>>) -> axum::Json<Json> {
+    let view = router.cluster_view().await;
+    axum::Json(
+        json!({ "node_id": router.node_id(), "shards": router.replicas().status(), "cluster": view }),
+    )
+}
+
+/// Starts removing a node: 202, the move goes on in the background (see /v1/cluster).
+pub(super) async fn remove_node(
+    State(router): State<Arc<Router>>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let id = id
+        .parse()
+        .map_err(|_| FirnError::BadArgument(format!("node id '{id}' is not a number")))?;
+    router.remove_node(id).await?;
+    Ok(StatusCode::ACCEPTED)
+}
+
+pub(super) async fn healthz(State(router): State<Arc<Router>>) -> HttpResponse {
+    let status = router.replicas().status();
+    let serving = status.iter().all(|s| s.leader.is_some());
+    let code = if serving {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        code,
+        axum::Json(
+            json!({ "status": if serving { "ok" } else { "unavailable" }, "shards": status }),
+        ),
+    )
+        .into_response()
+}
+
+pub(super) async fn metrics() -> String {
+    crate::metrics::handle().render()
+}

@@ -1,0 +1,70 @@
+//! Versions, values and pages as JSON and headers.
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, HeaderValue};
+use base64::Engine;
+use firn_model::time::micros_to_rfc3339;
+use firn_model::{Key, VersionInfo, Written};
+use serde_json::{Value as Json, json};
+
+pub(super) fn version_headers(info: &VersionInfo) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    let mut set = |name: &'static str, value: String| {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.insert(name, v);
+        }
+    };
+    set("firn-version", info.version.to_string());
+    set("firn-commit-ts", info.commit_ts.to_string());
+    if let Some(t) = info.event_time_us {
+        set("firn-event-time", t.to_string());
+    }
+    h
+}
+
+/// A value in JSON: text when it is UTF-8, base64 otherwise.
+pub(super) fn value_json(value: &Option<bytes::Bytes>) -> (String, Json) {
+    match value {
+        None => ("value".into(), Json::Null),
+        Some(v) => match std::str::from_utf8(v) {
+            Ok(s) => ("value".into(), json!(s)),
+            Err(_) => (
+                "value_base64".into(),
+                json!(base64::engine::general_purpose::STANDARD.encode(v)),
+            ),
+        },
+    }
+}
+
+pub(super) fn version_json(info: &VersionInfo) -> Json {
+    let mut j = json!({
+        "version": info.version,
+        "commit_ts": info.commit_ts.to_string(),
+        "commit_time": micros_to_rfc3339(info.commit_ts.wall_us),
+        "event_time": info.event_time_us,
+        "deleted": info.deleted,
+        "size": info.size(),
+    });
+    let (field, value) = value_json(&info.value);
+    j[field] = value;
+    j
+}
+
+pub(super) fn written_json(w: &Written) -> Json {
+    json!({ "key": w.key.to_string(), "version": w.version, "commit_ts": w.commit_ts.to_string(), "existed": w.existed })
+}
+
+/// A page of keys: `{keys: [{key, version, …}], next_cursor}`.
+pub(super) fn scan_page_json(keys: &[(Key, VersionInfo)], next_cursor: Option<Bytes>) -> Json {
+    json!({
+        "keys": keys.iter().map(|(k, info)| { let mut j = version_json(info); j["key"] = json!(k.to_string()); j }).collect::<Vec<_>>(),
+        "next_cursor": next_cursor.map(|c| String::from_utf8_lossy(&c).into_owned()),
+    })
+}
+
+/// Keys asked for, each with what was found: `{values: [{key, found: {…} | null}]}`.
+pub(super) fn values_json(keys: &[Key], values: Vec<Option<VersionInfo>>) -> Json {
+    json!({
+        "values": keys.iter().zip(values).map(|(k, v)| json!({"key": k.to_string(), "found": v.as_ref().map(version_json)})).collect::<Vec<_>>()
+    })
+}

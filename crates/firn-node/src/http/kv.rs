@@ -1,0 +1,258 @@
+//! Key-value endpoints: `/v1/kv`, `/v1/history`, `/v1/scan`, `/v1/mget`, `/v1/snapshot`,
+//! `/v1/truncate`.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response as HttpResponse};
+use firn_model::limits::PAGE_ITEMS_DEFAULT;
+use firn_model::time::{micros_to_rfc3339, parse_micros, parse_read_time};
+use firn_model::{
+    FirnError, KeyRange, KvRead, KvWrite, PutRequest, ReadAt, Request, Response, SnapshotOf,
+    TruncateBefore, WriteCondition,
+};
+use serde::Deserialize;
+use serde_json::{Value as Json, json};
+
+use super::json::{scan_page_json, values_json, version_headers, version_json, written_json};
+use super::params::{consistency, key_of, keys_and_params, param_u64, read_at};
+use super::{ApiResult, Params, Session, bad_json, unexpected};
+use crate::router::Router;
+
+pub(super) async fn get_kv(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    Path(key): Path<String>,
+    Query(q): Params,
+) -> ApiResult<HttpResponse> {
+    let request = KvRead::Get {
+        key: key_of(key)?,
+        at: read_at(&q)?,
+        consistency: consistency(&q)?,
+    };
+    let answer = session.execute(&router, request.into()).await?;
+    match answer.response {
+        Response::Value(Some(info)) => {
+            let mut headers = version_headers(&info);
+            // A local read says how far behind it may be.
+            if let Some(stale) = answer.staleness {
+                if let Ok(v) = HeaderValue::from_str(&stale.applied_through.to_string()) {
+                    headers.insert("firn-applied-through", v);
+                }
+                headers.insert("firn-stale-at-most-us", HeaderValue::from(stale.at_most_us));
+            }
+            Ok((headers, info.value.unwrap_or_default()).into_response())
+        }
+        Response::Value(None) => Ok((StatusCode::NOT_FOUND, axum::Json(json!({"error": "NOTFOUND", "message": "no such key at the requested version or time"}))).into_response()),
+        other => Err(unexpected(other)),
+    }
+}
+
+pub(super) async fn put_kv(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    Path(key): Path<String>,
+    Query(q): Params,
+    body: Bytes,
+) -> ApiResult<HttpResponse> {
+    let mut put = PutRequest::new(key_of(key)?, body);
+    if let Some(v) = param_u64(&q, "if_version")? {
+        put.condition = WriteCondition::IfVersion(v);
+    }
+    put.event_time_us = q.get("event_time").map(|t| parse_micros(t)).transpose()?;
+    match session
+        .execute(&router, KvWrite::Put(put).into())
+        .await?
+        .response
+    {
+        Response::Written(w) if !w.is_empty() => {
+            let mut headers = HeaderMap::new();
+            headers.insert("firn-version", HeaderValue::from(w[0].version));
+            if let Ok(v) = HeaderValue::from_str(&w[0].commit_ts.to_string()) {
+                headers.insert("firn-commit-ts", v);
+            }
+            Ok((headers, axum::Json(written_json(&w[0]))).into_response())
+        }
+        other => Err(unexpected(other)),
+    }
+}
+
+pub(super) async fn delete_kv(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    Path(key): Path<String>,
+) -> ApiResult<axum::Json<Json>> {
+    match session
+        .execute(
+            &router,
+            KvWrite::Delete {
+                keys: vec![key_of(key)?],
+            }
+            .into(),
+        )
+        .await?
+        .response
+    {
+        Response::Written(w) if !w.is_empty() => Ok(axum::Json(written_json(&w[0]))),
+        other => Err(unexpected(other)),
+    }
+}
+
+pub(super) async fn history(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    Path(key): Path<String>,
+    Query(q): Params,
+) -> ApiResult<axum::Json<Json>> {
+    let request: Request = KvRead::History {
+        key: key_of(key)?,
+        from: param_u64(&q, "from")?.unwrap_or(1),
+        to: param_u64(&q, "to")?,
+        limit: param_u64(&q, "limit")?.map_or(PAGE_ITEMS_DEFAULT, |l| l as usize),
+        as_of: q.get("as_of").map(|t| parse_read_time(t)).transpose()?,
+        consistency: consistency(&q)?,
+    }
+    .into();
+    match session.execute(&router, request).await?.response {
+        Response::History(h) => Ok(axum::Json(
+            json!({ "versions": h.iter().map(version_json).collect::<Vec<_>>() }),
+        )),
+        other => Err(unexpected(other)),
+    }
+}
+
+pub(super) async fn scan(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    Query(q): Params,
+) -> ApiResult<axum::Json<Json>> {
+    let at = read_at(&q)?;
+    if matches!(at, ReadAt::Version(_)) {
+        return Err(
+            FirnError::BadArgument("scan takes as_of or event_time, not version".into()).into(),
+        );
+    }
+    let request: Request = KvRead::Scan {
+        prefix: Bytes::from(q.get("prefix").cloned().unwrap_or_default()),
+        cursor: q
+            .get("cursor")
+            .filter(|c| !c.is_empty())
+            .map(|c| Bytes::from(c.clone())),
+        limit: param_u64(&q, "limit")?.map_or(PAGE_ITEMS_DEFAULT, |l| l as usize),
+        pattern: q.get("match").map(|m| Bytes::from(m.clone())),
+        at,
+        consistency: consistency(&q)?,
+    }
+    .into();
+    match session.execute(&router, request).await?.response {
+        Response::Scan { keys, next_cursor } => Ok(axum::Json(scan_page_json(&keys, next_cursor))),
+        other => Err(unexpected(other)),
+    }
+}
+
+pub(super) async fn mget(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> ApiResult<axum::Json<Json>> {
+    let (keys, q) = keys_and_params(pairs)?;
+    let request: Request = KvRead::MGet {
+        keys: keys.clone(),
+        at: read_at(&q)?,
+        consistency: consistency(&q)?,
+    }
+    .into();
+    match session.execute(&router, request).await?.response {
+        Response::Values(values) => Ok(axum::Json(values_json(&keys, values))),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// `?key=a&key=b` or `?prefix=p[&cursor=c][&limit=n]`, with `at=T` or (without) the newest
+/// time every shard involved has closed.
+pub(super) async fn snapshot(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> ApiResult<axum::Json<Json>> {
+    let (keys, q) = keys_and_params(pairs)?;
+    let of = match (keys.is_empty(), q.get("prefix")) {
+        (false, None) => SnapshotOf::Keys(keys.clone()),
+        (true, Some(prefix)) => SnapshotOf::Prefix {
+            prefix: Bytes::from(prefix.clone()),
+            cursor: q
+                .get("cursor")
+                .filter(|c| !c.is_empty())
+                .map(|c| Bytes::from(c.clone())),
+            limit: param_u64(&q, "limit")?.map_or(PAGE_ITEMS_DEFAULT, |l| l as usize),
+        },
+        _ => {
+            return Err(FirnError::BadArgument(
+                "a snapshot reads either keys (key=…, repeated) or one prefix (prefix=…)".into(),
+            )
+            .into());
+        }
+    };
+    let at = q.get("at").map(|t| parse_read_time(t)).transpose()?;
+    match session
+        .execute(&router, KvRead::Snapshot { of, at }.into())
+        .await?
+        .response
+    {
+        Response::Snapshot { at, read } => {
+            let mut body = match *read {
+                Response::Values(values) => values_json(&keys, values),
+                Response::Scan { keys, next_cursor } => scan_page_json(&keys, next_cursor),
+                other => return Err(unexpected(other)),
+            };
+            body["at"] = json!(at.to_string());
+            body["at_time"] = json!(micros_to_rfc3339(at.wall_us));
+            Ok(axum::Json(body))
+        }
+        other => Err(unexpected(other)),
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct TruncateBody {
+    key: Option<String>,
+    prefix: Option<String>,
+    before_version: Option<u64>,
+    before_time: Option<String>,
+}
+
+pub(super) async fn truncate(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    body: Result<axum::Json<TruncateBody>, JsonRejection>,
+) -> ApiResult<axum::Json<Json>> {
+    let axum::Json(body) = body.map_err(bad_json)?;
+    let target = match (body.key, body.prefix) {
+        (Some(k), None) => KeyRange::Key(key_of(k)?),
+        (None, Some(p)) => KeyRange::Prefix(Bytes::from(p)),
+        _ => return Err(FirnError::BadArgument("give exactly one of key, prefix".into()).into()),
+    };
+    let before = match (body.before_version, body.before_time) {
+        (Some(v), None) => TruncateBefore::Version(v),
+        (None, Some(t)) => TruncateBefore::Time(parse_read_time(&t)?),
+        _ => {
+            return Err(FirnError::BadArgument(
+                "give exactly one of before_version, before_time".into(),
+            )
+            .into());
+        }
+    };
+    match session
+        .execute(&router, KvWrite::Truncate { target, before }.into())
+        .await?
+        .response
+    {
+        Response::Truncated { versions_removed } => {
+            Ok(axum::Json(json!({ "versions_removed": versions_removed })))
+        }
+        other => Err(unexpected(other)),
+    }
+}

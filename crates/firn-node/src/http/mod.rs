@@ -1,0 +1,157 @@
+//! The HTTP/JSON front end: parses into the same typed requests the RESP front end does and
+//! calls the same router, in one session per request. Values travel as raw bytes, metadata
+//! in `Firn-*` headers. Endpoints by subsystem: [`kv`], [`watch`], [`admin`].
+
+mod admin;
+mod json;
+mod kv;
+mod params;
+mod watch;
+
+use self::admin::{
+    cluster, create_keyspace, drop_keyspace, healthz, list_keyspaces, metrics, remove_node,
+};
+use self::kv::{delete_kv, get_kv, history, mget, put_kv, scan, snapshot, truncate};
+use self::watch::watch;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::Router as HttpRouter;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, Query};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response as HttpResponse};
+use axum::routing::{delete, get, post};
+use firn_model::limits::VALUE_BYTES_MAX_CEILING;
+use firn_model::{Answer, CommitTs, FirnError, Request, Response};
+use serde_json::json;
+
+use crate::router::Router;
+use crate::session::Session as ClientSession;
+
+type Params = Query<HashMap<String, String>>;
+
+/// How long a node's shutdown waits for HTTP answers in progress; open watch streams end at
+/// once when it begins.
+pub const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The node is stopping: open watch streams end.
+#[derive(Clone)]
+struct Stopping(tokio::sync::watch::Receiver<bool>);
+
+pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> HttpRouter {
+    HttpRouter::new()
+        .route("/v1/kv/{*key}", get(get_kv).put(put_kv).delete(delete_kv))
+        .route("/v1/history/{*key}", get(history))
+        .route("/v1/scan", get(scan))
+        .route("/v1/mget", get(mget))
+        .route("/v1/snapshot", get(snapshot))
+        .route("/v1/watch", get(watch))
+        .route("/v1/truncate", post(truncate))
+        .route("/v1/keyspaces", get(list_keyspaces).post(create_keyspace))
+        .route(
+            "/v1/keyspaces/{*prefix}",
+            axum::routing::delete(drop_keyspace),
+        )
+        .route("/v1/cluster", get(cluster))
+        .route("/v1/cluster/nodes/{id}", delete(remove_node))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        // Bodies up to the ceiling reach the router, which states the configured limit.
+        .layer(DefaultBodyLimit::max(VALUE_BYTES_MAX_CEILING + 1))
+        .layer(axum::middleware::from_fn(sessions))
+        .layer(axum::Extension(Stopping(stop)))
+        .with_state(router)
+}
+
+/// The causality token a client sends back (`Firn-After`) and the one every answer carries
+/// (`Firn-Token`): the same commit-stamp text RESP's `FIRN.TOKEN` and `FIRN.AFTER` use.
+const AFTER_HEADER: &str = "firn-after";
+const TOKEN_HEADER: &str = "firn-token";
+
+/// One HTTP request's session: it comes after the client's token, and its answer carries
+/// the newest stamp the client has now seen. HTTP has no connection state, so the client
+/// keeps the token between requests.
+#[derive(Clone)]
+struct Session(Arc<std::sync::Mutex<ClientSession>>);
+
+impl Session {
+    /// Executes `request` after the client's token and raises the token to what it shows.
+    async fn execute(&self, router: &Router, request: Request) -> Result<Answer, FirnError> {
+        let ctx = self.lock().context();
+        let result = router.execute(&ctx, request).await;
+        self.lock().saw_result(result)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ClientSession> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Reads `Firn-After` into the request's [`Session`] and writes `Firn-Token` on its answer
+/// (errors included: the token is then the one sent).
+async fn sessions(
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> HttpResponse {
+    let after = match request.headers().get(AFTER_HEADER).map(|v| {
+        v.to_str()
+            .map_err(|_| FirnError::BadTime("Firn-After is not text".into()))
+            .and_then(|t| {
+                t.parse::<CommitTs>()
+                    .map_err(|e| FirnError::BadTime(format!("Firn-After: {e}")))
+            })
+    }) {
+        None => None,
+        Some(Ok(t)) => Some(t),
+        Some(Err(e)) => return ApiError(e).into_response(),
+    };
+    let session = Session(Arc::new(std::sync::Mutex::new(ClientSession::after(after))));
+    request.extensions_mut().insert(session.clone());
+    let mut response = next.run(request).await;
+    // Every answer carries the token, `0-0` before the client has seen any stamp (as
+    // `FIRN.TOKEN` answers).
+    let token = session.lock().token().unwrap_or(CommitTs::ZERO);
+    if let Ok(v) = HeaderValue::from_str(&token.to_string()) {
+        response.headers_mut().insert(TOKEN_HEADER, v);
+    }
+    response
+}
+
+/// A Firn error as an HTTP answer: its status and `{"error", "message", …}`.
+struct ApiError(FirnError);
+
+impl From<FirnError> for ApiError {
+    fn from(e: FirnError) -> Self {
+        ApiError(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> HttpResponse {
+        let status =
+            StatusCode::from_u16(self.0.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut body = json!({ "error": self.0.resp_code(), "message": self.0.to_string() });
+        match &self.0 {
+            FirnError::Conflict { current } => body["current_version"] = json!(current),
+            FirnError::Compacted { oldest } => body["oldest_version"] = json!(oldest),
+            _ => {}
+        }
+        (status, axum::Json(body)).into_response()
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// A body that is not the JSON an endpoint takes: the same error shape as every other.
+fn bad_json(rejection: JsonRejection) -> ApiError {
+    ApiError(FirnError::BadArgument(format!(
+        "request body: {}",
+        rejection.body_text()
+    )))
+}
+
+fn unexpected(r: Response) -> ApiError {
+    ApiError(FirnError::Internal(format!("unexpected answer {r:?}")))
+}

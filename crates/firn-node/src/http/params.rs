@@ -1,0 +1,65 @@
+//! Query parameters and path segments, read into the typed values requests take.
+
+use std::collections::HashMap;
+
+use axum::body::Bytes;
+use firn_model::time::{parse_micros, parse_read_time};
+use firn_model::{FirnError, Key, ReadAt, ReadConsistency};
+
+pub(super) fn key_of(path: String) -> Result<Key, FirnError> {
+    Key::new(Bytes::from(path))
+}
+
+pub(super) fn param_u64(q: &HashMap<String, String>, name: &str) -> Result<Option<u64>, FirnError> {
+    q.get(name)
+        .map(|v| {
+            v.parse::<u64>().map_err(|_| {
+                FirnError::BadArgument(format!("{name} must be a non-negative integer, got '{v}'"))
+            })
+        })
+        .transpose()
+}
+
+pub(super) fn consistency(q: &HashMap<String, String>) -> Result<ReadConsistency, FirnError> {
+    q.get("consistency")
+        .map_or(Ok(ReadConsistency::Linearizable), |c| c.parse())
+}
+
+/// `version`, `as_of` or `event_time`: at most one.
+pub(super) fn read_at(q: &HashMap<String, String>) -> Result<ReadAt, FirnError> {
+    let given: Vec<ReadAt> = [
+        param_u64(q, "version")?.map(ReadAt::Version),
+        q.get("as_of")
+            .map(|t| parse_read_time(t))
+            .transpose()?
+            .map(ReadAt::AsOf),
+        q.get("event_time")
+            .map(|t| parse_micros(t))
+            .transpose()?
+            .map(ReadAt::EventTime),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    match given.as_slice() {
+        [] => Ok(ReadAt::Latest),
+        [one] => Ok(*one),
+        _ => Err(FirnError::BadArgument(
+            "give at most one of version, as_of, event_time".into(),
+        )),
+    }
+}
+
+/// The repeated `key` parameters (`?key=a&key=b`, so the query is read as a list of pairs),
+/// and the other parameters.
+pub(super) fn keys_and_params(
+    pairs: Vec<(String, String)>,
+) -> Result<(Vec<Key>, HashMap<String, String>), FirnError> {
+    let keys = pairs
+        .iter()
+        .filter(|(n, _)| n == "key")
+        .map(|(_, k)| key_of(k.clone()))
+        .collect::<Result<_, _>>()?;
+    let params = pairs.into_iter().filter(|(n, _)| n != "key").collect();
+    Ok((keys, params))
+}
