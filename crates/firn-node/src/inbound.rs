@@ -53,7 +53,7 @@ impl AppHandler for Inbox {
             };
             let answerer = match ready.wait_for(Option::is_some).await {
                 Ok(a) => a.clone(),
-                Err(_) => return Vec::new(), // the node stopped before it started
+                Err(_) => None, // the node stopped before it started
             };
             match answerer {
                 Some(a) => a.answer(call).await,

@@ -1,13 +1,15 @@
 //! A replica of one: writes go through the log, survive a restart, and a snapshot lets the
 //! log be purged without losing state.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use firn_model::{HybridClock, Key, PutRequest, ReadAt, Response};
+use firn_model::{Key, PutRequest, ReadAt, Response};
+use firn_raft::ShardReplica;
 use firn_raft::log_store::Fsync;
-use firn_raft::{ShardConfig, ShardReplica};
 use firn_store::{FjallBackend, Op};
 
 fn open_db(dir: &std::path::Path) -> fjall::Database {
@@ -15,25 +17,8 @@ fn open_db(dir: &std::path::Path) -> fjall::Database {
 }
 
 async fn open(dir: &std::path::Path, db: fjall::Database) -> ShardReplica {
-    let commit = firn_raft::log_store::GroupCommit::start(db.clone(), Fsync::Always).unwrap();
-    let cfg = ShardConfig {
-        shard_id: 0,
-        node_id: 1,
-        node_addr: "127.0.0.1:0".into(),
-        backend: Arc::new(FjallBackend::open(db.clone(), "shard0").unwrap()),
-        members: Default::default(),
-        initialize: true,
-        pool: Arc::new(firn_raft::peer::PeerPool::new(1, Default::default())),
-        groups: Default::default(),
-        db,
-        commit,
-        snapshot_dir: dir.join("snapshots"),
-        snapshot_every_entries: 1_000_000,
-        close_time_every: None,
-    };
-    ShardReplica::open(cfg, Arc::new(HybridClock::system()))
-        .await
-        .unwrap()
+    let backend = Arc::new(FjallBackend::open(db.clone(), "shard0").unwrap());
+    common::open_single(dir, db, backend, Fsync::Always).await
 }
 
 async fn put(replica: &ShardReplica, k: &str, v: &str) -> u64 {

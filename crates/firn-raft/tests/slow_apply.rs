@@ -1,16 +1,18 @@
 //! A replica whose state machine storage is slow: long applies must not stall the runtime,
 //! and reads waiting behind them are bounded.
 
+mod common;
+
 use std::io;
 use std::ops::Bound;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use firn_model::{FirnError, HybridClock, Response};
+use firn_model::{FirnError, Response};
+use firn_raft::ShardReplica;
 use firn_raft::log_store::Fsync;
 use firn_raft::shard::READ_ROUND_WAITERS_MAX;
-use firn_raft::{ShardConfig, ShardReplica};
 use firn_store::backend::{Batch, Dump, Pair, Table};
 use firn_store::{MemoryBackend, Op, StorageBackend};
 
@@ -61,25 +63,7 @@ impl StorageBackend for SlowBackend {
 
 async fn open(dir: &std::path::Path, backend: Arc<SlowBackend>) -> ShardReplica {
     let db = fjall::Database::builder(dir.join("db")).open().unwrap();
-    let commit = firn_raft::log_store::GroupCommit::start(db.clone(), Fsync::Never).unwrap();
-    let cfg = ShardConfig {
-        shard_id: 0,
-        node_id: 1,
-        node_addr: "127.0.0.1:0".into(),
-        backend,
-        members: Default::default(),
-        initialize: true,
-        pool: Arc::new(firn_raft::peer::PeerPool::new(1, Default::default())),
-        groups: Default::default(),
-        db,
-        commit,
-        snapshot_dir: dir.join("snapshots"),
-        snapshot_every_entries: 1_000_000,
-        close_time_every: None,
-    };
-    ShardReplica::open(cfg, Arc::new(HybridClock::system()))
-        .await
-        .unwrap()
+    common::open_single(dir, db, backend, Fsync::Never).await
 }
 
 /// One worker thread: a long apply (a FLUSHALL: a bulk delete) on the worker would stop

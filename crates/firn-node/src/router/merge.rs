@@ -9,10 +9,10 @@ use super::Pending;
 /// How a request's part answers combine.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Merge {
-    /// Values, back in the order of `n` keys.
-    Values { n: usize },
-    /// What each write did, back in the order of `n` keys.
-    Written { n: usize },
+    /// Values, back in the order of the request's keys.
+    Values,
+    /// What each write did, back in the order of the request's keys.
+    Written,
     /// Counts, summed.
     Count,
     /// Pages of keys from every shard, cut where every shard's page is complete.
@@ -22,24 +22,12 @@ pub(super) enum Merge {
 }
 
 impl Merge {
-    /// This merge for `n` keys.
-    pub(super) fn of(self, n: usize) -> Merge {
-        match self {
-            Merge::Values { .. } => Merge::Values { n },
-            Merge::Written { .. } => Merge::Written { n },
-            other => other,
-        }
-    }
-
-    /// Puts per-shard answers of a split request back in the order of its keys.
+    /// Puts per-shard answers of a split request of `n` keys back in the order of its keys.
     pub(super) async fn split(
         self,
         parts: Vec<(Pending, Vec<usize>)>,
+        n: usize,
     ) -> Result<Answer, FirnError> {
-        let n = match self {
-            Merge::Values { n } | Merge::Written { n } => n,
-            _ => 0,
-        };
         let mut values = vec![None; n];
         let mut written: Vec<Option<Written>> = vec![None; n];
         let mut count = 0u64;
@@ -65,7 +53,7 @@ impl Merge {
             }
         }
         let merged = match self {
-            Merge::Values { .. } => Response::Values(values),
+            Merge::Values => Response::Values(values),
             Merge::Count => Response::Count(count),
             _ => Response::Written(written.into_iter().flatten().collect()),
         };
@@ -99,7 +87,7 @@ impl Merge {
                 },
                 _ => Response::Done,
             },
-            Merge::Values { .. } | Merge::Written { .. } => {
+            Merge::Values | Merge::Written => {
                 return Err(FirnError::Internal(format!(
                     "{self:?} merges a split request, not one every shard ran"
                 )));
@@ -114,13 +102,11 @@ impl Merge {
 struct Seen {
     observed: Option<firn_model::CommitTs>,
     staleness: Option<Staleness>,
-    parts: usize,
     unbounded: bool,
 }
 
 impl Seen {
     fn take(&mut self, answer: Answer) -> Response {
-        self.parts += 1;
         self.observed = self.observed.max(answer.observed);
         match (answer.staleness, self.staleness) {
             (None, _) => self.unbounded = true,

@@ -242,14 +242,14 @@ impl Router {
         };
         let outcome = match plan::plan(&layout, request) {
             Plan::One(shard, part) => self.on_shard(shard, part, ctx.clone(), 0).await,
-            Plan::Split { parts, merge } => {
+            Plan::Split { parts, merge, keys } => {
                 let started = futures::future::join_all(parts.into_iter().map(
                     |(shard, part, positions)| async move {
                         (self.on_shard(shard, part, ctx.clone(), 0).await, positions)
                     },
                 ))
                 .await;
-                Box::pin(merge.split(started))
+                Box::pin(merge.split(started, keys))
             }
             Plan::All { part, merge } => {
                 let started = futures::future::join_all(

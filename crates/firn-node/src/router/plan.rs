@@ -17,6 +17,8 @@ pub(super) enum Plan {
     Split {
         parts: Vec<(ShardId, ShardPart, Vec<usize>)>,
         merge: Merge,
+        /// Keys in the whole request.
+        keys: usize,
     },
     /// The same part on every shard.
     All {
@@ -51,7 +53,8 @@ pub(super) fn plan(layout: &ClusterLayout, request: KvRequest) -> Plan {
             .collect();
         Plan::Split {
             parts,
-            merge: merge.of(n),
+            merge,
+            keys: n,
         }
     };
     let everywhere = |part: ShardPart, merge: Merge| match layout.shards.as_slice() {
@@ -76,7 +79,7 @@ pub(super) fn plan(layout: &ClusterLayout, request: KvRequest) -> Plan {
                         consistency,
                     })
                 },
-                Merge::Values { n: 0 },
+                Merge::Values,
             ),
             KvRead::Exists { keys, consistency } => split_keys(
                 keys,
@@ -103,7 +106,7 @@ pub(super) fn plan(layout: &ClusterLayout, request: KvRequest) -> Plan {
             KvWrite::Delete { keys } => split_keys(
                 keys,
                 &|keys| ShardPart::Write(Op::Delete { keys }),
-                Merge::Written { n: 0 },
+                Merge::Written,
             ),
             KvWrite::MSet { items } => {
                 let n = items.len();
@@ -113,7 +116,8 @@ pub(super) fn plan(layout: &ClusterLayout, request: KvRequest) -> Plan {
                     .collect();
                 Plan::Split {
                     parts,
-                    merge: Merge::Written { n },
+                    merge: Merge::Written,
+                    keys: n,
                 }
             }
             write @ (KvWrite::Truncate { .. } | KvWrite::FlushAll) => {

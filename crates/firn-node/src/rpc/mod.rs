@@ -24,8 +24,6 @@ pub const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// A request one node sends another, and the type of its reply.
 pub trait Rpc: Serialize + Into<NodeRpc> {
     type Reply: Serialize + DeserializeOwned;
-    /// How long the caller waits for the reply.
-    const TIMEOUT: Duration = PEER_CALL_TIMEOUT;
 }
 
 /// Declares the calls: each becomes a variant of [`NodeRpc`] and an [`Rpc`] with its reply.
@@ -151,7 +149,7 @@ impl PeerClient {
 
     /// Calls node `target` (never this node: callers answer themselves directly).
     pub async fn call<R: Rpc>(&self, target: NodeId, call: R) -> Result<R::Reply, FirnError> {
-        self.call_within(target, call, R::TIMEOUT).await
+        self.call_within(target, call, PEER_CALL_TIMEOUT).await
     }
 
     pub async fn call_within<R: Rpc>(
@@ -173,7 +171,7 @@ impl PeerClient {
         let payload = encode(call)?;
         let answer = self
             .pool
-            .call_addr(addr, PeerRequest::App(payload), R::TIMEOUT)
+            .call_addr(addr, PeerRequest::App(payload), PEER_CALL_TIMEOUT)
             .await;
         decode::<R>(addr, answer)
     }
