@@ -43,6 +43,12 @@ pub enum FirnError {
     Unavailable(String),
     #[error("internal error: {0}")]
     Internal(String),
+    /// A log read below the trim point of its tag.
+    #[error("records before {first_kept} were trimmed; the first kept seq is {first_kept}")]
+    Trimmed { first_kept: crate::log::LogSeq },
+    /// A log nothing was ever appended to.
+    #[error("no log named '{0}'")]
+    LogNotFound(String),
 }
 
 impl FirnError {
@@ -51,6 +57,8 @@ impl FirnError {
         match self {
             FirnError::Conflict { .. } => "CONFLICT",
             FirnError::Compacted { .. } => "COMPACTED",
+            FirnError::Trimmed { .. } => "TRIMMED",
+            FirnError::LogNotFound(_) => "NOLOG",
             FirnError::TryAgain(_) => "TRYAGAIN",
             FirnError::Indeterminate(_) => "UNCERTAIN",
             FirnError::Unavailable(_) => "CLUSTERDOWN",
@@ -65,7 +73,8 @@ impl FirnError {
             FirnError::KeyTooLarge { .. } | FirnError::ValueTooLarge { .. } => 413,
             FirnError::Conflict { .. } => 409,
             FirnError::Compacted { .. } => 410,
-            FirnError::KeyspaceNotFound(_) => 404,
+            FirnError::KeyspaceNotFound(_) | FirnError::LogNotFound(_) => 404,
+            FirnError::Trimmed { .. } => 410,
             FirnError::Refused(_) => 403,
             FirnError::TryAgain(_) | FirnError::Unavailable(_) => 503,
             FirnError::Indeterminate(_) => 504,

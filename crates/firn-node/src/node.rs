@@ -310,6 +310,11 @@ impl RunningNode {
     /// Stops accepting requests, ends connections (RESP ones within
     /// [`crate::resp::SHUTDOWN_CONNECTIONS_WAIT`], open watches included) and stops the Raft
     /// groups. Tasks still running after [`SHUTDOWN_TASKS_WAIT`] are cut off.
+    /// The node's router: what both front ends call (tests drive it directly).
+    pub fn router(&self) -> &Arc<Router> {
+        &self.router
+    }
+
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let deadline = tokio::time::Instant::now() + SHUTDOWN_TASKS_WAIT;

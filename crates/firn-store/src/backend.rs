@@ -24,14 +24,24 @@ pub enum Table {
     Keyspaces,
     /// bookkeeping: applied log position, last commit timestamp, live key count
     System,
+    /// encoded (log, tag, seq) → [`crate::store::log::StoredEntry`]: a record's copy under
+    /// each of its tags, in the shard that stores it
+    LogEntries,
+    /// encoded (log, tag) → [`crate::store::log::TagMeta`]
+    LogTags,
+    /// log name → [`crate::store::log::LogMeta`]
+    Logs,
 }
 
 impl Table {
-    pub const ALL: [Table; 4] = [
+    pub const ALL: [Table; 7] = [
         Table::KeyMeta,
         Table::Versions,
         Table::Keyspaces,
         Table::System,
+        Table::LogEntries,
+        Table::LogTags,
+        Table::Logs,
     ];
 
     fn index(self) -> usize {
@@ -46,6 +56,9 @@ impl Table {
             Table::Versions => "versions",
             Table::Keyspaces => "keyspaces",
             Table::System => "system",
+            Table::LogEntries => "log_entries",
+            Table::LogTags => "log_tags",
+            Table::Logs => "logs",
         };
         format!("{namespace}_{table}")
     }
@@ -117,7 +130,7 @@ pub trait StorageBackend: Send + Sync + 'static {
 /// Ordered in-memory tables; nothing survives a restart.
 #[derive(Default)]
 pub struct MemoryBackend {
-    tables: RwLock<[BTreeMap<Vec<u8>, Vec<u8>>; 4]>,
+    tables: RwLock<[BTreeMap<Vec<u8>, Vec<u8>>; 7]>,
 }
 
 fn owned(bound: Bound<&[u8]>) -> Bound<Vec<u8>> {
@@ -220,11 +233,11 @@ impl StorageBackend for MemoryBackend {
 /// The state machine's tables as fjall keyspaces in a database shared with the Raft log.
 pub struct FjallBackend {
     db: Database,
-    keyspaces: [Keyspace; 4],
+    keyspaces: [Keyspace; 7],
 }
 
 /// Largest memtable of one table before fjall writes it out (its default is 64 MiB; a node
-/// holds four tables for each replica, so memory would grow with the replicas it holds).
+/// holds seven tables for each replica, so memory would grow with the replicas it holds).
 const MEMTABLE_BYTES_MAX: u64 = 16 * 1024 * 1024;
 
 fn fjall_err(e: fjall::Error) -> io::Error {
@@ -243,6 +256,9 @@ impl FjallBackend {
             open(Table::Versions)?,
             open(Table::Keyspaces)?,
             open(Table::System)?,
+            open(Table::LogEntries)?,
+            open(Table::LogTags)?,
+            open(Table::Logs)?,
         ];
         Ok(FjallBackend { db, keyspaces })
     }

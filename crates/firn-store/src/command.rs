@@ -1,7 +1,10 @@
 //! The Raft log payload: a write, stamped by the leader with its proposal time.
 
 use bytes::Bytes;
-use firn_model::{CommitTs, Key, KeyRange, KeyspaceSpec, KvWrite, PutRequest, TruncateBefore};
+use firn_model::{
+    CommitTs, Key, KeyRange, KeyspaceSpec, KvWrite, LogSeq, NewRecord, PutRequest, StreamId,
+    StreamTrim, TruncateBefore,
+};
 use serde::{Deserialize, Serialize};
 
 /// A state change as it travels through the log. `ts` is the leader's HLC reading when it
@@ -36,6 +39,49 @@ pub enum Op {
     /// that time keeps closing.
     CloseTime,
     FlushAll,
+    /// Records of `log` stored in shard `home` (the shard of each record's first tag), each
+    /// under every one of its tags. A log record's seq is its stamp and `home`; a stream
+    /// entry (`stream` set: one record, one tag, the key) gets a Redis id, and may be
+    /// trimmed after.
+    LogAppend {
+        log: Key,
+        home: u32,
+        records: Vec<NewRecord>,
+        stream: Option<StreamAppend>,
+    },
+    /// Notes that `log` exists (on the shard of its name), or that shard `home` holds
+    /// records of `tag` (on the shard of the tag: the tag's directory). Idempotent.
+    LogEnsure {
+        log: Key,
+        tag: Option<Key>,
+        home: Option<u32>,
+    },
+    /// Drops this shard's records of `log` (of `tag`, or of every tag) with seq < `before`,
+    /// and keeps `before` as the trim point.
+    LogTrim {
+        log: Key,
+        tag: Option<Key>,
+        before: LogSeq,
+    },
+    /// XTRIM on the stream `key`.
+    StreamTrim {
+        key: Key,
+        trim: StreamTrim,
+    },
+    /// XDEL on the stream `key`.
+    StreamDel {
+        key: Key,
+        ids: Vec<LogSeq>,
+    },
+}
+
+/// How a stream append chooses its id, and what it trims after.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamAppend {
+    pub id: StreamId,
+    pub trim: Option<StreamTrim>,
+    /// NOMKSTREAM: append nothing if the stream does not exist.
+    pub no_create: bool,
 }
 
 impl Op {
@@ -45,6 +91,10 @@ impl Op {
         match self {
             Op::Put(p) => !p.return_previous,
             Op::Delete { .. } | Op::MSet { .. } | Op::CloseTime => true,
+            // An append reads only its tags' metadata, which the batch keeps in view; a
+            // stream trim after it walks entries.
+            Op::LogAppend { stream, .. } => stream.as_ref().is_none_or(|s| s.trim.is_none()),
+            Op::LogEnsure { .. } => true,
             _ => false,
         }
     }
@@ -60,6 +110,12 @@ impl Op {
             Op::Delete { keys } => Some(keys.len()),
             Op::MSet { items } => Some(items.len()),
             Op::CloseTime => Some(0),
+            Op::LogAppend {
+                records,
+                stream: None,
+                ..
+            } => Some(records.iter().map(|r| r.tags.len()).sum()),
+            Op::LogEnsure { .. } => Some(1),
             _ => None,
         }
     }

@@ -27,6 +27,7 @@ use crate::glob::glob_match;
 use crate::record::{KeyMeta, VersionRecord, decode, encode, version_key, version_of};
 
 mod apply;
+pub mod log;
 use apply::Txn;
 
 const SYS_LAST_TS: &[u8] = b"last_ts";
@@ -186,6 +187,12 @@ impl VersionedStore {
     /// watch channel, so a read never waits for the apply lock (held while a batch writes).
     pub fn last_commit_ts(&self) -> CommitTs {
         *self.closed.borrow()
+    }
+
+    /// Changes after every applied batch (to the newest applied stamp): what a blocked log
+    /// read waits on.
+    pub fn applied_watch(&self) -> watch::Receiver<CommitTs> {
+        self.closed.subscribe()
     }
 
     /// Every committed version, as it is applied.

@@ -2,17 +2,19 @@
 //! The router executes a [`Request`] with a [`CallContext`] beside it; nothing here knows
 //! which protocol it came from.
 //!
-//! Requests are grouped by subsystem: [`kv`] (reads and writes of keys), [`admin`]
-//! (keyspace definitions, decided in the meta group). Whether a request writes is its type:
+//! Requests are grouped by subsystem: [`kv`] (reads and writes of keys), [`log`] (the tagged
+//! shared log and Redis Streams), [`admin`] (keyspace definitions, decided in the meta group). Whether a request writes is its type:
 //! a [`KvWrite`] goes through a shard's log, a [`KvRead`] never does.
 
 pub mod admin;
 pub mod context;
 pub mod kv;
+pub mod log;
 
 pub use admin::AdminRequest;
 pub use context::{Answer, CallContext, Staleness};
 pub use kv::{KvRead, KvWrite, SnapshotOf};
+pub use log::{LogQuery, LogRead, LogRequest, LogWrite};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -20,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::hlc::CommitTs;
 use crate::key::{Key, Version};
 use crate::keyspace::KeyspaceSpec;
+use crate::log::{Appended, LogRecord, TagInfo};
 
 /// Which version of a key a read returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -139,6 +142,7 @@ pub struct WatchRequest {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
     Kv(KvRequest),
+    Log(LogRequest),
     Admin(AdminRequest),
 }
 
@@ -161,6 +165,18 @@ impl From<KvWrite> for Request {
     }
 }
 
+impl From<LogRead> for Request {
+    fn from(r: LogRead) -> Self {
+        Request::Log(LogRequest::Read(r))
+    }
+}
+
+impl From<LogWrite> for Request {
+    fn from(w: LogWrite) -> Self {
+        Request::Log(LogRequest::Write(w))
+    }
+}
+
 impl From<AdminRequest> for Request {
     fn from(a: AdminRequest) -> Self {
         Request::Admin(a)
@@ -171,7 +187,10 @@ impl Request {
     /// Whether this request changes state. Decided by its type: kv writes go through a
     /// shard's log, admin requests through the meta group's.
     pub fn is_write(&self) -> bool {
-        !matches!(self, Request::Kv(KvRequest::Read(_)))
+        !matches!(
+            self,
+            Request::Kv(KvRequest::Read(_)) | Request::Log(LogRequest::Read(_))
+        )
     }
 
     /// A short name for metrics and logs.
@@ -179,6 +198,8 @@ impl Request {
         match self {
             Request::Kv(KvRequest::Read(r)) => r.name(),
             Request::Kv(KvRequest::Write(w)) => w.name(),
+            Request::Log(LogRequest::Read(r)) => r.name(),
+            Request::Log(LogRequest::Write(w)) => w.name(),
             Request::Admin(a) => a.name(),
         }
     }
@@ -195,6 +216,13 @@ impl Response {
             Response::History(h) => h.iter().map(|i| i.commit_ts).max(),
             Response::Scan { keys, .. } => keys.iter().map(|(_, i)| i.commit_ts).max(),
             Response::Snapshot { at, read } => read.newest_stamp().max(Some(*at)),
+            Response::Appended(a) => a.iter().map(|a| a.commit_ts).max(),
+            Response::Noted { at } => Some(*at),
+            Response::Records(r) => r.iter().map(|r| r.commit_ts).max(),
+            Response::Streams(s) => s
+                .iter()
+                .flat_map(|(_, r)| r.iter().map(|r| r.commit_ts))
+                .max(),
             _ => None,
         }
     }
@@ -258,4 +286,33 @@ pub enum Response {
         read: Box<Response>,
     },
     Done,
+    /// Appended records' seqs, in the order given (an XADD with NOMKSTREAM to a missing
+    /// stream: none).
+    Appended(Vec<Appended>),
+    /// Log records, in the order read.
+    Records(Vec<LogRecord>),
+    /// Streams with the entries read from each (XREAD).
+    Streams(Vec<(Key, Vec<LogRecord>)>),
+    /// What one tag holds; `None`: no such stream.
+    TagInfo(Option<TagInfo>),
+    /// One shard's page of a tag (between nodes; the router merges pages).
+    LogPage(LogPage),
+    /// A note made in a shard's log at this stamp (a log's directory entry).
+    Noted {
+        at: CommitTs,
+    },
+}
+
+/// One shard's part of a log read: its records of the tag in the query's range and what it
+/// knows of the tag.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogPage {
+    pub records: Vec<LogRecord>,
+    /// The shard's account of the tag (absent: it holds nothing of it).
+    pub info: Option<TagInfo>,
+    /// The other shards that hold records of the tag (the tag's directory, kept by the
+    /// shard that owns the tag's slot).
+    pub homes: Vec<u32>,
+    /// Whether the log exists here (the shard that owns the log name's slot knows).
+    pub log_known: bool,
 }

@@ -9,6 +9,7 @@
 
 mod admin;
 mod host;
+mod log;
 mod merge;
 mod plan;
 mod read;
@@ -56,6 +57,8 @@ pub struct Router {
     layout: channel::Receiver<Arc<ClusterLayout>>,
     limits: Limits,
     allow_flushall: bool,
+    /// The log's notes this node knows are made.
+    log_notes: log::LogNotes,
 }
 
 /// What a router is built from.
@@ -80,6 +83,7 @@ impl Router {
             layout: parts.layout,
             limits: parts.limits,
             allow_flushall: parts.allow_flushall,
+            log_notes: log::LogNotes::default(),
         }
     }
 
@@ -166,6 +170,7 @@ impl Router {
                 self.snapshot(ctx, of, at).await
             }
             Request::Kv(kv) => self.submit_kv(ctx, kv).await,
+            Request::Log(log) => self.submit_log(ctx, log).await,
             Request::Admin(admin) => ready(self.admin(admin).await),
         }
     }
@@ -310,6 +315,9 @@ impl Router {
                 }
                 (ShardPart::Read(read), Some(replica)) => {
                     ready(self.read_here(&replica, read, &ctx).await)
+                }
+                (ShardPart::LogRead(read), Some(replica)) => {
+                    ready(self.log_page_here(&replica, read, &ctx).await)
                 }
                 (ShardPart::Keyspaces, Some(replica)) => ready(
                     self.barrier(shard, false)

@@ -107,7 +107,7 @@ impl Router {
         results
     }
 
-    async fn barrier_for(
+    pub(super) async fn barrier_for(
         &self,
         shard: ShardId,
         consistency: ReadConsistency,
@@ -188,7 +188,7 @@ async fn wait_local(
 
 /// Waits until `replica` has closed time `t` (at most `CLOSED_WAIT`); refuses a `t` further
 /// ahead of this node's clock than that.
-async fn wait_closed(replica: &ShardReplica, t: CommitTs) -> Result<(), FirnError> {
+pub(super) async fn wait_closed(replica: &ShardReplica, t: CommitTs) -> Result<(), FirnError> {
     let now = firn_model::hlc::system_wall_us();
     let ahead = t.wall_us.saturating_sub(now);
     if ahead > CLOSED_WAIT.as_micros() as u64 {

@@ -74,6 +74,24 @@ pub enum ShardPart {
     /// The keyspace definitions the shard has applied (the steward compares them with the
     /// layout's).
     Keyspaces,
+    /// A page of one tag of a log (answers `Response::LogPage`).
+    LogRead(LogShardRead),
+}
+
+/// One shard's part of a log read.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LogShardRead {
+    pub log: firn_model::Key,
+    pub tag: firn_model::Key,
+    pub from: firn_model::LogSeq,
+    pub to: firn_model::LogSeq,
+    pub limit: usize,
+    pub reverse: bool,
+    /// Read at this closed time (no barrier); else as `consistency` says.
+    pub at: Option<CommitTs>,
+    pub consistency: firn_model::ReadConsistency,
+    /// Look up the tag's first and last records too.
+    pub ends: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]

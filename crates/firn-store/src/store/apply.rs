@@ -20,11 +20,15 @@ use crate::record::{KeyMeta, VersionRecord, encode, version_key};
 
 /// One command's changes, buffered until they commit as one batch.
 pub(super) struct Txn<'a> {
-    store: &'a VersionedStore,
+    pub(super) store: &'a VersionedStore,
     pub(super) ts: CommitTs,
     pub(super) batch: Batch,
     /// Metas changed by this command, read back before the batch commits.
     metas: HashMap<Vec<u8>, KeyMeta>,
+    /// Log tag metadata changed by this command (see [`super::log`]).
+    pub(super) tag_metas: HashMap<Vec<u8>, super::log::TagMeta>,
+    /// Logs this command has marked as existing.
+    pub(super) logs_noted: std::collections::HashSet<Vec<u8>>,
     pub(super) events: Vec<WatchEvent>,
     pub(super) live_delta: i64,
     pub(super) keyspaces_changed: bool,
@@ -41,6 +45,8 @@ impl<'a> Txn<'a> {
             ts,
             batch: Batch::default(),
             metas: HashMap::new(),
+            tag_metas: HashMap::new(),
+            logs_noted: Default::default(),
             events: Vec::new(),
             live_delta: 0,
             keyspaces_changed: false,
@@ -170,10 +176,27 @@ impl<'a> Txn<'a> {
                 Ok(Response::Done)
             }
             Op::CloseTime => Ok(Response::Done),
+            Op::LogAppend {
+                log,
+                home,
+                records,
+                stream,
+            } => self.log_append(log, *home, records, stream.as_ref()),
+            Op::LogEnsure { log, tag, home } => self.log_ensure(log, tag.as_ref(), *home),
+            Op::LogTrim { log, tag, before } => self.log_trim(log, tag.as_ref(), *before),
+            Op::StreamTrim { key, trim } => self.stream_trim(key, *trim),
+            Op::StreamDel { key, ids } => self.stream_del(key, ids),
             Op::FlushAll => {
                 // Metadata first: a key without it is gone for every read, and versions a
-                // crash leaves behind are removed when the entry is applied again.
-                for table in [Table::KeyMeta, Table::Versions] {
+                // crash leaves behind are removed when the entry is applied again. The
+                // log's tables go too, as Redis's FLUSHALL drops streams.
+                for table in [
+                    Table::KeyMeta,
+                    Table::Versions,
+                    Table::Logs,
+                    Table::LogTags,
+                    Table::LogEntries,
+                ] {
                     let mut after: Option<Vec<u8>> = None;
                     loop {
                         let lower = after.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
@@ -242,6 +265,7 @@ impl<'a> Txn<'a> {
         self.store.backend.write(batch).map_err(io_err)?;
         // What the overlay held is in storage now.
         self.metas.clear();
+        self.tag_metas.clear();
         Ok(())
     }
 
@@ -395,5 +419,12 @@ impl<'a> Txn<'a> {
 /// Whether `op` is a bulk delete: it may touch every key of the shard, so it commits in
 /// batches of at most [`BULK_BATCH_WRITES_MAX`] writes rather than in one.
 fn is_bulk(op: &Op) -> bool {
-    matches!(op, Op::FlushAll | Op::Truncate { .. } | Op::ExpireByAge)
+    matches!(
+        op,
+        Op::FlushAll
+            | Op::Truncate { .. }
+            | Op::ExpireByAge
+            | Op::LogTrim { .. }
+            | Op::StreamTrim { .. }
+    )
 }

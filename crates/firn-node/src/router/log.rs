@@ -1,0 +1,652 @@
+//! The shared log through the router. A record is stored in its *home* shard, the shard of
+//! its first tag's slot, once under each of its tags; the shard of a tag's slot keeps the
+//! tag's directory: the other shards that hold records of it. Appends go to the home (after
+//! noting the home in the directory of each other tag, once per node); a read of a tag asks
+//! the tag's shard, and when the directory names other homes, reads all of them at one
+//! closed time and merges — closed time is what orders records across shards (see
+//! docs/architecture.md, "The shared log").
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use firn_model::log::{
+    LOG_BATCH_RECORDS_MAX, LOG_BLOCK_MS_MAX, LOG_READ_RECORDS_MAX, LOG_SHARDS_MAX, LOG_TAGS_MAX,
+};
+use firn_model::{
+    Answer, Appended, CallContext, CommitTs, FirnError, Key, LogPage, LogQuery, LogRead, LogRecord,
+    LogRequest, LogSeq, LogWrite, NewRecord, ReadConsistency, Response, TagInfo,
+};
+use firn_raft::ShardId;
+use firn_store::Op;
+use firn_store::command::StreamAppend;
+
+use super::read::wait_closed;
+use super::{Pending, Router, check_page, ready};
+use crate::rpc::{LogShardRead, ShardPart};
+
+/// How often a blocked read whose tag's shard is held elsewhere asks again.
+const BLOCK_POLL: Duration = Duration::from_millis(20);
+/// Longest a blocked read waits on a local shard before it reads again anyway.
+const BLOCK_WAKE: Duration = Duration::from_millis(200);
+
+/// Directory entries and logs this node knows are noted (they are never removed), so that
+/// an append notes each at most once per node.
+#[derive(Default)]
+pub struct LogNotes {
+    noted: Mutex<HashSet<(Key, Option<Key>, ShardId)>>,
+}
+
+impl LogNotes {
+    fn contains(&self, note: &(Key, Option<Key>, ShardId)) -> bool {
+        self.noted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(note)
+    }
+
+    fn insert(&self, note: (Key, Option<Key>, ShardId)) {
+        self.noted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(note);
+    }
+}
+
+impl Router {
+    pub(super) async fn submit_log(&self, ctx: &CallContext, request: LogRequest) -> Pending {
+        let name = match &request {
+            LogRequest::Read(r) => r.name(),
+            LogRequest::Write(w) => w.name(),
+        };
+        metrics::counter!("firn_requests_total", "op" => name).increment(1);
+        let started = Instant::now();
+        let result = match request {
+            LogRequest::Write(w) => match self.log_write(ctx, w).await {
+                Ok(pending) => return pending,
+                Err(e) => Err(e),
+            },
+            LogRequest::Read(r) => self.log_read(ctx, r).await,
+        };
+        metrics::histogram!("firn_request_seconds", "op" => name)
+            .record(started.elapsed().as_secs_f64());
+        if result.is_err() {
+            metrics::counter!("firn_request_errors_total", "op" => name).increment(1);
+        }
+        ready(result)
+    }
+
+    // ---- writes ------------------------------------------------------------------------
+
+    async fn log_write(&self, ctx: &CallContext, write: LogWrite) -> Result<Pending, FirnError> {
+        let layout = self.routable_layout()?;
+        if layout.shards.len() as u32 > LOG_SHARDS_MAX {
+            return Err(FirnError::Refused(format!(
+                "the log supports at most {LOG_SHARDS_MAX} shards"
+            )));
+        }
+        match write {
+            LogWrite::Append { log, records } => {
+                self.check_records(&records)?;
+                let mut ctx = ctx.clone();
+                // Group by home, noting each home in the directory of the records' other
+                // tags first: a reader of such a tag then finds the home before any record
+                // there is committed, and the records are stamped above the note.
+                let mut homes: BTreeMap<ShardId, Vec<(usize, NewRecord)>> = BTreeMap::new();
+                let mut notes = vec![(log.clone(), None, layout.shard_of_key(log.as_bytes()))];
+                for (i, record) in records.into_iter().enumerate() {
+                    let home = layout.shard_of_key(record.tags[0].as_bytes());
+                    for tag in &record.tags[1..] {
+                        if layout.shard_of_key(tag.as_bytes()) != home {
+                            notes.push((log.clone(), Some(tag.clone()), home));
+                        }
+                    }
+                    homes.entry(home).or_default().push((i, record));
+                }
+                for note in notes {
+                    if let Some(at) = self.note(&layout, note).await? {
+                        ctx.after = ctx.after.max(Some(at));
+                    }
+                }
+                let mut started = Vec::with_capacity(homes.len());
+                let mut order = Vec::with_capacity(homes.len());
+                for (home, group) in homes {
+                    let (positions, records): (Vec<usize>, Vec<NewRecord>) =
+                        group.into_iter().unzip();
+                    let op = Op::LogAppend {
+                        log: log.clone(),
+                        home,
+                        records,
+                        stream: None,
+                    };
+                    started.push(
+                        self.on_shard(home, ShardPart::Write(op), ctx.clone(), 0)
+                            .await,
+                    );
+                    order.push(positions);
+                }
+                Ok(Box::pin(async move {
+                    let answers = futures::future::join_all(started).await;
+                    let total = order.iter().map(Vec::len).sum();
+                    let mut out = vec![None; total];
+                    for (answer, positions) in answers.into_iter().zip(order) {
+                        let Response::Appended(appended) = answer?.response else {
+                            return Err(FirnError::Internal("an append answered no seqs".into()));
+                        };
+                        for (p, a) in positions.into_iter().zip(appended) {
+                            out[p] = Some(a);
+                        }
+                    }
+                    let out: Option<Vec<Appended>> = out.into_iter().collect();
+                    out.map(|a| Answer::new(Response::Appended(a)))
+                        .ok_or_else(|| FirnError::Internal("an append lost a seq".into()))
+                }))
+            }
+            LogWrite::StreamAdd {
+                key,
+                id,
+                payload,
+                trim,
+                no_create,
+            } => {
+                self.limits.check_value(payload.len())?;
+                let home = layout.shard_of_key(key.as_bytes());
+                let op = Op::LogAppend {
+                    log: key.clone(),
+                    home,
+                    records: vec![NewRecord {
+                        tags: vec![key],
+                        payload,
+                    }],
+                    stream: Some(StreamAppend {
+                        id,
+                        trim,
+                        no_create,
+                    }),
+                };
+                Ok(self
+                    .on_shard(home, ShardPart::Write(op), ctx.clone(), 0)
+                    .await)
+            }
+            LogWrite::StreamTrim { key, trim } => {
+                let home = layout.shard_of_key(key.as_bytes());
+                let op = Op::StreamTrim { key, trim };
+                Ok(self
+                    .on_shard(home, ShardPart::Write(op), ctx.clone(), 0)
+                    .await)
+            }
+            LogWrite::StreamDel { key, ids } => {
+                if ids.is_empty() || ids.len() > LOG_READ_RECORDS_MAX {
+                    return Err(FirnError::BadArgument(format!(
+                        "XDEL takes 1 to {LOG_READ_RECORDS_MAX} ids"
+                    )));
+                }
+                let home = layout.shard_of_key(key.as_bytes());
+                let op = Op::StreamDel { key, ids };
+                Ok(self
+                    .on_shard(home, ShardPart::Write(op), ctx.clone(), 0)
+                    .await)
+            }
+            LogWrite::Trim { log, tag, before } => {
+                let shards: Vec<ShardId> = match &tag {
+                    Some(tag) => {
+                        let pages = self.tag_pages(ctx, &log, tag, |r| r, None).await?;
+                        let tail = pages
+                            .iter()
+                            .filter_map(|(_, p)| p.info.as_ref().map(|i| i.last_seq))
+                            .max()
+                            .unwrap_or_default();
+                        check_trim(before, tail)?;
+                        pages.into_iter().map(|(s, _)| s).collect()
+                    }
+                    None => {
+                        // A whole log's tail is spread over every shard; its bound is now.
+                        let now = LogSeq::from_stamp(
+                            CommitTs::new(firn_model::hlc::system_wall_us(), u32::MAX),
+                            LOG_SHARDS_MAX - 1,
+                        );
+                        check_trim(before, now)?;
+                        layout.shard_ids().collect()
+                    }
+                };
+                let mut started = Vec::with_capacity(shards.len());
+                for shard in shards {
+                    let op = Op::LogTrim {
+                        log: log.clone(),
+                        tag: tag.clone(),
+                        before,
+                    };
+                    started.push(
+                        self.on_shard(shard, ShardPart::Write(op), ctx.clone(), 0)
+                            .await,
+                    );
+                }
+                Ok(Box::pin(async move {
+                    let mut removed = 0;
+                    for answer in futures::future::join_all(started).await {
+                        if let Response::Count(n) = answer?.response {
+                            removed += n;
+                        }
+                    }
+                    Ok(Answer::new(Response::Count(removed)))
+                }))
+            }
+        }
+    }
+
+    fn check_records(&self, records: &[NewRecord]) -> Result<(), FirnError> {
+        if records.is_empty() || records.len() > LOG_BATCH_RECORDS_MAX {
+            return Err(FirnError::BadArgument(format!(
+                "{} records in one append; an append takes 1 to {LOG_BATCH_RECORDS_MAX}",
+                records.len()
+            )));
+        }
+        for r in records {
+            if r.tags.is_empty() || r.tags.len() > LOG_TAGS_MAX {
+                return Err(FirnError::BadArgument(format!(
+                    "a record has {} tags; records carry 1 to {LOG_TAGS_MAX}",
+                    r.tags.len()
+                )));
+            }
+            self.limits.check_value(r.payload.len())?;
+        }
+        Ok(())
+    }
+
+    /// Makes sure a note is in place: `(log, None, shard)` that the log exists, on the
+    /// shard of its name; `(log, Some(tag), home)` that `home` holds records of `tag`, in
+    /// the tag's directory. Returns the stamp it was noted at (`None`: known noted).
+    async fn note(
+        &self,
+        layout: &crate::cluster::layout::ClusterLayout,
+        note: (Key, Option<Key>, ShardId),
+    ) -> Result<Option<CommitTs>, FirnError> {
+        if self.log_notes.contains(&note) {
+            return Ok(None);
+        }
+        let (log, tag, home) = note.clone();
+        let (shard, op) = match &tag {
+            None => (
+                home,
+                Op::LogEnsure {
+                    log,
+                    tag: None,
+                    home: None,
+                },
+            ),
+            Some(t) => (
+                layout.shard_of_key(t.as_bytes()),
+                Op::LogEnsure {
+                    log,
+                    tag: tag.clone(),
+                    home: Some(home),
+                },
+            ),
+        };
+        let answer = self
+            .on_shard(shard, ShardPart::Write(op), CallContext::default(), 0)
+            .await
+            .await?;
+        self.log_notes.insert(note);
+        Ok(answer.response.newest_stamp())
+    }
+
+    // ---- reads -------------------------------------------------------------------------
+
+    async fn log_read(&self, ctx: &CallContext, read: LogRead) -> Result<Answer, FirnError> {
+        match read {
+            LogRead::Query(q) => {
+                check_query(&q)?;
+                let records = self.query_blocking(ctx, &q).await?;
+                Ok(Answer::new(Response::Records(records)))
+            }
+            LogRead::Streams {
+                after,
+                limit,
+                block_ms,
+            } => {
+                check_page(limit)?;
+                check_block(block_ms)?;
+                self.read_streams(ctx, after, limit, block_ms).await
+            }
+            LogRead::Info {
+                log,
+                tag,
+                consistency,
+            } => {
+                let read = |r: LogShardRead| LogShardRead {
+                    limit: 0,
+                    ends: true,
+                    consistency,
+                    ..r
+                };
+                let pages = self.tag_pages(ctx, &log, &tag, read, None).await?;
+                Ok(Answer::new(Response::TagInfo(merge_info(
+                    pages.into_iter().filter_map(|(_, p)| p.info),
+                ))))
+            }
+        }
+    }
+
+    /// A query, waiting (as its `block_ms` says) for a record when none matches yet.
+    async fn query_blocking(
+        &self,
+        ctx: &CallContext,
+        q: &LogQuery,
+    ) -> Result<Vec<LogRecord>, FirnError> {
+        let deadline = deadline(q.block_ms);
+        let shard = self.routable_layout()?.shard_of_key(q.tag.as_bytes());
+        loop {
+            let mut applied = self.replicas.get(shard).map(|r| r.store().applied_watch());
+            let records = self.query(ctx, q).await?;
+            if !records.is_empty()
+                || deadline.is_none_or(|d| d.is_some_and(|d| Instant::now() >= d))
+            {
+                return Ok(records);
+            }
+            wait_for_more(applied.as_mut(), deadline.flatten()).await;
+        }
+    }
+
+    /// One query: the tag's shard, and every home its directory names, merged.
+    async fn query(&self, ctx: &CallContext, q: &LogQuery) -> Result<Vec<LogRecord>, FirnError> {
+        let read = |r: LogShardRead| r;
+        let pages = self.tag_pages(ctx, &q.log, &q.tag, read, Some(q)).await?;
+        let first_kept = pages
+            .iter()
+            .filter_map(|(_, p)| p.info.as_ref().map(|i| i.first_kept))
+            .max()
+            .unwrap_or_default();
+        let tag_known = pages.iter().any(|(_, p)| p.info.is_some());
+        let mut records: Vec<LogRecord> = pages.into_iter().flat_map(|(_, p)| p.records).collect();
+        if q.reverse {
+            records.sort_by_key(|r| std::cmp::Reverse(r.seq));
+        } else {
+            records.sort_by_key(|r| r.seq);
+        }
+        records.truncate(q.limit);
+        if q.stream {
+            return Ok(records);
+        }
+        // Below the trim point the answer is unknowable: say so, and where the log starts.
+        let below = if q.reverse {
+            q.to < first_kept && q.to != LogSeq::MAX
+        } else {
+            q.from < first_kept
+        };
+        if first_kept > LogSeq::ZERO && below {
+            return Err(FirnError::Trimmed { first_kept });
+        }
+        if records.is_empty() && !tag_known && !self.log_known(ctx, &q.log).await? {
+            return Err(FirnError::LogNotFound(q.log.to_string()));
+        }
+        Ok(records)
+    }
+
+    /// Reads one page of `tag` from the tag's shard and from every other home its directory
+    /// names. With other homes, every page is read at one closed time (`q.at`, or now), so
+    /// that no record can still arrive below the merged answer's newest seq.
+    async fn tag_pages(
+        &self,
+        ctx: &CallContext,
+        log: &Key,
+        tag: &Key,
+        shape: impl Fn(LogShardRead) -> LogShardRead,
+        q: Option<&LogQuery>,
+    ) -> Result<Vec<(ShardId, LogPage)>, FirnError> {
+        let layout = self.routable_layout()?;
+        let primary = layout.shard_of_key(tag.as_bytes());
+        let base = shape(LogShardRead {
+            log: log.clone(),
+            tag: tag.clone(),
+            from: q.map_or(LogSeq::ZERO, |q| q.from),
+            to: q.map_or(LogSeq::MAX, |q| q.to),
+            limit: q.map_or(0, |q| q.limit),
+            reverse: q.is_some_and(|q| q.reverse),
+            at: q.and_then(|q| q.at),
+            consistency: q.map_or(ReadConsistency::Linearizable, |q| q.consistency),
+            ends: false,
+        });
+        let first = self.log_page(primary, base.clone(), ctx).await?;
+        let mut homes: Vec<ShardId> = others(&first, primary);
+        let mut pages = vec![(primary, first)];
+        if homes.is_empty() {
+            return Ok(pages);
+        }
+        // Other homes: one closed time for every page, the tag's shard's again included
+        // (its directory read at that time may name more homes; read those too).
+        let now = CommitTs::new(firn_model::hlc::system_wall_us(), 0);
+        let at = base
+            .at
+            .unwrap_or_else(|| now.max(ctx.after.unwrap_or_default()));
+        loop {
+            let mut shards = vec![primary];
+            shards.extend(homes.iter().copied());
+            let read = LogShardRead {
+                at: Some(at),
+                ..base.clone()
+            };
+            let results = futures::future::join_all(
+                shards.iter().map(|s| self.log_page(*s, read.clone(), ctx)),
+            )
+            .await;
+            pages = shards
+                .into_iter()
+                .zip(results)
+                .map(|(s, r)| r.map(|p| (s, p)))
+                .collect::<Result<_, _>>()?;
+            let named = others(&pages[0].1, primary);
+            if named.iter().all(|h| homes.contains(h)) {
+                return Ok(pages);
+            }
+            homes = named;
+        }
+    }
+
+    /// Whether anything was ever appended to `log` (its name's shard knows).
+    async fn log_known(&self, ctx: &CallContext, log: &Key) -> Result<bool, FirnError> {
+        let shard = self.routable_layout()?.shard_of_key(log.as_bytes());
+        let probe = LogShardRead {
+            log: log.clone(),
+            tag: log.clone(),
+            from: LogSeq::ZERO,
+            to: LogSeq::ZERO,
+            limit: 0,
+            reverse: false,
+            at: None,
+            consistency: ReadConsistency::Linearizable,
+            ends: false,
+        };
+        Ok(self.log_page(shard, probe, ctx).await?.log_known)
+    }
+
+    /// One shard's page, read here or where the shard is held.
+    async fn log_page(
+        &self,
+        shard: ShardId,
+        read: LogShardRead,
+        ctx: &CallContext,
+    ) -> Result<LogPage, FirnError> {
+        let answer = self
+            .on_shard(shard, ShardPart::LogRead(read), ctx.clone(), 0)
+            .await
+            .await?;
+        match answer.response {
+            Response::LogPage(page) => Ok(page),
+            other => Err(FirnError::Internal(format!(
+                "a log read answered {other:?}"
+            ))),
+        }
+    }
+
+    /// Serves a page of a tag on this node's replica: at a closed time with no barrier, or
+    /// after the barrier its consistency asks for.
+    pub(super) async fn log_page_here(
+        &self,
+        replica: &Arc<firn_raft::ShardReplica>,
+        read: LogShardRead,
+        ctx: &CallContext,
+    ) -> Result<Answer, FirnError> {
+        match read.at {
+            Some(t) => wait_closed(replica, t).await?,
+            None => {
+                if let Some(t) = ctx.after
+                    && read.consistency == ReadConsistency::Local
+                {
+                    wait_closed(replica, t).await?;
+                }
+                self.barrier_for(replica.shard_id(), read.consistency)
+                    .await?;
+            }
+        }
+        let replica = replica.clone();
+        let page = tokio::task::spawn_blocking(move || {
+            replica.store().log_page(
+                read.log.as_bytes(),
+                read.tag.as_bytes(),
+                read.from,
+                read.to,
+                read.limit,
+                read.reverse,
+                read.at,
+                read.ends,
+            )
+        })
+        .await
+        .map_err(|e| FirnError::Internal(format!("a log read stopped: {e}")))??;
+        Ok(Answer::new(Response::LogPage(page)))
+    }
+
+    /// XREAD: every stream's entries after its id; blocks until one has any.
+    async fn read_streams(
+        &self,
+        ctx: &CallContext,
+        after: Vec<(Key, Option<LogSeq>)>,
+        limit: usize,
+        block_ms: Option<u64>,
+    ) -> Result<Answer, FirnError> {
+        // `$` is the stream's last id when the read begins.
+        let mut from = Vec::with_capacity(after.len());
+        for (key, id) in after {
+            let id = match id {
+                Some(id) => id,
+                None => {
+                    let read = |r: LogShardRead| LogShardRead { limit: 0, ..r };
+                    let pages = self.tag_pages(ctx, &key, &key, read, None).await?;
+                    merge_info(pages.into_iter().filter_map(|(_, p)| p.info))
+                        .map(|i| i.last_seq)
+                        .unwrap_or_default()
+                }
+            };
+            from.push((key, id));
+        }
+        let deadline = deadline(block_ms);
+        let layout = self.routable_layout()?;
+        loop {
+            // Wake on the first local shard among them; others are polled.
+            let mut applied = from
+                .iter()
+                .find_map(|(k, _)| self.replicas.get(layout.shard_of_key(k.as_bytes())))
+                .map(|r| r.store().applied_watch());
+            let mut found = Vec::new();
+            for (key, id) in &from {
+                let Some(start) = id.successor() else {
+                    continue;
+                };
+                let q = LogQuery::stream(key.clone(), start, LogSeq::MAX, limit, false);
+                let records = self.query(ctx, &q).await?;
+                if !records.is_empty() {
+                    found.push((key.clone(), records));
+                }
+            }
+            if !found.is_empty() || deadline.is_none_or(|d| d.is_some_and(|d| Instant::now() >= d))
+            {
+                return Ok(Answer::new(Response::Streams(found)));
+            }
+            wait_for_more(applied.as_mut(), deadline.flatten()).await;
+        }
+    }
+}
+
+/// The homes a page's directory names besides the tag's own shard.
+fn others(page: &LogPage, primary: ShardId) -> Vec<ShardId> {
+    page.homes
+        .iter()
+        .copied()
+        .filter(|h| *h != primary)
+        .collect()
+}
+
+/// `None`: do not block; `Some(None)`: block without end; `Some(Some(t))`: until `t`.
+fn deadline(block_ms: Option<u64>) -> Option<Option<Instant>> {
+    block_ms.map(|ms| (ms > 0).then(|| Instant::now() + Duration::from_millis(ms)))
+}
+
+/// Waits until a local shard applies something (or a poll interval for remote ones), never
+/// past `deadline`.
+async fn wait_for_more(
+    applied: Option<&mut tokio::sync::watch::Receiver<CommitTs>>,
+    deadline: Option<Instant>,
+) {
+    let pause = match applied {
+        Some(_) => BLOCK_WAKE,
+        None => BLOCK_POLL,
+    };
+    let until = deadline.map_or(Instant::now() + pause, |d| d.min(Instant::now() + pause));
+    let until = tokio::time::Instant::from_std(until);
+    match applied {
+        Some(rx) => {
+            let _ = tokio::time::timeout_at(until, rx.changed()).await;
+        }
+        None => tokio::time::sleep_until(until).await,
+    }
+}
+
+fn check_trim(before: LogSeq, tail: LogSeq) -> Result<(), FirnError> {
+    let limit = tail.successor().unwrap_or(LogSeq::MAX);
+    if before > limit {
+        return Err(FirnError::BadArgument(format!(
+            "cannot trim before {before}: it is beyond the tail ({tail})"
+        )));
+    }
+    Ok(())
+}
+
+fn check_block(block_ms: Option<u64>) -> Result<(), FirnError> {
+    if block_ms.is_some_and(|ms| ms > LOG_BLOCK_MS_MAX) {
+        return Err(FirnError::BadArgument(format!(
+            "BLOCK is at most {LOG_BLOCK_MS_MAX} ms (0 waits without end)"
+        )));
+    }
+    Ok(())
+}
+
+fn check_query(q: &LogQuery) -> Result<(), FirnError> {
+    check_page(q.limit)?;
+    check_block(q.block_ms)?;
+    if q.block_ms.is_some() && q.at.is_some() {
+        return Err(FirnError::BadArgument(
+            "a read at a time cannot block: nothing new arrives in the past".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The tag as a whole, from each home's account of it.
+fn merge_info(infos: impl Iterator<Item = TagInfo>) -> Option<TagInfo> {
+    infos.reduce(|a, b| TagInfo {
+        len: a.len + b.len,
+        first: match (a.first, b.first) {
+            (Some(x), Some(y)) => Some(if x.seq <= y.seq { x } else { y }),
+            (x, y) => x.or(y),
+        },
+        last: match (a.last, b.last) {
+            (Some(x), Some(y)) => Some(if x.seq >= y.seq { x } else { y }),
+            (x, y) => x.or(y),
+        },
+        last_seq: a.last_seq.max(b.last_seq),
+        added: a.added + b.added,
+        max_deleted: a.max_deleted.max(b.max_deleted),
+        first_kept: a.first_kept.max(b.first_kept),
+    })
+}
