@@ -189,13 +189,14 @@ impl<'a> Txn<'a> {
             Op::FlushAll => {
                 // Metadata first: a key without it is gone for every read, and versions a
                 // crash leaves behind are removed when the entry is applied again. The
-                // log's tables go too, as Redis's FLUSHALL drops streams.
+                // log's records go too, as Redis's FLUSHALL drops streams; what survives is
+                // in `super::log::after_flush`.
                 for table in [
                     Table::KeyMeta,
                     Table::Versions,
-                    Table::Logs,
-                    Table::LogTags,
                     Table::LogEntries,
+                    Table::LogTags,
+                    Table::Logs,
                 ] {
                     let mut after: Option<Vec<u8>> = None;
                     loop {
@@ -207,9 +208,12 @@ impl<'a> Txn<'a> {
                             .map_err(io_err)?;
                         let Some((last, _)) = page.last() else { break };
                         after = Some(last.clone());
-                        for (k, _) in page {
+                        for (k, v) in page {
                             self.make_room(1)?;
-                            self.batch.remove(table, k);
+                            match super::log::after_flush(table, &v)? {
+                                Some(kept) => self.batch.put(table, k, kept),
+                                None => self.batch.remove(table, k),
+                            }
                         }
                     }
                 }

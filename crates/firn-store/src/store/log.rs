@@ -50,6 +50,25 @@ pub struct LogMeta {
     pub trimmed_before: LogSeq,
 }
 
+/// What FLUSHALL leaves of a row of `table`: nothing, except that a log stays known and a
+/// tag's directory keeps its homes (routers remember both as made, so they must stay true;
+/// they name no record).
+pub(super) fn after_flush(table: Table, value: &[u8]) -> Result<Option<Vec<u8>>, FirnError> {
+    Ok(match table {
+        Table::Logs => Some(encode(&LogMeta::default())),
+        Table::LogTags => {
+            let meta: TagMeta = decode(value)?;
+            (!meta.homes.is_empty()).then(|| {
+                encode(&TagMeta {
+                    homes: meta.homes,
+                    ..TagMeta::default()
+                })
+            })
+        }
+        _ => None,
+    })
+}
+
 fn push_name(out: &mut Vec<u8>, name: &[u8]) {
     out.extend_from_slice(&(name.len() as u16).to_be_bytes());
     out.extend_from_slice(name);
