@@ -140,6 +140,21 @@ def redis_benchmark(port, test, clients, requests, pipeline=1, keyspace=100_000,
     return float(row[1]), float(row[4]), float(row[6])
 
 
+def redis_benchmark_command(port, command, clients, requests, keyspace=100_000):
+    """(ops/s, p50 ms, p99 ms) of redis-benchmark sending one custom command (a list of
+    words; `__rand_int__` in it becomes a random number below `keyspace`)."""
+    cmd = ["redis-benchmark", "-p", str(port), "-n", str(requests), "-c", str(clients), "-r", str(keyspace),
+           "--csv", *command]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if run.returncode != 0:
+        sys.exit(f"redis-benchmark failed: {' '.join(cmd)}: {run.stderr.strip() or run.stdout.strip()}")
+    rows = [r for r in csv.reader(io.StringIO(run.stdout)) if r and r[0] != "test"]
+    if not rows:
+        sys.exit(f"redis-benchmark printed no result for {' '.join(cmd)}: {run.stdout.strip()}")
+    row = rows[-1]
+    return float(row[1]), float(row[4]), float(row[6])
+
+
 def redis_cli(port, *args):
     return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True, timeout=10).stdout.strip()
 

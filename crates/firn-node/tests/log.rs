@@ -367,3 +367,49 @@ async fn stream_ids_follow_redis_and_trim_and_delete_work() {
     assert!(query(&node, q).await.unwrap().is_empty());
     node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_append_gives_each_record_its_own_seq_in_every_home() {
+    let node = three_shard_node().await;
+    let (a, b) = tags_on_two_shards(&node);
+    let records: Vec<NewRecord> = (0..6)
+        .map(|i| NewRecord {
+            tags: vec![key(if i % 2 == 0 { &a } else { &b })],
+            payload: Bytes::from(format!("r{i}")),
+        })
+        .collect();
+    let appended = match run(
+        &node,
+        LogWrite::Append {
+            log: key("batch"),
+            records,
+        },
+    )
+    .await
+    .unwrap()
+    .response
+    {
+        Response::Appended(a) => a,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(appended.len(), 6, "one seq per record, in the order given");
+    let mut seqs: Vec<LogSeq> = appended.iter().map(|a| a.seq).collect();
+    seqs.sort();
+    seqs.dedup();
+    assert_eq!(seqs.len(), 6, "seqs are unique");
+    let read_a = query(
+        &node,
+        LogQuery::range(key("batch"), key(&a), LogSeq::ZERO, LogSeq::MAX, 10),
+    )
+    .await
+    .unwrap();
+    assert_eq!(payloads(&read_a), ["r0", "r2", "r4"]);
+    for (i, r) in read_a.iter().enumerate() {
+        assert_eq!(
+            r.seq,
+            appended[2 * i].seq,
+            "a record reads with the seq its append answered"
+        );
+    }
+    node.shutdown().await;
+}
