@@ -1,9 +1,15 @@
 //! A Rust client for Firn. It speaks the Redis protocol (Firn's `FIRN.*` commands) through
-//! the `redis` crate, and turns answers back into Firn's typed versions.
+//! the `redis` crate, and turns answers back into Firn's typed versions; the tagged shared
+//! log is reached over HTTP ([`LogClient`]).
+
+mod log;
+
+pub use log::{LogClient, LogReadOptions, LogTagInfo};
 
 use bytes::Bytes;
 use firn_model::{
-    CommitTs, KeyspaceSpec, ReadAt, ReadConsistency, SnapshotOf, Version, VersionInfo, WatchFrom,
+    CommitTs, KeyspaceSpec, LogSeq, ReadAt, ReadConsistency, SnapshotOf, Version, VersionInfo,
+    WatchFrom,
 };
 use redis::Value;
 
@@ -16,6 +22,12 @@ pub enum ClientError {
     Connection(String),
     #[error("unexpected answer: {0}")]
     Protocol(String),
+    /// A log read below its tag's trim point: read from `first_kept` on.
+    #[error("TRIMMED: records below {first_kept} were trimmed; the first kept seq is {first_kept}")]
+    Trimmed { first_kept: LogSeq },
+    /// The request cannot be sent as given (nothing was sent).
+    #[error("invalid request: {0}")]
+    Invalid(String),
 }
 
 impl From<redis::RedisError> for ClientError {

@@ -1,13 +1,15 @@
 //! `firn`: run a node (`firn serve`) or talk to one (`put`, `get`, `history`, `watch`, `del`,
-//! `keyspace`).
+//! `keyspace`, `cluster`, and `log` for the shared log).
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+mod log;
 mod serve;
 
+use log::{LogAction, run_log};
 use serve::{ServeArgs, serve};
 
 /// mimalloc instead of glibc's malloc: the hot paths allocate small buffers on many threads,
@@ -143,6 +145,11 @@ enum Command {
         #[command(subcommand)]
         action: KeyspaceAction,
     },
+    /// The tagged shared log (over the node's HTTP API: --http-addr).
+    Log {
+        #[command(subcommand)]
+        action: LogAction,
+    },
     /// Inspect the cluster.
     Cluster {
         #[command(subcommand)]
@@ -254,6 +261,7 @@ fn print_version(info: &VersionInfo, meta: bool) {
 async fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
         Command::Serve(args) => serve(args).await,
+        Command::Log { action } => run_log(action).await,
         Command::Put {
             key,
             value,

@@ -4,7 +4,7 @@ use axum::body::Bytes;
 use axum::http::{HeaderMap, HeaderValue};
 use base64::Engine;
 use firn_model::time::micros_to_rfc3339;
-use firn_model::{Key, VersionInfo, Written};
+use firn_model::{FirnError, Key, VersionInfo, Written};
 use serde_json::{Value as Json, json};
 
 pub(super) fn version_headers(info: &VersionInfo) -> HeaderMap {
@@ -33,6 +33,24 @@ pub(super) fn value_json(value: &Option<bytes::Bytes>) -> (String, Json) {
                 json!(base64::engine::general_purpose::STANDARD.encode(v)),
             ),
         },
+    }
+}
+
+/// A value given in JSON, the way [`value_json`] writes one: text in `value`, or any bytes in
+/// `value_base64`; exactly one of them.
+pub(super) fn payload_of(
+    value: Option<String>,
+    value_base64: Option<String>,
+) -> Result<Bytes, FirnError> {
+    match (value, value_base64) {
+        (Some(text), None) => Ok(Bytes::from(text)),
+        (None, Some(b64)) => base64::engine::general_purpose::STANDARD
+            .decode(b64.as_bytes())
+            .map(Bytes::from)
+            .map_err(|e| FirnError::BadArgument(format!("value_base64 is not base64: {e}"))),
+        _ => Err(FirnError::BadArgument(
+            "give a record's payload as exactly one of value (text), value_base64".into(),
+        )),
     }
 }
 

@@ -1,10 +1,11 @@
 //! The HTTP/JSON front end: parses into the same typed requests the RESP front end does and
 //! calls the same router, in one session per request. Values travel as raw bytes, metadata
-//! in `Firn-*` headers. Endpoints by subsystem: [`kv`], [`watch`], [`admin`].
+//! in `Firn-*` headers. Endpoints by subsystem: [`kv`], [`log`], [`watch`], [`admin`].
 
 mod admin;
 mod json;
 mod kv;
+mod log;
 mod params;
 mod watch;
 
@@ -12,6 +13,7 @@ use self::admin::{
     cluster, create_keyspace, drop_keyspace, healthz, list_keyspaces, metrics, remove_node,
 };
 use self::kv::{delete_kv, get_kv, history, mget, put_kv, scan, snapshot, truncate};
+use self::log::{append, read, tag_info, trim};
 use self::watch::watch;
 
 use std::collections::HashMap;
@@ -49,6 +51,9 @@ pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> 
         .route("/v1/snapshot", get(snapshot))
         .route("/v1/watch", get(watch))
         .route("/v1/truncate", post(truncate))
+        .route("/v1/log/{log}", post(append).delete(trim))
+        .route("/v1/log/{log}/{tag}", get(tag_info))
+        .route("/v1/log/{log}/{tag}/{read}", get(read))
         .route("/v1/keyspaces", get(list_keyspaces).post(create_keyspace))
         .route(
             "/v1/keyspaces/{*prefix}",
@@ -136,6 +141,7 @@ impl IntoResponse for ApiError {
         match &self.0 {
             FirnError::Conflict { current } => body["current_version"] = json!(current),
             FirnError::Compacted { oldest } => body["oldest_version"] = json!(oldest),
+            FirnError::Trimmed { first_kept } => body["first_kept"] = json!(first_kept.to_string()),
             _ => {}
         }
         (status, axum::Json(body)).into_response()

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use axum::body::Bytes;
 use firn_model::time::{parse_micros, parse_read_time};
-use firn_model::{FirnError, Key, ReadAt, ReadConsistency};
+use firn_model::{FirnError, Key, LogSeq, ReadAt, ReadConsistency};
 
 pub(super) fn key_of(path: String) -> Result<Key, FirnError> {
     Key::new(Bytes::from(path))
@@ -16,6 +16,20 @@ pub(super) fn param_u64(q: &HashMap<String, String>, name: &str) -> Result<Optio
             v.parse::<u64>().map_err(|_| {
                 FirnError::BadArgument(format!("{name} must be a non-negative integer, got '{v}'"))
             })
+        })
+        .transpose()
+}
+
+/// A seq bound: `<ms>-<n>`, or `<ms>` alone meaning the millisecond's first seq (its last
+/// with `end`), as Redis reads a stream id in a range.
+pub(super) fn seq_param(
+    q: &HashMap<String, String>,
+    name: &str,
+    end: bool,
+) -> Result<Option<LogSeq>, FirnError> {
+    q.get(name)
+        .map(|v| {
+            LogSeq::parse_bound(v, end).map_err(|e| FirnError::BadArgument(format!("{name}: {e}")))
         })
         .transpose()
 }

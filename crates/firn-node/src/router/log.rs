@@ -188,6 +188,11 @@ impl Router {
                     .await)
             }
             LogWrite::Trim { log, tag, before } => {
+                // A trim of every tag notes its point in the log's own entry, which would
+                // make a log nothing was appended to known: refuse it instead.
+                if !self.log_known(ctx, &log).await? {
+                    return Err(FirnError::LogNotFound(log.to_string()));
+                }
                 let shards: Vec<ShardId> = match &tag {
                     Some(tag) => {
                         let pages = self.tag_pages(ctx, &log, tag, |r| r, None).await?;
