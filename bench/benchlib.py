@@ -159,6 +159,77 @@ def redis_cli(port, *args):
     return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True, timeout=10).stdout.strip()
 
 
+class Resp:
+    """The smallest RESP2 client the scripts need: commands out (one at a time, or several
+    before their replies: `send`, then `reply` for each), replies (nested) back."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.buf = self.sock.makefile("rb")
+
+    @staticmethod
+    def encode(*args):
+        out = [f"*{len(args)}\r\n".encode()]
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out.append(f"${len(a)}\r\n".encode() + a + b"\r\n")
+        return b"".join(out)
+
+    def send(self, *commands):
+        """Sends already encoded commands without waiting for their replies."""
+        self.sock.sendall(b"".join(commands))
+
+    def call(self, *args):
+        self.send(self.encode(*args))
+        return self.reply()
+
+    def reply(self):
+        line = self.buf.readline().rstrip(b"\r\n")
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            raise RuntimeError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = self.buf.read(n + 2)[:-2]
+            return data
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self.reply() for _ in range(n)]
+        raise RuntimeError(f"unexpected reply {line!r}")
+
+    def close(self):
+        self.sock.close()
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * p))]
+
+
+def prometheus(port):
+    """A node's /metrics as {name: value} (series with labels keep them in the name)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return parse_prometheus(r.read().decode())
+
+
+def parse_prometheus(text):
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            try:
+                out[name] = float(value)
+            except ValueError:
+                pass
+    return out
+
+
 def wait_port(port, proc, what, timeout=30):
     deadline = time.time() + timeout
     while time.time() < deadline:

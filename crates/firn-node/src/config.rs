@@ -45,6 +45,8 @@ pub struct NodeConfig {
     /// Most RESP connections open at once; one more is told `ERR max number of clients
     /// reached` and closed.
     pub resp_connections_max: usize,
+    /// Most bytes the local log index holds (see [`crate::log_index`]); 0 turns it off.
+    pub log_index_bytes: usize,
 }
 
 /// Default shard count of a cluster: a few per node on small machines keeps the number of
@@ -61,6 +63,10 @@ pub const CLOSE_TIME_EVERY_DEFAULT: Duration = Duration::from_millis(50);
 /// holds two 16 KiB buffers and up to 1,024 pipelined replies, so the limit bounds the
 /// node's memory for clients (and its file descriptors) rather than its throughput.
 pub const RESP_CONNECTIONS_MAX: usize = 10_000;
+
+/// Default bound of the local log index: enough for a few hundred thousand small records,
+/// small beside the node's storage caches.
+pub const LOG_INDEX_BYTES_DEFAULT: usize = 64 << 20;
 
 impl Default for NodeConfig {
     fn default() -> Self {
@@ -81,6 +87,7 @@ impl Default for NodeConfig {
             replication: REPLICATION_DEFAULT,
             join: None,
             resp_connections_max: RESP_CONNECTIONS_MAX,
+            log_index_bytes: LOG_INDEX_BYTES_DEFAULT,
         }
     }
 }

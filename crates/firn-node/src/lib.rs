@@ -3,7 +3,8 @@
 //! The two front ends, [`resp`] (the Redis protocol) and [`http`] (HTTP/JSON), parse into one
 //! typed request and run it in a client's [`session`] through the [`router`], which plans it
 //! over the shard [`replicas`] held here and elsewhere (reaching other nodes through typed
-//! [`rpc`] calls, answered by [`inbound`]). The [`cluster`] part keeps the layout (meta
+//! [`rpc`] calls, answered by [`inbound`]); reads of the shared log go through a bounded
+//! local index first ([`log_index`]). The [`cluster`] part keeps the layout (meta
 //! group, steward, follower) and publishes it on a channel the router reads. A front end
 //! parses and renders; it never holds store logic.
 
@@ -11,6 +12,7 @@ pub mod cluster;
 pub mod config;
 pub mod http;
 pub mod inbound;
+pub mod log_index;
 pub mod metrics;
 pub mod node;
 pub mod replicas;

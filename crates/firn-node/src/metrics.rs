@@ -14,6 +14,29 @@ pub fn handle() -> &'static PrometheusHandle {
         // Another recorder may already be installed (an embedding program); then ours still
         // renders, just without the embedder's metrics.
         let _ = metrics::set_global_recorder(recorder);
+        describe();
         handle
     })
+}
+
+/// The `# HELP` lines of the metrics that need more than their name.
+fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge};
+    describe_counter!(
+        "firn_log_index_hits_total",
+        "log reads the local log index answered without asking the shards"
+    );
+    describe_counter!(
+        "firn_log_index_misses_total",
+        "log reads the local log index could have served but did not know, sent to the shards"
+    );
+    describe_gauge!(
+        "firn_log_index_bytes",
+        Unit::Bytes,
+        "bytes the local log index holds (at most --log-index-bytes)"
+    );
+    describe_counter!(
+        "firn_log_index_evictions_total",
+        "tags (or a tag's oldest records) the local log index dropped to stay within its bound"
+    );
 }

@@ -226,6 +226,7 @@ impl RunningNode {
             layout,
             limits: config.limits.clone(),
             allow_flushall: config.allow_flushall,
+            log_index_bytes: config.log_index_bytes,
             client_addrs: (resp_addr.to_string(), http_addr.to_string()),
         }));
         opening.open(router.clone(), meta_client);

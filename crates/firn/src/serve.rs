@@ -60,6 +60,11 @@ pub struct ServeArgs {
     /// reached` and closed.
     #[arg(long, default_value_t = firn_node::config::RESP_CONNECTIONS_MAX)]
     max_connections: usize,
+    /// Most bytes of log records this node keeps in its local log index, so that repeated
+    /// reads of a tag's records skip the shards that index it (default 64 MiB); 0 turns it
+    /// off.
+    #[arg(long, default_value_t = firn_node::config::LOG_INDEX_BYTES_DEFAULT)]
+    log_index_bytes: usize,
 }
 
 pub async fn serve(args: ServeArgs) -> Result<(), String> {
@@ -100,6 +105,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
         replication: args.replication,
         join: args.join,
         resp_connections_max: args.max_connections,
+        log_index_bytes: args.log_index_bytes,
     };
     let node = RunningNode::start(config)
         .await

@@ -23,6 +23,7 @@ use firn_store::command::StreamAppend;
 
 use super::read::wait_closed;
 use super::{Pending, Router, check_page, ready};
+use crate::log_index::{Finality, Forget, Lookup, TierAnswer};
 use crate::rpc::{LogShardRead, ShardPart};
 
 /// How often a blocked read whose tag's shard is held elsewhere asks again.
@@ -195,7 +196,7 @@ impl Router {
                 }
                 let shards: Vec<ShardId> = match &tag {
                     Some(tag) => {
-                        let pages = self.tag_pages(ctx, &log, tag, |r| r, None).await?;
+                        let (pages, _) = self.tag_pages(ctx, &log, tag, |r| r, None).await?;
                         let tail = pages
                             .iter()
                             .filter_map(|(_, p)| p.info.as_ref().map(|i| i.last_seq))
@@ -226,9 +227,14 @@ impl Router {
                             .await,
                     );
                 }
+                let forgetting = self.forget_everywhere(Forget::Trim { log, tag, before });
                 Ok(Box::pin(async move {
+                    let answers = futures::future::join_all(started).await;
+                    // Also after a failure: some shard may have trimmed, and forgetting
+                    // is always safe.
+                    forgetting.await;
                     let mut removed = 0;
-                    for answer in futures::future::join_all(started).await {
+                    for answer in answers {
                         if let Response::Count(n) = answer?.response {
                             removed += n;
                         }
@@ -325,7 +331,7 @@ impl Router {
                     consistency,
                     ..r
                 };
-                let pages = self.tag_pages(ctx, &log, &tag, read, None).await?;
+                let (pages, _) = self.tag_pages(ctx, &log, &tag, read, None).await?;
                 Ok(Answer::new(Response::TagInfo(merge_info(
                     pages.into_iter().filter_map(|(_, p)| p.info),
                 ))))
@@ -353,10 +359,17 @@ impl Router {
         }
     }
 
-    /// One query: the tag's shard, and every home its directory names, merged.
+    /// One query: from this node's log index when it knows the answer, else the tag's
+    /// shard and every home its directory names, merged (and the index learns from it).
     async fn query(&self, ctx: &CallContext, q: &LogQuery) -> Result<Vec<LogRecord>, FirnError> {
+        let ticket = match self.log_index.lookup(q) {
+            Lookup::Hit(records) => return Ok(records),
+            Lookup::Miss(ticket) => Some(ticket),
+            Lookup::Bypass => None,
+        };
         let read = |r: LogShardRead| r;
-        let pages = self.tag_pages(ctx, &q.log, &q.tag, read, Some(q)).await?;
+        let (pages, closed_at) = self.tag_pages(ctx, &q.log, &q.tag, read, Some(q)).await?;
+        let finality = Finality::of(closed_at, pages[0].1.info.as_ref());
         let first_kept = pages
             .iter()
             .filter_map(|(_, p)| p.info.as_ref().map(|i| i.first_kept))
@@ -385,12 +398,21 @@ impl Router {
         if records.is_empty() && !tag_known && !self.log_known(ctx, &q.log).await? {
             return Err(FirnError::LogNotFound(q.log.to_string()));
         }
+        if let (Some(ticket), Some(finality)) = (ticket, finality) {
+            let answer = TierAnswer {
+                records: &records,
+                first_kept,
+                finality,
+            };
+            self.log_index.learn(ticket, q, answer);
+        }
         Ok(records)
     }
 
     /// Reads one page of `tag` from the tag's shard and from every other home its directory
     /// names. With other homes, every page is read at one closed time (`q.at`, or now), so
-    /// that no record can still arrive below the merged answer's newest seq.
+    /// that no record can still arrive below the merged answer's newest seq; that time is
+    /// returned with the pages (`None`: the tag's shard alone, read as `shape` asked).
     async fn tag_pages(
         &self,
         ctx: &CallContext,
@@ -398,7 +420,7 @@ impl Router {
         tag: &Key,
         shape: impl Fn(LogShardRead) -> LogShardRead,
         q: Option<&LogQuery>,
-    ) -> Result<Vec<(ShardId, LogPage)>, FirnError> {
+    ) -> Result<(Vec<(ShardId, LogPage)>, Option<CommitTs>), FirnError> {
         let layout = self.routable_layout()?;
         let primary = layout.shard_of_key(tag.as_bytes());
         let base = shape(LogShardRead {
@@ -416,7 +438,7 @@ impl Router {
         let mut homes: Vec<ShardId> = others(&first, primary);
         let mut pages = vec![(primary, first)];
         if homes.is_empty() {
-            return Ok(pages);
+            return Ok((pages, None));
         }
         // Other homes: one closed time for every page, the tag's shard's again included
         // (its directory read at that time may name more homes; read those too).
@@ -442,10 +464,26 @@ impl Router {
                 .collect::<Result<_, _>>()?;
             let named = others(&pages[0].1, primary);
             if named.iter().all(|h| homes.contains(h)) {
-                return Ok(pages);
+                return Ok((pages, Some(at)));
             }
             homes = named;
         }
+    }
+
+    /// Once a trim or FLUSHALL has committed: every node of the layout forgets in its log
+    /// index what the write removed (see [`crate::log_index`]).
+    pub(super) fn forget_everywhere(
+        &self,
+        forget: Forget,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let nodes = self.layout().nodes.keys().copied().collect();
+        crate::log_index::forget_everywhere(
+            self.log_index.clone(),
+            self.peers.clone(),
+            self.node_id,
+            nodes,
+            forget,
+        )
     }
 
     /// Whether anything was ever appended to `log` (its name's shard knows).
@@ -537,7 +575,7 @@ impl Router {
                 Some(id) => id,
                 None => {
                     let read = |r: LogShardRead| LogShardRead { limit: 0, ..r };
-                    let pages = self.tag_pages(ctx, &key, &key, read, None).await?;
+                    let (pages, _) = self.tag_pages(ctx, &key, &key, read, None).await?;
                     merge_info(pages.into_iter().filter_map(|(_, p)| p.info))
                         .map(|i| i.last_seq)
                         .unwrap_or_default()

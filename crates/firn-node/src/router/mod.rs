@@ -31,6 +31,7 @@ use tokio::sync::watch as channel;
 use self::plan::Plan;
 use crate::cluster::layout::ClusterLayout;
 use crate::cluster::meta::MetaClient;
+use crate::log_index::{Forget, LogIndex};
 use crate::replicas::Replicas;
 use crate::rpc::{Execute, PeerClient, ShardPart};
 
@@ -59,6 +60,8 @@ pub struct Router {
     allow_flushall: bool,
     /// The log's notes this node knows are made.
     log_notes: log::LogNotes,
+    /// The local log index in front of the shards that index tags.
+    log_index: Arc<LogIndex>,
 }
 
 /// What a router is built from.
@@ -69,6 +72,8 @@ pub struct RouterParts {
     pub layout: channel::Receiver<Arc<ClusterLayout>>,
     pub limits: Limits,
     pub allow_flushall: bool,
+    /// The local log index's bound (0: off).
+    pub log_index_bytes: usize,
     pub client_addrs: (String, String),
 }
 
@@ -84,6 +89,7 @@ impl Router {
             limits: parts.limits,
             allow_flushall: parts.allow_flushall,
             log_notes: log::LogNotes::default(),
+            log_index: Arc::new(LogIndex::new(parts.log_index_bytes)),
         }
     }
 
@@ -97,6 +103,11 @@ impl Router {
 
     pub fn meta(&self) -> &Arc<MetaClient> {
         &self.meta
+    }
+
+    /// This node's local log index.
+    pub fn log_index(&self) -> &LogIndex {
+        &self.log_index
     }
 
     /// The layout this node follows.
@@ -245,6 +256,9 @@ impl Router {
                 return ready(Err(e));
             }
         };
+        // FLUSHALL drops every log too: every node's log index must forget them.
+        let forgetting = matches!(request, KvRequest::Write(KvWrite::FlushAll))
+            .then(|| self.forget_everywhere(Forget::Everything));
         let outcome = match plan::plan(&layout, request) {
             Plan::One(shard, part) => self.on_shard(shard, part, ctx.clone(), 0).await,
             Plan::Split { parts, merge, keys } => {
@@ -268,6 +282,9 @@ impl Router {
         };
         Box::pin(async move {
             let result = outcome.await;
+            if let Some(forgetting) = forgetting {
+                forgetting.await;
+            }
             metrics::histogram!("firn_request_seconds", "op" => name)
                 .record(started.elapsed().as_secs_f64());
             if result.is_err() {

@@ -64,6 +64,8 @@ calls! {
     TransferLeader => Result<(), FirnError>;
     /// A remote watch's long poll.
     WatchPoll => Result<(Vec<WatchEvent>, CommitTs), FirnError>;
+    /// Forget, in the local log index, what a committed trim or FLUSHALL removed.
+    ForgetLog => ();
 }
 
 /// What one shard is asked: a read, or a write as the log operation it becomes.
@@ -148,6 +150,9 @@ pub struct WatchPoll {
     pub target: KeyRange,
     pub from: WatchFrom,
 }
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ForgetLog(pub crate::log_index::Forget);
 
 /// Sends typed calls to other nodes.
 #[derive(Clone)]
