@@ -413,3 +413,18 @@ async fn a_batch_append_gives_each_record_its_own_seq_in_every_home() {
     }
     node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_read_says_how_stale_it_may_be() {
+    let node = three_shard_node().await;
+    append(&node, "stale", &["t"], "x").await.unwrap();
+    let q = LogQuery::next(key("stale"), key("t"), LogSeq::ZERO)
+        .consistency(firn_model::ReadConsistency::Local);
+    let answer = run(&node, LogRead::Query(q)).await.unwrap();
+    let staleness = answer.staleness.expect("a local read says how stale it is");
+    assert!(staleness.applied_through > firn_model::CommitTs::ZERO);
+    assert!(staleness.at_most_us < 60_000_000);
+    let q = LogQuery::next(key("stale"), key("t"), LogSeq::ZERO);
+    assert!(run(&node, LogRead::Query(q)).await.unwrap().staleness.is_none());
+    node.shutdown().await;
+}

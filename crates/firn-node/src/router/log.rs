@@ -15,7 +15,7 @@ use firn_model::log::{
 };
 use firn_model::{
     Answer, Appended, CallContext, CommitTs, FirnError, Key, LogPage, LogQuery, LogRead, LogRecord,
-    LogRequest, LogSeq, LogWrite, NewRecord, ReadConsistency, Response, TagInfo,
+    LogRequest, LogSeq, LogWrite, NewRecord, ReadConsistency, Response, Staleness, TagInfo,
 };
 use firn_raft::ShardId;
 use firn_store::Op;
@@ -308,8 +308,11 @@ impl Router {
         match read {
             LogRead::Query(q) => {
                 check_query(&q)?;
+                let staleness = self.log_staleness(&q);
                 let records = self.query_blocking(ctx, &q).await?;
-                Ok(Answer::new(Response::Records(records)))
+                let mut answer = Answer::new(Response::Records(records));
+                answer.staleness = staleness;
+                Ok(answer)
             }
             LogRead::Streams {
                 after,
@@ -337,6 +340,22 @@ impl Router {
                 ))))
             }
         }
+    }
+
+    /// How stale a `local` query may be: the tag's replica here had applied everything up
+    /// to its newest stamp before the read (measured before it reads). A shard held
+    /// elsewhere is read on its leader; a read at a time is not stale.
+    fn log_staleness(&self, q: &LogQuery) -> Option<Staleness> {
+        if q.consistency != ReadConsistency::Local || q.at.is_some() {
+            return None;
+        }
+        let shard = self.layout().shard_of_key(q.tag.as_bytes());
+        let applied_through = self.replicas.get(shard)?.store().last_commit_ts();
+        let now = firn_model::hlc::system_wall_us();
+        Some(Staleness {
+            applied_through,
+            at_most_us: now.saturating_sub(applied_through.wall_us),
+        })
     }
 
     /// A query, waiting (as its `block_ms` says) for a record when none matches yet.
