@@ -369,8 +369,13 @@ impl Txn<'_> {
         let Some(mut meta) = self.tag_meta(k, k)? else {
             return Ok(Response::Count(0));
         };
+        // An id named twice is one entry: the batch's removal is not visible to the
+        // presence check of the second.
+        let mut distinct = ids.to_vec();
+        distinct.sort_unstable();
+        distinct.dedup();
         let mut gone = 0;
-        for id in ids {
+        for id in &distinct {
             let ek = entry_key(k, k, *id);
             let present = self
                 .store
