@@ -54,6 +54,16 @@ async fn xadd_gives_ids_as_redis_does_and_refuses_what_redis_refuses() {
         bulk("5-2")
     );
     assert_eq!(ok(&mut c, &["XADD", "s", "7", "a", "3"]).await, bulk("7-0"));
+    // `0-*` on a new stream is 0-1 (0-0 is no id), then 0-2.
+    assert_eq!(
+        ok(&mut c, &["XADD", "z", "0-*", "a", "1"]).await,
+        bulk("0-1")
+    );
+    assert_eq!(
+        ok(&mut c, &["XADD", "z", "0-*", "a", "2"]).await,
+        bulk("0-2")
+    );
+    assert_eq!(ok(&mut c, &["XLEN", "z"]).await, Value::Int(2));
     for stale in ["7-0", "5-9", "6-*"] {
         assert_eq!(
             error_line(&mut c, &["XADD", "s", stale, "a", "x"]).await,

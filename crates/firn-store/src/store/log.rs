@@ -100,7 +100,7 @@ fn stream_id(rule: StreamId, last: LogSeq, ts: CommitTs) -> Result<LogSeq, FirnE
     match rule {
         StreamId::Auto if ms > last.ms => Ok(LogSeq::new(ms, 0)),
         StreamId::Auto => last.successor().ok_or_else(too_small),
-        StreamId::Ms(ms) if ms > last.ms || last == LogSeq::ZERO => Ok(LogSeq::new(ms, 0)),
+        StreamId::Ms(ms) if ms > last.ms => Ok(LogSeq::new(ms, 0)),
         StreamId::Ms(ms) if ms == last.ms => last.successor().ok_or_else(too_small),
         StreamId::Ms(_) => Err(too_small()),
         StreamId::Exact(id) if id > last => Ok(id),
@@ -591,6 +591,13 @@ mod tests {
             LogSeq::new(6_000, 0)
         );
         assert!(stream_id(StreamId::Ms(4_000), last, ts).is_err());
+        // `0-*` on an empty stream is 0-1 (0-0 is no id), then 0-2, as in Redis.
+        let first = stream_id(StreamId::Ms(0), LogSeq::ZERO, ts).unwrap();
+        assert_eq!(first, LogSeq::new(0, 1));
+        assert_eq!(
+            stream_id(StreamId::Ms(0), first, ts).unwrap(),
+            LogSeq::new(0, 2)
+        );
         assert!(stream_id(StreamId::Exact(last), last, ts).is_err());
         assert_eq!(
             stream_id(StreamId::Exact(LogSeq::new(1, 1)), LogSeq::ZERO, ts).unwrap(),
