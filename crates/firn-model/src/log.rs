@@ -236,6 +236,75 @@ pub enum StreamTrim {
     MinId(LogSeq),
 }
 
+/// A stream entry's fields as its record's payload (XADD writes it; XRANGE, XREAD and the
+/// HTTP stream routes read it back, so an entry reads the same through either front end):
+/// `u32 pairs`, then for each pair `u32 len · field · u32 len · value`, all big-endian.
+/// Length-prefixed rather than separated, so fields and values may hold any bytes.
+pub fn encode_fields(fields: &[(Bytes, Bytes)]) -> Bytes {
+    let body: usize = fields.iter().map(|(f, v)| 8 + f.len() + v.len()).sum();
+    let mut out = Vec::with_capacity(4 + body);
+    out.extend_from_slice(&len_u32(fields.len()).to_be_bytes());
+    for (field, value) in fields {
+        for part in [field, value] {
+            out.extend_from_slice(&len_u32(part.len()).to_be_bytes());
+            out.extend_from_slice(part);
+        }
+    }
+    Bytes::from(out)
+}
+
+/// The fields [`encode_fields`] wrote. Anything else — a record appended under the
+/// stream's key with another payload, a cut-off payload, bytes after the last pair — is
+/// an error that says so, never a guess.
+pub fn decode_fields(payload: &[u8]) -> Result<Vec<(Bytes, Bytes)>, FirnError> {
+    let mut rest = payload;
+    let pairs = take_len(&mut rest)?;
+    // A pair takes at least 8 bytes: a count beyond that is corrupt, not a reason to
+    // reserve memory.
+    if pairs > rest.len() / 8 {
+        return Err(not_fields("its pair count exceeds its length"));
+    }
+    let mut fields = Vec::with_capacity(pairs);
+    for _ in 0..pairs {
+        let field = take_part(&mut rest)?;
+        let value = take_part(&mut rest)?;
+        fields.push((field, value));
+    }
+    if !rest.is_empty() {
+        return Err(not_fields("bytes follow the last pair"));
+    }
+    Ok(fields)
+}
+
+fn len_u32(n: usize) -> u32 {
+    // Frames and bodies are bounded far below 4 GiB (limits::RESP_FRAME_BYTES_MAX).
+    u32::try_from(n).expect("a stream entry's part is under 4 GiB")
+}
+
+fn not_fields(why: &str) -> FirnError {
+    FirnError::BadArgument(format!(
+        "the record is not a stream entry ({why}): it was not written by XADD"
+    ))
+}
+
+fn take_len(rest: &mut &[u8]) -> Result<usize, FirnError> {
+    let (len, tail) = rest
+        .split_first_chunk::<4>()
+        .ok_or_else(|| not_fields("it ends early"))?;
+    *rest = tail;
+    Ok(u32::from_be_bytes(*len) as usize)
+}
+
+fn take_part(rest: &mut &[u8]) -> Result<Bytes, FirnError> {
+    let len = take_len(rest)?;
+    if rest.len() < len {
+        return Err(not_fields("it ends early"));
+    }
+    let (part, tail) = rest.split_at(len);
+    *rest = tail;
+    Ok(Bytes::copy_from_slice(part))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -291,5 +360,28 @@ mod tests {
         );
         assert!("0-0".parse::<StreamId>().is_err());
         assert!("a-*".parse::<StreamId>().is_err());
+    }
+
+    #[test]
+    fn stream_fields_round_trip_and_foreign_payloads_are_refused() {
+        let fields = vec![
+            (Bytes::from_static(b"temp"), Bytes::from_static(b"21.5")),
+            (
+                Bytes::from_static(b""),
+                Bytes::from_static(b"\r\n\0 any bytes"),
+            ),
+        ];
+        let payload = encode_fields(&fields);
+        assert_eq!(payload.len(), 4 + (8 + 4 + 4) + (8 + 13));
+        assert_eq!(decode_fields(&payload).unwrap(), fields);
+        assert_eq!(decode_fields(&encode_fields(&[])).unwrap(), vec![]);
+        // Cut short, trailing bytes, an absurd count, a raw payload: each refused.
+        assert!(decode_fields(&payload[..payload.len() - 1]).is_err());
+        let mut longer = payload.to_vec();
+        longer.push(0);
+        assert!(decode_fields(&longer).is_err());
+        assert!(decode_fields(&[0xFF, 0xFF, 0xFF, 0xFF]).is_err());
+        let err = decode_fields(b"hello").unwrap_err();
+        assert!(err.to_string().contains("not a stream entry"), "{err}");
     }
 }

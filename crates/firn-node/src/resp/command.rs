@@ -69,6 +69,7 @@ pub enum Group {
     Server,
     Generic,
     String,
+    Stream,
     Cluster,
     Firn,
 }
@@ -80,6 +81,7 @@ impl Group {
             Group::Server => "server",
             Group::Generic => "generic",
             Group::String => "string",
+            Group::Stream => "stream",
             Group::Cluster => "cluster",
             Group::Firn => "firn",
         }

@@ -2,8 +2,8 @@
 //! replies out. Pipelined writes are proposed back to back and answered in order; a read
 //! waits for the writes sent before it on the same connection. Commands are one family to
 //! a file under `cmd/`, listed once in `registry.rs`; this file owns the connections: their
-//! limit, pipelining, sessions (causality tokens) and watches. It never parses a command's
-//! arguments or shows its answer.
+//! limit, pipelining, sessions (causality tokens), watches and blocked log reads. It never
+//! parses a command's arguments or shows its answer.
 
 pub mod args;
 pub mod cmd;
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use firn_model::limits::RESP_FRAME_BYTES_MAX;
-use firn_model::{Answer, CommitTs, FirnError, KvRead, KvRequest, Request};
+use firn_model::{Answer, CommitTs, FirnError, KvRead, KvRequest, LogRead, LogRequest, Request};
 use redis_protocol::resp2;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -374,6 +374,7 @@ impl Connection {
         if let Action::Execute(request, how) = action {
             match request {
                 Request::Kv(KvRequest::Read(read)) => self.reads.push((read, how)),
+                Request::Log(LogRequest::Read(read)) => self.log_read(read, how).await?,
                 // Reads sent before this write must not see it.
                 write => {
                     self.flush_reads().await;
@@ -459,6 +460,53 @@ impl Connection {
             }
         }
         Ok(())
+    }
+
+    /// A log read, after the writes this connection sent before it. One that may wait for
+    /// records (`BLOCK`) first sends the answers before it, as Redis does, and gives up when
+    /// the client goes away or the node stops — so a client gone during `BLOCK 0` holds no
+    /// connection slot. Commands sent meanwhile are kept (up to a frame's bound) for after.
+    async fn log_read(&mut self, read: LogRead, how: Render) -> std::io::Result<()> {
+        self.flush_reads().await;
+        if self.has_pending_writes() {
+            self.drain().await;
+        }
+        let blocks = match &read {
+            LogRead::Query(q) => q.block_ms.is_some(),
+            LogRead::Streams { block_ms, .. } => block_ms.is_some(),
+            LogRead::Info { .. } => false,
+        };
+        let request = Request::Log(LogRequest::Read(read));
+        if !blocks {
+            let pending = self.session.submit(&self.shared.router, request).await;
+            self.queue.push_back(Queued::Pending(how, pending));
+            return Ok(());
+        }
+        self.drain().await;
+        self.flush().await?;
+        let router = self.shared.router.clone();
+        let ctx = self.session.context();
+        let answer = router.execute(&ctx, request);
+        tokio::pin!(answer);
+        loop {
+            tokio::select! {
+                result = &mut answer => {
+                    let result = self.saw(result);
+                    self.queue.push_back(Queued::Ready(how.show(result.map(|a| a.response))));
+                    return Ok(());
+                }
+                _ = self.stop.changed() => {
+                    self.closing = true;
+                    return Ok(());
+                }
+                n = self.stream.read_buf(&mut self.input), if self.input.len() <= RESP_FRAME_BYTES_MAX => {
+                    if n? == 0 {
+                        self.closing = true;
+                        return Ok(());
+                    }
+                }
+            }
+        }
     }
 
     /// Streams events until the client sends FIRN.UNWATCH or QUIT, the watch ends, or the

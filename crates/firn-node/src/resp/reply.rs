@@ -17,6 +17,9 @@ pub enum Reply {
     Array(Vec<Reply>),
     /// A map in RESP3; a flat key, value, key, value… array in RESP2.
     Map(Vec<(Reply, Reply)>),
+    /// A map in RESP3; an array of `[key, value]` arrays in RESP2 (XREAD's streams, as
+    /// Redis answers them).
+    MapOrPairs(Vec<(Reply, Reply)>),
     /// An out-of-band message in RESP3; an array in RESP2 (pub/sub style).
     Push(Vec<Reply>),
 }
@@ -65,6 +68,12 @@ impl Reply {
                     .flat_map(|(k, v)| [k.to_resp2(), v.to_resp2()])
                     .collect(),
             ),
+            Reply::MapOrPairs(pairs) => F::Array(
+                pairs
+                    .iter()
+                    .map(|(k, v)| F::Array(vec![k.to_resp2(), v.to_resp2()]))
+                    .collect(),
+            ),
         }
     }
 
@@ -100,7 +109,7 @@ impl Reply {
                 data: items.iter().map(Reply::to_resp3).collect(),
                 attributes: None,
             },
-            Reply::Map(pairs) => F::Map {
+            Reply::Map(pairs) | Reply::MapOrPairs(pairs) => F::Map {
                 data: pairs
                     .iter()
                     .map(|(k, v)| (k.to_resp3(), v.to_resp3()))
@@ -126,6 +135,9 @@ mod tests {
         let map = Reply::Map(vec![(Reply::text("version"), Reply::Int(3))]);
         assert_eq!(encoded(map.clone(), 2), "*2\r\n$7\r\nversion\r\n:3\r\n");
         assert_eq!(encoded(map, 3), "%1\r\n$7\r\nversion\r\n:3\r\n");
+        let pairs = Reply::MapOrPairs(vec![(Reply::text("s"), Reply::Int(1))]);
+        assert_eq!(encoded(pairs.clone(), 2), "*1\r\n*2\r\n$1\r\ns\r\n:1\r\n");
+        assert_eq!(encoded(pairs, 3), "%1\r\n$1\r\ns\r\n:1\r\n");
         assert_eq!(encoded(Reply::Nil, 2), "$-1\r\n");
         assert_eq!(encoded(Reply::Nil, 3), "_\r\n");
     }

@@ -33,3 +33,56 @@ pub async fn redis_conn_resp3(node: &RunningNode) -> redis::aio::MultiplexedConn
         redis::Client::open(format!("redis://{}/?protocol=resp3", node.resp_addr)).unwrap();
     client.get_multiplexed_async_connection().await.unwrap()
 }
+
+/// A connection whose replies may take longer than the client's default 500 ms (`BLOCK`).
+pub async fn redis_conn_patient(node: &RunningNode) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(format!("redis://{}/", node.resp_addr)).unwrap();
+    let config =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(20)));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap()
+}
+
+/// Sends one command, its words given as strings.
+pub async fn run(
+    c: &mut redis::aio::MultiplexedConnection,
+    args: &[&str],
+) -> redis::RedisResult<redis::Value> {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query_async(c).await
+}
+
+/// The answer of a command that must succeed.
+pub async fn ok(c: &mut redis::aio::MultiplexedConnection, args: &[&str]) -> redis::Value {
+    run(c, args)
+        .await
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+/// The error line a command must get, as the server wrote it: `CODE detail`.
+pub async fn error_line(c: &mut redis::aio::MultiplexedConnection, args: &[&str]) -> String {
+    match run(c, args).await {
+        Ok(v) => panic!("{args:?} answered {v:?}, not an error"),
+        Err(e) => format!("{} {}", e.code().unwrap_or("?"), e.detail().unwrap_or("")),
+    }
+}
+
+pub fn bulk_text(v: &redis::Value) -> String {
+    match v {
+        redis::Value::BulkString(b) => String::from_utf8(b.clone()).unwrap(),
+        other => panic!("not a bulk string: {other:?}"),
+    }
+}
+
+pub async fn assert_usable(c: &mut redis::aio::MultiplexedConnection) {
+    assert_eq!(
+        ok(c, &["PING"]).await,
+        redis::Value::SimpleString("PONG".into()),
+        "the connection goes on after an error"
+    );
+}

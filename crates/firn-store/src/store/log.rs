@@ -119,7 +119,7 @@ fn stream_id(rule: StreamId, last: LogSeq, ts: CommitTs) -> Result<LogSeq, FirnE
     match rule {
         StreamId::Auto if ms > last.ms => Ok(LogSeq::new(ms, 0)),
         StreamId::Auto => last.successor().ok_or_else(too_small),
-        StreamId::Ms(ms) if ms > last.ms || last == LogSeq::ZERO => Ok(LogSeq::new(ms, 0)),
+        StreamId::Ms(ms) if ms > last.ms => Ok(LogSeq::new(ms, 0)),
         StreamId::Ms(ms) if ms == last.ms => last.successor().ok_or_else(too_small),
         StreamId::Ms(_) => Err(too_small()),
         StreamId::Exact(id) if id > last => Ok(id),
@@ -388,8 +388,13 @@ impl Txn<'_> {
         let Some(mut meta) = self.tag_meta(k, k)? else {
             return Ok(Response::Count(0));
         };
+        // An id named twice is one entry: the batch's removal is not visible to the
+        // presence check of the second.
+        let mut distinct = ids.to_vec();
+        distinct.sort_unstable();
+        distinct.dedup();
         let mut gone = 0;
-        for id in ids {
+        for id in &distinct {
             let ek = entry_key(k, k, *id);
             let present = self
                 .store
@@ -605,6 +610,13 @@ mod tests {
             LogSeq::new(6_000, 0)
         );
         assert!(stream_id(StreamId::Ms(4_000), last, ts).is_err());
+        // `0-*` on an empty stream is 0-1 (0-0 is no id), then 0-2, as in Redis.
+        let first = stream_id(StreamId::Ms(0), LogSeq::ZERO, ts).unwrap();
+        assert_eq!(first, LogSeq::new(0, 1));
+        assert_eq!(
+            stream_id(StreamId::Ms(0), first, ts).unwrap(),
+            LogSeq::new(0, 2)
+        );
         assert!(stream_id(StreamId::Exact(last), last, ts).is_err());
         assert_eq!(
             stream_id(StreamId::Exact(LogSeq::new(1, 1)), LogSeq::ZERO, ts).unwrap(),

@@ -1,7 +1,8 @@
 //! One file per RESP command or family of commands. Each holds its `CommandSpec`s, the
 //! parse that turns arguments into a typed [`firn_model::Request`] (or a connection-local
 //! action) and the render that shows the router's answer. What several commands share —
-//! read options, the version map, the written pair — is here. To add a command, see
+//! read options, the version map, the written pair, stream ids and entries as Redis writes
+//! them — is here. To add a command, see
 //! docs/architecture.md ("How to add a RESP command").
 
 pub mod cluster;
@@ -12,6 +13,7 @@ pub mod firn_del;
 pub mod firn_get;
 pub mod firn_history;
 pub mod firn_keyspace;
+pub mod firn_log;
 pub mod firn_put;
 pub mod firn_scan;
 pub mod firn_snapshot;
@@ -24,8 +26,14 @@ pub mod scan;
 pub mod server;
 pub mod session;
 pub mod set;
+pub mod xadd;
+pub mod xdel;
+pub mod xinfo;
+pub mod xrange;
+pub mod xread;
 
-use firn_model::{FirnError, ReadAt, ReadConsistency, VersionInfo, Written};
+use firn_model::log::decode_fields;
+use firn_model::{FirnError, LogRecord, LogSeq, ReadAt, ReadConsistency, VersionInfo, Written};
 
 use super::args::Args;
 use super::reply::Reply;
@@ -126,4 +134,52 @@ pub fn written_pair(w: &Written) -> Reply {
         Reply::Int(w.version as i64),
         Reply::text(w.commit_ts.to_string()),
     ])
+}
+
+/// Redis's words for a command's options in a wrong order or combination.
+pub fn syntax_error() -> FirnError {
+    FirnError::BadArgument("syntax error".into())
+}
+
+/// An integer argument, with Redis's words when it is not one (stream commands, whose
+/// clients match Redis's texts).
+pub fn redis_integer(args: &mut Args) -> Result<i64, FirnError> {
+    args.text()?
+        .parse()
+        .map_err(|_| FirnError::BadArgument("value is not an integer or out of range".into()))
+}
+
+/// Redis's words for a malformed stream id.
+pub fn invalid_stream_id() -> FirnError {
+    FirnError::BadArgument("Invalid stream ID specified as stream command argument".into())
+}
+
+/// A stream id as Redis's strict parse takes it: `ms-n`, or `ms` alone meaning `ms-0` (with
+/// `end`, `ms-<max>`); never `-` or `+`.
+pub fn stream_id(text: &str, end: bool) -> Result<LogSeq, FirnError> {
+    LogSeq::parse_bound(text, end).map_err(|_| invalid_stream_id())
+}
+
+/// A stream entry as Redis shows it: `[id, [field, value, …]]`.
+pub fn stream_entry(record: &LogRecord) -> Result<Reply, FirnError> {
+    let fields = decode_fields(&record.payload)
+        .map_err(|e| FirnError::BadArgument(format!("entry {} of the stream: {e}", record.seq)))?;
+    Ok(Reply::Array(vec![
+        Reply::text(record.seq.to_string()),
+        Reply::Array(
+            fields
+                .into_iter()
+                .flat_map(|(f, v)| [Reply::Bulk(f), Reply::Bulk(v)])
+                .collect(),
+        ),
+    ]))
+}
+
+/// Entries in the order read, as XRANGE and XREAD show them.
+pub fn stream_entries(records: &[LogRecord]) -> Result<Reply, FirnError> {
+    records
+        .iter()
+        .map(stream_entry)
+        .collect::<Result<_, _>>()
+        .map(Reply::Array)
 }

@@ -1,0 +1,93 @@
+//! XLEN key and XINFO STREAM key: what a stream holds, with Redis 7's fields.
+
+use firn_model::{FirnError, LogRead, LogSeq, ReadConsistency, Response};
+
+use super::{exact_arity, stream_entry, unknown_subcommand};
+use crate::resp::args::Args;
+use crate::resp::command::{
+    Action, CommandSpec, FIRST_RELEASE, Flag, Group, KeyPositions, Render, unexpected,
+};
+use crate::resp::reply::Reply;
+
+pub const XLEN: CommandSpec = CommandSpec {
+    name: "xlen",
+    arity: 2,
+    flags: &[Flag::ReadOnly, Flag::Fast],
+    keys: KeyPositions::FIRST,
+    group: Group::Stream,
+    since: FIRST_RELEASE,
+    summary: "The number of entries in the stream (0 if it does not exist).",
+    parse: |mut args| Ok(Action::execute(info(args.key()?), Render::new(show_len))),
+};
+
+pub const XINFO: CommandSpec = CommandSpec {
+    name: "xinfo",
+    arity: -2,
+    flags: &[Flag::ReadOnly],
+    keys: KeyPositions::at(2, 2, 1),
+    group: Group::Stream,
+    since: FIRST_RELEASE,
+    summary: "STREAM key: the stream's length, ids and first and last entries, as Redis 7 gives them.",
+    parse: xinfo,
+};
+
+fn xinfo(mut args: Args) -> Result<Action, FirnError> {
+    let sub = args.keyword()?;
+    match sub.as_str() {
+        "STREAM" => {
+            // FULL (consumer groups' state) has nothing to show: Firn has no groups yet.
+            exact_arity(&args, 1)?;
+            Ok(Action::execute(info(args.key()?), Render::new(show_stream)))
+        }
+        _ => Err(unknown_subcommand("xinfo", &sub)),
+    }
+}
+
+/// A stream is the log named by its key, read through the tag that is the key.
+fn info(key: firn_model::Key) -> LogRead {
+    LogRead::Info {
+        log: key.clone(),
+        tag: key,
+        consistency: ReadConsistency::Linearizable,
+    }
+}
+
+fn show_len(response: Response) -> Reply {
+    match response {
+        Response::TagInfo(info) => Reply::Int(info.map_or(0, |i| i.len) as i64),
+        other => unexpected("XLEN", other),
+    }
+}
+
+/// Redis 7's fields in its order. Firn keeps no radix tree: its two counts are 0; there are
+/// no consumer groups.
+fn show_stream(response: Response) -> Reply {
+    let info = match response {
+        Response::TagInfo(Some(info)) => info,
+        Response::TagInfo(None) => {
+            return Reply::error(&FirnError::BadArgument("no such key".into()));
+        }
+        other => return unexpected("XINFO STREAM", other),
+    };
+    let entry = |r: &Option<firn_model::LogRecord>| r.as_ref().map(stream_entry).transpose();
+    let (first, last) = match (entry(&info.first), entry(&info.last)) {
+        (Ok(first), Ok(last)) => (first, last),
+        (Err(e), _) | (_, Err(e)) => return Reply::error(&e),
+    };
+    let id = |seq: LogSeq| Reply::text(seq.to_string());
+    Reply::Map(vec![
+        (Reply::text("length"), Reply::Int(info.len as i64)),
+        (Reply::text("radix-tree-keys"), Reply::Int(0)),
+        (Reply::text("radix-tree-nodes"), Reply::Int(0)),
+        (Reply::text("last-generated-id"), id(info.last_seq)),
+        (Reply::text("max-deleted-entry-id"), id(info.max_deleted)),
+        (Reply::text("entries-added"), Reply::Int(info.added as i64)),
+        (
+            Reply::text("recorded-first-entry-id"),
+            id(info.first.as_ref().map_or(LogSeq::ZERO, |r| r.seq)),
+        ),
+        (Reply::text("groups"), Reply::Int(0)),
+        (Reply::text("first-entry"), first.unwrap_or(Reply::Nil)),
+        (Reply::text("last-entry"), last.unwrap_or(Reply::Nil)),
+    ])
+}
