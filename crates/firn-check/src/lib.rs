@@ -11,10 +11,14 @@
 //!
 //! Operations whose outcome is unknown may take effect at any time after their invocation,
 //! or never; the check succeeds once every completed operation is explained.
+//!
+//! The shared log's guarantees (total order, no skips, stable records) are checked by
+//! [`log::check`], directly rather than by search.
 
 use std::collections::{BTreeMap, HashSet};
 use std::hash::Hash;
 
+pub mod log;
 pub mod register;
 
 /// A sequential specification.

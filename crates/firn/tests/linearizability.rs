@@ -7,7 +7,7 @@ mod common;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use common::{Cluster, FirnProcess};
+use common::{Cluster, FirnProcess, Rng, kill_leaders, seed};
 use firn_check::register::{Register, RegisterOp, RegisterOut};
 use firn_check::{Operation, check_per_key};
 use firn_client::{Client, ClientError, PutOptions};
@@ -22,18 +22,6 @@ const KEYS: u64 = 3;
 const OP_TIMEOUT: Duration = Duration::from_secs(5);
 
 type History = Vec<(u64, Operation<RegisterOp, RegisterOut>)>;
-
-/// A small deterministic generator: the seed is printed, so a failure can be replayed with
-/// FIRN_TEST_SEED.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
 
 /// How reads are served: the real linearizable path, or a deliberately stale one (as of a
 /// time in the past) that the checker must catch.
@@ -104,24 +92,9 @@ async fn run_op(
     }
 }
 
-fn seed() -> u64 {
-    let seed = std::env::var("FIRN_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    eprintln!("linearizability seed: FIRN_TEST_SEED={seed}");
-    seed
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_under_kill_and_restart_is_linearizable() {
-    let seed = seed();
+    let seed = seed("linearizability");
     let dir = tempfile::tempdir().unwrap();
     let node = FirnProcess::start(dir.path(), &[]);
     let addrs = Arc::new(RwLock::new(vec![node.resp_addr()]));
@@ -156,7 +129,7 @@ async fn history_under_kill_and_restart_is_linearizable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_checker_rejects_the_history_of_a_stale_read_path() {
-    let seed = seed();
+    let seed = seed("linearizability");
     let dir = tempfile::tempdir().unwrap();
     let node = FirnProcess::start(dir.path(), &[]);
     let addrs = Arc::new(RwLock::new(vec![node.resp_addr()]));
@@ -176,7 +149,7 @@ async fn the_checker_rejects_the_history_of_a_stale_read_path() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_history_under_leader_kills_is_linearizable() {
-    let seed = seed();
+    let seed = seed("linearizability");
     let cluster = tokio::task::spawn_blocking(|| {
         let c = Cluster::start(3, &[]);
         c.wait_for_leaders(0, None);
@@ -188,33 +161,13 @@ async fn cluster_history_under_leader_kills_is_linearizable() {
         (0..3).map(|i| cluster.resp_addr(i)).collect::<Vec<_>>(),
     ));
     let cluster = Arc::new(Mutex::new(cluster));
-    let faults = {
-        let cluster = cluster.clone();
-        async move {
-            // Kill the leader of shard 0, restart it, then do the same to shard 1's leader.
-            for shard in [0usize, 1] {
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                let c = cluster.clone();
-                tokio::task::spawn_blocking(move || {
-                    let mut c = c.lock().unwrap();
-                    let alive = (0..3).find(|i| c.nodes[*i].is_some()).unwrap();
-                    let leader = c.wait_for_leaders(alive, None)[shard];
-                    c.kill_9((leader - 1) as usize);
-                })
-                .await
-                .unwrap();
-                tokio::time::sleep(Duration::from_millis(700)).await;
-                let c = cluster.clone();
-                tokio::task::spawn_blocking(move || {
-                    let mut c = c.lock().unwrap();
-                    let down = (0..3).find(|i| c.nodes[*i].is_none()).unwrap();
-                    c.restart(down);
-                })
-                .await
-                .unwrap();
-            }
-        }
-    };
+    // Kill the leader of shard 0, restart it, then do the same to shard 1's leader.
+    let faults = kill_leaders(
+        cluster.clone(),
+        vec![0, 1],
+        Duration::from_millis(300),
+        Duration::from_millis(700),
+    );
     // FIRN_LIN_OPS lengthens the run for manual soak runs (scripts/fault-soak).
     let ops = std::env::var("FIRN_LIN_OPS")
         .ok()
@@ -240,8 +193,7 @@ async fn record_history(
     for c in 0..CLIENTS {
         let (addrs, history) = (addrs.clone(), history.clone());
         tasks.push(tokio::spawn(async move {
-            let mut rng =
-                Rng(seed.wrapping_add((c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1);
+            let mut rng = Rng::for_process(seed, c);
             let mut client: Option<Client> = None;
             let mut target = c;
             let mut last_version_seen = 0;

@@ -284,6 +284,11 @@ impl Cluster {
 
 /// A key that lives in `shard` of the default layout (3 shards).
 pub fn key_in_shard(shard: u32, tag: &str) -> String {
+    keys_in_shard(shard, tag, 1).remove(0)
+}
+
+/// The first `n` keys `{prefix}{i}` that live in `shard` of the default layout (3 shards).
+pub fn keys_in_shard(shard: u32, prefix: &str, n: usize) -> Vec<String> {
     let layout = firn_node::cluster::layout::ClusterLayout::new(
         firn_node::cluster::layout::parse_peers("1=a,2=b,3=c").unwrap(),
         3,
@@ -291,7 +296,73 @@ pub fn key_in_shard(shard: u32, tag: &str) -> String {
     )
     .unwrap();
     (0..)
-        .map(|i| format!("{tag}{i}"))
-        .find(|k| layout.shard_of_key(k.as_bytes()) == shard)
-        .unwrap()
+        .map(|i| format!("{prefix}{i}"))
+        .filter(|k| layout.shard_of_key(k.as_bytes()) == shard)
+        .take(n)
+        .collect()
+}
+
+/// Kills (SIGKILL) the leader of each of `shards` in turn, `pause` after the previous
+/// restart, and restarts it `down` later on the same data.
+pub async fn kill_leaders(
+    cluster: std::sync::Arc<std::sync::Mutex<Cluster>>,
+    shards: Vec<usize>,
+    pause: Duration,
+    down: Duration,
+) {
+    for shard in shards {
+        tokio::time::sleep(pause).await;
+        let c = cluster.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut c = c.lock().unwrap();
+            let alive = (0..c.nodes.len()).find(|i| c.nodes[*i].is_some()).unwrap();
+            let leader = c.wait_for_leaders(alive, None)[shard];
+            c.kill_9((leader - 1) as usize);
+        })
+        .await
+        .unwrap();
+        tokio::time::sleep(down).await;
+        let c = cluster.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut c = c.lock().unwrap();
+            let down = (0..c.nodes.len()).find(|i| c.nodes[*i].is_none()).unwrap();
+            c.restart(down);
+        })
+        .await
+        .unwrap();
+    }
+}
+
+/// A small deterministic generator: tests print their seed, so a failure can be replayed
+/// with FIRN_TEST_SEED.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Process `p`'s own stream of the run's `seed`.
+    pub fn for_process(seed: u64, p: usize) -> Rng {
+        Rng(seed.wrapping_add((p as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1)
+    }
+}
+
+/// FIRN_TEST_SEED, or one from the clock; printed with `what` so a failure can be replayed.
+pub fn seed(what: &str) -> u64 {
+    let seed = std::env::var("FIRN_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    eprintln!("{what} seed: FIRN_TEST_SEED={seed}");
+    seed
 }
