@@ -425,6 +425,12 @@ async fn a_local_read_says_how_stale_it_may_be() {
     assert!(staleness.applied_through > firn_model::CommitTs::ZERO);
     assert!(staleness.at_most_us < 60_000_000);
     let q = LogQuery::next(key("stale"), key("t"), LogSeq::ZERO);
-    assert!(run(&node, LogRead::Query(q)).await.unwrap().staleness.is_none());
+    assert!(
+        run(&node, LogRead::Query(q))
+            .await
+            .unwrap()
+            .staleness
+            .is_none()
+    );
     node.shutdown().await;
 }

@@ -90,6 +90,8 @@ pub struct ShardReplica {
     clock: Arc<HybridClock>,
     read_rounds: Arc<Mutex<ReadRounds>>,
     closer: Option<tokio::task::JoinHandle<()>>,
+    /// Held while a [`close_through`](Self::close_through) entry is in flight.
+    closing: tokio::sync::Mutex<()>,
 }
 
 /// Keeps time closing on an idle shard: while this replica leads, whenever the shard's
@@ -267,6 +269,7 @@ impl ShardReplica {
             clock,
             read_rounds: Arc::default(),
             closer,
+            closing: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -281,6 +284,22 @@ impl ShardReplica {
 
     pub fn store(&self) -> &Arc<VersionedStore> {
         &self.store
+    }
+
+    /// Closes time through `t` here now rather than waiting for the closer or a write: on
+    /// the leader, a `CloseTime` entry stamped above `t` (one at a time; a caller that finds
+    /// `t` closed meanwhile proposes nothing). Returns once this replica has applied it. A
+    /// follower does nothing (the caller waits for time to close).
+    pub async fn close_through(&self, t: firn_model::CommitTs) -> Result<(), FirnError> {
+        if self.leader() != Some(self.node_id) {
+            return Ok(());
+        }
+        let _one = self.closing.lock().await;
+        if self.store.last_commit_ts() >= t {
+            return Ok(());
+        }
+        self.clock.observe(t);
+        self.write(Op::CloseTime).await.map(|_| ())
     }
 
     /// Proposes a write, stamped now, and returns what applying it answered. Returns only

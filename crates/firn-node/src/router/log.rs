@@ -452,6 +452,7 @@ impl Router {
             at: q.and_then(|q| q.at),
             consistency: q.map_or(ReadConsistency::Linearizable, |q| q.consistency),
             ends: false,
+            close: false,
         });
         let first = self.log_page(primary, base.clone(), ctx).await?;
         let mut homes: Vec<ShardId> = others(&first, primary);
@@ -468,8 +469,11 @@ impl Router {
         loop {
             let mut shards = vec![primary];
             shards.extend(homes.iter().copied());
+            // A linearizable read at now asks each leader to close now, rather than wait
+            // up to the close interval (and a follower's heartbeat) for it.
             let read = LogShardRead {
                 at: Some(at),
+                close: base.at.is_none() && base.consistency != ReadConsistency::Local,
                 ..base.clone()
             };
             let results = futures::future::join_all(
@@ -518,6 +522,7 @@ impl Router {
             at: None,
             consistency: ReadConsistency::Linearizable,
             ends: false,
+            close: false,
         };
         Ok(self.log_page(shard, probe, ctx).await?.log_known)
     }
@@ -550,7 +555,12 @@ impl Router {
         ctx: &CallContext,
     ) -> Result<Answer, FirnError> {
         match read.at {
-            Some(t) => wait_closed(replica, t).await?,
+            Some(t) => {
+                if read.close {
+                    replica.close_through(t).await?;
+                }
+                wait_closed(replica, t).await?
+            }
             None => {
                 if let Some(t) = ctx.after
                     && read.consistency == ReadConsistency::Local

@@ -333,7 +333,9 @@ impl Router {
                 (ShardPart::Read(read), Some(replica)) => {
                     ready(self.read_here(&replica, read, &ctx).await)
                 }
-                (ShardPart::LogRead(read), Some(replica)) => {
+                (ShardPart::LogRead(read), Some(replica))
+                    if !read.close || replica.leader() == Some(self.node_id) =>
+                {
                     ready(self.log_page_here(&replica, read, &ctx).await)
                 }
                 (ShardPart::Keyspaces, Some(replica)) => ready(
@@ -341,7 +343,8 @@ impl Router {
                         .await
                         .map(|()| Answer::new(Response::Keyspaces(replica.store().keyspaces()))),
                 ),
-                (part, None) => {
+                // Not held here, or a log read that must run on the leader.
+                (part, _) => {
                     let target = match self.leader_of(shard).await {
                         Ok(l) => l,
                         Err(e) => return ready(Err(e)),

@@ -94,6 +94,9 @@ pub struct LogShardRead {
     pub consistency: firn_model::ReadConsistency,
     /// Look up the tag's first and last records too.
     pub ends: bool,
+    /// `at` is the reader's now: read on the shard's leader, which closes it at once
+    /// instead of waiting for time to close by itself (see `ShardReplica::close_through`).
+    pub close: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
