@@ -145,7 +145,7 @@ fn trim(log: Key, mut args: Args) -> Result<Action, FirnError> {
     ))
 }
 
-/// `[ASOF t] [CONSISTENCY c]` and the subcommand's `extra` option (`BLOCK ms`, `LIMIT n`).
+/// `[ASOF t | AT t] [CONSISTENCY c]` (`AT` as FIRN.SNAPSHOT spells it) and the subcommand's `extra` option (`BLOCK ms`, `LIMIT n`).
 fn read(
     mut q: LogQuery,
     mut args: Args,
@@ -156,7 +156,7 @@ fn read(
     while !args.is_empty() {
         let option = args.keyword()?;
         match (option.as_str(), extra) {
-            ("ASOF", _) => q.at = Some(args.read_time()?),
+            ("ASOF" | "AT", _) => q.at = Some(args.read_time()?),
             ("CONSISTENCY", _) => q.consistency = args.text()?.parse()?,
             ("BLOCK", Some("BLOCK")) => q.block_ms = Some(args.u64("BLOCK")?),
             ("LIMIT", Some("LIMIT")) => q.limit = args.usize("LIMIT")?,
@@ -169,7 +169,7 @@ fn read(
 fn unknown_option(sub: &str, option: &str, extra: Option<&str>) -> FirnError {
     let extra = extra.map(|e| format!("{e}, ")).unwrap_or_default();
     FirnError::BadArgument(format!(
-        "unknown FIRN.LOG {sub} option '{option}'; use {extra}ASOF, CONSISTENCY"
+        "unknown FIRN.LOG {sub} option '{option}'; use {extra}ASOF (or AT), CONSISTENCY"
     ))
 }
 
