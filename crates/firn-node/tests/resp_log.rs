@@ -144,6 +144,13 @@ async fn append_then_read_by_each_tag_in_seq_order() {
         .payload,
         "ab"
     );
+    // `AT t`, as FIRN.SNAPSHOT spells it, is the same read.
+    let at = ok(
+        &mut c,
+        &["FIRN.LOG", "RANGE", "events", "b", "-", "+", "AT", &first.commit_ts],
+    )
+    .await;
+    assert_eq!(payloads(at), ["ab"]);
 
     let info = items(ok(&mut c, &["FIRN.LOG", "INFO", "events", "b"]).await);
     assert_eq!(
