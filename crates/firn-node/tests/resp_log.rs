@@ -147,7 +147,16 @@ async fn append_then_read_by_each_tag_in_seq_order() {
     // `AT t`, as FIRN.SNAPSHOT spells it, is the same read.
     let at = ok(
         &mut c,
-        &["FIRN.LOG", "RANGE", "events", "b", "-", "+", "AT", &first.commit_ts],
+        &[
+            "FIRN.LOG",
+            "RANGE",
+            "events",
+            "b",
+            "-",
+            "+",
+            "AT",
+            &first.commit_ts,
+        ],
     )
     .await;
     assert_eq!(payloads(at), ["ab"]);

@@ -1,0 +1,324 @@
+//! The shared log through the router. A record is stored in its *home* shard, the shard of
+//! its first tag's slot, once under each of its tags; the shard of a tag's slot keeps the
+//! tag's directory: the other shards that hold records of it. Appends go to the home (after
+//! noting the home in the directory of each other tag, once per node); a read of a tag asks
+//! the tag's shard, and when the directory names other homes, reads all of them at one
+//! closed time and merges — closed time is what orders records across shards (see
+//! docs/architecture.md, "The shared log"). Writes are here, reads in [`read`].
+
+mod read;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use firn_model::log::{LOG_BATCH_RECORDS_MAX, LOG_READ_RECORDS_MAX, LOG_SHARDS_MAX, LOG_TAGS_MAX};
+use firn_model::{
+    Answer, Appended, CallContext, CommitTs, FirnError, Key, LogRequest, LogSeq, LogWrite,
+    NewRecord, Response,
+};
+use firn_raft::ShardId;
+use firn_store::Op;
+use firn_store::command::StreamAppend;
+
+use super::{Pending, Router, ready};
+use crate::log_index::Forget;
+use crate::rpc::ShardPart;
+
+/// Directory entries and logs this node knows are noted (they are never removed), so that
+/// an append notes each at most once per node.
+#[derive(Default)]
+pub struct LogNotes {
+    noted: Mutex<HashSet<(Key, Option<Key>, ShardId)>>,
+}
+
+impl LogNotes {
+    fn contains(&self, note: &(Key, Option<Key>, ShardId)) -> bool {
+        self.noted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(note)
+    }
+
+    fn insert(&self, note: (Key, Option<Key>, ShardId)) {
+        self.noted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(note);
+    }
+}
+
+impl Router {
+    pub(super) async fn submit_log(&self, ctx: &CallContext, request: LogRequest) -> Pending {
+        let name = match &request {
+            LogRequest::Read(r) => r.name(),
+            LogRequest::Write(w) => w.name(),
+        };
+        metrics::counter!("firn_requests_total", "op" => name).increment(1);
+        let started = Instant::now();
+        let result = match request {
+            LogRequest::Write(w) => match self.log_write(ctx, w).await {
+                Ok(pending) => return pending,
+                Err(e) => Err(e),
+            },
+            LogRequest::Read(r) => self.log_read(ctx, r).await,
+        };
+        metrics::histogram!("firn_request_seconds", "op" => name)
+            .record(started.elapsed().as_secs_f64());
+        if result.is_err() {
+            metrics::counter!("firn_request_errors_total", "op" => name).increment(1);
+        }
+        ready(result)
+    }
+
+    // ---- writes ------------------------------------------------------------------------
+
+    async fn log_write(&self, ctx: &CallContext, write: LogWrite) -> Result<Pending, FirnError> {
+        let layout = self.routable_layout()?;
+        if layout.shards.len() as u32 > LOG_SHARDS_MAX {
+            return Err(FirnError::Refused(format!(
+                "the log supports at most {LOG_SHARDS_MAX} shards"
+            )));
+        }
+        match write {
+            LogWrite::Append { log, records } => {
+                self.check_records(&records)?;
+                let mut ctx = ctx.clone();
+                // Group by home, noting each home in the directory of the records' other
+                // tags first: a reader of such a tag then finds the home before any record
+                // there is committed, and the records are stamped above the note.
+                let mut homes: BTreeMap<ShardId, Vec<(usize, NewRecord)>> = BTreeMap::new();
+                let mut notes = vec![(log.clone(), None, layout.shard_of_key(log.as_bytes()))];
+                for (i, record) in records.into_iter().enumerate() {
+                    let home = layout.shard_of_key(record.tags[0].as_bytes());
+                    for tag in &record.tags[1..] {
+                        if layout.shard_of_key(tag.as_bytes()) != home {
+                            notes.push((log.clone(), Some(tag.clone()), home));
+                        }
+                    }
+                    homes.entry(home).or_default().push((i, record));
+                }
+                for note in notes {
+                    if let Some(at) = self.note(&layout, note).await? {
+                        ctx.after = ctx.after.max(Some(at));
+                    }
+                }
+                let mut started = Vec::with_capacity(homes.len());
+                let mut order = Vec::with_capacity(homes.len());
+                for (home, group) in homes {
+                    let (positions, records): (Vec<usize>, Vec<NewRecord>) =
+                        group.into_iter().unzip();
+                    let op = Op::LogAppend {
+                        log: log.clone(),
+                        home,
+                        records,
+                        stream: None,
+                    };
+                    started.push(
+                        self.on_shard(home, ShardPart::Write(op), ctx.clone(), 0)
+                            .await,
+                    );
+                    order.push(positions);
+                }
+                Ok(Box::pin(async move {
+                    let answers = futures::future::join_all(started).await;
+                    let total = order.iter().map(Vec::len).sum();
+                    let mut out = vec![None; total];
+                    for (answer, positions) in answers.into_iter().zip(order) {
+                        let Response::Appended(appended) = answer?.response else {
+                            return Err(FirnError::Internal("an append answered no seqs".into()));
+                        };
+                        for (p, a) in positions.into_iter().zip(appended) {
+                            out[p] = Some(a);
+                        }
+                    }
+                    let out: Option<Vec<Appended>> = out.into_iter().collect();
+                    out.map(|a| Answer::new(Response::Appended(a)))
+                        .ok_or_else(|| FirnError::Internal("an append lost a seq".into()))
+                }))
+            }
+            LogWrite::StreamAdd {
+                key,
+                id,
+                payload,
+                trim,
+                no_create,
+            } => {
+                self.limits.check_value(payload.len())?;
+                let home = layout.shard_of_key(key.as_bytes());
+                let op = Op::LogAppend {
+                    log: key.clone(),
+                    home,
+                    records: vec![NewRecord {
+                        tags: vec![key],
+                        payload,
+                    }],
+                    stream: Some(StreamAppend {
+                        id,
+                        trim,
+                        no_create,
+                    }),
+                };
+                Ok(self
+                    .on_shard(home, ShardPart::Write(op), ctx.clone(), 0)
+                    .await)
+            }
+            LogWrite::StreamTrim { key, trim } => {
+                let home = layout.shard_of_key(key.as_bytes());
+                let op = Op::StreamTrim { key, trim };
+                Ok(self
+                    .on_shard(home, ShardPart::Write(op), ctx.clone(), 0)
+                    .await)
+            }
+            LogWrite::StreamDel { key, ids } => {
+                if ids.is_empty() || ids.len() > LOG_READ_RECORDS_MAX {
+                    return Err(FirnError::BadArgument(format!(
+                        "XDEL takes 1 to {LOG_READ_RECORDS_MAX} ids"
+                    )));
+                }
+                let home = layout.shard_of_key(key.as_bytes());
+                let op = Op::StreamDel { key, ids };
+                Ok(self
+                    .on_shard(home, ShardPart::Write(op), ctx.clone(), 0)
+                    .await)
+            }
+            LogWrite::Trim { log, tag, before } => {
+                // A trim of every tag notes its point in the log's own entry, which would
+                // make a log nothing was appended to known: refuse it instead.
+                if !self.log_known(ctx, &log).await? {
+                    return Err(FirnError::LogNotFound(log.to_string()));
+                }
+                let shards: Vec<ShardId> = match &tag {
+                    Some(tag) => {
+                        let (pages, _) = self.tag_pages(ctx, &log, tag, |r| r, None).await?;
+                        let tail = pages
+                            .iter()
+                            .filter_map(|(_, p)| p.info.as_ref().map(|i| i.last_seq))
+                            .max()
+                            .unwrap_or_default();
+                        check_trim(before, tail)?;
+                        pages.into_iter().map(|(s, _)| s).collect()
+                    }
+                    None => {
+                        // A whole log's tail is spread over every shard; its bound is now.
+                        let now = LogSeq::from_stamp(
+                            CommitTs::new(firn_model::hlc::system_wall_us(), u32::MAX),
+                            LOG_SHARDS_MAX - 1,
+                        );
+                        check_trim(before, now)?;
+                        layout.shard_ids().collect()
+                    }
+                };
+                let mut started = Vec::with_capacity(shards.len());
+                for shard in shards {
+                    let op = Op::LogTrim {
+                        log: log.clone(),
+                        tag: tag.clone(),
+                        before,
+                    };
+                    started.push(
+                        self.on_shard(shard, ShardPart::Write(op), ctx.clone(), 0)
+                            .await,
+                    );
+                }
+                let forgetting = self.forget_everywhere(Forget::Trim { log, tag, before });
+                Ok(Box::pin(async move {
+                    let answers = futures::future::join_all(started).await;
+                    // Also after a failure: some shard may have trimmed, and forgetting
+                    // is always safe.
+                    forgetting.await;
+                    let mut removed = 0;
+                    for answer in answers {
+                        if let Response::Count(n) = answer?.response {
+                            removed += n;
+                        }
+                    }
+                    Ok(Answer::new(Response::Count(removed)))
+                }))
+            }
+        }
+    }
+
+    fn check_records(&self, records: &[NewRecord]) -> Result<(), FirnError> {
+        if records.is_empty() || records.len() > LOG_BATCH_RECORDS_MAX {
+            return Err(FirnError::BadArgument(format!(
+                "{} records in one append; an append takes 1 to {LOG_BATCH_RECORDS_MAX}",
+                records.len()
+            )));
+        }
+        for r in records {
+            if r.tags.is_empty() || r.tags.len() > LOG_TAGS_MAX {
+                return Err(FirnError::BadArgument(format!(
+                    "a record has {} tags; records carry 1 to {LOG_TAGS_MAX}",
+                    r.tags.len()
+                )));
+            }
+            self.limits.check_value(r.payload.len())?;
+        }
+        Ok(())
+    }
+
+    /// Makes sure a note is in place: `(log, None, shard)` that the log exists, on the
+    /// shard of its name; `(log, Some(tag), home)` that `home` holds records of `tag`, in
+    /// the tag's directory. Returns the stamp it was noted at (`None`: known noted).
+    async fn note(
+        &self,
+        layout: &crate::cluster::layout::ClusterLayout,
+        note: (Key, Option<Key>, ShardId),
+    ) -> Result<Option<CommitTs>, FirnError> {
+        if self.log_notes.contains(&note) {
+            return Ok(None);
+        }
+        let (log, tag, home) = note.clone();
+        let (shard, op) = match &tag {
+            None => (
+                home,
+                Op::LogEnsure {
+                    log,
+                    tag: None,
+                    home: None,
+                },
+            ),
+            Some(t) => (
+                layout.shard_of_key(t.as_bytes()),
+                Op::LogEnsure {
+                    log,
+                    tag: tag.clone(),
+                    home: Some(home),
+                },
+            ),
+        };
+        let answer = self
+            .on_shard(shard, ShardPart::Write(op), CallContext::default(), 0)
+            .await
+            .await?;
+        self.log_notes.insert(note);
+        Ok(answer.response.newest_stamp())
+    }
+
+    /// Once a trim or FLUSHALL has committed: every node of the layout forgets in its log
+    /// index what the write removed (see [`crate::log_index`]).
+    pub(super) fn forget_everywhere(
+        &self,
+        forget: Forget,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let nodes = self.layout().nodes.keys().copied().collect();
+        crate::log_index::forget_everywhere(
+            self.log_index.clone(),
+            self.peers.clone(),
+            self.node_id,
+            nodes,
+            forget,
+        )
+    }
+}
+
+fn check_trim(before: LogSeq, tail: LogSeq) -> Result<(), FirnError> {
+    let limit = tail.successor().unwrap_or(LogSeq::MAX);
+    if before > limit {
+        return Err(FirnError::BadArgument(format!(
+            "cannot trim before {before}: it is beyond the tail ({tail})"
+        )));
+    }
+    Ok(())
+}
