@@ -110,11 +110,12 @@ impl Op {
             Op::Delete { keys } => Some(keys.len()),
             Op::MSet { items } => Some(items.len()),
             Op::CloseTime => Some(0),
+            // A stream append that trims after walks the stream's entries.
             Op::LogAppend {
-                records,
-                stream: None,
-                ..
-            } => Some(records.iter().map(|r| r.tags.len()).sum()),
+                records, stream, ..
+            } if stream.as_ref().is_none_or(|s| s.trim.is_none()) => {
+                Some(records.iter().map(|r| r.tags.len()).sum())
+            }
             Op::LogEnsure { .. } => Some(1),
             _ => None,
         }
