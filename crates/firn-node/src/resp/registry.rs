@@ -64,6 +64,13 @@ pub const COMMANDS: &[CommandSpec] = &[
     cluster::FIRN_CLUSTER,
     session::FIRN_AFTER,
     session::FIRN_TOKEN,
+    publish::PUBLISH,
+    publish::PUBSUB,
+    subscribe::SUBSCRIBE,
+    subscribe::PSUBSCRIBE,
+    subscribe::UNSUBSCRIBE,
+    subscribe::PUNSUBSCRIBE,
+    subscribe::RESET,
 ];
 
 /// The registry by upper-case name, as frames carry it.
