@@ -14,6 +14,8 @@ import time
 
 import redis
 
+import harness
+
 
 def next_message(p, timeout=5.0):
     """The next message (subscription confirmations included), or fail after `timeout`."""
@@ -83,16 +85,5 @@ def check_protocol(port, protocol):
     assert r.ping()
 
 
-def main():
-    if len(sys.argv) != 2:
-        print(f"usage: {sys.argv[0]} PORT", file=sys.stderr)
-        return 2
-    port = int(sys.argv[1])
-    for protocol in (2, 3):
-        check_protocol(port, protocol)
-        print(f"test_pubsub: RESP{protocol} ok")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.run("test_pubsub", check_protocol))

@@ -58,6 +58,17 @@ impl Raw {
         self.read().await
     }
 
+    /// The next `n` replies, sorted (messages for a channel and a matching pattern arrive
+    /// in either order).
+    async fn read_sorted(&mut self, n: usize) -> Vec<String> {
+        let mut got = Vec::new();
+        for _ in 0..n {
+            got.push(self.read().await);
+        }
+        got.sort();
+        got
+    }
+
     /// Nothing arrives within `ms`.
     async fn silent_for(&mut self, ms: u64) {
         let mut buf = [0u8; 64];
@@ -126,6 +137,16 @@ async fn resp2_subscribe_publish_unsubscribe_answer_as_redis_does() {
     assert_eq!(publisher.call(&["PUBLISH", "news", "hello"]).await, ":1");
     assert_eq!(sub.read().await, r#"["message","news","hello"]"#);
     assert_eq!(publisher.call(&["PUBLISH", "weather", "rain"]).await, ":0");
+    // A message is bounded as a value is (this node: 64 KiB), a channel as a key is.
+    let big = "x".repeat(70_000);
+    assert_eq!(
+        publisher.call(&["PUBLISH", "news", &big]).await,
+        "-ERR value is 70000 bytes; the limit is 65536"
+    );
+    assert_eq!(
+        publisher.call(&["PUBLISH", &"c".repeat(9_000), "x"]).await,
+        "-ERR key is 9000 bytes; the limit is 8192"
+    );
 
     assert_eq!(
         publisher.call(&["PUBSUB", "CHANNELS"]).await,
@@ -186,10 +207,8 @@ async fn resp2_patterns_deliver_pmessages_and_count_with_channels() {
         publisher.call(&["PUBLISH", "news.tech", "rust"]).await,
         ":2"
     );
-    let mut got = vec![sub.read().await, sub.read().await];
-    got.sort();
     assert_eq!(
-        got,
+        sub.read_sorted(2).await,
         [
             r#"["message","news.tech","rust"]"#,
             r#"["pmessage","news.*","news.tech","rust"]"#
@@ -260,10 +279,8 @@ async fn resp3_messages_are_pushes_and_other_commands_keep_working() {
     assert_eq!(sub.call(&["PING"]).await, "+PONG");
 
     assert_eq!(publisher.call(&["PUBLISH", "news", "hello"]).await, ":2");
-    let mut got = vec![sub.read().await, sub.read().await];
-    got.sort();
     assert_eq!(
-        got,
+        sub.read_sorted(2).await,
         [
             r#">["message","news","hello"]"#,
             r#">["pmessage","n*","news","hello"]"#
@@ -271,10 +288,8 @@ async fn resp3_messages_are_pushes_and_other_commands_keep_working() {
     );
     // A subscribed RESP3 connection may publish too, and hears its own message.
     assert_eq!(sub.call(&["PUBLISH", "news", "mine"]).await, ":2");
-    let mut got = vec![sub.read().await, sub.read().await];
-    got.sort();
     assert_eq!(
-        got,
+        sub.read_sorted(2).await,
         [
             r#">["message","news","mine"]"#,
             r#">["pmessage","n*","news","mine"]"#

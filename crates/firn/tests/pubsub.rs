@@ -9,6 +9,16 @@ use std::time::Duration;
 use common::Cluster;
 use futures::StreamExt;
 
+/// PUBLISH's answer: the receivers.
+async fn publish(c: &mut redis::aio::MultiplexedConnection, channel: &str, message: &str) -> i64 {
+    redis::cmd("PUBLISH")
+        .arg(channel)
+        .arg(message)
+        .query_async(c)
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_published_at_one_node_reaches_subscribers_at_the_others() {
     let cluster = tokio::task::spawn_blocking(|| {
@@ -28,12 +38,7 @@ async fn a_message_published_at_one_node_reaches_subscribers_at_the_others() {
     at_3.psubscribe("alert*").await.unwrap();
 
     let mut publisher = client(0).get_multiplexed_async_connection().await.unwrap();
-    let receivers: i64 = redis::cmd("PUBLISH")
-        .arg("alerts")
-        .arg("disk full")
-        .query_async(&mut publisher)
-        .await
-        .unwrap();
+    let receivers = publish(&mut publisher, "alerts", "disk full").await;
     assert_eq!(receivers, 2, "one subscriber at each of the other nodes");
 
     let next = |m: Option<redis::Msg>| {
@@ -52,12 +57,7 @@ async fn a_message_published_at_one_node_reaches_subscribers_at_the_others() {
     assert_eq!(next(got_3), ("alerts".into(), "disk full".into(), true));
 
     // A channel nobody listens to anywhere.
-    let receivers: i64 = redis::cmd("PUBLISH")
-        .arg("quiet")
-        .arg("x")
-        .query_async(&mut publisher)
-        .await
-        .unwrap();
+    let receivers = publish(&mut publisher, "quiet", "x").await;
     assert_eq!(receivers, 0);
 
     // A node that is down is skipped: the others still receive, within the call's timeout.
@@ -65,12 +65,7 @@ async fn a_message_published_at_one_node_reaches_subscribers_at_the_others() {
     drop(at_3);
     cluster.kill_9(2);
     let started = std::time::Instant::now();
-    let receivers: i64 = redis::cmd("PUBLISH")
-        .arg("alerts")
-        .arg("still here")
-        .query_async(&mut publisher)
-        .await
-        .unwrap();
+    let receivers = publish(&mut publisher, "alerts", "still here").await;
     assert_eq!(receivers, 1);
     assert!(
         started.elapsed() < Duration::from_secs(3),

@@ -89,6 +89,11 @@ pub fn dispatch(name: &str, items: VecDeque<Bytes>) -> Result<Action, FirnError>
     dispatch_to(spec, name, items)
 }
 
+/// Whether the node knows a command named `name` (upper case).
+pub fn knows(name: &str) -> bool {
+    BY_NAME.contains_key(name)
+}
+
 fn dispatch_to(
     spec: &CommandSpec,
     name: &str,

@@ -30,11 +30,12 @@ impl Connection {
             return None;
         }
         // An unknown command is still unknown, as in Redis.
-        super::registry::dispatch(name, Default::default())
-            .err()
-            .filter(|e| matches!(e, FirnError::UnknownCommand(_)))
-            .map(|e| Reply::error(&e))
-            .or_else(|| Some(subscribe::only_pubsub_error(name)))
+        if !super::registry::knows(name) {
+            return Some(Reply::error(&FirnError::UnknownCommand(
+                name.to_lowercase(),
+            )));
+        }
+        Some(subscribe::only_pubsub_error(name))
     }
 
     pub(super) async fn pubsub(&mut self, action: PubSubAction) {
@@ -58,9 +59,11 @@ impl Connection {
             PubSubAction::Publish { channel, message } => {
                 // In order: the answers before it are sent first.
                 self.drain().await;
-                let receivers = self.shared.router.publish(channel, message).await;
-                self.queue
-                    .push_back(Queued::Ready(Reply::Int(receivers as i64)));
+                let reply = match self.shared.router.publish(channel, message).await {
+                    Ok(receivers) => Reply::Int(receivers as i64),
+                    Err(e) => Reply::error(&e),
+                };
+                self.queue.push_back(Queued::Ready(reply));
             }
             PubSubAction::Query(query) => {
                 let reply = publish::query_reply(query, self.shared.router.pubsub());

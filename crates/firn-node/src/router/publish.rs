@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use firn_model::FirnError;
+use firn_model::limits::KEY_BYTES_MAX;
 
 use super::Router;
 use crate::pubsub::PubSub;
@@ -23,8 +25,16 @@ impl Router {
     }
 
     /// Delivers `message` on `channel` here and at every other node of the layout; answers
-    /// the receivers of the nodes that answered.
-    pub async fn publish(&self, channel: Bytes, message: Bytes) -> usize {
+    /// the receivers of the nodes that answered. A channel is bounded as a key is and a
+    /// message as a value is, since every subscriber's queue may hold it.
+    pub async fn publish(&self, channel: Bytes, message: Bytes) -> Result<usize, FirnError> {
+        if channel.len() > KEY_BYTES_MAX {
+            return Err(FirnError::KeyTooLarge {
+                len: channel.len(),
+                max: KEY_BYTES_MAX,
+            });
+        }
+        self.limits.check_value(message.len())?;
         let local = self.pubsub.deliver(&channel, &message);
         let layout = self.layout();
         let others = layout.nodes.keys().filter(|&&id| id != self.node_id);
@@ -44,6 +54,6 @@ impl Router {
             }
         }))
         .await;
-        local + remote.iter().map(|&n| n as usize).sum::<usize>()
+        Ok(local + remote.iter().map(|&n| n as usize).sum::<usize>())
     }
 }
