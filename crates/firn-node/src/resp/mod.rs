@@ -2,8 +2,9 @@
 //! replies out. Pipelined writes are proposed back to back and answered in order; a read
 //! waits for the writes sent before it on the same connection. Commands are one family to
 //! a file under `cmd/`, listed once in `registry.rs`; this file owns the connections: their
-//! limit, pipelining, sessions (causality tokens), watches and blocked log reads. It never
-//! parses a command's arguments or shows its answer.
+//! limit, pipelining, sessions (causality tokens), watches and blocked log reads; their
+//! publish/subscribe side is `subscribed.rs`. It never parses a command's arguments or shows
+//! its answer.
 
 pub mod args;
 pub mod cmd;
