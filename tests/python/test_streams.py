@@ -14,6 +14,8 @@ import time
 
 import redis
 
+import harness
+
 
 def check_protocol(port, protocol):
     r = redis.Redis(port=port, protocol=protocol, decode_responses=True, socket_timeout=20)
@@ -110,16 +112,5 @@ def check_protocol(port, protocol):
     assert r.ping()
 
 
-def main():
-    if len(sys.argv) != 2:
-        print(f"usage: {sys.argv[0]} PORT", file=sys.stderr)
-        return 2
-    port = int(sys.argv[1])
-    for protocol in (2, 3):
-        check_protocol(port, protocol)
-        print(f"test_streams: RESP{protocol} ok")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.run("test_streams", check_protocol))

@@ -96,6 +96,9 @@ impl Answerer {
                 router.log_index().forget(&c.0);
                 reply::<crate::rpc::ForgetLog>(())
             }
+            NodeRpc::Publish(c) => {
+                reply::<crate::rpc::Publish>(router.pubsub().deliver(&c.channel, &c.message) as u64)
+            }
         }
     }
 }

@@ -15,6 +15,7 @@ pub mod inbound;
 pub mod log_index;
 pub mod metrics;
 pub mod node;
+pub mod pubsub;
 pub mod replicas;
 pub mod resp;
 pub mod router;

@@ -39,4 +39,9 @@ fn describe() {
         "firn_log_index_evictions_total",
         "tags (or a tag's oldest records) the local log index dropped to stay within its bound"
     );
+    describe_counter!(
+        "firn_pubsub_messages_dropped_total",
+        "published messages a subscriber of this node lost because its queue was full \
+         (pubsub::SUBSCRIBER_QUEUE_MESSAGES_MAX)"
+    );
 }

@@ -8,6 +8,7 @@ use firn_model::{CommitTs, FirnError, Request, Response, WatchRequest};
 
 use super::args::Args;
 use super::cmd::scan::RedisScan;
+use super::cmd::subscribe::PubSubAction;
 use super::reply::Reply;
 
 /// One command as the registry knows it: everything `COMMAND`, `COMMAND INFO`,
@@ -71,6 +72,7 @@ pub enum Group {
     String,
     Stream,
     Cluster,
+    PubSub,
     Firn,
 }
 
@@ -83,6 +85,7 @@ impl Group {
             Group::String => "string",
             Group::Stream => "stream",
             Group::Cluster => "cluster",
+            Group::PubSub => "pubsub",
             Group::Firn => "firn",
         }
     }
@@ -138,6 +141,8 @@ pub enum Action {
     /// FIRN.TOKEN: this connection's causality token.
     Token,
     Quit,
+    /// Publish/subscribe: publishing, this connection's subscriptions, PUBSUB, RESET.
+    PubSub(PubSubAction),
 }
 
 /// How a command shows the router's answer: functions of the command's own file, so adding

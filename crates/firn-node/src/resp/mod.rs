@@ -2,14 +2,16 @@
 //! replies out. Pipelined writes are proposed back to back and answered in order; a read
 //! waits for the writes sent before it on the same connection. Commands are one family to
 //! a file under `cmd/`, listed once in `registry.rs`; this file owns the connections: their
-//! limit, pipelining, sessions (causality tokens), watches and blocked log reads. It never
-//! parses a command's arguments or shows its answer.
+//! limit, pipelining, sessions (causality tokens), watches and blocked log reads; their
+//! publish/subscribe side is `subscribed.rs`. It never parses a command's arguments or shows
+//! its answer.
 
 pub mod args;
 pub mod cmd;
 pub mod command;
 pub mod registry;
 pub mod reply;
+mod subscribed;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -177,6 +179,8 @@ struct Connection {
     /// its name.
     session: Session,
     closing: bool,
+    /// Its subscriptions, while it has any (`subscribed.rs`).
+    subscriber: Option<crate::pubsub::Subscriber>,
     /// Set when the node stops: the connection ends when it next waits for input, or at
     /// once while watching.
     stop: watch::Receiver<bool>,
@@ -206,6 +210,7 @@ impl Connection {
             reads: Vec::new(),
             session: Session::default(),
             closing: false,
+            subscriber: None,
             stop,
         }
     }
@@ -250,6 +255,9 @@ impl Connection {
                     }
                 }
                 _ = self.stop.changed() => return Ok(()),
+                d = subscribed::next_delivery(&mut self.subscriber) => {
+                    cmd::subscribe::delivery_reply(d).encode(self.proto, &mut self.output);
+                }
             }
         }
     }
@@ -363,6 +371,11 @@ impl Connection {
     }
 
     async fn handle(&mut self, name: String, items: VecDeque<Bytes>) -> std::io::Result<()> {
+        if let Some(reply) = self.instead_while_subscribed(&name, &items) {
+            self.flush_reads().await;
+            self.queue.push_back(Queued::Ready(reply));
+            return Ok(());
+        }
         let action = match registry::dispatch(&name, items) {
             Ok(a) => a,
             Err(e) => {
@@ -440,6 +453,7 @@ impl Connection {
                 };
                 self.queue.push_back(Queued::Ready(reply));
             }
+            Action::PubSub(action) => self.pubsub(action).await,
             Action::Quit => {
                 self.queue.push_back(Queued::Ready(Reply::Ok));
                 self.closing = true;

@@ -64,6 +64,13 @@ pub const COMMANDS: &[CommandSpec] = &[
     cluster::FIRN_CLUSTER,
     session::FIRN_AFTER,
     session::FIRN_TOKEN,
+    publish::PUBLISH,
+    publish::PUBSUB,
+    subscribe::SUBSCRIBE,
+    subscribe::PSUBSCRIBE,
+    subscribe::UNSUBSCRIBE,
+    subscribe::PUNSUBSCRIBE,
+    subscribe::RESET,
 ];
 
 /// The registry by upper-case name, as frames carry it.
@@ -80,6 +87,11 @@ pub fn dispatch(name: &str, items: VecDeque<Bytes>) -> Result<Action, FirnError>
         .get(name)
         .ok_or_else(|| FirnError::UnknownCommand(name.to_lowercase()))?;
     dispatch_to(spec, name, items)
+}
+
+/// Whether the node knows a command named `name` (upper case).
+pub fn knows(name: &str) -> bool {
+    BY_NAME.contains_key(name)
 }
 
 fn dispatch_to(

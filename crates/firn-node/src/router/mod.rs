@@ -12,6 +12,7 @@ mod host;
 mod log;
 mod merge;
 mod plan;
+mod publish;
 mod read;
 mod watch;
 
@@ -32,6 +33,7 @@ use self::plan::Plan;
 use crate::cluster::layout::ClusterLayout;
 use crate::cluster::meta::MetaClient;
 use crate::log_index::{Forget, LogIndex};
+use crate::pubsub::PubSub;
 use crate::replicas::Replicas;
 use crate::rpc::{Execute, PeerClient, ShardPart};
 
@@ -62,6 +64,8 @@ pub struct Router {
     log_notes: log::LogNotes,
     /// The local log index in front of the shards that index tags.
     log_index: Arc<LogIndex>,
+    /// This node's publish/subscribe subscribers.
+    pubsub: Arc<PubSub>,
 }
 
 /// What a router is built from.
@@ -90,6 +94,7 @@ impl Router {
             allow_flushall: parts.allow_flushall,
             log_notes: log::LogNotes::default(),
             log_index: Arc::new(LogIndex::new(parts.log_index_bytes)),
+            pubsub: Arc::default(),
         }
     }
 

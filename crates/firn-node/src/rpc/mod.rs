@@ -66,6 +66,8 @@ calls! {
     WatchPoll => Result<(Vec<WatchEvent>, CommitTs), FirnError>;
     /// Forget, in the local log index, what a committed trim or FLUSHALL removed.
     ForgetLog => ();
+    /// Deliver a published message to this node's subscribers; answers how many there were.
+    Publish => u64;
 }
 
 /// What one shard is asked: a read, or a write as the log operation it becomes.
@@ -156,6 +158,13 @@ pub struct WatchPoll {
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ForgetLog(pub crate::log_index::Forget);
+
+/// A PUBLISH made at another node (see `router/publish.rs`).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Publish {
+    pub channel: bytes::Bytes,
+    pub message: bytes::Bytes,
+}
 
 /// Sends typed calls to other nodes.
 #[derive(Clone)]
