@@ -15,6 +15,9 @@ const KILL_AFTER: Duration = Duration::from_millis(1500);
 const APPENDS_PER_WRITER_MAX: usize = 20_000;
 const TAGS: [&str; 4] = ["a", "b", "c", "d"];
 
+/// An acknowledged append: its seq, tags and payload.
+type Acked = (String, Vec<String>, String);
+
 fn text(v: &Value) -> String {
     match v {
         Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
@@ -28,8 +31,7 @@ async fn kill_9_during_appends_loses_no_acknowledged_record() {
     let dir = tempfile::tempdir().unwrap();
     let node = FirnProcess::start(dir.path(), &["--snapshot-every", "500"]);
     let client = redis::Client::open(format!("redis://{}/", node.resp_addr())).unwrap();
-    // (seq, tags, payload) of every acknowledged append.
-    let acked: Arc<Mutex<Vec<(String, Vec<String>, String)>>> = Arc::default();
+    let acked: Arc<Mutex<Vec<Acked>>> = Arc::default();
     let started = Instant::now();
     let mut writers = Vec::new();
     for w in 0..WRITERS {
