@@ -27,6 +27,7 @@ use crate::glob::glob_match;
 use crate::record::{KeyMeta, VersionRecord, decode, encode, version_key, version_of};
 
 mod apply;
+pub mod group;
 pub mod log;
 use apply::Txn;
 

@@ -69,13 +69,13 @@ pub(super) fn after_flush(table: Table, value: &[u8]) -> Result<Option<Vec<u8>>,
     })
 }
 
-fn push_name(out: &mut Vec<u8>, name: &[u8]) {
+pub(super) fn push_name(out: &mut Vec<u8>, name: &[u8]) {
     out.extend_from_slice(&(name.len() as u16).to_be_bytes());
     out.extend_from_slice(name);
 }
 
 /// `u16 len · log · u16 len · tag`: a tag's records are contiguous, in seq order.
-fn tag_key(log: &[u8], tag: &[u8]) -> Vec<u8> {
+pub(super) fn tag_key(log: &[u8], tag: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(4 + log.len() + tag.len() + 16);
     push_name(&mut out, log);
     push_name(&mut out, tag);
@@ -128,7 +128,7 @@ fn stream_id(rule: StreamId, last: LogSeq, ts: CommitTs) -> Result<LogSeq, FirnE
 }
 
 impl Txn<'_> {
-    fn tag_meta(&self, log: &[u8], tag: &[u8]) -> Result<Option<TagMeta>, FirnError> {
+    pub(super) fn tag_meta(&self, log: &[u8], tag: &[u8]) -> Result<Option<TagMeta>, FirnError> {
         let key = tag_key(log, tag);
         if let Some(m) = self.tag_metas.get(&key) {
             return Ok(Some(m.clone()));
@@ -136,7 +136,7 @@ impl Txn<'_> {
         self.store.tag_meta_at(&key)
     }
 
-    fn set_tag_meta(&mut self, log: &[u8], tag: &[u8], meta: TagMeta) {
+    pub(super) fn set_tag_meta(&mut self, log: &[u8], tag: &[u8], meta: TagMeta) {
         let key = tag_key(log, tag);
         self.batch.put(Table::LogTags, key.clone(), encode(&meta));
         self.tag_metas.insert(key, meta);
@@ -248,7 +248,7 @@ impl Txn<'_> {
     }
 
     /// Marks `log` as existing here (the shard of its name), once.
-    fn note_log(&mut self, log: &Key) -> Result<(), FirnError> {
+    pub(super) fn note_log(&mut self, log: &Key) -> Result<(), FirnError> {
         if !self.logs_noted.contains(log.as_bytes())
             && self.store.log_meta(log.as_bytes())?.is_none()
         {
@@ -415,7 +415,7 @@ impl Txn<'_> {
 }
 
 impl VersionedStore {
-    fn tag_meta_at(&self, key: &[u8]) -> Result<Option<TagMeta>, FirnError> {
+    pub(super) fn tag_meta_at(&self, key: &[u8]) -> Result<Option<TagMeta>, FirnError> {
         self.backend
             .get(Table::LogTags, key)
             .map_err(io_err)?
@@ -458,7 +458,7 @@ impl VersionedStore {
         }
     }
 
-    fn entries(
+    pub(super) fn entries(
         &self,
         log: &[u8],
         tag: &[u8],

@@ -26,14 +26,21 @@ pub mod scan;
 pub mod server;
 pub mod session;
 pub mod set;
+pub mod xack;
 pub mod xadd;
+pub mod xclaim;
 pub mod xdel;
+pub mod xgroup;
 pub mod xinfo;
+pub mod xpending;
 pub mod xrange;
 pub mod xread;
+pub mod xreadgroup;
 
 use firn_model::log::decode_fields;
-use firn_model::{FirnError, LogRecord, LogSeq, ReadAt, ReadConsistency, VersionInfo, Written};
+use firn_model::{
+    FirnError, GroupEntry, LogRecord, LogSeq, ReadAt, ReadConsistency, VersionInfo, Written,
+};
 
 use super::args::Args;
 use super::reply::Reply;
@@ -182,4 +189,28 @@ pub fn stream_entries(records: &[LogRecord]) -> Result<Reply, FirnError> {
         .map(stream_entry)
         .collect::<Result<_, _>>()
         .map(Reply::Array)
+}
+
+/// Entries a group handed a consumer: `[id, [field, value, …]]`, or `[id, nil]` for one
+/// deleted from the stream since it was delivered, as Redis shows it.
+pub fn group_entries(entries: &[GroupEntry]) -> Result<Reply, FirnError> {
+    entries
+        .iter()
+        .map(|e| match &e.record {
+            Some(r) => stream_entry(r),
+            None => Ok(Reply::Array(vec![
+                Reply::text(e.seq.to_string()),
+                Reply::Nil,
+            ])),
+        })
+        .collect::<Result<_, _>>()
+        .map(Reply::Array)
+}
+
+/// A consumer group's name and the stream id that starts it (`$`: the stream's last).
+pub fn group_start(text: &str) -> Result<firn_model::GroupStart, FirnError> {
+    match text {
+        "$" => Ok(firn_model::GroupStart::Last),
+        id => stream_id(id, false).map(firn_model::GroupStart::Id),
+    }
 }

@@ -70,7 +70,7 @@ fn xread(mut args: Args) -> Result<Action, FirnError> {
 }
 
 /// BLOCK's milliseconds, with Redis's words for a bad one.
-fn timeout_ms(args: &mut Args) -> Result<u64, FirnError> {
+pub(super) fn timeout_ms(args: &mut Args) -> Result<u64, FirnError> {
     let ms = redis_integer(args)
         .map_err(|_| FirnError::BadArgument("timeout is not an integer or out of range".into()))?;
     u64::try_from(ms).map_err(|_| FirnError::BadArgument("timeout is negative".into()))
