@@ -101,6 +101,7 @@ def check_protocol(port, protocol):
     assert auto == ["4-0", "5-0"], auto
 
     # XINFO GROUPS and CONSUMERS.
+    assert r.xinfo_stream(s)["groups"] == 1
     [info] = r.xinfo_groups(s)
     assert info["name"] == "g", info
     assert info["pending"] == 4, info

@@ -356,6 +356,10 @@ async fn xack_xpending_and_xinfo_show_the_pending_list_as_redis_does() {
             Value::Int(0),
         ])]
     );
+    let Value::Array(stream) = ok(&mut c, &["XINFO", "STREAM", "s"]).await else {
+        panic!()
+    };
+    assert_eq!(&stream[14..16], &[bulk("groups"), Value::Int(1)]);
     let Value::Array(consumers) = ok(&mut c, &["XINFO", "CONSUMERS", "s", "g"]).await else {
         panic!()
     };

@@ -569,6 +569,11 @@ impl VersionedStore {
                     added: m.added,
                     max_deleted: m.max_deleted,
                     first_kept: m.first_kept.max(trimmed),
+                    groups: if ends && log == tag {
+                        self.group_count(log)?
+                    } else {
+                        0
+                    },
                 })
             }
         };

@@ -75,8 +75,7 @@ fn show_len(response: Response) -> Reply {
     }
 }
 
-/// Redis 7's fields in its order. Firn keeps no radix tree: its two counts are 0; there are
-/// no consumer groups.
+/// Redis 7's fields in its order. Firn keeps no radix tree: its two counts are 0.
 fn show_stream(response: Response) -> Reply {
     let info = match response {
         Response::TagInfo(Some(info)) => info,
@@ -102,7 +101,7 @@ fn show_stream(response: Response) -> Reply {
             Reply::text("recorded-first-entry-id"),
             id(info.first.as_ref().map_or(LogSeq::ZERO, |r| r.seq)),
         ),
-        (Reply::text("groups"), Reply::Int(0)),
+        (Reply::text("groups"), Reply::Int(info.groups as i64)),
         (Reply::text("first-entry"), first.unwrap_or(Reply::Nil)),
         (Reply::text("last-entry"), last.unwrap_or(Reply::Nil)),
     ])

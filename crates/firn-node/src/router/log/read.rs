@@ -418,6 +418,7 @@ fn merge_info(infos: impl Iterator<Item = TagInfo>) -> Option<TagInfo> {
         },
         last_seq: a.last_seq.max(b.last_seq),
         added: a.added + b.added,
+        groups: a.groups.max(b.groups),
         max_deleted: a.max_deleted.max(b.max_deleted),
         first_kept: a.first_kept.max(b.first_kept),
     })
