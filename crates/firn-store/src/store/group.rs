@@ -242,12 +242,17 @@ impl Txn<'_> {
                 if self.store.consumer(key, group, consumer)?.is_none() {
                     return Ok(Response::Count(0));
                 }
-                let mut had = 0;
-                for (seq, entry) in self.store.pending_from(key, group, LogSeq::ZERO, None)? {
-                    if entry.consumer == *consumer {
-                        self.drop_pending(key, group, seq);
-                        had += 1;
-                    }
+                let mut gone = Vec::new();
+                self.store
+                    .walk_pending(key, group, LogSeq::ZERO, |seq, entry| {
+                        if entry.consumer == *consumer {
+                            gone.push(seq);
+                        }
+                        Ok(true)
+                    })?;
+                let had = gone.len() as u64;
+                for seq in gone {
+                    self.drop_pending(key, group, seq);
                 }
                 self.batch
                     .remove(Table::GroupConsumers, consumer_key(k, group, consumer));
@@ -300,21 +305,22 @@ impl Txn<'_> {
                     return Err(no_group(key, group, " in XREADGROUP with GROUP option"));
                 };
                 let mut entries = Vec::new();
+                let mut own = Vec::new();
                 if let Some(from) = after.successor() {
-                    for (seq, mut entry) in self.store.pending_from(key, group, from, None)? {
-                        if entry.consumer != *consumer {
-                            continue;
+                    self.store.walk_pending(key, group, from, |seq, entry| {
+                        if entry.consumer == *consumer {
+                            own.push((seq, entry));
                         }
-                        // Reading a pending entry again is a delivery, as in Redis.
-                        entry.delivered_ms = now;
-                        entry.deliveries += 1;
-                        self.set_pending(key, group, seq, &entry);
-                        let record = self.stream_entry(key, seq)?;
-                        entries.push(GroupEntry { seq, record });
-                        if entries.len() == *count {
-                            break;
-                        }
-                    }
+                        Ok(own.len() < *count)
+                    })?;
+                }
+                for (seq, mut entry) in own {
+                    // Reading a pending entry again is a delivery, as in Redis.
+                    entry.delivered_ms = now;
+                    entry.deliveries += 1;
+                    self.set_pending(key, group, seq, &entry);
+                    let record = self.stream_entry(key, seq)?;
+                    entries.push(GroupEntry { seq, record });
                 }
                 self.touch_consumer(key, group, consumer, false)?;
                 Ok(Response::GroupEntries {
@@ -400,9 +406,11 @@ impl Txn<'_> {
                 }
                 // Redis looks at no more than ten times COUNT entries per call.
                 let attempts = count.saturating_mul(10);
-                let page = self
-                    .store
-                    .pending_from(key, group, *start, Some(attempts + 1))?;
+                let mut page = Vec::new();
+                self.store.walk_pending(key, group, *start, |seq, entry| {
+                    page.push((seq, entry));
+                    Ok(page.len() <= attempts)
+                })?;
                 let mut next = page.get(attempts).map_or(LogSeq::ZERO, |(seq, _)| *seq);
                 let options = ClaimOptions {
                     just_id: *just_id,
@@ -536,25 +544,20 @@ impl VersionedStore {
             .transpose()
     }
 
-    /// The group's pending entries with `seq ≥ from`, in id order, at most `limit` (`None`:
-    /// all of them, read a page at a time).
-    fn pending_from(
+    /// Calls `each` on the group's pending entries with `seq ≥ from`, in id order, until it
+    /// answers `false`; reads the list a page at a time, so a long list is never held whole.
+    fn walk_pending(
         &self,
         key: &Key,
         group: &[u8],
         from: LogSeq,
-        limit: Option<usize>,
-    ) -> Result<Vec<(LogSeq, PendingEntry)>, FirnError> {
+        mut each: impl FnMut(LogSeq, PendingEntry) -> Result<bool, FirnError>,
+    ) -> Result<(), FirnError> {
         let k = key.as_bytes();
         let upper = pending_key(k, group, LogSeq::MAX);
         let mut lower = pending_key(k, group, from);
-        let mut out = Vec::new();
         let mut inclusive = true;
         loop {
-            let want = limit.map_or(WALK_PAGE, |l| (l - out.len()).min(WALK_PAGE));
-            if want == 0 {
-                return Ok(out);
-            }
             let lo = if inclusive {
                 Bound::Included(&lower[..])
             } else {
@@ -567,22 +570,24 @@ impl VersionedStore {
                     lo,
                     Bound::Included(&upper),
                     false,
-                    want,
+                    WALK_PAGE,
                 )
                 .map_err(io_err)?;
-            let full = page.len() == want;
+            let full = page.len() == WALK_PAGE;
             let Some((last, _)) = page.last() else {
-                return Ok(out);
+                return Ok(());
             };
             lower = last.clone();
             inclusive = false;
             for (pk, v) in page {
                 let seq = LogSeq::from_be_bytes(&pk[pk.len() - 16..])
                     .ok_or_else(|| FirnError::Internal("a pending entry without an id".into()))?;
-                out.push((seq, decode(&v)?));
+                if !each(seq, decode(&v)?)? {
+                    return Ok(());
+                }
             }
             if !full {
-                return Ok(out);
+                return Ok(());
             }
         }
     }
@@ -594,12 +599,13 @@ impl VersionedStore {
         }
         let mut summary = PendingSummary::default();
         let mut counts: std::collections::BTreeMap<Bytes, u64> = Default::default();
-        for (seq, entry) in self.pending_from(key, group, LogSeq::ZERO, None)? {
+        self.walk_pending(key, group, LogSeq::ZERO, |seq, entry| {
             summary.count += 1;
             summary.first.get_or_insert(seq);
             summary.last = Some(seq);
             *counts.entry(entry.consumer).or_default() += 1;
-        }
+            Ok(true)
+        })?;
         summary.consumers = counts.into_iter().collect();
         Ok(summary)
     }
@@ -621,31 +627,43 @@ impl VersionedStore {
         if self.group(key, group)?.is_none() {
             return Err(no_group(key, group, ""));
         }
+        let count = count.min(LOG_READ_RECORDS_MAX);
         let mut out = Vec::new();
         if count == 0 {
             return Ok(out);
         }
-        for (seq, entry) in self.pending_from(key, group, start, None)? {
+        self.walk_pending(key, group, start, |seq, entry| {
             if seq > end {
-                break;
+                return Ok(false);
             }
             let idle_ms = idle(now_ms, entry.delivered_ms);
-            if consumer.is_some_and(|c| c != &entry.consumer[..])
-                || min_idle_ms.is_some_and(|m| idle_ms < m)
+            if consumer.is_none_or(|c| c == &entry.consumer[..])
+                && min_idle_ms.is_none_or(|m| idle_ms >= m)
             {
-                continue;
+                out.push(PendingInfo {
+                    seq,
+                    consumer: entry.consumer,
+                    idle_ms,
+                    deliveries: entry.deliveries,
+                });
             }
-            out.push(PendingInfo {
-                seq,
-                consumer: entry.consumer,
-                idle_ms,
-                deliveries: entry.deliveries,
-            });
-            if out.len() == count.min(LOG_READ_RECORDS_MAX) {
-                break;
-            }
-        }
+            Ok(out.len() < count)
+        })?;
         Ok(out)
+    }
+
+    /// How many entries each consumer of the group has pending.
+    fn pending_counts(
+        &self,
+        key: &Key,
+        group: &[u8],
+    ) -> Result<std::collections::HashMap<Bytes, u64>, FirnError> {
+        let mut counts = std::collections::HashMap::new();
+        self.walk_pending(key, group, LogSeq::ZERO, |_, entry| {
+            *counts.entry(entry.consumer).or_default() += 1;
+            Ok(true)
+        })?;
+        Ok(counts)
     }
 
     /// How many groups the stream `stream` has (XINFO STREAM's `groups`), counted a page at
@@ -698,7 +716,7 @@ impl VersionedStore {
         for (gk, v) in rows {
             let meta: GroupMeta = decode(&v)?;
             let name = &gk[prefix.len() + 2..];
-            let pending = self.pending_from(key, name, LogSeq::ZERO, None)?.len() as u64;
+            let pending = self.pending_counts(key, name)?.values().sum();
             let consumers = self.consumers(key, name, 0)?.len() as u64;
             let lag = if meta.last_delivered >= stream.last {
                 Some(0)
@@ -742,14 +760,14 @@ impl VersionedStore {
                 LOG_READ_RECORDS_MAX,
             )
             .map_err(io_err)?;
-        let pending = self.pending_from(key, group, LogSeq::ZERO, None)?;
+        let pending = self.pending_counts(key, group)?;
         rows.into_iter()
             .map(|(ck, v)| {
                 let meta: ConsumerMeta = decode(&v)?;
                 let name = &ck[prefix.len()..];
                 Ok(ConsumerInfo {
                     name: Bytes::copy_from_slice(name),
-                    pending: pending.iter().filter(|(_, e)| e.consumer == name).count() as u64,
+                    pending: pending.get(name).copied().unwrap_or(0),
                     idle_ms: idle(now_ms, meta.seen_ms),
                     inactive_ms: meta.active_ms.map(|a| idle(now_ms, a)),
                 })
