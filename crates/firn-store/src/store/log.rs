@@ -14,7 +14,7 @@ use firn_model::{
 use serde::{Deserialize, Serialize};
 
 use super::apply::Txn;
-use super::{HISTORY_PAGE_VERSIONS, VersionedStore, WALK_PAGE, io_err, prefix_end};
+use super::{HISTORY_PAGE_VERSIONS, VersionedStore, WALK_PAGE, io_err};
 use crate::backend::Table;
 use crate::command::StreamAppend;
 use crate::record::{decode, encode};
@@ -433,29 +433,12 @@ impl VersionedStore {
 
     /// Every tag of `log` this shard keeps anything of.
     fn tags_of(&self, log: &[u8]) -> Result<Vec<Vec<u8>>, FirnError> {
-        let prefix = log_prefix(log);
-        let end = prefix_end(&prefix);
-        let upper = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
         let mut tags = Vec::new();
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let lower = after
-                .as_deref()
-                .map_or(Bound::Included(&prefix[..]), Bound::Excluded);
-            let page = self
-                .backend
-                .range(Table::LogTags, lower, upper, false, WALK_PAGE)
-                .map_err(io_err)?;
-            let full = page.len() == WALK_PAGE;
-            let Some((last, _)) = page.last() else {
-                return Ok(tags);
-            };
-            after = Some(last.clone());
-            tags.extend(page.iter().map(|(k, _)| tag_of(log, k)));
-            if !full {
-                return Ok(tags);
-            }
-        }
+        self.walk_prefix(Table::LogTags, &log_prefix(log), |k, _| {
+            tags.push(tag_of(log, &k));
+            Ok(())
+        })?;
+        Ok(tags)
     }
 
     pub(super) fn entries(

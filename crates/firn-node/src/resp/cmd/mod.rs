@@ -191,6 +191,37 @@ pub fn stream_entries(records: &[LogRecord]) -> Result<Reply, FirnError> {
         .map(Reply::Array)
 }
 
+/// The rest of the arguments as stream ids, every one checked before anything is done (as
+/// Redis does: XDEL, XACK).
+pub fn stream_ids(args: &mut Args) -> Result<Vec<LogSeq>, FirnError> {
+    args.rest()
+        .iter()
+        .map(|id| stream_id(&String::from_utf8_lossy(id), false))
+        .collect()
+}
+
+/// `key… id…` after STREAMS (XREAD, XREADGROUP): as many ids as keys, each read by
+/// `parse_id` (which knows the command's special ids), with Redis's words when unbalanced
+/// (`special` names the id that stands for "new": `$` or `>`).
+pub fn streams_and_ids<T>(
+    args: &mut Args,
+    command: &str,
+    special: &str,
+    parse_id: impl Fn(&[u8]) -> Result<T, FirnError>,
+) -> Result<Vec<(firn_model::Key, T)>, FirnError> {
+    let items = args.rest();
+    if items.len() % 2 == 1 {
+        return Err(FirnError::BadArgument(format!(
+            "Unbalanced '{command}' list of streams: for each stream key an ID or '{special}' must be specified."
+        )));
+    }
+    let (keys, ids) = items.split_at(items.len() / 2);
+    keys.iter()
+        .zip(ids)
+        .map(|(key, id)| Ok((firn_model::Key::new(key.clone())?, parse_id(id)?)))
+        .collect()
+}
+
 /// Entries a group handed a consumer: `[id, [field, value, …]]`, or `[id, nil]` for one
 /// deleted from the stream since it was delivered, as Redis shows it.
 pub fn group_entries(entries: &[GroupEntry]) -> Result<Reply, FirnError> {

@@ -3,7 +3,7 @@
 
 use firn_model::{FirnError, GroupChange, GroupWrite};
 
-use super::stream_id;
+use super::stream_ids;
 use super::xgroup::show_count;
 use crate::resp::args::Args;
 use crate::resp::command::{Action, CommandSpec, FIRST_RELEASE, Flag, Group, KeyPositions, Render};
@@ -21,11 +21,7 @@ pub const XACK: CommandSpec = CommandSpec {
 
 fn xack(mut args: Args) -> Result<Action, FirnError> {
     let (key, group) = (args.key()?, args.bytes()?);
-    let ids = args
-        .rest()
-        .iter()
-        .map(|id| stream_id(&String::from_utf8_lossy(id), false))
-        .collect::<Result<_, _>>()?;
+    let ids = stream_ids(&mut args)?;
     Ok(Action::execute(
         GroupWrite::Change {
             key,

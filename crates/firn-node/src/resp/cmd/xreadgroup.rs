@@ -5,10 +5,10 @@
 //! connection's replies, as XREAD's does.
 
 use firn_model::log::LOG_READ_RECORDS_MAX;
-use firn_model::{FirnError, GroupWrite, Key, Response};
+use firn_model::{FirnError, GroupWrite, Response};
 
 use super::xread::timeout_ms;
-use super::{group_entries, redis_integer, stream_id, syntax_error};
+use super::{group_entries, redis_integer, stream_id, streams_and_ids, syntax_error};
 use crate::resp::args::Args;
 use crate::resp::command::{
     Action, CommandSpec, FIRST_RELEASE, Flag, Group, KeyPositions, Render, unexpected,
@@ -45,31 +45,16 @@ fn xreadgroup(mut args: Args) -> Result<Action, FirnError> {
             "Missing GROUP option for XREADGROUP".into(),
         ));
     };
-    let items = args.rest();
-    if items.len() % 2 == 1 {
-        return Err(FirnError::BadArgument(
-            "Unbalanced 'xreadgroup' list of streams: for each stream key an ID or '>' must be specified."
+    let streams = streams_and_ids(&mut args, "xreadgroup", ">", |id| {
+        match id {
+        b">" => Ok(None),
+        b"$" => Err(FirnError::BadArgument(
+            "The $ ID is meaningless in the context of XREADGROUP: you want to read the history of this consumer by specifying a proper ID, or use the > ID to get new messages. The $ ID would just return an empty result set."
                 .into(),
-        ));
+        )),
+        id => stream_id(&String::from_utf8_lossy(id), false).map(Some),
     }
-    let (keys, ids) = items.split_at(items.len() / 2);
-    let streams = keys
-        .iter()
-        .zip(ids)
-        .map(|(key, id)| {
-            let id = match &id[..] {
-                b">" => None,
-                b"$" => {
-                    return Err(FirnError::BadArgument(
-                        "The $ ID is meaningless in the context of XREADGROUP: you want to read the history of this consumer by specifying a proper ID, or use the > ID to get new messages. The $ ID would just return an empty result set."
-                            .into(),
-                    ));
-                }
-                id => Some(stream_id(&String::from_utf8_lossy(id), false)?),
-            };
-            Ok((Key::new(key.clone())?, id))
-        })
-        .collect::<Result<_, FirnError>>()?;
+    })?;
     let count = match count {
         0 => LOG_READ_RECORDS_MAX,
         // More than a page reads a page, as an absent COUNT does.

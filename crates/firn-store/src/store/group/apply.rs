@@ -1,7 +1,5 @@
 //! What apply does with a group entry: one [`GroupChange`] to one stream's group.
 
-use std::ops::Bound;
-
 use bytes::Bytes;
 use firn_model::{
     ClaimOptions, FirnError, GroupChange, GroupEntry, Key, LogRecord, LogSeq, Response,
@@ -15,7 +13,6 @@ use crate::backend::Table;
 use crate::record::encode;
 use crate::store::apply::Txn;
 use crate::store::log::TagMeta;
-use crate::store::{WALK_PAGE, io_err, prefix_end};
 
 impl Txn<'_> {
     fn now_ms(&self) -> u64 {
@@ -117,8 +114,12 @@ impl Txn<'_> {
                     return Ok(Response::Count(0));
                 }
                 self.batch.remove(Table::Groups, group_key(k, group));
+                let store = self.store;
                 for table in [Table::GroupPending, Table::GroupConsumers] {
-                    self.remove_under(table, &group_key(k, group))?;
+                    store.walk_prefix(table, &group_key(k, group), |row, _| {
+                        self.batch.remove(table, row);
+                        Ok(())
+                    })?;
                 }
                 Ok(Response::Count(1))
             }
@@ -350,34 +351,6 @@ impl Txn<'_> {
                     just_id: *just_id,
                     at: self.ts,
                 })
-            }
-        }
-    }
-
-    /// Removes every row of `table` under `prefix`, a page at a time.
-    fn remove_under(&mut self, table: Table, prefix: &[u8]) -> Result<(), FirnError> {
-        let end = prefix_end(prefix);
-        let upper = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let lower = after
-                .as_deref()
-                .map_or(Bound::Included(prefix), Bound::Excluded);
-            let page = self
-                .store
-                .backend
-                .range(table, lower, upper, false, WALK_PAGE)
-                .map_err(io_err)?;
-            let Some((last, _)) = page.last() else {
-                return Ok(());
-            };
-            after = Some(last.clone());
-            let full = page.len() == WALK_PAGE;
-            for (k, _) in page {
-                self.batch.remove(table, k);
-            }
-            if !full {
-                return Ok(());
             }
         }
     }

@@ -184,25 +184,12 @@ impl VersionedStore {
     pub(in crate::store) fn group_count(&self, stream: &[u8]) -> Result<u64, FirnError> {
         let mut prefix = Vec::new();
         push_name(&mut prefix, stream);
-        let end = prefix_end(&prefix);
-        let upper = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-        let mut after: Option<Vec<u8>> = None;
         let mut n = 0;
-        loop {
-            let lower = after
-                .as_deref()
-                .map_or(Bound::Included(&prefix[..]), Bound::Excluded);
-            let page = self
-                .backend
-                .range(Table::Groups, lower, upper, false, WALK_PAGE)
-                .map_err(io_err)?;
-            n += page.len() as u64;
-            let full = page.len() == WALK_PAGE;
-            match page.into_iter().next_back() {
-                Some((last, _)) if full => after = Some(last),
-                _ => return Ok(n),
-            }
-        }
+        self.walk_prefix(Table::Groups, &prefix, |_, _| {
+            n += 1;
+            Ok(())
+        })?;
+        Ok(n)
     }
 
     /// XINFO GROUPS: the stream's groups in name order (`ERR no such key` for no stream).
