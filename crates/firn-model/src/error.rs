@@ -49,6 +49,13 @@ pub enum FirnError {
     /// A log nothing was ever appended to.
     #[error("no log named '{0}'")]
     LogNotFound(String),
+    /// A stream or consumer group that does not exist (Redis's `NOGROUP`); the text is
+    /// Redis's, which names the command.
+    #[error("{0}")]
+    NoGroup(String),
+    /// XGROUP CREATE of a group that exists.
+    #[error("Consumer Group name already exists")]
+    BusyGroup,
 }
 
 impl FirnError {
@@ -59,6 +66,8 @@ impl FirnError {
             FirnError::Compacted { .. } => "COMPACTED",
             FirnError::Trimmed { .. } => "TRIMMED",
             FirnError::LogNotFound(_) => "NOLOG",
+            FirnError::NoGroup(_) => "NOGROUP",
+            FirnError::BusyGroup => "BUSYGROUP",
             FirnError::TryAgain(_) => "TRYAGAIN",
             FirnError::Indeterminate(_) => "UNCERTAIN",
             FirnError::Unavailable(_) => "CLUSTERDOWN",
@@ -73,7 +82,10 @@ impl FirnError {
             FirnError::KeyTooLarge { .. } | FirnError::ValueTooLarge { .. } => 413,
             FirnError::Conflict { .. } => 409,
             FirnError::Compacted { .. } => 410,
-            FirnError::KeyspaceNotFound(_) | FirnError::LogNotFound(_) => 404,
+            FirnError::KeyspaceNotFound(_) | FirnError::LogNotFound(_) | FirnError::NoGroup(_) => {
+                404
+            }
+            FirnError::BusyGroup => 409,
             FirnError::Trimmed { .. } => 410,
             FirnError::Refused(_) => 403,
             FirnError::TryAgain(_) | FirnError::Unavailable(_) => 503,

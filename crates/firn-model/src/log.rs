@@ -195,6 +195,9 @@ pub struct TagInfo {
     pub max_deleted: LogSeq,
     /// Reads below this seq are trimmed.
     pub first_kept: LogSeq,
+    /// Consumer groups of the stream (for a stream, whose log is its one tag; else 0).
+    #[serde(default)]
+    pub groups: u64,
 }
 
 /// How a stream entry's id is chosen (XADD's id argument).

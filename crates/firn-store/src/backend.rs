@@ -31,10 +31,20 @@ pub enum Table {
     LogTags,
     /// log name → [`crate::store::log::LogMeta`]
     Logs,
+    /// encoded (stream, group) → [`crate::store::group::GroupMeta`]
+    Groups,
+    /// encoded (stream, group, seq) → [`crate::store::group::PendingEntry`]: a group's
+    /// pending entries list, in id order
+    GroupPending,
+    /// encoded (stream, group, consumer) → [`crate::store::group::ConsumerMeta`]
+    GroupConsumers,
 }
 
+/// How many tables a state machine has.
+pub const TABLES: usize = 10;
+
 impl Table {
-    pub const ALL: [Table; 7] = [
+    pub const ALL: [Table; TABLES] = [
         Table::KeyMeta,
         Table::Versions,
         Table::Keyspaces,
@@ -42,6 +52,9 @@ impl Table {
         Table::LogEntries,
         Table::LogTags,
         Table::Logs,
+        Table::Groups,
+        Table::GroupPending,
+        Table::GroupConsumers,
     ];
 
     fn index(self) -> usize {
@@ -59,6 +72,9 @@ impl Table {
             Table::LogEntries => "log_entries",
             Table::LogTags => "log_tags",
             Table::Logs => "logs",
+            Table::Groups => "groups",
+            Table::GroupPending => "group_pending",
+            Table::GroupConsumers => "group_consumers",
         };
         format!("{namespace}_{table}")
     }
@@ -130,7 +146,7 @@ pub trait StorageBackend: Send + Sync + 'static {
 /// Ordered in-memory tables; nothing survives a restart.
 #[derive(Default)]
 pub struct MemoryBackend {
-    tables: RwLock<[BTreeMap<Vec<u8>, Vec<u8>>; 7]>,
+    tables: RwLock<[BTreeMap<Vec<u8>, Vec<u8>>; TABLES]>,
 }
 
 fn owned(bound: Bound<&[u8]>) -> Bound<Vec<u8>> {
@@ -233,11 +249,11 @@ impl StorageBackend for MemoryBackend {
 /// The state machine's tables as fjall keyspaces in a database shared with the Raft log.
 pub struct FjallBackend {
     db: Database,
-    keyspaces: [Keyspace; 7],
+    keyspaces: [Keyspace; TABLES],
 }
 
 /// Largest memtable of one table before fjall writes it out (its default is 64 MiB; a node
-/// holds seven tables for each replica, so memory would grow with the replicas it holds).
+/// holds ten tables for each replica, so memory would grow with the replicas it holds).
 const MEMTABLE_BYTES_MAX: u64 = 16 * 1024 * 1024;
 
 fn fjall_err(e: fjall::Error) -> io::Error {
@@ -259,6 +275,9 @@ impl FjallBackend {
             open(Table::LogEntries)?,
             open(Table::LogTags)?,
             open(Table::Logs)?,
+            open(Table::Groups)?,
+            open(Table::GroupPending)?,
+            open(Table::GroupConsumers)?,
         ];
         Ok(FjallBackend { db, keyspaces })
     }

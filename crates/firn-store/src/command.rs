@@ -2,8 +2,8 @@
 
 use bytes::Bytes;
 use firn_model::{
-    CommitTs, Key, KeyRange, KeyspaceSpec, KvWrite, LogSeq, NewRecord, PutRequest, StreamId,
-    StreamTrim, TruncateBefore,
+    CommitTs, GroupChange, Key, KeyRange, KeyspaceSpec, KvWrite, LogSeq, NewRecord, PutRequest,
+    StreamId, StreamTrim, TruncateBefore,
 };
 use serde::{Deserialize, Serialize};
 
@@ -72,6 +72,13 @@ pub enum Op {
     StreamDel {
         key: Key,
         ids: Vec<LogSeq>,
+    },
+    /// A change to the consumer group `group` of the stream `key` (kept in the stream's
+    /// shard; the entry's stamp is the clock for delivery and idle times).
+    Group {
+        key: Key,
+        group: Bytes,
+        change: GroupChange,
     },
 }
 

@@ -27,6 +27,7 @@ use crate::glob::glob_match;
 use crate::record::{KeyMeta, VersionRecord, decode, encode, version_key, version_of};
 
 mod apply;
+pub mod group;
 pub mod log;
 use apply::Txn;
 
@@ -311,6 +312,36 @@ impl VersionedStore {
     }
 
     // ---- reads -------------------------------------------------------------------------
+
+    /// Calls `each` on every row of `table` whose key starts with `prefix`, in key order,
+    /// reading a page of `WALK_PAGE` rows at a time (never the whole range at once).
+    pub(crate) fn walk_prefix(
+        &self,
+        table: Table,
+        prefix: &[u8],
+        mut each: impl FnMut(Vec<u8>, Vec<u8>) -> Result<(), FirnError>,
+    ) -> Result<(), FirnError> {
+        let end = prefix_end(prefix);
+        let upper = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let lower = after
+                .as_deref()
+                .map_or(Bound::Included(prefix), Bound::Excluded);
+            let page = self
+                .backend
+                .range(table, lower, upper, false, WALK_PAGE)
+                .map_err(io_err)?;
+            let full = page.len() == WALK_PAGE;
+            after = page.last().map(|(k, _)| k.clone());
+            for (k, v) in page {
+                each(k, v)?;
+            }
+            if !full {
+                return Ok(());
+            }
+        }
+    }
 
     pub fn meta(&self, key: &[u8]) -> Result<Option<KeyMeta>, FirnError> {
         self.backend

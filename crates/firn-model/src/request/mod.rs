@@ -8,11 +8,16 @@
 
 pub mod admin;
 pub mod context;
+pub mod group;
 pub mod kv;
 pub mod log;
 
 pub use admin::AdminRequest;
 pub use context::{Answer, CallContext, Staleness};
+pub use group::{
+    ClaimOptions, ConsumerInfo, GroupChange, GroupEntry, GroupInfo, GroupRead, GroupRequest,
+    GroupStart, GroupWrite, PendingInfo, PendingSummary,
+};
 pub use kv::{KvRead, KvWrite, SnapshotOf};
 pub use log::{LogQuery, LogRead, LogRequest, LogWrite};
 
@@ -22,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::hlc::CommitTs;
 use crate::key::{Key, Version};
 use crate::keyspace::KeyspaceSpec;
-use crate::log::{Appended, LogRecord, TagInfo};
+use crate::log::{Appended, LogRecord, LogSeq, TagInfo};
 
 /// Which version of a key a read returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -144,6 +149,8 @@ pub enum Request {
     Kv(KvRequest),
     Log(LogRequest),
     Admin(AdminRequest),
+    /// Consumer groups of streams.
+    Group(GroupRequest),
 }
 
 /// A request of the key-value subsystem: a read, or a write that goes through the log.
@@ -177,6 +184,18 @@ impl From<LogWrite> for Request {
     }
 }
 
+impl From<GroupRead> for Request {
+    fn from(r: GroupRead) -> Self {
+        Request::Group(GroupRequest::Read(r))
+    }
+}
+
+impl From<GroupWrite> for Request {
+    fn from(w: GroupWrite) -> Self {
+        Request::Group(GroupRequest::Write(w))
+    }
+}
+
 impl From<AdminRequest> for Request {
     fn from(a: AdminRequest) -> Self {
         Request::Admin(a)
@@ -189,7 +208,9 @@ impl Request {
     pub fn is_write(&self) -> bool {
         !matches!(
             self,
-            Request::Kv(KvRequest::Read(_)) | Request::Log(LogRequest::Read(_))
+            Request::Kv(KvRequest::Read(_))
+                | Request::Log(LogRequest::Read(_))
+                | Request::Group(GroupRequest::Read(_))
         )
     }
 
@@ -201,6 +222,8 @@ impl Request {
             Request::Log(LogRequest::Read(r)) => r.name(),
             Request::Log(LogRequest::Write(w)) => w.name(),
             Request::Admin(a) => a.name(),
+            Request::Group(GroupRequest::Read(r)) => r.name(),
+            Request::Group(GroupRequest::Write(w)) => w.name(),
         }
     }
 }
@@ -223,6 +246,8 @@ impl Response {
                 .iter()
                 .flat_map(|(_, r)| r.iter().map(|r| r.commit_ts))
                 .max(),
+            Response::GroupEntries { at, .. } | Response::AutoClaimed { at, .. } => Some(*at),
+            Response::GroupStreams { at, .. } => *at,
             _ => None,
         }
     }
@@ -301,6 +326,34 @@ pub enum Response {
     Noted {
         at: CommitTs,
     },
+    /// Entries a group change handed a consumer (XREADGROUP, XCLAIM), in order; `at` is the
+    /// change's commit stamp and `last_delivered` the group's last delivered id after it.
+    GroupEntries {
+        entries: Vec<GroupEntry>,
+        at: CommitTs,
+        last_delivered: LogSeq,
+    },
+    /// XREADGROUP over several streams: the streams with entries (with `>`) or every
+    /// stream named (with an id), and the newest commit stamp among their changes.
+    GroupStreams {
+        streams: Vec<(Key, Vec<GroupEntry>)>,
+        at: Option<CommitTs>,
+    },
+    /// Ids only (XCLAIM JUSTID).
+    Ids(Vec<LogSeq>),
+    /// XAUTOCLAIM: where the next call starts (`0-0`: the scan is done), what was claimed
+    /// (JUSTID: entries without records), and the ids found deleted (dropped from the list).
+    AutoClaimed {
+        next: LogSeq,
+        entries: Vec<GroupEntry>,
+        deleted: Vec<LogSeq>,
+        just_id: bool,
+        at: CommitTs,
+    },
+    PendingSummary(PendingSummary),
+    PendingEntries(Vec<PendingInfo>),
+    Groups(Vec<GroupInfo>),
+    Consumers(Vec<ConsumerInfo>),
 }
 
 /// One shard's part of a log read: its records of the tag in the query's range and what it

@@ -21,7 +21,10 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use firn_model::limits::RESP_FRAME_BYTES_MAX;
-use firn_model::{Answer, CommitTs, FirnError, KvRead, KvRequest, LogRead, LogRequest, Request};
+use firn_model::{
+    Answer, CommitTs, FirnError, GroupRequest, GroupWrite, KvRead, KvRequest, LogRead, LogRequest,
+    Request,
+};
 use redis_protocol::resp2;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -387,7 +390,20 @@ impl Connection {
         if let Action::Execute(request, how) = action {
             match request {
                 Request::Kv(KvRequest::Read(read)) => self.reads.push((read, how)),
-                Request::Log(LogRequest::Read(read)) => self.log_read(read, how).await?,
+                Request::Log(LogRequest::Read(read)) => {
+                    let blocks = match &read {
+                        LogRead::Query(q) => q.block_ms.is_some(),
+                        LogRead::Streams { block_ms, .. } => block_ms.is_some(),
+                        LogRead::Info { .. } => false,
+                    };
+                    self.may_block(Request::Log(LogRequest::Read(read)), blocks, how)
+                        .await?
+                }
+                // XREADGROUP … BLOCK waits as a blocked XREAD does.
+                request @ Request::Group(GroupRequest::Write(GroupWrite::ReadGroup {
+                    block_ms: Some(_),
+                    ..
+                })) => self.may_block(request, true, how).await?,
                 // Reads sent before this write must not see it.
                 write => {
                     self.flush_reads().await;
@@ -476,21 +492,20 @@ impl Connection {
         Ok(())
     }
 
-    /// A log read, after the writes this connection sent before it. One that may wait for
-    /// records (`BLOCK`) first sends the answers before it, as Redis does, and gives up when
+    /// A log read (or XREADGROUP), after the writes this connection sent before it. One that
+    /// may wait for records (`BLOCK`) first sends the answers before it, as Redis does, and gives up when
     /// the client goes away or the node stops — so a client gone during `BLOCK 0` holds no
     /// connection slot. Commands sent meanwhile are kept (up to a frame's bound) for after.
-    async fn log_read(&mut self, read: LogRead, how: Render) -> std::io::Result<()> {
+    async fn may_block(
+        &mut self,
+        request: Request,
+        blocks: bool,
+        how: Render,
+    ) -> std::io::Result<()> {
         self.flush_reads().await;
         if self.has_pending_writes() {
             self.drain().await;
         }
-        let blocks = match &read {
-            LogRead::Query(q) => q.block_ms.is_some(),
-            LogRead::Streams { block_ms, .. } => block_ms.is_some(),
-            LogRead::Info { .. } => false,
-        };
-        let request = Request::Log(LogRequest::Read(read));
         if !blocks {
             let pending = self.session.submit(&self.shared.router, request).await;
             self.queue.push_back(Queued::Pending(how, pending));

@@ -8,6 +8,7 @@
 //! ([`host`]).
 
 mod admin;
+mod group;
 mod host;
 mod log;
 mod merge;
@@ -188,6 +189,7 @@ impl Router {
             Request::Kv(kv) => self.submit_kv(ctx, kv).await,
             Request::Log(log) => self.submit_log(ctx, log).await,
             Request::Admin(admin) => ready(self.admin(admin).await),
+            Request::Group(group) => self.submit_group(ctx, group).await,
         }
     }
 
@@ -342,6 +344,9 @@ impl Router {
                     if !read.close || replica.leader() == Some(self.node_id) =>
                 {
                     ready(self.log_page_here(&replica, read, &ctx).await)
+                }
+                (ShardPart::GroupRead(read), Some(replica)) => {
+                    ready(self.group_read_here(&replica, read).await)
                 }
                 (ShardPart::Keyspaces, Some(replica)) => ready(
                     self.barrier(shard, false)

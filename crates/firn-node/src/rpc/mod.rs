@@ -80,6 +80,8 @@ pub enum ShardPart {
     Keyspaces,
     /// A page of one tag of a log (answers `Response::LogPage`).
     LogRead(LogShardRead),
+    /// A read of a stream's consumer groups, served by the stream's shard.
+    GroupRead(firn_model::GroupRead),
 }
 
 /// One shard's part of a log read.

@@ -186,6 +186,7 @@ impl<'a> Txn<'a> {
             Op::LogTrim { log, tag, before } => self.log_trim(log, tag.as_ref(), *before),
             Op::StreamTrim { key, trim } => self.stream_trim(key, *trim),
             Op::StreamDel { key, ids } => self.stream_del(key, ids),
+            Op::Group { key, group, change } => self.group_change(key, group, change),
             Op::FlushAll => {
                 // Metadata first: a key without it is gone for every read, and versions a
                 // crash leaves behind are removed when the entry is applied again. The
@@ -197,6 +198,9 @@ impl<'a> Txn<'a> {
                     Table::LogEntries,
                     Table::LogTags,
                     Table::Logs,
+                    Table::Groups,
+                    Table::GroupPending,
+                    Table::GroupConsumers,
                 ] {
                     let mut after: Option<Vec<u8>> = None;
                     loop {

@@ -14,7 +14,7 @@ use firn_model::{
 use serde::{Deserialize, Serialize};
 
 use super::apply::Txn;
-use super::{HISTORY_PAGE_VERSIONS, VersionedStore, WALK_PAGE, io_err, prefix_end};
+use super::{HISTORY_PAGE_VERSIONS, VersionedStore, WALK_PAGE, io_err};
 use crate::backend::Table;
 use crate::command::StreamAppend;
 use crate::record::{decode, encode};
@@ -69,13 +69,13 @@ pub(super) fn after_flush(table: Table, value: &[u8]) -> Result<Option<Vec<u8>>,
     })
 }
 
-fn push_name(out: &mut Vec<u8>, name: &[u8]) {
+pub(super) fn push_name(out: &mut Vec<u8>, name: &[u8]) {
     out.extend_from_slice(&(name.len() as u16).to_be_bytes());
     out.extend_from_slice(name);
 }
 
 /// `u16 len · log · u16 len · tag`: a tag's records are contiguous, in seq order.
-fn tag_key(log: &[u8], tag: &[u8]) -> Vec<u8> {
+pub(super) fn tag_key(log: &[u8], tag: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(4 + log.len() + tag.len() + 16);
     push_name(&mut out, log);
     push_name(&mut out, tag);
@@ -128,7 +128,7 @@ fn stream_id(rule: StreamId, last: LogSeq, ts: CommitTs) -> Result<LogSeq, FirnE
 }
 
 impl Txn<'_> {
-    fn tag_meta(&self, log: &[u8], tag: &[u8]) -> Result<Option<TagMeta>, FirnError> {
+    pub(super) fn tag_meta(&self, log: &[u8], tag: &[u8]) -> Result<Option<TagMeta>, FirnError> {
         let key = tag_key(log, tag);
         if let Some(m) = self.tag_metas.get(&key) {
             return Ok(Some(m.clone()));
@@ -136,7 +136,7 @@ impl Txn<'_> {
         self.store.tag_meta_at(&key)
     }
 
-    fn set_tag_meta(&mut self, log: &[u8], tag: &[u8], meta: TagMeta) {
+    pub(super) fn set_tag_meta(&mut self, log: &[u8], tag: &[u8], meta: TagMeta) {
         let key = tag_key(log, tag);
         self.batch.put(Table::LogTags, key.clone(), encode(&meta));
         self.tag_metas.insert(key, meta);
@@ -248,7 +248,7 @@ impl Txn<'_> {
     }
 
     /// Marks `log` as existing here (the shard of its name), once.
-    fn note_log(&mut self, log: &Key) -> Result<(), FirnError> {
+    pub(super) fn note_log(&mut self, log: &Key) -> Result<(), FirnError> {
         if !self.logs_noted.contains(log.as_bytes())
             && self.store.log_meta(log.as_bytes())?.is_none()
         {
@@ -415,7 +415,7 @@ impl Txn<'_> {
 }
 
 impl VersionedStore {
-    fn tag_meta_at(&self, key: &[u8]) -> Result<Option<TagMeta>, FirnError> {
+    pub(super) fn tag_meta_at(&self, key: &[u8]) -> Result<Option<TagMeta>, FirnError> {
         self.backend
             .get(Table::LogTags, key)
             .map_err(io_err)?
@@ -433,32 +433,15 @@ impl VersionedStore {
 
     /// Every tag of `log` this shard keeps anything of.
     fn tags_of(&self, log: &[u8]) -> Result<Vec<Vec<u8>>, FirnError> {
-        let prefix = log_prefix(log);
-        let end = prefix_end(&prefix);
-        let upper = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
         let mut tags = Vec::new();
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let lower = after
-                .as_deref()
-                .map_or(Bound::Included(&prefix[..]), Bound::Excluded);
-            let page = self
-                .backend
-                .range(Table::LogTags, lower, upper, false, WALK_PAGE)
-                .map_err(io_err)?;
-            let full = page.len() == WALK_PAGE;
-            let Some((last, _)) = page.last() else {
-                return Ok(tags);
-            };
-            after = Some(last.clone());
-            tags.extend(page.iter().map(|(k, _)| tag_of(log, k)));
-            if !full {
-                return Ok(tags);
-            }
-        }
+        self.walk_prefix(Table::LogTags, &log_prefix(log), |k, _| {
+            tags.push(tag_of(log, &k));
+            Ok(())
+        })?;
+        Ok(tags)
     }
 
-    fn entries(
+    pub(super) fn entries(
         &self,
         log: &[u8],
         tag: &[u8],
@@ -569,6 +552,11 @@ impl VersionedStore {
                     added: m.added,
                     max_deleted: m.max_deleted,
                     first_kept: m.first_kept.max(trimmed),
+                    groups: if ends && log == tag {
+                        self.group_count(log)?
+                    } else {
+                        0
+                    },
                 })
             }
         };

@@ -28,14 +28,21 @@ pub mod server;
 pub mod session;
 pub mod set;
 pub mod subscribe;
+pub mod xack;
 pub mod xadd;
+pub mod xclaim;
 pub mod xdel;
+pub mod xgroup;
 pub mod xinfo;
+pub mod xpending;
 pub mod xrange;
 pub mod xread;
+pub mod xreadgroup;
 
 use firn_model::log::decode_fields;
-use firn_model::{FirnError, LogRecord, LogSeq, ReadAt, ReadConsistency, VersionInfo, Written};
+use firn_model::{
+    FirnError, GroupEntry, LogRecord, LogSeq, ReadAt, ReadConsistency, VersionInfo, Written,
+};
 
 use super::args::Args;
 use super::reply::Reply;
@@ -184,4 +191,59 @@ pub fn stream_entries(records: &[LogRecord]) -> Result<Reply, FirnError> {
         .map(stream_entry)
         .collect::<Result<_, _>>()
         .map(Reply::Array)
+}
+
+/// The rest of the arguments as stream ids, every one checked before anything is done (as
+/// Redis does: XDEL, XACK).
+pub fn stream_ids(args: &mut Args) -> Result<Vec<LogSeq>, FirnError> {
+    args.rest()
+        .iter()
+        .map(|id| stream_id(&String::from_utf8_lossy(id), false))
+        .collect()
+}
+
+/// `key… id…` after STREAMS (XREAD, XREADGROUP): as many ids as keys, each read by
+/// `parse_id` (which knows the command's special ids), with Redis's words when unbalanced
+/// (`special` names the id that stands for "new": `$` or `>`).
+pub fn streams_and_ids<T>(
+    args: &mut Args,
+    command: &str,
+    special: &str,
+    parse_id: impl Fn(&[u8]) -> Result<T, FirnError>,
+) -> Result<Vec<(firn_model::Key, T)>, FirnError> {
+    let items = args.rest();
+    if items.len() % 2 == 1 {
+        return Err(FirnError::BadArgument(format!(
+            "Unbalanced '{command}' list of streams: for each stream key an ID or '{special}' must be specified."
+        )));
+    }
+    let (keys, ids) = items.split_at(items.len() / 2);
+    keys.iter()
+        .zip(ids)
+        .map(|(key, id)| Ok((firn_model::Key::new(key.clone())?, parse_id(id)?)))
+        .collect()
+}
+
+/// Entries a group handed a consumer: `[id, [field, value, …]]`, or `[id, nil]` for one
+/// deleted from the stream since it was delivered, as Redis shows it.
+pub fn group_entries(entries: &[GroupEntry]) -> Result<Reply, FirnError> {
+    entries
+        .iter()
+        .map(|e| match &e.record {
+            Some(r) => stream_entry(r),
+            None => Ok(Reply::Array(vec![
+                Reply::text(e.seq.to_string()),
+                Reply::Nil,
+            ])),
+        })
+        .collect::<Result<_, _>>()
+        .map(Reply::Array)
+}
+
+/// A consumer group's name and the stream id that starts it (`$`: the stream's last).
+pub fn group_start(text: &str) -> Result<firn_model::GroupStart, FirnError> {
+    match text {
+        "$" => Ok(firn_model::GroupStart::Last),
+        id => stream_id(id, false).map(firn_model::GroupStart::Id),
+    }
 }

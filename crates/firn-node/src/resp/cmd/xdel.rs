@@ -2,7 +2,7 @@
 
 use firn_model::{FirnError, LogWrite, Response};
 
-use super::stream_id;
+use super::stream_ids;
 use crate::resp::args::Args;
 use crate::resp::command::{
     Action, CommandSpec, FIRST_RELEASE, Flag, Group, KeyPositions, Render, unexpected,
@@ -23,11 +23,7 @@ pub const XDEL: CommandSpec = CommandSpec {
 fn xdel(mut args: Args) -> Result<Action, FirnError> {
     let key = args.key()?;
     // Every id is checked before anything is removed, as Redis does.
-    let ids = args
-        .rest()
-        .iter()
-        .map(|id| stream_id(&String::from_utf8_lossy(id), false))
-        .collect::<Result<_, _>>()?;
+    let ids = stream_ids(&mut args)?;
     Ok(Action::execute(
         LogWrite::StreamDel { key, ids },
         Render::new(show_count),

@@ -1,6 +1,7 @@
-//! XLEN key and XINFO STREAM key: what a stream holds, with Redis 7's fields.
+//! XLEN key, XINFO STREAM key, XINFO GROUPS key and XINFO CONSUMERS key group: what a
+//! stream holds and its consumer groups, with Redis 7's fields.
 
-use firn_model::{FirnError, LogRead, LogSeq, ReadConsistency, Response};
+use firn_model::{FirnError, GroupRead, LogRead, LogSeq, ReadConsistency, Response};
 
 use super::{exact_arity, stream_entry, unknown_subcommand};
 use crate::resp::args::Args;
@@ -27,7 +28,7 @@ pub const XINFO: CommandSpec = CommandSpec {
     keys: KeyPositions::at(2, 2, 1),
     group: Group::Stream,
     since: FIRST_RELEASE,
-    summary: "STREAM key: the stream's length, ids and first and last entries, as Redis 7 gives them.",
+    summary: "STREAM key, GROUPS key, CONSUMERS key group: a stream and its consumer groups, as Redis 7 gives them.",
     parse: xinfo,
 };
 
@@ -38,6 +39,21 @@ fn xinfo(mut args: Args) -> Result<Action, FirnError> {
             // FULL (consumer groups' state) has nothing to show: Firn has no groups yet.
             exact_arity(&args, 1)?;
             Ok(Action::execute(info(args.key()?), Render::new(show_stream)))
+        }
+        "GROUPS" => {
+            exact_arity(&args, 1)?;
+            Ok(Action::execute(
+                GroupRead::Groups { key: args.key()? },
+                Render::new(show_groups),
+            ))
+        }
+        "CONSUMERS" => {
+            exact_arity(&args, 2)?;
+            let (key, group) = (args.key()?, args.bytes()?);
+            Ok(Action::execute(
+                GroupRead::Consumers { key, group },
+                Render::new(show_consumers),
+            ))
         }
         _ => Err(unknown_subcommand("xinfo", &sub)),
     }
@@ -59,8 +75,7 @@ fn show_len(response: Response) -> Reply {
     }
 }
 
-/// Redis 7's fields in its order. Firn keeps no radix tree: its two counts are 0; there are
-/// no consumer groups.
+/// Redis 7's fields in its order. Firn keeps no radix tree: its two counts are 0.
 fn show_stream(response: Response) -> Reply {
     let info = match response {
         Response::TagInfo(Some(info)) => info,
@@ -86,8 +101,60 @@ fn show_stream(response: Response) -> Reply {
             Reply::text("recorded-first-entry-id"),
             id(info.first.as_ref().map_or(LogSeq::ZERO, |r| r.seq)),
         ),
-        (Reply::text("groups"), Reply::Int(0)),
+        (Reply::text("groups"), Reply::Int(info.groups as i64)),
         (Reply::text("first-entry"), first.unwrap_or(Reply::Nil)),
         (Reply::text("last-entry"), last.unwrap_or(Reply::Nil)),
     ])
+}
+
+fn optional(n: Option<u64>) -> Reply {
+    n.map_or(Reply::Nil, |n| Reply::Int(n as i64))
+}
+
+/// One map per group: name, consumers, pending, last-delivered-id, entries-read, lag.
+fn show_groups(response: Response) -> Reply {
+    let Response::Groups(groups) = response else {
+        return unexpected("XINFO GROUPS", response);
+    };
+    Reply::Array(
+        groups
+            .into_iter()
+            .map(|g| {
+                Reply::Map(vec![
+                    (Reply::text("name"), Reply::Bulk(g.name)),
+                    (Reply::text("consumers"), Reply::Int(g.consumers as i64)),
+                    (Reply::text("pending"), Reply::Int(g.pending as i64)),
+                    (
+                        Reply::text("last-delivered-id"),
+                        Reply::text(g.last_delivered.to_string()),
+                    ),
+                    (Reply::text("entries-read"), optional(g.entries_read)),
+                    (Reply::text("lag"), optional(g.lag)),
+                ])
+            })
+            .collect(),
+    )
+}
+
+/// One map per consumer: name, pending, idle, inactive (-1: it never read anything).
+fn show_consumers(response: Response) -> Reply {
+    let Response::Consumers(consumers) = response else {
+        return unexpected("XINFO CONSUMERS", response);
+    };
+    Reply::Array(
+        consumers
+            .into_iter()
+            .map(|c| {
+                Reply::Map(vec![
+                    (Reply::text("name"), Reply::Bulk(c.name)),
+                    (Reply::text("pending"), Reply::Int(c.pending as i64)),
+                    (Reply::text("idle"), Reply::Int(c.idle_ms as i64)),
+                    (
+                        Reply::text("inactive"),
+                        Reply::Int(c.inactive_ms.map_or(-1, |i| i as i64)),
+                    ),
+                ])
+            })
+            .collect(),
+    )
 }

@@ -68,7 +68,7 @@ fn range(mut args: Args, reverse: bool) -> Result<Action, FirnError> {
 
 /// An end of a range as Redis reads it: `-`, `+`, an id, or `(id` for the id after (before,
 /// at the `end`) it.
-fn interval_id(text: &str, end: bool) -> Result<LogSeq, FirnError> {
+pub(super) fn interval_id(text: &str, end: bool) -> Result<LogSeq, FirnError> {
     if let Some(excluded) = text.strip_prefix('(').filter(|t| !t.is_empty()) {
         let id = stream_id(excluded, end)?;
         let next = if end {

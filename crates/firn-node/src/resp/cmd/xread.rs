@@ -4,9 +4,9 @@
 //! Redis.
 
 use firn_model::log::LOG_READ_RECORDS_MAX;
-use firn_model::{FirnError, Key, LogRead, Response};
+use firn_model::{FirnError, LogRead, Response};
 
-use super::{redis_integer, stream_entries, stream_id, syntax_error};
+use super::{redis_integer, stream_entries, stream_id, streams_and_ids, syntax_error};
 use crate::resp::args::Args;
 use crate::resp::command::{
     Action, CommandSpec, FIRST_RELEASE, Flag, Group, KeyPositions, Render, unexpected,
@@ -36,25 +36,10 @@ fn xread(mut args: Args) -> Result<Action, FirnError> {
             _ => return Err(syntax_error()),
         }
     }
-    let items = args.rest();
-    if items.len() % 2 == 1 {
-        return Err(FirnError::BadArgument(
-            "Unbalanced 'xread' list of streams: for each stream key an ID or '$' must be specified."
-                .into(),
-        ));
-    }
-    let (keys, ids) = items.split_at(items.len() / 2);
-    let after = keys
-        .iter()
-        .zip(ids)
-        .map(|(key, id)| {
-            let id = match &id[..] {
-                b"$" => None,
-                id => Some(stream_id(&String::from_utf8_lossy(id), false)?),
-            };
-            Ok((Key::new(key.clone())?, id))
-        })
-        .collect::<Result<_, FirnError>>()?;
+    let after = streams_and_ids(&mut args, "xread", "$", |id| match id {
+        b"$" => Ok(None),
+        id => stream_id(&String::from_utf8_lossy(id), false).map(Some),
+    })?;
     let limit = match count {
         0 => LOG_READ_RECORDS_MAX,
         n => usize::try_from(n).unwrap_or(usize::MAX),
@@ -70,7 +55,7 @@ fn xread(mut args: Args) -> Result<Action, FirnError> {
 }
 
 /// BLOCK's milliseconds, with Redis's words for a bad one.
-fn timeout_ms(args: &mut Args) -> Result<u64, FirnError> {
+pub(super) fn timeout_ms(args: &mut Args) -> Result<u64, FirnError> {
     let ms = redis_integer(args)
         .map_err(|_| FirnError::BadArgument("timeout is not an integer or out of range".into()))?;
     u64::try_from(ms).map_err(|_| FirnError::BadArgument("timeout is negative".into()))

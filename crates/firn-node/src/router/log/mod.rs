@@ -8,6 +8,8 @@
 
 mod read;
 
+pub(super) use read::{check_block, deadline, wait_for_more};
+
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
 use std::time::Instant;

@@ -102,7 +102,11 @@ impl Router {
 
     /// One query: from this node's log index when it knows the answer, else the tag's
     /// shard and every home its directory names, merged (and the index learns from it).
-    async fn query(&self, ctx: &CallContext, q: &LogQuery) -> Result<Vec<LogRecord>, FirnError> {
+    pub(in crate::router) async fn query(
+        &self,
+        ctx: &CallContext,
+        q: &LogQuery,
+    ) -> Result<Vec<LogRecord>, FirnError> {
         let ticket = match self.log_index.lookup(q) {
             Lookup::Hit(records) => return Ok(records),
             Lookup::Miss(ticket) => Some(ticket),
@@ -356,13 +360,13 @@ fn others(page: &LogPage, primary: ShardId) -> Vec<ShardId> {
 }
 
 /// `None`: do not block; `Some(None)`: block without end; `Some(Some(t))`: until `t`.
-fn deadline(block_ms: Option<u64>) -> Option<Option<Instant>> {
+pub(in crate::router) fn deadline(block_ms: Option<u64>) -> Option<Option<Instant>> {
     block_ms.map(|ms| (ms > 0).then(|| Instant::now() + Duration::from_millis(ms)))
 }
 
 /// Waits until a local shard applies something (or a poll interval for remote ones), never
 /// past `deadline`.
-async fn wait_for_more(
+pub(in crate::router) async fn wait_for_more(
     applied: Option<&mut tokio::sync::watch::Receiver<CommitTs>>,
     deadline: Option<Instant>,
 ) {
@@ -380,7 +384,7 @@ async fn wait_for_more(
     }
 }
 
-fn check_block(block_ms: Option<u64>) -> Result<(), FirnError> {
+pub(in crate::router) fn check_block(block_ms: Option<u64>) -> Result<(), FirnError> {
     if block_ms.is_some_and(|ms| ms > LOG_BLOCK_MS_MAX) {
         return Err(FirnError::BadArgument(format!(
             "BLOCK is at most {LOG_BLOCK_MS_MAX} ms (0 waits without end)"
@@ -414,6 +418,7 @@ fn merge_info(infos: impl Iterator<Item = TagInfo>) -> Option<TagInfo> {
         },
         last_seq: a.last_seq.max(b.last_seq),
         added: a.added + b.added,
+        groups: a.groups.max(b.groups),
         max_deleted: a.max_deleted.max(b.max_deleted),
         first_kept: a.first_kept.max(b.first_kept),
     })

@@ -1,0 +1,224 @@
+//! Consumer groups of Redis Streams: reads of group state ([`GroupRead`]) and changes to it
+//! ([`GroupWrite`]). A stream's groups live in the stream's shard; every change, delivery
+//! included, is an entry of that shard's log (see docs/architecture.md, "Consumer groups").
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::key::Key;
+use crate::log::{LogRecord, LogSeq};
+
+/// Where a group starts, or is set to: after an id, or after the stream's last entry (`$`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GroupStart {
+    Id(LogSeq),
+    Last,
+}
+
+/// XCLAIM's options (XAUTOCLAIM takes none of them).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimOptions {
+    /// IDLE ms: the claimed entries' idle time afterwards.
+    pub idle_ms: Option<u64>,
+    /// TIME ms: their delivery time afterwards (milliseconds since the epoch).
+    pub time_ms: Option<u64>,
+    /// RETRYCOUNT n: their delivery count afterwards.
+    pub retry_count: Option<u64>,
+    /// FORCE: add ids that are in no pending list (if the stream holds them).
+    pub force: bool,
+    /// JUSTID: answer ids only, and leave delivery counts as they are.
+    pub just_id: bool,
+}
+
+/// One change to one stream's group: the payload of a group entry in the stream's shard.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GroupChange {
+    /// XGROUP CREATE (answers `Done`; `BUSYGROUP` if it exists).
+    Create { start: GroupStart, mkstream: bool },
+    /// XGROUP DESTROY (answers `Count`: 1 or 0).
+    Destroy,
+    /// XGROUP SETID (answers `Done`).
+    SetId { start: GroupStart },
+    /// XGROUP CREATECONSUMER (answers `Count`: 1 if made).
+    CreateConsumer { consumer: Bytes },
+    /// XGROUP DELCONSUMER (answers `Count`: the pending entries it had).
+    DelConsumer { consumer: Bytes },
+    /// XREADGROUP `>`: entries after the last delivered, now the consumer's (answers
+    /// `GroupEntries`).
+    Deliver {
+        consumer: Bytes,
+        count: usize,
+        noack: bool,
+    },
+    /// XREADGROUP with an id: the consumer's own pending entries after `after` (answers
+    /// `GroupEntries`; a deleted entry has no record).
+    Pending {
+        consumer: Bytes,
+        after: LogSeq,
+        count: usize,
+    },
+    /// XACK (answers `Count`).
+    Ack { ids: Vec<LogSeq> },
+    /// XCLAIM (answers `GroupEntries`, or `Ids` with JUSTID).
+    Claim {
+        consumer: Bytes,
+        min_idle_ms: u64,
+        ids: Vec<LogSeq>,
+        options: ClaimOptions,
+    },
+    /// XAUTOCLAIM (answers `AutoClaimed`).
+    AutoClaim {
+        consumer: Bytes,
+        min_idle_ms: u64,
+        start: LogSeq,
+        count: usize,
+        just_id: bool,
+    },
+}
+
+impl GroupChange {
+    pub fn name(&self) -> &'static str {
+        match self {
+            GroupChange::Create { .. } => "group_create",
+            GroupChange::Destroy => "group_destroy",
+            GroupChange::SetId { .. } => "group_setid",
+            GroupChange::CreateConsumer { .. } => "group_create_consumer",
+            GroupChange::DelConsumer { .. } => "group_del_consumer",
+            GroupChange::Deliver { .. } => "group_deliver",
+            GroupChange::Pending { .. } => "group_pending_read",
+            GroupChange::Ack { .. } => "group_ack",
+            GroupChange::Claim { .. } => "group_claim",
+            GroupChange::AutoClaim { .. } => "group_autoclaim",
+        }
+    }
+}
+
+/// A change to group state; every one is a log entry of a stream's shard.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GroupWrite {
+    /// One change to one stream's group.
+    Change {
+        key: Key,
+        group: Bytes,
+        change: GroupChange,
+    },
+    /// XREADGROUP over several streams (`None`: `>`), blocking up to `block_ms` (0: without
+    /// end) while `>` delivers nothing. Answers `GroupStreams`.
+    ReadGroup {
+        group: Bytes,
+        consumer: Bytes,
+        streams: Vec<(Key, Option<LogSeq>)>,
+        count: usize,
+        noack: bool,
+        block_ms: Option<u64>,
+    },
+}
+
+impl GroupWrite {
+    pub fn name(&self) -> &'static str {
+        match self {
+            GroupWrite::Change { change, .. } => change.name(),
+            GroupWrite::ReadGroup { .. } => "group_read",
+        }
+    }
+}
+
+/// A read of group state; never changes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GroupRead {
+    /// XPENDING key group: answers `PendingSummary`.
+    PendingSummary { key: Key, group: Bytes },
+    /// XPENDING key group [IDLE ms] start end count [consumer]: answers `PendingEntries`.
+    Pending {
+        key: Key,
+        group: Bytes,
+        min_idle_ms: Option<u64>,
+        start: LogSeq,
+        end: LogSeq,
+        count: usize,
+        consumer: Option<Bytes>,
+    },
+    /// XINFO GROUPS key: answers `Groups`.
+    Groups { key: Key },
+    /// XINFO CONSUMERS key group: answers `Consumers`.
+    Consumers { key: Key, group: Bytes },
+}
+
+impl GroupRead {
+    pub fn name(&self) -> &'static str {
+        match self {
+            GroupRead::PendingSummary { .. } => "group_pending_summary",
+            GroupRead::Pending { .. } => "group_pending",
+            GroupRead::Groups { .. } => "group_info",
+            GroupRead::Consumers { .. } => "group_consumers",
+        }
+    }
+
+    /// The stream the read is of (its shard serves it).
+    pub fn key(&self) -> &Key {
+        match self {
+            GroupRead::PendingSummary { key, .. }
+            | GroupRead::Pending { key, .. }
+            | GroupRead::Groups { key }
+            | GroupRead::Consumers { key, .. } => key,
+        }
+    }
+}
+
+/// A request of the consumer-group subsystem.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GroupRequest {
+    Read(GroupRead),
+    Write(GroupWrite),
+}
+
+/// One entry of a group read: its id, and the entry unless it was deleted since delivery.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupEntry {
+    pub seq: LogSeq,
+    pub record: Option<LogRecord>,
+}
+
+/// One pending entry as XPENDING shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingInfo {
+    pub seq: LogSeq,
+    pub consumer: Bytes,
+    /// Milliseconds since its last delivery.
+    pub idle_ms: u64,
+    pub deliveries: u64,
+}
+
+/// XPENDING's summary.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingSummary {
+    pub count: u64,
+    pub first: Option<LogSeq>,
+    pub last: Option<LogSeq>,
+    /// Each consumer with pending entries, and how many.
+    pub consumers: Vec<(Bytes, u64)>,
+}
+
+/// One group as XINFO GROUPS shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupInfo {
+    pub name: Bytes,
+    pub consumers: u64,
+    pub pending: u64,
+    pub last_delivered: LogSeq,
+    /// Entries the group has read (Redis's `entries-read`), when known.
+    pub entries_read: Option<u64>,
+    /// Entries after the last delivered (Redis's `lag`), when known.
+    pub lag: Option<u64>,
+}
+
+/// One consumer as XINFO CONSUMERS shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsumerInfo {
+    pub name: Bytes,
+    pub pending: u64,
+    /// Milliseconds since it last tried to read or claim.
+    pub idle_ms: u64,
+    /// Milliseconds since it last read or claimed something (`None`: never).
+    pub inactive_ms: Option<u64>,
+}

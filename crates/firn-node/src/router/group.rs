@@ -1,0 +1,268 @@
+//! Consumer groups through the router: every request goes to its stream's shard (the shard
+//! of the key's slot), where the groups live. Changes — deliveries included — are proposed
+//! on that shard's leader as `Op::Group` entries; reads (XPENDING, XINFO) run after the
+//! usual barrier. XREADGROUP over several streams runs one change per stream, and with
+//! `BLOCK` proposes again only once a stream it waits on has an entry past the group's
+//! last delivered id (never in a loop of empty deliveries).
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use firn_model::limits::KEYS_PER_REQUEST_MAX;
+use firn_model::log::LOG_READ_RECORDS_MAX;
+use firn_model::{
+    Answer, CallContext, CommitTs, FirnError, GroupChange, GroupEntry, GroupRead, GroupRequest,
+    GroupWrite, Key, LogQuery, LogSeq, Response,
+};
+use firn_store::Op;
+
+use super::log::{check_block, deadline, wait_for_more};
+use super::{Pending, Router, ready};
+use crate::rpc::ShardPart;
+
+/// Longest group or consumer name, in bytes (names are stored behind a 16-bit length).
+pub const GROUP_NAME_BYTES_MAX: usize = 1_024;
+
+fn check_name(what: &str, name: &[u8]) -> Result<(), FirnError> {
+    if name.len() > GROUP_NAME_BYTES_MAX {
+        return Err(FirnError::BadArgument(format!(
+            "{what} name is {} bytes; the limit is {GROUP_NAME_BYTES_MAX}",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+fn check_count(what: &str, n: usize) -> Result<(), FirnError> {
+    if n > LOG_READ_RECORDS_MAX {
+        return Err(FirnError::BadArgument(format!(
+            "{what} {n} is more than the limit, {LOG_READ_RECORDS_MAX}"
+        )));
+    }
+    Ok(())
+}
+
+/// What a change asks of the store, checked before it is proposed.
+fn check_change(change: &GroupChange) -> Result<(), FirnError> {
+    match change {
+        GroupChange::CreateConsumer { consumer } | GroupChange::DelConsumer { consumer } => {
+            check_name("consumer", consumer)
+        }
+        GroupChange::Deliver {
+            consumer, count, ..
+        }
+        | GroupChange::Pending {
+            consumer, count, ..
+        } => {
+            check_name("consumer", consumer)?;
+            check_count("COUNT", *count)
+        }
+        GroupChange::Ack { ids } => check_count("ids", ids.len()),
+        GroupChange::Claim { consumer, ids, .. } => {
+            check_name("consumer", consumer)?;
+            check_count("ids", ids.len())
+        }
+        GroupChange::AutoClaim {
+            consumer, count, ..
+        } => {
+            check_name("consumer", consumer)?;
+            check_count("COUNT", *count)
+        }
+        GroupChange::Create { .. } | GroupChange::Destroy | GroupChange::SetId { .. } => Ok(()),
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Router {
+    pub(super) async fn submit_group(&self, ctx: &CallContext, request: GroupRequest) -> Pending {
+        let name = match &request {
+            GroupRequest::Read(r) => r.name(),
+            GroupRequest::Write(w) => w.name(),
+        };
+        metrics::counter!("firn_requests_total", "op" => name).increment(1);
+        let layout = match self.routable_layout() {
+            Ok(l) => l,
+            Err(e) => return ready(Err(e)),
+        };
+        match request {
+            GroupRequest::Write(GroupWrite::Change { key, group, change }) => {
+                if let Err(e) = check_name("group", &group).and_then(|()| check_change(&change)) {
+                    return ready(Err(e));
+                }
+                let shard = layout.shard_of_key(key.as_bytes());
+                let op = Op::Group { key, group, change };
+                self.on_shard(shard, ShardPart::Write(op), ctx.clone(), 0)
+                    .await
+            }
+            GroupRequest::Write(GroupWrite::ReadGroup {
+                group,
+                consumer,
+                streams,
+                count,
+                noack,
+                block_ms,
+            }) => ready(
+                self.read_group(ctx, group, consumer, streams, count, noack, block_ms)
+                    .await,
+            ),
+            GroupRequest::Read(read) => {
+                let shard = layout.shard_of_key(read.key().as_bytes());
+                self.on_shard(shard, ShardPart::GroupRead(read), ctx.clone(), 0)
+                    .await
+            }
+        }
+    }
+
+    /// XREADGROUP: one change per stream, in order; with `BLOCK`, while `>` delivered
+    /// nothing, waits for an entry past the group's last delivered id and proposes again.
+    #[allow(clippy::too_many_arguments)]
+    async fn read_group(
+        &self,
+        ctx: &CallContext,
+        group: Bytes,
+        consumer: Bytes,
+        streams: Vec<(Key, Option<LogSeq>)>,
+        count: usize,
+        noack: bool,
+        block_ms: Option<u64>,
+    ) -> Result<Answer, FirnError> {
+        check_name("group", &group)?;
+        check_name("consumer", &consumer)?;
+        check_count("COUNT", count)?;
+        check_block(block_ms)?;
+        if streams.is_empty() || streams.len() > KEYS_PER_REQUEST_MAX {
+            return Err(FirnError::BadArgument(format!(
+                "XREADGROUP reads 1 to {KEYS_PER_REQUEST_MAX} streams"
+            )));
+        }
+        let layout = self.routable_layout()?;
+        let deadline = deadline(block_ms);
+        let mut ctx = ctx.clone();
+        loop {
+            let mut applied = streams
+                .iter()
+                .find_map(|(k, _)| self.replicas.get(layout.shard_of_key(k.as_bytes())))
+                .map(|r| r.store().applied_watch());
+            let mut found: Vec<(Key, Vec<GroupEntry>)> = Vec::new();
+            let mut newest: Option<CommitTs> = None;
+            let mut waiting: Vec<(Key, LogSeq)> = Vec::new();
+            for (key, id) in &streams {
+                let change = match id {
+                    None => GroupChange::Deliver {
+                        consumer: consumer.clone(),
+                        count,
+                        noack,
+                    },
+                    Some(after) => GroupChange::Pending {
+                        consumer: consumer.clone(),
+                        after: *after,
+                        count,
+                    },
+                };
+                let op = Op::Group {
+                    key: key.clone(),
+                    group: group.clone(),
+                    change,
+                };
+                let shard = layout.shard_of_key(key.as_bytes());
+                let answer = self
+                    .on_shard(shard, ShardPart::Write(op), ctx.clone(), 0)
+                    .await
+                    .await?;
+                let Response::GroupEntries {
+                    entries,
+                    at,
+                    last_delivered,
+                } = answer.response
+                else {
+                    return Err(FirnError::Internal(
+                        "a group read answered no entries".into(),
+                    ));
+                };
+                newest = newest.max(Some(at));
+                ctx.after = ctx.after.max(Some(at));
+                if id.is_some() || !entries.is_empty() {
+                    found.push((key.clone(), entries));
+                } else {
+                    waiting.push((key.clone(), last_delivered));
+                }
+            }
+            let timed_out = || deadline.is_none_or(|d| d.is_some_and(|d| Instant::now() >= d));
+            if !found.is_empty() || timed_out() {
+                return Ok(Answer::new(Response::GroupStreams {
+                    streams: found,
+                    at: newest,
+                }));
+            }
+            // Wait for an entry past a stream's last delivered id: a read, never a proposal.
+            'wait: loop {
+                wait_for_more(applied.as_mut(), deadline.flatten()).await;
+                for (key, last) in &waiting {
+                    let Some(from) = last.successor() else {
+                        continue;
+                    };
+                    let q = LogQuery::stream(key.clone(), from, LogSeq::MAX, 1, false);
+                    if !self.query(&ctx, &q).await?.is_empty() {
+                        break 'wait;
+                    }
+                }
+                if timed_out() {
+                    return Ok(Answer::new(Response::GroupStreams {
+                        streams: Vec::new(),
+                        at: newest,
+                    }));
+                }
+            }
+        }
+    }
+
+    /// A read of group state on this node's replica of the stream's shard, after the
+    /// barrier; idle times are this node's clock's (a read changes nothing).
+    pub(super) async fn group_read_here(
+        &self,
+        replica: &Arc<firn_raft::ShardReplica>,
+        read: GroupRead,
+    ) -> Result<Answer, FirnError> {
+        self.barrier(replica.shard_id(), false).await?;
+        let replica = replica.clone();
+        let response = tokio::task::spawn_blocking(move || {
+            let store = replica.store();
+            Ok::<_, FirnError>(match read {
+                GroupRead::PendingSummary { key, group } => {
+                    Response::PendingSummary(store.pending_summary(&key, &group)?)
+                }
+                GroupRead::Pending {
+                    key,
+                    group,
+                    min_idle_ms,
+                    start,
+                    end,
+                    count,
+                    consumer,
+                } => Response::PendingEntries(store.pending(
+                    &key,
+                    &group,
+                    min_idle_ms,
+                    start,
+                    end,
+                    count,
+                    consumer.as_deref(),
+                    now_ms(),
+                )?),
+                GroupRead::Groups { key } => Response::Groups(store.groups(&key)?),
+                GroupRead::Consumers { key, group } => {
+                    Response::Consumers(store.consumers(&key, &group, now_ms())?)
+                }
+            })
+        })
+        .await
+        .map_err(|e| FirnError::Internal(format!("a group read stopped: {e}")))??;
+        Ok(Answer::new(response))
+    }
+}
