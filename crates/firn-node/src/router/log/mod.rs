@@ -27,8 +27,12 @@ use super::{Pending, Router, ready};
 use crate::log_index::Forget;
 use crate::rpc::ShardPart;
 
+/// Most notes a node remembers. Past it the memory is emptied and notes are made again as
+/// appends need them: a note is idempotent, so forgetting one costs only a Raft entry.
+const LOG_NOTES_MAX: usize = 100_000;
+
 /// Directory entries and logs this node knows are noted (they are never removed), so that
-/// an append notes each at most once per node.
+/// an append notes each at most once per node while it remembers them.
 #[derive(Default)]
 pub struct LogNotes {
     noted: Mutex<HashSet<(Key, Option<Key>, ShardId)>>,
@@ -43,10 +47,11 @@ impl LogNotes {
     }
 
     fn insert(&self, note: (Key, Option<Key>, ShardId)) {
-        self.noted
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(note);
+        let mut noted = self.noted.lock().unwrap_or_else(|p| p.into_inner());
+        if noted.len() >= LOG_NOTES_MAX {
+            noted.clear();
+        }
+        noted.insert(note);
     }
 }
 
@@ -323,4 +328,30 @@ fn check_trim(before: LogSeq, tail: LogSeq) -> Result<(), FirnError> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    fn note(i: usize) -> (Key, Option<Key>, ShardId) {
+        let key = |s: String| Key::new(Bytes::from(s)).unwrap();
+        (key("log".into()), Some(key(format!("tag{i}"))), 1)
+    }
+
+    #[test]
+    fn notes_remembered_stay_within_their_bound() {
+        let notes = LogNotes::default();
+        for i in 0..=LOG_NOTES_MAX {
+            notes.insert(note(i));
+        }
+        let held = notes.noted.lock().unwrap().len();
+        assert!(held <= LOG_NOTES_MAX, "{held} notes held");
+        assert!(
+            notes.contains(&note(LOG_NOTES_MAX)),
+            "the newest note is remembered"
+        );
+    }
 }
