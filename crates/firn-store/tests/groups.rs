@@ -7,8 +7,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use firn_model::log::encode_fields;
 use firn_model::{
-    ClaimOptions, CommitTs, FirnError, GroupChange, GroupEntry, GroupStart, Key, LogSeq, NewRecord,
-    Response, StreamId,
+    ClaimOptions, CommitTs, FirnError, GroupChange, GroupEntry, GroupOptions, GroupStart, Key,
+    LogSeq, NewRecord, Response, StreamId,
 };
 use firn_store::backend::{MemoryBackend, Table};
 use firn_store::command::{Command, Op, StreamAppend};
@@ -93,6 +93,7 @@ fn create(store: &VersionedStore, ms: u64, start: GroupStart) -> Result<Response
         GroupChange::Create {
             start,
             mkstream: false,
+            options: GroupOptions::default(),
         },
     )
 }
@@ -390,6 +391,7 @@ fn a_missing_stream_or_group_answers_redis_errors_and_flushall_drops_groups() {
         GroupChange::Create {
             start: GroupStart::Last,
             mkstream: true,
+            options: GroupOptions::default(),
         },
     )
     .unwrap();

@@ -15,6 +15,61 @@ pub enum GroupStart {
     Last,
 }
 
+/// How a group deals its stream's entries to its consumers (`XGROUP CREATE … POLICY`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeliveryPolicy {
+    /// Redis's: whoever asks first gets the next entries.
+    #[default]
+    First,
+    /// Entries are dealt to the live consumers in turn.
+    RoundRobin,
+    /// Entries with the same key go to one live consumer, chosen by highest random weight.
+    Hrw(GroupKey),
+}
+
+/// What an `hrw` group takes as an entry's key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GroupKey {
+    /// The value of this field (an entry without it is keyed by its id).
+    Field(Bytes),
+    /// The entry's first tag other than the stream itself (`FIRN.LOG APPEND` records).
+    Tag,
+}
+
+/// `MAXDELIVER n DEADLETTER stream`: an entry delivered `n` times and not acked moves to
+/// `dead_letter` (which must hash to the stream's slot).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MaxDeliver {
+    pub deliveries: u64,
+    pub dead_letter: Key,
+}
+
+/// A group's delivery options, beyond Redis's (see docs/architecture.md, "Delivery
+/// policies"). The default is Redis's behaviour.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupOptions {
+    pub policy: DeliveryPolicy,
+    /// `ACKWAIT ms`: an entry not acked this long after its delivery is delivered again.
+    pub ack_wait_ms: Option<u64>,
+    pub max_deliver: Option<MaxDeliver>,
+    /// `LIVENESS ms`: a consumer not heard from this long leaves the live set.
+    pub liveness_ms: u64,
+}
+
+/// A consumer not heard from for this long is no longer live, unless a group says otherwise.
+pub const GROUP_LIVENESS_MS_DEFAULT: u64 = 30_000;
+
+impl Default for GroupOptions {
+    fn default() -> Self {
+        GroupOptions {
+            policy: DeliveryPolicy::First,
+            ack_wait_ms: None,
+            max_deliver: None,
+            liveness_ms: GROUP_LIVENESS_MS_DEFAULT,
+        }
+    }
+}
+
 /// XCLAIM's options (XAUTOCLAIM takes none of them).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClaimOptions {
@@ -34,7 +89,14 @@ pub struct ClaimOptions {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum GroupChange {
     /// XGROUP CREATE (answers `Done`; `BUSYGROUP` if it exists).
-    Create { start: GroupStart, mkstream: bool },
+    Create {
+        start: GroupStart,
+        mkstream: bool,
+        options: GroupOptions,
+    },
+    /// `XGROUP CONFIGURE key group options…` (Firn's): a group's delivery options replaced
+    /// (answers `Done`).
+    Configure { options: GroupOptions },
     /// XGROUP DESTROY (answers `Count`: 1 or 0).
     Destroy,
     /// XGROUP SETID (answers `Done`).
@@ -80,6 +142,7 @@ impl GroupChange {
     pub fn name(&self) -> &'static str {
         match self {
             GroupChange::Create { .. } => "group_create",
+            GroupChange::Configure { .. } => "group_configure",
             GroupChange::Destroy => "group_destroy",
             GroupChange::SetId { .. } => "group_setid",
             GroupChange::CreateConsumer { .. } => "group_create_consumer",

@@ -15,8 +15,9 @@ pub mod log;
 pub use admin::AdminRequest;
 pub use context::{Answer, CallContext, Staleness};
 pub use group::{
-    ClaimOptions, ConsumerInfo, GroupChange, GroupEntry, GroupInfo, GroupRead, GroupRequest,
-    GroupStart, GroupWrite, PendingInfo, PendingSummary,
+    ClaimOptions, ConsumerInfo, DeliveryPolicy, GROUP_LIVENESS_MS_DEFAULT, GroupChange, GroupEntry,
+    GroupInfo, GroupKey, GroupOptions, GroupRead, GroupRequest, GroupStart, GroupWrite, MaxDeliver,
+    PendingInfo, PendingSummary,
 };
 pub use kv::{KvRead, KvWrite, SnapshotOf};
 pub use log::{LogQuery, LogRead, LogRequest, LogWrite};

@@ -69,7 +69,10 @@ fn check_change(change: &GroupChange) -> Result<(), FirnError> {
             check_name("consumer", consumer)?;
             check_count("COUNT", *count)
         }
-        GroupChange::Create { .. } | GroupChange::Destroy | GroupChange::SetId { .. } => Ok(()),
+        GroupChange::Create { .. }
+        | GroupChange::Configure { .. }
+        | GroupChange::Destroy
+        | GroupChange::SetId { .. } => Ok(()),
     }
 }
 

@@ -2,7 +2,7 @@
 //! Redis 7 makes and answers them. Each is an entry of the stream's shard.
 
 use bytes::Bytes;
-use firn_model::{FirnError, GroupChange, GroupWrite, Key, Response};
+use firn_model::{FirnError, GroupChange, GroupOptions, GroupWrite, Key, Response};
 
 use super::{exact_arity, group_start, redis_integer, syntax_error, unknown_subcommand};
 use crate::resp::args::Args;
@@ -48,7 +48,15 @@ fn xgroup(mut args: Args) -> Result<Action, FirnError> {
                 }
             }
             let write = if sub == "CREATE" {
-                change(key, group, GroupChange::Create { start, mkstream })
+                change(
+                    key,
+                    group,
+                    GroupChange::Create {
+                        start,
+                        mkstream,
+                        options: GroupOptions::default(),
+                    },
+                )
             } else {
                 change(key, group, GroupChange::SetId { start })
             };

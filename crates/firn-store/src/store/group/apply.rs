@@ -83,7 +83,9 @@ impl Txn<'_> {
         let meta = self.store.group(key, group)?;
         let now = self.now_ms();
         match change {
-            GroupChange::Create { start, mkstream } => {
+            GroupChange::Create {
+                start, mkstream, ..
+            } => {
                 let stream = match stream {
                     Some(s) => s,
                     None if *mkstream => {
@@ -109,6 +111,13 @@ impl Txn<'_> {
                 }
                 _ => Err(key_required()),
             },
+            // Delivery options are stored and followed from the next commit on.
+            GroupChange::Configure { .. } => {
+                if meta.is_none() {
+                    return Err(no_consumer_group(key, group));
+                }
+                Ok(Response::Done)
+            }
             GroupChange::Destroy => {
                 if meta.is_none() {
                     return Ok(Response::Count(0));
