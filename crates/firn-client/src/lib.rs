@@ -1,9 +1,14 @@
 //! A Rust client for Firn. It speaks the Redis protocol (Firn's `FIRN.*` commands) through
 //! the `redis` crate, and turns answers back into Firn's typed versions; the tagged shared
-//! log is reached over HTTP ([`LogClient`]).
+//! log is reached over HTTP ([`LogClient`]), and so are consumer groups ([`GroupClient`]).
 
+mod group;
 mod log;
 
+pub use group::{
+    ConsumerSummary, GroupClient, GroupCreate, GroupEvents, GroupReadOptions, GroupSummary,
+    PendingEntry, PendingQuery, PendingSummary, StreamEntry,
+};
 pub use log::{LogClient, LogReadOptions, LogTagInfo};
 
 use bytes::Bytes;

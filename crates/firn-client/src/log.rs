@@ -44,23 +44,23 @@ pub struct LogTagInfo {
 /// A client of one node's log endpoints; cheap to clone (clones share the token).
 #[derive(Clone)]
 pub struct LogClient {
-    base: String,
+    pub(crate) base: String,
     agent: ureq::Agent,
     token: Arc<Mutex<Option<CommitTs>>>,
 }
 
 /// One call's method, path (segments already escaped) and query.
-struct Call {
-    method: &'static str,
-    path: String,
-    query: Vec<(&'static str, String)>,
-    body: Option<Json>,
+pub(crate) struct Call {
+    pub(crate) method: &'static str,
+    pub(crate) path: String,
+    pub(crate) query: Vec<(&'static str, String)>,
+    pub(crate) body: Option<Json>,
     /// How long the server may wait on purpose (a blocking read), beyond the usual answer.
-    wait: Duration,
+    pub(crate) wait: Duration,
 }
 
 impl Call {
-    fn new(method: &'static str, path: String) -> Self {
+    pub(crate) fn new(method: &'static str, path: String) -> Self {
         Call {
             method,
             path,
@@ -70,7 +70,7 @@ impl Call {
         }
     }
 
-    fn param(mut self, name: &'static str, value: Option<impl ToString>) -> Self {
+    pub(crate) fn param(mut self, name: &'static str, value: Option<impl ToString>) -> Self {
         if let Some(v) = value {
             self.query.push((name, v.to_string()));
         }
@@ -112,7 +112,7 @@ impl LogClient {
         self.saw(Some(token));
     }
 
-    fn saw(&self, token: Option<CommitTs>) {
+    pub(crate) fn saw(&self, token: Option<CommitTs>) {
         let mut held = self.token.lock().unwrap_or_else(|p| p.into_inner());
         *held = (*held).max(token);
     }
@@ -256,7 +256,7 @@ impl LogClient {
 
     /// Runs a call on the blocking pool with the token, takes the token its answer carries,
     /// and turns an error answer into [`ClientError`].
-    async fn call(&self, call: Call) -> Result<Json> {
+    pub(crate) async fn call(&self, call: Call) -> Result<Json> {
         let agent = self.agent.clone();
         let url = format!("{}{}", self.base, call.path);
         let after = self.token();
@@ -297,7 +297,7 @@ impl LogClient {
 
 /// A success's JSON body, or the error it carries: `{"error": CODE, "message", …}`, or a
 /// status without one (a route that does not exist).
-fn answer_of(status: u16, body: serde_json::Result<Json>, text: String) -> Result<Json> {
+pub(crate) fn answer_of(status: u16, body: serde_json::Result<Json>, text: String) -> Result<Json> {
     match (status, body) {
         (200..=299, Ok(body)) => Ok(body),
         (200..=299, Err(e)) => Err(ClientError::Protocol(format!("{e}: {text}"))),
@@ -319,14 +319,14 @@ fn answer_of(status: u16, body: serde_json::Result<Json>, text: String) -> Resul
     }
 }
 
-fn list<'a>(answer: &'a Json, field: &str) -> Result<&'a Vec<Json>> {
+pub(crate) fn list<'a>(answer: &'a Json, field: &str) -> Result<&'a Vec<Json>> {
     answer[field]
         .as_array()
         .ok_or_else(|| ClientError::Protocol(format!("no {field} in {answer}")))
 }
 
 /// A text field parsed into `T` (seqs, commit stamps).
-fn parsed<T: std::str::FromStr>(j: &Json, field: &str) -> Result<T> {
+pub(crate) fn parsed<T: std::str::FromStr>(j: &Json, field: &str) -> Result<T> {
     j[field]
         .as_str()
         .and_then(|s| s.parse().ok())
@@ -374,7 +374,7 @@ fn tag_path(log: &str, tag: &str, read: &str) -> String {
 
 /// A log name or tag as one path segment: every byte but the unreserved ones escaped, `/`
 /// included.
-fn segment(text: &str) -> String {
+pub(crate) fn segment(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for b in text.bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {

@@ -14,7 +14,7 @@ pub struct HttpTarget {
         default_value = "127.0.0.1:7380",
         global = true
     )]
-    http_addr: String,
+    pub(crate) http_addr: String,
 }
 
 /// The log and tag a read reads, how it reads, and from which node.

@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+mod group;
 mod log;
 mod serve;
 
+use group::{GroupAction, run_group};
 use log::{LogAction, run_log};
 use serve::{ServeArgs, serve};
 
@@ -150,6 +152,11 @@ enum Command {
         #[command(subcommand)]
         action: LogAction,
     },
+    /// Consumer groups of streams (over the node's HTTP API: --http-addr).
+    Group {
+        #[command(subcommand)]
+        action: GroupAction,
+    },
     /// Inspect the cluster.
     Cluster {
         #[command(subcommand)]
@@ -262,6 +269,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Log { action } => run_log(action).await,
+        Command::Group { action } => run_group(action).await,
         Command::Put {
             key,
             value,

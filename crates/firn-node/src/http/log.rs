@@ -189,7 +189,12 @@ pub(super) async fn trim(
 /// end: an answer that may never come holds a connection and every proxy on the way, and a
 /// client looping on a refused `0` learns at once, where one read as "no wait" would spin.
 fn block_ms(q: &std::collections::HashMap<String, String>) -> Result<Option<u64>, FirnError> {
-    match param_u64(q, "block_ms")? {
+    check_block_ms(param_u64(q, "block_ms")?)
+}
+
+/// A `block_ms` given in a query or a body: 1 to [`LOG_BLOCK_MS_MAX`], as [`block_ms`] says.
+pub(super) fn check_block_ms(block_ms: Option<u64>) -> Result<Option<u64>, FirnError> {
+    match block_ms {
         Some(ms) if ms == 0 || ms > LOG_BLOCK_MS_MAX => Err(FirnError::BadArgument(format!(
             "block_ms is {ms}; it is 1 to {LOG_BLOCK_MS_MAX} (leave it out not to wait)"
         ))),

@@ -1,8 +1,11 @@
 //! The HTTP/JSON front end: parses into the same typed requests the RESP front end does and
 //! calls the same router, in one session per request. Values travel as raw bytes, metadata
-//! in `Firn-*` headers. Endpoints by subsystem: [`kv`], [`log`], [`watch`], [`admin`].
+//! in `Firn-*` headers. Endpoints by subsystem: [`kv`], [`log`], [`groups`] and
+//! [`group_events`], [`watch`], [`admin`].
 
 mod admin;
+mod group_events;
+mod groups;
 mod json;
 mod kv;
 mod log;
@@ -11,6 +14,10 @@ mod watch;
 
 use self::admin::{
     cluster, create_keyspace, drop_keyspace, healthz, list_keyspaces, metrics, remove_node,
+};
+use self::group_events::{EventStreams, events};
+use self::groups::{
+    ack, autoclaim, claim, consumers, create, destroy, groups, pending, read_group,
 };
 use self::kv::{delete_kv, get_kv, history, mget, put_kv, scan, snapshot, truncate};
 use self::log::{append, read, tag_info, trim};
@@ -54,6 +61,21 @@ pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> 
         .route("/v1/log/{log}", post(append).delete(trim))
         .route("/v1/log/{log}/{tag}", get(tag_info))
         .route("/v1/log/{log}/{tag}/{read}", get(read))
+        .route("/v1/streams/{key}/groups", get(groups).post(create))
+        .route("/v1/streams/{key}/groups/{group}", delete(destroy))
+        .route("/v1/streams/{key}/groups/{group}/consumers", get(consumers))
+        .route(
+            "/v1/streams/{key}/groups/{group}/consumers/{consumer}/events",
+            get(events),
+        )
+        .route("/v1/streams/{key}/groups/{group}/pending", get(pending))
+        .route("/v1/streams/{key}/groups/{group}/read", post(read_group))
+        .route("/v1/streams/{key}/groups/{group}/ack", post(ack))
+        .route("/v1/streams/{key}/groups/{group}/claim", post(claim))
+        .route(
+            "/v1/streams/{key}/groups/{group}/autoclaim",
+            post(autoclaim),
+        )
         .route("/v1/keyspaces", get(list_keyspaces).post(create_keyspace))
         .route(
             "/v1/keyspaces/{*prefix}",
@@ -67,6 +89,7 @@ pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> 
         .layer(DefaultBodyLimit::max(VALUE_BYTES_MAX_CEILING + 1))
         .layer(axum::middleware::from_fn(sessions))
         .layer(axum::Extension(Stopping(stop)))
+        .layer(axum::Extension(EventStreams::default()))
         .with_state(router)
 }
 
