@@ -8,29 +8,10 @@ mod common;
 use std::io::BufRead;
 use std::time::Duration;
 
+use common::http::{agent, call};
 use common::*;
 use firn_client::{GroupClient, GroupCreate, GroupReadOptions};
 use serde_json::{Value as Json, json};
-
-fn agent() -> ureq::Agent {
-    ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs(20))
-        .build()
-}
-
-/// Status and JSON body of a request, whatever the status.
-fn call(req: ureq::Request, body: Option<Json>) -> (u16, Json) {
-    let result = match body {
-        Some(b) => req.send_json(b),
-        None => req.call(),
-    };
-    let (code, r) = match result {
-        Ok(r) => (r.status(), r),
-        Err(ureq::Error::Status(code, r)) => (code, r),
-        Err(e) => panic!("transport error: {e}"),
-    };
-    (code, r.into_json().unwrap_or(Json::Null))
-}
 
 /// Status and JSON body of a POST of raw text (a body that is not the JSON asked for).
 fn post_text(url: &str, text: &str) -> (u16, Json) {

@@ -7,30 +7,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::http::{agent, call};
 use common::*;
 use firn_client::{ClientError, LogClient, LogReadOptions};
 use firn_model::LogSeq;
 use serde_json::{Value as Json, json};
-
-fn agent() -> ureq::Agent {
-    ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs(20))
-        .build()
-}
-
-/// Status and JSON body of a request, whatever the status.
-fn call(req: ureq::Request, body: Option<Json>) -> (u16, Json) {
-    let result = match body {
-        Some(b) => req.send_json(b),
-        None => req.call(),
-    };
-    let (code, r) = match result {
-        Ok(r) => (r.status(), r),
-        Err(ureq::Error::Status(code, r)) => (code, r),
-        Err(e) => panic!("transport error: {e}"),
-    };
-    (code, r.into_json().unwrap_or(Json::Null))
-}
 
 fn append(a: &ureq::Agent, base: &str, log: &str, records: Json) -> (u16, Json) {
     call(

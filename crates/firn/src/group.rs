@@ -18,38 +18,61 @@ pub struct OnGroup {
     target: HttpTarget,
 }
 
+/// How a group is made and deals its entries.
+#[derive(Args)]
+pub struct CreateOptions {
+    /// `$`, `0` (the whole stream), or an entry id.
+    #[arg(long, default_value = "$")]
+    start: String,
+    /// Make the stream if it does not exist.
+    #[arg(long)]
+    mkstream: bool,
+    /// How entries are dealt: first, roundrobin or hrw.
+    #[arg(long)]
+    policy: Option<String>,
+    /// hrw: the field whose value is an entry's key (default `key`).
+    #[arg(long, conflicts_with = "key_tag")]
+    key_field: Option<String>,
+    /// hrw: an entry's key is its first tag other than the stream.
+    #[arg(long)]
+    key_tag: bool,
+    /// Deliver again an entry not acked this many ms after its delivery.
+    #[arg(long)]
+    ack_wait_ms: Option<u64>,
+    /// Move an entry delivered this many times to --dead-letter.
+    #[arg(long, requires = "dead_letter")]
+    max_deliver: Option<u64>,
+    #[arg(long, requires = "max_deliver")]
+    dead_letter: Option<String>,
+    /// A consumer not heard from this many ms is no longer live.
+    #[arg(long)]
+    liveness_ms: Option<u64>,
+}
+
+impl From<CreateOptions> for GroupCreate {
+    fn from(o: CreateOptions) -> Self {
+        GroupCreate {
+            start: o.start,
+            mkstream: o.mkstream,
+            policy: o.policy,
+            key_field: o.key_field,
+            key_tag: o.key_tag,
+            ack_wait_ms: o.ack_wait_ms,
+            max_deliver: o.max_deliver,
+            dead_letter: o.dead_letter,
+            liveness_ms: o.liveness_ms,
+        }
+    }
+}
+
 #[derive(Subcommand)]
 pub enum GroupAction {
     /// Make a group of STREAM that starts after --start ($: the stream's last entry).
     Create {
         #[command(flatten)]
         on: OnGroup,
-        /// `$`, `0` (the whole stream), or an entry id.
-        #[arg(long, default_value = "$")]
-        start: String,
-        /// Make the stream if it does not exist.
-        #[arg(long)]
-        mkstream: bool,
-        /// How entries are dealt: first, roundrobin or hrw.
-        #[arg(long)]
-        policy: Option<String>,
-        /// hrw: the field whose value is an entry's key (default `key`).
-        #[arg(long, conflicts_with = "key_tag")]
-        key_field: Option<String>,
-        /// hrw: an entry's key is its first tag other than the stream.
-        #[arg(long)]
-        key_tag: bool,
-        /// Deliver again an entry not acked this many ms after its delivery.
-        #[arg(long)]
-        ack_wait_ms: Option<u64>,
-        /// Move an entry delivered this many times to --dead-letter.
-        #[arg(long, requires = "dead_letter")]
-        max_deliver: Option<u64>,
-        #[arg(long, requires = "max_deliver")]
-        dead_letter: Option<String>,
-        /// A consumer not heard from this many ms is no longer live.
-        #[arg(long)]
-        liveness_ms: Option<u64>,
+        #[command(flatten)]
+        how: CreateOptions,
     },
     /// Destroy a group (its pending list and consumers).
     Destroy {
@@ -108,8 +131,10 @@ pub enum GroupAction {
         #[command(flatten)]
         on: OnGroup,
         consumer: String,
+        /// Entries to print, then end (default: follow without end).
         #[arg(long)]
         count: Option<u64>,
+        /// Do not ack: the entries are delivered without entering the pending list.
         #[arg(long)]
         no_ack: bool,
     },
@@ -145,29 +170,8 @@ impl OnGroup {
 pub async fn run_group(action: GroupAction) -> Result<(), String> {
     let show = |e: ClientError| e.to_string();
     match action {
-        GroupAction::Create {
-            on,
-            start,
-            mkstream,
-            policy,
-            key_field,
-            key_tag,
-            ack_wait_ms,
-            max_deliver,
-            dead_letter,
-            liveness_ms,
-        } => {
-            let how = GroupCreate {
-                start,
-                mkstream,
-                policy,
-                key_field,
-                key_tag,
-                ack_wait_ms,
-                max_deliver,
-                dead_letter,
-                liveness_ms,
-            };
+        GroupAction::Create { on, how } => {
+            let how = GroupCreate::from(how);
             on.client()
                 .create(&on.stream, &on.group, &how)
                 .await

@@ -7,8 +7,9 @@
 use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, State};
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use bytes::Bytes;
 use firn_model::limits::PAGE_ITEMS_DEFAULT;
 use firn_model::log::{LOG_READ_RECORDS_MAX, decode_fields};
@@ -25,7 +26,38 @@ use super::params::{key_of, param_u64};
 use super::{ApiError, ApiResult, Params, Session, bad_json, unexpected};
 use crate::router::Router;
 
-type Body<T> = Result<axum::Json<T>, JsonRejection>;
+/// The stream and group a request names: `{key}` and `{group}` of its path.
+pub(super) struct GroupAt {
+    key: Key,
+    group: Bytes,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for GroupAt {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path((key, group)) = Path::<(String, String)>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError(FirnError::BadArgument(e.body_text())))?;
+        Ok(GroupAt {
+            key: key_of(key)?,
+            group: name_of("group", group)?,
+        })
+    }
+}
+
+/// A JSON body; one that is not the JSON asked for is a 400 with the usual error shape.
+pub(super) struct Body<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        let result: Result<axum::Json<T>, JsonRejection> =
+            axum::Json::from_request(request, state).await;
+        result.map(|axum::Json(body)| Body(body)).map_err(bad_json)
+    }
+}
 
 /// `POST /v1/streams/{key}/groups`: XGROUP CREATE with Firn's delivery options.
 #[derive(Deserialize)]
@@ -91,9 +123,8 @@ pub(super) async fn create(
     State(router): State<Arc<Router>>,
     axum::Extension(session): axum::Extension<Session>,
     Path(key): Path<String>,
-    body: Body<CreateBody>,
+    Body(body): Body<CreateBody>,
 ) -> ApiResult<(StatusCode, axum::Json<Json>)> {
-    let axum::Json(body) = body.map_err(bad_json)?;
     let start = match body.start.as_deref().unwrap_or("$") {
         "$" => GroupStart::Last,
         id => GroupStart::Id(seq_of("start", id)?),
@@ -103,8 +134,11 @@ pub(super) async fn create(
         mkstream: body.mkstream,
         options: body.options()?,
     };
-    let group = name_of("group", body.group)?;
-    match change_group(&router, &session, key, group, change).await? {
+    let at = GroupAt {
+        key: key_of(key)?,
+        group: name_of("group", body.group)?,
+    };
+    match at.change(&router, &session, change).await? {
         Response::Done => Ok((StatusCode::CREATED, axum::Json(json!({ "created": true })))),
         other => Err(unexpected(other)),
     }
@@ -115,12 +149,11 @@ pub(super) async fn create(
 pub(super) async fn destroy(
     State(router): State<Arc<Router>>,
     axum::Extension(session): axum::Extension<Session>,
-    Path((key, group)): Path<(String, String)>,
+    at: GroupAt,
 ) -> ApiResult<axum::Json<Json>> {
-    let group = name_of("group", group)?;
-    match change_group(&router, &session, key, group.clone(), GroupChange::Destroy).await? {
+    match at.change(&router, &session, GroupChange::Destroy).await? {
         Response::Count(1) => Ok(axum::Json(json!({ "destroyed": true }))),
-        Response::Count(_) => Err(no_group(&group)),
+        Response::Count(_) => Err(no_group(&at.group)),
         other => Err(unexpected(other)),
     }
 }
@@ -144,11 +177,11 @@ pub(super) async fn groups(
 pub(super) async fn consumers(
     State(router): State<Arc<Router>>,
     axum::Extension(session): axum::Extension<Session>,
-    Path((key, group)): Path<(String, String)>,
+    at: GroupAt,
 ) -> ApiResult<axum::Json<Json>> {
     let read = GroupRead::Consumers {
-        key: key_of(key)?,
-        group: name_of("group", group)?,
+        key: at.key,
+        group: at.group,
     };
     match session.execute(&router, read.into()).await?.response {
         Response::Consumers(consumers) => Ok(axum::Json(
@@ -164,10 +197,9 @@ pub(super) async fn consumers(
 pub(super) async fn pending(
     State(router): State<Arc<Router>>,
     axum::Extension(session): axum::Extension<Session>,
-    Path((key, group)): Path<(String, String)>,
+    GroupAt { key, group }: GroupAt,
     Query(q): Params,
 ) -> ApiResult<axum::Json<Json>> {
-    let (key, group) = (key_of(key)?, name_of("group", group)?);
     let extended = ["start", "end", "count", "consumer", "min_idle_ms"]
         .iter()
         .any(|p| q.contains_key(*p));
@@ -231,17 +263,16 @@ pub(super) struct ReadBody {
 pub(super) async fn read_group(
     State(router): State<Arc<Router>>,
     axum::Extension(session): axum::Extension<Session>,
-    Path((key, group)): Path<(String, String)>,
-    body: Body<ReadBody>,
+    at: GroupAt,
+    Body(body): Body<ReadBody>,
 ) -> ApiResult<axum::Json<Json>> {
-    let axum::Json(body) = body.map_err(bad_json)?;
     let id = match body.id.as_deref().unwrap_or(">") {
         ">" => None,
         id => Some(seq_of("id", id)?),
     };
     let read = GroupReadOf {
-        key: key_of(key)?,
-        group: name_of("group", group)?,
+        key: at.key,
+        group: at.group,
         consumer: name_of("consumer", body.consumer)?,
     };
     let entries = read
@@ -254,9 +285,7 @@ pub(super) async fn read_group(
             check_block_ms(body.block_ms)?,
         )
         .await?;
-    Ok(axum::Json(
-        json!({ "entries": entries.iter().map(entry_json).collect::<Vec<_>>() }),
-    ))
+    Ok(axum::Json(entries_json(&entries)))
 }
 
 #[derive(Deserialize)]
@@ -270,13 +299,14 @@ pub(super) struct AckBody {
 pub(super) async fn ack(
     State(router): State<Arc<Router>>,
     axum::Extension(session): axum::Extension<Session>,
-    Path((key, group)): Path<(String, String)>,
-    body: Body<AckBody>,
+    at: GroupAt,
+    Body(body): Body<AckBody>,
 ) -> ApiResult<axum::Json<Json>> {
-    let axum::Json(body) = body.map_err(bad_json)?;
     let ids = ids_of(&body.ids)?;
-    let group = name_of("group", group)?;
-    match change_group(&router, &session, key, group, GroupChange::Ack { ids }).await? {
+    match at
+        .change(&router, &session, GroupChange::Ack { ids })
+        .await?
+    {
         Response::Count(n) => Ok(axum::Json(json!({ "acked": n }))),
         other => Err(unexpected(other)),
     }
@@ -295,21 +325,17 @@ pub(super) struct ClaimBody {
 pub(super) async fn claim(
     State(router): State<Arc<Router>>,
     axum::Extension(session): axum::Extension<Session>,
-    Path((key, group)): Path<(String, String)>,
-    body: Body<ClaimBody>,
+    at: GroupAt,
+    Body(body): Body<ClaimBody>,
 ) -> ApiResult<axum::Json<Json>> {
-    let axum::Json(body) = body.map_err(bad_json)?;
     let change = GroupChange::Claim {
         consumer: name_of("consumer", body.consumer)?,
         min_idle_ms: body.min_idle_ms,
         ids: ids_of(&body.ids)?,
         options: ClaimOptions::default(),
     };
-    let group = name_of("group", group)?;
-    match change_group(&router, &session, key, group, change).await? {
-        Response::GroupEntries { entries, .. } => Ok(axum::Json(
-            json!({ "entries": entries.iter().map(entry_json).collect::<Vec<_>>() }),
-        )),
+    match at.change(&router, &session, change).await? {
+        Response::GroupEntries { entries, .. } => Ok(axum::Json(entries_json(&entries))),
         other => Err(unexpected(other)),
     }
 }
@@ -328,10 +354,9 @@ pub(super) struct AutoClaimBody {
 pub(super) async fn autoclaim(
     State(router): State<Arc<Router>>,
     axum::Extension(session): axum::Extension<Session>,
-    Path((key, group)): Path<(String, String)>,
-    body: Body<AutoClaimBody>,
+    at: GroupAt,
+    Body(body): Body<AutoClaimBody>,
 ) -> ApiResult<axum::Json<Json>> {
-    let axum::Json(body) = body.map_err(bad_json)?;
     let change = GroupChange::AutoClaim {
         consumer: name_of("consumer", body.consumer)?,
         min_idle_ms: body.min_idle_ms,
@@ -342,8 +367,7 @@ pub(super) async fn autoclaim(
         count: page_count(body.count)?,
         just_id: false,
     };
-    let group = name_of("group", group)?;
-    match change_group(&router, &session, key, group, change).await? {
+    match at.change(&router, &session, change).await? {
         Response::AutoClaimed {
             next,
             entries,
@@ -396,19 +420,25 @@ impl GroupReadOf {
     }
 }
 
-async fn change_group(
-    router: &Router,
-    session: &Session,
-    key: String,
-    group: Bytes,
-    change: GroupChange,
-) -> Result<Response, ApiError> {
-    let write = GroupWrite::Change {
-        key: key_of(key)?,
-        group,
-        change,
-    };
-    Ok(session.execute(router, write.into()).await?.response)
+impl GroupAt {
+    /// One change to the group, as the RESP commands make it.
+    async fn change(
+        &self,
+        router: &Router,
+        session: &Session,
+        change: GroupChange,
+    ) -> Result<Response, ApiError> {
+        let write = GroupWrite::Change {
+            key: self.key.clone(),
+            group: self.group.clone(),
+            change,
+        };
+        Ok(session.execute(router, write.into()).await?.response)
+    }
+}
+
+fn entries_json(entries: &[GroupEntry]) -> Json {
+    json!({ "entries": entries.iter().map(entry_json).collect::<Vec<_>>() })
 }
 
 /// A group or consumer name: not empty (the router states the longest).

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod http;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
