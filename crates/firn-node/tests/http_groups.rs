@@ -233,6 +233,21 @@ async fn the_event_stream_delivers_entries_added_after_it_opens_in_order() {
     let client = GroupClient::new(&node.http_addr.to_string());
     let summary = client.pending_summary("jobs", "workers").await.unwrap();
     assert_eq!(summary.count, 5);
+    // A new stream of w1 (a consumer that reconnects) sends its pending entries again first.
+    let mut again = client
+        .events("jobs", "workers", "w1", Some(5), false)
+        .await
+        .unwrap();
+    let replayed = tokio::task::spawn_blocking(move || {
+        (0..5)
+            .map(|_| again.next_entry().unwrap().unwrap().id.to_string())
+            .collect::<Vec<_>>()
+    });
+    let replayed = tokio::time::timeout(Duration::from_secs(30), replayed)
+        .await
+        .expect("the pending entries came again in time")
+        .unwrap();
+    assert_eq!(replayed, added);
     let acked = client.ack("jobs", "workers", &added).await.unwrap();
     assert_eq!(acked, 5);
     node.shutdown().await;
