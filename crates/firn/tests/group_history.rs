@@ -18,7 +18,7 @@ mod common;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{Cluster, Rng, key_in_shard, kill_leaders, seed};
@@ -56,7 +56,11 @@ const REFUSED_BACKOFF: Duration = Duration::from_millis(50);
 const BEFORE_KILL: Duration = Duration::from_millis(1_500);
 const DOWN: Duration = Duration::from_millis(700);
 const AFTER_RESTART: Duration = Duration::from_secs(3);
-/// Longest the drain may take. With the cluster's start, the test stays well under 60 s.
+/// After the restart, the run goes on until this many adds were acknowledged (a slow
+/// machine adds slowly), for at most `RUN_MAX` from its start.
+const ACKNOWLEDGED_TARGET: usize = 250;
+const RUN_MAX: Duration = Duration::from_secs(20);
+/// Longest the drain may take. With the cluster's start, the test stays under 60 s.
 const DRAIN_MAX: Duration = Duration::from_secs(20);
 /// Fewest acknowledged adds for the history to mean something.
 const ACKNOWLEDGED_MIN: usize = 100;
@@ -76,6 +80,7 @@ async fn group_history_under_crashes_and_a_leader_kill_loses_nothing_and_holds_o
         addrs: (0..3).map(|i| cluster.resp_addr(i)).collect(),
         key: key_in_shard(0, "jobs"),
         stop: AtomicBool::new(false),
+        acknowledged: AtomicUsize::new(0),
     });
     let cluster = Arc::new(Mutex::new(cluster));
     run.create_group().await;
@@ -94,6 +99,11 @@ async fn group_history_under_crashes_and_a_leader_kill_loses_nothing_and_holds_o
         .collect();
     kill_leaders(cluster.clone(), vec![0], BEFORE_KILL, DOWN).await;
     tokio::time::sleep(AFTER_RESTART).await;
+    while run.acknowledged.load(Ordering::Relaxed) < ACKNOWLEDGED_TARGET
+        && run.t0.elapsed() < RUN_MAX
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     run.stop.store(true, Ordering::Relaxed);
     let mut history = History::default();
     for p in producers.into_iter().chain(consumers) {
@@ -128,6 +138,8 @@ struct Run {
     key: String,
     /// Set once the faults are over: producers and consumers stop.
     stop: AtomicBool,
+    /// Adds acknowledged so far.
+    acknowledged: AtomicUsize,
 }
 
 impl Run {
