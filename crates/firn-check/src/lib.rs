@@ -18,6 +18,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::hash::Hash;
 
+pub mod groups;
 pub mod log;
 pub mod register;
 
