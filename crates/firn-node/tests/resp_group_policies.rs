@@ -297,3 +297,42 @@ async fn maxdeliver_moves_an_entry_to_its_dead_letter_stream_after_n_deliveries(
     };
     assert_eq!(summary[0], Value::Int(0));
 }
+
+#[tokio::test]
+async fn a_blocked_consumer_of_a_roundrobin_group_stays_live() {
+    let node = start_node(false).await;
+    let mut a = redis_conn(&node).await;
+    let mut b = redis_conn_patient(&node).await;
+    ok(
+        &mut a,
+        &[
+            "XGROUP",
+            "CREATE",
+            "s",
+            "g",
+            "$",
+            "MKSTREAM",
+            "POLICY",
+            "roundrobin",
+            "LIVENESS",
+            "600",
+        ],
+    )
+    .await;
+    let waiting =
+        tokio::spawn(async move { ok(&mut b, &read("b", "s", &["BLOCK", "2000"])).await });
+    // Well past its liveness, b is still seen: its blocked read notes it every 200 ms.
+    tokio::time::sleep(std::time::Duration::from_millis(1_300)).await;
+    let Value::Array(consumers) = ok(&mut a, &["XINFO", "CONSUMERS", "s", "g"]).await else {
+        panic!()
+    };
+    let Value::Array(b_info) = &consumers[0] else {
+        panic!()
+    };
+    assert_eq!(b_info[1], bulk("b"));
+    let Value::Int(idle) = b_info[5] else {
+        panic!()
+    };
+    assert!(idle < 600, "b idle {idle} ms while blocked");
+    assert_eq!(waiting.await.unwrap(), Value::Nil);
+}

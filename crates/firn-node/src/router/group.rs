@@ -18,6 +18,7 @@ use firn_model::{
     GroupRead, GroupRequest, GroupWrite, Key, LogQuery, LogSeq, Response,
 };
 use firn_store::Op;
+use firn_store::store::group::GroupWake;
 
 use super::log::{check_block, deadline, wait_for_more};
 use super::{Pending, Router, ready};
@@ -89,7 +90,7 @@ fn check_options(key: &Key, change: &GroupChange) -> Result<(), FirnError> {
 
 /// A blocked XREADGROUP re-proposes at least this often for a consumer it cannot see a
 /// reason to wake for, where the group wants it noted as live (a third of its liveness).
-fn renote_after(group: &GroupInfo) -> Option<Duration> {
+fn renote_after(group: &GroupWake) -> Option<Duration> {
     (group.options.policy != DeliveryPolicy::First)
         .then(|| Duration::from_millis((group.options.liveness_ms / 3).max(1)))
 }
@@ -102,7 +103,7 @@ fn instant_at(ms: u64) -> Instant {
 /// Why a blocked XREADGROUP should propose again, from its group's state: an entry dealt to
 /// it, or the instant its group's earliest entry falls due (`tried`: dues already proposed
 /// for, which the leader's clock has not reached yet — retried after a short pause).
-fn wake_for(group: &GroupInfo, consumer: &[u8], tried: &[u64]) -> (bool, Option<Instant>) {
+fn wake_for(group: &GroupWake, consumer: &[u8], tried: &[u64]) -> (bool, Option<Instant>) {
     let dealt = group.waiting.iter().any(|(c, _)| c == consumer);
     let due = group.next_due_ms.map(|d| {
         if tried.contains(&d) {
@@ -252,19 +253,27 @@ impl Router {
             }
             // Wait for a reason to propose again: reads, never a proposal.
             let proposed = Instant::now();
+            // Streams whose group follows Redis alone (no policy, no ACKWAIT): nothing but a
+            // new entry wakes a read of them, so their group's state is read once.
+            let mut plain = vec![false; waiting.len()];
             'wait: loop {
                 due_seen.clear();
                 let mut wake = deadline.flatten();
-                for (key, last) in &waiting {
+                for (i, (key, last)) in waiting.iter().enumerate() {
                     if let Some(from) = last.successor() {
                         let q = LogQuery::stream(key.clone(), from, LogSeq::MAX, 1, false);
                         if !self.query(&ctx, &q).await?.is_empty() {
                             break 'wait;
                         }
                     }
-                    let Some(info) = self.group_info(&ctx, key, &group).await? else {
+                    if plain[i] {
+                        continue;
+                    }
+                    let Some(info) = self.group_wake(&ctx, key, &group).await? else {
                         continue;
                     };
+                    plain[i] = info.options.policy == DeliveryPolicy::First
+                        && info.options.ack_wait_ms.is_none();
                     let (dealt, due) = wake_for(&info, &consumer, &tried);
                     if dealt {
                         break 'wait;
@@ -295,15 +304,23 @@ impl Router {
         }
     }
 
-    /// The group's state as XINFO GROUPS reads it (`None`: no such group or stream).
-    async fn group_info(
+    /// What a blocked read watches of a group (`None`: no such group or stream): from this
+    /// node's replica of the stream's shard when it has one (a hint — the proposal decides,
+    /// and a lagging replica wakes the read when it catches up), else as XINFO GROUPS reads it.
+    async fn group_wake(
         &self,
         ctx: &CallContext,
         key: &Key,
-        group: &[u8],
-    ) -> Result<Option<GroupInfo>, FirnError> {
+        group: &Bytes,
+    ) -> Result<Option<GroupWake>, FirnError> {
         let layout = self.routable_layout()?;
         let shard = layout.shard_of_key(key.as_bytes());
+        if let Some(replica) = self.replicas.get(shard) {
+            let (key, group) = (key.clone(), group.clone());
+            return tokio::task::spawn_blocking(move || replica.store().group_wake(&key, &group))
+                .await
+                .map_err(|e| FirnError::Internal(format!("a group read stopped: {e}")))?;
+        }
         let read = GroupRead::Groups { key: key.clone() };
         let answer = match self
             .on_shard(shard, ShardPart::GroupRead(read), ctx.clone(), 0)
@@ -320,7 +337,14 @@ impl Router {
                 "a group info read answered no groups".into(),
             ));
         };
-        Ok(groups.into_iter().find(|g| g.name[..] == *group))
+        Ok(groups
+            .into_iter()
+            .find(|g| g.name == *group)
+            .map(|g: GroupInfo| GroupWake {
+                options: g.options,
+                next_due_ms: g.next_due_ms,
+                waiting: g.waiting,
+            }))
     }
 
     /// A read of group state on this node's replica of the stream's shard, after the

@@ -49,7 +49,7 @@ fn xgroup(mut args: Args) -> Result<Action, FirnError> {
                     "ENTRIESREAD" if !args.is_empty() => {
                         redis_integer(&mut args)?;
                     }
-                    word if sub == "CREATE" => options.take(&word, &mut args)?,
+                    word if sub == "CREATE" => options.take(word, &mut args)?,
                     _ => return Err(syntax_error()),
                 }
             }

@@ -89,6 +89,17 @@ impl PendingEntry {
     }
 }
 
+/// What a blocked XREADGROUP watches of a group to know when to ask again: its options, when
+/// its earliest delivered entry falls due under ACKWAIT (ms of the stamp clock), and the
+/// consumers with entries dealt to them and not yet handed over (how many), among the
+/// pending entries a deal looks at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupWake {
+    pub options: GroupOptions,
+    pub next_due_ms: Option<u64>,
+    pub waiting: Vec<(Bytes, u64)>,
+}
+
 /// `hrw`: the consumer that holds entries of a key, and how many pending entries of the key
 /// the group has (dealt or delivered, not acked). The row goes when the count reaches 0.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,8 +9,8 @@ use firn_model::{ConsumerInfo, FirnError, GroupInfo, Key, LogSeq, PendingInfo, P
 
 use super::deal::PENDING_SCAN_MAX;
 use super::{
-    ConsumerMeta, GroupMeta, KeyHolder, PendingEntry, consumer_key, group_key, holder_key, idle,
-    no_consumer_group, no_group, pending_key,
+    ConsumerMeta, GroupMeta, GroupWake, KeyHolder, PendingEntry, consumer_key, group_key,
+    holder_key, idle, no_consumer_group, no_group, pending_key,
 };
 use crate::backend::Table;
 use crate::record::decode;
@@ -225,6 +225,19 @@ impl VersionedStore {
             Ok(seen < PENDING_SCAN_MAX)
         })?;
         Ok((due, waiting.into_iter().collect()))
+    }
+
+    /// A group's [`GroupWake`] (`None`: no such group), bounded as a deal is.
+    pub fn group_wake(&self, key: &Key, group: &[u8]) -> Result<Option<GroupWake>, FirnError> {
+        let Some(meta) = self.group(key, group)? else {
+            return Ok(None);
+        };
+        let (next_due_ms, waiting) = self.due_and_waiting(key, group, &meta)?;
+        Ok(Some(GroupWake {
+            options: meta.options,
+            next_due_ms,
+            waiting,
+        }))
     }
 
     /// How many entries each consumer of the group has pending.
