@@ -53,6 +53,13 @@ fn ids(reply: &Value) -> Vec<String> {
         .collect()
 }
 
+/// XGROUP CREATE key g $ MKSTREAM with these delivery options.
+async fn create(c: &mut redis::aio::MultiplexedConnection, key: &str, options: &[&str]) {
+    let mut args = vec!["XGROUP", "CREATE", key, "g", "$", "MKSTREAM"];
+    args.extend_from_slice(options);
+    assert_eq!(ok(c, &args).await, Value::Okay);
+}
+
 fn read<'a>(consumer: &'a str, key: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec!["XREADGROUP", "GROUP", "g", consumer];
     args.extend_from_slice(extra);
@@ -64,45 +71,45 @@ fn read<'a>(consumer: &'a str, key: &'a str, extra: &[&'a str]) -> Vec<&'a str> 
 async fn options_are_set_shown_changed_and_bad_ones_refused_without_change() {
     let node = start_node(false).await;
     let mut c = redis_conn(&node).await;
-    let create = |rest: &[&'static str]| {
+    let create_args = |rest: &[&'static str]| {
         let mut args = vec!["XGROUP", "CREATE", "{q}s", "g", "$", "MKSTREAM"];
         args.extend_from_slice(rest);
         args
     };
     for (bad, line) in [
-        (create(&["KEYFIELD", "k"]), "ERR syntax error"),
-        (create(&["POLICY", "random"]), "ERR syntax error"),
+        (create_args(&["KEYFIELD", "k"]), "ERR syntax error"),
+        (create_args(&["POLICY", "random"]), "ERR syntax error"),
         (
-            create(&["POLICY", "roundrobin", "KEYTAG"]),
+            create_args(&["POLICY", "roundrobin", "KEYTAG"]),
             "ERR syntax error",
         ),
-        (create(&["MAXDELIVER", "3"]), "ERR syntax error"),
+        (create_args(&["MAXDELIVER", "3"]), "ERR syntax error"),
         (
-            create(&["ACKWAIT", "5", "ACKWAIT", "6"]),
+            create_args(&["ACKWAIT", "5", "ACKWAIT", "6"]),
             "ERR syntax error",
         ),
         (
-            create(&["ACKWAIT", "soon"]),
+            create_args(&["ACKWAIT", "soon"]),
             "ERR value is not an integer or out of range",
         ),
         (
-            create(&["ACKWAIT", "0"]),
+            create_args(&["ACKWAIT", "0"]),
             "ERR ACKWAIT is 0 ms; it must be 1 to 86400000",
         ),
         (
-            create(&["LIVENESS", "86400001"]),
+            create_args(&["LIVENESS", "86400001"]),
             "ERR LIVENESS is 86400001 ms; it must be 1 to 86400000",
         ),
         (
-            create(&["MAXDELIVER", "0", "DEADLETTER", "{q}d"]),
+            create_args(&["MAXDELIVER", "0", "DEADLETTER", "{q}d"]),
             "ERR MAXDELIVER is 0; it must be 1 to 1000000",
         ),
         (
-            create(&["MAXDELIVER", "2", "DEADLETTER", "{q}s"]),
+            create_args(&["MAXDELIVER", "2", "DEADLETTER", "{q}s"]),
             "ERR DEADLETTER must name a stream other than the group's own",
         ),
         (
-            create(&["MAXDELIVER", "2", "DEADLETTER", "elsewhere"]),
+            create_args(&["MAXDELIVER", "2", "DEADLETTER", "elsewhere"]),
             "CROSSSLOT Keys in request don't hash to the same slot",
         ),
     ] {
@@ -114,7 +121,7 @@ async fn options_are_set_shown_changed_and_bad_ones_refused_without_change() {
 
     ok(
         &mut c,
-        &create(&[
+        &create_args(&[
             "LIVENESS",
             "9000",
             "POLICY",
@@ -178,13 +185,7 @@ async fn ackwait_hands_an_unacked_entry_to_a_blocked_consumer_without_xclaim() {
     let node = start_node(false).await;
     let mut a = redis_conn(&node).await;
     let mut b = redis_conn_patient(&node).await;
-    ok(
-        &mut a,
-        &[
-            "XGROUP", "CREATE", "s", "g", "$", "MKSTREAM", "ACKWAIT", "300",
-        ],
-    )
-    .await;
+    create(&mut a, "s", &["ACKWAIT", "300"]).await;
     ok(&mut a, &["XADD", "s", "1-0", "n", "1"]).await;
     assert_eq!(ids(&ok(&mut a, &read("a", "s", &[])).await), ["1-0"]);
     // b waits: nothing new comes, but a's entry falls due and b gets it.
@@ -204,20 +205,7 @@ async fn roundrobin_deals_to_a_blocked_consumer_and_wakes_it() {
     let node = start_node(false).await;
     let mut a = redis_conn(&node).await;
     let mut b = redis_conn_patient(&node).await;
-    ok(
-        &mut a,
-        &[
-            "XGROUP",
-            "CREATE",
-            "s",
-            "g",
-            "$",
-            "MKSTREAM",
-            "POLICY",
-            "roundrobin",
-        ],
-    )
-    .await;
+    create(&mut a, "s", &["POLICY", "roundrobin"]).await;
     for name in ["a", "b"] {
         ok(&mut a, &["XGROUP", "CREATECONSUMER", "s", "g", name]).await;
     }
@@ -243,22 +231,10 @@ async fn roundrobin_deals_to_a_blocked_consumer_and_wakes_it() {
 async fn maxdeliver_moves_an_entry_to_its_dead_letter_stream_after_n_deliveries() {
     let node = start_node(false).await;
     let mut c = redis_conn_patient(&node).await;
-    ok(
+    create(
         &mut c,
-        &[
-            "XGROUP",
-            "CREATE",
-            "{q}s",
-            "g",
-            "$",
-            "MKSTREAM",
-            "ACKWAIT",
-            "100",
-            "MAXDELIVER",
-            "2",
-            "DEADLETTER",
-            "{q}dead",
-        ],
+        "{q}s",
+        &["ACKWAIT", "100", "MAXDELIVER", "2", "DEADLETTER", "{q}dead"],
     )
     .await;
     ok(&mut c, &["XADD", "{q}s", "1-0", "n", "1"]).await;
@@ -303,22 +279,7 @@ async fn a_blocked_consumer_of_a_roundrobin_group_stays_live() {
     let node = start_node(false).await;
     let mut a = redis_conn(&node).await;
     let mut b = redis_conn_patient(&node).await;
-    ok(
-        &mut a,
-        &[
-            "XGROUP",
-            "CREATE",
-            "s",
-            "g",
-            "$",
-            "MKSTREAM",
-            "POLICY",
-            "roundrobin",
-            "LIVENESS",
-            "600",
-        ],
-    )
-    .await;
+    create(&mut a, "s", &["POLICY", "roundrobin", "LIVENESS", "600"]).await;
     let waiting =
         tokio::spawn(async move { ok(&mut b, &read("b", "s", &["BLOCK", "2000"])).await });
     // Well past its liveness, b is still seen: its blocked read notes it every 200 ms.
