@@ -466,3 +466,46 @@ fn bad_options_are_refused_and_change_nothing() {
     .unwrap();
     assert_eq!(s.groups(&key()).unwrap()[0].options, next);
 }
+
+#[test]
+fn entries_dealt_before_a_configure_back_to_first_are_still_handed_and_setid_keeps_options() {
+    let s = store();
+    create_with(&s, 1_000, policy(DeliveryPolicy::RoundRobin)).unwrap();
+    consumer(&s, 1_000, "b");
+    add(&s, 1_000, 1);
+    add(&s, 1_000, 2);
+    assert_eq!(deliver(&s, 1_100, "a", 1), ids(&[1]));
+    assert_eq!(pending_of(&s, "b"), vec![(LogSeq::new(2, 0), 0)]);
+    let first = GroupOptions::default();
+    change(
+        &s,
+        1_200,
+        GroupChange::Configure {
+            options: first.clone(),
+        },
+    )
+    .unwrap();
+    assert_eq!(deliver(&s, 1_300, "b", 5), ids(&[2]));
+    assert_eq!(pending_of(&s, "b"), vec![(LogSeq::new(2, 0), 1)]);
+    let acking = GroupOptions {
+        ack_wait_ms: Some(50),
+        ..GroupOptions::default()
+    };
+    change(
+        &s,
+        1_400,
+        GroupChange::Configure {
+            options: acking.clone(),
+        },
+    )
+    .unwrap();
+    change(
+        &s,
+        1_500,
+        GroupChange::SetId {
+            start: GroupStart::Id(LogSeq::ZERO),
+        },
+    )
+    .unwrap();
+    assert_eq!(s.groups(&key()).unwrap()[0].options, acking);
+}

@@ -204,7 +204,7 @@ impl Txn<'_> {
         // What the asker is handed: (id, entry, record when already read).
         let mut handed: Vec<(LogSeq, PendingEntry, Option<LogRecord>)> = Vec::new();
         let mut pending_len = 0;
-        if dealing || options.ack_wait_ms.is_some() {
+        if dealing || options.ack_wait_ms.is_some() || meta.has_dealt {
             let mut rows = Vec::new();
             self.store
                 .walk_pending(key, group, LogSeq::ZERO, |seq, entry| {
@@ -325,6 +325,7 @@ impl Txn<'_> {
             });
         }
         meta.dealt_last = dealer.dealt_last;
+        meta.has_dealt |= dealing;
         self.set_group(key, group, &meta);
         self.touch_consumer(key, group, consumer, !entries.is_empty())?;
         Ok(Response::GroupEntries {

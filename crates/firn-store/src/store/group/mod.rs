@@ -27,6 +27,9 @@ pub struct GroupMeta {
     pub options: GroupOptions,
     /// `roundrobin`: the consumer dealt to last (the next is the live one after it by name).
     pub dealt_last: Option<Bytes>,
+    /// Whether it ever dealt an entry (so a `first` group, after CONFIGURE, still hands its
+    /// consumers what was dealt to them).
+    pub has_dealt: bool,
 }
 
 /// A group's row as the release before delivery options wrote it.
