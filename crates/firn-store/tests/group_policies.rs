@@ -509,3 +509,49 @@ fn entries_dealt_before_a_configure_back_to_first_are_still_handed_and_setid_kee
     .unwrap();
     assert_eq!(s.groups(&key()).unwrap()[0].options, acking);
 }
+
+#[test]
+fn hrw_keytag_keys_entries_by_their_first_tag_other_than_the_stream() {
+    use firn_model::StreamId;
+    use firn_store::command::{Op, StreamAppend};
+    let s = store();
+    let options = policy(DeliveryPolicy::Hrw(GroupKey::Tag));
+    create_with(&s, 1_000, options).unwrap();
+    for c in ["c1", "c2", "c3"] {
+        consumer(&s, 1_000, c);
+    }
+    let tag_of = |id: u64| format!("user:{}", id % 4);
+    for id in 1..=24 {
+        let tag = Key::new(tag_of(id)).unwrap();
+        apply(
+            &s,
+            1_000,
+            Op::LogAppend {
+                log: key(),
+                home: 0,
+                records: vec![firn_model::NewRecord {
+                    tags: vec![key(), tag],
+                    payload: Bytes::from(id.to_string()),
+                }],
+                stream: Some(StreamAppend {
+                    id: StreamId::Exact(LogSeq::new(id, 0)),
+                    trim: None,
+                    no_create: false,
+                }),
+            },
+        )
+        .unwrap();
+    }
+    let mut owner: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
+    for round in 0..20 {
+        for c in ["c1", "c2", "c3"] {
+            let got = deliver(&s, 2_000 + round, c, 2);
+            ack(&s, 2_000 + round, &got);
+            for id in got {
+                owner.entry(tag_of(id.ms)).or_default().insert(c);
+            }
+        }
+    }
+    assert_eq!(owner.len(), 4, "{owner:?}");
+    assert!(owner.values().all(|o| o.len() == 1), "{owner:?}");
+}
