@@ -56,6 +56,10 @@ pub enum FirnError {
     /// XGROUP CREATE of a group that exists.
     #[error("Consumer Group name already exists")]
     BusyGroup,
+    /// Keys of one request that must share a shard hash to different slots (Redis's
+    /// `CROSSSLOT`; a group's dead-letter stream and its stream, say).
+    #[error("Keys in request don't hash to the same slot")]
+    CrossSlot,
 }
 
 impl FirnError {
@@ -68,6 +72,7 @@ impl FirnError {
             FirnError::LogNotFound(_) => "NOLOG",
             FirnError::NoGroup(_) => "NOGROUP",
             FirnError::BusyGroup => "BUSYGROUP",
+            FirnError::CrossSlot => "CROSSSLOT",
             FirnError::TryAgain(_) => "TRYAGAIN",
             FirnError::Indeterminate(_) => "UNCERTAIN",
             FirnError::Unavailable(_) => "CLUSTERDOWN",

@@ -354,6 +354,19 @@ async fn xack_xpending_and_xinfo_show_the_pending_list_as_redis_does() {
             Value::Int(3),
             bulk("lag"),
             Value::Int(0),
+            // Firn's delivery options follow Redis's fields.
+            bulk("policy"),
+            bulk("first"),
+            bulk("key"),
+            Value::Nil,
+            bulk("ack-wait-ms"),
+            Value::Nil,
+            bulk("max-deliver"),
+            Value::Nil,
+            bulk("dead-letter"),
+            Value::Nil,
+            bulk("liveness-ms"),
+            Value::Int(30_000),
         ])]
     );
     let Value::Array(stream) = ok(&mut c, &["XINFO", "STREAM", "s"]).await else {

@@ -38,10 +38,13 @@ pub enum Table {
     GroupPending,
     /// encoded (stream, group, consumer) → [`crate::store::group::ConsumerMeta`]
     GroupConsumers,
+    /// encoded (stream, group, key hash) → [`crate::store::group::KeyHolder`]: which
+    /// consumer of an `hrw` group holds entries of a key, and how many
+    GroupKeys,
 }
 
 /// How many tables a state machine has.
-pub const TABLES: usize = 10;
+pub const TABLES: usize = 11;
 
 impl Table {
     pub const ALL: [Table; TABLES] = [
@@ -55,6 +58,7 @@ impl Table {
         Table::Groups,
         Table::GroupPending,
         Table::GroupConsumers,
+        Table::GroupKeys,
     ];
 
     fn index(self) -> usize {
@@ -75,6 +79,7 @@ impl Table {
             Table::Groups => "groups",
             Table::GroupPending => "group_pending",
             Table::GroupConsumers => "group_consumers",
+            Table::GroupKeys => "group_keys",
         };
         format!("{namespace}_{table}")
     }
@@ -278,6 +283,7 @@ impl FjallBackend {
             open(Table::Groups)?,
             open(Table::GroupPending)?,
             open(Table::GroupConsumers)?,
+            open(Table::GroupKeys)?,
         ];
         Ok(FjallBackend { db, keyspaces })
     }

@@ -2,101 +2,15 @@
 //! delivery counts follow Redis, with the entry's stamp as the only clock, so two replicas
 //! applying the same entries hold the same groups.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
-use firn_model::log::encode_fields;
 use firn_model::{
-    ClaimOptions, CommitTs, FirnError, GroupChange, GroupEntry, GroupOptions, GroupStart, Key,
-    LogSeq, NewRecord, Response, StreamId,
+    ClaimOptions, FirnError, GroupChange, GroupEntry, GroupOptions, GroupStart, LogSeq, Response,
 };
-use firn_store::backend::{MemoryBackend, Table};
-use firn_store::command::{Command, Op, StreamAppend};
-use firn_store::store::VersionedStore;
+use firn_store::backend::Table;
+use firn_store::command::Op;
 
-fn store() -> VersionedStore {
-    VersionedStore::open(Arc::new(MemoryBackend::default())).unwrap()
-}
-
-fn key() -> Key {
-    Key::new("s").unwrap()
-}
-
-fn apply(store: &VersionedStore, ms: u64, op: Op) -> Result<Response, FirnError> {
-    store.apply(
-        &Command {
-            ts: CommitTs::new(ms * 1_000, 0),
-            op,
-        },
-        Vec::new(),
-    )
-}
-
-fn add(store: &VersionedStore, ms: u64, id: u64) {
-    apply(
-        store,
-        ms,
-        Op::LogAppend {
-            log: key(),
-            home: 0,
-            records: vec![NewRecord {
-                tags: vec![key()],
-                payload: encode_fields(&[(Bytes::from("f"), Bytes::from(id.to_string()))]),
-            }],
-            stream: Some(StreamAppend {
-                id: StreamId::Exact(LogSeq::new(id, 0)),
-                trim: None,
-                no_create: false,
-            }),
-        },
-    )
-    .unwrap();
-}
-
-fn change(store: &VersionedStore, ms: u64, change: GroupChange) -> Result<Response, FirnError> {
-    apply(
-        store,
-        ms,
-        Op::Group {
-            key: key(),
-            group: Bytes::from("g"),
-            change,
-        },
-    )
-}
-
-fn deliver(store: &VersionedStore, ms: u64, consumer: &str, count: usize) -> Vec<LogSeq> {
-    let r = change(
-        store,
-        ms,
-        GroupChange::Deliver {
-            consumer: Bytes::from(consumer.to_string()),
-            count,
-            noack: false,
-        },
-    )
-    .unwrap();
-    let Response::GroupEntries { entries, .. } = r else {
-        panic!("{r:?}")
-    };
-    entries.iter().map(|e| e.seq).collect()
-}
-
-fn ids(ns: &[u64]) -> Vec<LogSeq> {
-    ns.iter().map(|n| LogSeq::new(*n, 0)).collect()
-}
-
-fn create(store: &VersionedStore, ms: u64, start: GroupStart) -> Result<Response, FirnError> {
-    change(
-        store,
-        ms,
-        GroupChange::Create {
-            start,
-            mkstream: false,
-            options: GroupOptions::default(),
-        },
-    )
-}
+mod group_support;
+use group_support::*;
 
 #[test]
 fn delivery_hands_each_entry_to_one_consumer_once_and_records_it_pending() {

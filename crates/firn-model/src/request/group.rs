@@ -5,8 +5,10 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::error::FirnError;
 use crate::key::Key;
 use crate::log::{LogRecord, LogSeq};
+use crate::slot::slot_of;
 
 /// Where a group starts, or is set to: after an id, or after the stream's last entry (`$`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +69,58 @@ impl Default for GroupOptions {
             max_deliver: None,
             liveness_ms: GROUP_LIVENESS_MS_DEFAULT,
         }
+    }
+}
+
+/// The longest `ACKWAIT` and `LIVENESS`, in milliseconds: one day.
+pub const GROUP_OPTION_MS_MAX: u64 = 86_400_000;
+/// The most deliveries `MAXDELIVER` may allow.
+pub const GROUP_MAX_DELIVER_MAX: u64 = 1_000_000;
+/// The longest `KEYFIELD` name, in bytes.
+pub const GROUP_KEY_FIELD_BYTES_MAX: usize = 1_024;
+
+impl GroupOptions {
+    /// Whether these options may be set on a group of `stream`: times within 1 ms ..
+    /// [`GROUP_OPTION_MS_MAX`], `MAXDELIVER` within 1 .. [`GROUP_MAX_DELIVER_MAX`], a dead-letter
+    /// stream other than `stream` and in its slot (else `CROSSSLOT`).
+    pub fn check(&self, stream: &Key) -> Result<(), FirnError> {
+        let ms = |what: &str, v: u64| {
+            if v == 0 || v > GROUP_OPTION_MS_MAX {
+                return Err(FirnError::BadArgument(format!(
+                    "{what} is {v} ms; it must be 1 to {GROUP_OPTION_MS_MAX}"
+                )));
+            }
+            Ok(())
+        };
+        if let Some(w) = self.ack_wait_ms {
+            ms("ACKWAIT", w)?;
+        }
+        ms("LIVENESS", self.liveness_ms)?;
+        if let DeliveryPolicy::Hrw(GroupKey::Field(f)) = &self.policy
+            && (f.is_empty() || f.len() > GROUP_KEY_FIELD_BYTES_MAX)
+        {
+            return Err(FirnError::BadArgument(format!(
+                "KEYFIELD is {} bytes; it must be 1 to {GROUP_KEY_FIELD_BYTES_MAX}",
+                f.len()
+            )));
+        }
+        if let Some(m) = &self.max_deliver {
+            if m.deliveries == 0 || m.deliveries > GROUP_MAX_DELIVER_MAX {
+                return Err(FirnError::BadArgument(format!(
+                    "MAXDELIVER is {}; it must be 1 to {GROUP_MAX_DELIVER_MAX}",
+                    m.deliveries
+                )));
+            }
+            if m.dead_letter == *stream {
+                return Err(FirnError::BadArgument(
+                    "DEADLETTER must name a stream other than the group's own".into(),
+                ));
+            }
+            if slot_of(m.dead_letter.as_bytes()) != slot_of(stream.as_bytes()) {
+                return Err(FirnError::CrossSlot);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -273,6 +327,13 @@ pub struct GroupInfo {
     pub entries_read: Option<u64>,
     /// Entries after the last delivered (Redis's `lag`), when known.
     pub lag: Option<u64>,
+    /// Its delivery options (Firn's).
+    pub options: GroupOptions,
+    /// When its earliest delivered entry falls due under `ACKWAIT` (ms of the stamp clock),
+    /// among the pending entries a deal looks at.
+    pub next_due_ms: Option<u64>,
+    /// Consumers with entries dealt to them and not yet handed over, and how many.
+    pub waiting: Vec<(Bytes, u64)>,
 }
 
 /// One consumer as XINFO CONSUMERS shows it.

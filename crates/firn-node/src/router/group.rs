@@ -3,19 +3,22 @@
 //! on that shard's leader as `Op::Group` entries; reads (XPENDING, XINFO) run after the
 //! usual barrier. XREADGROUP over several streams runs one change per stream, and with
 //! `BLOCK` proposes again only once a stream it waits on has an entry past the group's
-//! last delivered id (never in a loop of empty deliveries).
+//! last delivered id, an entry was dealt to the consumer, an entry falls due under ACKWAIT,
+//! or (under `roundrobin`/`hrw`) a third of the group's liveness has passed, so that a
+//! waiting consumer stays live — never in a loop of empty deliveries.
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use firn_model::limits::KEYS_PER_REQUEST_MAX;
 use firn_model::log::LOG_READ_RECORDS_MAX;
 use firn_model::{
-    Answer, CallContext, CommitTs, FirnError, GroupChange, GroupEntry, GroupRead, GroupRequest,
-    GroupWrite, Key, LogQuery, LogSeq, Response,
+    Answer, CallContext, CommitTs, DeliveryPolicy, FirnError, GroupChange, GroupEntry, GroupInfo,
+    GroupRead, GroupRequest, GroupWrite, Key, LogQuery, LogSeq, Response,
 };
 use firn_store::Op;
+use firn_store::store::group::GroupWake;
 
 use super::log::{check_block, deadline, wait_for_more};
 use super::{Pending, Router, ready};
@@ -69,12 +72,51 @@ fn check_change(change: &GroupChange) -> Result<(), FirnError> {
             check_name("consumer", consumer)?;
             check_count("COUNT", *count)
         }
-        GroupChange::Create { .. }
-        | GroupChange::Configure { .. }
-        | GroupChange::Destroy
-        | GroupChange::SetId { .. } => Ok(()),
+        GroupChange::Destroy | GroupChange::SetId { .. } => Ok(()),
+        // Options are checked against the stream in the change itself (`check_options`).
+        GroupChange::Create { .. } | GroupChange::Configure { .. } => Ok(()),
     }
 }
+
+/// Options must fit the stream they are for (the store checks them again when it applies).
+fn check_options(key: &Key, change: &GroupChange) -> Result<(), FirnError> {
+    match change {
+        GroupChange::Create { options, .. } | GroupChange::Configure { options } => {
+            options.check(key)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A blocked XREADGROUP re-proposes at least this often for a consumer it cannot see a
+/// reason to wake for, where the group wants it noted as live (a third of its liveness).
+fn renote_after(group: &GroupWake) -> Option<Duration> {
+    (group.options.policy != DeliveryPolicy::First)
+        .then(|| Duration::from_millis((group.options.liveness_ms / 3).max(1)))
+}
+
+/// A wall-clock time in ms (the stamp clock) as an instant of this node.
+fn instant_at(ms: u64) -> Instant {
+    Instant::now() + Duration::from_millis(ms.saturating_sub(now_ms()))
+}
+
+/// Why a blocked XREADGROUP should propose again, from its group's state: an entry dealt to
+/// it, or the instant its group's earliest entry falls due (`tried`: dues already proposed
+/// for, which the leader's clock has not reached yet — retried after a short pause).
+fn wake_for(group: &GroupWake, consumer: &[u8], tried: &[u64]) -> (bool, Option<Instant>) {
+    let dealt = group.waiting.iter().any(|(c, _)| c == consumer);
+    let due = group.next_due_ms.map(|d| {
+        if tried.contains(&d) {
+            Instant::now() + DUE_RETRY
+        } else {
+            instant_at(d)
+        }
+    });
+    (dealt, due)
+}
+
+/// How long a blocked read waits before trying again a due time the leader did not reach.
+const DUE_RETRY: Duration = Duration::from_millis(100);
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -95,7 +137,10 @@ impl Router {
         };
         match request {
             GroupRequest::Write(GroupWrite::Change { key, group, change }) => {
-                if let Err(e) = check_name("group", &group).and_then(|()| check_change(&change)) {
+                if let Err(e) = check_name("group", &group)
+                    .and_then(|()| check_change(&change))
+                    .and_then(|()| check_options(&key, &change))
+                {
                     return ready(Err(e));
                 }
                 let shard = layout.shard_of_key(key.as_bytes());
@@ -147,7 +192,10 @@ impl Router {
         let layout = self.routable_layout()?;
         let deadline = deadline(block_ms);
         let mut ctx = ctx.clone();
+        // Due times already proposed for (see `wake_for`).
+        let mut tried: Vec<u64> = Vec::new();
         loop {
+            let mut due_seen: Vec<u64> = Vec::new();
             let mut applied = streams
                 .iter()
                 .find_map(|(k, _)| self.replicas.get(layout.shard_of_key(k.as_bytes())))
@@ -203,16 +251,39 @@ impl Router {
                     at: newest,
                 }));
             }
-            // Wait for an entry past a stream's last delivered id: a read, never a proposal.
+            // Wait for a reason to propose again: reads, never a proposal.
+            let proposed = Instant::now();
+            // Streams whose group follows Redis alone (no policy, no ACKWAIT): nothing but a
+            // new entry wakes a read of them, so their group's state is read once.
+            let mut plain = vec![false; waiting.len()];
             'wait: loop {
-                wait_for_more(applied.as_mut(), deadline.flatten()).await;
-                for (key, last) in &waiting {
-                    let Some(from) = last.successor() else {
+                due_seen.clear();
+                let mut wake = deadline.flatten();
+                for (i, (key, last)) in waiting.iter().enumerate() {
+                    if let Some(from) = last.successor() {
+                        let q = LogQuery::stream(key.clone(), from, LogSeq::MAX, 1, false);
+                        if !self.query(&ctx, &q).await?.is_empty() {
+                            break 'wait;
+                        }
+                    }
+                    if plain[i] {
+                        continue;
+                    }
+                    let Some(info) = self.group_wake(&ctx, key, &group).await? else {
                         continue;
                     };
-                    let q = LogQuery::stream(key.clone(), from, LogSeq::MAX, 1, false);
-                    if !self.query(&ctx, &q).await?.is_empty() {
+                    plain[i] = info.options.policy == DeliveryPolicy::First
+                        && info.options.ack_wait_ms.is_none();
+                    let (dealt, due) = wake_for(&info, &consumer, &tried);
+                    if dealt {
                         break 'wait;
+                    }
+                    if let Some(d) = info.next_due_ms {
+                        due_seen.push(d);
+                    }
+                    let renote = renote_after(&info).map(|r| proposed + r);
+                    for at in [due, renote].into_iter().flatten() {
+                        wake = Some(wake.map_or(at, |w| w.min(at)));
                     }
                 }
                 if timed_out() {
@@ -221,8 +292,59 @@ impl Router {
                         at: newest,
                     }));
                 }
+                if wake.is_some_and(|w| Instant::now() >= w) {
+                    break 'wait;
+                }
+                wait_for_more(applied.as_mut(), wake).await;
+                if wake.is_some_and(|w| Instant::now() >= w) && !timed_out() {
+                    break 'wait;
+                }
             }
+            tried = due_seen;
         }
+    }
+
+    /// What a blocked read watches of a group (`None`: no such group or stream): from this
+    /// node's replica of the stream's shard when it has one (a hint — the proposal decides,
+    /// and a lagging replica wakes the read when it catches up), else as XINFO GROUPS reads it.
+    async fn group_wake(
+        &self,
+        ctx: &CallContext,
+        key: &Key,
+        group: &Bytes,
+    ) -> Result<Option<GroupWake>, FirnError> {
+        let layout = self.routable_layout()?;
+        let shard = layout.shard_of_key(key.as_bytes());
+        if let Some(replica) = self.replicas.get(shard) {
+            let (key, group) = (key.clone(), group.clone());
+            return tokio::task::spawn_blocking(move || replica.store().group_wake(&key, &group))
+                .await
+                .map_err(|e| FirnError::Internal(format!("a group read stopped: {e}")))?;
+        }
+        let read = GroupRead::Groups { key: key.clone() };
+        let answer = match self
+            .on_shard(shard, ShardPart::GroupRead(read), ctx.clone(), 0)
+            .await
+            .await
+        {
+            Ok(a) => a,
+            // The stream went away: the next proposal answers for it.
+            Err(FirnError::BadArgument(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let Response::Groups(groups) = answer.response else {
+            return Err(FirnError::Internal(
+                "a group info read answered no groups".into(),
+            ));
+        };
+        Ok(groups
+            .into_iter()
+            .find(|g| g.name == *group)
+            .map(|g: GroupInfo| GroupWake {
+                options: g.options,
+                next_due_ms: g.next_due_ms,
+                waiting: g.waiting,
+            }))
     }
 
     /// A read of group state on this node's replica of the stream's shard, after the

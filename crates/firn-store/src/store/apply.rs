@@ -201,6 +201,7 @@ impl<'a> Txn<'a> {
                     Table::Groups,
                     Table::GroupPending,
                     Table::GroupConsumers,
+                    Table::GroupKeys,
                 ] {
                     let mut after: Option<Vec<u8>> = None;
                     loop {

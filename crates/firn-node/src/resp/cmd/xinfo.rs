@@ -1,7 +1,11 @@
 //! XLEN key, XINFO STREAM key, XINFO GROUPS key and XINFO CONSUMERS key group: what a
 //! stream holds and its consumer groups, with Redis 7's fields.
 
-use firn_model::{FirnError, GroupRead, LogRead, LogSeq, ReadConsistency, Response};
+use bytes::Bytes;
+use firn_model::{
+    DeliveryPolicy, FirnError, GroupKey, GroupOptions, GroupRead, LogRead, LogSeq, ReadConsistency,
+    Response,
+};
 
 use super::{exact_arity, stream_entry, unknown_subcommand};
 use crate::resp::args::Args;
@@ -111,7 +115,36 @@ fn optional(n: Option<u64>) -> Reply {
     n.map_or(Reply::Nil, |n| Reply::Int(n as i64))
 }
 
-/// One map per group: name, consumers, pending, last-delivered-id, entries-read, lag.
+/// A group's delivery options as XINFO GROUPS' extra fields (after Redis's).
+fn option_fields(options: GroupOptions) -> Vec<(Reply, Reply)> {
+    let (policy, key) = match options.policy {
+        DeliveryPolicy::First => ("first", Reply::Nil),
+        DeliveryPolicy::RoundRobin => ("roundrobin", Reply::Nil),
+        DeliveryPolicy::Hrw(GroupKey::Field(f)) => ("hrw", Reply::Bulk(f)),
+        DeliveryPolicy::Hrw(GroupKey::Tag) => ("hrw", Reply::text("KEYTAG")),
+    };
+    let (max_deliver, dead_letter) = match options.max_deliver {
+        Some(m) => (
+            Reply::Int(m.deliveries as i64),
+            Reply::Bulk(Bytes::copy_from_slice(m.dead_letter.as_bytes())),
+        ),
+        None => (Reply::Nil, Reply::Nil),
+    };
+    vec![
+        (Reply::text("policy"), Reply::text(policy)),
+        (Reply::text("key"), key),
+        (Reply::text("ack-wait-ms"), optional(options.ack_wait_ms)),
+        (Reply::text("max-deliver"), max_deliver),
+        (Reply::text("dead-letter"), dead_letter),
+        (
+            Reply::text("liveness-ms"),
+            Reply::Int(options.liveness_ms as i64),
+        ),
+    ]
+}
+
+/// One map per group: name, consumers, pending, last-delivered-id, entries-read, lag, then
+/// Firn's delivery options.
 fn show_groups(response: Response) -> Reply {
     let Response::Groups(groups) = response else {
         return unexpected("XINFO GROUPS", response);
@@ -120,7 +153,7 @@ fn show_groups(response: Response) -> Reply {
         groups
             .into_iter()
             .map(|g| {
-                Reply::Map(vec![
+                let mut fields = vec![
                     (Reply::text("name"), Reply::Bulk(g.name)),
                     (Reply::text("consumers"), Reply::Int(g.consumers as i64)),
                     (Reply::text("pending"), Reply::Int(g.pending as i64)),
@@ -130,7 +163,9 @@ fn show_groups(response: Response) -> Reply {
                     ),
                     (Reply::text("entries-read"), optional(g.entries_read)),
                     (Reply::text("lag"), optional(g.lag)),
-                ])
+                ];
+                fields.extend(option_fields(g.options));
+                Reply::Map(fields)
             })
             .collect(),
     )

@@ -5,6 +5,7 @@ use firn_model::{
     ClaimOptions, FirnError, GroupChange, GroupEntry, Key, LogRecord, LogSeq, Response,
 };
 
+use super::deal::Holders;
 use super::{
     GroupMeta, PendingEntry, claimed, consumer_key, group_key, idle, key_required,
     no_consumer_group, no_group, pending_key, start_at,
@@ -15,11 +16,11 @@ use crate::store::apply::Txn;
 use crate::store::log::TagMeta;
 
 impl Txn<'_> {
-    fn now_ms(&self) -> u64 {
+    pub(super) fn now_ms(&self) -> u64 {
         self.ts.wall_us / 1_000
     }
 
-    fn set_group(&mut self, key: &Key, group: &[u8], meta: &GroupMeta) {
+    pub(super) fn set_group(&mut self, key: &Key, group: &[u8], meta: &GroupMeta) {
         self.batch.put(
             Table::Groups,
             group_key(key.as_bytes(), group),
@@ -27,7 +28,13 @@ impl Txn<'_> {
         );
     }
 
-    fn set_pending(&mut self, key: &Key, group: &[u8], seq: LogSeq, entry: &PendingEntry) {
+    pub(super) fn set_pending(
+        &mut self,
+        key: &Key,
+        group: &[u8],
+        seq: LogSeq,
+        entry: &PendingEntry,
+    ) {
         self.batch.put(
             Table::GroupPending,
             pending_key(key.as_bytes(), group, seq),
@@ -35,14 +42,14 @@ impl Txn<'_> {
         );
     }
 
-    fn drop_pending(&mut self, key: &Key, group: &[u8], seq: LogSeq) {
+    pub(super) fn drop_pending(&mut self, key: &Key, group: &[u8], seq: LogSeq) {
         self.batch
             .remove(Table::GroupPending, pending_key(key.as_bytes(), group, seq));
     }
 
     /// Notes that `consumer` tried to read or claim now (made if new), and whether it got
     /// anything.
-    fn touch_consumer(
+    pub(super) fn touch_consumer(
         &mut self,
         key: &Key,
         group: &[u8],
@@ -67,7 +74,11 @@ impl Txn<'_> {
     }
 
     /// The stream's entry `seq`, if it is still there.
-    fn stream_entry(&self, key: &Key, seq: LogSeq) -> Result<Option<LogRecord>, FirnError> {
+    pub(super) fn stream_entry(
+        &self,
+        key: &Key,
+        seq: LogSeq,
+    ) -> Result<Option<LogRecord>, FirnError> {
         let k = key.as_bytes();
         Ok(self.store.entries(k, k, seq, seq, false, 1)?.pop())
     }
@@ -78,14 +89,30 @@ impl Txn<'_> {
         group: &Bytes,
         change: &GroupChange,
     ) -> Result<Response, FirnError> {
+        let mut holders = Holders::default();
+        let response = self.change_group(key, group, change, &mut holders)?;
+        holders.write(self, key, group);
+        Ok(response)
+    }
+
+    fn change_group(
+        &mut self,
+        key: &Key,
+        group: &Bytes,
+        change: &GroupChange,
+        holders: &mut Holders,
+    ) -> Result<Response, FirnError> {
         let k = key.as_bytes();
         let stream = self.tag_meta(k, k)?;
         let meta = self.store.group(key, group)?;
         let now = self.now_ms();
         match change {
             GroupChange::Create {
-                start, mkstream, ..
+                start,
+                mkstream,
+                options,
             } => {
+                options.check(key)?;
                 let stream = match stream {
                     Some(s) => s,
                     None if *mkstream => {
@@ -98,7 +125,12 @@ impl Txn<'_> {
                 if meta.is_some() {
                     return Err(FirnError::BusyGroup);
                 }
-                self.set_group(key, group, &start_at(*start, &stream));
+                let meta = GroupMeta {
+                    options: options.clone(),
+                    ..GroupMeta::default()
+                };
+                let meta = start_at(*start, &stream, meta);
+                self.set_group(key, group, &meta);
                 Ok(Response::Done)
             }
             _ if stream.is_none() => match change {
@@ -111,11 +143,13 @@ impl Txn<'_> {
                 }
                 _ => Err(key_required()),
             },
-            // Delivery options are stored and followed from the next commit on.
-            GroupChange::Configure { .. } => {
-                if meta.is_none() {
+            GroupChange::Configure { options } => {
+                let Some(mut meta) = meta else {
                     return Err(no_consumer_group(key, group));
-                }
+                };
+                options.check(key)?;
+                meta.options = options.clone();
+                self.set_group(key, group, &meta);
                 Ok(Response::Done)
             }
             GroupChange::Destroy => {
@@ -124,7 +158,7 @@ impl Txn<'_> {
                 }
                 self.batch.remove(Table::Groups, group_key(k, group));
                 let store = self.store;
-                for table in [Table::GroupPending, Table::GroupConsumers] {
+                for table in [Table::GroupPending, Table::GroupConsumers, Table::GroupKeys] {
                     store.walk_prefix(table, &group_key(k, group), |row, _| {
                         self.batch.remove(table, row);
                         Ok(())
@@ -133,11 +167,11 @@ impl Txn<'_> {
                 Ok(Response::Count(1))
             }
             GroupChange::SetId { start } => {
-                if meta.is_none() {
+                let Some(meta) = meta else {
                     return Err(no_consumer_group(key, group));
-                }
+                };
                 let stream = stream.unwrap_or_default();
-                self.set_group(key, group, &start_at(*start, &stream));
+                self.set_group(key, group, &start_at(*start, &stream, meta));
                 Ok(Response::Done)
             }
             GroupChange::CreateConsumer { consumer } => {
@@ -161,13 +195,14 @@ impl Txn<'_> {
                 self.store
                     .walk_pending(key, group, LogSeq::ZERO, |seq, entry| {
                         if entry.consumer == *consumer {
-                            gone.push(seq);
+                            gone.push((seq, entry));
                         }
                         Ok(true)
                     })?;
                 let had = gone.len() as u64;
-                for seq in gone {
+                for (seq, entry) in gone {
                     self.drop_pending(key, group, seq);
+                    holders.release(self, key, group, &entry)?;
                 }
                 self.batch
                     .remove(Table::GroupConsumers, consumer_key(k, group, consumer));
@@ -178,38 +213,10 @@ impl Txn<'_> {
                 count,
                 noack,
             } => {
-                let Some(mut meta) = meta else {
+                let Some(meta) = meta else {
                     return Err(no_group(key, group, " in XREADGROUP with GROUP option"));
                 };
-                let records = match meta.last_delivered.successor() {
-                    Some(from) => self.store.entries(k, k, from, LogSeq::MAX, false, *count)?,
-                    None => Vec::new(),
-                };
-                for r in &records {
-                    if !noack {
-                        let entry = PendingEntry {
-                            consumer: consumer.clone(),
-                            delivered_ms: now,
-                            deliveries: 1,
-                        };
-                        self.set_pending(key, group, r.seq, &entry);
-                    }
-                    meta.last_delivered = r.seq;
-                }
-                meta.entries_read = meta.entries_read.map(|n| n + records.len() as u64);
-                self.set_group(key, group, &meta);
-                self.touch_consumer(key, group, consumer, !records.is_empty())?;
-                Ok(Response::GroupEntries {
-                    entries: records
-                        .into_iter()
-                        .map(|r| GroupEntry {
-                            seq: r.seq,
-                            record: Some(r),
-                        })
-                        .collect(),
-                    at: self.ts,
-                    last_delivered: meta.last_delivered,
-                })
+                self.deliver(key, group, meta, consumer, *count, *noack, holders)
             }
             GroupChange::Pending {
                 consumer,
@@ -233,6 +240,7 @@ impl Txn<'_> {
                     // Reading a pending entry again is a delivery, as in Redis.
                     entry.delivered_ms = now;
                     entry.deliveries += 1;
+                    entry.waiting = false;
                     self.set_pending(key, group, seq, &entry);
                     let record = self.stream_entry(key, seq)?;
                     entries.push(GroupEntry { seq, record });
@@ -253,8 +261,9 @@ impl Txn<'_> {
                 distinct.dedup();
                 let mut acked = 0;
                 for id in distinct {
-                    if self.store.pending_entry(key, group, id)?.is_some() {
+                    if let Some(entry) = self.store.pending_entry(key, group, id)? {
                         self.drop_pending(key, group, id);
+                        holders.release(self, key, group, &entry)?;
                         acked += 1;
                     }
                 }
@@ -281,12 +290,15 @@ impl Txn<'_> {
                             consumer: consumer.clone(),
                             delivered_ms: now,
                             deliveries: 0,
+                            key_hash: None,
+                            waiting: false,
                         },
                         None => continue,
                     };
                     let Some(record) = record else {
                         // Deleted from the stream: Redis 7 drops it from the list.
                         self.drop_pending(key, group, id);
+                        holders.release(self, key, group, &entry)?;
                         continue;
                     };
                     if idle(now, entry.delivered_ms) < *min_idle_ms {
@@ -342,6 +354,7 @@ impl Txn<'_> {
                     }
                     let Some(record) = self.stream_entry(key, seq)? else {
                         self.drop_pending(key, group, seq);
+                        holders.release(self, key, group, &entry)?;
                         deleted.push(seq);
                         continue;
                     };

@@ -7,12 +7,14 @@
 //! the reads in [`read`].
 
 use bytes::Bytes;
-use firn_model::{ClaimOptions, FirnError, GroupStart, Key, LogSeq};
+use firn_model::{ClaimOptions, FirnError, GroupOptions, GroupStart, Key, LogSeq};
 use serde::{Deserialize, Serialize};
 
 use super::log::{TagMeta, push_name};
+use crate::record::decode;
 
 mod apply;
+mod deal;
 mod read;
 
 /// What a shard keeps about one group.
@@ -21,15 +23,116 @@ pub struct GroupMeta {
     pub last_delivered: LogSeq,
     /// Entries the group has read, when known (Redis's `entries-read`).
     pub entries_read: Option<u64>,
+    /// Its delivery options (a row from before options existed reads as the default).
+    pub options: GroupOptions,
+    /// `roundrobin`: the consumer dealt to last (the next is the live one after it by name).
+    pub dealt_last: Option<Bytes>,
+    /// Whether it ever dealt an entry (so a `first` group, after CONFIGURE, still hands its
+    /// consumers what was dealt to them).
+    pub has_dealt: bool,
+}
+
+/// A group's row as the release before delivery options wrote it.
+#[derive(Deserialize)]
+struct GroupMetaV1 {
+    last_delivered: LogSeq,
+    entries_read: Option<u64>,
+}
+
+impl GroupMeta {
+    /// Decodes a row of either shape: options were added after the first release.
+    pub fn decode(row: &[u8]) -> Result<GroupMeta, FirnError> {
+        decode::<GroupMeta>(row).or_else(|e| {
+            let old: GroupMetaV1 = decode(row).map_err(|_| e)?;
+            Ok(GroupMeta {
+                last_delivered: old.last_delivered,
+                entries_read: old.entries_read,
+                ..GroupMeta::default()
+            })
+        })
+    }
 }
 
 /// One entry of a group's pending list.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingEntry {
     pub consumer: Bytes,
-    /// The last delivery, in milliseconds of the delivering entry's stamp.
+    /// The last delivery (or, while `waiting`, the deal), in milliseconds of the entry's
+    /// stamp.
     pub delivered_ms: u64,
+    /// Times handed to a consumer (0: dealt and not yet handed).
     pub deliveries: u64,
+    /// `hrw`: the hash of the entry's key (its row in `GroupKeys` counts it).
+    pub key_hash: Option<u64>,
+    /// Dealt (or given again) to `consumer` and not yet handed over: handed at its next `>`.
+    pub waiting: bool,
+}
+
+/// A pending entry as the release before delivery options wrote it.
+#[derive(Deserialize)]
+struct PendingEntryV1 {
+    consumer: Bytes,
+    delivered_ms: u64,
+    deliveries: u64,
+}
+
+impl PendingEntry {
+    /// Decodes a row of either shape.
+    pub fn decode(row: &[u8]) -> Result<PendingEntry, FirnError> {
+        decode::<PendingEntry>(row).or_else(|e| {
+            let old: PendingEntryV1 = decode(row).map_err(|_| e)?;
+            Ok(PendingEntry {
+                consumer: old.consumer,
+                delivered_ms: old.delivered_ms,
+                deliveries: old.deliveries,
+                key_hash: None,
+                waiting: false,
+            })
+        })
+    }
+}
+
+/// What a blocked XREADGROUP watches of a group to know when to ask again: its options, when
+/// its earliest delivered entry falls due under ACKWAIT (ms of the stamp clock), and the
+/// consumers with entries dealt to them and not yet handed over (how many), among the
+/// pending entries a deal looks at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupWake {
+    pub options: GroupOptions,
+    pub next_due_ms: Option<u64>,
+    pub waiting: Vec<(Bytes, u64)>,
+}
+
+/// `hrw`: the consumer that holds entries of a key, and how many pending entries of the key
+/// the group has (dealt or delivered, not acked). The row goes when the count reaches 0.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyHolder {
+    pub consumer: Bytes,
+    pub held: u64,
+}
+
+fn holder_key(stream: &[u8], group: &[u8], key_hash: u64) -> Vec<u8> {
+    let mut out = group_key(stream, group);
+    out.extend_from_slice(&key_hash.to_be_bytes());
+    out
+}
+
+/// FNV-1a, 64 bits: a hash that is the same in every release and on every replica
+/// (`std`'s hashers promise neither), so every replica deals a key alike.
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for &b in *part {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// The highest-random-weight score of `consumer` for a key.
+fn weight(key_hash: u64, consumer: &[u8]) -> u64 {
+    fnv1a(&[&key_hash.to_be_bytes(), consumer])
 }
 
 /// One consumer of a group.
@@ -84,21 +187,18 @@ fn key_required() -> FirnError {
     )
 }
 
-/// The id a group starts after, and what it has read then, as Redis sets them.
-fn start_at(start: GroupStart, stream: &TagMeta) -> GroupMeta {
-    match start {
-        GroupStart::Last => GroupMeta {
-            last_delivered: stream.last,
-            entries_read: Some(stream.added),
-        },
-        GroupStart::Id(LogSeq::ZERO) => GroupMeta {
-            last_delivered: LogSeq::ZERO,
-            entries_read: Some(0),
-        },
-        GroupStart::Id(id) => GroupMeta {
-            last_delivered: id,
-            entries_read: None,
-        },
+/// The id a group starts after, and what it has read then, as Redis sets them; the rest of
+/// `meta` (its options) stays.
+fn start_at(start: GroupStart, stream: &TagMeta, meta: GroupMeta) -> GroupMeta {
+    let (last_delivered, entries_read) = match start {
+        GroupStart::Last => (stream.last, Some(stream.added)),
+        GroupStart::Id(LogSeq::ZERO) => (LogSeq::ZERO, Some(0)),
+        GroupStart::Id(id) => (id, None),
+    };
+    GroupMeta {
+        last_delivered,
+        entries_read,
+        ..meta
     }
 }
 
@@ -128,5 +228,62 @@ fn claimed(
         consumer: consumer.clone(),
         delivered_ms,
         deliveries,
+        key_hash: entry.key_hash,
+        waiting: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::encode;
+
+    #[derive(Serialize)]
+    struct OldGroupMeta {
+        last_delivered: LogSeq,
+        entries_read: Option<u64>,
+    }
+
+    #[derive(Serialize)]
+    struct OldPendingEntry {
+        consumer: Bytes,
+        delivered_ms: u64,
+        deliveries: u64,
+    }
+
+    #[test]
+    fn rows_written_before_options_existed_decode_with_the_defaults() {
+        let row = encode(&OldGroupMeta {
+            last_delivered: LogSeq::new(7, 1),
+            entries_read: Some(3),
+        });
+        let meta = GroupMeta::decode(&row).unwrap();
+        assert_eq!(meta.last_delivered, LogSeq::new(7, 1));
+        assert_eq!(meta.entries_read, Some(3));
+        assert_eq!(meta.options, GroupOptions::default());
+        assert_eq!(meta.dealt_last, None);
+        let row = encode(&OldPendingEntry {
+            consumer: Bytes::from("c"),
+            delivered_ms: 5,
+            deliveries: 2,
+        });
+        let entry = PendingEntry::decode(&row).unwrap();
+        assert_eq!(
+            (entry.deliveries, entry.waiting, entry.key_hash),
+            (2, false, None)
+        );
+        // And a new row reads back as itself.
+        let mut new = meta.clone();
+        new.options.ack_wait_ms = Some(9);
+        new.dealt_last = Some(Bytes::from("x"));
+        assert_eq!(GroupMeta::decode(&encode(&new)).unwrap(), new);
+        assert!(GroupMeta::decode(&[0xff]).is_err());
+    }
+
+    #[test]
+    fn the_key_hash_is_fixed_across_releases() {
+        // FNV-1a's published test vector: a change of hash would move every key.
+        assert_eq!(fnv1a(&[b"a"]), 0xaf63_dc4c_8601_ec8c);
+        assert_ne!(weight(1, b"c1"), weight(1, b"c2"));
     }
 }

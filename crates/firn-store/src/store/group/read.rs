@@ -7,9 +7,10 @@ use bytes::Bytes;
 use firn_model::log::LOG_READ_RECORDS_MAX;
 use firn_model::{ConsumerInfo, FirnError, GroupInfo, Key, LogSeq, PendingInfo, PendingSummary};
 
+use super::deal::PENDING_SCAN_MAX;
 use super::{
-    ConsumerMeta, GroupMeta, PendingEntry, consumer_key, group_key, idle, no_consumer_group,
-    no_group, pending_key,
+    ConsumerMeta, GroupMeta, GroupWake, KeyHolder, PendingEntry, consumer_key, group_key,
+    holder_key, idle, no_consumer_group, no_group, pending_key,
 };
 use crate::backend::Table;
 use crate::record::decode;
@@ -17,12 +18,23 @@ use crate::store::log::{push_name, tag_key};
 use crate::store::{VersionedStore, WALK_PAGE, io_err, prefix_end};
 
 impl VersionedStore {
-    pub(super) fn group(&self, key: &Key, group: &[u8]) -> Result<Option<GroupMeta>, FirnError> {
+    /// One row of `table`, read by `read`.
+    fn row<T>(
+        &self,
+        table: Table,
+        key: &[u8],
+        read: impl Fn(&[u8]) -> Result<T, FirnError>,
+    ) -> Result<Option<T>, FirnError> {
         self.backend
-            .get(Table::Groups, &group_key(key.as_bytes(), group))
+            .get(table, key)
             .map_err(io_err)?
-            .map(|b| decode(&b))
+            .map(|b| read(&b))
             .transpose()
+    }
+
+    pub(super) fn group(&self, key: &Key, group: &[u8]) -> Result<Option<GroupMeta>, FirnError> {
+        let row = group_key(key.as_bytes(), group);
+        self.row(Table::Groups, &row, GroupMeta::decode)
     }
 
     pub(super) fn consumer(
@@ -31,14 +43,8 @@ impl VersionedStore {
         group: &[u8],
         consumer: &[u8],
     ) -> Result<Option<ConsumerMeta>, FirnError> {
-        self.backend
-            .get(
-                Table::GroupConsumers,
-                &consumer_key(key.as_bytes(), group, consumer),
-            )
-            .map_err(io_err)?
-            .map(|b| decode(&b))
-            .transpose()
+        let row = consumer_key(key.as_bytes(), group, consumer);
+        self.row(Table::GroupConsumers, &row, decode)
     }
 
     pub(super) fn pending_entry(
@@ -47,14 +53,18 @@ impl VersionedStore {
         group: &[u8],
         seq: LogSeq,
     ) -> Result<Option<PendingEntry>, FirnError> {
-        self.backend
-            .get(
-                Table::GroupPending,
-                &pending_key(key.as_bytes(), group, seq),
-            )
-            .map_err(io_err)?
-            .map(|b| decode(&b))
-            .transpose()
+        let row = pending_key(key.as_bytes(), group, seq);
+        self.row(Table::GroupPending, &row, PendingEntry::decode)
+    }
+
+    pub(super) fn key_holder(
+        &self,
+        key: &Key,
+        group: &[u8],
+        key_hash: u64,
+    ) -> Result<Option<KeyHolder>, FirnError> {
+        let row = holder_key(key.as_bytes(), group, key_hash);
+        self.row(Table::GroupKeys, &row, decode)
     }
 
     /// Calls `each` on the group's pending entries with `seq ≥ from`, in id order, until it
@@ -95,7 +105,7 @@ impl VersionedStore {
             for (pk, v) in page {
                 let seq = LogSeq::from_be_bytes(&pk[pk.len() - 16..])
                     .ok_or_else(|| FirnError::Internal("a pending entry without an id".into()))?;
-                if !each(seq, decode(&v)?)? {
+                if !each(seq, PendingEntry::decode(&v)?)? {
                     return Ok(());
                 }
             }
@@ -165,6 +175,71 @@ impl VersionedStore {
         Ok(out)
     }
 
+    /// The group's first `limit` consumers by name, and when each was last seen.
+    pub(super) fn consumer_rows(
+        &self,
+        key: &Key,
+        group: &[u8],
+        limit: usize,
+    ) -> Result<Vec<(Bytes, ConsumerMeta)>, FirnError> {
+        let prefix = group_key(key.as_bytes(), group);
+        let end = prefix_end(&prefix);
+        let upper = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+        let rows = self
+            .backend
+            .range(
+                Table::GroupConsumers,
+                Bound::Included(&prefix),
+                upper,
+                false,
+                limit,
+            )
+            .map_err(io_err)?;
+        rows.into_iter()
+            .map(|(ck, v)| Ok((Bytes::copy_from_slice(&ck[prefix.len()..]), decode(&v)?)))
+            .collect()
+    }
+
+    /// When the group's earliest delivered entry falls due under ACKWAIT, and who has
+    /// entries waiting to be handed over, among the first [`PENDING_SCAN_MAX`] pending.
+    #[allow(clippy::type_complexity)]
+    fn due_and_waiting(
+        &self,
+        key: &Key,
+        group: &[u8],
+        meta: &GroupMeta,
+    ) -> Result<(Option<u64>, Vec<(Bytes, u64)>), FirnError> {
+        let mut due: Option<u64> = None;
+        let mut waiting: std::collections::BTreeMap<Bytes, u64> = Default::default();
+        let mut seen = 0;
+        self.walk_pending(key, group, LogSeq::ZERO, |_, entry| {
+            seen += 1;
+            if entry.waiting {
+                *waiting.entry(entry.consumer).or_default() += 1;
+            } else if let Some(wait) = meta.options.ack_wait_ms
+                && entry.deliveries > 0
+            {
+                let at = entry.delivered_ms.saturating_add(wait);
+                due = Some(due.map_or(at, |d| d.min(at)));
+            }
+            Ok(seen < PENDING_SCAN_MAX)
+        })?;
+        Ok((due, waiting.into_iter().collect()))
+    }
+
+    /// A group's [`GroupWake`] (`None`: no such group), bounded as a deal is.
+    pub fn group_wake(&self, key: &Key, group: &[u8]) -> Result<Option<GroupWake>, FirnError> {
+        let Some(meta) = self.group(key, group)? else {
+            return Ok(None);
+        };
+        let (next_due_ms, waiting) = self.due_and_waiting(key, group, &meta)?;
+        Ok(Some(GroupWake {
+            options: meta.options,
+            next_due_ms,
+            waiting,
+        }))
+    }
+
     /// How many entries each consumer of the group has pending.
     fn pending_counts(
         &self,
@@ -214,8 +289,9 @@ impl VersionedStore {
             .map_err(io_err)?;
         let mut out = Vec::with_capacity(rows.len());
         for (gk, v) in rows {
-            let meta: GroupMeta = decode(&v)?;
+            let meta = GroupMeta::decode(&v)?;
             let name = &gk[prefix.len() + 2..];
+            let (next_due_ms, waiting) = self.due_and_waiting(key, name, &meta)?;
             let pending = self.pending_counts(key, name)?.values().sum();
             let consumers = self.consumers(key, name, 0)?.len() as u64;
             let lag = if meta.last_delivered >= stream.last {
@@ -232,6 +308,9 @@ impl VersionedStore {
                 last_delivered: meta.last_delivered,
                 entries_read: meta.entries_read,
                 lag,
+                options: meta.options,
+                next_due_ms,
+                waiting,
             });
         }
         Ok(out)
@@ -247,31 +326,16 @@ impl VersionedStore {
         if self.group(key, group)?.is_none() {
             return Err(no_consumer_group(key, group));
         }
-        let prefix = group_key(key.as_bytes(), group);
-        let end = prefix_end(&prefix);
-        let upper = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-        let rows = self
-            .backend
-            .range(
-                Table::GroupConsumers,
-                Bound::Included(&prefix),
-                upper,
-                false,
-                LOG_READ_RECORDS_MAX,
-            )
-            .map_err(io_err)?;
         let pending = self.pending_counts(key, group)?;
-        rows.into_iter()
-            .map(|(ck, v)| {
-                let meta: ConsumerMeta = decode(&v)?;
-                let name = &ck[prefix.len()..];
-                Ok(ConsumerInfo {
-                    name: Bytes::copy_from_slice(name),
-                    pending: pending.get(name).copied().unwrap_or(0),
-                    idle_ms: idle(now_ms, meta.seen_ms),
-                    inactive_ms: meta.active_ms.map(|a| idle(now_ms, a)),
-                })
+        let rows = self.consumer_rows(key, group, LOG_READ_RECORDS_MAX)?;
+        Ok(rows
+            .into_iter()
+            .map(|(name, meta)| ConsumerInfo {
+                pending: pending.get(&name).copied().unwrap_or(0),
+                idle_ms: idle(now_ms, meta.seen_ms),
+                inactive_ms: meta.active_ms.map(|a| idle(now_ms, a)),
+                name,
             })
-            .collect()
+            .collect())
     }
 }
