@@ -56,6 +56,10 @@ pub enum FirnError {
     /// XGROUP CREATE of a group that exists.
     #[error("Consumer Group name already exists")]
     BusyGroup,
+    /// FIRN.REQUEST (or `POST /v1/services/…`) got no reply within its timeout. The request
+    /// may still be served; its late reply is dropped.
+    #[error("no reply from service '{service}' within {within_ms} ms")]
+    NoReply { service: String, within_ms: u64 },
 }
 
 impl FirnError {
@@ -68,6 +72,7 @@ impl FirnError {
             FirnError::LogNotFound(_) => "NOLOG",
             FirnError::NoGroup(_) => "NOGROUP",
             FirnError::BusyGroup => "BUSYGROUP",
+            FirnError::NoReply { .. } => "TIMEOUT",
             FirnError::TryAgain(_) => "TRYAGAIN",
             FirnError::Indeterminate(_) => "UNCERTAIN",
             FirnError::Unavailable(_) => "CLUSTERDOWN",
@@ -89,7 +94,7 @@ impl FirnError {
             FirnError::Trimmed { .. } => 410,
             FirnError::Refused(_) => 403,
             FirnError::TryAgain(_) | FirnError::Unavailable(_) => 503,
-            FirnError::Indeterminate(_) => 504,
+            FirnError::Indeterminate(_) | FirnError::NoReply { .. } => 504,
             FirnError::Internal(_) => 500,
             _ => 400,
         }

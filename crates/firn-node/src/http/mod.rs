@@ -1,12 +1,14 @@
 //! The HTTP/JSON front end: parses into the same typed requests the RESP front end does and
 //! calls the same router, in one session per request. Values travel as raw bytes, metadata
-//! in `Firn-*` headers. Endpoints by subsystem: [`kv`], [`log`], [`watch`], [`admin`].
+//! in `Firn-*` headers. Endpoints by subsystem: [`kv`], [`log`], [`watch`], [`admin`],
+//! [`service`].
 
 mod admin;
 mod json;
 mod kv;
 mod log;
 mod params;
+mod service;
 mod watch;
 
 use self::admin::{
@@ -59,6 +61,7 @@ pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> 
             "/v1/keyspaces/{*prefix}",
             axum::routing::delete(drop_keyspace),
         )
+        .route("/v1/services/{name}", post(service::request))
         .route("/v1/cluster", get(cluster))
         .route("/v1/cluster/nodes/{id}", delete(remove_node))
         .route("/healthz", get(healthz))
