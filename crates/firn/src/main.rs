@@ -7,9 +7,11 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 mod log;
+mod request;
 mod serve;
 
 use log::{LogAction, run_log};
+use request::{RequestArgs, run_request};
 use serve::{ServeArgs, serve};
 
 /// mimalloc instead of glibc's malloc: the hot paths allocate small buffers on many threads,
@@ -150,6 +152,8 @@ enum Command {
         #[command(subcommand)]
         action: LogAction,
     },
+    /// Send one request to a service's workers and print the reply (FIRN.REQUEST).
+    Request(RequestArgs),
     /// Inspect the cluster.
     Cluster {
         #[command(subcommand)]
@@ -262,6 +266,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Log { action } => run_log(action).await,
+        Command::Request(args) => run_request(args).await,
         Command::Put {
             key,
             value,
