@@ -14,7 +14,7 @@ use redis::aio::MultiplexedConnection;
 async fn conn(addr: &str) -> MultiplexedConnection {
     let client = redis::Client::open(format!("redis://{addr}/")).unwrap();
     let config =
-        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(30)));
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(70)));
     client
         .get_multiplexed_async_connection_with_config(&config)
         .await
@@ -142,7 +142,7 @@ async fn a_worker_that_dies_holding_a_request_has_it_served_by_another_after_ack
             .arg("jobs")
             .arg("work")
             .arg("TIMEOUT")
-            .arg(15_000)
+            .arg(60_000)
             .query_async::<String>(&mut requester)
             .await
     });
@@ -152,14 +152,16 @@ async fn a_worker_that_dies_holding_a_request_has_it_served_by_another_after_ack
     assert_eq!(payload, "work");
     drop(doomed); // it dies without replying
 
+    // The dead worker stays live (LIVENESS, 30 s) after its last read: a policy may deal the
+    // due request to it again until then, so the second worker waits past that.
     let mut second = conn(&cluster.resp_addr(2)).await;
-    let (id, payload) = serve(&mut second, &["jobs", "BLOCK", "10000"])
+    let (id, payload) = serve(&mut second, &["jobs", "BLOCK", "45000"])
         .await
         .expect("the request comes back after ACKWAIT");
     assert_eq!(payload, "work");
     assert_eq!(id, first_id, "the same request");
     assert_eq!(reply(&mut second, &id, "done").await, 1);
-    let answer = tokio::time::timeout(Duration::from_secs(10), asked)
+    let answer = tokio::time::timeout(Duration::from_secs(20), asked)
         .await
         .unwrap()
         .unwrap();
