@@ -242,6 +242,7 @@ impl Router {
         let stream = service_stream(&service)?;
         let until = (options.block_ms > 0)
             .then(|| Instant::now() + Duration::from_millis(options.block_ms));
+        let mut made = false;
         loop {
             // BLOCK 0 waits without end; past a finite deadline one last look waits not at all.
             let block_ms = match until {
@@ -260,8 +261,10 @@ impl Router {
                 block_ms,
             };
             let answer = match self.execute(ctx, read.into()).await {
-                Err(FirnError::NoGroup(_)) => {
+                // Made once per call: a group destroyed again at once is the caller's to see.
+                Err(FirnError::NoGroup(_)) if !made => {
                     self.create_service_group(ctx, &stream, &options).await?;
+                    made = true;
                     continue;
                 }
                 answer => answer?,
