@@ -99,10 +99,10 @@ mod tests {
     #[tokio::test]
     async fn a_reply_completes_its_slot_once() {
         let slots = ReplySlots::default();
-        let slot = slots.open().unwrap();
+        let mut slot = slots.open().unwrap();
         assert!(slots.complete(slot.token, Bytes::from_static(b"a")));
         assert!(!slots.complete(slot.token, Bytes::from_static(b"b")));
-        assert_eq!(slot.reply.await.unwrap(), Bytes::from_static(b"a"));
+        assert_eq!((&mut slot.reply).await.unwrap(), Bytes::from_static(b"a"));
     }
 
     #[test]
