@@ -60,6 +60,10 @@ pub enum FirnError {
     /// `CROSSSLOT`; a group's dead-letter stream and its stream, say).
     #[error("Keys in request don't hash to the same slot")]
     CrossSlot,
+    /// FIRN.REQUEST (or `POST /v1/services/…`) got no reply within its timeout. The request
+    /// may still be served; its late reply is dropped.
+    #[error("no reply from service '{service}' within {within_ms} ms")]
+    NoReply { service: String, within_ms: u64 },
 }
 
 impl FirnError {
@@ -73,6 +77,7 @@ impl FirnError {
             FirnError::NoGroup(_) => "NOGROUP",
             FirnError::BusyGroup => "BUSYGROUP",
             FirnError::CrossSlot => "CROSSSLOT",
+            FirnError::NoReply { .. } => "TIMEOUT",
             FirnError::TryAgain(_) => "TRYAGAIN",
             FirnError::Indeterminate(_) => "UNCERTAIN",
             FirnError::Unavailable(_) => "CLUSTERDOWN",
@@ -94,7 +99,7 @@ impl FirnError {
             FirnError::Trimmed { .. } => 410,
             FirnError::Refused(_) => 403,
             FirnError::TryAgain(_) | FirnError::Unavailable(_) => 503,
-            FirnError::Indeterminate(_) => 504,
+            FirnError::Indeterminate(_) | FirnError::NoReply { .. } => 504,
             FirnError::Internal(_) => 500,
             _ => 400,
         }

@@ -99,6 +99,9 @@ impl Answerer {
             NodeRpc::Publish(c) => {
                 reply::<crate::rpc::Publish>(router.pubsub().deliver(&c.channel, &c.message) as u64)
             }
+            NodeRpc::ServiceReply(c) => {
+                reply::<crate::rpc::ServiceReply>(router.reply_slots().complete(c.token, c.payload))
+            }
         }
     }
 }

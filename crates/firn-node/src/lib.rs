@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod node;
 pub mod pubsub;
 pub mod replicas;
+pub mod reply;
 pub mod resp;
 pub mod router;
 pub mod rpc;

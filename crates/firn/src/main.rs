@@ -8,10 +8,12 @@ use clap::{Args, Parser, Subcommand};
 
 mod group;
 mod log;
+mod request;
 mod serve;
 
 use group::{GroupAction, run_group};
 use log::{LogAction, run_log};
+use request::{RequestArgs, run_request};
 use serve::{ServeArgs, serve};
 
 /// mimalloc instead of glibc's malloc: the hot paths allocate small buffers on many threads,
@@ -157,6 +159,8 @@ enum Command {
         #[command(subcommand)]
         action: GroupAction,
     },
+    /// Send one request to a service's workers and print the reply (FIRN.REQUEST).
+    Request(RequestArgs),
     /// Inspect the cluster.
     Cluster {
         #[command(subcommand)]
@@ -270,6 +274,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Serve(args) => serve(args).await,
         Command::Log { action } => run_log(action).await,
         Command::Group { action } => run_group(action).await,
+        Command::Request(args) => run_request(args).await,
         Command::Put {
             key,
             value,

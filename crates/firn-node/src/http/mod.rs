@@ -1,7 +1,7 @@
 //! The HTTP/JSON front end: parses into the same typed requests the RESP front end does and
 //! calls the same router, in one session per request. Values travel as raw bytes, metadata
 //! in `Firn-*` headers. Endpoints by subsystem: [`kv`], [`log`], [`groups`] and
-//! [`group_events`], [`watch`], [`admin`].
+//! [`group_events`], [`service`], [`watch`], [`admin`].
 
 mod admin;
 mod group_events;
@@ -10,6 +10,7 @@ mod json;
 mod kv;
 mod log;
 mod params;
+mod service;
 mod watch;
 
 use self::admin::{
@@ -81,6 +82,7 @@ pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> 
             "/v1/keyspaces/{*prefix}",
             axum::routing::delete(drop_keyspace),
         )
+        .route("/v1/services/{name}", post(service::request))
         .route("/v1/cluster", get(cluster))
         .route("/v1/cluster/nodes/{id}", delete(remove_node))
         .route("/healthz", get(healthz))

@@ -8,6 +8,7 @@ use firn_model::{CommitTs, FirnError, Request, Response, WatchRequest};
 
 use super::args::Args;
 use super::cmd::scan::RedisScan;
+use super::cmd::service::ServiceAction;
 use super::cmd::subscribe::PubSubAction;
 use super::reply::Reply;
 
@@ -143,6 +144,8 @@ pub enum Action {
     Quit,
     /// Publish/subscribe: publishing, this connection's subscriptions, PUBSUB, RESET.
     PubSub(PubSubAction),
+    /// FIRN.REQUEST, FIRN.SERVE, FIRN.REPLY: run by the connection, whose id names its worker.
+    Service(ServiceAction),
 }
 
 /// How a command shows the router's answer: functions of the command's own file, so adding

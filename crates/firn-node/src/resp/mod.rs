@@ -470,6 +470,18 @@ impl Connection {
                 self.queue.push_back(Queued::Ready(reply));
             }
             Action::PubSub(action) => self.pubsub(action).await,
+            Action::Service(action) => {
+                // It may wait long (a worker's BLOCK, a request's TIMEOUT): answers first.
+                self.drain().await;
+                self.flush().await?;
+                let router = self.shared.router.clone();
+                let ctx = self.session.context();
+                let consumer = format!("{}-{}", router.node_id(), self.id);
+                let run = cmd::service::run(&router, &ctx, action, consumer.into());
+                if let Some(reply) = self.unless_gone(run).await? {
+                    self.queue.push_back(Queued::Ready(reply));
+                }
+            }
             Action::Quit => {
                 self.queue.push_back(Queued::Ready(Reply::Ok));
                 self.closing = true;
@@ -515,23 +527,32 @@ impl Connection {
         self.flush().await?;
         let router = self.shared.router.clone();
         let ctx = self.session.context();
-        let answer = router.execute(&ctx, request);
-        tokio::pin!(answer);
+        if let Some(result) = self.unless_gone(router.execute(&ctx, request)).await? {
+            let result = self.saw(result);
+            self.queue
+                .push_back(Queued::Ready(how.show(result.map(|a| a.response))));
+        }
+        Ok(())
+    }
+
+    /// Awaits `work`, or drops it when the client goes away or the node stops (`None`;
+    /// the connection then closes). Commands sent meanwhile are kept (up to a frame's bound).
+    async fn unless_gone<T>(
+        &mut self,
+        work: impl std::future::Future<Output = T>,
+    ) -> std::io::Result<Option<T>> {
+        tokio::pin!(work);
         loop {
             tokio::select! {
-                result = &mut answer => {
-                    let result = self.saw(result);
-                    self.queue.push_back(Queued::Ready(how.show(result.map(|a| a.response))));
-                    return Ok(());
-                }
+                result = &mut work => return Ok(Some(result)),
                 _ = self.stop.changed() => {
                     self.closing = true;
-                    return Ok(());
+                    return Ok(None);
                 }
                 n = self.stream.read_buf(&mut self.input), if self.input.len() <= RESP_FRAME_BYTES_MAX => {
                     if n? == 0 {
                         self.closing = true;
-                        return Ok(());
+                        return Ok(None);
                     }
                 }
             }

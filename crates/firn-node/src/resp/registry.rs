@@ -77,6 +77,9 @@ pub const COMMANDS: &[CommandSpec] = &[
     subscribe::UNSUBSCRIBE,
     subscribe::PUNSUBSCRIBE,
     subscribe::RESET,
+    service::FIRN_REQUEST,
+    service::FIRN_SERVE,
+    service::FIRN_REPLY,
 ];
 
 /// The registry by upper-case name, as frames carry it.

@@ -15,6 +15,7 @@ mod merge;
 mod plan;
 mod publish;
 mod read;
+pub mod service;
 mod watch;
 
 use std::future::Future;
@@ -36,6 +37,7 @@ use crate::cluster::meta::MetaClient;
 use crate::log_index::{Forget, LogIndex};
 use crate::pubsub::PubSub;
 use crate::replicas::Replicas;
+use crate::reply::ReplySlots;
 use crate::rpc::{Execute, PeerClient, ShardPart};
 
 /// A request's outcome, possibly still in flight (a proposed write).
@@ -67,6 +69,8 @@ pub struct Router {
     log_index: Arc<LogIndex>,
     /// This node's publish/subscribe subscribers.
     pubsub: Arc<PubSub>,
+    /// Requests waiting here for a service's reply (`service.rs`).
+    reply_slots: ReplySlots,
 }
 
 /// What a router is built from.
@@ -96,6 +100,7 @@ impl Router {
             log_notes: log::LogNotes::default(),
             log_index: Arc::new(LogIndex::new(parts.log_index_bytes)),
             pubsub: Arc::default(),
+            reply_slots: ReplySlots::default(),
         }
     }
 

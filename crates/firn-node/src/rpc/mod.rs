@@ -68,6 +68,9 @@ calls! {
     ForgetLog => ();
     /// Deliver a published message to this node's subscribers; answers how many there were.
     Publish => u64;
+    /// Hand a service's reply to the request waiting here under a token; answers whether one
+    /// was waiting.
+    ServiceReply => bool;
 }
 
 /// What one shard is asked: a read, or a write as the log operation it becomes.
@@ -166,6 +169,13 @@ pub struct ForgetLog(pub crate::log_index::Forget);
 pub struct Publish {
     pub channel: bytes::Bytes,
     pub message: bytes::Bytes,
+}
+
+/// A worker's reply for a request waiting at another node (see `router/service.rs`).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ServiceReply {
+    pub token: u64,
+    pub payload: bytes::Bytes,
 }
 
 /// Sends typed calls to other nodes.

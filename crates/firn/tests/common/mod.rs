@@ -32,7 +32,7 @@ impl FirnProcess {
 
     /// Starts `firn serve --data-dir DATA_DIR ARGS…` and waits until it serves (bounded).
     pub fn start_with(data_dir: &Path, args: &[&str]) -> FirnProcess {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_firn"))
+        let mut child = Command::new(firn_bin())
             .arg("serve")
             .arg("--data-dir")
             .arg(data_dir)
@@ -102,6 +102,12 @@ impl Drop for FirnProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The `firn` binary the tests start: `FIRN_TEST_BIN` if set (a copy of one's own build,
+/// when others share the target directory and rebuild `target/debug/firn`), else Cargo's.
+pub fn firn_bin() -> String {
+    std::env::var("FIRN_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_firn").to_owned())
 }
 
 pub fn wait_until<F: FnMut() -> bool>(timeout: Duration, mut f: F) -> bool {

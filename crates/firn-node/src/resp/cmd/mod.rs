@@ -25,6 +25,7 @@ pub mod mset;
 pub mod publish;
 pub mod scan;
 pub mod server;
+pub mod service;
 pub mod session;
 pub mod set;
 pub mod subscribe;

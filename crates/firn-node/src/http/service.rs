@@ -1,0 +1,42 @@
+//! `POST /v1/services/{name}?key=k&timeout_ms=N`: request/response over HTTP. The body is the
+//! request's payload and the answer's body is the worker's reply (raw bytes both ways); no
+//! reply within the timeout is `504` with the usual error body (`TIMEOUT`). The work is the
+//! router's (`router/service.rs`), as FIRN.REQUEST's is.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response as HttpResponse};
+use firn_model::FirnError;
+
+use super::params::param_u64;
+use super::{ApiResult, Params, Session};
+use crate::router::Router;
+use crate::router::service::check_timeout_ms;
+
+pub(super) async fn request(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    Path(service): Path<String>,
+    params: Params,
+    body: Bytes,
+) -> ApiResult<HttpResponse> {
+    if let Some(other) = params
+        .keys()
+        .find(|k| !["key", "timeout_ms"].contains(&k.as_str()))
+    {
+        return Err(FirnError::BadArgument(format!(
+            "unknown parameter '{other}' (a service request takes key and timeout_ms)"
+        ))
+        .into());
+    }
+    let timeout_ms = check_timeout_ms(param_u64(&params, "timeout_ms")?)?;
+    let key = params.get("key").map(|k| Bytes::from(k.clone()));
+    let ctx = session.lock().context();
+    let reply = router
+        .request(&ctx, Bytes::from(service), body, key, timeout_ms)
+        .await?;
+    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], reply).into_response())
+}
