@@ -297,6 +297,30 @@ fn roundrobin_gives_a_silent_consumers_entries_to_a_live_one() {
     );
 }
 
+#[test]
+fn roundrobin_gives_a_due_entry_to_another_live_consumer_not_back_to_its_holder() {
+    let s = store();
+    let options = GroupOptions {
+        policy: DeliveryPolicy::RoundRobin,
+        ack_wait_ms: Some(1_000),
+        ..GroupOptions::default()
+    };
+    create_with(&s, 1_000, options).unwrap();
+    consumer(&s, 1_000, "c2");
+    add(&s, 1_000, 1);
+    add(&s, 1_000, 2);
+    // c1 takes entry 1 and stalls (still live: LIVENESS 30 s); entry 2 is dealt to c2, which
+    // takes and acks it, so c1 is next in turn when entry 1 falls due.
+    assert_eq!(deliver(&s, 1_500, "c1", 1), ids(&[1]));
+    assert_eq!(deliver(&s, 1_600, "c2", 1), ids(&[2]));
+    ack(&s, 1_700, &ids(&[2]));
+    // After ACKWAIT the due entry is dealt to c2, not handed back to c1, whoever asks.
+    assert!(deliver(&s, 2_600, "c1", 1).is_empty());
+    assert_eq!(pending_of(&s, "c2"), vec![(LogSeq::new(1, 0), 1)]);
+    assert_eq!(deliver(&s, 2_700, "c2", 1), ids(&[1]));
+    assert_eq!(pending_of(&s, "c2"), vec![(LogSeq::new(1, 0), 2)]);
+}
+
 /// A dead-letter history: how many times an entry was handed out, and the deliveries its
 /// dead letter says (none: it never reached the dead-letter stream).
 struct DeadLetterHistory {

@@ -105,6 +105,16 @@ impl Dealer {
         next
     }
 
+    /// `roundrobin` for an entry given again: the next in turn other than the consumer
+    /// that let it fall due, unless it is the only live one.
+    fn next_in_turn_but(&mut self, holder: &Bytes) -> Bytes {
+        let next = self.next_in_turn();
+        if next == *holder && self.live.len() > 1 {
+            return self.next_in_turn();
+        }
+        next
+    }
+
     /// The live consumer with the highest weight for a key (ties, which need a hash
     /// collision, go to the greater name).
     fn by_weight(&self, key_hash: u64) -> Bytes {
@@ -246,7 +256,7 @@ impl Txn<'_> {
                     (DeliveryPolicy::Hrw(_), None) => {
                         dealer.by_weight(fnv1a(&[&seq.to_be_bytes()]))
                     }
-                    _ => dealer.next_in_turn(),
+                    _ => dealer.next_in_turn_but(&e.consumer),
                 };
                 e.waiting = true;
                 e.delivered_ms = now;
