@@ -7,7 +7,8 @@ FIRN.SERVE and answers each with FIRN.REPLY (the payload, upper-cased with --upp
     firn request echo hello                         # the same through the CLI
 
 Run several: each connection is its own worker, and the service's group deals requests to
-them (POLICY roundrobin by default; hrw keeps a request KEY on one worker).
+them (POLICY first by default: the first free worker takes a request; roundrobin deals
+in turn; hrw keeps a request KEY on one worker).
 """
 
 import argparse
@@ -21,7 +22,7 @@ def main():
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=7379)
     p.add_argument("--service", default="echo")
-    p.add_argument("--policy", choices=["roundrobin", "hrw"], default="roundrobin")
+    p.add_argument("--policy", choices=["first", "roundrobin", "hrw"], default="first")
     p.add_argument("--upper", action="store_true", help="answer the payload upper-cased")
     p.add_argument("--count", type=int, default=0, help="stop after this many requests (0: never)")
     args = p.parse_args()

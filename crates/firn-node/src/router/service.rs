@@ -44,7 +44,11 @@ const FIELD_DEADLINE: &[u8] = b"deadline";
 /// How a service's group deals requests to its workers (`FIRN.SERVE … POLICY`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ServicePolicy {
+    /// The first free worker to ask takes the request (Redis's `first`): no deal to a
+    /// worker that is busy, so the lowest latency.
     #[default]
+    First,
+    /// Requests dealt to the live workers in turn, busy or not.
     RoundRobin,
     /// A request's `KEY` picks its worker (highest random weight); keyless ones by id.
     Hrw,
@@ -64,7 +68,7 @@ pub struct ServeOptions {
 impl Default for ServeOptions {
     fn default() -> Self {
         ServeOptions {
-            policy: ServicePolicy::RoundRobin,
+            policy: ServicePolicy::First,
             ack_wait_ms: ACK_WAIT_MS_DEFAULT,
             block_ms: 0,
         }
@@ -361,6 +365,7 @@ impl Router {
         options: &ServeOptions,
     ) -> Result<(), FirnError> {
         let policy = match options.policy {
+            ServicePolicy::First => DeliveryPolicy::First,
             ServicePolicy::RoundRobin => DeliveryPolicy::RoundRobin,
             ServicePolicy::Hrw => {
                 DeliveryPolicy::Hrw(GroupKey::Field(Bytes::from_static(FIELD_KEY)))

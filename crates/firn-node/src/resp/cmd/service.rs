@@ -32,7 +32,7 @@ pub const FIRN_SERVE: CommandSpec = CommandSpec {
     keys: KeyPositions::NONE,
     group: Group::Firn,
     since: FIRST_RELEASE,
-    summary: "FIRN.SERVE service [POLICY roundrobin|hrw] [ACKWAIT ms] [BLOCK ms]: takes one request as this connection's worker: [id, payload, key], or nil.",
+    summary: "FIRN.SERVE service [POLICY first|roundrobin|hrw] [ACKWAIT ms] [BLOCK ms]: takes one request as this connection's worker: [id, payload, key], or nil.",
     parse: serve,
 };
 
@@ -97,11 +97,12 @@ fn serve(mut args: Args) -> Result<Action, FirnError> {
         match word.as_str() {
             "POLICY" => {
                 options.policy = match args.keyword()?.as_str() {
+                    "FIRST" => ServicePolicy::First,
                     "ROUNDROBIN" => ServicePolicy::RoundRobin,
                     "HRW" => ServicePolicy::Hrw,
                     other => {
                         return Err(FirnError::BadArgument(format!(
-                            "POLICY is '{}'; it must be roundrobin or hrw",
+                            "POLICY is '{}'; it must be first, roundrobin or hrw",
                             other.to_lowercase()
                         )));
                     }
@@ -113,7 +114,7 @@ fn serve(mut args: Args) -> Result<Action, FirnError> {
                 return Err(option_error(
                     "FIRN.SERVE",
                     other,
-                    "POLICY roundrobin|hrw, ACKWAIT ms, BLOCK ms",
+                    "POLICY first|roundrobin|hrw, ACKWAIT ms, BLOCK ms",
                 ));
             }
         }
