@@ -44,7 +44,9 @@
 //!     last delivery is ACKWAIT old (a redelivery). Then the first rule gives way to the
 //!     second: a `>` delivery of an id some delivery had returned (and completed) before it
 //!     began is judged as a claim with min-idle ACKWAIT ([`Violation::RedeliveredTooSoon`]),
-//!     and its delivery count as a claim's.
+//!     and its delivery count as a claim's. Of two such deliveries of one id that overlap in
+//!     time (claims too, under any policy), one came first and the other must have waited
+//!     for it: a violation when neither order fits.
 //!   - A delivery count, when the harness knows it, is 1 for a "new" delivery, and for a
 //!     claim lies between 1 + the deliveries of the id completed before the claim began and
 //!     1 + those invoked before it completed (unknown-outcome deliveries included).
@@ -560,10 +562,26 @@ impl IdHistory<'_> {
         }
     }
 
+    /// Whether delivery `later` may have taken the id after delivery `d`: as a claim (or a
+    /// redelivery under ACKWAIT) once `d` was as idle as it asked.
+    fn may_follow(&self, later: OpIndex, d: OpIndex) -> bool {
+        let ops = self.ops;
+        self.min_idle_ms(later).is_some_and(|ms| {
+            ops[later].completed_at + CLOCK_SLACK_NS
+                >= ops[d].invoked_at + ms.saturating_mul(1_000_000)
+        })
+    }
+
     /// A claim (or a redelivery by `>` under ACKWAIT) takes the id only once its last
-    /// delivery is as idle as the claim asked.
+    /// delivery is as idle as the claim asked; of two such deliveries that overlap in time,
+    /// one came first, and the other must have waited for it.
     fn check_claims(&self) -> Result<(), Violation> {
         let ops = self.ops;
+        let overlap = |a: OpIndex, b: OpIndex| {
+            a != b
+                && ops[a].completed_at >= ops[b].invoked_at
+                && ops[b].completed_at >= ops[a].invoked_at
+        };
         for claim in self.deliveries() {
             let Some(min_idle_ms) = self.min_idle_ms(claim) else {
                 continue;
@@ -571,14 +589,19 @@ impl IdHistory<'_> {
             let latest = self
                 .deliveries()
                 .filter(|&d| d != claim && ops[d].completed_at < ops[claim].invoked_at)
-                .max_by_key(|&d| ops[d].invoked_at);
-            let Some(earlier) = latest else {
+                .max_by_key(|&d| ops[d].invoked_at)
+                .filter(|&d| !self.may_follow(claim, d));
+            let racing = || {
+                self.deliveries().find(|&d| {
+                    overlap(claim, d)
+                        && self.min_idle_ms(d).is_some()
+                        && !self.may_follow(claim, d)
+                        && !self.may_follow(d, claim)
+                })
+            };
+            let Some(earlier) = latest.or_else(racing) else {
                 continue;
             };
-            let idle_ns_min = min_idle_ms.saturating_mul(1_000_000);
-            if ops[claim].completed_at + CLOCK_SLACK_NS >= ops[earlier].invoked_at + idle_ns_min {
-                continue;
-            }
             let id = self.id;
             return Err(match self.kind(claim) {
                 DeliveryKind::New => Violation::RedeliveredTooSoon {

@@ -295,6 +295,21 @@ fn a_redelivery_by_ackwait_passes_with_the_option_and_is_rejected_without_it() {
 }
 
 #[test]
+fn two_overlapping_new_deliveries_of_one_id_within_ackwait_are_rejected() {
+    // Neither was given ACKWAIT after the other began, whichever came first.
+    let mut h = redelivered((3, 500));
+    h.operations[1].completed_at = 600 * MS;
+    let v = rejected_with(&h, ACK_WAIT);
+    assert!(
+        matches!(v, Violation::RedeliveredTooSoon { id: i, .. } if i == id(1)),
+        "{v:?}"
+    );
+    // One of them given 1000 ms after the other began: accepted.
+    h.operations[1].completed_at = 1_100 * MS;
+    check_with(&h, ACK_WAIT).unwrap_or_else(|v| panic!("{}", h.explain(&v)));
+}
+
+#[test]
 fn a_redelivery_by_ackwait_sooner_than_ackwait_is_rejected() {
     // Delivered at [2, 3] ms; given again by 500 ms, though ACKWAIT is 1000 ms.
     let mut h = redelivered((400, 500));
