@@ -1,5 +1,5 @@
-//! A consumer group's guarantees (Redis semantics, delivery policy `first`), checked on a
-//! recorded history.
+//! A consumer group's guarantees (Redis semantics, delivery policy `first`; or any policy
+//! with server-side redelivery, `ACKWAIT`, see [`Options`]), checked on a recorded history.
 //!
 //! A harness records what its processes did to one stream and one group, each operation
 //! with the times it was invoked and completed (nanoseconds on one monotonic clock):
@@ -40,6 +40,13 @@
 //!     outcome is unknown). An XACK answering 0 for an id a delivery returned before it
 //!     began, when no other XACK of the id answered 1 or had an unknown outcome before it
 //!     completed, shows the pending list lost the id.
+//!   - **With ACKWAIT** ([`Options::ack_wait_ms`]), `>` also gives an id again once its
+//!     last delivery is ACKWAIT old (a redelivery). Then the first rule gives way to the
+//!     second: a `>` delivery of an id some delivery had returned (and completed) before it
+//!     began is judged as a claim with min-idle ACKWAIT ([`Violation::RedeliveredTooSoon`]),
+//!     and its delivery count as a claim's. Of two such deliveries of one id that overlap in
+//!     time (claims too, under any policy), one came first and the other must have waited
+//!     for it: a violation when neither order fits.
 //!   - A delivery count, when the harness knows it, is 1 for a "new" delivery, and for a
 //!     claim lies between 1 + the deliveries of the id completed before the claim began and
 //!     1 + those invoked before it completed (unknown-outcome deliveries included).
@@ -67,6 +74,14 @@ pub type OpIndex = usize;
 /// apart over a run, and the rounding of idle times to milliseconds; only the min-idle rule
 /// of claims uses it.
 pub const CLOCK_SLACK_NS: u64 = 50_000_000;
+
+/// What the checker must know of the group's options.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// The group's `ACKWAIT`: `>` may give an id again once its last delivery is this old.
+    /// None (Redis's `first` without ACKWAIT): `>` hands an id out once.
+    pub ack_wait_ms: Option<u64>,
+}
 
 /// How an operation ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -219,13 +234,19 @@ struct Trace {
     acks: Vec<OpIndex>,
 }
 
-/// Checks `history` against the group's guarantees; returns the first violation found.
+/// Checks `history` of a group without ACKWAIT; see [`check_with`].
+pub fn check(history: &History) -> Result<Summary, Violation> {
+    check_with(history, Options::default())
+}
+
+/// Checks `history` against the guarantees of a group with `options`; returns the first
+/// violation found.
 ///
 /// # Panics
 ///
 /// If two adds carry one payload, or an operation completes before it is invoked: the
 /// harness, not the group, is wrong then.
-pub fn check(history: &History) -> Result<Summary, Violation> {
+pub fn check_with(history: &History, options: Options) -> Result<Summary, Violation> {
     let ops = &history.operations;
     let mut summary = Summary::default();
     let mut add_by_payload: HashMap<&str, OpIndex> = HashMap::new();
@@ -336,6 +357,7 @@ pub fn check(history: &History) -> Result<Summary, Violation> {
             id,
             trace,
             unknown_deliveries: &unknown_deliveries,
+            ack_wait_ms: options.ack_wait_ms,
         })
     };
     for h in id_histories() {
@@ -424,6 +446,7 @@ struct IdHistory<'a> {
     id: LogSeq,
     trace: &'a Trace,
     unknown_deliveries: &'a [u64],
+    ack_wait_ms: Option<u64>,
 }
 
 impl IdHistory<'_> {
@@ -454,9 +477,13 @@ impl IdHistory<'_> {
         self.unknown_deliveries.partition_point(|&at| at < t)
     }
 
-    /// `>` hands an id out once, and never after it was delivered.
+    /// `>` hands an id out once, and never after it was delivered (without ACKWAIT; with it,
+    /// [`Self::check_claims`] judges redeliveries).
     fn check_new(&self) -> Result<(), Violation> {
         let ops = self.ops;
+        if self.ack_wait_ms.is_some() {
+            return Ok(());
+        }
         let mut news = self
             .deliveries()
             .filter(|&d| self.kind(d) == DeliveryKind::New);
@@ -526,29 +553,70 @@ impl IdHistory<'_> {
         Ok(())
     }
 
-    /// A claim takes the id only once its last delivery is as idle as the claim asked.
+    /// The min-idle time a delivery of the id after another one needs: a claim's, or
+    /// ACKWAIT for a `>` (None: `>` never redelivers, see [`Self::check_new`]).
+    fn min_idle_ms(&self, d: OpIndex) -> Option<u64> {
+        match self.kind(d) {
+            DeliveryKind::Claim { min_idle_ms } => Some(min_idle_ms),
+            DeliveryKind::New => self.ack_wait_ms,
+        }
+    }
+
+    /// Whether delivery `later` may have taken the id after delivery `d`: as a claim (or a
+    /// redelivery under ACKWAIT) once `d` was as idle as it asked.
+    fn may_follow(&self, later: OpIndex, d: OpIndex) -> bool {
+        let ops = self.ops;
+        self.min_idle_ms(later).is_some_and(|ms| {
+            ops[later].completed_at + CLOCK_SLACK_NS
+                >= ops[d].invoked_at + ms.saturating_mul(1_000_000)
+        })
+    }
+
+    /// A claim (or a redelivery by `>` under ACKWAIT) takes the id only once its last
+    /// delivery is as idle as the claim asked; of two such deliveries that overlap in time,
+    /// one came first, and the other must have waited for it.
     fn check_claims(&self) -> Result<(), Violation> {
         let ops = self.ops;
+        let overlap = |a: OpIndex, b: OpIndex| {
+            a != b
+                && ops[a].completed_at >= ops[b].invoked_at
+                && ops[b].completed_at >= ops[a].invoked_at
+        };
         for claim in self.deliveries() {
-            let DeliveryKind::Claim { min_idle_ms } = self.kind(claim) else {
+            let Some(min_idle_ms) = self.min_idle_ms(claim) else {
                 continue;
             };
             let latest = self
                 .deliveries()
                 .filter(|&d| d != claim && ops[d].completed_at < ops[claim].invoked_at)
-                .max_by_key(|&d| ops[d].invoked_at);
-            let Some(earlier) = latest else {
+                .max_by_key(|&d| ops[d].invoked_at)
+                .filter(|&d| !self.may_follow(claim, d));
+            let racing = || {
+                self.deliveries().find(|&d| {
+                    overlap(claim, d)
+                        && self.min_idle_ms(d).is_some()
+                        && !self.may_follow(claim, d)
+                        && !self.may_follow(d, claim)
+                })
+            };
+            let Some(earlier) = latest.or_else(racing) else {
                 continue;
             };
-            let idle_ns_min = min_idle_ms.saturating_mul(1_000_000);
-            if ops[claim].completed_at + CLOCK_SLACK_NS < ops[earlier].invoked_at + idle_ns_min {
-                return Err(Violation::ClaimedTooSoon {
-                    id: self.id,
+            let id = self.id;
+            return Err(match self.kind(claim) {
+                DeliveryKind::New => Violation::RedeliveredTooSoon {
+                    id,
+                    earlier,
+                    delivery: claim,
+                    ack_wait_ms: min_idle_ms,
+                },
+                DeliveryKind::Claim { .. } => Violation::ClaimedTooSoon {
+                    id,
                     earlier,
                     claim,
                     min_idle_ms,
-                });
-            }
+                },
+            });
         }
         Ok(())
     }
@@ -560,9 +628,9 @@ impl IdHistory<'_> {
             let Some(count) = count else {
                 continue;
             };
-            let (min, max) = match self.kind(delivery) {
-                DeliveryKind::New => (1, 1),
-                DeliveryKind::Claim { .. } => {
+            let (min, max) = match self.min_idle_ms(delivery) {
+                None => (1, 1),
+                Some(_) => {
                     let others = || self.deliveries().filter(|&d| d != delivery);
                     let before = others()
                         .filter(|&d| ops[d].completed_at < ops[delivery].invoked_at)

@@ -2,76 +2,25 @@
 //! simulated server (Redis's rules, policy `first`) with overlapping operations, unknown
 //! outcomes, refusals, crashed consumers and claims — and rejects each kind of bad one built
 //! by hand: a lost id, a double `>` delivery, a delivery after an ack, a double successful
-//! ack, and the rest of the violations the checker names.
+//! ack, and the rest of the violations the checker names; and, for a group with ACKWAIT,
+//! accepts a `>` redelivery once ACKWAIT has passed and rejects one sooner.
 
 use firn_check::groups::{
-    Delivered, DeliveryKind, GroupOp, GroupOperation, History, OpIndex, Outcome, PhantomCause,
-    Violation, check,
+    Delivered, DeliveryKind, GroupOp, GroupOperation, History, Options, Outcome, PhantomCause,
+    Violation, check, check_with,
 };
 use firn_model::LogSeq;
 
-const MS: u64 = 1_000_000;
-
-fn id(n: u64) -> LogSeq {
-    LogSeq::new(1_700_000_000_000 + n, 0)
-}
-
-fn push(h: &mut History, process: usize, at: (u64, u64), op: GroupOp) -> OpIndex {
-    h.push(GroupOperation {
-        process,
-        invoked_at: at.0 * MS,
-        completed_at: at.1 * MS,
-        op,
-    })
-}
-
-/// An add of entry `n` (payload `e{n}`), acknowledged with `id(n)`.
-fn add(h: &mut History, at: (u64, u64), n: u64) -> OpIndex {
-    let op = GroupOp::Add {
-        payload: format!("e{n}"),
-        outcome: Outcome::Ok(id(n)),
-    };
-    push(h, 0, at, op)
-}
-
-fn entries(ns: &[u64]) -> Vec<Delivered> {
-    ns.iter()
-        .map(|&n| Delivered {
-            id: id(n),
-            payload: format!("e{n}"),
-            deliveries: None,
-        })
-        .collect()
-}
-
-fn deliver(h: &mut History, at: (u64, u64), c: usize, kind: DeliveryKind, ns: &[u64]) -> OpIndex {
-    let op = GroupOp::Deliver {
-        consumer: format!("c{c}"),
-        kind,
-        outcome: Outcome::Ok(entries(ns)),
-    };
-    push(h, c, at, op)
-}
-
-fn new(h: &mut History, at: (u64, u64), c: usize, ns: &[u64]) -> OpIndex {
-    deliver(h, at, c, DeliveryKind::New, ns)
-}
-
-fn claim(h: &mut History, at: (u64, u64), c: usize, min_idle_ms: u64, ns: &[u64]) -> OpIndex {
-    deliver(h, at, c, DeliveryKind::Claim { min_idle_ms }, ns)
-}
-
-fn ack(h: &mut History, at: (u64, u64), c: usize, n: u64, outcome: Outcome<bool>) -> OpIndex {
-    let op = GroupOp::Ack {
-        consumer: format!("c{c}"),
-        id: id(n),
-        outcome,
-    };
-    push(h, c, at, op)
-}
+#[path = "groups/build.rs"]
+mod build;
+use build::*;
 
 fn rejected(h: &History) -> Violation {
-    match check(h) {
+    rejected_with(h, Options::default())
+}
+
+fn rejected_with(h: &History, options: Options) -> Violation {
+    match check_with(h, options) {
         Ok(summary) => panic!("a bad history passed: {summary}"),
         Err(v) => {
             let explained = h.explain(&v);
@@ -327,6 +276,67 @@ fn a_claim_before_the_min_idle_time_is_rejected() {
     );
     h.operations[early].completed_at = 1_010 * MS;
     check(&h).unwrap_or_else(|v| panic!("{}", h.explain(&v)));
+}
+
+#[test]
+fn a_redelivery_by_ackwait_passes_with_the_option_and_is_rejected_without_it() {
+    let h = redelivered((1_100, 1_200));
+    let summary = check_with(&h, ACK_WAIT).unwrap_or_else(|v| panic!("{}", h.explain(&v)));
+    assert_eq!((summary.deliveries_new, summary.deliveries_claim), (2, 0));
+    assert_eq!((summary.redeliveries, summary.ids_redelivered), (1, 1));
+    assert_eq!(
+        rejected(&h),
+        Violation::NewTwice {
+            id: id(1),
+            first: 1,
+            second: 2
+        }
+    );
+}
+
+#[test]
+fn two_overlapping_new_deliveries_of_one_id_within_ackwait_are_rejected() {
+    // Neither was given ACKWAIT after the other began, whichever came first.
+    let mut h = redelivered((3, 500));
+    h.operations[1].completed_at = 600 * MS;
+    let v = rejected_with(&h, ACK_WAIT);
+    assert!(
+        matches!(v, Violation::RedeliveredTooSoon { id: i, .. } if i == id(1)),
+        "{v:?}"
+    );
+    // One of them given 1000 ms after the other began: accepted.
+    h.operations[1].completed_at = 1_100 * MS;
+    check_with(&h, ACK_WAIT).unwrap_or_else(|v| panic!("{}", h.explain(&v)));
+}
+
+#[test]
+fn a_redelivery_by_ackwait_sooner_than_ackwait_is_rejected() {
+    // Delivered at [2, 3] ms; given again by 500 ms, though ACKWAIT is 1000 ms.
+    let mut h = redelivered((400, 500));
+    assert_eq!(
+        rejected_with(&h, ACK_WAIT),
+        Violation::RedeliveredTooSoon {
+            id: id(1),
+            earlier: 1,
+            delivery: 2,
+            ack_wait_ms: 1_000
+        }
+    );
+    // Within the clock slack of 1000 ms after the first delivery began: accepted.
+    h.operations[2].completed_at = 1_010 * MS;
+    check_with(&h, ACK_WAIT).unwrap_or_else(|v| panic!("{}", h.explain(&v)));
+    // A delivery count of 2 fits the redelivery; 1 does not.
+    set_count(&mut h, 2, 2);
+    check_with(&h, ACK_WAIT).unwrap_or_else(|v| panic!("{}", h.explain(&v)));
+    set_count(&mut h, 2, 1);
+    assert!(matches!(
+        rejected_with(&h, ACK_WAIT),
+        Violation::DeliveryCount {
+            count: 1,
+            min: 2,
+            ..
+        }
+    ));
 }
 
 #[test]

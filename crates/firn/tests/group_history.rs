@@ -9,6 +9,13 @@
 //! history must keep the group's guarantees as `firn_check::groups` checks them: nothing
 //! acknowledged lost, acked means done, one holder at a time, redeliveries counted.
 //!
+//! The same run is made twice: with a group of policy `first` (Redis's semantics) and the
+//! claims above, and with a group `POLICY roundrobin ACKWAIT` and no `XAUTOCLAIM` at all:
+//! crashed consumers' entries come back only as the server gives them again by `>` once
+//! ACKWAIT has passed, and the drainer only reads `>` (with BLOCK) until nothing is pending.
+//! The checker then takes a `>` of an id delivered before as a redelivery, due no sooner
+//! than ACKWAIT after the id's last delivery.
+//!
 //! A call that was refused (TRYAGAIN, CLUSTERDOWN, no connection) is recorded as such; one
 //! whose answer never came (a dropped connection, a timeout, UNCERTAIN) as unknown, not as a
 //! failure. A failure prints the seed; FIRN_TEST_SEED replays the same crashes.
@@ -23,7 +30,8 @@ use std::time::{Duration, Instant};
 
 use common::{Cluster, Rng, key_in_shard, kill_leaders, seed};
 use firn_check::groups::{
-    Delivered, DeliveryKind, GroupOp, GroupOperation, History, Outcome, check,
+    Delivered, DeliveryKind, GroupOp, GroupOperation, History, Options, Outcome, Summary,
+    check_with,
 };
 use firn_model::LogSeq;
 use redis::Value;
@@ -46,6 +54,8 @@ const CLAIM_COUNT: usize = 10;
 /// comes on its third batch for sure, so every run has one.
 const CRASH_ODDS: u64 = 25;
 const CRASH_FIRST_BATCH: usize = 3;
+/// Longest the group's creation may take (the shard's leader may still be settling).
+const CREATE_MAX: Duration = Duration::from_secs(20);
 /// How long one call may take before its outcome counts as unknown.
 const OP_TIMEOUT: Duration = Duration::from_secs(3);
 /// Pause after a refusal (a node down, a leader being elected) before the next call.
@@ -58,16 +68,51 @@ const DOWN: Duration = Duration::from_millis(700);
 const AFTER_RESTART: Duration = Duration::from_secs(3);
 /// After the restart, the run goes on until this many adds were acknowledged (a slow
 /// machine adds slowly), for at most `RUN_MAX` from its start.
-const ACKNOWLEDGED_TARGET: usize = 250;
-const RUN_MAX: Duration = Duration::from_secs(20);
-/// Longest the drain may take. With the cluster's start, the test stays under 60 s.
+const ACKNOWLEDGED_TARGET: usize = 200;
+const RUN_MAX: Duration = Duration::from_secs(15);
+/// Longest the drain may take. With the cluster's start, a test stays under 60 s (about
+/// 25 s on an idle 2-core machine, 40 s on a loaded one).
 const DRAIN_MAX: Duration = Duration::from_secs(20);
 /// Fewest acknowledged adds for the history to mean something.
 const ACKNOWLEDGED_MIN: usize = 100;
+/// The roundrobin group's ACKWAIT, and its LIVENESS: short, so that entries dealt to a
+/// crashed consumer's old name come back within the run, and no shorter than ACKWAIT, so that
+/// an entry of a consumer no longer live is not given again sooner than ACKWAIT.
+const ACK_WAIT_MS: u64 = 1_000;
+const LIVENESS_MS: u64 = 2_000;
+
+/// How the group gives a crashed consumer's entries to another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Redelivery {
+    /// Policy `first`; consumers and the drainer claim idle entries with `XAUTOCLAIM`.
+    Claims,
+    /// `POLICY roundrobin ACKWAIT`; nobody claims: the server gives due entries by `>`.
+    AckWait,
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn group_history_under_crashes_and_a_leader_kill_loses_nothing_and_holds_once() {
-    let seed = seed("group history");
+    let summary = run_history(Redelivery::Claims).await;
+    assert!(
+        summary.redeliveries >= 1 && summary.deliveries_claim >= 1,
+        "a crashed consumer's entries were never claimed again: {summary}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roundrobin_ackwait_group_history_under_crashes_and_a_leader_kill_redelivers_by_itself() {
+    let summary = run_history(Redelivery::AckWait).await;
+    assert_eq!(summary.deliveries_claim, 0, "nobody claims: {summary}");
+    assert!(
+        summary.redeliveries >= 1,
+        "no entry was given again after ACKWAIT: {summary}"
+    );
+}
+
+/// Starts a cluster, runs producers and consumers through the faults, drains the group and
+/// checks the history; what it held.
+async fn run_history(redelivery: Redelivery) -> Summary {
+    let seed = seed(&format!("group history ({redelivery:?})"));
     let cluster = tokio::task::spawn_blocking(|| {
         let c = Cluster::start(3, &[]);
         c.wait_for_leaders(0, None);
@@ -81,6 +126,7 @@ async fn group_history_under_crashes_and_a_leader_kill_loses_nothing_and_holds_o
         key: key_in_shard(0, "jobs"),
         stop: AtomicBool::new(false),
         acknowledged: AtomicUsize::new(0),
+        redelivery,
     });
     let cluster = Arc::new(Mutex::new(cluster));
     run.create_group().await;
@@ -114,10 +160,13 @@ async fn group_history_under_crashes_and_a_leader_kill_loses_nothing_and_holds_o
     history.final_pending = final_pending;
     drop(cluster);
 
-    let summary =
-        check(&history).unwrap_or_else(|v| panic!("seed {seed}: {}", history.explain(&v)));
+    let options = Options {
+        ack_wait_ms: (redelivery == Redelivery::AckWait).then_some(ACK_WAIT_MS),
+    };
+    let summary = check_with(&history, options)
+        .unwrap_or_else(|v| panic!("seed {seed}: {}", history.explain(&v)));
     eprintln!(
-        "group history: {} operations in {:?}: {summary}",
+        "group history ({redelivery:?}): {} operations in {:?}: {summary}",
         history.operations.len(),
         run.t0.elapsed()
     );
@@ -125,10 +174,7 @@ async fn group_history_under_crashes_and_a_leader_kill_loses_nothing_and_holds_o
         summary.adds_acknowledged >= ACKNOWLEDGED_MIN,
         "too few adds acknowledged to mean anything: {summary}"
     );
-    assert!(
-        summary.redeliveries >= 1 && summary.deliveries_claim >= 1,
-        "a crashed consumer's entries were never claimed again: {summary}"
-    );
+    summary
 }
 
 /// What every process of a run shares.
@@ -140,6 +186,7 @@ struct Run {
     stop: AtomicBool,
     /// Adds acknowledged so far.
     acknowledged: AtomicUsize,
+    redelivery: Redelivery,
 }
 
 impl Run {
@@ -156,9 +203,23 @@ impl Run {
         let mut create = redis::cmd("XGROUP");
         create.arg("CREATE").arg(&self.key).arg(GROUP).arg("$");
         create.arg("MKSTREAM");
-        let deadline = Instant::now() + Duration::from_secs(10);
+        if self.redelivery == Redelivery::AckWait {
+            create.arg("POLICY").arg("roundrobin");
+            create.arg("ACKWAIT").arg(ACK_WAIT_MS);
+            create.arg("LIVENESS").arg(LIVENESS_MS);
+        }
+        let mut info = redis::cmd("XINFO");
+        info.arg("GROUPS").arg(&self.key);
+        let deadline = Instant::now() + CREATE_MAX;
         while !matches!(conn.call(&create).await, Outcome::Ok(_)) {
-            assert!(Instant::now() < deadline, "no group made in 10 s");
+            // A create whose answer never came may have made the group (then a retry answers
+            // BUSYGROUP): it is there if XINFO lists it.
+            if let Outcome::Ok(Value::Array(groups)) = conn.call(&info).await
+                && !groups.is_empty()
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "no group made in {CREATE_MAX:?}");
         }
     }
 
@@ -199,7 +260,9 @@ impl Run {
             let mut cmd = redis::cmd("XADD");
             cmd.arg(&self.key).arg("*").arg("p").arg(&payload);
             let op = |outcome| GroupOp::Add { payload, outcome };
-            self.record(&mut conn, p, &cmd, seq, op, &mut ops).await;
+            if let Outcome::Ok(_) = self.record(&mut conn, p, &cmd, seq, op, &mut ops).await {
+                self.acknowledged.fetch_add(1, Ordering::Relaxed);
+            }
         }
         ops
     }
@@ -223,8 +286,9 @@ impl Run {
                     .arg(consumer)
                     .arg("COUNT")
                     .arg(count);
-                if process < PRODUCERS + CONSUMERS {
-                    // The drainer does not wait: it stops at the first empty answer.
+                if process < PRODUCERS + CONSUMERS || self.redelivery == Redelivery::AckWait {
+                    // The drainer does not wait where it claims: it stops at the first empty
+                    // answer. Without claims it waits for due entries.
                     cmd.arg("BLOCK").arg(READ_BLOCK_MS);
                 }
                 cmd.arg("STREAMS").arg(&self.key).arg(">");
@@ -284,7 +348,8 @@ impl Run {
         let mut batches = 0;
         while self.running() {
             let name = format!("c{k}-{life}");
-            let claim = last_claim.elapsed() >= CLAIM_EVERY;
+            let claim =
+                self.redelivery == Redelivery::Claims && last_claim.elapsed() >= CLAIM_EVERY;
             let (min_idle, count) = match claim {
                 true => (Some(CLAIM_MIN_IDLE_MS), CLAIM_COUNT),
                 false => (None, READ_COUNT),
@@ -317,8 +382,9 @@ impl Run {
         ops
     }
 
-    /// Claims every pending entry and reads `>` until the group holds nothing, acking all;
-    /// the operations and the pending ids listed at the end.
+    /// Claims every pending entry (without claims: waits for them to fall due) and reads `>`
+    /// until the group holds nothing, acking all; the operations and the pending ids listed
+    /// at the end.
     async fn drain(&self) -> (Vec<GroupOperation>, Vec<LogSeq>) {
         let process = PRODUCERS + CONSUMERS;
         let mut conn = Conn::new(&self.addrs, 0);
@@ -330,7 +396,11 @@ impl Run {
                 "the group was not drained in {DRAIN_MAX:?}"
             );
             let mut quiet = true;
-            for min_idle in [Some(0), None] {
+            let claims = match self.redelivery {
+                Redelivery::Claims => &[Some(0), None][..],
+                Redelivery::AckWait => &[None],
+            };
+            for &min_idle in claims {
                 let got = self.deliver(&mut conn, process, "drainer", min_idle, 100, &mut ops);
                 let Outcome::Ok(entries) = got.await else {
                     quiet = false;

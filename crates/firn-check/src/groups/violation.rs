@@ -92,6 +92,14 @@ pub enum Violation {
         claim: OpIndex,
         min_idle_ms: u64,
     },
+    /// A `>` delivery (`delivery`, under ACKWAIT) gave `id` again less than `ack_wait_ms`
+    /// after `earlier` had delivered it: it was not due yet.
+    RedeliveredTooSoon {
+        id: LogSeq,
+        earlier: OpIndex,
+        delivery: OpIndex,
+        ack_wait_ms: u64,
+    },
     /// `delivery` reported a delivery count for `id` outside what the history allows.
     DeliveryCount {
         id: LogSeq,
@@ -125,6 +133,9 @@ impl Violation {
             Violation::DeliveredAfterAck { ack, delivery, .. } => vec![*ack, *delivery],
             Violation::AckFoundNothing { delivery, ack, .. } => vec![*delivery, *ack],
             Violation::ClaimedTooSoon { earlier, claim, .. } => vec![*earlier, *claim],
+            Violation::RedeliveredTooSoon {
+                earlier, delivery, ..
+            } => vec![*earlier, *delivery],
             Violation::DeliveryCount { delivery, .. } => vec![*delivery],
         }
     }
@@ -208,6 +219,16 @@ impl fmt::Display for Violation {
                 f,
                 "claimed too soon: claim op {claim} (min idle {min_idle_ms} ms) took {id}, which \
                  op {earlier} had delivered too recently"
+            ),
+            Violation::RedeliveredTooSoon {
+                id,
+                earlier,
+                delivery,
+                ack_wait_ms,
+            } => write!(
+                f,
+                "redelivered too soon: `>` delivery op {delivery} gave {id} again less than \
+                 ACKWAIT ({ack_wait_ms} ms) after op {earlier} had delivered it"
             ),
             Violation::DeliveryCount {
                 id,
