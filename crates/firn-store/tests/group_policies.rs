@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 use firn_model::log::decode_fields;
 use firn_model::{
-    DeliveryPolicy, FirnError, GroupChange, GroupKey, GroupOptions, GroupStart, Key, LogSeq,
-    MaxDeliver, Response,
+    ClaimOptions, DeliveryPolicy, FirnError, GroupChange, GroupKey, GroupOptions, GroupStart, Key,
+    LogSeq, MaxDeliver, Response,
 };
 use firn_store::store::VersionedStore;
 
@@ -319,6 +319,48 @@ fn roundrobin_gives_a_due_entry_to_another_live_consumer_not_back_to_its_holder(
     assert_eq!(pending_of(&s, "c2"), vec![(LogSeq::new(1, 0), 1)]);
     assert_eq!(deliver(&s, 2_700, "c2", 1), ids(&[1]));
     assert_eq!(pending_of(&s, "c2"), vec![(LogSeq::new(1, 0), 2)]);
+}
+
+#[test]
+fn pending_walks_start_at_the_floor_and_force_and_setid_lower_it() {
+    let s = store();
+    let options = GroupOptions {
+        ack_wait_ms: Some(60_000),
+        ..GroupOptions::default()
+    };
+    create_with(&s, 1_000, options).unwrap();
+    for n in 1..=5 {
+        add(&s, 1_000, n);
+    }
+    assert_eq!(deliver(&s, 2_000, "c1", 10), ids(&[1, 2, 3, 4, 5]));
+    ack(&s, 2_100, &ids(&[1, 2, 3, 4]));
+    // A `>` read walks the list and raises its floor to the oldest pending id, 5.
+    assert!(deliver(&s, 2_200, "c1", 10).is_empty());
+    let summary = s.pending_summary(&key(), b"g").unwrap();
+    assert_eq!((summary.count, summary.first), (1, Some(LogSeq::new(5, 0))));
+    // XCLAIM FORCE puts id 2 back below the floor: every read still sees it.
+    let force = ClaimOptions {
+        force: true,
+        ..ClaimOptions::default()
+    };
+    let claim = GroupChange::Claim {
+        consumer: Bytes::from_static(b"c2"),
+        min_idle_ms: 0,
+        ids: ids(&[2]),
+        options: force,
+    };
+    change(&s, 2_300, claim).unwrap();
+    let summary = s.pending_summary(&key(), b"g").unwrap();
+    assert_eq!((summary.count, summary.first), (2, Some(LogSeq::new(2, 0))));
+    assert_eq!(pending_of(&s, "c2"), vec![(LogSeq::new(2, 0), 1)]);
+    // SETID 0 and a new `>`: the entries come again and are all pending.
+    let setid = GroupChange::SetId {
+        start: GroupStart::Id(LogSeq::ZERO),
+    };
+    change(&s, 2_400, setid).unwrap();
+    assert_eq!(deliver(&s, 2_500, "c3", 10), ids(&[1, 2, 3, 4, 5]));
+    let summary = s.pending_summary(&key(), b"g").unwrap();
+    assert_eq!((summary.count, summary.first), (5, Some(LogSeq::new(1, 0))));
 }
 
 /// A dead-letter history: how many times an entry was handed out, and the deliveries its

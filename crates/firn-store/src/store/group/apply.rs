@@ -191,14 +191,14 @@ impl Txn<'_> {
                 if self.store.consumer(key, group, consumer)?.is_none() {
                     return Ok(Response::Count(0));
                 }
+                let floor = meta.as_ref().map_or(LogSeq::ZERO, |m| m.pending_floor);
                 let mut gone = Vec::new();
-                self.store
-                    .walk_pending(key, group, LogSeq::ZERO, |seq, entry| {
-                        if entry.consumer == *consumer {
-                            gone.push((seq, entry));
-                        }
-                        Ok(true)
-                    })?;
+                self.store.walk_pending(key, group, floor, |seq, entry| {
+                    if entry.consumer == *consumer {
+                        gone.push((seq, entry));
+                    }
+                    Ok(true)
+                })?;
                 let had = gone.len() as u64;
                 for (seq, entry) in gone {
                     self.drop_pending(key, group, seq);
@@ -229,12 +229,17 @@ impl Txn<'_> {
                 let mut entries = Vec::new();
                 let mut own = Vec::new();
                 if let Some(from) = after.successor() {
-                    self.store.walk_pending(key, group, from, |seq, entry| {
-                        if entry.consumer == *consumer {
-                            own.push((seq, entry));
-                        }
-                        Ok(own.len() < *count)
-                    })?;
+                    self.store.walk_pending(
+                        key,
+                        group,
+                        from.max(meta.pending_floor),
+                        |seq, entry| {
+                            if entry.consumer == *consumer {
+                                own.push((seq, entry));
+                            }
+                            Ok(own.len() < *count)
+                        },
+                    )?;
                 }
                 for (seq, mut entry) in own {
                     // Reading a pending entry again is a delivery, as in Redis.
@@ -275,7 +280,7 @@ impl Txn<'_> {
                 ids,
                 options,
             } => {
-                let Some(meta) = meta else {
+                let Some(mut meta) = meta else {
                     return Err(no_group(key, group, ""));
                 };
                 let mut entries = Vec::new();
@@ -306,6 +311,11 @@ impl Txn<'_> {
                     }
                     let claimed = claimed(entry, consumer, now, options);
                     self.set_pending(key, group, id, &claimed);
+                    if id < meta.pending_floor {
+                        // FORCE put an entry below the list's floor.
+                        meta.pending_floor = id;
+                        self.set_group(key, group, &meta);
+                    }
                     entries.push(GroupEntry {
                         seq: id,
                         record: Some(record),
@@ -328,13 +338,14 @@ impl Txn<'_> {
                 count,
                 just_id,
             } => {
-                if meta.is_none() {
+                let Some(meta) = &meta else {
                     return Err(no_group(key, group, ""));
-                }
+                };
                 // Redis looks at no more than ten times COUNT entries per call.
                 let attempts = count.saturating_mul(10);
                 let mut page = Vec::new();
-                self.store.walk_pending(key, group, *start, |seq, entry| {
+                let from = (*start).max(meta.pending_floor);
+                self.store.walk_pending(key, group, from, |seq, entry| {
                     page.push((seq, entry));
                     Ok(page.len() <= attempts)
                 })?;

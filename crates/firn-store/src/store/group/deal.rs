@@ -217,10 +217,15 @@ impl Txn<'_> {
         if dealing || options.ack_wait_ms.is_some() || meta.has_dealt {
             let mut rows = Vec::new();
             self.store
-                .walk_pending(key, group, LogSeq::ZERO, |seq, entry| {
+                .walk_pending(key, group, meta.pending_floor, |seq, entry| {
                     rows.push((seq, entry));
                     Ok(rows.len() < PENDING_SCAN_MAX)
                 })?;
+            // The new floor: the oldest pending id, or the first id this call may deal (after
+            // the last delivered one, which SETID may have moved below the list), whichever
+            // is lower. An id below it comes back only by SETID or FORCE, which lower it.
+            let next = meta.last_delivered.successor().unwrap_or(LogSeq::MAX);
+            meta.pending_floor = rows.first().map_or(next, |(seq, _)| (*seq).min(next));
             pending_len = rows.len();
             for (seq, mut e) in rows {
                 let holder_live = !dealing || dealer.is_live(&e.consumer);

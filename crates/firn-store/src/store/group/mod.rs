@@ -30,6 +30,9 @@ pub struct GroupMeta {
     /// Whether it ever dealt an entry (so a `first` group, after CONFIGURE, still hands its
     /// consumers what was dealt to them).
     pub has_dealt: bool,
+    /// No pending id is below it: walks of the pending list start here, not at id 0, so
+    /// they do not step over the deletions that acks of earlier entries left in the tree.
+    pub pending_floor: LogSeq,
 }
 
 /// A group's row as the release before delivery options wrote it.
@@ -195,9 +198,11 @@ fn start_at(start: GroupStart, stream: &TagMeta, meta: GroupMeta) -> GroupMeta {
         GroupStart::Id(LogSeq::ZERO) => (LogSeq::ZERO, Some(0)),
         GroupStart::Id(id) => (id, None),
     };
+    // The pending list may now grow below where it was (deliveries after an earlier id).
     GroupMeta {
         last_delivered,
         entries_read,
+        pending_floor: meta.pending_floor.min(last_delivered),
         ..meta
     }
 }

@@ -117,12 +117,12 @@ impl VersionedStore {
 
     /// XPENDING's summary of `group`.
     pub fn pending_summary(&self, key: &Key, group: &[u8]) -> Result<PendingSummary, FirnError> {
-        if self.group(key, group)?.is_none() {
+        let Some(meta) = self.group(key, group)? else {
             return Err(no_group(key, group, ""));
-        }
+        };
         let mut summary = PendingSummary::default();
         let mut counts: std::collections::BTreeMap<Bytes, u64> = Default::default();
-        self.walk_pending(key, group, LogSeq::ZERO, |seq, entry| {
+        self.walk_pending(key, group, meta.pending_floor, |seq, entry| {
             summary.count += 1;
             summary.first.get_or_insert(seq);
             summary.last = Some(seq);
@@ -147,15 +147,15 @@ impl VersionedStore {
         consumer: Option<&[u8]>,
         now_ms: u64,
     ) -> Result<Vec<PendingInfo>, FirnError> {
-        if self.group(key, group)?.is_none() {
+        let Some(meta) = self.group(key, group)? else {
             return Err(no_group(key, group, ""));
-        }
+        };
         let count = count.min(LOG_READ_RECORDS_MAX);
         let mut out = Vec::new();
         if count == 0 {
             return Ok(out);
         }
-        self.walk_pending(key, group, start, |seq, entry| {
+        self.walk_pending(key, group, start.max(meta.pending_floor), |seq, entry| {
             if seq > end {
                 return Ok(false);
             }
@@ -212,7 +212,7 @@ impl VersionedStore {
         let mut due: Option<u64> = None;
         let mut waiting: std::collections::BTreeMap<Bytes, u64> = Default::default();
         let mut seen = 0;
-        self.walk_pending(key, group, LogSeq::ZERO, |_, entry| {
+        self.walk_pending(key, group, meta.pending_floor, |_, entry| {
             seen += 1;
             if entry.waiting {
                 *waiting.entry(entry.consumer).or_default() += 1;
@@ -245,9 +245,10 @@ impl VersionedStore {
         &self,
         key: &Key,
         group: &[u8],
+        meta: &GroupMeta,
     ) -> Result<std::collections::HashMap<Bytes, u64>, FirnError> {
         let mut counts = std::collections::HashMap::new();
-        self.walk_pending(key, group, LogSeq::ZERO, |_, entry| {
+        self.walk_pending(key, group, meta.pending_floor, |_, entry| {
             *counts.entry(entry.consumer).or_default() += 1;
             Ok(true)
         })?;
@@ -292,7 +293,7 @@ impl VersionedStore {
             let meta = GroupMeta::decode(&v)?;
             let name = &gk[prefix.len() + 2..];
             let (next_due_ms, waiting) = self.due_and_waiting(key, name, &meta)?;
-            let pending = self.pending_counts(key, name)?.values().sum();
+            let pending = self.pending_counts(key, name, &meta)?.values().sum();
             let consumers = self.consumers(key, name, 0)?.len() as u64;
             let lag = if meta.last_delivered >= stream.last {
                 Some(0)
@@ -323,10 +324,10 @@ impl VersionedStore {
         group: &[u8],
         now_ms: u64,
     ) -> Result<Vec<ConsumerInfo>, FirnError> {
-        if self.group(key, group)?.is_none() {
+        let Some(meta) = self.group(key, group)? else {
             return Err(no_consumer_group(key, group));
-        }
-        let pending = self.pending_counts(key, group)?;
+        };
+        let pending = self.pending_counts(key, group, &meta)?;
         let rows = self.consumer_rows(key, group, LOG_READ_RECORDS_MAX)?;
         Ok(rows
             .into_iter()
