@@ -15,6 +15,8 @@ import time
 
 import redis
 
+import harness
+
 
 def ids(entries):
     return [e[0] for e in entries]
@@ -137,16 +139,5 @@ def check_protocol(port, protocol):
     assert r.ping()
 
 
-def main():
-    if len(sys.argv) != 2:
-        print(f"usage: {sys.argv[0]} PORT", file=sys.stderr)
-        return 2
-    port = int(sys.argv[1])
-    for protocol in (2, 3):
-        check_protocol(port, protocol)
-        print(f"test_groups: RESP{protocol} ok")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.run("test_groups", check_protocol))
