@@ -35,6 +35,15 @@ pub enum ClientError {
     Invalid(String),
 }
 
+impl ClientError {
+    /// The server refused for now and applied nothing (`TRYAGAIN`: a leader change, a busy
+    /// peer; `CLUSTERDOWN`: no leader or quorum for the moment): the same request may be sent
+    /// again. `UNCERTAIN` (a write that may or may not be applied) is not transient.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, ClientError::Server { code, .. } if code == "TRYAGAIN" || code == "CLUSTERDOWN")
+    }
+}
+
 impl From<redis::RedisError> for ClientError {
     fn from(e: redis::RedisError) -> Self {
         match (e.code(), e.detail()) {

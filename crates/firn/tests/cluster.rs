@@ -5,8 +5,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Cluster, key_in_shard};
-use firn_client::{Client, PutOptions};
+use common::{Cluster, key_in_shard, settled};
+use firn_client::{Client, PutOptions, WriteAck};
 use firn_model::{ReadAt, ReadConsistency};
 
 /// Three nodes started with `extra` flags, once node 1 knows every shard's leader.
@@ -20,9 +20,15 @@ async fn three_nodes(extra: &'static [&'static str]) -> Cluster {
     .unwrap()
 }
 
+/// A put through `client`, tried again while the cluster answers that it cannot take it now.
+async fn put(client: &Client, key: &[u8], value: &[u8]) -> WriteAck {
+    settled(|| client.put(key, value, PutOptions::default()))
+        .await
+        .unwrap()
+}
+
 async fn value(client: &Client, key: &str, consistency: ReadConsistency) -> Option<String> {
-    client
-        .get(key.as_bytes(), ReadAt::Latest, consistency)
+    settled(|| client.get(key.as_bytes(), ReadAt::Latest, consistency))
         .await
         .unwrap()
         .and_then(|i| i.value)
@@ -35,13 +41,12 @@ async fn writes_at_any_node_are_read_linearizably_at_every_node() {
     let clients: Vec<Client> = futures_connect(&cluster).await;
     for (i, c) in clients.iter().enumerate() {
         for j in 0..20 {
-            c.put(
+            put(
+                c,
                 format!("n{i}-{j}").as_bytes(),
                 format!("v{i}-{j}").as_bytes(),
-                PutOptions::default(),
             )
-            .await
-            .unwrap();
+            .await;
         }
     }
     for c in &clients {
@@ -57,14 +62,12 @@ async fn writes_at_any_node_are_read_linearizably_at_every_node() {
     }
     // Lease reads too: every node sees a write acknowledged just before, at every node.
     for (i, c) in clients.iter().enumerate() {
-        clients[(i + 1) % 3]
-            .put(
-                b"lease-key",
-                format!("l{i}").as_bytes(),
-                PutOptions::default(),
-            )
-            .await
-            .unwrap();
+        put(
+            &clients[(i + 1) % 3],
+            b"lease-key",
+            format!("l{i}").as_bytes(),
+        )
+        .await;
         assert_eq!(
             value(c, "lease-key", ReadConsistency::Lease).await,
             Some(format!("l{i}"))
@@ -138,10 +141,7 @@ async fn a_killed_leader_is_replaced_and_catches_up_after_restart() {
     let survivor = (victim + 1) % 3;
     let key = key_in_shard(0, "fail");
     let client = Client::connect(&cluster.resp_addr(survivor)).await.unwrap();
-    client
-        .put(key.as_bytes(), b"before", PutOptions::default())
-        .await
-        .unwrap();
+    put(&client, key.as_bytes(), b"before").await;
 
     let http: Vec<String> = (0..3).map(|i| cluster.http_addr(i)).collect();
     let shard0 = |i: usize| -> serde_json::Value {
@@ -180,10 +180,7 @@ async fn a_killed_leader_is_replaced_and_catches_up_after_restart() {
     );
 
     for i in 0..300 {
-        client
-            .put(format!("{key}-{i}").as_bytes(), b"x", PutOptions::default())
-            .await
-            .unwrap();
+        put(&client, format!("{key}-{i}").as_bytes(), b"x").await;
     }
     // The survivors purged the log past where the victim stopped: it must take a snapshot.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -311,10 +308,7 @@ async fn a_watch_follows_shards_held_on_other_nodes() {
     let cluster = three_nodes(&["--replication", "1"]).await;
     let keys: Vec<String> = (0..3).map(|s| key_in_shard(s, "w/")).collect();
     let client = Client::connect(&cluster.resp_addr(1)).await.unwrap();
-    client
-        .put(keys[2].as_bytes(), b"before", PutOptions::default())
-        .await
-        .unwrap();
+    put(&client, keys[2].as_bytes(), b"before").await;
     let at_one = Client::connect(&cluster.resp_addr(0)).await.unwrap();
     let mut watcher = tokio::task::spawn_blocking(move || {
         let w = at_one
@@ -327,14 +321,7 @@ async fn a_watch_follows_shards_held_on_other_nodes() {
     .unwrap();
     for round in 0..3 {
         for k in &keys {
-            client
-                .put(
-                    k.as_bytes(),
-                    format!("r{round}").as_bytes(),
-                    PutOptions::default(),
-                )
-                .await
-                .unwrap();
+            put(&client, k.as_bytes(), format!("r{round}").as_bytes()).await;
         }
     }
     let events = tokio::task::spawn_blocking(move || {
@@ -366,10 +353,7 @@ async fn a_local_read_says_how_far_behind_it_may_be() {
     let cluster = three_nodes(&[]).await;
     let key = key_in_shard(0, "stale");
     let writer = Client::connect(&cluster.resp_addr(0)).await.unwrap();
-    let ack = writer
-        .put(key.as_bytes(), b"v", PutOptions::default())
-        .await
-        .unwrap();
+    let ack = put(&writer, key.as_bytes(), b"v").await;
     let wall_us = || {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -465,10 +449,7 @@ async fn reads_at_a_time_are_the_same_at_every_replica_and_every_time() {
     ) {
         for (i, k) in keys.iter().enumerate() {
             let v = format!("{k}@{round}");
-            let ack = clients[(i + round) % 3]
-                .put(k.as_bytes(), v.as_bytes(), PutOptions::default())
-                .await
-                .unwrap();
+            let ack = put(&clients[(i + round) % 3], k.as_bytes(), v.as_bytes()).await;
             written.push((k.clone(), ack.commit_ts, v));
         }
     }
@@ -496,8 +477,7 @@ async fn reads_at_a_time_are_the_same_at_every_replica_and_every_time() {
         async move {
             let mut cut = BTreeMap::new();
             for k in &keys {
-                if let Some(v) = client
-                    .get(k.as_bytes(), ReadAt::AsOf(t), consistency)
+                if let Some(v) = settled(|| client.get(k.as_bytes(), ReadAt::AsOf(t), consistency))
                     .await
                     .unwrap()
                     .and_then(|i| i.value)
@@ -566,19 +546,18 @@ async fn reads_at_a_time_are_the_same_at_every_replica_and_every_time() {
     // applied it yet, and the read waits until its time is closed there.
     for i in 0..60 {
         let k = format!("ryw/{i}");
-        let ack = clients[i % 3]
-            .put(k.as_bytes(), b"mine", PutOptions::default())
-            .await
-            .unwrap();
-        let got = clients[(i + 1) % 3]
-            .get(
+        let ack = put(&clients[i % 3], k.as_bytes(), b"mine").await;
+        let reader = &clients[(i + 1) % 3];
+        let got = settled(|| {
+            reader.get(
                 k.as_bytes(),
                 ReadAt::AsOf(ack.commit_ts),
                 ReadConsistency::Local,
             )
-            .await
-            .unwrap()
-            .and_then(|i| i.value);
+        })
+        .await
+        .unwrap()
+        .and_then(|i| i.value);
         assert_eq!(
             got.as_deref(),
             Some(&b"mine"[..]),
@@ -591,8 +570,7 @@ async fn reads_at_a_time_are_the_same_at_every_replica_and_every_time() {
     // ahead is refused at once.
     let now_us = firn_model::hlc::system_wall_us();
     let soon = CommitTs::new(now_us + 200_000, 0);
-    let got = clients[0]
-        .get(b"cut/0", ReadAt::AsOf(soon), ReadConsistency::Local)
+    let got = settled(|| clients[0].get(b"cut/0", ReadAt::AsOf(soon), ReadConsistency::Local))
         .await
         .unwrap()
         .and_then(|i| i.value);
@@ -616,10 +594,7 @@ async fn causality_tokens_carry_a_session_across_nodes() {
     for i in 0..60 {
         let k = format!("tok/{i}");
         let (writer, reader) = (&clients[i % 3], &clients[(i + 1) % 3]);
-        let ack = writer
-            .put(k.as_bytes(), b"mine", PutOptions::default())
-            .await
-            .unwrap();
+        let ack = put(writer, k.as_bytes(), b"mine").await;
         let token = writer.token().await.unwrap();
         assert!(token >= ack.commit_ts, "{token} < {}", ack.commit_ts);
         reader.after(token).await.unwrap();
@@ -666,14 +641,12 @@ async fn causality_tokens_carry_a_session_across_nodes() {
     let ahead = firn_model::CommitTs::new(firn_model::hlc::system_wall_us() + 300_000, 7);
     clients[0].after(ahead).await.unwrap();
     for shard in 0..3 {
-        let ack = clients[0]
-            .put(
-                key_in_shard(shard, "tok/later").as_bytes(),
-                b"x",
-                PutOptions::default(),
-            )
-            .await
-            .unwrap();
+        let ack = put(
+            &clients[0],
+            key_in_shard(shard, "tok/later").as_bytes(),
+            b"x",
+        )
+        .await;
         assert!(ack.commit_ts > ahead, "{} not above {ahead}", ack.commit_ts);
     }
 }

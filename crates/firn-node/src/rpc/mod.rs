@@ -29,8 +29,10 @@ pub trait Rpc: Serialize + Into<NodeRpc> {
 /// Declares the calls: each becomes a variant of [`NodeRpc`] and an [`Rpc`] with its reply.
 macro_rules! calls {
     ($($(#[$doc:meta])* $name:ident => $reply:ty;)*) => {
-        /// Every call, as it travels.
+        /// Every call, as it travels. Built once per call and serialized at once, so the
+        /// size of its largest variant (an `Execute`) costs nothing worth a box.
         #[derive(Debug, Serialize, Deserialize)]
+        #[allow(clippy::large_enum_variant)]
         pub enum NodeRpc {
             $($(#[$doc])* $name($name),)*
         }
