@@ -1,6 +1,9 @@
 """Shared pieces of the benchmark scripts: ports, the Firn release build, a local Firn
-cluster, redis-benchmark runs. Every process started here is stopped by its owner."""
+cluster, redis-benchmark runs, the peers' programs for bench/compare (installed here, or
+carried in one file made by bench/bundle) and the cores each process is pinned to. Every
+process started here is stopped by its owner."""
 
+import atexit
 import csv
 import io
 import itertools
@@ -11,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import urllib.request
@@ -53,6 +57,12 @@ def build_firn():
     return os.path.join(TARGET, "release", "firn")
 
 
+def pinned(cmd, cores):
+    """`cmd` under `taskset -c cores` (a CPU list such as "0-3"), so that it runs on those
+    cores only; `cmd` as it is when `cores` is None (an unpinned run)."""
+    return ["taskset", "-c", cores, *cmd] if cores else list(cmd)
+
+
 def stop(proc, timeout=10):
     if proc and proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -71,11 +81,21 @@ def rss_kib(pid):
     return 0
 
 
-class FirnCluster:
-    """N `firn serve` processes on 127.0.0.1 (disk durability), formed with --peers."""
+def cpu_seconds(pid):
+    """User plus system CPU time the process has used so far, from /proc/PID/stat (in clock
+    ticks, 10 ms on Linux as built)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rpartition(")")[2].split()  # after the name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def __init__(self, binary, n=3, extra=()):
+
+class FirnCluster:
+    """N `firn serve` processes on 127.0.0.1 (disk durability), formed with --peers; with
+    `cores` (a CPU list a node), node i runs pinned to cores[i]."""
+
+    def __init__(self, binary, n=3, extra=(), cores=None):
         self.binary, self.n, self.extra = binary, n, list(extra)
+        self.cores = list(cores) if cores else [None] * n
         self.dir = tempfile.mkdtemp(prefix="firn-bench-")
         ports = free_ports(3 * n)
         self.ports = [tuple(ports[3 * i:3 * i + 3]) for i in range(n)]
@@ -88,10 +108,10 @@ class FirnCluster:
 
     def start(self, i):
         resp, http, peer = self.ports[i]
-        self.procs[i] = subprocess.Popen(
+        self.procs[i] = subprocess.Popen(pinned(
             [self.binary, "serve", "--node-id", str(i + 1), "--peers", self.peers,
              "--resp-addr", f"127.0.0.1:{resp}", "--http-addr", f"127.0.0.1:{http}", "--peer-addr", f"127.0.0.1:{peer}",
-             "--data-dir", os.path.join(self.dir, f"node{i + 1}"), *self.extra],
+             "--data-dir", os.path.join(self.dir, f"node{i + 1}"), *self.extra], self.cores[i]),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "RUST_LOG": "warn"})
 
     def resp_port(self, i=0):
@@ -122,12 +142,14 @@ class FirnCluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def redis_benchmark(port, test, clients, requests, pipeline=1, keyspace=100_000, cluster=False):
+def redis_benchmark(port, test, clients, requests, pipeline=1, keyspace=100_000, cluster=False, cores=None):
     """(ops/s, p50 ms, p99 ms) of one redis-benchmark run with 100-byte values; a failed run
     (its own error is shown) is retried once. With `cluster`, redis-benchmark reads the slot
-    map (CLUSTER NODES) and sends each key to the node that leads its shard."""
-    cmd = ["redis-benchmark", "-p", str(port), "-t", test, "-n", str(requests), "-c", str(clients),
-           "-P", str(pipeline), "-d", "100", "-r", str(keyspace), "--csv"] + (["--cluster"] if cluster else [])
+    map (CLUSTER NODES) and sends each key to the node that leads its shard; with `cores`, it
+    runs pinned to them."""
+    cmd = pinned(["redis-benchmark", "-p", str(port), "-t", test, "-n", str(requests), "-c", str(clients),
+                  "-P", str(pipeline), "-d", "100", "-r", str(keyspace), "--csv"] + (["--cluster"] if cluster else []),
+                 cores)
     for attempt in (1, 2):
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if run.returncode == 0:
@@ -241,3 +263,104 @@ def wait_port(port, proc, what, timeout=30):
         except OSError:
             time.sleep(0.05)
     sys.exit(f"{what} did not listen on {port} within {timeout} s")
+
+
+GO_TOOLS = os.path.join(TARGET, "bench-go")
+GO_MODULE = os.path.join(ROOT, "bench", "go")  # the Go tools' pinned versions
+# Programs a bundle carries in bin/ besides firn and the Go tools; found on PATH here.
+SYSTEM_TOOLS = ("etcd", "etcdctl", "redis-server", "redis-benchmark", "redis-cli", "taskset")
+# The Go tools' names in bin/: go-ycsb, and etcd's `benchmark`.
+BUNDLED = ("firn", "go-ycsb", "benchmark", *SYSTEM_TOOLS)
+# Fewer CPUs than this make groups too small to hold a server or the client: run unpinned.
+PIN_CPUS_MIN = 8
+
+
+class Tools:
+    """The programs a comparison runs that are not on PATH by name: firn, go-ycsb with its
+    workload files, and etcd's benchmark tool. etcd and Redis are taken from PATH."""
+
+    def __init__(self, firn, ycsb, etcd_bench, workloads):
+        self.firn, self.ycsb, self.etcd_bench, self.workloads = firn, ycsb, etcd_bench, workloads
+
+
+def installed_tools():
+    """Tools from this machine: Debian's etcd and Redis (installed if missing), the Go tools
+    built from bench/go (cached in $CARGO_TARGET_DIR/bench-go), firn from build_firn."""
+    need = [p for p, b in (("etcd-server", "etcd"), ("etcd-client", "etcdctl"), ("redis-server", "redis-server"),
+                           ("redis-tools", "redis-benchmark")) if not shutil.which(b)]
+    if need:
+        subprocess.run(["apt-get", "update", "-q"], check=True, timeout=600, capture_output=True)
+        subprocess.run(["apt-get", "install", "-y", "-q", *need], check=True, timeout=900, capture_output=True)
+    ycsb, etcd_bench = os.path.join(GO_TOOLS, "go-ycsb"), os.path.join(GO_TOOLS, "benchmark")
+    if not (os.path.exists(ycsb) and os.path.exists(etcd_bench)):
+        os.makedirs(GO_TOOLS, exist_ok=True)
+        print("building go-ycsb and etcd's benchmark tool (a few minutes, once)", file=sys.stderr)
+        subprocess.run(["go", "build", "-o", GO_TOOLS + "/", "github.com/pingcap/go-ycsb/cmd/go-ycsb",
+                        "go.etcd.io/etcd/v3/tools/benchmark"], cwd=GO_MODULE, check=True, timeout=1200)
+    out = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", "github.com/pingcap/go-ycsb"],
+                         cwd=GO_MODULE, capture_output=True, text=True, check=True, timeout=300)
+    return Tools(build_firn(), ycsb, etcd_bench, os.path.join(out.stdout.strip(), "workloads"))
+
+
+def bundled_tools(path):
+    """Tools from a bundle (bench/bundle's tar.xz, unpacked into a temporary folder removed
+    at exit, or a folder holding its bin/, lib/ and workloads/). Its bin/ goes first on PATH
+    and its lib/ first on LD_LIBRARY_PATH for every process started after this; nothing is
+    installed or built."""
+    if os.path.isfile(path):
+        root = tempfile.mkdtemp(prefix="firn-tools-")
+        atexit.register(shutil.rmtree, root, True)
+        # Our own archive; the "data" filter, where this Python has it, still refuses odd members.
+        extra = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        with tarfile.open(path, "r:xz") as tar:
+            tar.extractall(root, **extra)
+    elif os.path.isdir(path):
+        root = os.path.abspath(path)
+    else:
+        sys.exit(f"--tools {path}: no such file or folder (give bench/bundle's bundle.tar.xz or its unpacked folder)")
+    bin_dir = os.path.join(root, "bin")
+    missing = [b for b in BUNDLED if not os.access(os.path.join(bin_dir, b), os.X_OK)]
+    if missing or not os.path.isdir(os.path.join(root, "workloads")):
+        sys.exit(f"--tools {path}: not a bundle from bench/bundle (missing: {', '.join(missing) or 'workloads/'})")
+    for var, sub in (("PATH", "bin"), ("LD_LIBRARY_PATH", "lib")):
+        os.environ[var] = os.pathsep.join(filter(None, [os.path.join(root, sub), os.environ.get(var)]))
+    return Tools(os.path.join(bin_dir, "firn"), os.path.join(bin_dir, "go-ycsb"), os.path.join(bin_dir, "benchmark"),
+                 os.path.join(root, "workloads"))
+
+
+def cpu_list(cpus):
+    """Sorted CPU numbers in taskset's list form, runs as ranges: [0, 1, 2, 3, 8] → "0-3,8"."""
+    runs = []
+    for c in cpus:
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in runs)
+
+
+class CoreLayout:
+    """Where each process runs. Pinned, the CPUs this process may use are split into four
+    equal groups (16 CPUs: 0-3, 4-7, 8-11, 12-15; what is left over from an uneven split is
+    not used): one for each of the three server processes of a system (Firn node i, etcd
+    member i; Redis, one process, takes the first) and one for the client tools. Unpinned
+    (no --pin, or fewer than PIN_CPUS_MIN CPUs), every entry is None."""
+
+    def __init__(self, pin, cpus=None):
+        cpus = sorted(os.sched_getaffinity(0) if cpus is None else cpus)
+        self.servers, self.client = [None] * 3, None
+        self.note = f"unpinned: servers and clients share {len(cpus)} CPUs"
+        if not pin:
+            return
+        if len(cpus) < PIN_CPUS_MIN:
+            print(f"--pin: {len(cpus)} CPUs here, pinning needs {PIN_CPUS_MIN} or more (four groups: "
+                  "three servers and the client); running unpinned", file=sys.stderr)
+            self.note += f" (--pin asked, fewer than {PIN_CPUS_MIN} CPUs)"
+            return
+        if not shutil.which("taskset"):
+            sys.exit("--pin: taskset not found on PATH (it is in util-linux; a bundle from bench/bundle carries it)")
+        size = len(cpus) // 4
+        groups = [cpu_list(cpus[i * size:(i + 1) * size]) for i in range(4)]
+        self.servers, self.client = groups[:3], groups[3]
+        self.note = (f"pinned with taskset: server processes 1, 2, 3 on CPUs {', '.join(self.servers)} "
+                     f"(Redis on {self.servers[0]}), client tools on {self.client}, of {len(cpus)} CPUs")
