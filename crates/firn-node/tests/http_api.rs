@@ -235,6 +235,35 @@ async fn keyspaces_health_and_metrics_over_http() {
         assert_eq!(code, 200);
         let text = r.into_string().unwrap();
         assert!(text.contains("firn_requests_total"), "{text}");
+        // The put went through every stage a one-node write has (no follower to replicate
+        // to), and each shows on the page with a count.
+        for stage in [
+            "propose",
+            "log_append",
+            "fsync_wait",
+            "fsync",
+            "apply",
+            "commit",
+        ] {
+            let line = format!("firn_write_stage_seconds_count{{stage=\"{stage}\"}} ");
+            let count: u64 = text
+                .lines()
+                .find_map(|l| l.strip_prefix(&line))
+                .unwrap_or_else(|| panic!("no {line} in {text}"))
+                .trim()
+                .parse()
+                .unwrap();
+            assert!(count >= 1, "{line}{count}");
+        }
+        for batch in [
+            "firn_log_fsync_appends_count ",
+            "firn_apply_batch_entries_count ",
+        ] {
+            assert!(
+                text.lines().any(|l| l.starts_with(batch)),
+                "no {batch} in {text}"
+            );
+        }
     })
     .await
     .unwrap();

@@ -8,6 +8,7 @@ pub mod log_store;
 pub mod network;
 pub mod peer;
 pub mod shard;
+mod stages;
 pub mod state_machine;
 pub mod types;
 

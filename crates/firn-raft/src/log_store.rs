@@ -6,12 +6,14 @@ use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
+use std::time::Instant;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader};
 use tokio::sync::mpsc;
 
+use crate::stages::{self, STAGES};
 use crate::types::{Entry, FirnRaft, LogId, Vote};
 
 const META_VOTE: &[u8] = b"vote";
@@ -56,8 +58,11 @@ pub const GROUP_COMMIT_QUEUE_MAX: usize = 4_096;
 /// journal, so one thread fsyncs once for all the appends that arrived (from any group)
 /// while its previous fsync ran, then reports them all flushed.
 pub struct GroupCommit {
-    tx: mpsc::Sender<IOFlushed<FirnRaft>>,
+    tx: mpsc::Sender<Queued>,
 }
+
+/// An append's flush callback, with when it was queued.
+type Queued = (Instant, IOFlushed<FirnRaft>);
 
 impl GroupCommit {
     pub fn start(db: Database, fsync: Fsync) -> io::Result<Arc<Self>> {
@@ -72,7 +77,7 @@ impl GroupCommit {
         mut sync: impl FnMut() -> io::Result<()> + Send + 'static,
     ) -> io::Result<Arc<Self>> {
         let name = "fsync".to_string();
-        let (tx, mut rx) = mpsc::channel::<IOFlushed<FirnRaft>>(GROUP_COMMIT_QUEUE_MAX);
+        let (tx, mut rx) = mpsc::channel::<Queued>(GROUP_COMMIT_QUEUE_MAX);
         std::thread::Builder::new().name(name).spawn(move || {
             while let Some(first) = rx.blocking_recv() {
                 let mut waiting = vec![first];
@@ -82,8 +87,12 @@ impl GroupCommit {
                 {
                     waiting.push(next);
                 }
+                let synced = Instant::now();
                 let result = sync();
-                for callback in waiting {
+                stages::since(&STAGES.fsync, synced);
+                STAGES.fsync_appends.record(waiting.len() as f64);
+                for (queued, callback) in waiting {
+                    stages::since(&STAGES.fsync_wait, queued);
                     let r = match &result {
                         Ok(()) => Ok(()),
                         Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
@@ -98,7 +107,7 @@ impl GroupCommit {
     /// Queues `callback` for the next fsync, waiting while the queue is full.
     async fn enqueue(&self, callback: IOFlushed<FirnRaft>) -> io::Result<()> {
         self.tx
-            .send(callback)
+            .send((Instant::now(), callback))
             .await
             .map_err(|_| io::Error::other("the fsync thread has stopped"))
     }
@@ -248,12 +257,14 @@ impl RaftLogStorage<FirnRaft> for FjallLogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        let started = Instant::now();
         let mut batch = self.db.batch();
         for entry in entries {
             let bytes = postcard::to_stdvec(&entry).map_err(codec_err)?;
             batch.insert(&self.log, entry.log_id.index.to_be_bytes(), bytes);
         }
         batch.commit().map_err(fjall_err)?;
+        stages::since(&STAGES.log_append, started);
         self.commit.enqueue(callback).await
     }
 

@@ -12,6 +12,7 @@ use openraft::raft::{
 use openraft::{BasicNode, OptionalSend, RaftNetworkV2};
 
 use crate::peer::{PeerError, PeerPool, PeerRequest, PeerResponse};
+use crate::stages::{self, STAGES};
 use crate::types::{FirnRaft, NodeId, ShardId, Snapshot, SnapshotData, Vote};
 
 #[derive(Clone)]
@@ -72,7 +73,9 @@ impl RaftNetworkV2<FirnRaft> for PeerClient {
         rpc: AppendEntriesRequest<FirnRaft>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<FirnRaft>, RPCError<FirnRaft>> {
-        match self
+        // Heartbeats carry no entries: only the replication of writes is a stage of one.
+        let sent = (!rpc.entries.is_empty()).then(std::time::Instant::now);
+        let answer = self
             .call(
                 PeerRequest::Append {
                     shard: self.shard,
@@ -80,8 +83,11 @@ impl RaftNetworkV2<FirnRaft> for PeerClient {
                 },
                 &option,
             )
-            .await?
-        {
+            .await?;
+        if let Some(sent) = sent {
+            stages::since(&STAGES.replicate, sent);
+        }
+        match answer {
             PeerResponse::Append(r) => Ok(r),
             other => Err(RPCError::Unreachable(unreachable(format!(
                 "unexpected answer {other:?}"

@@ -21,6 +21,7 @@ use tokio::sync::oneshot;
 use crate::log_store::{FjallLogStore, GroupCommit};
 use crate::network::PeerNetwork;
 use crate::peer::{LocalGroups, PeerPool};
+use crate::stages::{self, STAGES};
 use crate::state_machine::ShardStateMachine;
 use crate::types::{FirnRaft, LogCommand, NodeId, ShardId};
 
@@ -318,15 +319,22 @@ impl ShardReplica {
             op,
         };
         let (responder, done) = ProgressResponder::complete_only();
+        let proposed = std::time::Instant::now();
         self.raft
             .write(LogCommand(cmd))
             .responder(responder)
             .await
             .map_err(unavailable)?;
+        let taken = std::time::Instant::now();
+        STAGES
+            .propose
+            .record(taken.duration_since(proposed).as_secs_f64());
         let clock = self.clock.clone();
         let shard_id = self.shard_id;
         Ok(Box::pin(async move {
-            let Ok(done) = tokio::time::timeout(COMMIT_WAIT, done).await else {
+            let done = tokio::time::timeout(COMMIT_WAIT, done).await;
+            stages::since(&STAGES.commit, taken);
+            let Ok(done) = done else {
                 return Err(FirnError::Indeterminate(format!(
                     "shard {shard_id} did not commit the write within {COMMIT_WAIT:?} (no quorum?); it may or may not be applied"
                 )));

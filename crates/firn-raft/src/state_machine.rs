@@ -13,6 +13,7 @@ use futures::{FutureExt, Stream, TryStreamExt};
 use openraft::storage::{ApplyResponder, EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 
+use crate::stages::{self, STAGES};
 use crate::types::{
     FirnRaft, LogCommand, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership,
 };
@@ -125,6 +126,8 @@ impl ShardStateMachine {
         let Some((last_id, _, _)) = pending.last() else {
             return Ok(());
         };
+        let started = std::time::Instant::now();
+        STAGES.apply_entries.record(pending.len() as f64);
         let system = vec![(SYS_APPLIED.to_vec(), encode(last_id)?)];
         let (cmds, responders): (Vec<Command>, Vec<_>) = pending
             .drain(..)
@@ -148,6 +151,7 @@ impl ShardStateMachine {
         }
         // A storage failure leaves the state unknown: stop this replica.
         .map_err(firn_to_io)?;
+        stages::since(&STAGES.apply, started);
         for (responder, result) in responders.into_iter().zip(results) {
             if let Some(r) = responder {
                 r.send(result);

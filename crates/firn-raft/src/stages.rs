@@ -1,0 +1,67 @@
+//! How long each stage of a write takes on this node, recorded as histograms that `/metrics`
+//! shows (`firn_write_stage_seconds{stage=…}`), with how many appends each fsync covers and
+//! how many entries each apply batch holds. Together with the request's whole time
+//! (`firn_request_seconds{op="put"}`) they show where a write waits.
+//!
+//! A write on its shard's leader, in order: `propose` (the proposal handed to openraft's
+//! core), `log_append` (the entries into the log database), `fsync_wait` (queued for the
+//! group commit until its fsync finished; `fsync` is the fsync itself), `replicate` (an
+//! AppendEntries with entries sent to a follower until it answered: its append and fsync
+//! included), `apply` (one apply batch), and `commit` (from openraft taking the proposal
+//! until its apply answered: everything from `log_append` on).
+
+use std::sync::LazyLock;
+use std::time::Instant;
+
+use metrics::Histogram;
+
+/// The handles, registered once with the process's recorder (a node installs it before it
+/// opens any group; without one they record nothing).
+pub(crate) struct Stages {
+    pub propose: Histogram,
+    pub log_append: Histogram,
+    pub fsync_wait: Histogram,
+    pub fsync: Histogram,
+    pub replicate: Histogram,
+    pub apply: Histogram,
+    pub commit: Histogram,
+    /// Appends (calls, each of one or more entries) one fsync made durable.
+    pub fsync_appends: Histogram,
+    /// Entries applied in one batch.
+    pub apply_entries: Histogram,
+}
+
+const STAGE: &str = "firn_write_stage_seconds";
+
+pub(crate) static STAGES: LazyLock<Stages> = LazyLock::new(|| {
+    metrics::describe_histogram!(
+        STAGE,
+        metrics::Unit::Seconds,
+        "time a write spends in each stage on this node (propose, log_append, fsync_wait, \
+         fsync, replicate, apply, commit)"
+    );
+    metrics::describe_histogram!(
+        "firn_log_fsync_appends",
+        "log appends made durable by one group-commit fsync"
+    );
+    metrics::describe_histogram!(
+        "firn_apply_batch_entries",
+        "Raft entries applied to the store in one batch"
+    );
+    Stages {
+        propose: metrics::histogram!(STAGE, "stage" => "propose"),
+        log_append: metrics::histogram!(STAGE, "stage" => "log_append"),
+        fsync_wait: metrics::histogram!(STAGE, "stage" => "fsync_wait"),
+        fsync: metrics::histogram!(STAGE, "stage" => "fsync"),
+        replicate: metrics::histogram!(STAGE, "stage" => "replicate"),
+        apply: metrics::histogram!(STAGE, "stage" => "apply"),
+        commit: metrics::histogram!(STAGE, "stage" => "commit"),
+        fsync_appends: metrics::histogram!("firn_log_fsync_appends"),
+        apply_entries: metrics::histogram!("firn_apply_batch_entries"),
+    }
+});
+
+/// Records the time since `start` in `stage`.
+pub(crate) fn since(stage: &Histogram, start: Instant) {
+    stage.record(start.elapsed().as_secs_f64());
+}
