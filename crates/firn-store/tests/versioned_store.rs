@@ -474,6 +474,23 @@ fn dump_and_load_reproduce_the_state() {
     assert_eq!(b.live_keys(), 2);
 }
 
+/// Restoring a snapshot replaces a key's history: the next write continues the snapshot's,
+/// not the one the store held before (nothing apply remembers outlives the restore).
+#[test]
+fn a_restored_snapshot_replaces_what_apply_remembers() {
+    let a = mem_store();
+    put(&a, 1, "k", "a1");
+    let b = mem_store();
+    for i in 0..3 {
+        put(&b, 1 + i, "k", "b");
+    }
+    b.backend().load(a.backend().dump().unwrap()).unwrap();
+    b.reload().unwrap();
+    let next = put(&b, 10, "k", "after");
+    assert_eq!(next.version, 2, "the snapshot's k is at version 1");
+    assert_eq!(value_at(&b, "k", ReadAt::Version(1)).as_deref(), Some("a1"));
+}
+
 proptest! {
     /// Against a plain model (a list of (commit_ts, value) per key), every as-of read agrees.
     #[test]
