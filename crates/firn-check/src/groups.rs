@@ -159,11 +159,7 @@ impl History {
 
     /// The violation in words, followed by each operation it names.
     pub fn explain(&self, violation: &Violation) -> String {
-        let mut out = violation.to_string();
-        for i in violation.operations() {
-            out.push_str(&format!("\n  op {i}: {:?}", self.operations[i]));
-        }
-        out
+        crate::explain(violation, violation.operations(), &self.operations)
     }
 }
 

@@ -22,6 +22,20 @@ pub mod groups;
 pub mod log;
 pub mod register;
 
+/// A checker's verdict in words, followed by each operation of `operations` it names (by
+/// index): what the shared log's and consumer groups' histories print when they fail.
+pub fn explain<O: std::fmt::Debug>(
+    verdict: &impl std::fmt::Display,
+    named: impl IntoIterator<Item = usize>,
+    operations: &[O],
+) -> String {
+    let mut out = verdict.to_string();
+    for i in named {
+        out.push_str(&format!("\n  op {i}: {:?}", operations[i]));
+    }
+    out
+}
+
 /// A sequential specification.
 pub trait Model: Clone + Eq + Hash {
     type Op;

@@ -89,10 +89,12 @@ impl GroupCommit {
                 }
                 let synced = Instant::now();
                 let result = sync();
-                stages::since(&STAGES.fsync, synced);
+                let done = stages::since(&STAGES.fsync, synced);
                 STAGES.fsync_appends.record(waiting.len() as f64);
                 for (queued, callback) in waiting {
-                    stages::since(&STAGES.fsync_wait, queued);
+                    STAGES
+                        .fsync_wait
+                        .record(done.duration_since(queued).as_secs_f64());
                     let r = match &result {
                         Ok(()) => Ok(()),
                         Err(e) => Err(io::Error::new(e.kind(), e.to_string())),

@@ -325,10 +325,7 @@ impl ShardReplica {
             .responder(responder)
             .await
             .map_err(unavailable)?;
-        let taken = std::time::Instant::now();
-        STAGES
-            .propose
-            .record(taken.duration_since(proposed).as_secs_f64());
+        let taken = stages::since(&STAGES.propose, proposed);
         let clock = self.clock.clone();
         let shard_id = self.shard_id;
         Ok(Box::pin(async move {

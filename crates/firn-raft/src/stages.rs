@@ -61,7 +61,10 @@ pub(crate) static STAGES: LazyLock<Stages> = LazyLock::new(|| {
     }
 });
 
-/// Records the time since `start` in `stage`.
-pub(crate) fn since(stage: &Histogram, start: Instant) {
-    stage.record(start.elapsed().as_secs_f64());
+/// Records the time since `start` in `stage`, and returns the time it ended (the start of
+/// the next stage).
+pub(crate) fn since(stage: &Histogram, start: Instant) -> Instant {
+    let end = Instant::now();
+    stage.record(end.duration_since(start).as_secs_f64());
+    end
 }
