@@ -4,6 +4,7 @@ carried in one file made by bench/bundle) and the cores each process is pinned t
 process started here is stopped by its owner."""
 
 import atexit
+import collections
 import csv
 import io
 import itertools
@@ -143,10 +144,16 @@ class FirnCluster:
 
 
 def redis_benchmark(port, test, clients, requests, pipeline=1, keyspace=100_000, cluster=False, cores=None):
-    """(ops/s, p50 ms, p99 ms) of one redis-benchmark run with 100-byte values; a failed run
-    (its own error is shown) is retried once. With `cluster`, redis-benchmark reads the slot
-    map (CLUSTER NODES) and sends each key to the node that leads its shard; with `cores`, it
-    runs pinned to them."""
+    """(ops/s, p50 ms, p99 ms) of one redis-benchmark run; see redis_benchmark_row."""
+    row = redis_benchmark_row(port, test, clients, requests, pipeline, keyspace, cluster, cores)
+    return row["ops"], row["p50"], row["p99"]
+
+
+def redis_benchmark_row(port, test, clients, requests, pipeline=1, keyspace=100_000, cluster=False, cores=None):
+    """{ops, avg, min, p50, p95, p99, max} (ops/s, ms) of one redis-benchmark run with 100-byte
+    values; a failed run (its own error is shown) is retried once. With `cluster`,
+    redis-benchmark reads the slot map (CLUSTER NODES) and sends each key to the node that
+    leads its shard; with `cores`, it runs pinned to them."""
     cmd = pinned(["redis-benchmark", "-p", str(port), "-t", test, "-n", str(requests), "-c", str(clients),
                   "-P", str(pipeline), "-d", "100", "-r", str(keyspace), "--csv"] + (["--cluster"] if cluster else []),
                  cores)
@@ -159,7 +166,41 @@ def redis_benchmark(port, test, clients, requests, pipeline=1, keyspace=100_000,
     else:
         sys.exit(f"redis-benchmark failed twice: {' '.join(cmd)}")
     row = [r for r in csv.reader(io.StringIO(run.stdout)) if r and r[0] != "test"][-1]
-    return float(row[1]), float(row[4]), float(row[6])
+    return dict(zip(("ops", "avg", "min", "p50", "p95", "p99", "max"), map(float, row[1:8])))
+
+
+def with_cpu(pids, requests, run):
+    """run()'s result, and the CPU µs a request that the processes `pids` used over it, all
+    of them together."""
+    before = sum(cpu_seconds(p) for p in pids)
+    result = run()
+    return result, (sum(cpu_seconds(p) for p in pids) - before) * 1e6 / requests
+
+
+def measured(pids, requests, run):
+    """run()'s (ops/s, p50 ms, p99 ms) and, fourth, the CPU µs a request (see with_cpu)."""
+    result, cpu_us = with_cpu(pids, requests, run)
+    return (*result, cpu_us)
+
+
+WRITE_STAGES = ("propose", "log_append", "fsync_wait", "fsync", "replicate", "apply", "commit")
+WRITE_BATCHES = ("firn_log_fsync_appends", "firn_apply_batch_entries")
+
+
+def write_stages(http_port):
+    """Where a node's writes waited: {(metric, stage or None): {quantile: value}} of the
+    write-stage summaries on its /metrics (`firn_write_stage_seconds{stage}` in seconds, and
+    the fsync and apply batch sizes; see docs/api.md)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10).read().decode()
+    out = collections.defaultdict(dict)
+    for line in text.splitlines():
+        if 'quantile="' not in line or line.startswith("#"):
+            continue
+        name, rest = line.split("{", 1)
+        labels, value = rest.rsplit("}", 1)
+        fields = dict(kv.split("=", 1) for kv in labels.split(","))
+        out[(name, fields.get("stage", "").strip('"') or None)][fields["quantile"].strip('"')] = float(value)
+    return out
 
 
 def redis_benchmark_command(port, command, clients, requests, keyspace=100_000):
