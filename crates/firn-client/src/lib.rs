@@ -13,8 +13,8 @@ pub use log::{LogClient, LogReadOptions, LogTagInfo};
 
 use bytes::Bytes;
 use firn_model::{
-    CommitTs, KeyspaceSpec, LogSeq, ReadAt, ReadConsistency, SnapshotOf, Version, VersionInfo,
-    WatchFrom,
+    CommitTs, Follow, KeyspaceDef, KeyspaceSpec, LogSeq, ReadAt, ReadConsistency, SnapshotOf,
+    Version, VersionInfo, WatchFrom,
 };
 use redis::Value;
 
@@ -410,7 +410,9 @@ impl Client {
         }
     }
 
-    pub async fn keyspace_create(&self, spec: &KeyspaceSpec) -> Result<()> {
+    /// Defines a keyspace (or replaces its definition): its rules and its placement.
+    pub async fn keyspace_create(&self, def: &KeyspaceDef) -> Result<()> {
+        let KeyspaceDef { spec, placement } = def;
         let mut cmd = redis::cmd("FIRN.KEYSPACE");
         cmd.arg("CREATE")
             .arg(&spec.prefix)
@@ -422,26 +424,36 @@ impl Client {
         if let Some(us) = spec.max_age_us {
             cmd.arg("MAXAGE").arg(format!("{}us", us));
         }
+        if placement.local {
+            cmd.arg("LOCAL").arg("on");
+        }
+        if placement.follow != Follow::Off {
+            cmd.arg("FOLLOW").arg(placement.follow.to_string());
+        }
         self.run(&cmd).await?;
         Ok(())
     }
 
-    pub async fn keyspace_list(&self) -> Result<Vec<(String, String, Option<u64>, Option<u64>)>> {
+    pub async fn keyspace_list(&self) -> Result<Vec<KeyspaceDef>> {
+        let parsed = |v: &Value| -> Result<String> { as_text(v) };
+        let bad = |e: firn_model::FirnError| ClientError::Protocol(e.to_string());
         match self.run(redis::cmd("FIRN.KEYSPACE").arg("LIST")).await? {
             Value::Array(items) => items
                 .iter()
                 .map(|item| {
-                    let mut row = (String::new(), String::new(), None, None);
+                    let mut def = KeyspaceDef::new(KeyspaceSpec::default_keyspace());
                     for (k, v) in pairs(item)? {
                         match k.as_str() {
-                            "prefix" => row.0 = as_text(&v)?,
-                            "mode" => row.1 = as_text(&v)?,
-                            "max_versions" => row.2 = as_u64(&v).ok(),
-                            "max_age_us" => row.3 = as_u64(&v).ok(),
+                            "prefix" => def.spec.prefix = parsed(&v)?,
+                            "mode" => def.spec.mode = parsed(&v)?.parse().map_err(bad)?,
+                            "max_versions" => def.spec.max_versions = as_u64(&v).ok(),
+                            "max_age_us" => def.spec.max_age_us = as_u64(&v).ok(),
+                            "local" => def.placement.local = parsed(&v)? == "on",
+                            "follow" => def.placement.follow = parsed(&v)?.parse().map_err(bad)?,
                             _ => {}
                         }
                     }
-                    Ok(row)
+                    Ok(def)
                 })
                 .collect(),
             v => Err(protocol(v)),

@@ -111,3 +111,98 @@ impl KeyspaceSpec {
         Ok(())
     }
 }
+
+/// Where a shard's leader goes for a keyspace's sake (DAL's placement).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Follow {
+    /// Leaders stay where the cluster put them.
+    #[default]
+    Off,
+    /// A shard's leader moves to the node most of the keyspace's requests come from.
+    On,
+    /// A shard's leader is kept on this node (a pin: it never follows).
+    Pin(u64),
+}
+
+impl FromStr for Follow {
+    type Err = FirnError;
+    fn from_str(s: &str) -> Result<Self, FirnError> {
+        match s.to_ascii_lowercase().as_str() {
+            "on" => Ok(Follow::On),
+            "off" => Ok(Follow::Off),
+            other => other.parse().map(Follow::Pin).map_err(|_| {
+                FirnError::BadArgument(format!(
+                    "unknown follow setting '{s}'; use on, off or a node id to pin leaders to"
+                ))
+            }),
+        }
+    }
+}
+
+impl fmt::Display for Follow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Follow::Off => f.write_str("off"),
+            Follow::On => f.write_str("on"),
+            Follow::Pin(node) => write!(f, "{node}"),
+        }
+    }
+}
+
+/// Where a keyspace's data sits relative to the code that uses it: node-side placement,
+/// kept in the cluster layout beside the [`KeyspaceSpec`] (a shard's apply never needs it,
+/// so it is not in a shard's state and not in its log).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyspacePlacement {
+    /// Publish the newest values in each node's shared-memory region (`LOCAL on`), where a
+    /// client on the same host reads them without a request.
+    #[serde(default)]
+    pub local: bool,
+    #[serde(default)]
+    pub follow: Follow,
+}
+
+/// Parses `on` / `off` (the LOCAL option's values).
+pub fn parse_on_off(option: &str, s: &str) -> Result<bool, FirnError> {
+    match s.to_ascii_lowercase().as_str() {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(FirnError::BadArgument(format!(
+            "{option} takes on or off, not '{s}'"
+        ))),
+    }
+}
+
+/// A keyspace as a user defines it: the rules its shards apply, and its placement.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyspaceDef {
+    pub spec: KeyspaceSpec,
+    pub placement: KeyspacePlacement,
+}
+
+impl KeyspaceDef {
+    pub fn new(spec: KeyspaceSpec) -> Self {
+        KeyspaceDef {
+            spec,
+            placement: KeyspacePlacement::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn follow_parses_on_off_and_a_node_and_refuses_anything_else() {
+        assert_eq!("ON".parse::<Follow>().unwrap(), Follow::On);
+        assert_eq!("off".parse::<Follow>().unwrap(), Follow::Off);
+        assert_eq!("3".parse::<Follow>().unwrap(), Follow::Pin(3));
+        assert_eq!(Follow::Pin(3).to_string(), "3");
+        let e = "sometimes".parse::<Follow>().unwrap_err().to_string();
+        assert!(e.contains("on, off or a node id"), "{e}");
+        assert!(parse_on_off("LOCAL", "maybe").is_err());
+        assert!(parse_on_off("LOCAL", "On").unwrap());
+    }
+}

@@ -18,7 +18,9 @@ pub mod time;
 pub use error::FirnError;
 pub use hlc::{CommitTs, HybridClock};
 pub use key::{Key, Version};
-pub use keyspace::{Durability, KeyspaceMode, KeyspaceSpec};
+pub use keyspace::{
+    Durability, Follow, KeyspaceDef, KeyspaceMode, KeyspacePlacement, KeyspaceSpec,
+};
 pub use limits::Limits;
 pub use log::{Appended, LogRecord, LogSeq, NewRecord, StreamId, StreamTrim, TagInfo};
 pub use request::*;

@@ -200,6 +200,26 @@ async fn bad_times_and_unknown_keyspace_modes_are_errors() {
     assert!(e.to_string().contains("not available yet"), "{e}");
     let e = err_of(
         &mut c,
+        redis::cmd("FIRN.KEYSPACE")
+            .arg("CREATE")
+            .arg("x/")
+            .arg("LOCAL")
+            .arg("maybe"),
+    )
+    .await;
+    assert!(e.to_string().contains("LOCAL takes on or off"), "{e}");
+    let e = err_of(
+        &mut c,
+        redis::cmd("FIRN.KEYSPACE")
+            .arg("CREATE")
+            .arg("x/")
+            .arg("FOLLOW")
+            .arg("sometimes"),
+    )
+    .await;
+    assert!(e.to_string().contains("use on, off or a node id"), "{e}");
+    let e = err_of(
+        &mut c,
         redis::cmd("FIRN.GET")
             .arg("k")
             .arg("CONSISTENCY")

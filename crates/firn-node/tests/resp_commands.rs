@@ -512,6 +512,10 @@ async fn firn_commands_expose_versions_time_and_keyspaces() {
         .arg("latest")
         .arg("MAXAGE")
         .arg("1h")
+        .arg("LOCAL")
+        .arg("on")
+        .arg("FOLLOW")
+        .arg("1")
         .query_async(&mut c)
         .await
         .unwrap();
@@ -521,6 +525,13 @@ async fn firn_commands_expose_versions_time_and_keyspaces() {
         .await
         .unwrap();
     assert_eq!(list.len(), 2);
+    let shown = format!("{list:?}");
+    for field in [
+        "'\"local\"'), bulk-string('\"on\"')",
+        "'\"follow\"'), bulk-string('\"1\"')",
+    ] {
+        assert!(shown.contains(field), "{field} in {shown}");
+    }
     let _: () = redis::cmd("FIRN.KEYSPACE")
         .arg("DROP")
         .arg("last/")

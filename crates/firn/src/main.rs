@@ -205,6 +205,12 @@ enum KeyspaceAction {
         /// e.g. 3600, 90s, 15m, 7d
         #[arg(long)]
         max_age: Option<String>,
+        /// Publish the newest values in each node's shared-memory region (local reads).
+        #[arg(long)]
+        local: bool,
+        /// on | off | a node id: shard leaders follow the keyspace's clients, or stay pinned.
+        #[arg(long, default_value = "off")]
+        follow: String,
         #[command(flatten)]
         target: Target,
     },
@@ -589,6 +595,8 @@ async fn run(cli: Cli) -> Result<(), String> {
                 mode,
                 max_versions,
                 max_age,
+                local,
+                follow,
                 target,
             } => {
                 let spec = KeyspaceSpec {
@@ -603,30 +611,41 @@ async fn run(cli: Cli) -> Result<(), String> {
                         .map_err(|e| e.to_string())?,
                     durability: firn_model::Durability::Disk,
                 };
+                let placement = firn_model::KeyspacePlacement {
+                    local,
+                    follow: follow
+                        .parse()
+                        .map_err(|e: firn_model::FirnError| e.to_string())?,
+                };
+                let def = firn_model::KeyspaceDef { spec, placement };
                 connect(&target)
                     .await?
-                    .keyspace_create(&spec)
+                    .keyspace_create(&def)
                     .await
                     .map_err(show)?;
-                println!("keyspace '{}' created ({})", spec.prefix, spec.mode);
+                println!("keyspace '{}' created ({})", def.spec.prefix, def.spec.mode);
                 Ok(())
             }
             KeyspaceAction::List { target } => {
-                for (prefix, mode, max_versions, max_age_us) in connect(&target)
+                for def in connect(&target)
                     .await?
                     .keyspace_list()
                     .await
                     .map_err(show)?
                 {
+                    let (spec, placement) = (&def.spec, &def.placement);
                     println!(
-                        "{:<24} {:<10} max_versions={} max_age={}",
-                        format!("'{prefix}'"),
-                        mode,
-                        max_versions.map_or("-".into(), |n| n.to_string()),
-                        max_age_us.map_or("-".into(), |us| humantime::format_duration(
-                            Duration::from_micros(us)
-                        )
-                        .to_string())
+                        "{:<24} {:<10} max_versions={} max_age={} local={} follow={}",
+                        format!("'{}'", spec.prefix),
+                        spec.mode,
+                        spec.max_versions.map_or("-".into(), |n| n.to_string()),
+                        spec.max_age_us
+                            .map_or("-".into(), |us| humantime::format_duration(
+                                Duration::from_micros(us)
+                            )
+                            .to_string()),
+                        if placement.local { "on" } else { "off" },
+                        placement.follow,
                     );
                 }
                 Ok(())

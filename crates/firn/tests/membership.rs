@@ -114,7 +114,9 @@ async fn nodes_join_and_leave_under_load_without_losing_acknowledged_writes() {
     let mut latest = firn_model::KeyspaceSpec::default_keyspace();
     latest.prefix = "cam/".into();
     latest.mode = firn_model::KeyspaceMode::Latest;
-    two.keyspace_create(&latest).await.unwrap();
+    two.keyspace_create(&firn_model::KeyspaceDef::new(latest))
+        .await
+        .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let mut writers = start_writers(addrs, stop.clone());
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -215,7 +217,7 @@ async fn nodes_join_and_leave_under_load_without_losing_acknowledged_writes() {
         assert!(
             listed
                 .iter()
-                .any(|(p, mode, ..)| p == "cam/" && mode == "latest"),
+                .any(|d| d.spec.prefix == "cam/" && d.spec.mode == firn_model::KeyspaceMode::Latest),
             "node {} lists {listed:?}",
             i + 1
         );

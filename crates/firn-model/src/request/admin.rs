@@ -3,12 +3,15 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::keyspace::KeyspaceSpec;
+use crate::keyspace::KeyspaceDef;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum AdminRequest {
-    KeyspaceCreate(KeyspaceSpec),
-    KeyspaceDrop { prefix: String },
+    /// Defines a keyspace, or replaces its definition (spec and placement together).
+    KeyspaceCreate(KeyspaceDef),
+    KeyspaceDrop {
+        prefix: String,
+    },
     KeyspaceList,
 }
 

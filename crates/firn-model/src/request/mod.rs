@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::hlc::CommitTs;
 use crate::key::{Key, Version};
-use crate::keyspace::KeyspaceSpec;
+use crate::keyspace::{KeyspaceDef, KeyspaceSpec};
 use crate::log::{Appended, LogRecord, LogSeq, TagInfo};
 
 /// Which version of a key a read returns.
@@ -305,7 +305,10 @@ pub enum Response {
     Truncated {
         versions_removed: u64,
     },
+    /// A shard's keyspace rules.
     Keyspaces(Vec<KeyspaceSpec>),
+    /// The cluster's keyspace definitions, with placement (FIRN.KEYSPACE LIST).
+    KeyspaceDefs(Vec<KeyspaceDef>),
     /// A snapshot's answer: the time it was read at, and what its read (MGET or SCAN) gave.
     Snapshot {
         at: CommitTs,

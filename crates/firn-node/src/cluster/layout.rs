@@ -12,7 +12,7 @@ use std::ops::Range;
 
 use firn_model::limits::KEYSPACES_MAX;
 use firn_model::slot::{SLOT_COUNT, Slot, slot_of};
-use firn_model::{FirnError, KeyspaceSpec};
+use firn_model::{FirnError, KeyspaceDef, KeyspacePlacement, KeyspaceSpec};
 use firn_raft::{NodeId, ShardId};
 use firn_store::Op;
 use serde::{Deserialize, Serialize};
@@ -59,6 +59,10 @@ pub struct ClusterLayout {
     /// they fell — moving a leader briefly pauses its shard's writes).
     #[serde(default)]
     pub spread_leaders: bool,
+    /// Each keyspace's placement (shared-memory publication, leaders that follow), by
+    /// prefix; a keyspace absent here has the default placement.
+    #[serde(default)]
+    pub placements: BTreeMap<String, KeyspacePlacement>,
 }
 
 /// Most meta-group voters: more only slows its commits.
@@ -108,6 +112,7 @@ impl ClusterLayout {
             shards,
             keyspaces: Some(vec![KeyspaceSpec::default_keyspace()]),
             spread_leaders: false,
+            placements: BTreeMap::new(),
         })
     }
 
@@ -127,6 +132,7 @@ impl ClusterLayout {
             shards: Vec::new(),
             keyspaces: None,
             spread_leaders: false,
+            placements: BTreeMap::new(),
         }
     }
 
@@ -270,7 +276,54 @@ impl ClusterLayout {
     /// Records a keyspace definition (new or changed) or, with `drop`, its removal — with
     /// the same checks a shard makes, so that every shard accepts what the layout holds.
     /// Answers whether anything changed.
-    pub fn define_keyspace(&mut self, spec: KeyspaceSpec, drop: bool) -> Result<bool, FirnError> {
+    pub fn define_keyspace(&mut self, def: KeyspaceDef, drop: bool) -> Result<bool, FirnError> {
+        let KeyspaceDef { spec, placement } = def;
+        let prefix = spec.prefix.clone();
+        let defined = self.define_spec(spec, drop)?;
+        let placed = if drop || placement == KeyspacePlacement::default() {
+            self.placements.remove(&prefix).is_some()
+        } else {
+            self.placements.insert(prefix, placement) != Some(placement)
+        };
+        Ok(defined || placed)
+    }
+
+    /// The keyspace definitions with their placements (`None` while the layout has not
+    /// adopted the shards' list).
+    pub fn keyspace_defs(&self) -> Option<Vec<KeyspaceDef>> {
+        let specs = self.keyspaces.as_ref()?;
+        Some(
+            specs
+                .iter()
+                .map(|spec| KeyspaceDef {
+                    placement: self.placement_of(&spec.prefix),
+                    spec: spec.clone(),
+                })
+                .collect(),
+        )
+    }
+
+    /// The placement of the keyspace registered as `prefix`.
+    pub fn placement_of(&self, prefix: &str) -> KeyspacePlacement {
+        self.placements.get(prefix).copied().unwrap_or_default()
+    }
+
+    /// The placement of the keyspace `key` belongs to (its longest registered prefix).
+    pub fn placement_for(&self, key: &[u8]) -> KeyspacePlacement {
+        if self.placements.is_empty() {
+            return KeyspacePlacement::default();
+        }
+        self.keyspaces
+            .iter()
+            .flatten()
+            .filter(|spec| key.starts_with(spec.prefix.as_bytes()))
+            .max_by_key(|spec| spec.prefix.len())
+            .map_or_else(KeyspacePlacement::default, |spec| {
+                self.placement_of(&spec.prefix)
+            })
+    }
+
+    fn define_spec(&mut self, spec: KeyspaceSpec, drop: bool) -> Result<bool, FirnError> {
         let list = self.keyspaces.as_mut().ok_or_else(|| {
             FirnError::TryAgain("the cluster is still taking over its keyspace list; retry".into())
         })?;
@@ -488,20 +541,28 @@ mod tests {
         let mut spec = KeyspaceSpec::default_keyspace();
         spec.prefix = "cam/".into();
         spec.mode = KeyspaceMode::Latest;
-        assert!(layout.define_keyspace(spec.clone(), false).unwrap());
         assert!(
-            !layout.define_keyspace(spec.clone(), false).unwrap(),
+            layout
+                .define_keyspace(KeyspaceDef::new(spec.clone()), false)
+                .unwrap()
+        );
+        assert!(
+            !layout
+                .define_keyspace(KeyspaceDef::new(spec.clone()), false)
+                .unwrap(),
             "same again: no change"
         );
         let mut root = KeyspaceSpec::default_keyspace();
         assert!(
-            layout.define_keyspace(root.clone(), true).is_err(),
+            layout
+                .define_keyspace(KeyspaceDef::new(root.clone()), true)
+                .is_err(),
             "\"\" stays"
         );
         let mut missing = spec.clone();
         missing.prefix = "nope/".into();
         assert!(matches!(
-            layout.define_keyspace(missing, true),
+            layout.define_keyspace(KeyspaceDef::new(missing), true),
             Err(FirnError::KeyspaceNotFound(_))
         ));
         let want = layout.keyspaces.clone().unwrap();
@@ -518,9 +579,75 @@ mod tests {
         let mut unadopted = layout.clone();
         unadopted.keyspaces = None;
         assert!(matches!(
-            unadopted.define_keyspace(spec, false),
+            unadopted.define_keyspace(KeyspaceDef::new(spec), false),
             Err(FirnError::TryAgain(_))
         ));
+    }
+
+    #[test]
+    fn a_placement_is_kept_beside_its_keyspace_and_goes_with_it() {
+        use firn_model::Follow;
+        let mut layout = ClusterLayout::new(three(), 3, 3).unwrap();
+        let spec = |prefix: &str| KeyspaceSpec {
+            prefix: prefix.into(),
+            ..KeyspaceSpec::default_keyspace()
+        };
+        let local = KeyspacePlacement {
+            local: true,
+            follow: Follow::On,
+        };
+        let def = KeyspaceDef {
+            spec: spec("s/"),
+            placement: local,
+        };
+        assert!(layout.define_keyspace(def.clone(), false).unwrap());
+        assert!(!layout.define_keyspace(def, false).unwrap(), "same again");
+        assert_eq!(layout.placement_for(b"s/1"), local);
+        assert_eq!(layout.placement_for(b"t/1"), KeyspacePlacement::default());
+        // A longer prefix with the default placement overrides the shorter one.
+        layout
+            .define_keyspace(KeyspaceDef::new(spec("s/cold/")), false)
+            .unwrap();
+        assert_eq!(
+            layout.placement_for(b"s/cold/1"),
+            KeyspacePlacement::default()
+        );
+        assert!(
+            !layout.placements.contains_key("s/cold/"),
+            "defaults are not stored"
+        );
+        // Defining it again without options resets the placement.
+        assert!(
+            layout
+                .define_keyspace(KeyspaceDef::new(spec("s/")), false)
+                .unwrap()
+        );
+        assert_eq!(layout.placement_for(b"s/1"), KeyspacePlacement::default());
+        let pinned = KeyspacePlacement {
+            local: false,
+            follow: Follow::Pin(2),
+        };
+        layout
+            .define_keyspace(
+                KeyspaceDef {
+                    spec: spec("p/"),
+                    placement: pinned,
+                },
+                false,
+            )
+            .unwrap();
+        let defs = layout.keyspace_defs().unwrap();
+        assert_eq!(
+            defs.iter()
+                .find(|d| d.spec.prefix == "p/")
+                .unwrap()
+                .placement,
+            pinned
+        );
+        layout
+            .define_keyspace(KeyspaceDef::new(spec("p/")), true)
+            .unwrap();
+        assert!(layout.placements.is_empty(), "{:?}", layout.placements);
     }
 
     #[test]

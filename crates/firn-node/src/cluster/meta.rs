@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use bytes::Bytes;
-use firn_model::{FirnError, Key, KeyspaceSpec, PutRequest, ReadAt, Version, WriteCondition};
+use firn_model::{FirnError, Key, KeyspaceDef, PutRequest, ReadAt, Version, WriteCondition};
 use firn_raft::{NodeId, ShardReplica};
 use firn_store::Op;
 
@@ -168,8 +168,8 @@ impl Meta {
 
 impl Meta {
     /// Records a keyspace definition (or its removal) in the layout.
-    pub async fn define_keyspace(&self, spec: KeyspaceSpec, drop: bool) -> Result<(), FirnError> {
-        self.update(|layout| layout.define_keyspace(spec.clone(), drop))
+    pub async fn define_keyspace(&self, def: KeyspaceDef, drop: bool) -> Result<(), FirnError> {
+        self.update(|layout| layout.define_keyspace(def.clone(), drop))
             .await
             .map(|_| ())
     }
@@ -201,14 +201,14 @@ impl MetaClient {
 
     /// The keyspace definitions as the meta leader holds them now (linearizable: the
     /// leader confirms it leads before it answers).
-    pub async fn keyspaces(&self) -> Result<Vec<KeyspaceSpec>, FirnError> {
+    pub async fn keyspaces(&self) -> Result<Vec<KeyspaceDef>, FirnError> {
         let leader = self.leader()?;
         if leader != self.meta.node_id {
             return self.peers.call(leader, ListKeyspaces).await?;
         }
         self.meta.replica.linearizable_barrier(false).await?;
         let (_, layout) = self.meta.stored_layout().await?;
-        layout.keyspaces.ok_or_else(|| {
+        layout.keyspace_defs().ok_or_else(|| {
             FirnError::TryAgain("the cluster is still taking over its keyspace list; retry".into())
         })
     }
@@ -227,7 +227,7 @@ impl MetaClient {
                 tracing::info!(node, "node removal starts");
                 self.meta.remove(node).await
             }
-            MetaChange::Keyspace { spec, drop } => self.meta.define_keyspace(spec, drop).await,
+            MetaChange::Keyspace { def, drop } => self.meta.define_keyspace(def, drop).await,
         }
     }
 }

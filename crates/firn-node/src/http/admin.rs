@@ -7,15 +7,24 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response as HttpResponse};
 use firn_model::time::parse_duration_us;
-use firn_model::{AdminRequest, FirnError, KeyspaceSpec, Response};
+use firn_model::{AdminRequest, FirnError, Follow, KeyspaceDef, KeyspaceSpec, Response};
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
 
 use super::{ApiResult, Session, bad_json, unexpected};
 use crate::router::Router;
 
-pub(super) fn keyspace_json(s: &KeyspaceSpec) -> Json {
-    json!({ "prefix": s.prefix, "mode": s.mode.to_string(), "max_versions": s.max_versions, "max_age_us": s.max_age_us, "durability": "disk" })
+pub(super) fn keyspace_json(def: &KeyspaceDef) -> Json {
+    let KeyspaceDef { spec: s, placement } = def;
+    json!({
+        "prefix": s.prefix,
+        "mode": s.mode.to_string(),
+        "max_versions": s.max_versions,
+        "max_age_us": s.max_age_us,
+        "durability": "disk",
+        "local": placement.local,
+        "follow": placement.follow.to_string(),
+    })
 }
 
 pub(super) async fn list_keyspaces(
@@ -27,8 +36,8 @@ pub(super) async fn list_keyspaces(
         .await?
         .response
     {
-        Response::Keyspaces(specs) => Ok(axum::Json(
-            json!({ "keyspaces": specs.iter().map(keyspace_json).collect::<Vec<_>>() }),
+        Response::KeyspaceDefs(defs) => Ok(axum::Json(
+            json!({ "keyspaces": defs.iter().map(keyspace_json).collect::<Vec<_>>() }),
         )),
         other => Err(unexpected(other)),
     }
@@ -42,6 +51,10 @@ pub(super) struct KeyspaceBody {
     /// Seconds, or a duration with units (`7d`).
     max_age: Option<Json>,
     durability: Option<String>,
+    /// Publish the newest values in each node's shared-memory region.
+    local: Option<bool>,
+    /// `"on"`, `"off"`, or a node id to pin leaders to.
+    follow: Option<Json>,
 }
 
 pub(super) async fn create_keyspace(
@@ -50,10 +63,23 @@ pub(super) async fn create_keyspace(
     body: Result<axum::Json<KeyspaceBody>, JsonRejection>,
 ) -> ApiResult<(StatusCode, axum::Json<Json>)> {
     let axum::Json(body) = body.map_err(bad_json)?;
-    let mut spec = KeyspaceSpec {
+    let mut def = KeyspaceDef::new(KeyspaceSpec {
         prefix: body.prefix,
         ..KeyspaceSpec::default_keyspace()
+    });
+    def.placement.local = body.local.unwrap_or(false);
+    def.placement.follow = match body.follow {
+        None | Some(Json::Null) => Follow::Off,
+        Some(Json::String(s)) => s.parse()?,
+        Some(Json::Number(n)) => n.to_string().parse()?,
+        Some(other) => {
+            return Err(FirnError::BadArgument(format!(
+                "follow must be \"on\", \"off\" or a node id, not {other}"
+            ))
+            .into());
+        }
     };
+    let spec = &mut def.spec;
     if let Some(m) = body.mode {
         spec.mode = m.parse()?;
     }
@@ -73,9 +99,9 @@ pub(super) async fn create_keyspace(
         spec.durability = d.parse()?;
     }
     session
-        .execute(&router, AdminRequest::KeyspaceCreate(spec.clone()).into())
+        .execute(&router, AdminRequest::KeyspaceCreate(def.clone()).into())
         .await?;
-    Ok((StatusCode::CREATED, axum::Json(keyspace_json(&spec))))
+    Ok((StatusCode::CREATED, axum::Json(keyspace_json(&def))))
 }
 
 pub(super) async fn drop_keyspace(

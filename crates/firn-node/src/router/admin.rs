@@ -3,7 +3,7 @@
 //! it), and the list is read from there. The steward finishes a fan-out that fails
 //! part-way.
 
-use firn_model::{AdminRequest, Answer, FirnError, KeyspaceSpec, Response};
+use firn_model::{AdminRequest, Answer, FirnError, KeyspaceDef, KeyspaceSpec, Response};
 use firn_store::Op;
 
 use super::Router;
@@ -19,18 +19,19 @@ impl Router {
                 .meta
                 .keyspaces()
                 .await
-                .map(|specs| Answer::new(Response::Keyspaces(specs))),
-            AdminRequest::KeyspaceCreate(spec) => {
-                spec.validate()?;
-                self.define(spec.clone(), false, Op::KeyspaceCreate(spec))
-                    .await
+                .map(|defs| Answer::new(Response::KeyspaceDefs(defs))),
+            AdminRequest::KeyspaceCreate(def) => {
+                def.spec.validate()?;
+                let op = Op::KeyspaceCreate(def.spec.clone());
+                self.define(def, false, op).await
             }
             AdminRequest::KeyspaceDrop { prefix } => {
                 let spec = KeyspaceSpec {
                     prefix: prefix.clone(),
                     ..KeyspaceSpec::default_keyspace()
                 };
-                self.define(spec, true, Op::KeyspaceDrop { prefix }).await
+                self.define(KeyspaceDef::new(spec), true, Op::KeyspaceDrop { prefix })
+                    .await
             }
         };
         if result.is_err() {
@@ -40,11 +41,9 @@ impl Router {
     }
 
     /// Records a definition in the layout, then has every shard apply it.
-    async fn define(&self, spec: KeyspaceSpec, drop: bool, op: Op) -> Result<Answer, FirnError> {
+    async fn define(&self, def: KeyspaceDef, drop: bool, op: Op) -> Result<Answer, FirnError> {
         let layout = self.routable_layout()?;
-        self.meta
-            .change(MetaChange::Keyspace { spec, drop })
-            .await?;
+        self.meta.change(MetaChange::Keyspace { def, drop }).await?;
         let ctx = firn_model::CallContext::default();
         let started = futures::future::join_all(
             layout

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use firn_model::{Answer, CallContext, CommitTs, FirnError, KeyRange, KeyspaceSpec, KvRead};
+use firn_model::{Answer, CallContext, CommitTs, FirnError, KeyRange, KeyspaceDef, KvRead};
 use firn_model::{WatchEvent, WatchFrom};
 use firn_raft::peer::{PeerError, PeerPool, PeerRequest, PeerResponse};
 use firn_raft::{NodeId, ShardId};
@@ -59,7 +59,7 @@ calls! {
     /// A change of the cluster's layout, run on the meta leader.
     MetaChange => Result<(), FirnError>;
     /// As the meta leader, the keyspace definitions the layout holds.
-    ListKeyspaces => Result<Vec<KeyspaceSpec>, FirnError>;
+    ListKeyspaces => Result<Vec<KeyspaceDef>, FirnError>;
     /// As the shard's leader, make `voters` the group's voters.
     SetReplicas => Result<(), FirnError>;
     /// As the shard's leader, hand leadership to another replica.
@@ -135,7 +135,7 @@ pub enum MetaChange {
     /// Start removing a node: its replicas move elsewhere, then it leaves.
     Remove { node: NodeId },
     /// Record a keyspace definition (or, with `drop`, its removal).
-    Keyspace { spec: KeyspaceSpec, drop: bool },
+    Keyspace { def: KeyspaceDef, drop: bool },
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -1,8 +1,10 @@
-//! FIRN.KEYSPACE CREATE prefix [MODE m] [MAXVERSIONS n] [MAXAGE d] [DURABILITY d] | LIST |
-//! DROP prefix: the retention rules of key prefixes.
+//! FIRN.KEYSPACE CREATE prefix [MODE m] [MAXVERSIONS n] [MAXAGE d] [DURABILITY d]
+//! [LOCAL on|off] [FOLLOW on|off|node] | LIST | DROP prefix: the rules and placement of key
+//! prefixes.
 
+use firn_model::keyspace::parse_on_off;
 use firn_model::time::parse_duration_us;
-use firn_model::{AdminRequest, FirnError, KeyspaceSpec, Response};
+use firn_model::{AdminRequest, FirnError, KeyspaceDef, KeyspaceSpec, Response};
 
 use super::{exact_arity, unknown_subcommand};
 use crate::resp::args::Args;
@@ -18,7 +20,7 @@ pub const FIRN_KEYSPACE: CommandSpec = CommandSpec {
     keys: KeyPositions::NONE,
     group: Group::Firn,
     since: FIRST_RELEASE,
-    summary: "CREATE prefix [MODE m] [MAXVERSIONS n] [MAXAGE d] [DURABILITY d], LIST, DROP prefix.",
+    summary: "CREATE prefix [MODE m] [MAXVERSIONS n] [MAXAGE d] [DURABILITY d] [LOCAL on|off] [FOLLOW on|off|node], LIST, DROP prefix.",
     parse: firn_keyspace,
 };
 
@@ -40,37 +42,40 @@ fn firn_keyspace(mut args: Args) -> Result<Action, FirnError> {
             ))
         }
         "CREATE" => {
-            let mut spec = KeyspaceSpec {
+            let mut def = KeyspaceDef::new(KeyspaceSpec {
                 prefix: args.text()?,
                 ..KeyspaceSpec::default_keyspace()
-            };
+            });
+            let spec = &mut def.spec;
             while !args.is_empty() {
                 match args.keyword()?.as_str() {
                     "MODE" => spec.mode = args.text()?.parse()?,
                     "MAXVERSIONS" => spec.max_versions = Some(args.u64("MAXVERSIONS")?),
                     "MAXAGE" => spec.max_age_us = Some(parse_duration_us(&args.text()?)?),
                     "DURABILITY" => spec.durability = args.text()?.parse()?,
+                    "LOCAL" => def.placement.local = parse_on_off("LOCAL", &args.text()?)?,
+                    "FOLLOW" => def.placement.follow = args.text()?.parse()?,
                     other => {
                         return Err(FirnError::BadArgument(format!(
-                            "unknown keyspace option '{other}'; use MODE, MAXVERSIONS, MAXAGE, DURABILITY"
+                            "unknown keyspace option '{other}'; use MODE, MAXVERSIONS, MAXAGE, \
+                             DURABILITY, LOCAL, FOLLOW"
                         )));
                     }
                 }
             }
-            Ok(Action::execute(AdminRequest::KeyspaceCreate(spec), ok))
+            Ok(Action::execute(AdminRequest::KeyspaceCreate(def), ok))
         }
         _ => Err(unknown_subcommand("firn.keyspace", &sub)),
     }
 }
 
 fn show_keyspaces(response: Response) -> Reply {
-    let Response::Keyspaces(specs) = response else {
+    let Response::KeyspaceDefs(defs) = response else {
         return unexpected("FIRN.KEYSPACE LIST", response);
     };
     Reply::Array(
-        specs
-            .iter()
-            .map(|s| {
+        defs.iter()
+            .map(|KeyspaceDef { spec: s, placement }| {
                 Reply::Map(vec![
                     (Reply::text("prefix"), Reply::text(&s.prefix)),
                     (Reply::text("mode"), Reply::text(s.mode.to_string())),
@@ -83,6 +88,14 @@ fn show_keyspaces(response: Response) -> Reply {
                         s.max_age_us.map_or(Reply::Nil, |n| Reply::Int(n as i64)),
                     ),
                     (Reply::text("durability"), Reply::text("disk")),
+                    (
+                        Reply::text("local"),
+                        Reply::text(if placement.local { "on" } else { "off" }),
+                    ),
+                    (
+                        Reply::text("follow"),
+                        Reply::text(placement.follow.to_string()),
+                    ),
                 ])
             })
             .collect(),
