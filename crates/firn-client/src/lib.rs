@@ -3,18 +3,20 @@
 //! log is reached over HTTP ([`LogClient`]), and so are consumer groups ([`GroupClient`]).
 
 mod group;
+mod local;
 mod log;
 
 pub use group::{
     ConsumerSummary, GroupClient, GroupCreate, GroupEvents, GroupReadOptions, GroupSummary,
     PendingEntry, PendingQuery, PendingSummary, StreamEntry,
 };
+pub use local::{LocalClient, LocalGet, ReadBound, open_region};
 pub use log::{LogClient, LogReadOptions, LogTagInfo};
 
 use bytes::Bytes;
 use firn_model::{
-    CommitTs, Follow, KeyspaceDef, KeyspaceSpec, LogSeq, ReadAt, ReadConsistency, SnapshotOf,
-    Version, VersionInfo, WatchFrom,
+    CommitTs, Follow, KeyspaceDef, KeyspaceSpec, LocalRegionInfo, LogSeq, ReadAt, ReadConsistency,
+    SnapshotOf, Version, VersionInfo, WatchFrom,
 };
 use redis::Value;
 
@@ -458,6 +460,33 @@ impl Client {
                 .collect(),
             v => Err(protocol(v)),
         }
+    }
+
+    /// Where the node's shared-memory region is (`FIRN.LOCAL`), for [`LocalClient`].
+    pub async fn local_region(&self) -> Result<LocalRegionInfo> {
+        let mut info = LocalRegionInfo {
+            path: String::new(),
+            node_id: 0,
+            cluster_id: String::new(),
+            incarnation: 0,
+            entries: 0,
+            key_bytes_max: 0,
+            value_bytes_max: 0,
+        };
+        let item = self.run(&redis::cmd("FIRN.LOCAL")).await?;
+        for (k, v) in pairs(&item)? {
+            match k.as_str() {
+                "path" => info.path = as_text(&v)?,
+                "cluster_id" => info.cluster_id = as_text(&v)?,
+                "node_id" => info.node_id = as_u64(&v)?,
+                "incarnation" => info.incarnation = as_u64(&v)?,
+                "entries" => info.entries = as_u64(&v)?,
+                "key_bytes_max" => info.key_bytes_max = as_u64(&v)?,
+                "value_bytes_max" => info.value_bytes_max = as_u64(&v)?,
+                _ => {}
+            }
+        }
+        Ok(info)
     }
 
     pub async fn keyspace_drop(&self, prefix: &str) -> Result<()> {

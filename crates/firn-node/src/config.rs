@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use firn_model::Limits;
 
+pub use crate::local::LocalRegionSetting;
+
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
     /// Redis protocol listener (default 127.0.0.1:7379).
@@ -47,6 +49,8 @@ pub struct NodeConfig {
     pub resp_connections_max: usize,
     /// Most bytes the local log index holds (see [`crate::log_index`]); 0 turns it off.
     pub log_index_bytes: usize,
+    /// The shared-memory region for local reads (see [`crate::local`]).
+    pub local_region: LocalRegionSetting,
 }
 
 /// Default shard count of a cluster: a few per node on small machines keeps the number of
@@ -88,6 +92,7 @@ impl Default for NodeConfig {
             join: None,
             resp_connections_max: RESP_CONNECTIONS_MAX,
             log_index_bytes: LOG_INDEX_BYTES_DEFAULT,
+            local_region: LocalRegionSetting::default(),
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod config;
 pub mod http;
 pub mod inbound;
+pub mod local;
 pub mod log_index;
 pub mod metrics;
 pub mod node;

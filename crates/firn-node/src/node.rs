@@ -17,7 +17,8 @@ use crate::cluster::ShardHost;
 use crate::cluster::follower::{LayoutFollower, join, steward_loop};
 use crate::cluster::layout::ClusterLayout;
 use crate::cluster::meta::{Meta, MetaClient};
-use crate::config::NodeConfig;
+use crate::config::{LocalRegionSetting, NodeConfig};
+use crate::local::LocalRegion;
 use crate::replicas::{ReplicaFactory, Replicas};
 use crate::router::{Router, RouterParts};
 use crate::rpc::PeerClient;
@@ -217,7 +218,18 @@ impl RunningNode {
             .await?;
         let meta = Arc::new(Meta::new(config.node_id, meta_replica));
         let meta_client = Arc::new(MetaClient::new(meta.clone(), peers.clone()));
-        let replicas = Arc::new(Replicas::new(factory));
+        let local = match &config.local_region {
+            LocalRegionSetting::Off => None,
+            LocalRegionSetting::InDataDir(c) => Some(LocalRegion::open(
+                &data_dir.join(crate::local::REGION_FILE),
+                c.clone(),
+                config.node_id,
+            )?),
+            LocalRegionSetting::At(path, c) => {
+                Some(LocalRegion::open(path, c.clone(), config.node_id)?)
+            }
+        };
+        let replicas = Arc::new(Replicas::new(factory, local.clone()));
         let (publish, layout) = watch::channel(Arc::new(ClusterLayout::empty()));
         let router = Arc::new(Router::new(RouterParts {
             replicas: replicas.clone(),
@@ -281,6 +293,11 @@ impl RunningNode {
                 tracing::error!("http server: {e}");
             }
         }));
+        if let Some(local) = local {
+            tasks.push(tokio::spawn(
+                local.run_leases(replicas.clone(), stop_rx.clone()),
+            ));
+        }
         let retention = replicas;
         let mut retention_stop = stop_rx;
         let interval = config.retention_interval;

@@ -15,6 +15,7 @@ use firn_raft::{META_GROUP, NodeId, ShardConfig, ShardId, ShardReplica, ShardSta
 use firn_store::{FjallBackend, MemoryBackend, Op, StorageBackend};
 
 use crate::cluster::layout::ClusterLayout;
+use crate::local::LocalRegion;
 use openraft::BasicNode;
 
 pub struct ReplicaFactory {
@@ -96,16 +97,24 @@ pub struct Replicas {
     held: RwLock<HashMap<ShardId, Arc<ShardReplica>>>,
     /// Serialises layout changes (replicas opened and closed).
     applying: tokio::sync::Mutex<()>,
+    /// Where the replicas held here publish for local reads (none: local reads are off).
+    local: Option<Arc<LocalRegion>>,
 }
 
 impl Replicas {
-    pub fn new(factory: ReplicaFactory) -> Self {
+    pub fn new(factory: ReplicaFactory, local: Option<Arc<LocalRegion>>) -> Self {
         Replicas {
             node_id: factory.node_id,
             factory,
             held: RwLock::default(),
             applying: tokio::sync::Mutex::new(()),
+            local,
         }
+    }
+
+    /// This node's shared-memory region, if local reads are on.
+    pub fn local_region(&self) -> Option<&Arc<LocalRegion>> {
+        self.local.as_ref()
     }
 
     pub fn node_id(&self) -> NodeId {
@@ -187,6 +196,9 @@ impl Replicas {
         for (id, addr) in &layout.nodes {
             self.factory.pool.set_addr(*id, addr);
         }
+        if let Some(local) = &self.local {
+            local.set_layout(Arc::new(layout.clone()));
+        }
         let me = self.node_id;
         let held: Vec<ShardId> = self
             .held
@@ -209,6 +221,9 @@ impl Replicas {
             match self.factory.open(shard.id, &members, form).await {
                 Ok(replica) => {
                     tracing::info!(shard = shard.id, form, "opened a replica");
+                    if let Some(local) = &self.local {
+                        local.attach(shard.id, &replica);
+                    }
                     self.held
                         .write()
                         .unwrap_or_else(|p| p.into_inner())
@@ -231,6 +246,9 @@ impl Replicas {
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&id);
             if let Some(r) = replica {
+                if let Some(local) = &self.local {
+                    local.detach(id, &r);
+                }
                 self.factory.close(id, &r).await;
                 tracing::info!(shard = id, "closed a replica moved elsewhere");
             }
@@ -256,7 +274,12 @@ impl Replicas {
 
     /// As the leader of `shard`: hands leadership to `to`.
     pub async fn transfer_leader(&self, shard: ShardId, to: NodeId) -> Result<(), FirnError> {
-        self.require_leader(shard)?.transfer_leader(to).await
+        let replica = self.require_leader(shard)?;
+        // The new leader may be elected before this node's lease would run out.
+        if let Some(local) = &self.local {
+            local.revoke_lease(shard);
+        }
+        replica.transfer_leader(to).await
     }
 
     /// Proposes age-based retention on the shards this node leads, if a keyspace has a max

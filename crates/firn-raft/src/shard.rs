@@ -37,6 +37,10 @@ const MEMBERSHIP_WAIT: Duration = Duration::from_secs(60);
 /// Longest a new replica waits to elect itself before reporting that it cannot serve.
 const ELECTION_WAIT: Duration = Duration::from_secs(30);
 
+/// The longest election timeout, which is also openraft's leader lease: a follower that
+/// heard from its leader within it refuses to vote for another.
+pub(crate) const ELECTION_TIMEOUT_MAX_MS: u64 = 600;
+
 pub struct ShardConfig {
     pub shard_id: ShardId,
     pub node_id: NodeId,
@@ -85,8 +89,8 @@ pub struct ShardStatus {
 
 pub struct ShardReplica {
     shard_id: ShardId,
-    node_id: NodeId,
-    raft: Raft<FirnRaft, ShardStateMachine>,
+    pub(crate) node_id: NodeId,
+    pub(crate) raft: Raft<FirnRaft, ShardStateMachine>,
     store: Arc<VersionedStore>,
     clock: Arc<HybridClock>,
     read_rounds: Arc<Mutex<ReadRounds>>,
@@ -221,7 +225,7 @@ impl ShardReplica {
             cluster_name: format!("firn-{group}"),
             heartbeat_interval: 100,
             election_timeout_min: 300,
-            election_timeout_max: 600,
+            election_timeout_max: ELECTION_TIMEOUT_MAX_MS,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_every_entries),
             max_in_snapshot_log_to_keep: 0,
             ..Default::default()

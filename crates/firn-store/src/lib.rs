@@ -9,8 +9,10 @@ pub mod backend;
 pub mod command;
 pub mod glob;
 pub mod record;
+pub mod sink;
 pub mod store;
 
 pub use backend::{FjallBackend, MemoryBackend, StorageBackend};
 pub use command::{Command, Op};
+pub use sink::AppliedSink;
 pub use store::VersionedStore;

@@ -24,6 +24,7 @@ use crate::backend::{Batch, StorageBackend, Table};
 use crate::command::{Command, Op};
 use crate::glob::glob_match;
 use crate::record::{KeyMeta, VersionRecord, decode, encode, version_key, version_of};
+use crate::sink::AppliedSink;
 
 mod apply;
 pub mod group;
@@ -95,6 +96,8 @@ pub struct VersionedStore {
     /// The newest stamp applied: every entry applied later is stamped above it, so this
     /// replica holds every version of the shard with `commit_ts ≤` it (time is closed).
     closed: watch::Sender<CommitTs>,
+    /// Told of every applied batch (see [`AppliedSink`]); none until the node attaches one.
+    sink: RwLock<Option<Arc<dyn AppliedSink>>>,
 }
 
 impl VersionedStore {
@@ -106,6 +109,7 @@ impl VersionedStore {
             apply_state: Mutex::new(ApplyState::default()),
             events,
             closed: watch::Sender::new(CommitTs::default()),
+            sink: RwLock::new(None),
         };
         store.reload()?;
         Ok(store)
@@ -150,7 +154,20 @@ impl VersionedStore {
         *self.apply_state.lock().unwrap_or_else(|p| p.into_inner()) =
             ApplyState { last_ts, live_keys };
         self.closed.send_replace(last_ts);
+        self.tell_sink(&[], last_ts, true);
         Ok(())
+    }
+
+    /// Attaches the observer of applied batches (replacing any before it).
+    pub fn set_sink(&self, sink: Option<Arc<dyn AppliedSink>>) {
+        *self.sink.write().unwrap_or_else(|p| p.into_inner()) = sink;
+    }
+
+    fn tell_sink(&self, versions: &[WatchEvent], closed: CommitTs, reset: bool) {
+        let sink = self.sink.read().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(sink) = sink {
+            sink.applied(self, versions, closed, reset);
+        }
     }
 
     pub fn backend(&self) -> &Arc<dyn StorageBackend> {
@@ -302,8 +319,10 @@ impl VersionedStore {
         self.closed.send_replace(ts);
         drop(state);
         if txn.keyspaces_changed {
+            // Tells the sink itself (a reset), after the new keyspaces are in place.
             self.reload()?;
         }
+        self.tell_sink(&txn.events, ts, flushed_all);
         for event in txn.events {
             // No receivers is fine: nobody is watching.
             let _ = self.events.send(event);

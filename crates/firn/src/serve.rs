@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use firn_model::Limits;
+use firn_node::config::LocalRegionSetting;
 use firn_node::{NodeConfig, RunningNode};
 
 #[derive(Args)]
@@ -65,6 +66,37 @@ pub struct ServeArgs {
     /// off.
     #[arg(long, default_value_t = firn_node::config::LOG_INDEX_BYTES_DEFAULT)]
     log_index_bytes: usize,
+    /// The shared-memory region that `LOCAL on` keyspaces are published in, for clients on
+    /// this host: a file path, or `off`. Default: `local.region` in the data directory.
+    #[arg(long)]
+    local_region: Option<String>,
+    /// Entries in the region (a power of two): at most this many keys are published.
+    #[arg(long, default_value_t = firn_local::RegionConfig::default().entries)]
+    local_entries: u32,
+    /// Largest value published in the region; a larger one is read from the node.
+    #[arg(long, default_value_t = firn_local::RegionConfig::default().value_bytes_max)]
+    local_value_bytes: u32,
+}
+
+/// The region setting the three `--local-*` flags describe, checked.
+fn local_region(
+    at: Option<&str>,
+    entries: u32,
+    value_bytes_max: u32,
+) -> Result<LocalRegionSetting, String> {
+    let config = firn_local::RegionConfig {
+        entries,
+        value_bytes_max,
+        ..firn_local::RegionConfig::default()
+    };
+    config
+        .validate()
+        .map_err(|e| format!("--local-entries / --local-value-bytes: {e}"))?;
+    Ok(match at {
+        Some("off") => LocalRegionSetting::Off,
+        Some(path) => LocalRegionSetting::At(path.into(), config),
+        None => LocalRegionSetting::InDataDir(config),
+    })
 }
 
 pub async fn serve(args: ServeArgs) -> Result<(), String> {
@@ -106,6 +138,11 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
         join: args.join,
         resp_connections_max: args.max_connections,
         log_index_bytes: args.log_index_bytes,
+        local_region: local_region(
+            args.local_region.as_deref(),
+            args.local_entries,
+            args.local_value_bytes,
+        )?,
     };
     let node = RunningNode::start(config)
         .await

@@ -13,6 +13,23 @@ pub enum AdminRequest {
         prefix: String,
     },
     KeyspaceList,
+    /// Where this node's shared-memory region is, for a client on the same host.
+    LocalRegion,
+}
+
+/// What a client needs to open a node's shared-memory region (FIRN.LOCAL).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalRegionInfo {
+    /// The region file, as the node opened it.
+    pub path: String,
+    pub node_id: u64,
+    /// Hex of the 16-byte cluster id the region carries (all zeros: not known yet).
+    pub cluster_id: String,
+    /// Bumped each time a node opens the file: tells a reader it has the node's live region.
+    pub incarnation: u64,
+    pub entries: u64,
+    pub key_bytes_max: u64,
+    pub value_bytes_max: u64,
 }
 
 impl AdminRequest {
@@ -21,6 +38,7 @@ impl AdminRequest {
             AdminRequest::KeyspaceCreate(_) => "keyspace_create",
             AdminRequest::KeyspaceDrop { .. } => "keyspace_drop",
             AdminRequest::KeyspaceList => "keyspace_list",
+            AdminRequest::LocalRegion => "local_region",
         }
     }
 }

@@ -12,7 +12,7 @@ pub mod group;
 pub mod kv;
 pub mod log;
 
-pub use admin::AdminRequest;
+pub use admin::{AdminRequest, LocalRegionInfo};
 pub use context::{Answer, CallContext, Staleness};
 pub use group::{
     ClaimOptions, ConsumerInfo, DeliveryPolicy, GROUP_LIVENESS_MS_DEFAULT, GroupChange, GroupEntry,
@@ -309,6 +309,8 @@ pub enum Response {
     Keyspaces(Vec<KeyspaceSpec>),
     /// The cluster's keyspace definitions, with placement (FIRN.KEYSPACE LIST).
     KeyspaceDefs(Vec<KeyspaceDef>),
+    /// This node's shared-memory region (FIRN.LOCAL).
+    LocalRegion(admin::LocalRegionInfo),
     /// A snapshot's answer: the time it was read at, and what its read (MGET or SCAN) gave.
     Snapshot {
         at: CommitTs,

@@ -63,6 +63,11 @@ pub struct ClusterLayout {
     /// prefix; a keyspace absent here has the default placement.
     #[serde(default)]
     pub placements: BTreeMap<String, KeyspacePlacement>,
+    /// Names the cluster (hex of 16 bytes): a hash of the layout it was founded with, so
+    /// every node of a `--peers` cluster derives the same one. `None` in a layout stored
+    /// before it existed.
+    #[serde(default)]
+    pub cluster_id: Option<String>,
 }
 
 /// Most meta-group voters: more only slows its commits.
@@ -113,7 +118,9 @@ impl ClusterLayout {
             keyspaces: Some(vec![KeyspaceSpec::default_keyspace()]),
             spread_leaders: false,
             placements: BTreeMap::new(),
-        })
+            cluster_id: None,
+        }
+        .founded())
     }
 
     /// A cluster of one: one node, one shard; nodes that join later bring it up to
@@ -133,7 +140,24 @@ impl ClusterLayout {
             keyspaces: None,
             spread_leaders: false,
             placements: BTreeMap::new(),
+            cluster_id: None,
         }
+    }
+
+    /// The layout with its cluster id: a hash of what it was founded with (nodes and their
+    /// addresses, shards, replication). No clock and no randomness: every node of a new
+    /// `--peers` cluster must derive the same id without talking.
+    fn founded(mut self) -> Self {
+        let founding = serde_json::json!([self.nodes, self.shards, self.replication]);
+        let hash = xxhash_rust::xxh3::xxh3_128(founding.to_string().as_bytes());
+        self.cluster_id = Some(format!("{hash:032x}"));
+        self
+    }
+
+    /// The cluster id as bytes, if the layout has one.
+    pub fn cluster_id(&self) -> Option<[u8; 16]> {
+        let hex = self.cluster_id.as_deref()?;
+        u128::from_str_radix(hex, 16).ok().map(u128::to_be_bytes)
     }
 
     /// The shard that owns `slot`. A layout without shards (a node still joining) owns no

@@ -104,6 +104,21 @@ pub(super) async fn create_keyspace(
     Ok((StatusCode::CREATED, axum::Json(keyspace_json(&def))))
 }
 
+/// Where this node's shared-memory region is (`FIRN.LOCAL`).
+pub(super) async fn local_region(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+) -> ApiResult<axum::Json<Json>> {
+    match session
+        .execute(&router, AdminRequest::LocalRegion.into())
+        .await?
+        .response
+    {
+        Response::LocalRegion(info) => Ok(axum::Json(json!(info))),
+        other => Err(unexpected(other)),
+    }
+}
+
 pub(super) async fn drop_keyspace(
     State(router): State<Arc<Router>>,
     axum::Extension(session): axum::Extension<Session>,

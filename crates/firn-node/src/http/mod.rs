@@ -14,7 +14,8 @@ mod service;
 mod watch;
 
 use self::admin::{
-    cluster, create_keyspace, drop_keyspace, healthz, list_keyspaces, metrics, remove_node,
+    cluster, create_keyspace, drop_keyspace, healthz, list_keyspaces, local_region, metrics,
+    remove_node,
 };
 use self::group_events::{EventStreams, events};
 use self::groups::{
@@ -83,6 +84,7 @@ pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> 
             axum::routing::delete(drop_keyspace),
         )
         .route("/v1/services/{name}", post(service::request))
+        .route("/v1/local", get(local_region))
         .route("/v1/cluster", get(cluster))
         .route("/v1/cluster/nodes/{id}", delete(remove_node))
         .route("/healthz", get(healthz))

@@ -49,6 +49,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     firn_watch::FIRN_WATCH,
     firn_watch::FIRN_UNWATCH,
     firn_keyspace::FIRN_KEYSPACE,
+    firn_local::FIRN_LOCAL,
     firn_log::FIRN_LOG,
     xadd::XADD,
     xadd::XTRIM,

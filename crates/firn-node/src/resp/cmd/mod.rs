@@ -13,6 +13,7 @@ pub mod firn_del;
 pub mod firn_get;
 pub mod firn_history;
 pub mod firn_keyspace;
+pub mod firn_local;
 pub mod firn_log;
 pub mod firn_put;
 pub mod firn_scan;
