@@ -25,6 +25,8 @@ pub enum RegionError {
         actual: u64,
         expected: u64,
     },
+    #[error("{path} is already written by another process (a node given the same region path?)")]
+    InUse { path: PathBuf },
     #[error("{path} was replaced by its node (retired): open it again")]
     Retired { path: PathBuf },
     #[error("{path} belongs to cluster {found}, not {expected}")]

@@ -50,6 +50,9 @@ pub struct RegionWriter {
     path: PathBuf,
     config: RegionConfig,
     map: MmapMut,
+    /// Held open with an exclusive lock for as long as this writer lives: a second writer
+    /// of the same file (two nodes given one path) would corrupt every entry.
+    _lock: std::fs::File,
     shards: Vec<ShardSlot>,
     entries_used: u64,
 }
@@ -59,6 +62,27 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RegionError + '_ {
         path: path.to_path_buf(),
         source,
     }
+}
+
+/// An exclusive lock beside the region (`<path>.lock`): the region itself is replaced by
+/// rename when its size changes, so the lock lives in a file that never is.
+fn lock_writer(path: &Path) -> Result<std::fs::File, RegionError> {
+    let lock_path = path.with_extension("region-lock");
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock_path)
+        .map_err(io(&lock_path))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor this function owns.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(RegionError::InUse {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(file)
 }
 
 fn map_rw(path: &Path) -> Result<MmapMut, RegionError> {
@@ -79,6 +103,7 @@ impl RegionWriter {
     /// [`open_shard`](Self::open_shard), under a new epoch.
     pub fn open(path: &Path, config: RegionConfig, node_id: u64) -> Result<Self, RegionError> {
         config.validate()?;
+        let lock = lock_writer(path)?;
         let reusable = match map_rw(path) {
             Ok(map) if map.len() >= header::WORDS * 8 => {
                 let words = Self::words_of(&map);
@@ -99,6 +124,7 @@ impl RegionWriter {
             None => Self::create(path, &config)?,
         };
         let mut writer = RegionWriter {
+            _lock: lock,
             path: path.to_path_buf(),
             shards: vec![ShardSlot::default(); config.shards_max as usize],
             config,
@@ -383,5 +409,16 @@ impl RegionWriter {
         self.shards
             .get(s)
             .is_none_or(|slot| !slot.present || slot.epoch != shard_epoch as u32)
+    }
+}
+
+impl Drop for RegionWriter {
+    /// A node that stops tells readers so: every shard is absent, reads go to the node.
+    fn drop(&mut self) {
+        for s in 0..self.config.shards_max {
+            if self.shards[s as usize].present {
+                self.close_shard(s);
+            }
+        }
     }
 }

@@ -211,7 +211,7 @@ fn reopening_the_writer_reuses_the_file_and_trusts_nothing_published_before() {
 fn a_reader_refuses_other_clusters_other_layouts_and_retired_files() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.region");
-    let (_w, _r) = pair(&dir);
+    let (w, _r) = pair(&dir);
     assert!(matches!(
         RegionReader::open(&path, Some([8; 16])),
         Err(firn_local::RegionError::OtherCluster { .. })
@@ -222,6 +222,7 @@ fn a_reader_refuses_other_clusters_other_layouts_and_retired_files() {
         entries: 128,
         ..small()
     };
+    drop(w);
     let _w2 = RegionWriter::open(&path, bigger, 1).unwrap();
     assert_eq!(
         old.get(b"k", None),
@@ -250,6 +251,24 @@ fn a_reader_refuses_other_clusters_other_layouts_and_retired_files() {
         RegionReader::open(&other, None),
         Err(firn_local::RegionError::LayoutVersion { found: 99, .. })
     ));
+}
+
+#[test]
+fn a_second_writer_is_refused_and_a_stopped_one_leaves_nothing_to_trust() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.region");
+    let (mut w, r) = pair(&dir);
+    w.publish(0, b"k", Some(b"v"), 1, ts(1));
+    assert!(matches!(
+        RegionWriter::open(&path, small(), 2),
+        Err(firn_local::RegionError::InUse { .. })
+    ));
+    drop(w);
+    assert_eq!(
+        r.get(b"k", None),
+        LocalRead::Remote(RemoteReason::ShardNotHere)
+    );
+    RegionWriter::open(&path, small(), 2).expect("free again once the first is gone");
 }
 
 #[test]

@@ -29,8 +29,9 @@ const LEASE_QUIET_AFTER_TRANSFER: Duration = Duration::from_millis(600);
 /// Where a node's region lives and how large it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LocalRegionSetting {
-    /// `<data dir>/local.region` with the default sizes.
-    InDataDir(RegionConfig),
+    /// `local.region` in the data directory. (A file rewritten continuously is written
+    /// back to disk by the kernel now and then; `At` a path in /dev/shm avoids that.)
+    Default(RegionConfig),
     /// At this path.
     At(PathBuf, RegionConfig),
     /// No region: local reads are off on this node.
@@ -39,7 +40,7 @@ pub enum LocalRegionSetting {
 
 impl Default for LocalRegionSetting {
     fn default() -> Self {
-        LocalRegionSetting::InDataDir(RegionConfig::default())
+        LocalRegionSetting::Default(RegionConfig::default())
     }
 }
 

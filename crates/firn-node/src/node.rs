@@ -220,7 +220,7 @@ impl RunningNode {
         let meta_client = Arc::new(MetaClient::new(meta.clone(), peers.clone()));
         let local = match &config.local_region {
             LocalRegionSetting::Off => None,
-            LocalRegionSetting::InDataDir(c) => Some(LocalRegion::open(
+            LocalRegionSetting::Default(c) => Some(LocalRegion::open(
                 &data_dir.join(crate::local::REGION_FILE),
                 c.clone(),
                 config.node_id,

@@ -67,7 +67,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = firn_node::config::LOG_INDEX_BYTES_DEFAULT)]
     log_index_bytes: usize,
     /// The shared-memory region that `LOCAL on` keyspaces are published in, for clients on
-    /// this host: a file path, or `off`. Default: `local.region` in the data directory.
+    /// this host: a file path (a path in /dev/shm keeps the kernel from writing it back to
+    /// disk), or `off`. Default: `local.region` in the data directory.
     #[arg(long)]
     local_region: Option<String>,
     /// Entries in the region (a power of two): at most this many keys are published.
@@ -95,7 +96,7 @@ fn local_region(
     Ok(match at {
         Some("off") => LocalRegionSetting::Off,
         Some(path) => LocalRegionSetting::At(path.into(), config),
-        None => LocalRegionSetting::InDataDir(config),
+        None => LocalRegionSetting::Default(config),
     })
 }
 
