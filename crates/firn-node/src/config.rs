@@ -47,6 +47,9 @@ pub struct NodeConfig {
     pub resp_connections_max: usize,
     /// Most bytes the local log index holds (see [`crate::log_index`]); 0 turns it off.
     pub log_index_bytes: usize,
+    /// Least time between two moves of one shard's leader toward its clients (to different
+    /// nodes), when this node's steward leads the meta group (see `cluster::follow`).
+    pub follow_interval: Duration,
 }
 
 /// Default shard count of a cluster: a few per node on small machines keeps the number of
@@ -88,6 +91,7 @@ impl Default for NodeConfig {
             join: None,
             resp_connections_max: RESP_CONNECTIONS_MAX,
             log_index_bytes: LOG_INDEX_BYTES_DEFAULT,
+            follow_interval: crate::cluster::follow::FOLLOW_INTERVAL_DEFAULT,
         }
     }
 }

@@ -65,6 +65,11 @@ pub struct ServeArgs {
     /// off.
     #[arg(long, default_value_t = firn_node::config::LOG_INDEX_BYTES_DEFAULT)]
     log_index_bytes: usize,
+    /// Least time between two moves of one shard's leader toward its clients, to different
+    /// nodes (keyspaces with FOLLOW on): a workload that alternates faster is followed at most
+    /// once per interval. Read by the node that leads the meta group.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    follow_interval: Duration,
 }
 
 pub async fn serve(args: ServeArgs) -> Result<(), String> {
@@ -106,6 +111,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
         join: args.join,
         resp_connections_max: args.max_connections,
         log_index_bytes: args.log_index_bytes,
+        follow_interval: args.follow_interval,
     };
     let node = RunningNode::start(config)
         .await
