@@ -136,14 +136,21 @@ pub fn tally(reports: &[OriginReport]) -> BTreeMap<ShardId, ShardTally> {
 }
 
 impl ShardTally {
-    /// The node sending the most following requests and its share of them (0–1).
-    pub fn top_share(&self) -> Option<(NodeId, f64)> {
+    /// The node sending the most following requests (the lowest id on ties), its requests
+    /// and window, and the following requests of all nodes.
+    fn top(&self) -> Option<(NodeId, u64, u64, u64)> {
         let total: u64 = self.follow.values().map(|(n, _)| n).sum();
-        let (&node, &(n, _)) = self
+        let (&node, &(n, window_ms)) = self
             .follow
             .iter()
             .max_by_key(|(node, (n, _))| (*n, std::cmp::Reverse(**node)))?;
-        (total > 0).then(|| (node, n as f64 / total as f64))
+        (total > 0).then_some((node, n, window_ms, total))
+    }
+
+    /// The node sending the most following requests and its share of them (0–1).
+    pub fn top_share(&self) -> Option<(NodeId, f64)> {
+        self.top()
+            .map(|(node, n, _, total)| (node, n as f64 / total as f64))
     }
 
     /// Where the shard's leader should be, by this round's counts alone: a pin wins (the one
@@ -157,16 +164,12 @@ impl ShardTally {
         {
             return Some(Want::Pin(node));
         }
-        let total: u64 = self.follow.values().map(|(n, _)| n).sum();
-        let (&node, &(n, window_ms)) = self
-            .follow
-            .iter()
-            .max_by_key(|(node, (n, _))| (*n, std::cmp::Reverse(**node)))?;
+        let (node, n, window_ms, total) = self.top()?;
         let dominant = n * 100 >= DOMINANT_SHARE_MIN_PCT * total
             && n * 1_000 >= DOMINANT_RATE_MIN_PER_S * window_ms.max(1_000);
         dominant.then(|| Want::Follow {
             node,
-            share_pct: (n * 100 / total.max(1)) as u8,
+            share_pct: (n * 100 / total) as u8,
         })
     }
 }

@@ -42,11 +42,19 @@ pub async fn follow_round(
     if wants.is_empty() || layout.next_move().is_some() {
         return Ok(false);
     }
-    let view = host.cluster_view().await;
+    // Asked of every node only when a shard may need a move: in the steady state the leader
+    // this node's replica knows is already where the clients are.
+    let mut view = None;
     for (shard, want) in wants {
+        if host.known_leader(shard) == Some(want.node()) {
+            continue;
+        }
+        if view.is_none() {
+            view = Some(host.cluster_view().await);
+        }
         let leader = view
-            .shards
             .iter()
+            .flat_map(|v| &v.shards)
             .find(|s| s.shard_id == shard)
             .and_then(|s| s.leader);
         let Some(action) = decide(now_ms, shard, leader, want, layout, tracker.settings()) else {
