@@ -1,7 +1,8 @@
 //! Leaders that follow their clients, on three real processes: DAL's worker (examples/follow)
 //! works through node A, then node B; with `FOLLOW on` its shard's leader moves to A, then to
-//! B, each within a stated time, and the worker's accesses through B get faster once B leads.
-//! With `FOLLOW off` the same worker moves no leader.
+//! B, each within a stated time, and the worker's accesses through B get faster once B leads;
+//! on four nodes, a node without a replica of the shard gets one first. With `FOLLOW off` the
+//! same worker moves no leader.
 
 mod common;
 
@@ -19,16 +20,31 @@ const FOLLOW_INTERVAL: &str = "5s";
 /// rest is slack for a loaded machine.
 const FOLLOWED_WITHIN: Duration = Duration::from_secs(20);
 
-/// Three nodes, once node 1 knows every shard's leader; and the three RESP addresses.
-async fn three_nodes() -> (Cluster, Vec<String>) {
-    tokio::task::spawn_blocking(|| {
-        let c = Cluster::start(3, &["--in-memory", "--follow-interval", FOLLOW_INTERVAL]);
+/// `n` nodes, once node 1 knows every shard's leader; and their RESP addresses.
+async fn nodes(n: usize) -> (Cluster, Vec<String>) {
+    tokio::task::spawn_blocking(move || {
+        let c = Cluster::start(n, &["--in-memory", "--follow-interval", FOLLOW_INTERVAL]);
         c.wait_for_leaders(0, None);
-        let addrs = (0..3).map(|i| c.resp_addr(i)).collect();
+        let addrs = (0..n).map(|i| c.resp_addr(i)).collect();
         (c, addrs)
     })
     .await
     .unwrap()
+}
+
+/// A shard's replicas in a cluster view.
+fn replicas_of(shard: &serde_json::Value) -> Vec<u64> {
+    shard["replicas"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.as_u64())
+        .collect()
+}
+
+/// `shard` in the cluster view of node index 0.
+fn shard_view(cluster: &Cluster, shard: u64) -> serde_json::Value {
+    cluster.cluster_json(0).unwrap()["cluster"]["shards"][shard as usize].clone()
 }
 
 /// The worker's shard's leader before it starts, and two other nodes as indexes (A, B).
@@ -51,7 +67,7 @@ fn print(report: &Report) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shard_leader_follows_its_worker_from_node_to_node_and_access_gets_local() {
-    let (cluster, addrs) = three_nodes().await;
+    let (cluster, addrs) = nodes(3).await;
     let mut config = Config::new(addrs, Duration::from_secs(15), Duration::from_secs(18));
     let (leader, a, b) = others_than_leader(&cluster, &config);
     config.first = a;
@@ -97,8 +113,7 @@ async fn a_shard_leader_follows_its_worker_from_node_to_node_and_access_gets_loc
     );
 
     // The moves show in the cluster status and on the meta leader's /metrics.
-    let view = cluster.cluster_json(0).unwrap();
-    let shard = &view["cluster"]["shards"][report.shard as usize];
+    let shard = shard_view(&cluster, report.shard);
     assert_eq!(shard["followed"]["to"].as_u64(), Some(b), "{shard}");
     assert_eq!(shard["followed"]["from"].as_u64(), Some(a), "{shard}");
     assert_eq!(
@@ -106,33 +121,38 @@ async fn a_shard_leader_follows_its_worker_from_node_to_node_and_access_gets_loc
         Some("leader"),
         "{shard}"
     );
-    let moves: f64 = (0..3)
-        .map(|i| follow_moves(&cluster, i, report.shard))
-        .sum();
+    let moves = follow_moves(&cluster, report.shard, "leader");
     assert!(moves >= 2.0, "{moves} follow moves counted in /metrics");
 }
 
-/// `firn_leader_follow_moves_total{shard,step="leader"}` on node index `i` (0 if absent).
-fn follow_moves(cluster: &Cluster, i: usize, shard: u64) -> f64 {
-    let text = ureq::get(&format!("http://{}/metrics", cluster.http_addr(i)))
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap();
-    let series = format!("shard=\"{shard}\"");
-    text.lines()
-        .filter(|l| {
-            l.starts_with("firn_leader_follow_moves_total")
-                && l.contains(&series)
-                && l.contains("step=\"leader\"")
+/// `firn_leader_follow_moves_total{shard,step}` summed over the cluster's nodes' /metrics
+/// (only the meta leader counts; 0 where absent).
+fn follow_moves(cluster: &Cluster, shard: u64, step: &str) -> f64 {
+    let (shard, step) = (format!("shard=\"{shard}\""), format!("step=\"{step}\""));
+    (0..cluster.nodes.len())
+        .map(|i| {
+            ureq::get(&format!("http://{}/metrics", cluster.http_addr(i)))
+                .call()
+                .unwrap()
+                .into_string()
+                .unwrap()
         })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .flat_map(|text| {
+            text.lines()
+                .filter(|l| {
+                    l.starts_with("firn_leader_follow_moves_total")
+                        && l.contains(&shard)
+                        && l.contains(&step)
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .collect::<Vec<_>>()
+        })
         .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_follow_off_a_worker_moves_no_leader() {
-    let (cluster, addrs) = three_nodes().await;
+    let (cluster, addrs) = nodes(3).await;
     // Each phase outlasts what a move under FOLLOW on takes (about 7 s).
     let mut config = Config::new(addrs, Duration::from_secs(10), Duration::from_secs(10));
     config.follow = Follow::Off;
@@ -164,6 +184,38 @@ async fn with_follow_off_a_worker_moves_no_leader() {
         vec![(report.leaders[0].0, Some(leader))],
         "the leader stayed on node {leader}"
     );
-    let view = cluster.cluster_json(0).unwrap();
-    assert!(view["cluster"]["shards"][report.shard as usize]["followed"].is_null());
+    assert!(shard_view(&cluster, report.shard)["followed"].is_null());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_a_replica_gets_one_first_then_the_leadership() {
+    // Four nodes, three replicas per shard: the worker's shard (1) is on nodes 2, 3, 4.
+    let (cluster, addrs) = nodes(4).await;
+    let mut config = Config::new(addrs, Duration::from_secs(25), Duration::ZERO);
+    config.first = 0;
+    config.second = 1;
+    let shard = shard_view(&cluster, 1);
+    assert!(!replicas_of(&shard).contains(&1), "{shard}");
+    let report = run(&config).await.unwrap();
+    print(&report);
+    assert_eq!(report.shard, 1);
+    let on_1 = report
+        .leader_on(1, 0.0)
+        .unwrap_or_else(|| panic!("the leader never moved to node 1"));
+    // A replica caught up (the shard is nearly empty), then the transfer.
+    assert!(
+        on_1 <= FOLLOWED_WITHIN.as_secs_f64() * 1_000.0,
+        "node 1 led after {on_1} ms"
+    );
+    let shard = shard_view(&cluster, report.shard);
+    let replicas = replicas_of(&shard);
+    assert_eq!(replicas.len(), 3, "the replication factor is kept: {shard}");
+    assert!(replicas.contains(&1), "{shard}");
+    assert_eq!(
+        shard["followed"]["step"].as_str(),
+        Some("leader"),
+        "{shard}"
+    );
+    let added = follow_moves(&cluster, report.shard, "replica");
+    assert_eq!(added, 1.0, "one replica added for the move");
 }

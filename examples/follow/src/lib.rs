@@ -134,14 +134,19 @@ impl Report {
     /// latencies through the second node while it was remote and once it was local.
     pub fn describe(&self) -> String {
         let end = self.samples.last().map_or(0.0, |s| s.t_ms + 1.0);
+        let moved = self.samples.iter().any(|s| s.node == self.second_node);
         let mut out = format!(
-            "{} accesses ({} failed) to shard {}; node {} until {:.1} s, then node {}\n",
+            "{} accesses ({} failed) to shard {}; node {} until {:.1} s{}\n",
             self.samples.len(),
             self.failures(),
             self.shard,
             self.first_node,
             self.switch_ms / 1_000.0,
-            self.second_node
+            if moved {
+                format!(", then node {}", self.second_node)
+            } else {
+                String::new()
+            }
         );
         let changes: Vec<String> = self
             .leader_changes()
