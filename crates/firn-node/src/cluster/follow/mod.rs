@@ -195,6 +195,8 @@ impl Default for FollowSettings {
 pub struct FollowTracker {
     settings: FollowSettings,
     shards: BTreeMap<ShardId, Held>,
+    /// Whether counts were observed since the last [`FollowTracker::forget`].
+    observed: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -209,6 +211,7 @@ impl FollowTracker {
         FollowTracker {
             settings,
             shards: BTreeMap::new(),
+            observed: false,
         }
     }
 
@@ -224,6 +227,7 @@ impl FollowTracker {
         now_ms: u64,
         tallies: &BTreeMap<ShardId, ShardTally>,
     ) -> BTreeMap<ShardId, Want> {
+        self.observed = true;
         let gap_ms = OBSERVATION_GAP_MAX.as_millis() as u64;
         let sustain_ms = DOMINANCE_SUSTAIN.as_millis() as u64;
         let mut held = BTreeMap::new();
@@ -258,9 +262,11 @@ impl FollowTracker {
             .collect()
     }
 
-    /// Forgets every shard (no keyspace follows any more).
-    pub fn forget(&mut self) {
+    /// Forgets every shard (no keyspace follows any more); answers whether there were
+    /// counts to forget.
+    pub fn forget(&mut self) -> bool {
         self.shards.clear();
+        std::mem::replace(&mut self.observed, false)
     }
 }
 

@@ -20,7 +20,11 @@ pub async fn follow_round(
     tracker: &mut FollowTracker,
 ) -> Result<bool, FirnError> {
     if !follows_any(layout) {
-        tracker.forget();
+        if tracker.forget() {
+            for shard in layout.shard_ids() {
+                share_gauge(shard, 0.0);
+            }
+        }
         if layout.followed.is_empty() {
             return Ok(false);
         }
@@ -35,7 +39,7 @@ pub async fn follow_round(
             .get(&shard)
             .and_then(|t| t.top_share())
             .map_or(0.0, |(_, s)| s);
-        metrics::gauge!("firn_leader_follow_share", "shard" => shard.to_string()).set(share);
+        share_gauge(shard, share);
     }
     let now_ms = wall_ms();
     let wants = tracker.observe(now_ms, &tallies);
@@ -84,6 +88,11 @@ async fn remember(meta: &Meta, shard: ShardId, record: FollowMove) -> Result<(),
     meta.update(|l| Ok(l.followed.insert(shard, record) != Some(record)))
         .await
         .map(|_| ())
+}
+
+/// The busiest origin's share of `shard`'s following requests, on `/metrics`.
+fn share_gauge(shard: ShardId, share: f64) {
+    metrics::gauge!("firn_leader_follow_share", "shard" => shard.to_string()).set(share);
 }
 
 /// Wall-clock milliseconds since the Unix epoch: the time follow moves are recorded at.
