@@ -51,6 +51,9 @@ pub struct NodeConfig {
     pub log_index_bytes: usize,
     /// The shared-memory region for local reads (see [`crate::local`]).
     pub local_region: LocalRegionSetting,
+    /// Least time between two moves of one shard's leader toward its clients (to different
+    /// nodes), when this node's steward leads the meta group (see `cluster::follow`).
+    pub follow_interval: Duration,
 }
 
 /// Default shard count of a cluster: a few per node on small machines keeps the number of
@@ -93,6 +96,7 @@ impl Default for NodeConfig {
             resp_connections_max: RESP_CONNECTIONS_MAX,
             log_index_bytes: LOG_INDEX_BYTES_DEFAULT,
             local_region: LocalRegionSetting::default(),
+            follow_interval: crate::cluster::follow::FOLLOW_INTERVAL_DEFAULT,
         }
     }
 }

@@ -102,6 +102,7 @@ impl Answerer {
             NodeRpc::ServiceReply(c) => {
                 reply::<crate::rpc::ServiceReply>(router.reply_slots().complete(c.token, c.payload))
             }
+            NodeRpc::OriginCounts(_) => reply::<crate::rpc::OriginCounts>(router.origin_report()),
         }
     }
 }

@@ -40,6 +40,16 @@ fn describe() {
         "tags (or a tag's oldest records) the local log index dropped to stay within its bound"
     );
     describe_counter!(
+        "firn_leader_follow_moves_total",
+        "moves of a shard's leader (step=leader) or of a replica first (step=replica) toward \
+         the node its clients use, or to a pin; counted by the meta leader's steward"
+    );
+    describe_gauge!(
+        "firn_leader_follow_share",
+        "the share (0-1) of a shard's following requests sent by its busiest origin node, \
+         over the last 5 s; set by the meta leader's steward"
+    );
+    describe_counter!(
         "firn_pubsub_messages_dropped_total",
         "published messages a subscriber of this node lost because its queue was full \
          (pubsub::SUBSCRIBER_QUEUE_MESSAGES_MAX)"

@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::cluster::ShardHost;
+use crate::cluster::follow::FollowSettings;
 use crate::cluster::follower::{LayoutFollower, join, steward_loop};
 use crate::cluster::layout::ClusterLayout;
 use crate::cluster::meta::{Meta, MetaClient};
@@ -262,6 +263,9 @@ impl RunningNode {
             host,
             peers.clone(),
             meta,
+            FollowSettings {
+                interval: config.follow_interval,
+            },
             stop_rx.clone(),
         )));
         if let Some(contact) = config.join.clone() {

@@ -7,6 +7,7 @@ use firn_model::slot::Slot;
 use firn_raft::{NodeId, ShardId};
 use serde::{Deserialize, Serialize};
 
+use crate::cluster::follow::FollowMove;
 use crate::cluster::layout::{ClusterLayout, Move};
 
 /// One node's own account of itself: where clients reach it and the replicas it holds.
@@ -65,6 +66,8 @@ pub struct ShardView {
     pub replica_lag: BTreeMap<NodeId, u64>,
     /// A replica move in progress.
     pub moving: Option<Move>,
+    /// The last move of this shard's leader (or a replica) toward its clients, or to a pin.
+    pub followed: Option<FollowMove>,
 }
 
 impl ClusterView {
@@ -105,6 +108,7 @@ impl ClusterView {
                     leader,
                     replica_lag,
                     moving: s.moving,
+                    followed: layout.followed.get(&s.id).copied(),
                 }
             })
             .collect();

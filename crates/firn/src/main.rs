@@ -6,11 +6,13 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+mod followed;
 mod group;
 mod log;
 mod request;
 mod serve;
 
+use followed::followed_line;
 use group::{GroupAction, run_group};
 use log::{LogAction, run_log};
 use request::{RequestArgs, run_request};
@@ -522,6 +524,9 @@ async fn run(cli: Cli) -> Result<(), String> {
                         "       moving a replica: add {} remove {}",
                         m["add"], m["remove"]
                     );
+                }
+                if let Some(f) = s["followed"].as_object() {
+                    println!("       {}", followed_line(f));
                 }
             }
             if view["shards"]

@@ -77,6 +77,11 @@ pub struct ServeArgs {
     /// Largest value published in the region; a larger one is read from the node.
     #[arg(long, default_value_t = firn_local::RegionConfig::default().value_bytes_max)]
     local_value_bytes: u32,
+    /// Least time between two moves of one shard's leader toward its clients, to different
+    /// nodes (keyspaces with FOLLOW on): a workload that alternates faster is followed at most
+    /// once per interval. Read by the node that leads the meta group.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    follow_interval: Duration,
 }
 
 /// The region setting the three `--local-*` flags describe, checked.
@@ -144,6 +149,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
             args.local_entries,
             args.local_value_bytes,
         )?,
+        follow_interval: args.follow_interval,
     };
     let node = RunningNode::start(config)
         .await

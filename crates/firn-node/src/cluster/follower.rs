@@ -9,6 +9,7 @@ use firn_model::FirnError;
 use tokio::sync::watch;
 
 use super::ShardHost;
+use super::follow::{FollowSettings, FollowTracker};
 use super::layout::ClusterLayout;
 use super::meta::Meta;
 use super::steward::{STEWARD_INTERVAL, steward};
@@ -96,15 +97,17 @@ pub async fn steward_loop(
     host: Arc<dyn ShardHost>,
     peers: PeerClient,
     meta: Arc<Meta>,
+    follow: FollowSettings,
     mut stop: watch::Receiver<bool>,
 ) {
+    let mut follow = FollowTracker::new(follow);
     loop {
         tokio::select! {
             _ = tokio::time::sleep(STEWARD_INTERVAL) => {}
             _ = stop.changed() => return,
         }
         if meta.is_leader()
-            && let Err(e) = steward(host.as_ref(), &peers, &meta).await
+            && let Err(e) = steward(host.as_ref(), &peers, &meta, &mut follow).await
         {
             tracing::info!("cluster steward: {e} (retrying)");
         }

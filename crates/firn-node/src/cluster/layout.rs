@@ -17,6 +17,8 @@ use firn_raft::{NodeId, ShardId};
 use firn_store::Op;
 use serde::{Deserialize, Serialize};
 
+use super::follow::FollowMove;
+
 /// Most shards a cluster may have: each is a Raft group with its own log and tasks.
 pub const SHARDS_MAX: u32 = 256;
 
@@ -68,6 +70,10 @@ pub struct ClusterLayout {
     /// before it existed.
     #[serde(default)]
     pub cluster_id: Option<String>,
+    /// The last move made because a shard's keyspaces follow their clients or are pinned
+    /// (see [`super::follow`]), per shard: kept while any keyspace follows.
+    #[serde(default)]
+    pub followed: BTreeMap<ShardId, FollowMove>,
 }
 
 /// Most meta-group voters: more only slows its commits.
@@ -119,6 +125,7 @@ impl ClusterLayout {
             spread_leaders: false,
             placements: BTreeMap::new(),
             cluster_id: None,
+            followed: BTreeMap::new(),
         }
         .founded())
     }
@@ -141,6 +148,7 @@ impl ClusterLayout {
             spread_leaders: false,
             placements: BTreeMap::new(),
             cluster_id: None,
+            followed: BTreeMap::new(),
         }
     }
 
@@ -267,10 +275,12 @@ impl ClusterLayout {
         if self.load(most) <= self.load(least) + 1 {
             return None;
         }
-        let s = self
-            .shards
-            .iter()
-            .find(|s| s.replicas.contains(&most) && !s.replicas.contains(&least))?;
+        // Never the replica a follow move put on `most`: another shard's moves instead.
+        let s = self.shards.iter().find(|s| {
+            s.replicas.contains(&most)
+                && !s.replicas.contains(&least)
+                && self.followed.get(&s.id).is_none_or(|f| f.to != most)
+        })?;
         Some((
             s.id,
             Move {

@@ -1,9 +1,11 @@
 //! The cluster part: the layout and placement ([`layout`]), the meta group that holds it
-//! ([`meta`]), the meta leader's steward that moves replicas and leaders ([`steward`]), and
+//! ([`meta`]), the meta leader's steward that moves replicas and leaders ([`steward`]) —
+//! leaders toward their clients too ([`follow`]) —, and
 //! the follower that applies each new layout on this node and publishes it on a channel
 //! ([`follower`]). It reaches the shards only through the narrow [`ShardHost`] trait, never
 //! the router itself.
 
+pub mod follow;
 pub mod follower;
 pub mod layout;
 pub mod meta;
@@ -16,6 +18,7 @@ use std::pin::Pin;
 use firn_model::{FirnError, Response};
 use firn_raft::{NodeId, ShardId};
 
+use self::follow::OriginReport;
 use self::layout::ClusterLayout;
 use crate::rpc::ShardPart;
 use crate::view::ClusterView;
@@ -39,6 +42,9 @@ pub trait ShardHost: Send + Sync + 'static {
     fn known_leader(&self, shard: ShardId) -> Option<NodeId>;
     /// The whole cluster, every node asked briefly.
     fn cluster_view(&self) -> HostFuture<'_, ClusterView>;
+    /// Where clients' requests came from: every node's origin counts, asked briefly (a node
+    /// that does not answer is left out).
+    fn origin_counts(&self) -> HostFuture<'_, Vec<OriginReport>>;
     /// Has `leader` (this node or another) make `voters` the voters of `shard`.
     fn set_voters(
         &self,

@@ -1,6 +1,7 @@
 //! The meta leader's steward: one round at a time, it keeps every node in the meta group,
 //! brings every shard's keyspaces in line with the layout, drops drained nodes, advances
-//! one replica move, and spreads shard leaders.
+//! one replica move, moves leaders toward their clients ([`super::follow`]) and spreads shard
+//! leaders.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
@@ -10,6 +11,8 @@ use firn_model::{FirnError, Response};
 use firn_raft::NodeId;
 
 use super::ShardHost;
+use super::follow::FollowTracker;
+use super::follow::round::follow_round;
 use super::layout::{ClusterLayout, Move, keyspace_repairs};
 use super::meta::Meta;
 use crate::rpc::{PeerClient, ShardPart};
@@ -23,6 +26,7 @@ pub async fn steward(
     host: &dyn ShardHost,
     peers: &PeerClient,
     meta: &Meta,
+    follow: &mut FollowTracker,
 ) -> Result<(), FirnError> {
     let router = host;
     let Some((_, layout)) = meta.layout()? else {
@@ -41,6 +45,11 @@ pub async fn steward(
         })
         .await?;
         tracing::info!(nodes = ?drained, "removed from the cluster");
+        return Ok(());
+    }
+    // Every round, so that a dominance is seen to hold round after round; it moves
+    // nothing while a replica move is pending.
+    if follow_round(router, meta, &layout, follow).await? {
         return Ok(());
     }
     match layout.next_move() {
@@ -139,7 +148,7 @@ async fn meta_membership(
 /// Advances one replica move: record it (the added node opens its replica when it sees the
 /// record), have the shard's leader change the group's voters (the new replica catches up
 /// first), then record the new replica set (the removed node closes its replica).
-async fn move_replica(
+pub(super) async fn move_replica(
     router: &dyn ShardHost,
     meta: &Meta,
     layout: &ClusterLayout,
@@ -231,7 +240,12 @@ async fn balance_leaders(
     let Some((&most, &n_most)) = led.iter().max_by_key(|(n, c)| (**c, **n)) else {
         return Ok(true);
     };
-    for s in view.shards.iter().filter(|s| s.leader == Some(most)) {
+    // Leaders placed by a follow move stay where their clients are.
+    for s in view
+        .shards
+        .iter()
+        .filter(|s| s.leader == Some(most) && !layout.followed.contains_key(&s.shard_id))
+    {
         let to = s
             .replicas
             .iter()

@@ -9,13 +9,14 @@ use firn_model::{CallContext, FirnError, Response};
 use firn_raft::{NodeId, ShardId};
 
 use super::Router;
+use crate::cluster::follow::OriginReport;
 use crate::cluster::layout::ClusterLayout;
 use crate::cluster::{HostFuture, ShardHost};
-use crate::rpc::{Describe, SetReplicas, ShardPart, TransferLeader};
+use crate::rpc::{Describe, OriginCounts, Rpc, SetReplicas, ShardPart, TransferLeader};
 use crate::view::{ClusterView, NodeView, ReplicaView};
 
-/// How long a node waits for a peer to describe itself: describing is a glance, and a node
-/// that does not answer at once is shown down.
+/// How long a node waits for a peer to describe itself (or report its origin counts):
+/// describing is a glance, and a node that does not answer at once is shown down.
 const DESCRIBE_TIMEOUT: Duration = Duration::from_millis(500);
 
 impl Router {
@@ -47,17 +48,45 @@ impl Router {
     /// from those views.
     pub async fn cluster_view(&self) -> ClusterView {
         let layout = self.layout();
-        let nodes = futures::future::join_all(layout.nodes.keys().map(|&id| async move {
-            if id == self.node_id {
-                return self.describe();
-            }
-            self.peers
-                .call_within(id, Describe, DESCRIBE_TIMEOUT)
-                .await
-                .unwrap_or_else(|_| NodeView::down(id))
-        }))
-        .await;
+        let nodes = self
+            .ask_every_node(&layout, || Describe, Self::describe)
+            .await
+            .into_iter()
+            .map(|(id, view)| view.unwrap_or_else(|| NodeView::down(id)))
+            .collect();
         ClusterView::assemble(&layout, nodes)
+    }
+
+    /// Where this node's clients sent requests lately.
+    pub fn origin_report(&self) -> OriginReport {
+        self.origins.report(self.node_id)
+    }
+
+    /// Asks every node of `layout` (this one directly, with `here`) all at once and briefly:
+    /// `None` from a node that did not answer within [`DESCRIBE_TIMEOUT`].
+    async fn ask_every_node<R: Rpc>(
+        &self,
+        layout: &ClusterLayout,
+        call: impl Fn() -> R,
+        here: impl Fn(&Self) -> R::Reply,
+    ) -> Vec<(NodeId, Option<R::Reply>)> {
+        futures::future::join_all(layout.nodes.keys().map(|&id| {
+            let call = (id != self.node_id).then(&call);
+            let here = &here;
+            async move {
+                match call {
+                    None => (id, Some(here(self))),
+                    Some(call) => (
+                        id,
+                        self.peers
+                            .call_within(id, call, DESCRIBE_TIMEOUT)
+                            .await
+                            .ok(),
+                    ),
+                }
+            }
+        }))
+        .await
     }
 
     /// Starts removing `node` from the cluster (its replicas move first).
@@ -93,6 +122,17 @@ impl ShardHost for Router {
 
     fn cluster_view(&self) -> HostFuture<'_, ClusterView> {
         Box::pin(Router::cluster_view(self))
+    }
+
+    fn origin_counts(&self) -> HostFuture<'_, Vec<OriginReport>> {
+        Box::pin(async move {
+            let layout = self.layout();
+            self.ask_every_node(&layout, || OriginCounts, Self::origin_report)
+                .await
+                .into_iter()
+                .filter_map(|(_, report)| report)
+                .collect()
+        })
     }
 
     fn set_voters(

@@ -12,6 +12,7 @@ mod group;
 mod host;
 mod log;
 mod merge;
+mod origin;
 mod plan;
 mod publish;
 mod read;
@@ -71,6 +72,8 @@ pub struct Router {
     pubsub: Arc<PubSub>,
     /// Requests waiting here for a service's reply (`service.rs`).
     reply_slots: ReplySlots,
+    /// Where this node's clients send requests, for leaders that follow them.
+    origins: origin::OriginCounter,
 }
 
 /// What a router is built from.
@@ -101,6 +104,7 @@ impl Router {
             log_index: Arc::new(LogIndex::new(parts.log_index_bytes)),
             pubsub: Arc::default(),
             reply_slots: ReplySlots::default(),
+            origins: origin::OriginCounter::default(),
         }
     }
 
@@ -268,6 +272,7 @@ impl Router {
                 return ready(Err(e));
             }
         };
+        self.origins.count(&layout, &request);
         // FLUSHALL drops every log too: every node's log index must forget them.
         let forgetting = matches!(request, KvRequest::Write(KvWrite::FlushAll))
             .then(|| self.forget_everywhere(Forget::Everything));

@@ -64,6 +64,9 @@ impl Router {
             .await;
         };
         let started = Instant::now();
+        for read in &reads {
+            self.origins.count_read(&layout, read);
+        }
         let checked: Vec<Result<(), FirnError>> = reads.iter().map(validate_read).collect();
         // What each read waits for on this replica, then one barrier, decided by the
         // strongest level the others asked for.

@@ -73,6 +73,8 @@ calls! {
     /// Hand a service's reply to the request waiting here under a token; answers whether one
     /// was waiting.
     ServiceReply => bool;
+    /// Where this node's clients sent requests lately (for leaders that follow them).
+    OriginCounts => crate::cluster::follow::OriginReport;
 }
 
 /// What one shard is asked: a read, or a write as the log operation it becomes.
@@ -179,6 +181,9 @@ pub struct ServiceReply {
     pub token: u64,
     pub payload: bytes::Bytes,
 }
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct OriginCounts;
 
 /// Sends typed calls to other nodes.
 #[derive(Clone)]
