@@ -92,7 +92,8 @@ def cpu_seconds(pid):
 
 class FirnCluster:
     """N `firn serve` processes on 127.0.0.1 (disk durability), formed with --peers; with
-    `cores` (a CPU list a node), node i runs pinned to cores[i]."""
+    `cores` (a CPU list a node), node i runs pinned to cores[i]. `{node}` in an `extra`
+    argument becomes the node's id."""
 
     def __init__(self, binary, n=3, extra=(), cores=None):
         self.binary, self.n, self.extra = binary, n, list(extra)
@@ -112,7 +113,8 @@ class FirnCluster:
         self.procs[i] = subprocess.Popen(pinned(
             [self.binary, "serve", "--node-id", str(i + 1), "--peers", self.peers,
              "--resp-addr", f"127.0.0.1:{resp}", "--http-addr", f"127.0.0.1:{http}", "--peer-addr", f"127.0.0.1:{peer}",
-             "--data-dir", os.path.join(self.dir, f"node{i + 1}"), *self.extra], self.cores[i]),
+             "--data-dir", os.path.join(self.dir, f"node{i + 1}"), *(a.replace("{node}", str(i + 1)) for a in self.extra)],
+            self.cores[i]),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "RUST_LOG": "warn"})
 
     def resp_port(self, i=0):
@@ -163,6 +165,7 @@ def redis_benchmark_row(port, test, clients, requests, pipeline=1, keyspace=100_
             break
         print(f"  redis-benchmark failed (attempt {attempt}): {run.stderr.strip() or run.stdout.strip()}",
               file=sys.stderr)
+        time.sleep(3)  # an election settles well within this
     else:
         sys.exit(f"redis-benchmark failed twice: {' '.join(cmd)}")
     row = [r for r in csv.reader(io.StringIO(run.stdout)) if r and r[0] != "test"][-1]
@@ -208,9 +211,16 @@ def redis_benchmark_command(port, command, clients, requests, keyspace=100_000):
     words; `__rand_int__` in it becomes a random number below `keyspace`)."""
     cmd = ["redis-benchmark", "-p", str(port), "-n", str(requests), "-c", str(clients), "-r", str(keyspace),
            "--csv", *command]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if run.returncode != 0:
-        sys.exit(f"redis-benchmark failed: {' '.join(cmd)}: {run.stderr.strip() or run.stdout.strip()}")
+    # A leader change under load (TRYAGAIN) ends a redis-benchmark run; one retry, as in
+    # redis_benchmark_row.
+    for attempt in (1, 2):
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if run.returncode == 0:
+            break
+        print(f"  redis-benchmark failed (attempt {attempt}): {run.stderr.strip() or run.stdout.strip()}",
+              file=sys.stderr)
+    else:
+        sys.exit(f"redis-benchmark failed twice: {' '.join(cmd)}")
     rows = [r for r in csv.reader(io.StringIO(run.stdout)) if r and r[0] != "test"]
     if not rows:
         sys.exit(f"redis-benchmark printed no result for {' '.join(cmd)}: {run.stdout.strip()}")
