@@ -99,9 +99,11 @@ impl LocalRegion {
                 path.display()
             ))
         })?;
+        // Announced to clients in other working directories: absolute.
+        let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
         tracing::info!(path = %path.display(), "local-read region open");
         Ok(Arc::new(LocalRegion {
-            path: path.to_path_buf(),
+            path,
             config,
             node_id,
             writer: Mutex::new(Writer {
