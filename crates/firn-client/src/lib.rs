@@ -46,6 +46,29 @@ impl ClientError {
     }
 }
 
+/// Longest [`retry_transient`] keeps sending a request: longer than an election takes.
+pub const TRANSIENT_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Runs `op` again, 50 ms apart, while it fails with a transient error (`TRYAGAIN`,
+/// `CLUSTERDOWN`: nothing was applied), for at most [`TRANSIENT_RETRY_FOR`] — what a client
+/// does across a leader change or a moment without a quorum. Any other outcome is returned
+/// as it is.
+pub async fn retry_transient<T, F, Fut>(mut op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let deadline = tokio::time::Instant::now() + TRANSIENT_RETRY_FOR;
+    loop {
+        match op().await {
+            Err(e) if e.is_transient() && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            r => return r,
+        }
+    }
+}
+
 impl From<redis::RedisError> for ClientError {
     fn from(e: redis::RedisError) -> Self {
         match (e.code(), e.detail()) {

@@ -373,22 +373,8 @@ pub fn seed(what: &str) -> u64 {
     seed
 }
 
-/// Runs `op` again while it fails with a transient error (`TRYAGAIN`, `CLUSTERDOWN`: nothing
-/// was applied), for at most 20 s. A loaded machine can delay heartbeats past a leader's
-/// quorum check, and a test's write or read then meets a moment without a leader, as a
-/// client would; a client retries.
-pub async fn settled<T, F, Fut>(mut op: F) -> firn_client::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = firn_client::Result<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match op().await {
-            Err(e) if e.is_transient() && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            r => return r,
-        }
-    }
-}
+/// Runs `op` again while it fails with a transient error, as a client does (see
+/// [`firn_client::retry_transient`]). A loaded machine can delay heartbeats past a leader's
+/// quorum check, and a test's write or read then meets a moment without a leader.
+#[allow(unused_imports)] // not every test binary retries
+pub use firn_client::retry_transient as settled;
