@@ -159,6 +159,14 @@ def redis_benchmark_row(port, test, clients, requests, pipeline=1, keyspace=100_
     cmd = pinned(["redis-benchmark", "-p", str(port), "-t", test, "-n", str(requests), "-c", str(clients),
                   "-P", str(pipeline), "-d", "100", "-r", str(keyspace), "--csv"] + (["--cluster"] if cluster else []),
                  cores)
+    row = redis_benchmark_csv(cmd)
+    return dict(zip(("ops", "avg", "min", "p50", "p95", "p99", "max"), map(float, row[1:8])))
+
+
+def redis_benchmark_csv(cmd):
+    """The last result row of a `redis-benchmark --csv` command. A failed run (a leader change
+    under load answers TRYAGAIN, which ends redis-benchmark) is shown and run once more after
+    an election's time."""
     for attempt in (1, 2):
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if run.returncode == 0:
@@ -168,8 +176,10 @@ def redis_benchmark_row(port, test, clients, requests, pipeline=1, keyspace=100_
         time.sleep(3)  # an election settles well within this
     else:
         sys.exit(f"redis-benchmark failed twice: {' '.join(cmd)}")
-    row = [r for r in csv.reader(io.StringIO(run.stdout)) if r and r[0] != "test"][-1]
-    return dict(zip(("ops", "avg", "min", "p50", "p95", "p99", "max"), map(float, row[1:8])))
+    rows = [r for r in csv.reader(io.StringIO(run.stdout)) if r and r[0] != "test"]
+    if not rows:
+        sys.exit(f"redis-benchmark printed no result for {' '.join(cmd)}: {run.stdout.strip()}")
+    return rows[-1]
 
 
 def with_cpu(pids, requests, run):
@@ -211,20 +221,7 @@ def redis_benchmark_command(port, command, clients, requests, keyspace=100_000):
     words; `__rand_int__` in it becomes a random number below `keyspace`)."""
     cmd = ["redis-benchmark", "-p", str(port), "-n", str(requests), "-c", str(clients), "-r", str(keyspace),
            "--csv", *command]
-    # A leader change under load (TRYAGAIN) ends a redis-benchmark run; one retry, as in
-    # redis_benchmark_row.
-    for attempt in (1, 2):
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        if run.returncode == 0:
-            break
-        print(f"  redis-benchmark failed (attempt {attempt}): {run.stderr.strip() or run.stdout.strip()}",
-              file=sys.stderr)
-    else:
-        sys.exit(f"redis-benchmark failed twice: {' '.join(cmd)}")
-    rows = [r for r in csv.reader(io.StringIO(run.stdout)) if r and r[0] != "test"]
-    if not rows:
-        sys.exit(f"redis-benchmark printed no result for {' '.join(cmd)}: {run.stdout.strip()}")
-    row = rows[-1]
+    row = redis_benchmark_csv(cmd)
     return float(row[1]), float(row[4]), float(row[6])
 
 
