@@ -487,15 +487,7 @@ impl Client {
 
     /// Where the node's shared-memory region is (`FIRN.LOCAL`), for [`LocalClient`].
     pub async fn local_region(&self) -> Result<LocalRegionInfo> {
-        let mut info = LocalRegionInfo {
-            path: String::new(),
-            node_id: 0,
-            cluster_id: String::new(),
-            incarnation: 0,
-            entries: 0,
-            key_bytes_max: 0,
-            value_bytes_max: 0,
-        };
+        let mut info = LocalRegionInfo::default();
         let item = self.run(&redis::cmd("FIRN.LOCAL")).await?;
         for (k, v) in pairs(&item)? {
             match k.as_str() {

@@ -172,7 +172,12 @@ impl LocalClient {
 /// open it (the node is elsewhere), if it is of another layout version or cluster, or if it
 /// is not the node's live region (its incarnation differs from the announced one).
 pub fn open_region(info: &LocalRegionInfo) -> Result<RegionReader> {
-    let cluster = parse_cluster_id(&info.cluster_id)?;
+    let cluster = firn_local::parse_cluster_id(&info.cluster_id).ok_or_else(|| {
+        ClientError::Protocol(format!(
+            "cluster id '{}' is not 32 hex digits",
+            info.cluster_id
+        ))
+    })?;
     let region =
         RegionReader::open(std::path::Path::new(&info.path), Some(cluster)).map_err(|e| {
             ClientError::Invalid(format!(
@@ -189,10 +194,4 @@ pub fn open_region(info: &LocalRegionInfo) -> Result<RegionReader> {
         )));
     }
     Ok(region)
-}
-
-fn parse_cluster_id(hex: &str) -> Result<[u8; 16]> {
-    u128::from_str_radix(hex, 16)
-        .map(u128::to_be_bytes)
-        .map_err(|_| ClientError::Protocol(format!("cluster id '{hex}' is not 32 hex digits")))
 }

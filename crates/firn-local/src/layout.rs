@@ -201,6 +201,19 @@ pub(crate) fn cluster_id(words: [u64; 2]) -> [u8; 16] {
     (((words[0] as u128) << 64) | words[1] as u128).to_be_bytes()
 }
 
+/// A cluster id as users see it: 32 hex digits.
+pub fn cluster_id_hex(id: &[u8; 16]) -> String {
+    format!("{:032x}", u128::from_be_bytes(*id))
+}
+
+/// A cluster id from its 32 hex digits (`None`: not that).
+pub fn parse_cluster_id(hex: &str) -> Option<[u8; 16]> {
+    (hex.len() == 32)
+        .then(|| u128::from_str_radix(hex, 16).ok())
+        .flatten()
+        .map(u128::to_be_bytes)
+}
+
 /// Reads the config a header states.
 pub(crate) fn config_of(words: &[AtomicU64]) -> RegionConfig {
     let w = |i: usize| words[i].load(Ordering::Relaxed);

@@ -19,7 +19,7 @@ mod writer;
 pub use error::RegionError;
 pub use layout::{
     ENTRIES_MAX, KEY_BYTES_MAX_CEILING, LAYOUT_VERSION, PROBE_MAX, RegionConfig,
-    VALUE_BYTES_MAX_CEILING, now_mono_ns,
+    VALUE_BYTES_MAX_CEILING, cluster_id_hex, now_mono_ns, parse_cluster_id,
 };
 pub use reader::{Bound, LocalRead, LocalValue, RegionHeader, RegionReader, RemoteReason};
 pub use writer::{Published, RegionWriter, ShardState};

@@ -84,10 +84,6 @@ pub struct RegionReader {
     map: Mmap,
 }
 
-fn hex(id: &[u8; 16]) -> String {
-    id.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 impl RegionReader {
     /// Maps the region at `path` read-only. Refuses a file that is not a region, of another
     /// layout version, of a size its header does not state, retired, or — with
@@ -146,8 +142,8 @@ impl RegionReader {
             if found != expected {
                 return Err(RegionError::OtherCluster {
                     path: path.to_path_buf(),
-                    found: hex(&found),
-                    expected: hex(&expected),
+                    found: layout::cluster_id_hex(&found),
+                    expected: layout::cluster_id_hex(&expected),
                 });
             }
         }

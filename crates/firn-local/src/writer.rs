@@ -3,7 +3,7 @@
 //! keeps its own copy of the shard epochs to decide which slots are stale.
 
 use std::fs::OpenOptions;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 
 use firn_model::CommitTs;
@@ -47,14 +47,12 @@ struct ShardSlot {
 }
 
 pub struct RegionWriter {
-    path: PathBuf,
     config: RegionConfig,
     map: MmapMut,
     /// Held open with an exclusive lock for as long as this writer lives: a second writer
     /// of the same file (two nodes given one path) would corrupt every entry.
     _lock: std::fs::File,
     shards: Vec<ShardSlot>,
-    entries_used: u64,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RegionError + '_ {
@@ -125,11 +123,9 @@ impl RegionWriter {
         };
         let mut writer = RegionWriter {
             _lock: lock,
-            path: path.to_path_buf(),
             shards: vec![ShardSlot::default(); config.shards_max as usize],
             config,
             map,
-            entries_used: 0,
         };
         writer.start_run(node_id);
         Ok(writer)
@@ -196,14 +192,6 @@ impl RegionWriter {
         self.heartbeat();
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    pub fn config(&self) -> &RegionConfig {
-        &self.config
-    }
-
     pub fn incarnation(&self) -> u64 {
         self.words().load(header::INCARNATION)
     }
@@ -229,11 +217,6 @@ impl RegionWriter {
     pub fn heartbeat(&mut self) {
         self.words().words[header::HEARTBEAT_WALL_US]
             .store(firn_model::hlc::system_wall_us(), Ordering::Relaxed);
-    }
-
-    /// Keys with an entry (a slot once used stays used; stale ones are reused).
-    pub fn entries_used(&self) -> u64 {
-        self.entries_used
     }
 
     fn valid_shard(&self, s: u32) -> bool {
@@ -362,9 +345,6 @@ impl RegionWriter {
                 set(entry::LENS, key_len | flags << 48);
             }
         });
-        if !found {
-            self.entries_used += 1;
-        }
         if fits {
             Published::Stored
         } else {

@@ -120,7 +120,7 @@ impl LocalRegion {
         LocalRegionInfo {
             path: self.path.display().to_string(),
             node_id: self.node_id,
-            cluster_id: hex(&w.region.cluster_id()),
+            cluster_id: firn_local::cluster_id_hex(&w.region.cluster_id()),
             incarnation: w.region.incarnation(),
             entries: self.config.entries as u64,
             key_bytes_max: self.config.key_bytes_max as u64,
@@ -161,8 +161,8 @@ impl LocalRegion {
     /// Starts publishing `replica`'s shard: a new epoch, then its applies through a sink.
     pub fn attach(self: &Arc<Self>, shard: ShardId, replica: &ShardReplica) {
         let store = replica.store();
-        // The sink first: an apply between the two is published under the old epoch and
-        // so never trusted — the key then reads as "go remote" until its next write.
+        // The sink first: an apply between the two is not published (the shard is not open
+        // yet), so its keys read as "go remote" until their next write — never stale.
         store.set_sink(Some(Arc::new(ShardSink {
             shard,
             region: self.clone(),
@@ -213,6 +213,14 @@ impl LocalRegion {
         w.write_row(shard);
     }
 
+    /// The layout, while some keyspace is `LOCAL`; `None`: nothing is published (the region
+    /// holds no entry trusted then — the set's last change invalidated them), so apply
+    /// leaves the region alone.
+    fn local_layout(&self) -> Option<Arc<ClusterLayout>> {
+        let l = self.layout.read().unwrap_or_else(|p| p.into_inner());
+        (!l.1.is_empty()).then(|| l.0.clone())
+    }
+
     /// Publishes one applied batch of `shard` (see [`AppliedSink`]).
     fn publish(
         &self,
@@ -222,9 +230,8 @@ impl LocalRegion {
         closed: CommitTs,
         reset: bool,
     ) {
-        let layout = {
-            let l = self.layout.read().unwrap_or_else(|p| p.into_inner());
-            (!l.1.is_empty()).then(|| l.0.clone())
+        let Some(layout) = self.local_layout() else {
+            return;
         };
         let mut w = lock(&self.writer);
         if !w.shards.contains_key(&shard) {
@@ -233,31 +240,30 @@ impl LocalRegion {
         if reset {
             w.region.invalidate_shard(shard);
         }
-        if let Some(layout) = layout {
-            for v in versions {
-                let key = v.key.as_bytes();
-                // A notify keyspace stores no value: GET answers nothing, and so must the
-                // region.
-                if !layout.placement_for(key).local
-                    || store.keyspace_for(key).mode == KeyspaceMode::Notify
-                {
-                    continue;
-                }
-                let value = if v.info.deleted {
-                    None
-                } else {
-                    Some(v.info.value.as_deref().unwrap_or_default())
-                };
-                let outcome = w
-                    .region
-                    .publish(shard, key, value, v.info.version, v.info.commit_ts);
-                count(outcome);
+        let mut outcomes = [0u64; 4];
+        for v in versions {
+            let key = v.key.as_bytes();
+            // A notify keyspace stores no value: GET answers nothing, and so must the region.
+            if !layout.placement_for(key).local || store.keyspace_mode(key) == KeyspaceMode::Notify
+            {
+                continue;
             }
+            let value = if v.info.deleted {
+                None
+            } else {
+                Some(v.info.value.as_deref().unwrap_or_default())
+            };
+            let outcome = w
+                .region
+                .publish(shard, key, value, v.info.version, v.info.commit_ts);
+            outcomes[outcome as usize] += 1;
         }
         if let Some(row) = w.shards.get_mut(&shard) {
             row.closed = closed;
         }
         w.write_row(shard);
+        drop(w);
+        count(outcomes);
     }
 
     /// Renews the leases of the shards held here, every [`LEASE_PUBLISH_EVERY`], until
@@ -274,6 +280,8 @@ impl LocalRegion {
                 _ = ticks.tick() => {}
                 _ = stop.changed() => return,
             }
+            // Kept whether or not a keyspace is LOCAL, so that the first local read after
+            // one becomes LOCAL already finds the lease.
             for replica in replicas.all() {
                 let lease = replica.confirmed_lease().await;
                 self.set_lease(replica.shard_id(), lease);
@@ -283,14 +291,21 @@ impl LocalRegion {
     }
 }
 
-fn count(outcome: Published) {
-    let what = match outcome {
-        Published::Stored => "stored",
-        Published::Invalidated => "too_large",
-        Published::Skipped => "skipped",
-        Published::Full => "full",
-    };
-    metrics::counter!("firn_local_publishes_total", "outcome" => what).increment(1);
+/// Counts a batch's publications, `outcomes` indexed by [`Published`]: one metrics lookup
+/// per outcome and batch, not per version.
+fn count(outcomes: [u64; 4]) {
+    const NAMES: [(Published, &str); 4] = [
+        (Published::Stored, "stored"),
+        (Published::Invalidated, "too_large"),
+        (Published::Skipped, "skipped"),
+        (Published::Full, "full"),
+    ];
+    for (outcome, name) in NAMES {
+        let n = outcomes[outcome as usize];
+        if n > 0 {
+            metrics::counter!("firn_local_publishes_total", "outcome" => name).increment(n);
+        }
+    }
 }
 
 /// An instant as nanoseconds of the host's monotonic clock, the clock readers compare
@@ -303,10 +318,6 @@ fn mono_ns_of(t: Instant) -> u64 {
     } else {
         now_ns.saturating_sub((now - t).as_nanos() as u64)
     }
-}
-
-fn hex(id: &[u8; 16]) -> String {
-    id.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// One replica's publisher: what its store calls after each applied batch.

@@ -150,9 +150,7 @@ async fn a_token_ahead_of_the_region_sends_the_read_to_the_node() {
         LocalRead::Remote(RemoteReason::BehindToken { .. })
     ));
     // A reader expecting another cluster is refused.
-    let mut other = u128::from_str_radix(&info.cluster_id, 16)
-        .unwrap()
-        .to_be_bytes();
+    let mut other = firn_local::parse_cluster_id(&info.cluster_id).unwrap();
     other[0] ^= 0xff;
     let refused = RegionReader::open(std::path::Path::new(&info.path), Some(other));
     assert!(

@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use bytes::Bytes;
 use firn_model::limits::WATCH_BUFFER_EVENTS;
 use firn_model::{
-    CommitTs, FirnError, Key, KeyspaceSpec, ReadAt, Response, Version, VersionInfo, WatchEvent,
+    CommitTs, FirnError, Key, KeyspaceMode, KeyspaceSpec, ReadAt, Response, Version, VersionInfo,
+    WatchEvent,
 };
 use tokio::sync::{broadcast, watch};
 
@@ -220,12 +221,20 @@ impl VersionedStore {
 
     /// The keyspace `key` belongs to: the longest registered prefix.
     pub fn keyspace_for(&self, key: &[u8]) -> KeyspaceSpec {
+        self.with_keyspace(key, KeyspaceSpec::clone)
+    }
+
+    /// The mode of the keyspace `key` belongs to, without copying its spec.
+    pub fn keyspace_mode(&self, key: &[u8]) -> KeyspaceMode {
+        self.with_keyspace(key, |s| s.mode)
+    }
+
+    fn with_keyspace<T>(&self, key: &[u8], f: impl FnOnce(&KeyspaceSpec) -> T) -> T {
         let specs = self.keyspaces.read().unwrap_or_else(|p| p.into_inner());
-        specs
-            .iter()
-            .find(|s| key.starts_with(s.prefix.as_bytes()))
-            .cloned()
-            .unwrap_or_else(KeyspaceSpec::default_keyspace)
+        match specs.iter().find(|s| key.starts_with(s.prefix.as_bytes())) {
+            Some(spec) => f(spec),
+            None => f(&KeyspaceSpec::default_keyspace()),
+        }
     }
 
     pub fn keyspaces(&self) -> Vec<KeyspaceSpec> {

@@ -18,7 +18,7 @@ pub enum AdminRequest {
 }
 
 /// What a client needs to open a node's shared-memory region (FIRN.LOCAL).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LocalRegionInfo {
     /// The region file, as the node opened it.
     pub path: String,

@@ -158,14 +158,13 @@ impl ClusterLayout {
     fn founded(mut self) -> Self {
         let founding = serde_json::json!([self.nodes, self.shards, self.replication]);
         let hash = xxhash_rust::xxh3::xxh3_128(founding.to_string().as_bytes());
-        self.cluster_id = Some(format!("{hash:032x}"));
+        self.cluster_id = Some(firn_local::cluster_id_hex(&hash.to_be_bytes()));
         self
     }
 
     /// The cluster id as bytes, if the layout has one.
     pub fn cluster_id(&self) -> Option<[u8; 16]> {
-        let hex = self.cluster_id.as_deref()?;
-        u128::from_str_radix(hex, 16).ok().map(u128::to_be_bytes)
+        firn_local::parse_cluster_id(self.cluster_id.as_deref()?)
     }
 
     /// The shard that owns `slot`. A layout without shards (a node still joining) owns no

@@ -39,7 +39,7 @@ impl VersionedStore {
             let Some(meta) = self.meta(&key)? else {
                 continue;
             };
-            if meta.latest == 0 || self.keyspace_for(&key).mode == KeyspaceMode::Notify {
+            if meta.latest == 0 || self.keyspace_mode(&key) == KeyspaceMode::Notify {
                 continue;
             }
             let key = Key::new(key)?;
