@@ -37,8 +37,9 @@ pub enum ReadBound {
     Remote(RemoteReason),
 }
 
-/// A read's answer: the key's newest version (a deletion when `value` is `None`; version
-/// 0 when the key never existed) and how fresh it is.
+/// A read's answer: the key's newest version and how fresh it is. `value` is `None` for a
+/// deleted key; read from the node, an absent or deleted key has version 0 (the node's GET
+/// answers nil for both), read from the region a deletion keeps its version.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LocalGet {
     pub value: Option<Bytes>,
