@@ -15,8 +15,8 @@ pub use log::{LogClient, LogReadOptions, LogTagInfo};
 
 use bytes::Bytes;
 use firn_model::{
-    CommitTs, Follow, KeyspaceDef, KeyspaceSpec, LocalRegionInfo, LogSeq, ReadAt, ReadConsistency,
-    SnapshotOf, Version, VersionInfo, WatchFrom,
+    CommitTs, Durability, Follow, KeyspaceDef, KeyspaceSpec, LocalRegionInfo, LogSeq, ReadAt,
+    ReadConsistency, SnapshotOf, Version, VersionInfo, WatchFrom,
 };
 use redis::Value;
 
@@ -449,6 +449,9 @@ impl Client {
         if let Some(us) = spec.max_age_us {
             cmd.arg("MAXAGE").arg(format!("{}us", us));
         }
+        if spec.durability != Durability::Disk {
+            cmd.arg("DURABILITY").arg(spec.durability.as_str());
+        }
         if placement.local {
             cmd.arg("LOCAL").arg("on");
         }
@@ -473,6 +476,9 @@ impl Client {
                             "mode" => def.spec.mode = parsed(&v)?.parse().map_err(bad)?,
                             "max_versions" => def.spec.max_versions = as_u64(&v).ok(),
                             "max_age_us" => def.spec.max_age_us = as_u64(&v).ok(),
+                            "durability" => {
+                                def.spec.durability = parsed(&v)?.parse().map_err(bad)?
+                            }
                             "local" => def.placement.local = parsed(&v)? == "on",
                             "follow" => def.placement.follow = parsed(&v)?.parse().map_err(bad)?,
                             _ => {}

@@ -77,7 +77,8 @@ pub struct RegionConfig {
     pub key_bytes_max: u32,
     /// Largest value published (a multiple of 8); a larger one is read from the node.
     pub value_bytes_max: u32,
-    /// Shard ids below this can be published (Firn has at most 256 shards).
+    /// Shard ids below this can be published (Firn has at most 256 shards of each
+    /// durability: 512 ids).
     pub shards_max: u32,
 }
 
@@ -96,7 +97,7 @@ impl Default for RegionConfig {
             entries: 1 << 16,
             key_bytes_max: 256,
             value_bytes_max: 1024,
-            shards_max: 256,
+            shards_max: 512,
         }
     }
 }

@@ -43,11 +43,26 @@ impl fmt::Display for KeyspaceMode {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Durability {
     /// The log entry is fsync'd (on a majority) before the write is acknowledged.
+    #[default]
     Disk,
+    /// The log entry is held in the memory of a majority of the shard's replicas before the
+    /// write is acknowledged; it reaches the disk at the next checkpoint (SplitFT). A crash
+    /// of a minority loses nothing acknowledged; a crash of a majority at once can lose what
+    /// was written since the last checkpoint.
+    Memory,
+}
+
+impl Durability {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::Disk => "disk",
+            Durability::Memory => "memory",
+        }
+    }
 }
 
 impl FromStr for Durability {
@@ -55,14 +70,17 @@ impl FromStr for Durability {
     fn from_str(s: &str) -> Result<Self, FirnError> {
         match s.to_ascii_lowercase().as_str() {
             "disk" => Ok(Durability::Disk),
-            "memory" => Err(FirnError::BadArgument(
-                "durability 'memory' needs a replicated cluster and is not available yet; use disk"
-                    .into(),
-            )),
+            "memory" => Ok(Durability::Memory),
             _ => Err(FirnError::BadArgument(format!(
-                "unknown durability '{s}'; use disk"
+                "unknown durability '{s}'; use disk or memory"
             ))),
         }
+    }
+}
+
+impl fmt::Display for Durability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

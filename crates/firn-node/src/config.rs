@@ -9,6 +9,9 @@ use firn_model::Limits;
 
 pub use crate::local::LocalRegionSetting;
 
+/// How often the memory groups' log is fsync'd unless `--memory-checkpoint-every` says.
+pub const MEMORY_CHECKPOINT_EVERY_DEFAULT: Duration = Duration::from_millis(100);
+
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
     /// Redis protocol listener (default 127.0.0.1:7379).
@@ -54,6 +57,9 @@ pub struct NodeConfig {
     /// Least time between two moves of one shard's leader toward its clients (to different
     /// nodes), when this node's steward leads the meta group (see `cluster::follow`).
     pub follow_interval: Duration,
+    /// How often the memory groups' log is fsync'd in the background (see
+    /// `firn_raft::log_store::Checkpoints`).
+    pub memory_checkpoint_every: Duration,
 }
 
 /// Default shard count of a cluster: a few per node on small machines keeps the number of
@@ -97,6 +103,7 @@ impl Default for NodeConfig {
             log_index_bytes: LOG_INDEX_BYTES_DEFAULT,
             local_region: LocalRegionSetting::default(),
             follow_interval: crate::cluster::follow::FOLLOW_INTERVAL_DEFAULT,
+            memory_checkpoint_every: MEMORY_CHECKPOINT_EVERY_DEFAULT,
         }
     }
 }

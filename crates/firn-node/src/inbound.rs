@@ -80,6 +80,12 @@ impl Answerer {
         match call {
             NodeRpc::Execute(c) => reply::<crate::rpc::Execute>(router.execute_part(c).await),
             NodeRpc::ReadIndex(c) => reply::<crate::rpc::ReadIndex>(router.read_index(c).await),
+            NodeRpc::Recovering(c) => reply::<crate::rpc::Recovering>(
+                router
+                    .replicas()
+                    .get(c.shard)
+                    .is_some_and(|r| r.is_recovering()),
+            ),
             NodeRpc::Describe(_) => reply::<crate::rpc::Describe>(router.describe()),
             NodeRpc::MetaChange(c) => reply::<crate::rpc::MetaChange>(self.meta.change(c).await),
             NodeRpc::ListKeyspaces(_) => {

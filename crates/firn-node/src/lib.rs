@@ -17,6 +17,7 @@ pub mod log_index;
 pub mod metrics;
 pub mod node;
 pub mod pubsub;
+pub mod recovery;
 pub mod replicas;
 pub mod reply;
 pub mod resp;

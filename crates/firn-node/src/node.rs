@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use firn_model::{FirnError, HybridClock};
-use firn_raft::log_store::{Fsync, GroupCommit};
+use firn_raft::log_store::{Checkpoints, Fsync, GroupCommit};
 use firn_raft::peer::{LocalGroups, PeerPool, serve_peers};
 use firn_raft::{META_GROUP, NodeId};
 use tokio::net::TcpListener;
@@ -47,6 +47,8 @@ fn startup(what: &str, e: impl std::fmt::Display) -> FirnError {
 const LOG_DB: &str = "log";
 /// The node's state machines, under the data directory.
 const STATE_DB: &str = "state";
+/// The Raft logs of the node's memory-durability groups, under the data directory.
+const MEMORY_LOG_DB: &str = "memlog";
 /// Names the layout of a data directory; a node refuses a directory in another layout
 /// rather than reading it wrongly.
 const DATA_FORMAT_FILE: &str = "FORMAT";
@@ -174,6 +176,7 @@ impl RunningNode {
         };
         let db = open_db(LOG_DB)?;
         let state_db = open_db(STATE_DB)?;
+        let memory_db = open_db(MEMORY_LOG_DB)?;
 
         // Peers can reach this node's groups as soon as each is registered.
         let (stop, stop_rx) = watch::channel(false);
@@ -199,6 +202,9 @@ impl RunningNode {
         };
         let commit = GroupCommit::start(db.clone(), fsync)
             .map_err(|e| startup("starting the fsync thread", e))?;
+        let checkpoints =
+            Checkpoints::start(memory_db.clone(), config.memory_checkpoint_every, fsync)
+                .map_err(|e| startup("starting the checkpoint thread", e))?;
         let peers = PeerClient::new(pool.clone());
         let factory = ReplicaFactory {
             node_id: config.node_id,
@@ -206,6 +212,9 @@ impl RunningNode {
             db,
             state_db,
             commit,
+            memory_db,
+            checkpoints,
+            peers: peers.clone(),
             data_dir: data_dir.clone(),
             snapshot_every_entries: config.snapshot_every_entries,
             close_time_every: config.close_time_every,
@@ -215,7 +224,12 @@ impl RunningNode {
             clock,
         };
         let meta_replica = factory
-            .open(META_GROUP, &meta_members, bootstrap.is_some())
+            .open(
+                META_GROUP,
+                &meta_members,
+                bootstrap.is_some(),
+                firn_model::Durability::Disk,
+            )
             .await?;
         let meta = Arc::new(Meta::new(config.node_id, meta_replica));
         let meta_client = Arc::new(MetaClient::new(meta.clone(), peers.clone()));

@@ -8,24 +8,31 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use firn_model::{FirnError, HybridClock};
-use firn_raft::log_store::GroupCommit;
+use firn_model::{Durability, FirnError, HybridClock};
+use firn_raft::log_store::{Checkpoints, Flush, GroupCommit};
 use firn_raft::peer::{LocalGroups, PeerPool};
 use firn_raft::{META_GROUP, NodeId, ShardConfig, ShardId, ShardReplica, ShardStatus, group_name};
 use firn_store::{FjallBackend, MemoryBackend, Op, StorageBackend};
 
 use crate::cluster::layout::ClusterLayout;
 use crate::local::LocalRegion;
+use crate::rpc::PeerClient;
 use openraft::BasicNode;
 
 pub struct ReplicaFactory {
     pub node_id: NodeId,
     pub peer_addr: String,
-    /// The Raft logs of every group on the node (fsync'd by `commit`).
+    /// The Raft logs of the node's disk groups (fsync'd by `commit`).
     pub db: fjall::Database,
     /// The state machines of every group on the node.
     pub state_db: fjall::Database,
     pub commit: Arc<GroupCommit>,
+    /// The Raft logs of the node's memory groups (fsync'd by `checkpoints`): apart from the
+    /// disk groups' log, whose fsync would otherwise hold their appends.
+    pub memory_db: fjall::Database,
+    pub checkpoints: Arc<Checkpoints>,
+    /// Asks peers while a memory replica recovers.
+    pub peers: PeerClient,
     pub data_dir: PathBuf,
     pub snapshot_every_entries: u64,
     pub close_time_every: std::time::Duration,
@@ -37,13 +44,22 @@ pub struct ReplicaFactory {
 
 impl ReplicaFactory {
     /// Opens (recovering) this node's replica of group `id`. With `form`, this node forms
-    /// the group with `members` (node id → peer address) unless it already exists.
+    /// the group with `members` (node id → peer address) unless it already exists. A
+    /// memory replica that restarted recovers (see [`crate::recovery`]) before it votes.
     pub async fn open(
         &self,
         id: ShardId,
         members: &BTreeMap<NodeId, String>,
         form: bool,
+        durability: Durability,
     ) -> Result<Arc<ShardReplica>, FirnError> {
+        let (db, flush) = match durability {
+            Durability::Disk => (self.db.clone(), Flush::Fsync(self.commit.clone())),
+            Durability::Memory => (
+                self.memory_db.clone(),
+                Flush::Memory(self.checkpoints.clone()),
+            ),
+        };
         let backend: Arc<dyn StorageBackend> = if self.in_memory {
             Arc::new(MemoryBackend::default())
         } else {
@@ -58,9 +74,9 @@ impl ReplicaFactory {
                 shard_id: id,
                 node_id: self.node_id,
                 node_addr: self.peer_addr.clone(),
-                db: self.db.clone(),
+                db,
                 backend,
-                commit: self.commit.clone(),
+                flush,
                 snapshot_dir: self.data_dir.join("snapshots"),
                 snapshot_every_entries: self.snapshot_every_entries,
                 // The meta group's state is the layout: nobody reads it at a time.
@@ -77,7 +93,14 @@ impl ReplicaFactory {
             self.clock.clone(),
         )
         .await?;
-        Ok(Arc::new(replica))
+        let replica = Arc::new(replica);
+        if replica.is_recovering() {
+            tokio::spawn(crate::recovery::run(
+                Arc::downgrade(&replica),
+                self.peers.clone(),
+            ));
+        }
+        Ok(replica)
     }
 
     /// Stops a replica this node no longer holds; peers' messages for it are refused.
@@ -218,7 +241,11 @@ impl Replicas {
                 .filter_map(|n| layout.nodes.get(n).map(|a| (*n, a.clone())))
                 .collect();
             let form = shard.formed_by == Some(me);
-            match self.factory.open(shard.id, &members, form).await {
+            match self
+                .factory
+                .open(shard.id, &members, form, shard.durability)
+                .await
+            {
                 Ok(replica) => {
                     tracing::info!(shard = shard.id, form, "opened a replica");
                     if let Some(local) = &self.local {

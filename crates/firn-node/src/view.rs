@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use firn_model::Durability;
 use firn_model::slot::Slot;
 use firn_raft::{NodeId, ShardId};
 use serde::{Deserialize, Serialize};
@@ -44,6 +45,9 @@ pub struct ReplicaView {
     pub leader: Option<NodeId>,
     pub term: u64,
     pub last_applied_index: Option<u64>,
+    /// A memory replica catching up after a restart: it votes for nobody meanwhile.
+    #[serde(default)]
+    pub recovering: bool,
 }
 
 /// The whole cluster as one node sees it.
@@ -68,6 +72,9 @@ pub struct ShardView {
     pub moving: Option<Move>,
     /// The last move of this shard's leader (or a replica) toward its clients, or to a pin.
     pub followed: Option<FollowMove>,
+    /// How its writes are acknowledged: `disk` or `memory`.
+    #[serde(default)]
+    pub durability: Durability,
 }
 
 impl ClusterView {
@@ -109,6 +116,7 @@ impl ClusterView {
                     replica_lag,
                     moving: s.moving,
                     followed: layout.followed.get(&s.id).copied(),
+                    durability: s.durability,
                 }
             })
             .collect();
@@ -121,6 +129,15 @@ impl ClusterView {
 
     pub fn node(&self, id: NodeId) -> Option<&NodeView> {
         self.nodes.iter().find(|n| n.node_id == id)
+    }
+
+    /// The shards that own the slots as Redis Cluster clients see them: the disk shards
+    /// (a memory shard covers the same slots again; a request for one of its keys reaches
+    /// it from any node).
+    pub fn slot_shards(&self) -> impl Iterator<Item = &ShardView> {
+        self.shards
+            .iter()
+            .filter(|s| s.durability == Durability::Disk)
     }
 
     /// Whether every shard has a leader.

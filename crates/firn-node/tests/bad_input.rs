@@ -194,10 +194,10 @@ async fn bad_times_and_unknown_keyspace_modes_are_errors() {
             .arg("CREATE")
             .arg("x/")
             .arg("DURABILITY")
-            .arg("memory"),
+            .arg("ssd"),
     )
     .await;
-    assert!(e.to_string().contains("not available yet"), "{e}");
+    assert!(e.to_string().contains("unknown durability 'ssd'"), "{e}");
     let e = err_of(
         &mut c,
         redis::cmd("FIRN.KEYSPACE")

@@ -100,7 +100,7 @@ fn tags_on_two_shards(node: &RunningNode) -> (String, String) {
     let a = "tag-a".to_string();
     let b = (0..)
         .map(|i| format!("tag-b{i}"))
-        .find(|b| layout.shard_of_key(b.as_bytes()) != layout.shard_of_key(a.as_bytes()))
+        .find(|b| layout.shard_of_name(b.as_bytes()) != layout.shard_of_name(a.as_bytes()))
         .unwrap();
     (a, b)
 }

@@ -52,7 +52,7 @@ async fn cluster(n: u64, shards: u32) -> Vec<RunningNode> {
         let mut tags: BTreeMap<u32, String> = BTreeMap::new();
         for i in 0.. {
             let tag = format!("warmup-{i}");
-            tags.entry(layout.shard_of_key(tag.as_bytes()))
+            tags.entry(layout.shard_of_name(tag.as_bytes()))
                 .or_insert(tag);
             if tags.len() == shards as usize {
                 break;
@@ -111,7 +111,7 @@ async fn read(node: &RunningNode, q: &LogQuery) -> Result<Vec<LogRecord>, FirnEr
 /// Two tags whose slots are in different shards.
 fn tags_on_two_shards(node: &RunningNode) -> (String, String) {
     let layout = node.router().layout();
-    let shard = |t: &str| layout.shard_of_key(t.as_bytes());
+    let shard = |t: &str| layout.shard_of_name(t.as_bytes());
     let a = "tag-a".to_string();
     let b = (0..)
         .map(|i| format!("tag-b{i}"))

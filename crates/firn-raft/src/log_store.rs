@@ -1,12 +1,16 @@
-//! The Raft log on fjall, with group commit: appends go to fjall's journal at once, and one
-//! syncer thread fsyncs for every append that arrived while the previous fsync ran, then
-//! reports them all flushed. A write is acknowledged only after its entry's fsync.
+//! The Raft log on fjall. A disk group's log commits in groups: appends go to fjall's
+//! journal at once, and one syncer thread fsyncs for every append that arrived while the
+//! previous fsync ran, then reports them all flushed; a write is acknowledged only after its
+//! entry's fsync. A memory group's log reports an append flushed as soon as it is in memory
+//! (fjall's memtable, and the journal handed to the OS without an fsync), and a checkpoint
+//! thread fsyncs its database in the background (see [`Checkpoints`]).
 
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
@@ -44,7 +48,54 @@ pub struct FjallLogStore {
     db: Database,
     log: Keyspace,
     meta: Keyspace,
-    commit: Arc<GroupCommit>,
+    flush: Flush,
+}
+
+/// When a group's appends count as flushed (and so may be acknowledged).
+#[derive(Clone)]
+pub enum Flush {
+    /// After the group commit's fsync (`disk` durability).
+    Fsync(Arc<GroupCommit>),
+    /// Once in memory; fsync'd by the next checkpoint (`memory` durability).
+    Memory(Arc<Checkpoints>),
+}
+
+/// The background fsync of the memory groups' log database: every `every`, if anything was
+/// appended since the last one. Each append is handed to the OS as it is made, so a killed
+/// process loses nothing; a crash of the machine (power, kernel) loses at most what was
+/// appended since the last checkpoint began. `firn_memory_checkpoint_seconds` times each.
+pub struct Checkpoints {
+    dirty: AtomicBool,
+}
+
+impl Checkpoints {
+    pub fn start(db: Database, every: Duration, fsync: Fsync) -> io::Result<Arc<Self>> {
+        let this = Arc::new(Checkpoints {
+            dirty: AtomicBool::new(false),
+        });
+        let weak = Arc::downgrade(&this);
+        std::thread::Builder::new()
+            .name("checkpoint".into())
+            .spawn(move || {
+                while let Some(this) = weak.upgrade() {
+                    if this.dirty.swap(false, Ordering::AcqRel) && fsync == Fsync::Always {
+                        let started = Instant::now();
+                        if let Err(e) = db.persist(PersistMode::SyncAll) {
+                            tracing::error!("memory log checkpoint failed: {e}");
+                            this.dirty.store(true, Ordering::Release);
+                        }
+                        stages::since(&STAGES.checkpoint, started);
+                    }
+                    drop(this);
+                    std::thread::sleep(every);
+                }
+            })?;
+        Ok(this)
+    }
+
+    fn appended(&self) {
+        self.dirty.store(true, Ordering::Release);
+    }
 }
 
 /// Most appends waiting for the next fsync, across the node's groups. Past it an append
@@ -118,7 +169,7 @@ impl GroupCommit {
 impl FjallLogStore {
     /// Opens the log of one Raft group; `group` names its keyspaces so that several groups
     /// can share one database.
-    pub fn open(db: Database, group: &str, commit: Arc<GroupCommit>) -> io::Result<Self> {
+    pub fn open(db: Database, group: &str, flush: Flush) -> io::Result<Self> {
         let log = db
             .keyspace(&format!("raft_log_{group}"), || {
                 KeyspaceCreateOptions::default().max_memtable_size(LOG_MEMTABLE_BYTES_MAX)
@@ -134,7 +185,7 @@ impl FjallLogStore {
             db,
             log,
             meta,
-            commit,
+            flush,
         })
     }
 
@@ -267,7 +318,18 @@ impl RaftLogStorage<FirnRaft> for FjallLogStore {
         }
         batch.commit().map_err(fjall_err)?;
         stages::since(&STAGES.log_append, started);
-        self.commit.enqueue(callback).await
+        match &self.flush {
+            Flush::Fsync(commit) => commit.enqueue(callback).await,
+            Flush::Memory(checkpoints) => {
+                // Handed to the OS (a write, no fsync) before it is reported flushed, so it
+                // is there before its apply reaches the state database: a killed process
+                // loses none of it, and its state is never ahead of its log.
+                self.db.persist(PersistMode::Buffer).map_err(fjall_err)?;
+                checkpoints.appended();
+                callback.io_completed(Ok(()));
+                Ok(())
+            }
+        }
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {

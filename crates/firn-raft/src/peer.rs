@@ -131,14 +131,28 @@ pub trait AppHandler: Send + Sync + 'static {
 
 /// The Raft groups this node holds, by shard: where incoming Raft messages go.
 #[derive(Clone, Default)]
-pub struct LocalGroups(Arc<RwLock<HashMap<ShardId, Raft<FirnRaft, ShardStateMachine>>>>);
+pub struct LocalGroups(Arc<RwLock<HashMap<ShardId, LocalGroup>>>);
+
+/// One group held here, as its incoming messages find it.
+#[derive(Clone)]
+struct LocalGroup {
+    raft: Raft<FirnRaft, ShardStateMachine>,
+    /// Set while the replica recovers what it held only in memory: it refuses every vote
+    /// (see `ShardReplica::is_recovering`).
+    recovering: Arc<AtomicBool>,
+}
 
 impl LocalGroups {
-    pub fn insert(&self, shard: ShardId, raft: Raft<FirnRaft, ShardStateMachine>) {
+    pub fn insert(
+        &self,
+        shard: ShardId,
+        raft: Raft<FirnRaft, ShardStateMachine>,
+        recovering: Arc<AtomicBool>,
+    ) {
         self.0
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(shard, raft);
+            .insert(shard, LocalGroup { raft, recovering });
     }
 
     /// Forgets a replica this node no longer holds (its messages are refused from now on).
@@ -150,6 +164,10 @@ impl LocalGroups {
     }
 
     fn get(&self, shard: ShardId) -> Option<Raft<FirnRaft, ShardStateMachine>> {
+        self.group(shard).map(|g| g.raft)
+    }
+
+    fn group(&self, shard: ShardId) -> Option<LocalGroup> {
         self.0
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -172,8 +190,18 @@ async fn answer(
                 .map_or_else(|e| PeerResponse::Error(e.to_string()), PeerResponse::Append),
             None => missing(shard),
         },
-        PeerRequest::Vote { shard, rpc } => match groups.get(shard) {
-            Some(raft) => raft
+        PeerRequest::Vote { shard, rpc } => match groups.group(shard) {
+            // Viewstamped Replication's recovery rule: a replica that may have lost what it
+            // acknowledged from memory grants no vote until it has caught up. The answer
+            // carries the candidate's own vote (never a lower one) and no log id.
+            Some(g) if g.recovering.load(Ordering::Acquire) => {
+                tracing::info!(shard, candidate = %rpc.vote, "vote refused: recovering");
+                metrics::counter!("firn_memory_votes_refused_total", "shard" => shard.to_string())
+                    .increment(1);
+                PeerResponse::Vote(VoteResponse::new(rpc.vote, None, false))
+            }
+            Some(g) => g
+                .raft
                 .vote(rpc)
                 .await
                 .map_or_else(|e| PeerResponse::Error(e.to_string()), PeerResponse::Vote),

@@ -4,10 +4,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use firn_model::{FirnError, HybridClock, Response};
+use firn_model::{Durability, FirnError, HybridClock, Response};
 use firn_store::{Command, Op, StorageBackend, VersionedStore};
 use fjall::Database;
 use openraft::Instant as _;
@@ -18,7 +19,7 @@ use openraft::{BasicNode, ChangeMembers, Config, Raft, ReadPolicy, SnapshotPolic
 use serde::Serialize;
 use tokio::sync::oneshot;
 
-use crate::log_store::{FjallLogStore, GroupCommit};
+use crate::log_store::{FjallLogStore, Flush};
 use crate::network::PeerNetwork;
 use crate::peer::{LocalGroups, PeerPool};
 use crate::stages::{self, STAGES};
@@ -46,12 +47,14 @@ pub struct ShardConfig {
     pub node_id: NodeId,
     /// The address peers use to reach this node.
     pub node_addr: String,
-    /// The database holding this replica's log (shared by the node's groups).
+    /// The database holding this replica's log (shared by the node's groups of its
+    /// durability).
     pub db: Database,
     /// The state machine's storage.
     pub backend: Arc<dyn StorageBackend>,
-    /// The node's group commit (one fsync thread per database).
-    pub commit: Arc<GroupCommit>,
+    /// When an append counts as flushed: after the node's group-commit fsync (`disk`), or
+    /// once in memory (`memory`, fsync'd by the next checkpoint).
+    pub flush: Flush,
     /// Where the replica keeps its latest snapshot.
     pub snapshot_dir: PathBuf,
     /// Build a snapshot (and purge the log before it) every this many entries.
@@ -85,6 +88,9 @@ pub struct ShardStatus {
     pub last_applied_index: Option<u64>,
     pub snapshot_index: Option<u64>,
     pub purged_index: Option<u64>,
+    pub durability: Durability,
+    /// A memory replica catching up after a restart (it votes for nobody meanwhile).
+    pub recovering: bool,
 }
 
 pub struct ShardReplica {
@@ -97,6 +103,11 @@ pub struct ShardReplica {
     closer: Option<tokio::task::JoinHandle<()>>,
     /// Held while a [`close_through`](Self::close_through) entry is in flight.
     closing: tokio::sync::Mutex<()>,
+    durability: Durability,
+    /// A memory replica restarted: it may have lost entries it acknowledged from memory, so
+    /// it refuses votes and does not stand for election until it has caught up (see
+    /// [`recovered`](Self::recovered)).
+    recovering: Arc<AtomicBool>,
 }
 
 /// Keeps time closing on an idle shard: while this replica leads, whenever the shard's
@@ -213,8 +224,21 @@ impl ShardReplica {
         // Stamps after a restart stay above every stamp already applied.
         clock.observe(store.last_commit_ts());
         let group = crate::types::group_name(cfg.shard_id);
-        let log = FjallLogStore::open(cfg.db.clone(), &group, cfg.commit.clone())
+        let durability = match cfg.flush {
+            Flush::Fsync(_) => Durability::Disk,
+            Flush::Memory(_) => Durability::Memory,
+        };
+        let mut log = FjallLogStore::open(cfg.db.clone(), &group, cfg.flush.clone())
             .map_err(|e| FirnError::Internal(format!("opening the raft log: {e}")))?;
+        // A memory replica that has voted before is restarting: what it held only in memory
+        // may be gone.
+        let restarted = openraft::RaftLogReader::read_vote(&mut log)
+            .await
+            .map_err(|e| FirnError::Internal(format!("reading the raft vote: {e}")))?
+            .is_some();
+        let recovering = Arc::new(AtomicBool::new(
+            durability == Durability::Memory && restarted,
+        ));
         std::fs::create_dir_all(&cfg.snapshot_dir)
             .map_err(|e| FirnError::Internal(e.to_string()))?;
         let sm = ShardStateMachine::new(
@@ -228,6 +252,11 @@ impl ShardReplica {
             election_timeout_max: ELECTION_TIMEOUT_MAX_MS,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_every_entries),
             max_in_snapshot_log_to_keep: 0,
+            // A memory replica's log may come back shorter than it acknowledged: its leader
+            // then searches for the match again instead of treating it as corruption, and a
+            // restarted leader must win an election rather than resume.
+            allow_log_reversion: Some(durability == Durability::Memory),
+            enable_leader_restore: Some(durability == Durability::Disk),
             ..Default::default()
         }
         .validate()
@@ -236,8 +265,27 @@ impl ShardReplica {
         let raft = Raft::new(cfg.node_id, Arc::new(config), network, log, sm)
             .await
             .map_err(unavailable)?;
+        if recovering.load(Ordering::Acquire) {
+            // Asked of the core itself: the metrics' copy may not hold the stored
+            // membership yet.
+            let voters: Vec<NodeId> = raft
+                .with_raft_state(|st| st.membership_state.effective().voter_ids().collect())
+                .await
+                .map_err(unavailable)?;
+            if voters == [cfg.node_id] {
+                // A group of one has nobody to catch up from: it goes on from its disk.
+                recovering.store(false, Ordering::Release);
+            } else {
+                raft.runtime_config().elect(false);
+                tracing::info!(
+                    shard = cfg.shard_id,
+                    "memory replica restarted: recovering before it votes"
+                );
+            }
+        }
         // Reachable by peers before anyone can send it a vote or entries.
-        cfg.groups.insert(cfg.shard_id, raft.clone());
+        cfg.groups
+            .insert(cfg.shard_id, raft.clone(), recovering.clone());
         let mut alone = false;
         if cfg.initialize {
             let mut members = cfg.members.clone();
@@ -275,7 +323,36 @@ impl ShardReplica {
             read_rounds: Arc::default(),
             closer,
             closing: tokio::sync::Mutex::new(()),
+            durability,
+            recovering,
         })
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// Whether this replica is recovering (a memory replica restarted and not yet caught
+    /// up): it refuses votes and stands for no election.
+    pub fn is_recovering(&self) -> bool {
+        self.recovering.load(Ordering::Acquire)
+    }
+
+    /// Ends recovery: the replica has applied everything its leader had committed after it
+    /// restarted (or a majority of the group is recovering too, and the group goes on from
+    /// what its disks hold). It votes and stands for election again.
+    pub fn recovered(&self) {
+        if self.recovering.swap(false, Ordering::AcqRel) {
+            self.raft.runtime_config().elect(true);
+            tracing::info!(
+                shard = self.shard_id,
+                "memory replica recovered: it votes again"
+            );
+        }
     }
 
     pub fn shard_id(&self) -> ShardId {
@@ -580,6 +657,8 @@ impl ShardReplica {
             last_applied_index: m.last_applied.map(|l| l.index),
             snapshot_index: m.snapshot.map(|l| l.index),
             purged_index: m.purged.map(|l| l.index),
+            durability: self.durability,
+            recovering: self.is_recovering(),
         }
     }
 

@@ -29,6 +29,8 @@ pub(crate) struct Stages {
     pub fsync_appends: Histogram,
     /// Entries applied in one batch.
     pub apply_entries: Histogram,
+    /// One background fsync of the memory groups' log (`firn_memory_checkpoint_seconds`).
+    pub checkpoint: Histogram,
 }
 
 const STAGE: &str = "firn_write_stage_seconds";
@@ -48,6 +50,11 @@ pub(crate) static STAGES: LazyLock<Stages> = LazyLock::new(|| {
         "firn_apply_batch_entries",
         "Raft entries applied to the store in one batch"
     );
+    metrics::describe_histogram!(
+        "firn_memory_checkpoint_seconds",
+        metrics::Unit::Seconds,
+        "one background fsync of the memory-durability groups' log"
+    );
     Stages {
         propose: metrics::histogram!(STAGE, "stage" => "propose"),
         log_append: metrics::histogram!(STAGE, "stage" => "log_append"),
@@ -58,6 +65,7 @@ pub(crate) static STAGES: LazyLock<Stages> = LazyLock::new(|| {
         commit: metrics::histogram!(STAGE, "stage" => "commit"),
         fsync_appends: metrics::histogram!("firn_log_fsync_appends"),
         apply_entries: metrics::histogram!("firn_apply_batch_entries"),
+        checkpoint: metrics::histogram!("firn_memory_checkpoint_seconds"),
     }
 });
 

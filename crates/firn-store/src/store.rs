@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use bytes::Bytes;
 use firn_model::limits::WATCH_BUFFER_EVENTS;
 use firn_model::{
-    CommitTs, FirnError, Key, KeyspaceMode, KeyspaceSpec, ReadAt, Response, Version, VersionInfo,
-    WatchEvent,
+    CommitTs, Durability, FirnError, Key, KeyspaceMode, KeyspaceSpec, ReadAt, Response, Version,
+    VersionInfo, WatchEvent,
 };
 use tokio::sync::{broadcast, watch};
 
@@ -227,6 +227,11 @@ impl VersionedStore {
     /// The mode of the keyspace `key` belongs to, without copying its spec.
     pub fn keyspace_mode(&self, key: &[u8]) -> KeyspaceMode {
         self.with_keyspace(key, |s| s.mode)
+    }
+
+    /// The durability of the keyspace `key` belongs to.
+    pub fn keyspace_durability(&self, key: &[u8]) -> Durability {
+        self.with_keyspace(key, |s| s.durability)
     }
 
     fn with_keyspace<T>(&self, key: &[u8], f: impl FnOnce(&KeyspaceSpec) -> T) -> T {

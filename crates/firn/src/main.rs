@@ -207,6 +207,10 @@ enum KeyspaceAction {
         /// e.g. 3600, 90s, 15m, 7d
         #[arg(long)]
         max_age: Option<String>,
+        /// disk (fsync'd on a majority before the answer) | memory (held in a majority's
+        /// memory, fsync'd at the next checkpoint)
+        #[arg(long, default_value = "disk")]
+        durability: String,
         /// Publish the newest values in each node's shared-memory region (local reads).
         #[arg(long)]
         local: bool,
@@ -600,6 +604,7 @@ async fn run(cli: Cli) -> Result<(), String> {
                 mode,
                 max_versions,
                 max_age,
+                durability,
                 local,
                 follow,
                 target,
@@ -614,7 +619,9 @@ async fn run(cli: Cli) -> Result<(), String> {
                         .map(|a| firn_model::time::parse_duration_us(&a))
                         .transpose()
                         .map_err(|e| e.to_string())?,
-                    durability: firn_model::Durability::Disk,
+                    durability: durability
+                        .parse()
+                        .map_err(|e: firn_model::FirnError| e.to_string())?,
                 };
                 let placement = firn_model::KeyspacePlacement {
                     local,
@@ -640,9 +647,10 @@ async fn run(cli: Cli) -> Result<(), String> {
                 {
                     let (spec, placement) = (&def.spec, &def.placement);
                     println!(
-                        "{:<24} {:<10} max_versions={} max_age={} local={} follow={}",
+                        "{:<24} {:<10} durability={} max_versions={} max_age={} local={} follow={}",
                         format!("'{}'", spec.prefix),
                         spec.mode,
+                        spec.durability,
                         spec.max_versions.map_or("-".into(), |n| n.to_string()),
                         spec.max_age_us
                             .map_or("-".into(), |us| humantime::format_duration(

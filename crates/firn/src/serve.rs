@@ -82,6 +82,11 @@ pub struct ServeArgs {
     /// once per interval. Read by the node that leads the meta group.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     follow_interval: Duration,
+    /// How often the logs of `DURABILITY memory` keyspaces are fsync'd in the background: a
+    /// crash of a majority of a shard's replicas at once can lose what they acknowledged
+    /// since the last checkpoint.
+    #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
+    memory_checkpoint_every: Duration,
 }
 
 /// The region setting the three `--local-*` flags describe, checked.
@@ -150,6 +155,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
             args.local_value_bytes,
         )?,
         follow_interval: args.follow_interval,
+        memory_checkpoint_every: args.memory_checkpoint_every,
     };
     let node = RunningNode::start(config)
         .await

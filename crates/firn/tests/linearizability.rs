@@ -150,17 +150,7 @@ async fn the_checker_rejects_the_history_of_a_stale_read_path() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_history_under_leader_kills_is_linearizable() {
     let seed = seed("linearizability");
-    let cluster = tokio::task::spawn_blocking(|| {
-        let c = Cluster::start(3, &[]);
-        c.wait_for_leaders(0, None);
-        c
-    })
-    .await
-    .unwrap();
-    let addrs = Arc::new(RwLock::new(
-        (0..3).map(|i| cluster.resp_addr(i)).collect::<Vec<_>>(),
-    ));
-    let cluster = Arc::new(Mutex::new(cluster));
+    let (cluster, addrs) = three_nodes().await;
     // Kill the leader of shard 0, restart it, then do the same to shard 1's leader.
     let faults = kill_leaders(
         cluster.clone(),
@@ -176,6 +166,92 @@ async fn cluster_history_under_leader_kills_is_linearizable() {
     let history = record_history(seed, ReadPath::Linearizable, ops, addrs, faults).await;
     drop(cluster);
     assert_linearizable(seed, &history, "3-node cluster, leader kills");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_cluster_history_under_leader_kills_is_linearizable() {
+    let seed = seed("linearizability");
+    let (cluster, addrs) = three_nodes().await;
+    // The keys k0..k2 are in memory: acknowledged once a majority holds them in memory.
+    let first = addrs.read().unwrap()[0].clone();
+    let client = Client::connect(&first).await.unwrap();
+    let spec = firn_model::KeyspaceSpec {
+        prefix: "k".into(),
+        durability: firn_model::Durability::Memory,
+        ..firn_model::KeyspaceSpec::default_keyspace()
+    };
+    let def = firn_model::KeyspaceDef::new(spec);
+    firn_client::retry_transient(|| client.keyspace_create(&def))
+        .await
+        .unwrap();
+    // SIGKILL the leader of a memory shard, restart it, and once it has recovered do the
+    // same to another memory shard's leader: a minority down at any one time.
+    let faults = {
+        let cluster = cluster.clone();
+        async move {
+            for _ in 0..2 {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let c = cluster.clone();
+                tokio::task::spawn_blocking(move || {
+                    let mut c = c.lock().unwrap();
+                    let alive = (0..3).find(|i| c.nodes[*i].is_some()).unwrap();
+                    let memory = memory_shards(&c, alive);
+                    let leader = c.wait_for_leaders(alive, None)[memory[0]];
+                    c.kill_9((leader - 1) as usize);
+                    std::thread::sleep(Duration::from_millis(700));
+                    c.restart((leader - 1) as usize);
+                    assert!(
+                        common::wait_until(Duration::from_secs(30), || !recovering(&c)),
+                        "the restarted memory replicas never recovered"
+                    );
+                })
+                .await
+                .unwrap();
+            }
+        }
+    };
+    let history = record_history(seed, ReadPath::Linearizable, 200, addrs, faults).await;
+    drop(cluster);
+    assert_linearizable(
+        seed,
+        &history,
+        "3-node cluster, memory keyspace, leader kills",
+    );
+}
+
+/// A 3-node cluster with leaders, and its RESP addresses.
+async fn three_nodes() -> (Arc<Mutex<Cluster>>, Arc<RwLock<Vec<String>>>) {
+    let cluster = tokio::task::spawn_blocking(|| {
+        let c = Cluster::start(3, &[]);
+        c.wait_for_leaders(0, None);
+        c
+    })
+    .await
+    .unwrap();
+    let addrs = (0..3).map(|i| cluster.resp_addr(i)).collect::<Vec<_>>();
+    (Arc::new(Mutex::new(cluster)), Arc::new(RwLock::new(addrs)))
+}
+
+/// The indexes (in `/v1/cluster`'s shard list) of the memory shards, as node `i` sees them.
+fn memory_shards(cluster: &Cluster, i: usize) -> Vec<usize> {
+    let view = cluster.cluster_json(i).expect("a cluster view");
+    let shards = view["shards"].as_array().unwrap();
+    (0..shards.len())
+        .filter(|s| shards[*s]["durability"] == "memory")
+        .collect()
+}
+
+/// Whether any running node reports a replica still recovering.
+fn recovering(cluster: &Cluster) -> bool {
+    (0..cluster.nodes.len())
+        .filter(|i| cluster.nodes[*i].is_some())
+        .any(|i| {
+            cluster.cluster_json(i).is_none_or(|v| {
+                v["shards"]
+                    .as_array()
+                    .is_none_or(|s| s.iter().any(|r| r["recovering"] == true))
+            })
+        })
 }
 
 /// Runs the clients against `addrs` (client `c` starts at `addrs[c % n]` and moves to the

@@ -282,6 +282,9 @@ pub struct Written {
     pub existed: bool,
     /// The replaced version, when the request asked for it.
     pub previous: Option<VersionInfo>,
+    /// How durable the write was when it was acknowledged: its keyspace's durability.
+    #[serde(default)]
+    pub durability: crate::Durability,
 }
 
 /// A committed version as a watcher receives it.

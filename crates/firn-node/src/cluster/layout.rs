@@ -12,7 +12,7 @@ use std::ops::Range;
 
 use firn_model::limits::KEYSPACES_MAX;
 use firn_model::slot::{SLOT_COUNT, Slot, slot_of};
-use firn_model::{FirnError, KeyspaceDef, KeyspacePlacement, KeyspaceSpec};
+use firn_model::{Durability, FirnError, KeyspaceDef, KeyspacePlacement, KeyspaceSpec};
 use firn_raft::{NodeId, ShardId};
 use firn_store::Op;
 use serde::{Deserialize, Serialize};
@@ -34,6 +34,11 @@ pub struct ShardLayout {
     pub formed_by: Option<NodeId>,
     /// A replica move in progress.
     pub moving: Option<Move>,
+    /// How its log acknowledges: fsync'd (`disk`) or held in a majority's memory. The
+    /// keys of a keyspace go to the shards of its durability (see
+    /// [`ClusterLayout::shard_of_key`]).
+    #[serde(default)]
+    pub durability: Durability,
 }
 
 /// One step of rebalancing: a replica added, removed, or both (moved).
@@ -113,6 +118,7 @@ impl ClusterLayout {
                     formed_by: Some(ids[s as usize % ids.len()]),
                     replicas,
                     moving: None,
+                    durability: Durability::Disk,
                 }
             })
             .collect();
@@ -167,15 +173,40 @@ impl ClusterLayout {
         firn_local::parse_cluster_id(self.cluster_id.as_deref()?)
     }
 
-    /// The shard that owns `slot`. A layout without shards (a node still joining) owns no
-    /// slot: it answers shard 0, which such a node does not know, so a request routed by it
-    /// is refused as unavailable — callers check [`ClusterLayout::is_routable`] first.
+    /// The disk shard that owns `slot`: where a log's or a group's records live, and what
+    /// `CLUSTER SLOTS` shows. A layout without shards (a node still joining) owns no slot:
+    /// it answers shard 0, which such a node does not know, so a request routed by it is
+    /// refused as unavailable — callers check [`ClusterLayout::is_routable`] first.
     pub fn shard_of_slot(&self, slot: Slot) -> ShardId {
-        // Shards hold contiguous slot ranges in order: the first whose range ends after `slot`.
-        let i = self.shards.partition_point(|s| s.slots.end <= slot);
-        self.shards
-            .get(i.min(self.shards.len().saturating_sub(1)))
+        Self::shard_in(self.lane(Durability::Disk), slot)
+    }
+
+    /// The shard in `lane` (shards holding contiguous slot ranges in order) that owns `slot`.
+    fn shard_in(lane: &[ShardLayout], slot: Slot) -> ShardId {
+        // The first whose range ends after `slot`.
+        let i = lane.partition_point(|s| s.slots.end <= slot);
+        lane.get(i.min(lane.len().saturating_sub(1)))
             .map_or(0, |s| s.id)
+    }
+
+    /// The shards of one durability, in slot order. Disk shards come first and cover every
+    /// slot; memory shards, added when the first memory keyspace is defined, follow them and
+    /// cover every slot again. Without memory shards, memory's lane is the disk lane.
+    pub fn lane(&self, durability: Durability) -> &[ShardLayout] {
+        let disk = self
+            .shards
+            .partition_point(|s| s.durability == Durability::Disk);
+        match durability {
+            Durability::Memory if disk < self.shards.len() => &self.shards[disk..],
+            _ => &self.shards[..disk],
+        }
+    }
+
+    /// Whether memory shards exist (a memory keyspace was defined).
+    pub fn has_memory_shards(&self) -> bool {
+        self.shards
+            .last()
+            .is_some_and(|s| s.durability == Durability::Memory)
     }
 
     /// Whether requests can be routed by this layout (it has shards).
@@ -183,8 +214,34 @@ impl ClusterLayout {
         !self.shards.is_empty()
     }
 
+    /// The shard that holds `key`: by its slot, among the shards of its keyspace's
+    /// durability.
     pub fn shard_of_key(&self, key: &[u8]) -> ShardId {
-        self.shard_of_slot(slot_of(key))
+        Self::shard_in(self.lane(self.durability_for(key)), slot_of(key))
+    }
+
+    /// The durability of the keyspace `key` belongs to (its longest registered prefix).
+    pub fn durability_for(&self, key: &[u8]) -> Durability {
+        if !self.has_memory_shards() {
+            return Durability::Disk;
+        }
+        self.keyspace_of(key)
+            .map_or(Durability::Disk, |spec| spec.durability)
+    }
+
+    /// The keyspace `key` belongs to: the longest registered prefix of it.
+    fn keyspace_of(&self, key: &[u8]) -> Option<&KeyspaceSpec> {
+        self.keyspaces
+            .iter()
+            .flatten()
+            .filter(|spec| key.starts_with(spec.prefix.as_bytes()))
+            .max_by_key(|spec| spec.prefix.len())
+    }
+
+    /// The shard a log or a consumer group named `name` lives in (the disk shard of its
+    /// slot: the log and groups are always fsync'd).
+    pub fn shard_of_name(&self, name: &[u8]) -> ShardId {
+        self.shard_of_slot(slot_of(name))
     }
 
     pub fn shard(&self, id: ShardId) -> &ShardLayout {
@@ -312,13 +369,38 @@ impl ClusterLayout {
     pub fn define_keyspace(&mut self, def: KeyspaceDef, drop: bool) -> Result<bool, FirnError> {
         let KeyspaceDef { spec, placement } = def;
         let prefix = spec.prefix.clone();
+        let memory = !drop && spec.durability == Durability::Memory;
         let defined = self.define_spec(spec, drop)?;
+        if memory && !self.has_memory_shards() {
+            self.add_memory_shards();
+        }
         let placed = if drop || placement == KeyspacePlacement::default() {
             self.placements.remove(&prefix).is_some()
         } else {
             self.placements.insert(prefix, placement) != Some(placement)
         };
         Ok(defined || placed)
+    }
+
+    /// Adds the memory lane: one memory shard beside each disk shard, with its slots and
+    /// replicas, formed by its first replica. They stay once added (a memory keyspace
+    /// dropped leaves them idle).
+    fn add_memory_shards(&mut self) {
+        let next = self.shards.len() as ShardId;
+        let memory: Vec<ShardLayout> = self
+            .lane(Durability::Disk)
+            .iter()
+            .enumerate()
+            .map(|(i, disk)| ShardLayout {
+                id: next + i as ShardId,
+                slots: disk.slots.clone(),
+                replicas: disk.replicas.clone(),
+                formed_by: disk.replicas.first().copied(),
+                moving: None,
+                durability: Durability::Memory,
+            })
+            .collect();
+        self.shards.extend(memory);
     }
 
     /// The keyspace definitions with their placements (`None` while the layout has not
@@ -346,11 +428,7 @@ impl ClusterLayout {
         if self.placements.is_empty() {
             return KeyspacePlacement::default();
         }
-        self.keyspaces
-            .iter()
-            .flatten()
-            .filter(|spec| key.starts_with(spec.prefix.as_bytes()))
-            .max_by_key(|spec| spec.prefix.len())
+        self.keyspace_of(key)
             .map_or_else(KeyspacePlacement::default, |spec| {
                 self.placement_of(&spec.prefix)
             })

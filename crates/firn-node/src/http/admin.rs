@@ -21,7 +21,7 @@ pub(super) fn keyspace_json(def: &KeyspaceDef) -> Json {
         "mode": s.mode.to_string(),
         "max_versions": s.max_versions,
         "max_age_us": s.max_age_us,
-        "durability": "disk",
+        "durability": s.durability.as_str(),
         "local": placement.local,
         "follow": placement.follow.to_string(),
     })

@@ -69,7 +69,7 @@ pub(super) fn version_json(info: &VersionInfo) -> Json {
 }
 
 pub(super) fn written_json(w: &Written) -> Json {
-    json!({ "key": w.key.to_string(), "version": w.version, "commit_ts": w.commit_ts.to_string(), "existed": w.existed })
+    json!({ "key": w.key.to_string(), "version": w.version, "commit_ts": w.commit_ts.to_string(), "existed": w.existed, "durability": w.durability.as_str() })
 }
 
 /// A page of keys: `{keys: [{key, version, …}], next_cursor}`.

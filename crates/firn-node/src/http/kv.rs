@@ -74,6 +74,10 @@ pub(super) async fn put_kv(
             if let Ok(v) = HeaderValue::from_str(&w[0].commit_ts.to_string()) {
                 headers.insert("firn-commit-ts", v);
             }
+            headers.insert(
+                "firn-durability",
+                HeaderValue::from_static(w[0].durability.as_str()),
+            );
             Ok((headers, axum::Json(written_json(&w[0]))).into_response())
         }
         other => Err(unexpected(other)),

@@ -3,16 +3,23 @@
 //! it), and the list is read from there. The steward finishes a fan-out that fails
 //! part-way.
 
-use firn_model::{AdminRequest, Answer, FirnError, KeyspaceDef, KeyspaceSpec, Response};
+use bytes::Bytes;
+use firn_model::{
+    AdminRequest, Answer, Durability, FirnError, KeyspaceDef, KeyspaceSpec, KvRead, KvRequest,
+    ReadAt, ReadConsistency, Response,
+};
 use firn_store::Op;
 
 use super::Router;
-use super::merge::Merge;
+use crate::cluster::layout::ClusterLayout;
 use crate::rpc::{MetaChange, ShardPart};
 
 /// Longest a keyspace definition waits for this node to follow its placement (the layout
 /// is polled every 200 ms); past it the answer goes out anyway — the definition stands.
 const PLACEMENT_FOLLOW_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// Longest a definition waits for a shard to take it (memory shards added by it elect
+/// their first leaders meanwhile); past it the steward finishes the fan-out.
+const SHARD_START_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Router {
     pub(super) async fn admin(&self, request: AdminRequest) -> Result<Answer, FirnError> {
@@ -54,24 +61,86 @@ impl Router {
     /// Records a definition in the layout, then has every shard apply it.
     async fn define(&self, def: KeyspaceDef, drop: bool, op: Op) -> Result<Answer, FirnError> {
         let layout = self.routable_layout()?;
+        self.refuse_stranding(&layout, &def.spec, drop).await?;
         let (prefix, placement) = (def.spec.prefix.clone(), def.placement);
+        let memory = !drop && def.spec.durability == Durability::Memory;
         self.meta.change(MetaChange::Keyspace { def, drop }).await?;
-        // This node follows the new placement before it answers (others within a layout
-        // poll), so a client's next write here is published if the keyspace is now local.
+        // This node follows the new layout before it answers (others within a layout poll):
+        // a client's next write here is published if the keyspace is now local, and goes to
+        // the memory shards if it is now in memory.
         let mut followed = self.layout.clone();
         let _ = tokio::time::timeout(
             PLACEMENT_FOLLOW_WAIT,
-            followed.wait_for(|l| l.placement_of(&prefix) == placement),
+            followed.wait_for(|l| {
+                l.placement_of(&prefix) == placement && (!memory || l.has_memory_shards())
+            }),
         )
         .await;
+        let layout = self.routable_layout()?;
         let ctx = firn_model::CallContext::default();
-        let started = futures::future::join_all(
-            layout
-                .shard_ids()
-                .map(|shard| self.on_shard(shard, ShardPart::Write(op.clone()), ctx.clone(), 0)),
-        )
+        let deadline = tokio::time::Instant::now() + SHARD_START_WAIT;
+        let started = futures::future::join_all(layout.shard_ids().map(|shard| {
+            let (op, ctx) = (op.clone(), ctx.clone());
+            async move {
+                loop {
+                    let part = ShardPart::Write(op.clone());
+                    match self.on_shard(shard, part, ctx.clone(), 0).await.await {
+                        // A memory shard just added may still be electing its first leader.
+                        Err(FirnError::TryAgain(_) | FirnError::Unavailable(_))
+                            if tokio::time::Instant::now() < deadline =>
+                        {
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        }
+                        r => return r,
+                    }
+                }
+            }
+        }))
         .await;
-        Merge::Truncated.all(started).await?;
+        started.into_iter().collect::<Result<Vec<_>, _>>()?;
         Ok(Answer::new(Response::Done))
+    }
+
+    /// Refuses a definition that would move keys that exist to shards of another
+    /// durability (where they would not be found): creating, redefining or dropping a
+    /// keyspace that changes the durability its prefix is under needs the prefix to hold no
+    /// keys. Checked once, before the definition: a key written under the prefix while it is
+    /// being decided can still be left behind.
+    async fn refuse_stranding(
+        &self,
+        layout: &ClusterLayout,
+        spec: &KeyspaceSpec,
+        drop: bool,
+    ) -> Result<(), FirnError> {
+        let mut after = layout.clone();
+        after.define_keyspace(KeyspaceDef::new(spec.clone()), drop)?;
+        let key = spec.prefix.as_bytes();
+        if layout.durability_for(key) == after.durability_for(key) {
+            return Ok(());
+        }
+        let scan = KvRead::Scan {
+            prefix: Bytes::copy_from_slice(key),
+            cursor: None,
+            limit: 1,
+            pattern: None,
+            at: ReadAt::Latest,
+            consistency: ReadConsistency::Linearizable,
+        };
+        let ctx = firn_model::CallContext::default();
+        match self
+            .submit_kv(&ctx, KvRequest::Read(scan))
+            .await
+            .await?
+            .response
+        {
+            Response::Scan { keys, .. } if keys.is_empty() => Ok(()),
+            _ => Err(FirnError::Refused(format!(
+                "keys with the prefix '{}' exist under {} durability; a keyspace that changes \
+                 the durability of existing keys is refused (delete them first, or choose a \
+                 new prefix)",
+                spec.prefix,
+                layout.durability_for(key)
+            ))),
+        }
     }
 }

@@ -143,7 +143,7 @@ impl Router {
                 {
                     return ready(Err(e));
                 }
-                let shard = layout.shard_of_key(key.as_bytes());
+                let shard = layout.shard_of_name(key.as_bytes());
                 let op = Op::Group { key, group, change };
                 self.on_shard(shard, ShardPart::Write(op), ctx.clone(), 0)
                     .await
@@ -160,7 +160,7 @@ impl Router {
                     .await,
             ),
             GroupRequest::Read(read) => {
-                let shard = layout.shard_of_key(read.key().as_bytes());
+                let shard = layout.shard_of_name(read.key().as_bytes());
                 self.on_shard(shard, ShardPart::GroupRead(read), ctx.clone(), 0)
                     .await
             }
@@ -198,7 +198,7 @@ impl Router {
             let mut due_seen: Vec<u64> = Vec::new();
             let mut applied = streams
                 .iter()
-                .find_map(|(k, _)| self.replicas.get(layout.shard_of_key(k.as_bytes())))
+                .find_map(|(k, _)| self.replicas.get(layout.shard_of_name(k.as_bytes())))
                 .map(|r| r.store().applied_watch());
             let mut found: Vec<(Key, Vec<GroupEntry>)> = Vec::new();
             let mut newest: Option<CommitTs> = None;
@@ -221,7 +221,7 @@ impl Router {
                     group: group.clone(),
                     change,
                 };
-                let shard = layout.shard_of_key(key.as_bytes());
+                let shard = layout.shard_of_name(key.as_bytes());
                 let answer = self
                     .on_shard(shard, ShardPart::Write(op), ctx.clone(), 0)
                     .await
@@ -314,7 +314,7 @@ impl Router {
         group: &Bytes,
     ) -> Result<Option<GroupWake>, FirnError> {
         let layout = self.routable_layout()?;
-        let shard = layout.shard_of_key(key.as_bytes());
+        let shard = layout.shard_of_name(key.as_bytes());
         if let Some(replica) = self.replicas.get(shard) {
             let (key, group) = (key.clone(), group.clone());
             return tokio::task::spawn_blocking(move || replica.store().group_wake(&key, &group))

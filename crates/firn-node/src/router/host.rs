@@ -38,6 +38,7 @@ impl Router {
                     leader: s.leader,
                     term: s.term,
                     last_applied_index: s.last_applied_index,
+                    recovering: s.recovering,
                 })
                 .collect(),
         }

@@ -75,6 +75,8 @@ calls! {
     ServiceReply => bool;
     /// Where this node's clients sent requests lately (for leaders that follow them).
     OriginCounts => crate::cluster::follow::OriginReport;
+    /// Whether this node's replica of a memory shard is recovering (see `crate::recovery`).
+    Recovering => bool;
 }
 
 /// What one shard is asked: a read, or a write as the log operation it becomes.
@@ -128,6 +130,11 @@ pub struct ReadIndex {
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Describe;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Recovering {
+    pub shard: ShardId,
+}
 
 /// What the meta leader changes in the layout.
 #[derive(Debug, Serialize, Deserialize)]

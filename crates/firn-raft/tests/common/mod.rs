@@ -26,7 +26,7 @@ pub async fn open_single(
         pool: Arc::new(firn_raft::peer::PeerPool::new(1, Default::default())),
         groups: Default::default(),
         db,
-        commit,
+        flush: firn_raft::log_store::Flush::Fsync(commit),
         snapshot_dir: dir.join("snapshots"),
         snapshot_every_entries: 1_000_000,
         close_time_every: None,

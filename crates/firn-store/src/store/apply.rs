@@ -107,6 +107,7 @@ impl<'a> Txn<'a> {
                             commit_ts: meta.latest_ts,
                             existed: false,
                             previous: None,
+                            durability: self.store.keyspace_durability(key.as_bytes()),
                         });
                         continue;
                     }
@@ -310,6 +311,7 @@ impl<'a> Txn<'a> {
                         .store
                         .record(k, meta.latest)?
                         .map(|r| r.into_info(meta.latest)),
+                    durability: spec.durability,
                 });
             }
             return Err(FirnError::Conflict {
@@ -375,6 +377,7 @@ impl<'a> Txn<'a> {
             commit_ts: self.ts,
             existed,
             previous,
+            durability: spec.durability,
         })
     }
 

@@ -257,3 +257,72 @@ fn meta_voters_are_an_odd_number_of_active_nodes() {
     layout.leaving.insert(4);
     assert_eq!(layout.meta_voters(&BTreeSet::from([2, 3, 4])).len(), 1);
 }
+
+fn memory_def(prefix: &str) -> KeyspaceDef {
+    KeyspaceDef::new(KeyspaceSpec {
+        prefix: prefix.into(),
+        durability: Durability::Memory,
+        ..KeyspaceSpec::default_keyspace()
+    })
+}
+
+#[test]
+fn a_memory_keyspace_adds_a_memory_lane_and_its_keys_go_there() {
+    let mut layout = ClusterLayout::new(three(), 3, 3).unwrap();
+    assert!(!layout.has_memory_shards());
+    assert_eq!(
+        layout.lane(Durability::Memory),
+        layout.lane(Durability::Disk)
+    );
+    let before = layout.shard_of_key(b"m/1");
+
+    assert!(layout.define_keyspace(memory_def("m/"), false).unwrap());
+    // One memory shard beside each disk shard: same slots, same replicas, new ids.
+    assert_eq!(layout.shards.len(), 6);
+    let (disk, memory) = (
+        layout.lane(Durability::Disk),
+        layout.lane(Durability::Memory),
+    );
+    assert_eq!(disk.len(), 3);
+    for (d, m) in disk.iter().zip(memory) {
+        assert_eq!(
+            (d.slots.clone(), &d.replicas),
+            (m.slots.clone(), &m.replicas)
+        );
+        assert_eq!(m.durability, Durability::Memory);
+        assert_eq!(m.formed_by, m.replicas.first().copied());
+        assert_eq!(layout.shard(m.id), m, "a shard's id is its place");
+    }
+    // A key of the memory keyspace goes to the memory shard of its slot; others, and logs
+    // and groups by name, stay on the disk shards.
+    let m = layout.shard_of_key(b"m/1");
+    assert_eq!(layout.shard(m).durability, Durability::Memory);
+    assert_eq!(layout.shard(m).slots, layout.shard(before).slots);
+    assert_eq!(
+        layout.shard_of_key(b"d/1"),
+        layout.shard_of_slot(slot_of(b"d/1"))
+    );
+    assert_eq!(layout.shard_of_name(b"m/1"), before);
+    assert_eq!(layout.durability_for(b"m/1"), Durability::Memory);
+    assert_eq!(layout.durability_for(b"m"), Durability::Disk);
+
+    // A second memory keyspace adds nothing; a disk keyspace inside a memory one wins for
+    // its keys (the longest prefix).
+    assert!(layout.define_keyspace(memory_def("n/"), false).unwrap());
+    let inner = KeyspaceDef::new(KeyspaceSpec {
+        prefix: "m/disk/".into(),
+        ..KeyspaceSpec::default_keyspace()
+    });
+    assert!(layout.define_keyspace(inner, false).unwrap());
+    assert_eq!(layout.shards.len(), 6);
+    assert_eq!(layout.durability_for(b"m/disk/1"), Durability::Disk);
+    // Dropping the memory keyspaces leaves the lane (idle); their keys go back to disk.
+    layout.define_keyspace(memory_def("m/"), true).unwrap();
+    layout.define_keyspace(memory_def("n/"), true).unwrap();
+    assert_eq!(layout.shards.len(), 6);
+    assert_eq!(layout.durability_for(b"m/1"), Durability::Disk);
+    assert_eq!(
+        layout.shard(layout.shard_of_key(b"m/1")).durability,
+        Durability::Disk
+    );
+}

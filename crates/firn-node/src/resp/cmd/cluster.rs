@@ -119,8 +119,7 @@ pub fn cluster_reply(sub: &str, view: &ClusterView, me: u64) -> Reply {
     match sub {
         "MYID" => Reply::text(cluster_node_id(me)),
         "SLOTS" => Reply::Array(
-            view.shards
-                .iter()
+            view.slot_shards()
                 .map(|s| {
                     let mut entry =
                         vec![Reply::Int(s.slots.0 as i64), Reply::Int(s.slots.1 as i64)];
@@ -138,8 +137,7 @@ pub fn cluster_reply(sub: &str, view: &ClusterView, me: u64) -> Reply {
                 .collect(),
         ),
         "SHARDS" => Reply::Array(
-            view.shards
-                .iter()
+            view.slot_shards()
                 .map(|s| {
                     let nodes = ordered(s)
                         .into_iter()
@@ -195,8 +193,7 @@ pub fn cluster_reply(sub: &str, view: &ClusterView, me: u64) -> Reply {
                         flags.push_str(",fail");
                     }
                     let slots: Vec<String> = view
-                        .shards
-                        .iter()
+                        .slot_shards()
                         .filter(|s| s.leader == Some(n.node_id))
                         .map(|s| format!("{}-{}", s.slots.0, s.slots.1))
                         .collect();
@@ -216,8 +213,7 @@ pub fn cluster_reply(sub: &str, view: &ClusterView, me: u64) -> Reply {
             let up = view.nodes.iter().filter(|n| n.up).count();
             let led = view.shards.iter().filter(|s| s.leader.is_some()).count();
             let slots_ok: u32 = view
-                .shards
-                .iter()
+                .slot_shards()
                 .filter(|s| s.leader.is_some())
                 .map(|s| (s.slots.1 - s.slots.0) as u32 + 1)
                 .sum();

@@ -87,7 +87,10 @@ fn show_keyspaces(response: Response) -> Reply {
                         Reply::text("max_age_us"),
                         s.max_age_us.map_or(Reply::Nil, |n| Reply::Int(n as i64)),
                     ),
-                    (Reply::text("durability"), Reply::text("disk")),
+                    (
+                        Reply::text("durability"),
+                        Reply::text(s.durability.as_str()),
+                    ),
                     (
                         Reply::text("local"),
                         Reply::text(if placement.local { "on" } else { "off" }),

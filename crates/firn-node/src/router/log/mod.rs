@@ -16,8 +16,8 @@ use std::time::Instant;
 
 use firn_model::log::{LOG_BATCH_RECORDS_MAX, LOG_READ_RECORDS_MAX, LOG_SHARDS_MAX, LOG_TAGS_MAX};
 use firn_model::{
-    Answer, Appended, CallContext, CommitTs, FirnError, Key, LogRequest, LogSeq, LogWrite,
-    NewRecord, Response,
+    Answer, Appended, CallContext, CommitTs, Durability, FirnError, Key, LogRequest, LogSeq,
+    LogWrite, NewRecord, Response,
 };
 use firn_raft::ShardId;
 use firn_store::Op;
@@ -82,7 +82,7 @@ impl Router {
 
     async fn log_write(&self, ctx: &CallContext, write: LogWrite) -> Result<Pending, FirnError> {
         let layout = self.routable_layout()?;
-        if layout.shards.len() as u32 > LOG_SHARDS_MAX {
+        if layout.lane(Durability::Disk).len() as u32 > LOG_SHARDS_MAX {
             return Err(FirnError::Refused(format!(
                 "the log supports at most {LOG_SHARDS_MAX} shards"
             )));
@@ -95,11 +95,11 @@ impl Router {
                 // tags first: a reader of such a tag then finds the home before any record
                 // there is committed, and the records are stamped above the note.
                 let mut homes: BTreeMap<ShardId, Vec<(usize, NewRecord)>> = BTreeMap::new();
-                let mut notes = vec![(log.clone(), None, layout.shard_of_key(log.as_bytes()))];
+                let mut notes = vec![(log.clone(), None, layout.shard_of_name(log.as_bytes()))];
                 for (i, record) in records.into_iter().enumerate() {
-                    let home = layout.shard_of_key(record.tags[0].as_bytes());
+                    let home = layout.shard_of_name(record.tags[0].as_bytes());
                     for tag in &record.tags[1..] {
-                        if layout.shard_of_key(tag.as_bytes()) != home {
+                        if layout.shard_of_name(tag.as_bytes()) != home {
                             notes.push((log.clone(), Some(tag.clone()), home));
                         }
                     }
@@ -152,7 +152,7 @@ impl Router {
                 no_create,
             } => {
                 self.limits.check_value(payload.len())?;
-                let home = layout.shard_of_key(key.as_bytes());
+                let home = layout.shard_of_name(key.as_bytes());
                 let op = Op::LogAppend {
                     log: key.clone(),
                     home,
@@ -171,7 +171,7 @@ impl Router {
                     .await)
             }
             LogWrite::StreamTrim { key, trim } => {
-                let home = layout.shard_of_key(key.as_bytes());
+                let home = layout.shard_of_name(key.as_bytes());
                 let op = Op::StreamTrim { key, trim };
                 Ok(self
                     .on_shard(home, ShardPart::Write(op), ctx.clone(), 0)
@@ -183,7 +183,7 @@ impl Router {
                         "XDEL takes 1 to {LOG_READ_RECORDS_MAX} ids"
                     )));
                 }
-                let home = layout.shard_of_key(key.as_bytes());
+                let home = layout.shard_of_name(key.as_bytes());
                 let op = Op::StreamDel { key, ids };
                 Ok(self
                     .on_shard(home, ShardPart::Write(op), ctx.clone(), 0)
@@ -213,7 +213,7 @@ impl Router {
                             LOG_SHARDS_MAX - 1,
                         );
                         check_trim(before, now)?;
-                        layout.shard_ids().collect()
+                        layout.lane(Durability::Disk).iter().map(|s| s.id).collect()
                     }
                 };
                 let mut started = Vec::with_capacity(shards.len());
@@ -287,7 +287,7 @@ impl Router {
                 },
             ),
             Some(t) => (
-                layout.shard_of_key(t.as_bytes()),
+                layout.shard_of_name(t.as_bytes()),
                 Op::LogEnsure {
                     log,
                     tag: tag.clone(),

@@ -71,7 +71,7 @@ impl Router {
         if q.consistency != ReadConsistency::Local || q.at.is_some() {
             return None;
         }
-        let shard = self.layout().shard_of_key(q.tag.as_bytes());
+        let shard = self.layout().shard_of_name(q.tag.as_bytes());
         let applied_through = self.replicas.get(shard)?.store().last_commit_ts();
         let now = firn_model::hlc::system_wall_us();
         Some(Staleness {
@@ -87,7 +87,7 @@ impl Router {
         q: &LogQuery,
     ) -> Result<Vec<LogRecord>, FirnError> {
         let deadline = deadline(q.block_ms);
-        let shard = self.routable_layout()?.shard_of_key(q.tag.as_bytes());
+        let shard = self.routable_layout()?.shard_of_name(q.tag.as_bytes());
         loop {
             let mut applied = self.replicas.get(shard).map(|r| r.store().applied_watch());
             let records = self.query(ctx, q).await?;
@@ -167,7 +167,7 @@ impl Router {
         q: Option<&LogQuery>,
     ) -> Result<(Vec<(ShardId, LogPage)>, Option<CommitTs>), FirnError> {
         let layout = self.routable_layout()?;
-        let primary = layout.shard_of_key(tag.as_bytes());
+        let primary = layout.shard_of_name(tag.as_bytes());
         let base = shape(LogShardRead {
             log: log.clone(),
             tag: tag.clone(),
@@ -221,7 +221,7 @@ impl Router {
 
     /// Whether anything was ever appended to `log` (its name's shard knows).
     pub(super) async fn log_known(&self, ctx: &CallContext, log: &Key) -> Result<bool, FirnError> {
-        let shard = self.routable_layout()?.shard_of_key(log.as_bytes());
+        let shard = self.routable_layout()?.shard_of_name(log.as_bytes());
         let probe = LogShardRead {
             log: log.clone(),
             tag: log.clone(),
@@ -328,7 +328,7 @@ impl Router {
             // Wake on the first local shard among them; others are polled.
             let mut applied = from
                 .iter()
-                .find_map(|(k, _)| self.replicas.get(layout.shard_of_key(k.as_bytes())))
+                .find_map(|(k, _)| self.replicas.get(layout.shard_of_name(k.as_bytes())))
                 .map(|r| r.store().applied_watch());
             let mut found = Vec::new();
             for (key, id) in &from {

@@ -1,0 +1,237 @@
+//! `DURABILITY memory` (SplitFT): writes acknowledged once a majority holds them in memory.
+//! A restarted replica refuses to vote until it has caught up (Viewstamped Replication's
+//! recovery rule), and killing a majority of a shard's processes at once loses nothing
+//! acknowledged: each append reaches the OS before it is acknowledged, only its fsync waits
+//! for the checkpoint (a machine crash of a majority can lose what was acknowledged since
+//! the last checkpoint; no test here can crash a machine). A minority killed under load
+//! loses nothing either: see `linearizability.rs`,
+//! `memory_cluster_history_under_leader_kills_is_linearizable`.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{Cluster, wait_until};
+use firn_client::{Client, PutOptions, retry_transient};
+use firn_model::{Durability, KeyspaceDef, KeyspaceSpec, ReadAt, ReadConsistency};
+
+/// A 3-node cluster of one disk shard (and so one memory shard, shard 1) with the keyspace
+/// `m/` in memory.
+async fn memory_cluster(extra: &'static [&'static str]) -> (Cluster, Client) {
+    let mut args = vec!["--shards", "1"];
+    args.extend_from_slice(extra);
+    let cluster = tokio::task::spawn_blocking(move || {
+        let c = Cluster::start(3, &args);
+        c.wait_for_leaders(0, None);
+        c
+    })
+    .await
+    .unwrap();
+    let client = Client::connect(&cluster.resp_addr(0)).await.unwrap();
+    let spec = KeyspaceSpec {
+        prefix: "m/".into(),
+        durability: Durability::Memory,
+        ..KeyspaceSpec::default_keyspace()
+    };
+    let def = KeyspaceDef::new(spec);
+    retry_transient(|| client.keyspace_create(&def))
+        .await
+        .unwrap();
+    (cluster, client)
+}
+
+/// The memory shard's leader as node index `i` sees it (`None`: no leader, or no answer).
+fn memory_leader(cluster: &Cluster, i: usize) -> Option<u64> {
+    let view = cluster.cluster_json(i)?;
+    view["shards"]
+        .as_array()?
+        .iter()
+        .find(|s| s["durability"] == "memory")?["leader"]
+        .as_u64()
+}
+
+fn disk_leader(cluster: &Cluster, i: usize) -> Option<u64> {
+    cluster.leaders(i).first().copied().flatten()
+}
+
+/// The sum of a counter's samples on node index `i`'s /metrics.
+fn counter(cluster: &Cluster, i: usize, name: &str) -> f64 {
+    let text = ureq::get(&format!("http://{}/metrics", cluster.http_addr(i)))
+        .call()
+        .ok()
+        .and_then(|r| r.into_string().ok())
+        .unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Writes `m/{i}` for `n` keys, each acknowledged.
+async fn write_keys(client: &Client, n: usize) {
+    for i in 0..n {
+        let key = format!("m/{i}");
+        retry_transient(|| client.put(key.as_bytes(), b"v", PutOptions::default()))
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_memory_replica_refuses_to_vote_until_it_has_caught_up() {
+    let (cluster, client) = memory_cluster(&[]).await;
+    write_keys(&client, 50).await;
+    let cluster = tokio::task::spawn_blocking(move || {
+        let mut cluster = cluster;
+        // Everything is checkpointed on every node (100 ms), so nothing is lost below.
+        std::thread::sleep(Duration::from_millis(500));
+        let leader = memory_leader(&cluster, 0).expect("the memory shard has a leader");
+        let l = (leader - 1) as usize;
+        let f1 = (l + 1) % 3;
+        let f2 = (l + 2) % 3;
+        cluster.kill_9(l);
+        cluster.kill_9(f1);
+        // One of the two comes back: with the survivor it is a majority, but it may have
+        // lost what it held in memory, so it refuses the survivor's vote requests.
+        cluster.restart(f1);
+        assert!(
+            wait_until(Duration::from_secs(20), || disk_leader(&cluster, f2)
+                .is_some()),
+            "the disk shard elected no leader from the two running nodes"
+        );
+        assert!(
+            wait_until(Duration::from_secs(10), || counter(
+                &cluster,
+                f1,
+                "firn_memory_votes_refused_total"
+            ) > 0.0),
+            "the restarted replica refused no vote"
+        );
+        let began = Instant::now();
+        while began.elapsed() < Duration::from_secs(3) {
+            assert_eq!(
+                memory_leader(&cluster, f2),
+                None,
+                "the memory shard elected a leader while one of its two running replicas \
+                 was recovering"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // The other comes back too: a majority is recovering, so the group goes on.
+        cluster.restart(l);
+        assert!(
+            wait_until(Duration::from_secs(30), || memory_leader(&cluster, f2)
+                .is_some()),
+            "the memory shard elected no leader once a majority had restarted"
+        );
+        cluster
+    })
+    .await
+    .unwrap();
+    let client = Client::connect(&cluster.resp_addr(0)).await.unwrap();
+    for i in 0..50 {
+        let key = format!("m/{i}");
+        let got = retry_transient(|| {
+            client.get(
+                key.as_bytes(),
+                ReadAt::Latest,
+                ReadConsistency::Linearizable,
+            )
+        })
+        .await
+        .unwrap();
+        assert!(got.is_some(), "{key}, written and checkpointed, was lost");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_majority_killed_at_once_loses_no_acknowledged_write() {
+    // Checkpoints a second apart: what the kill would lose if appends waited for them.
+    let (cluster, client) = memory_cluster(&["--memory-checkpoint-every", "1s"]).await;
+    let t0 = Instant::now();
+    let acked: Arc<Mutex<Vec<(String, Duration)>>> = Arc::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let (client, acked, stop) = (client.clone(), acked.clone(), stop.clone());
+        writers.push(tokio::spawn(async move {
+            for i in 0..20_000 {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
+                }
+                let key = format!("m/{w}/{i}");
+                match client
+                    .put(key.as_bytes(), b"v", PutOptions::default())
+                    .await
+                {
+                    Ok(_) => acked.lock().unwrap().push((key, t0.elapsed())),
+                    Err(_) => return,
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    // Kill the memory shard's leader and one follower at once; the third keeps running.
+    let (cluster, killed_at) = tokio::task::spawn_blocking(move || {
+        let mut cluster = cluster;
+        let leader = memory_leader(&cluster, 0).expect("the memory shard has a leader");
+        let l = (leader - 1) as usize;
+        let other = (l + 1) % 3;
+        let killed_at = t0.elapsed();
+        cluster.kill_9(l);
+        cluster.kill_9(other);
+        (cluster, killed_at)
+    })
+    .await
+    .unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in writers {
+        let _ = tokio::time::timeout(Duration::from_secs(15), w).await;
+    }
+    let cluster = tokio::task::spawn_blocking(move || {
+        let mut cluster = cluster;
+        for i in 0..3 {
+            if cluster.nodes[i].is_none() {
+                cluster.restart(i);
+            }
+        }
+        assert!(
+            wait_until(Duration::from_secs(30), || memory_leader(&cluster, 0)
+                .is_some()),
+            "the memory shard elected no leader after the restarts"
+        );
+        cluster
+    })
+    .await
+    .unwrap();
+    let acked = acked.lock().unwrap().clone();
+    assert!(acked.len() > 200, "too few writes: {}", acked.len());
+    let reader = Client::connect(&cluster.resp_addr(0)).await.unwrap();
+    let mut lost = Vec::new();
+    for (key, at) in &acked {
+        let got = retry_transient(|| {
+            reader.get(
+                key.as_bytes(),
+                ReadAt::Latest,
+                ReadConsistency::Linearizable,
+            )
+        })
+        .await
+        .unwrap();
+        if got.is_none() {
+            lost.push((key.clone(), *at));
+        }
+    }
+    eprintln!(
+        "majority kill: {} of {} acknowledged writes lost",
+        lost.len(),
+        acked.len()
+    );
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged writes were lost, e.g. (key, acknowledged at) {:?}; killed at {killed_at:?}",
+        lost.len(),
+        &lost[..lost.len().min(3)]
+    );
+}
