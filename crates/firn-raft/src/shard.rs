@@ -220,14 +220,17 @@ impl ShardReplica {
     /// Opens the replica, recovering its log and state, and — for a fresh single node —
     /// forms a group of one and waits until it leads.
     pub async fn open(cfg: ShardConfig, clock: Arc<HybridClock>) -> Result<Self, FirnError> {
-        let store = Arc::new(VersionedStore::open(cfg.backend.clone())?);
-        // Stamps after a restart stay above every stamp already applied.
-        clock.observe(store.last_commit_ts());
-        let group = crate::types::group_name(cfg.shard_id);
         let durability = match cfg.flush {
             Flush::Fsync(_) => Durability::Disk,
             Flush::Memory(_) => Durability::Memory,
         };
+        let store = Arc::new(VersionedStore::open_in_lane(
+            cfg.backend.clone(),
+            durability,
+        )?);
+        // Stamps after a restart stay above every stamp already applied.
+        clock.observe(store.last_commit_ts());
+        let group = crate::types::group_name(cfg.shard_id);
         let mut log = FjallLogStore::open(cfg.db.clone(), &group, cfg.flush.clone())
             .map_err(|e| FirnError::Internal(format!("opening the raft log: {e}")))?;
         // A memory replica that has voted before is restarting: what it held only in memory

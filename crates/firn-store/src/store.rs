@@ -92,6 +92,8 @@ pub struct VersionedStore {
     backend: Arc<dyn StorageBackend>,
     /// Registered keyspaces, longest prefix first; always contains the default `""`.
     keyspaces: RwLock<Vec<KeyspaceSpec>>,
+    /// The durability of the shards this store serves the keys of (see [`Self::in_lane`]).
+    lane: Durability,
     apply_state: Mutex<ApplyState>,
     events: broadcast::Sender<WatchEvent>,
     /// The newest stamp applied: every entry applied later is stamped above it, so this
@@ -103,10 +105,20 @@ pub struct VersionedStore {
 
 impl VersionedStore {
     pub fn open(backend: Arc<dyn StorageBackend>) -> Result<Self, FirnError> {
+        Self::open_in_lane(backend, Durability::Disk)
+    }
+
+    /// A store for a shard of `lane` durability: it serves only the keys of keyspaces of
+    /// that durability, refusing others as misrouted.
+    pub fn open_in_lane(
+        backend: Arc<dyn StorageBackend>,
+        lane: Durability,
+    ) -> Result<Self, FirnError> {
         let (events, _) = broadcast::channel(WATCH_BUFFER_EVENTS);
         let store = VersionedStore {
             backend,
             keyspaces: RwLock::new(Vec::new()),
+            lane,
             apply_state: Mutex::new(ApplyState::default()),
             events,
             closed: watch::Sender::new(CommitTs::default()),
@@ -232,6 +244,22 @@ impl VersionedStore {
     /// The durability of the keyspace `key` belongs to.
     pub fn keyspace_durability(&self, key: &[u8]) -> Durability {
         self.with_keyspace(key, |s| s.durability)
+    }
+
+    /// Refuses a key whose keyspace is of another durability than this store's shard: the
+    /// request was routed by a layout older than the keyspace's definition (which every
+    /// shard has applied before the definition is answered). Nothing is read or written;
+    /// the client retries, by then routed right.
+    pub fn in_lane(&self, key: &[u8]) -> Result<(), FirnError> {
+        let durability = self.keyspace_durability(key);
+        if durability == self.lane {
+            return Ok(());
+        }
+        Err(FirnError::TryAgain(format!(
+            "the key is in a {durability} keyspace and this shard holds {} keys: the request \
+             was routed before this node learned of the keyspace; retry",
+            self.lane
+        )))
     }
 
     fn with_keyspace<T>(&self, key: &[u8], f: impl FnOnce(&KeyspaceSpec) -> T) -> T {
@@ -454,6 +482,7 @@ impl VersionedStore {
     /// The version of `key` a read at `at` sees, tombstones included (the caller decides how
     /// a deleted key reads).
     pub fn get(&self, key: &[u8], at: ReadAt) -> Result<Option<VersionInfo>, FirnError> {
+        self.in_lane(key)?;
         let Some(meta) = self.meta(key)? else {
             return Ok(None);
         };
@@ -586,6 +615,7 @@ impl VersionedStore {
         limit: usize,
         as_of: Option<CommitTs>,
     ) -> Result<Vec<VersionInfo>, FirnError> {
+        self.in_lane(key)?;
         let Some(meta) = self.meta(key)? else {
             return Ok(Vec::new());
         };
@@ -629,7 +659,9 @@ impl VersionedStore {
         let mut found = Vec::new();
         let mut seen_through = None;
         for (k, _) in page {
-            if pattern.is_some_and(|p| !glob_match(p, &k)) {
+            // A key of the other durability's shards is theirs to show (here it could only
+            // be one left behind by a definition that raced its write).
+            if pattern.is_some_and(|p| !glob_match(p, &k)) || self.in_lane(&k).is_err() {
                 continue;
             }
             let visible = match at {

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use firn_model::{
-    CommitTs, FirnError, Key, KeyRange, KeyspaceMode, KeyspaceSpec, PutRequest, ReadAt, Response,
-    TruncateBefore, WatchFrom, WriteCondition, Written,
+    CommitTs, Durability, FirnError, Key, KeyRange, KeyspaceMode, KeyspaceSpec, PutRequest, ReadAt,
+    Response, TruncateBefore, WatchFrom, WriteCondition, Written,
 };
 use firn_store::{Command, FjallBackend, MemoryBackend, Op, StorageBackend, VersionedStore};
 use proptest::prelude::*;
@@ -609,5 +609,47 @@ fn a_batch_of_commands_applies_in_order_and_a_rejected_one_changes_nothing() {
     assert_eq!(
         store.system_get(b"applied").unwrap().as_deref(),
         Some(&b"5"[..])
+    );
+}
+
+#[test]
+fn a_store_serves_only_the_keys_of_its_lane_and_a_misrouted_write_changes_nothing() {
+    let store =
+        VersionedStore::open_in_lane(Arc::new(MemoryBackend::default()), Durability::Memory)
+            .unwrap();
+    let memory = KeyspaceSpec {
+        prefix: "m/".into(),
+        durability: Durability::Memory,
+        ..KeyspaceSpec::default_keyspace()
+    };
+    apply(&store, 1, Op::KeyspaceCreate(memory)).unwrap();
+    let w = put(&store, 10, "m/a", "1");
+    assert_eq!(w.durability, Durability::Memory);
+
+    // A key of the default (disk) keyspace was routed here by an old layout: refused.
+    let refused = apply(&store, 20, Op::Put(put_req("d/a", "x")));
+    assert!(
+        matches!(refused, Err(FirnError::TryAgain(_))),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        store.get(b"d/a", ReadAt::Latest),
+        Err(FirnError::TryAgain(_))
+    ));
+    // One misrouted key in an MSET refuses the whole of it, before anything is written.
+    let mset = Op::MSet {
+        items: vec![
+            (key("m/b"), Bytes::from_static(b"2")),
+            (key("d/b"), Bytes::from_static(b"2")),
+        ],
+    };
+    assert!(matches!(
+        apply(&store, 30, mset),
+        Err(FirnError::TryAgain(_))
+    ));
+    assert_eq!(value_at(&store, "m/b", ReadAt::Latest), None);
+    assert_eq!(
+        value_at(&store, "m/a", ReadAt::Latest).as_deref(),
+        Some("1")
     );
 }

@@ -71,6 +71,21 @@ impl<'a> Txn<'a> {
 
     pub(super) fn run(&mut self, op: &Op) -> Result<Response, FirnError> {
         self.paged = is_bulk(op);
+        // Every key first: a refusal must come before anything is written.
+        match op {
+            Op::Put(p) => self.store.in_lane(p.key.as_bytes())?,
+            Op::MSet { items } => {
+                for (key, _) in items {
+                    self.store.in_lane(key.as_bytes())?;
+                }
+            }
+            Op::Delete { keys } => {
+                for key in keys {
+                    self.store.in_lane(key.as_bytes())?;
+                }
+            }
+            _ => {}
+        }
         match op {
             Op::Put(p) => {
                 let w = self.write_version(
