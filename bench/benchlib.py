@@ -145,6 +145,22 @@ class FirnCluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class Redis:
+    """One redis-server on 127.0.0.1, pinned to `cores` (None: unpinned)."""
+
+    def __init__(self, persistent, cores):
+        self.dir = tempfile.mkdtemp(prefix="redis-bench-")
+        self.port = free_ports(1)[0]
+        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", ""]
+        args += ["--appendonly", "yes", "--appendfsync", "always"] if persistent else ["--appendonly", "no"]
+        self.proc = subprocess.Popen(pinned(args, cores), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(self.port, self.proc, "redis-server")
+
+    def stop(self):
+        stop(self.proc)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 def redis_benchmark(port, test, clients, requests, pipeline=1, keyspace=100_000, cluster=False, cores=None):
     """(ops/s, p50 ms, p99 ms) of one redis-benchmark run; see redis_benchmark_row."""
     row = redis_benchmark_row(port, test, clients, requests, pipeline, keyspace, cluster, cores)
@@ -216,11 +232,12 @@ def write_stages(http_port):
     return out
 
 
-def redis_benchmark_command(port, command, clients, requests, keyspace=100_000):
+def redis_benchmark_command(port, command, clients, requests, keyspace=100_000, cores=None):
     """(ops/s, p50 ms, p99 ms) of redis-benchmark sending one custom command (a list of
-    words; `__rand_int__` in it becomes a random number below `keyspace`)."""
-    cmd = ["redis-benchmark", "-p", str(port), "-n", str(requests), "-c", str(clients), "-r", str(keyspace),
-           "--csv", *command]
+    words; `__rand_int__` in it becomes a random number below `keyspace`); with `cores`, it
+    runs pinned to them."""
+    cmd = pinned(["redis-benchmark", "-p", str(port), "-n", str(requests), "-c", str(clients), "-r", str(keyspace),
+                  "--csv", *command], cores)
     row = redis_benchmark_csv(cmd)
     return float(row[1]), float(row[4]), float(row[6])
 
