@@ -250,3 +250,75 @@ async fn a_chunk_that_does_not_continue_the_transfer_is_refused_and_the_partial_
     n2.replica.shutdown().await;
     n1.replica.shutdown().await;
 }
+
+/// This process's resident memory, in MiB.
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib / 1024.0
+}
+
+/// The figure in docs/benchmarks.md, "Snapshot transfer": a learner catches up with a shard
+/// of 300 MiB (or BENCH_MIB) through a snapshot in default-sized chunks, over loopback. Run alone (it
+/// sets the process-wide chunk size back to the default):
+/// `cargo test --release -p firn-raft --test snapshot_transfer -- --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a bench: writes ~1.5 GB to disk and takes tens of seconds"]
+async fn bench_a_new_replica_catches_up_through_a_large_snapshot() {
+    const VALUE_BYTES: usize = 256 * 1024;
+    // BENCH_MIB sizes the shard (to see that memory does not grow with it).
+    let mib: usize = std::env::var("BENCH_MIB").map_or(300, |m| m.parse().unwrap());
+    let keys = mib * 4;
+    // The transfers' own log lines: bytes, seconds and rate of each end.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("firn_raft::snapshot_transfer=info")
+        .try_init();
+    snapshot_transfer::set_chunk_bytes(snapshot_transfer::SNAPSHOT_CHUNK_BYTES);
+    let dir = tempfile::tempdir_in(std::env::var("BENCH_DIR").unwrap_or(".".into())).unwrap();
+    let (mut bound, addrs) = listeners(&[1, 2]).await;
+    let n1 = start(1, &dir.path().join("n1"), bound.remove(0), &addrs).await;
+    fill(&n1.replica, keys, VALUE_BYTES, 16).await;
+    let built = Instant::now();
+    snapshot_and_purge(&n1.replica).await;
+    let build_s = built.elapsed().as_secs_f64();
+    let (_, file) = SnapshotFile::open(&n1.snapshot_dir.join("shard0.snapshot")).unwrap();
+    let mib = file.bytes() as f64 / (1024.0 * 1024.0);
+
+    let n2 = start(2, &dir.path().join("n2"), bound.remove(0), &addrs).await;
+    let rss_before = rss_mib();
+    let peak = Arc::new(std::sync::Mutex::new(rss_before));
+    let sampling = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = std::thread::spawn({
+        let (peak, sampling) = (peak.clone(), sampling.clone());
+        move || {
+            while sampling.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut p = peak.lock().unwrap();
+                *p = p.max(rss_mib());
+                drop(p);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    });
+    let sent = Instant::now();
+    n1.replica.add_learner(2, &addrs[&2], true).await.unwrap();
+    caught_up(&n1.replica, &n2.replica).await;
+    let transfer_s = sent.elapsed().as_secs_f64();
+    sampling.store(false, std::sync::atomic::Ordering::Relaxed);
+    sampler.join().unwrap();
+    let peak = *peak.lock().unwrap();
+    println!(
+        "snapshot of {mib:.0} MiB: built in {build_s:.1} s ({:.0} MiB/s); sent, checked and \
+         installed in {transfer_s:.1} s ({:.0} MiB/s); resident memory {rss_before:.0} MiB \
+         before, at most {peak:.0} MiB during the transfer (+{:.0} MiB)",
+        mib / build_s,
+        mib / transfer_s,
+        peak - rss_before
+    );
+    assert!(n2.replica.status().snapshot_index.is_some());
+    n2.replica.shutdown().await;
+    n1.replica.shutdown().await;
+}

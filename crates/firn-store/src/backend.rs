@@ -341,7 +341,27 @@ impl FjallBackend {
     fn ks(&self, table: Table) -> &Keyspace {
         &self.keyspaces[table.index()]
     }
+
+    /// Waits (a bounded time) while the database's memtables not yet written out hold more
+    /// than [`LOAD_UNFLUSHED_BYTES_MAX`]. fjall bounds no total of its own: a load writes
+    /// faster than memtables are flushed, and without this a 600 MiB load held about a
+    /// quarter of it in memory (measured), growing with the dump.
+    fn wait_for_flushes(&self) {
+        let deadline = std::time::Instant::now() + LOAD_FLUSH_WAIT_MAX;
+        while self.db.write_buffer_size() > LOAD_UNFLUSHED_BYTES_MAX
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
 }
+
+/// Most bytes of memtables a load lets wait to be flushed before it writes more: a few
+/// memtables ([`MEMTABLE_BYTES_MAX`]), so the flush threads always have work.
+const LOAD_UNFLUSHED_BYTES_MAX: u64 = 4 * MEMTABLE_BYTES_MAX;
+/// Longest a load waits for flushes after one batch: a flush of a memtable takes
+/// milliseconds, so a wait this long means none is coming and the load goes on.
+const LOAD_FLUSH_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl StorageBackend for FjallBackend {
     fn get(&self, table: Table, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
@@ -430,6 +450,7 @@ impl StorageBackend for FjallBackend {
                     .commit()
                     .map_err(fjall_err)?;
                 batch_bytes = 0;
+                self.wait_for_flushes();
             }
         }
         wb.commit().map_err(fjall_err)?;
