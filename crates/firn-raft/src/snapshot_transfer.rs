@@ -206,7 +206,7 @@ struct Incoming {
     vote: Vote,
     meta: SnapshotMeta,
     total_bytes: u64,
-    file: IncomingFile,
+    received: IncomingFile,
     last_chunk_at: Instant,
     transfer: Transfer,
 }
@@ -263,8 +263,8 @@ impl IncomingSnapshots {
             self.discard(shard);
             return Ok(SnapshotChunkAnswer::Done(SnapshotResponse::new(current)));
         }
-        if chunk.bytes.len() > SNAPSHOT_CHUNK_BYTES_MAX
-            || chunk.offset + chunk.bytes.len() as u64 > chunk.total_bytes
+        let end = chunk.offset.checked_add(chunk.bytes.len() as u64);
+        if chunk.bytes.len() > SNAPSHOT_CHUNK_BYTES_MAX || end.is_none_or(|e| e > chunk.total_bytes)
         {
             self.discard(shard);
             return Err(format!(
@@ -310,9 +310,9 @@ impl IncomingSnapshots {
         let bytes = chunk.bytes;
         // The chunk goes to disk off the async worker; fsync'd once, with the last.
         let written = tokio::task::spawn_blocking(move || -> io::Result<Incoming> {
-            incoming.file.file.write_all(&bytes)?;
+            incoming.received.file.write_all(&bytes)?;
             if last {
-                incoming.file.file.sync_all()?;
+                incoming.received.file.sync_all()?;
             }
             Ok(incoming)
         })
@@ -353,7 +353,7 @@ impl IncomingSnapshots {
             vote: chunk.vote,
             meta: chunk.meta.clone(),
             total_bytes: chunk.total_bytes,
-            file: IncomingFile { path, file },
+            received: IncomingFile { path, file },
             last_chunk_at: Instant::now(),
             transfer: Transfer::start(false, chunk.shard, peer, chunk.total_bytes),
         })
@@ -370,9 +370,7 @@ impl IncomingSnapshots {
     ) -> Result<SnapshotChunkAnswer, String> {
         // The file stays until Raft is done with it (removed then unless installed).
         let Incoming {
-            file: received,
-            transfer,
-            ..
+            received, transfer, ..
         } = incoming;
         let path = received.path.clone();
         let opened = tokio::task::spawn_blocking(move || {

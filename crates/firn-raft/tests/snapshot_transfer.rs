@@ -12,12 +12,15 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use firn_model::{HybridClock, Key, PutRequest, Response};
 use firn_raft::log_store::{Fsync, GroupCommit};
-use firn_raft::peer::{AppHandler, LocalGroups, PeerError, PeerPool, PeerRequest, serve_peers};
+use firn_raft::peer::{
+    AppHandler, LocalGroups, PeerError, PeerPool, PeerRequest, PeerResponse, serve_peers,
+};
 use firn_raft::snapshot::SnapshotFile;
-use firn_raft::snapshot_transfer::{self, SnapshotChunk};
+use firn_raft::snapshot_transfer::{self, SnapshotChunk, SnapshotChunkAnswer};
 use firn_raft::types::{SnapshotMeta, Vote};
 use firn_raft::{ShardConfig, ShardReplica};
 use firn_store::{FjallBackend, Op};
+use openraft::raft::VoteRequest;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -246,6 +249,29 @@ async fn a_chunk_that_does_not_continue_the_transfer_is_refused_and_the_partial_
         .unwrap();
     let why = refusal(pool, chunk(&meta, &whole, CHUNK_BYTES)).await;
     assert!(why.contains("start again at offset 0"), "{why}");
+
+    // Once the receiver has voted in a later term, the old leader's chunks are answered with
+    // that vote (the sender steps down) and its transfer is dropped.
+    pool.call(2, chunk(&meta, &whole, 0), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let newer = Vote::new(5, 1);
+    let vote = PeerRequest::Vote {
+        shard: 0,
+        rpc: VoteRequest::new(newer, None),
+    };
+    pool.call(2, vote, Duration::from_secs(5)).await.unwrap();
+    match pool
+        .call(2, chunk(&meta, &whole, CHUNK_BYTES), Duration::from_secs(5))
+        .await
+        .unwrap()
+    {
+        PeerResponse::SnapshotChunk(SnapshotChunkAnswer::Done(answer)) => {
+            assert_eq!(answer.vote, newer)
+        }
+        other => panic!("a stale leader's chunk was answered {other:?}"),
+    }
+    assert_eq!(unfinished_files(&n2.snapshot_dir), Vec::<String>::new());
 
     n2.replica.shutdown().await;
     n1.replica.shutdown().await;
