@@ -15,7 +15,9 @@ use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 
 use crate::snapshot::{self, SYS_APPLIED, SYS_MEMBERSHIP, SnapshotFile, decode, encode};
 use crate::stages::{self, STAGES};
-use crate::types::{FirnRaft, LogCommand, LogId, Snapshot, SnapshotData, StoredMembership};
+use crate::types::{
+    FirnRaft, LogCommand, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership,
+};
 
 /// Most log entries applied in one storage batch: bounds the batch's memory and how long
 /// proposers wait for the first of them to be answered.
@@ -254,7 +256,7 @@ impl RaftStateMachine<FirnRaft> for ShardStateMachine {
 
     async fn install_snapshot(
         &mut self,
-        _meta: &crate::types::SnapshotMeta,
+        _meta: &SnapshotMeta,
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
         // Loading a whole dump is long work: off the worker.
