@@ -9,6 +9,8 @@ pub mod log_store;
 pub mod network;
 pub mod peer;
 pub mod shard;
+pub mod snapshot;
+pub mod snapshot_transfer;
 mod stages;
 pub mod state_machine;
 pub mod types;

@@ -12,6 +12,10 @@ use openraft::raft::{
 use openraft::{BasicNode, OptionalSend, RaftNetworkV2};
 
 use crate::peer::{PeerError, PeerPool, PeerRequest, PeerResponse};
+use crate::snapshot::SnapshotFile;
+use crate::snapshot_transfer::{
+    self, SNAPSHOT_CHUNK_TIMEOUT, SnapshotChunk, SnapshotChunkAnswer, Transfer,
+};
 use crate::stages::{self, STAGES};
 use crate::types::{FirnRaft, NodeId, ShardId, Snapshot, SnapshotData, Vote};
 
@@ -139,24 +143,89 @@ impl RaftNetworkV2<FirnRaft> for PeerClient {
         }
     }
 
+    /// Sends the snapshot file in chunks of [`snapshot_transfer::chunk_bytes`], one request
+    /// each, waiting for each to be stored before reading the next: one chunk in memory.
+    /// Any failure ends the transfer; openraft sends the snapshot again from the start.
     async fn full_snapshot(
         &mut self,
         vote: Vote,
         snapshot: Snapshot,
-        _cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
-        option: RPCOption,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        _option: RPCOption,
     ) -> Result<SnapshotResponse<FirnRaft>, StreamingError<FirnRaft>> {
-        let request = PeerRequest::Snapshot {
-            shard: self.shard,
-            vote,
-            meta: snapshot.meta,
-            data: snapshot.snapshot,
-        };
-        match self.call(request, &option).await? {
-            PeerResponse::Snapshot(r) => Ok(r),
-            other => Err(StreamingError::Unreachable(unreachable(format!(
-                "unexpected answer {other:?}"
-            )))),
+        let Snapshot { meta, snapshot } = snapshot;
+        let total_bytes = snapshot.bytes();
+        let chunk_bytes = snapshot_transfer::chunk_bytes() as u64;
+        let peer = format!("node {}", self.target);
+        let mut transfer = Transfer::start(true, self.shard, peer, total_bytes);
+        let mut cancel = std::pin::pin!(cancel);
+        let mut offset = 0;
+        loop {
+            let len = chunk_bytes.min(total_bytes - offset);
+            let bytes = read_chunk(&snapshot, offset, len).await?;
+            let last = offset + len == total_bytes;
+            let chunk = SnapshotChunk {
+                shard: self.shard,
+                vote,
+                meta: meta.clone(),
+                total_bytes,
+                offset,
+                bytes,
+            };
+            // The last answer waits for the receiver to check and install the whole file.
+            let timeout = match last {
+                true => snapshot_transfer::last_chunk_timeout(total_bytes),
+                false => SNAPSHOT_CHUNK_TIMEOUT,
+            };
+            let option = RPCOption::new(timeout);
+            let answer = tokio::select! {
+                closed = &mut cancel => return Err(StreamingError::Closed(closed)),
+                answer = self.call(PeerRequest::SnapshotChunk(chunk), &option) => answer?,
+            };
+            match answer {
+                PeerResponse::SnapshotChunk(SnapshotChunkAnswer::Continue { next_offset })
+                    if !last && next_offset == offset + len =>
+                {
+                    transfer.add(len);
+                    offset = next_offset;
+                }
+                PeerResponse::SnapshotChunk(SnapshotChunkAnswer::Done(response)) => {
+                    let outcome = match last {
+                        true => {
+                            transfer.add(len);
+                            "installed"
+                        }
+                        false => "the receiver has a newer vote",
+                    };
+                    transfer.finish(outcome);
+                    return Ok(response);
+                }
+                other => {
+                    return Err(StreamingError::Unreachable(unreachable(format!(
+                        "unexpected answer to the snapshot chunk at {offset}: {other:?}"
+                    ))));
+                }
+            }
         }
     }
+}
+
+/// Reads `len` bytes of the snapshot from `offset`, off the async worker.
+async fn read_chunk(
+    snapshot: &SnapshotFile,
+    offset: u64,
+    len: u64,
+) -> Result<Vec<u8>, StreamingError<FirnRaft>> {
+    let snapshot = snapshot.clone();
+    let read = tokio::task::spawn_blocking(move || {
+        let mut bytes = vec![0u8; len as usize];
+        snapshot.read_at(offset, &mut bytes).map(|_| bytes)
+    })
+    .await
+    .map_err(|e| StreamingError::Unreachable(unreachable(e)))?;
+    // A snapshot file that cannot be read is this node's fault: the transfer is given up
+    // (and retried) rather than the leader stopped.
+    read.map_err(|e| {
+        StreamingError::Unreachable(unreachable(format!("reading the snapshot file: {e}")))
+    })
 }

@@ -14,8 +14,8 @@ use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use openraft::Raft;
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
-    TransferLeaderResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, TransferLeaderRequest, TransferLeaderResponse,
+    VoteRequest, VoteResponse,
 };
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
@@ -24,10 +24,12 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
+use crate::snapshot_transfer::{IncomingSnapshots, SnapshotChunk, SnapshotChunkAnswer};
 use crate::state_machine::ShardStateMachine;
-use crate::types::{FirnRaft, NodeId, ShardId, Snapshot, SnapshotMeta, Vote};
+use crate::types::{FirnRaft, NodeId, ShardId};
 
-/// Largest frame: a whole snapshot travels in one (see docs/architecture.md).
+/// Largest frame: an append of many large values fits. A snapshot travels in chunks far
+/// smaller than this (`snapshot_transfer::SNAPSHOT_CHUNK_BYTES_MAX`).
 pub const PEER_FRAME_BYTES_MAX: usize = 512 * 1024 * 1024;
 /// Frames queued for one connection's writer before callers wait.
 const PEER_SEND_QUEUE: usize = 4_096;
@@ -65,12 +67,8 @@ pub enum PeerRequest {
         shard: ShardId,
         rpc: VoteRequest<FirnRaft>,
     },
-    Snapshot {
-        shard: ShardId,
-        vote: Vote,
-        meta: SnapshotMeta,
-        data: Vec<u8>,
-    },
+    /// One piece of a snapshot, in order (see [`crate::snapshot_transfer`]).
+    SnapshotChunk(SnapshotChunk),
     /// The leader hands leadership to this node's replica.
     TransferLeader {
         shard: ShardId,
@@ -84,7 +82,7 @@ pub enum PeerRequest {
 pub enum PeerResponse {
     Append(AppendEntriesResponse<FirnRaft>),
     Vote(VoteResponse<FirnRaft>),
-    Snapshot(SnapshotResponse<FirnRaft>),
+    SnapshotChunk(SnapshotChunkAnswer),
     TransferLeader(TransferLeaderResponse<FirnRaft>),
     App(Vec<u8>),
     Error(String),
@@ -129,9 +127,13 @@ pub trait AppHandler: Send + Sync + 'static {
     fn handle(&self, payload: Vec<u8>) -> Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
 }
 
-/// The Raft groups this node holds, by shard: where incoming Raft messages go.
+/// The Raft groups this node holds, by shard: where incoming Raft messages go, with the
+/// snapshots being received for them.
 #[derive(Clone, Default)]
-pub struct LocalGroups(Arc<RwLock<HashMap<ShardId, LocalGroup>>>);
+pub struct LocalGroups {
+    groups: Arc<RwLock<HashMap<ShardId, LocalGroup>>>,
+    incoming: Arc<IncomingSnapshots>,
+}
 
 /// One group held here, as its incoming messages find it.
 #[derive(Clone)]
@@ -149,18 +151,20 @@ impl LocalGroups {
         raft: Raft<FirnRaft, ShardStateMachine>,
         recovering: Arc<AtomicBool>,
     ) {
-        self.0
+        self.groups
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .insert(shard, LocalGroup { raft, recovering });
     }
 
-    /// Forgets a replica this node no longer holds (its messages are refused from now on).
+    /// Forgets a replica this node no longer holds (its messages are refused from now on,
+    /// and a snapshot it was receiving is discarded).
     pub fn remove(&self, shard: ShardId) {
-        self.0
+        self.groups
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&shard);
+        self.incoming.discard(shard);
     }
 
     fn get(&self, shard: ShardId) -> Option<Raft<FirnRaft, ShardStateMachine>> {
@@ -168,7 +172,7 @@ impl LocalGroups {
     }
 
     fn group(&self, shard: ShardId) -> Option<LocalGroup> {
-        self.0
+        self.groups
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(&shard)
@@ -207,26 +211,13 @@ async fn answer(
                 .map_or_else(|e| PeerResponse::Error(e.to_string()), PeerResponse::Vote),
             None => missing(shard),
         },
-        PeerRequest::Snapshot {
-            shard,
-            vote,
-            meta,
-            data,
-        } => match groups.get(shard) {
-            Some(raft) => raft
-                .install_full_snapshot(
-                    vote,
-                    Snapshot {
-                        meta,
-                        snapshot: data,
-                    },
-                )
+        PeerRequest::SnapshotChunk(chunk) => match groups.get(chunk.shard) {
+            Some(raft) => groups
+                .incoming
+                .receive(&raft, chunk)
                 .await
-                .map_or_else(
-                    |e| PeerResponse::Error(e.to_string()),
-                    PeerResponse::Snapshot,
-                ),
-            None => missing(shard),
+                .map_or_else(PeerResponse::Error, PeerResponse::SnapshotChunk),
+            None => missing(chunk.shard),
         },
         PeerRequest::TransferLeader { shard, rpc } => match groups.get(shard) {
             Some(raft) => raft.handle_transfer_leader(rpc).await.map_or_else(

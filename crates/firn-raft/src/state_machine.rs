@@ -1,18 +1,19 @@
 //! The openraft state machine: applies committed entries to the [`VersionedStore`], storing
-//! the applied log position atomically with each entry's changes, and builds snapshots.
+//! the applied log position atomically with each entry's changes, and builds and installs
+//! snapshots (files, streamed: [`crate::snapshot`]).
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use firn_model::FirnError;
 use firn_store::Command;
 use firn_store::VersionedStore;
-use firn_store::backend::{Dump, Table};
 use futures::{FutureExt, Stream, TryStreamExt};
 use openraft::storage::{ApplyResponder, EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 
+use crate::snapshot::{self, SYS_APPLIED, SYS_MEMBERSHIP, SnapshotFile, decode, encode};
 use crate::stages::{self, STAGES};
 use crate::types::{
     FirnRaft, LogCommand, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership,
@@ -25,17 +26,6 @@ const APPLY_BATCH_ENTRIES_MAX: usize = 1_024;
 /// (see `apply_pending`): a few hundred point writes take well under a millisecond.
 pub const APPLY_INLINE_KEYS_MAX: usize = 256;
 
-const SYS_APPLIED: &[u8] = b"raft_applied";
-const SYS_MEMBERSHIP: &[u8] = b"raft_membership";
-
-fn encode<T: serde::Serialize>(v: &T) -> io::Result<Vec<u8>> {
-    postcard::to_stdvec(v).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
-}
-
-fn decode<T: for<'de> serde::Deserialize<'de>>(b: &[u8]) -> io::Result<T> {
-    postcard::from_bytes(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
-}
-
 fn firn_to_io(e: FirnError) -> io::Error {
     io::Error::other(e.to_string())
 }
@@ -43,16 +33,25 @@ fn firn_to_io(e: FirnError) -> io::Error {
 #[derive(Clone)]
 pub struct ShardStateMachine {
     store: Arc<VersionedStore>,
-    /// Where the latest snapshot is kept (the whole encoded dump).
+    /// Where the latest snapshot is kept (`<group>.snapshot`); files of snapshots being
+    /// built or received sit beside it (`<group>.building`, `<group>.incoming.<n>`).
     snapshot_path: PathBuf,
 }
 
 impl ShardStateMachine {
+    /// A state machine over `store`, its snapshot at `snapshot_path`. Files of snapshots a
+    /// previous run was building or receiving when it stopped are removed.
     pub fn new(store: Arc<VersionedStore>, snapshot_path: PathBuf) -> Self {
+        remove_unfinished(&snapshot_path);
         ShardStateMachine {
             store,
             snapshot_path,
         }
+    }
+
+    /// Where a snapshot being received (transfer `id`) is written.
+    pub fn incoming_path(&self, id: u64) -> PathBuf {
+        self.snapshot_path.with_extension(format!("incoming.{id}"))
     }
 
     fn system_get<T: for<'de> serde::Deserialize<'de>>(&self, key: &[u8]) -> io::Result<Option<T>> {
@@ -63,49 +62,44 @@ impl ShardStateMachine {
             .transpose()
     }
 
-    fn write_snapshot_file(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
-        let bytes = encode(&(meta, data))?;
-        let tmp = self.snapshot_path.with_extension("tmp");
-        {
-            use std::io::Write;
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-        }
-        std::fs::rename(&tmp, &self.snapshot_path)?;
-        if let Some(dir) = self.snapshot_path.parent() {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(())
+    fn build(&self) -> io::Result<Snapshot> {
+        let (meta, snapshot) = snapshot::build(self.store.backend().as_ref(), &self.snapshot_path)?;
+        Ok(Snapshot { meta, snapshot })
     }
 
-    fn read_snapshot_file(&self) -> io::Result<Option<Snapshot>> {
-        match std::fs::read(&self.snapshot_path) {
-            Ok(bytes) => {
-                let (meta, data): (SnapshotMeta, Vec<u8>) = decode(&bytes)?;
-                Ok(Some(Snapshot {
-                    meta,
-                    snapshot: data,
-                }))
-            }
+    /// The snapshot file, if there is one. A file in the format before snapshots streamed
+    /// (one postcard blob, without the trailer) is replaced by a snapshot of the state now:
+    /// the state is at least as new as any snapshot it wrote.
+    fn current_snapshot(&self) -> io::Result<Option<Snapshot>> {
+        match SnapshotFile::open(&self.snapshot_path) {
+            Ok((meta, snapshot)) => Ok(Some(Snapshot { meta, snapshot })),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                tracing::warn!("{e}; building a snapshot of the state in its place");
+                self.build().map(Some)
+            }
             Err(e) => Err(e),
         }
     }
 }
 
-fn dump_system<T: for<'de> serde::Deserialize<'de>>(
-    dump: &Dump,
-    key: &[u8],
-) -> io::Result<Option<T>> {
-    for (table, pairs) in &dump.tables {
-        if *table == Table::System
-            && let Some((_, v)) = pairs.iter().find(|(k, _)| k == key)
-        {
-            return Ok(Some(decode(v)?));
+/// Removes the files of snapshots left unfinished beside `snapshot_path` (built or received
+/// by a run that stopped midway): nothing refers to them.
+fn remove_unfinished(snapshot_path: &Path) {
+    let (Some(dir), Some(stem)) = (snapshot_path.parent(), snapshot_path.file_stem()) else {
+        return;
+    };
+    let stem = stem.to_string_lossy();
+    let (building, incoming) = (format!("{stem}.building"), format!("{stem}.incoming."));
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == building || name.starts_with(&incoming) {
+            let _ = std::fs::remove_file(entry.path());
         }
     }
-    Ok(None)
 }
 
 /// Log entries waiting to be applied together, with the proposers waiting for them.
@@ -175,27 +169,12 @@ impl RaftSnapshotBuilder<FirnRaft> for ShardStateMachine {
     type SnapshotData = SnapshotData;
 
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        // The dump is a consistent cut (the applied position inside it matches its data),
+        // written to the file as it is read: long work, off the async worker.
         let this = self.clone();
-        tokio::task::spawn_blocking(move || {
-            let backend = this.store.backend();
-            // The dump is a consistent cut: the applied position inside it matches its data.
-            let dump = backend.dump()?;
-            // Make the state machine durable before the log before it may be purged.
-            backend.persist()?;
-            let meta = SnapshotMeta {
-                last_log_id: dump_system::<LogId>(&dump, SYS_APPLIED)?,
-                last_membership: dump_system::<StoredMembership>(&dump, SYS_MEMBERSHIP)?
-                    .unwrap_or_default(),
-            };
-            let data = encode(&dump)?;
-            this.write_snapshot_file(&meta, &data)?;
-            Ok(Snapshot {
-                meta,
-                snapshot: data,
-            })
-        })
-        .await
-        .map_err(io::Error::other)?
+        tokio::task::spawn_blocking(move || this.build())
+            .await
+            .map_err(io::Error::other)?
     }
 }
 
@@ -277,26 +256,27 @@ impl RaftStateMachine<FirnRaft> for ShardStateMachine {
 
     async fn install_snapshot(
         &mut self,
-        meta: &SnapshotMeta,
+        _meta: &SnapshotMeta,
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
+        // Loading a whole dump is long work: off the worker.
         let this = self.clone();
-        let meta = meta.clone();
-        // Decoding and loading a dump of up to a frame's size is long work: off the worker.
         tokio::task::spawn_blocking(move || {
-            let dump: Dump = decode(&snapshot)?;
-            this.store.backend().load(dump)?;
-            this.store.reload().map_err(firn_to_io)?;
-            this.write_snapshot_file(&meta, &snapshot)
+            snapshot::install(
+                this.store.backend().as_ref(),
+                &snapshot,
+                &this.snapshot_path,
+            )?;
+            this.store.reload().map_err(firn_to_io)
         })
         .await
         .map_err(io::Error::other)?
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
-        // The file holds a whole-state dump: read it off the worker.
+        // Opening reads only the file's trailer (but an old-format file is rebuilt).
         let this = self.clone();
-        tokio::task::spawn_blocking(move || this.read_snapshot_file())
+        tokio::task::spawn_blocking(move || this.current_snapshot())
             .await
             .map_err(io::Error::other)?
     }

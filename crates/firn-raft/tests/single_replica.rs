@@ -83,3 +83,27 @@ async fn writes_survive_restart_and_snapshot_purges_the_log() {
     assert_eq!(put(&replica, "k", "52").await, 52);
     replica.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_file_in_the_old_one_blob_format_is_replaced_by_a_new_one_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("snapshots").join("shard0.snapshot");
+    {
+        let replica = open(dir.path(), open_db(dir.path())).await;
+        put(&replica, "k", "v").await;
+        replica.snapshot_now().await.unwrap();
+        while replica.status().snapshot_index.is_none() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        replica.shutdown().await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // What the one-blob format held: postcard of (meta, dump), no trailer.
+    std::fs::write(&path, b"\x00\x01an older snapshot, one postcard blob").unwrap();
+    let replica = open(dir.path(), open_db(dir.path())).await;
+    replica.linearizable_barrier(true).await.unwrap();
+    let (meta, _) = firn_raft::snapshot::SnapshotFile::open(&path).unwrap();
+    assert!(meta.last_log_id.is_some());
+    put(&replica, "k", "after").await;
+    replica.shutdown().await;
+}

@@ -13,7 +13,7 @@ use firn_model::{FirnError, Response};
 use firn_raft::ShardReplica;
 use firn_raft::log_store::Fsync;
 use firn_raft::shard::READ_ROUND_WAITERS_MAX;
-use firn_store::backend::{Batch, Dump, Pair, Table};
+use firn_store::backend::{Batch, Pair, PairVisitor, Table, TablePair};
 use firn_store::{MemoryBackend, Op, StorageBackend};
 
 /// A memory backend whose writes take `write_delay_ms` each: a slow disk, or a long batch.
@@ -52,12 +52,12 @@ impl StorageBackend for SlowBackend {
         self.inner.persist()
     }
 
-    fn dump(&self) -> io::Result<Dump> {
-        self.inner.dump()
+    fn dump_each(&self, visit: &mut PairVisitor<'_>) -> io::Result<()> {
+        self.inner.dump_each(visit)
     }
 
-    fn load(&self, dump: Dump) -> io::Result<()> {
-        self.inner.load(dump)
+    fn load_each(&self, next: &mut dyn FnMut() -> io::Result<Option<TablePair>>) -> io::Result<()> {
+        self.inner.load_each(next)
     }
 }
 

@@ -65,6 +65,15 @@ impl Table {
         self as usize
     }
 
+    /// The table's tag in a dump stream.
+    pub(crate) fn tag(self) -> u8 {
+        self as u8
+    }
+
+    pub(crate) fn from_tag(tag: u8) -> Option<Table> {
+        Table::ALL.get(usize::from(tag)).copied()
+    }
+
     /// The fjall keyspace holding this table for the state machine `namespace` (one per
     /// shard replica, so that several share a database).
     fn fjall_name(self, namespace: &str) -> String {
@@ -116,11 +125,24 @@ impl Batch {
 
 pub type Pair = (Vec<u8>, Vec<u8>);
 
-/// A whole-state copy, for Raft snapshots.
-#[derive(Debug, Default, Serialize, Deserialize)]
+/// A whole-state copy held in memory: for tests and small comparisons. A Raft snapshot
+/// never takes this form; it streams through [`StorageBackend::dump_each`] and
+/// [`StorageBackend::load_each`].
+#[derive(Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Dump {
     pub tables: Vec<(Table, Vec<Pair>)>,
 }
+
+/// One pair of a table, as a dump carries it.
+pub type TablePair = (Table, Vec<u8>, Vec<u8>);
+
+/// What [`StorageBackend::dump_each`] hands each pair to (table, key, value).
+pub type PairVisitor<'a> = dyn FnMut(Table, &[u8], &[u8]) -> io::Result<()> + 'a;
+
+/// Most bytes (keys and values) one write of [`StorageBackend::load_each`] holds: bounds a
+/// load's memory whatever the dump's size, and is large enough that a batch's fixed cost
+/// is small beside its writes.
+pub const LOAD_BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
 
 /// Ordered byte tables with atomic batches.
 pub trait StorageBackend: Send + Sync + 'static {
@@ -141,11 +163,35 @@ pub trait StorageBackend: Send + Sync + 'static {
     /// Makes every write so far durable (fsync).
     fn persist(&self) -> io::Result<()>;
 
-    /// A consistent copy of every table.
-    fn dump(&self) -> io::Result<Dump>;
+    /// Hands `visit` every pair of a consistent cut of the tables, table by table in
+    /// [`Table::ALL`] order, ascending: the cut is taken when the walk starts, and writes
+    /// made during it are not seen.
+    fn dump_each(&self, visit: &mut PairVisitor<'_>) -> io::Result<()>;
 
-    /// Replaces every table with the dump's contents.
-    fn load(&self, dump: Dump) -> io::Result<()>;
+    /// Replaces every table with the pairs `next` yields until it yields `None`, written in
+    /// batches of at most [`LOAD_BATCH_BYTES_MAX`], then made durable. An error from `next`
+    /// stops the load with the tables part-written: the caller checks the source first.
+    fn load_each(&self, next: &mut dyn FnMut() -> io::Result<Option<TablePair>>) -> io::Result<()>;
+
+    /// Every table in memory (tests and small comparisons).
+    fn dump(&self) -> io::Result<Dump> {
+        let mut tables: Vec<(Table, Vec<Pair>)> =
+            Table::ALL.iter().map(|t| (*t, Vec::new())).collect();
+        self.dump_each(&mut |table, k, v| {
+            tables[table.index()].1.push((k.to_vec(), v.to_vec()));
+            Ok(())
+        })?;
+        Ok(Dump { tables })
+    }
+
+    /// Replaces every table with an in-memory dump's contents (tests).
+    fn load(&self, dump: Dump) -> io::Result<()> {
+        let mut pairs = dump
+            .tables
+            .into_iter()
+            .flat_map(|(t, pairs)| pairs.into_iter().map(move |(k, v)| (t, k, v)));
+        self.load_each(&mut || Ok(pairs.next()))
+    }
 }
 
 /// Ordered in-memory tables; nothing survives a restart.
@@ -221,31 +267,29 @@ impl StorageBackend for MemoryBackend {
         Ok(())
     }
 
-    fn dump(&self) -> io::Result<Dump> {
-        let tables = self.tables.read().unwrap_or_else(|p| p.into_inner());
-        Ok(Dump {
-            tables: Table::ALL
-                .iter()
-                .map(|t| {
-                    (
-                        *t,
-                        tables[t.index()]
-                            .iter()
-                            .map(|(k, v)| (k.clone(), v.clone()))
-                            .collect(),
-                    )
-                })
-                .collect(),
-        })
+    fn dump_each(&self, visit: &mut PairVisitor<'_>) -> io::Result<()> {
+        // The cut is a copy taken under the lock: everything here is in memory already, and
+        // writers must not wait while the copy is written out (a snapshot's file).
+        let cut = self
+            .tables
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        for t in Table::ALL {
+            for (k, v) in &cut[t.index()] {
+                visit(t, k, v)?;
+            }
+        }
+        Ok(())
     }
 
-    fn load(&self, dump: Dump) -> io::Result<()> {
+    fn load_each(&self, next: &mut dyn FnMut() -> io::Result<Option<TablePair>>) -> io::Result<()> {
         let mut tables = self.tables.write().unwrap_or_else(|p| p.into_inner());
         for t in tables.iter_mut() {
             t.clear();
         }
-        for (table, pairs) in dump.tables {
-            tables[table.index()].extend(pairs);
+        while let Some((table, k, v)) = next()? {
+            tables[table.index()].insert(k, v);
         }
         Ok(())
     }
@@ -297,7 +341,27 @@ impl FjallBackend {
     fn ks(&self, table: Table) -> &Keyspace {
         &self.keyspaces[table.index()]
     }
+
+    /// Waits (a bounded time) while the database's memtables not yet written out hold more
+    /// than [`LOAD_UNFLUSHED_BYTES_MAX`]. fjall bounds no total of its own: a load writes
+    /// faster than memtables are flushed, and without this a 600 MiB load held about a
+    /// quarter of it in memory (measured), growing with the dump.
+    fn wait_for_flushes(&self) {
+        let deadline = std::time::Instant::now() + LOAD_FLUSH_WAIT_MAX;
+        while self.db.write_buffer_size() > LOAD_UNFLUSHED_BYTES_MAX
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
 }
+
+/// Most bytes of memtables a load lets wait to be flushed before it writes more: a few
+/// memtables ([`MEMTABLE_BYTES_MAX`]), so the flush threads always have work.
+const LOAD_UNFLUSHED_BYTES_MAX: u64 = 4 * MEMTABLE_BYTES_MAX;
+/// Longest a load waits for flushes after one batch: a flush of a memtable takes
+/// milliseconds, so a wait this long means none is coming and the load goes on.
+const LOAD_FLUSH_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl StorageBackend for FjallBackend {
     fn get(&self, table: Table, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
@@ -361,31 +425,35 @@ impl StorageBackend for FjallBackend {
         self.db.persist(PersistMode::SyncAll).map_err(fjall_err)
     }
 
-    fn dump(&self) -> io::Result<Dump> {
+    fn dump_each(&self, visit: &mut PairVisitor<'_>) -> io::Result<()> {
         let snapshot = self.db.snapshot();
-        let mut tables = Vec::new();
         for t in Table::ALL {
-            let mut pairs = Vec::new();
             for guard in snapshot.iter(self.ks(t)) {
                 let (k, v) = guard.into_inner().map_err(fjall_err)?;
-                pairs.push((k.to_vec(), v.to_vec()));
+                visit(t, &k, &v)?;
             }
-            tables.push((t, pairs));
         }
-        Ok(Dump { tables })
+        Ok(())
     }
 
-    fn load(&self, dump: Dump) -> io::Result<()> {
+    fn load_each(&self, next: &mut dyn FnMut() -> io::Result<Option<TablePair>>) -> io::Result<()> {
         for t in Table::ALL {
             self.ks(t).clear().map_err(fjall_err)?;
         }
-        for (table, pairs) in dump.tables {
-            let mut wb = self.db.batch();
-            for (k, v) in pairs {
-                wb.insert(self.ks(table), k, v);
+        let mut wb = self.db.batch();
+        let mut batch_bytes = 0usize;
+        while let Some((table, k, v)) = next()? {
+            batch_bytes += k.len() + v.len();
+            wb.insert(self.ks(table), k, v);
+            if batch_bytes >= LOAD_BATCH_BYTES_MAX {
+                std::mem::replace(&mut wb, self.db.batch())
+                    .commit()
+                    .map_err(fjall_err)?;
+                batch_bytes = 0;
+                self.wait_for_flushes();
             }
-            wb.commit().map_err(fjall_err)?;
         }
+        wb.commit().map_err(fjall_err)?;
         self.persist()
     }
 }

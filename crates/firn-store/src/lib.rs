@@ -7,6 +7,7 @@
 
 pub mod backend;
 pub mod command;
+pub mod dump;
 pub mod glob;
 pub mod record;
 pub mod sink;

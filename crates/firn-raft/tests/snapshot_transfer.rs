@@ -1,0 +1,350 @@
+//! A new replica catches up through a snapshot sent in many chunks, and a receiver refuses
+//! chunks that do not continue its transfer. The chunk size is scaled down so that a small
+//! snapshot travels in hundreds of chunks (it is process-wide: this file's tests all use it).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use firn_model::{HybridClock, Key, PutRequest, Response};
+use firn_raft::log_store::{Flush, Fsync, GroupCommit};
+use firn_raft::peer::{
+    AppHandler, LocalGroups, PeerError, PeerPool, PeerRequest, PeerResponse, serve_peers,
+};
+use firn_raft::snapshot::SnapshotFile;
+use firn_raft::snapshot_transfer::{self, SnapshotChunk, SnapshotChunkAnswer};
+use firn_raft::types::{SnapshotMeta, Vote};
+use firn_raft::{ShardConfig, ShardReplica};
+use firn_store::{FjallBackend, Op};
+use openraft::raft::VoteRequest;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+const CHUNK_BYTES: usize = 4 * 1024;
+
+struct NoApp;
+
+impl AppHandler for NoApp {
+    fn handle(&self, payload: Vec<u8>) -> Pin<Box<dyn Future<Output = Vec<u8>> + Send>> {
+        Box::pin(async move { payload })
+    }
+}
+
+/// A node with a peer server, holding one replica of shard 0.
+struct Node {
+    replica: ShardReplica,
+    snapshot_dir: PathBuf,
+    pool: Arc<PeerPool>,
+    _stop: watch::Sender<bool>,
+}
+
+/// Binds a peer listener for each of `ids`: (id, listener, address).
+async fn listeners(ids: &[u64]) -> (Vec<TcpListener>, HashMap<u64, String>) {
+    let mut bound = Vec::new();
+    let mut addrs = HashMap::new();
+    for id in ids {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        addrs.insert(*id, l.local_addr().unwrap().to_string());
+        bound.push(l);
+    }
+    (bound, addrs)
+}
+
+/// Starts node `id` in `dir`; node 1 forms the group alone, any other waits to be added.
+async fn start(id: u64, dir: &Path, listener: TcpListener, addrs: &HashMap<u64, String>) -> Node {
+    let groups = LocalGroups::default();
+    let (stop, stopped) = watch::channel(false);
+    tokio::spawn(serve_peers(
+        listener,
+        groups.clone(),
+        Arc::new(NoApp),
+        stopped,
+    ));
+    let pool = Arc::new(PeerPool::new(id, addrs.clone()));
+    let log_db = fjall::Database::builder(dir.join("log")).open().unwrap();
+    let state_db = fjall::Database::builder(dir.join("state")).open().unwrap();
+    let snapshot_dir = dir.join("snapshots");
+    let cfg = ShardConfig {
+        shard_id: 0,
+        node_id: id,
+        node_addr: addrs[&id].clone(),
+        backend: Arc::new(FjallBackend::open(state_db, "shard0").unwrap()),
+        members: Default::default(),
+        initialize: id == 1,
+        pool: pool.clone(),
+        groups,
+        flush: Flush::Fsync(GroupCommit::start(log_db.clone(), Fsync::Never).unwrap()),
+        db: log_db,
+        snapshot_dir: snapshot_dir.clone(),
+        snapshot_every_entries: 1_000_000,
+        close_time_every: None,
+    };
+    let replica = ShardReplica::open(cfg, Arc::new(HybridClock::system()))
+        .await
+        .unwrap();
+    Node {
+        replica,
+        snapshot_dir,
+        pool,
+        _stop: stop,
+    }
+}
+
+/// Writes `keys` keys of `value_bytes` each, `concurrency` at a time.
+async fn fill(replica: &ShardReplica, keys: usize, value_bytes: usize, concurrency: usize) {
+    for start in (0..keys).step_by(concurrency) {
+        let writes = (start..keys.min(start + concurrency)).map(|i| {
+            let value = Bytes::from(vec![(i % 251) as u8; value_bytes]);
+            let key = Key::new(Bytes::from(format!("key{i:08}"))).unwrap();
+            replica.write(Op::Put(PutRequest::new(key, value)))
+        });
+        for answer in futures::future::join_all(writes).await {
+            assert!(matches!(answer.unwrap(), Response::Written(_)));
+        }
+    }
+}
+
+/// Builds a snapshot on `replica` and waits until the log before it is purged (so that a
+/// new replica can only catch up through the snapshot).
+async fn snapshot_and_purge(replica: &ShardReplica) -> u64 {
+    replica.snapshot_now().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(purged) = replica.status().purged_index {
+            return purged;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no purge: {:?}",
+            replica.status()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until `follower` has applied everything `leader` has.
+async fn caught_up(leader: &ShardReplica, follower: &ShardReplica) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while follower.status().last_applied_index != leader.status().last_applied_index {
+        assert!(
+            Instant::now() < deadline,
+            "not caught up: leader {:?}, follower {:?}",
+            leader.status(),
+            follower.status()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn unfinished_files(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".incoming.") || n.ends_with(".building"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_replica_catches_up_through_a_snapshot_sent_in_many_chunks() {
+    snapshot_transfer::set_chunk_bytes(CHUNK_BYTES);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut bound, addrs) = listeners(&[1, 2]).await;
+    let n1 = start(1, &dir.path().join("n1"), bound.remove(0), &addrs).await;
+    fill(&n1.replica, 2_000, 600, 100).await;
+    let purged = snapshot_and_purge(&n1.replica).await;
+    let (_, file) = SnapshotFile::open(&n1.snapshot_dir.join("shard0.snapshot")).unwrap();
+    let chunks = file.bytes().div_ceil(CHUNK_BYTES as u64);
+    assert!(chunks >= 200, "a snapshot of {} bytes", file.bytes());
+
+    let n2 = start(2, &dir.path().join("n2"), bound.remove(0), &addrs).await;
+    n1.replica.add_learner(2, &addrs[&2], true).await.unwrap();
+    caught_up(&n1.replica, &n2.replica).await;
+
+    let status = n2.replica.status();
+    assert!(
+        status.snapshot_index >= Some(purged),
+        "the learner did not install the snapshot: {status:?}"
+    );
+    let leader = n1.replica.store().backend().dump().unwrap();
+    let learner = n2.replica.store().backend().dump().unwrap();
+    assert!(
+        leader == learner,
+        "the learner's tables differ from the leader's"
+    );
+    // The received file became the learner's snapshot; nothing partial is left beside it.
+    let (meta, _) = SnapshotFile::open(&n2.snapshot_dir.join("shard0.snapshot")).unwrap();
+    assert_eq!(meta.last_log_id.map(|l| l.index), Some(purged));
+    assert_eq!(unfinished_files(&n2.snapshot_dir), Vec::<String>::new());
+
+    n2.replica.shutdown().await;
+    n1.replica.shutdown().await;
+}
+
+fn chunk(meta: &SnapshotMeta, whole: &[u8], offset: usize) -> PeerRequest {
+    let end = (offset + CHUNK_BYTES).min(whole.len());
+    PeerRequest::SnapshotChunk(SnapshotChunk {
+        shard: 0,
+        vote: Vote::new(1, 1),
+        meta: meta.clone(),
+        total_bytes: whole.len() as u64,
+        offset: offset as u64,
+        bytes: whole[offset..end].to_vec(),
+    })
+}
+
+async fn refusal(pool: &PeerPool, request: PeerRequest) -> String {
+    match pool.call(2, request, Duration::from_secs(5)).await {
+        Err(PeerError::Remote(_, why)) => why,
+        other => panic!("not refused: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_that_does_not_continue_the_transfer_is_refused_and_the_partial_file_discarded() {
+    snapshot_transfer::set_chunk_bytes(CHUNK_BYTES);
+    let dir = tempfile::tempdir().unwrap();
+    // A snapshot file to send by hand: node 1's, of a few chunks.
+    let (mut bound, addrs) = listeners(&[1, 2]).await;
+    let n1 = start(1, &dir.path().join("n1"), bound.remove(0), &addrs).await;
+    fill(&n1.replica, 100, 200, 50).await;
+    snapshot_and_purge(&n1.replica).await;
+    let path = n1.snapshot_dir.join("shard0.snapshot");
+    let (meta, _) = SnapshotFile::open(&path).unwrap();
+    let whole = std::fs::read(&path).unwrap();
+    assert!(whole.len() > 3 * CHUNK_BYTES);
+    let n2 = start(2, &dir.path().join("n2"), bound.remove(0), &addrs).await;
+    let pool = &n1.pool;
+
+    // No transfer in progress: only offset 0 may start one.
+    let why = refusal(pool, chunk(&meta, &whole, CHUNK_BYTES)).await;
+    assert!(why.contains("no transfer is in progress"), "{why}");
+
+    // A gap: the partial file is discarded.
+    pool.call(2, chunk(&meta, &whole, 0), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(unfinished_files(&n2.snapshot_dir).len(), 1);
+    let why = refusal(pool, chunk(&meta, &whole, 2 * CHUNK_BYTES)).await;
+    assert!(why.contains("start again at offset 0"), "{why}");
+    assert_eq!(unfinished_files(&n2.snapshot_dir), Vec::<String>::new());
+
+    // A new start supersedes a transfer in progress: one partial file, the newest.
+    pool.call(2, chunk(&meta, &whole, 0), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let first = unfinished_files(&n2.snapshot_dir);
+    pool.call(2, chunk(&meta, &whole, 0), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let second = unfinished_files(&n2.snapshot_dir);
+    assert_eq!(second.len(), 1);
+    assert_ne!(first, second);
+    // And the old transfer's next chunk no longer fits.
+    pool.call(2, chunk(&meta, &whole, CHUNK_BYTES), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let why = refusal(pool, chunk(&meta, &whole, CHUNK_BYTES)).await;
+    assert!(why.contains("start again at offset 0"), "{why}");
+
+    // Once the receiver has voted in a later term, the old leader's chunks are answered with
+    // that vote (the sender steps down) and its transfer is dropped.
+    pool.call(2, chunk(&meta, &whole, 0), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let newer = Vote::new(5, 1);
+    let vote = PeerRequest::Vote {
+        shard: 0,
+        rpc: VoteRequest::new(newer, None),
+    };
+    pool.call(2, vote, Duration::from_secs(5)).await.unwrap();
+    match pool
+        .call(2, chunk(&meta, &whole, CHUNK_BYTES), Duration::from_secs(5))
+        .await
+        .unwrap()
+    {
+        PeerResponse::SnapshotChunk(SnapshotChunkAnswer::Done(answer)) => {
+            assert_eq!(answer.vote, newer)
+        }
+        other => panic!("a stale leader's chunk was answered {other:?}"),
+    }
+    assert_eq!(unfinished_files(&n2.snapshot_dir), Vec::<String>::new());
+
+    n2.replica.shutdown().await;
+    n1.replica.shutdown().await;
+}
+
+/// This process's resident memory, in MiB.
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib / 1024.0
+}
+
+/// The figure in docs/benchmarks.md, "Snapshot transfer": a learner catches up with a shard
+/// of 300 MiB (or BENCH_MIB) through a snapshot in default-sized chunks, over loopback. Run alone (it
+/// sets the process-wide chunk size back to the default):
+/// `cargo test --release -p firn-raft --test snapshot_transfer -- --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a bench: writes ~1.5 GB to disk and takes tens of seconds"]
+async fn bench_a_new_replica_catches_up_through_a_large_snapshot() {
+    const VALUE_BYTES: usize = 256 * 1024;
+    // BENCH_MIB sizes the shard (to see that memory does not grow with it).
+    let mib: usize = std::env::var("BENCH_MIB").map_or(300, |m| m.parse().unwrap());
+    let keys = mib * 4;
+    // The transfers' own log lines: bytes, seconds and rate of each end.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("firn_raft::snapshot_transfer=info")
+        .try_init();
+    snapshot_transfer::set_chunk_bytes(snapshot_transfer::SNAPSHOT_CHUNK_BYTES);
+    let dir = tempfile::tempdir_in(std::env::var("BENCH_DIR").unwrap_or(".".into())).unwrap();
+    let (mut bound, addrs) = listeners(&[1, 2]).await;
+    let n1 = start(1, &dir.path().join("n1"), bound.remove(0), &addrs).await;
+    fill(&n1.replica, keys, VALUE_BYTES, 16).await;
+    let built = Instant::now();
+    snapshot_and_purge(&n1.replica).await;
+    let build_s = built.elapsed().as_secs_f64();
+    let (_, file) = SnapshotFile::open(&n1.snapshot_dir.join("shard0.snapshot")).unwrap();
+    let mib = file.bytes() as f64 / (1024.0 * 1024.0);
+
+    let n2 = start(2, &dir.path().join("n2"), bound.remove(0), &addrs).await;
+    let rss_before = rss_mib();
+    let peak = Arc::new(std::sync::Mutex::new(rss_before));
+    let sampling = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = std::thread::spawn({
+        let (peak, sampling) = (peak.clone(), sampling.clone());
+        move || {
+            while sampling.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut p = peak.lock().unwrap();
+                *p = p.max(rss_mib());
+                drop(p);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    });
+    let sent = Instant::now();
+    n1.replica.add_learner(2, &addrs[&2], true).await.unwrap();
+    caught_up(&n1.replica, &n2.replica).await;
+    let transfer_s = sent.elapsed().as_secs_f64();
+    sampling.store(false, std::sync::atomic::Ordering::Relaxed);
+    sampler.join().unwrap();
+    let peak = *peak.lock().unwrap();
+    println!(
+        "snapshot of {mib:.0} MiB: built in {build_s:.1} s ({:.0} MiB/s); sent, checked and \
+         installed in {transfer_s:.1} s ({:.0} MiB/s); resident memory {rss_before:.0} MiB \
+         before, at most {peak:.0} MiB during the transfer (+{:.0} MiB)",
+        mib / build_s,
+        mib / transfer_s,
+        peak - rss_before
+    );
+    assert!(n2.replica.status().snapshot_index.is_some());
+    n2.replica.shutdown().await;
+    n1.replica.shutdown().await;
+}
