@@ -118,6 +118,21 @@ async fn a_definition_that_would_strand_existing_keys_is_refused_and_changes_not
         .unwrap();
     assert_eq!(got, "kept");
 
+    // A deleted key counts: its history would be left behind.
+    let _: () = redis::cmd("SET")
+        .arg("u/1")
+        .arg("gone")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg("u/1")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let refused: redis::RedisResult<()> = keyspace("u/", "memory").query_async(&mut c).await;
+    assert!(refused.is_err(), "a prefix holding a deleted key changed lanes");
+
     // An empty prefix may change; then its keys may not change back while they exist.
     let _: () = keyspace("t/", "memory").query_async(&mut c).await.unwrap();
     let _: () = redis::cmd("SET")

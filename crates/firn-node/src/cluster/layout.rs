@@ -81,6 +81,17 @@ pub struct ClusterLayout {
     pub followed: BTreeMap<ShardId, FollowMove>,
 }
 
+/// The keyspace of `specs` that `key` belongs to: the longest prefix of it.
+pub fn keyspace_among<'a>(
+    specs: impl IntoIterator<Item = &'a KeyspaceSpec>,
+    key: &[u8],
+) -> Option<&'a KeyspaceSpec> {
+    specs
+        .into_iter()
+        .filter(|spec| key.starts_with(spec.prefix.as_bytes()))
+        .max_by_key(|spec| spec.prefix.len())
+}
+
 /// Most meta-group voters: more only slows its commits.
 pub const META_VOTERS_MAX: usize = 5;
 
@@ -231,11 +242,7 @@ impl ClusterLayout {
 
     /// The keyspace `key` belongs to: the longest registered prefix of it.
     fn keyspace_of(&self, key: &[u8]) -> Option<&KeyspaceSpec> {
-        self.keyspaces
-            .iter()
-            .flatten()
-            .filter(|spec| key.starts_with(spec.prefix.as_bytes()))
-            .max_by_key(|spec| spec.prefix.len())
+        keyspace_among(self.keyspaces.iter().flatten(), key)
     }
 
     /// The shard a log or a consumer group named `name` lives in (the disk shard of its

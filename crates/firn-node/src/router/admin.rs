@@ -11,11 +11,11 @@ use firn_model::{
 use firn_store::Op;
 
 use super::Router;
-use crate::cluster::layout::ClusterLayout;
+use crate::cluster::layout::keyspace_among;
 use crate::rpc::{MetaChange, ShardPart};
 
-/// Longest a keyspace definition waits for this node to follow its placement (the layout
-/// is polled every 200 ms); past it the answer goes out anyway — the definition stands.
+/// Longest a keyspace definition waits for this node to follow it (the layout is polled
+/// every 200 ms); past it the answer goes out anyway — the definition stands.
 const PLACEMENT_FOLLOW_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// Longest a definition waits for a shard to take it (memory shards added by it elect
 /// their first leaders meanwhile); past it the steward finishes the fan-out.
@@ -60,19 +60,26 @@ impl Router {
 
     /// Records a definition in the layout, then has every shard apply it.
     async fn define(&self, def: KeyspaceDef, drop: bool, op: Op) -> Result<Answer, FirnError> {
-        let layout = self.routable_layout()?;
-        self.refuse_stranding(&layout, &def.spec, drop).await?;
-        let (prefix, placement) = (def.spec.prefix.clone(), def.placement);
+        self.routable_layout()?;
+        self.refuse_stranding(&def.spec, drop).await?;
+        let (spec, placement) = (def.spec.clone(), def.placement);
         let memory = !drop && def.spec.durability == Durability::Memory;
         self.meta.change(MetaChange::Keyspace { def, drop }).await?;
         // This node follows the new layout before it answers (others within a layout poll):
-        // a client's next write here is published if the keyspace is now local, and goes to
-        // the memory shards if it is now in memory.
+        // its next request sees the definition, a client's next write here is published if
+        // the keyspace is now local, and goes to the memory shards if it is now in memory.
         let mut followed = self.layout.clone();
         let _ = tokio::time::timeout(
             PLACEMENT_FOLLOW_WAIT,
             followed.wait_for(|l| {
-                l.placement_of(&prefix) == placement && (!memory || l.has_memory_shards())
+                let mut specs = l.keyspaces.iter().flatten();
+                let listed = if drop {
+                    specs.any(|s| s.prefix == spec.prefix)
+                } else {
+                    specs.any(|s| s == &spec)
+                };
+                let placed = drop || l.placement_of(&spec.prefix) == placement;
+                listed != drop && placed && (!memory || l.has_memory_shards())
             }),
         )
         .await;
@@ -104,20 +111,31 @@ impl Router {
     /// Refuses a definition that would move keys that exist to shards of another
     /// durability (where they would not be found): creating, redefining or dropping a
     /// keyspace that changes the durability its prefix is under needs the prefix to hold no
-    /// keys. Checked once, before the definition: a key written under the prefix while it is
+    /// keys, live or deleted. Judged by the definitions the meta group holds now, and
+    /// checked once, before the definition: a key written under the prefix while it is
     /// being decided can still be left behind.
-    async fn refuse_stranding(
-        &self,
-        layout: &ClusterLayout,
-        spec: &KeyspaceSpec,
-        drop: bool,
-    ) -> Result<(), FirnError> {
-        let mut after = layout.clone();
-        after.define_keyspace(KeyspaceDef::new(spec.clone()), drop)?;
+    async fn refuse_stranding(&self, spec: &KeyspaceSpec, drop: bool) -> Result<(), FirnError> {
+        let before: Vec<KeyspaceSpec> = self
+            .meta
+            .keyspaces()
+            .await?
+            .into_iter()
+            .map(|d| d.spec)
+            .collect();
+        let mut after = before.clone();
+        after.retain(|s| s.prefix != spec.prefix);
+        if !drop {
+            after.push(spec.clone());
+        }
         let key = spec.prefix.as_bytes();
-        if layout.durability_for(key) == after.durability_for(key) {
+        let durability = |specs: &[KeyspaceSpec]| {
+            keyspace_among(specs, key).map_or(Durability::Disk, |s| s.durability)
+        };
+        let (was, will_be) = (durability(&before), durability(&after));
+        if was == will_be {
             return Ok(());
         }
+        // One key (a deleted one too: its history would be left behind) is enough.
         let scan = KvRead::Scan {
             prefix: Bytes::copy_from_slice(key),
             cursor: None,
@@ -133,13 +151,14 @@ impl Router {
             .await?
             .response
         {
-            Response::Scan { keys, .. } if keys.is_empty() => Ok(()),
+            Response::Scan { keys, next_cursor } if keys.is_empty() && next_cursor.is_none() => {
+                Ok(())
+            }
             _ => Err(FirnError::Refused(format!(
-                "keys with the prefix '{}' exist under {} durability; a keyspace that changes \
-                 the durability of existing keys is refused (delete them first, or choose a \
-                 new prefix)",
-                spec.prefix,
-                layout.durability_for(key)
+                "keys with the prefix '{}' exist under {was} durability; a keyspace that \
+                 changes the durability of existing keys is refused (delete them first, or \
+                 choose a new prefix)",
+                spec.prefix
             ))),
         }
     }
