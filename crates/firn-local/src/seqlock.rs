@@ -6,6 +6,40 @@
 
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 
+/// A 64-bit word the seqlock can guard: std's `AtomicU64` over the mapped region, and loom's
+/// in the model test (`loom_tests` below), so that the code loom checks is the code the
+/// region runs.
+pub trait SeqWord {
+    fn load(&self, order: Ordering) -> u64;
+    fn store(&self, value: u64, order: Ordering);
+    /// A fence of the same memory model as the word.
+    fn fence(order: Ordering);
+    /// A pause between tries (loom needs it to know the thread waits for another).
+    fn spin();
+}
+
+impl SeqWord for AtomicU64 {
+    #[inline]
+    fn load(&self, order: Ordering) -> u64 {
+        AtomicU64::load(self, order)
+    }
+
+    #[inline]
+    fn store(&self, value: u64, order: Ordering) {
+        AtomicU64::store(self, value, order)
+    }
+
+    #[inline]
+    fn fence(order: Ordering) {
+        fence(order)
+    }
+
+    #[inline]
+    fn spin() {
+        std::hint::spin_loop()
+    }
+}
+
 /// Most attempts a reader makes on one guarded run before it reports contention: a writer
 /// rewrites an entry in well under a microsecond, so 64 failed tries mean something is
 /// rewriting it continuously.
@@ -13,7 +47,7 @@ pub const READ_TRIES_MAX: usize = 64;
 
 /// Writes `words[1..]` through `write`, guarded by the sequence in `words[0]`. Only one
 /// writer may ever write a given run (the region has one writer, the node).
-pub fn write(words: &[AtomicU64], write: impl FnOnce(&[AtomicU64])) {
+pub fn write<W: SeqWord>(words: &[W], write: impl FnOnce(&[W])) {
     let seq = words[0].load(Ordering::Relaxed);
     debug_assert!(
         seq.is_multiple_of(2),
@@ -21,7 +55,7 @@ pub fn write(words: &[AtomicU64], write: impl FnOnce(&[AtomicU64])) {
     );
     words[0].store(seq.wrapping_add(1), Ordering::Relaxed);
     // Readers that see any of the data below also see the odd sequence.
-    fence(Ordering::Release);
+    W::fence(Ordering::Release);
     write(&words[1..]);
     // Readers that see the even sequence also see all of the data.
     words[0].store(seq.wrapping_add(2), Ordering::Release);
@@ -37,28 +71,37 @@ pub enum Read<T> {
 
 /// Copies `words[1..]` with `copy` (which must only load, relaxed) until the copy is
 /// consistent.
-pub fn read<T>(words: &[AtomicU64], mut copy: impl FnMut(&[AtomicU64]) -> T) -> Read<T> {
-    for _ in 0..READ_TRIES_MAX {
+pub fn read<W: SeqWord, T>(words: &[W], copy: impl FnMut(&[W]) -> T) -> Read<T> {
+    read_within(words, READ_TRIES_MAX, copy)
+}
+
+/// [`read`], giving up after `tries`.
+pub fn read_within<W: SeqWord, T>(
+    words: &[W],
+    tries: usize,
+    mut copy: impl FnMut(&[W]) -> T,
+) -> Read<T> {
+    for _ in 0..tries {
         let before = words[0].load(Ordering::Acquire);
         if before % 2 == 1 {
-            std::hint::spin_loop();
+            W::spin();
             continue;
         }
         let value = copy(&words[1..]);
         // The copy's loads happen before the second read of the sequence.
-        fence(Ordering::Acquire);
+        W::fence(Ordering::Acquire);
         if words[0].load(Ordering::Relaxed) == before {
             return Read::Copied(value, before);
         }
-        std::hint::spin_loop();
+        W::spin();
     }
     Read::Contended
 }
 
 /// Whether the run's sequence is still `seq`: after other reads, that it did not change
 /// since a copy taken at `seq` (the loads before this call happen before it).
-pub fn unchanged(words: &[AtomicU64], seq: u64) -> bool {
-    fence(Ordering::Acquire);
+pub fn unchanged<W: SeqWord>(words: &[W], seq: u64) -> bool {
+    W::fence(Ordering::Acquire);
     words[0].load(Ordering::Relaxed) == seq
 }
 
@@ -89,7 +132,7 @@ pub fn store_bytes(words: &[AtomicU64], bytes: &[u8]) {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use std::sync::Arc;
@@ -144,5 +187,76 @@ mod tests {
         }
         writer.join().unwrap();
         assert!(copies > 0, "the reader got consistent copies");
+    }
+}
+
+/// Model check, run by `scripts/test` as `RUSTFLAGS="--cfg loom" cargo test -p firn-local
+/// --lib seqlock` (in its own target folder): every interleaving of a writer and a reader,
+/// and every reordering the memory model allows.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::sync::atomic::AtomicU64 as LoomU64;
+
+    impl SeqWord for LoomU64 {
+        fn load(&self, order: Ordering) -> u64 {
+            LoomU64::load(self, order)
+        }
+        fn store(&self, value: u64, order: Ordering) {
+            LoomU64::store(self, value, order)
+        }
+        fn fence(order: Ordering) {
+            loom::sync::atomic::fence(order)
+        }
+        fn spin() {
+            loom::hint::spin_loop()
+        }
+    }
+
+    /// A writer writes `v` into both data words twice (v = 1, 2) with `write_with`; a reader
+    /// that keeps a copy must see both words equal, and the value its sequence stands for.
+    fn model(write_with: fn(&[LoomU64], u64)) {
+        loom::model(move || {
+            let r: Arc<[LoomU64; 3]> = Arc::new(std::array::from_fn(|_| LoomU64::new(0)));
+            let writer = {
+                let r = r.clone();
+                loom::thread::spawn(move || {
+                    for v in 1..=2 {
+                        write_with(&r[..], v);
+                    }
+                })
+            };
+            if let Read::Copied((a, b), seq) = read_within(&r[..], 2, |d| {
+                (d[0].load(Ordering::Relaxed), d[1].load(Ordering::Relaxed))
+            }) {
+                assert_eq!(a, b, "torn copy at sequence {seq}");
+                assert_eq!(a * 2, seq, "the copy is not the value of its sequence");
+            }
+            writer.join().unwrap();
+        });
+    }
+
+    #[test]
+    fn a_reader_never_keeps_a_torn_copy() {
+        model(|r, v| {
+            write(r, |d| {
+                d[0].store(v, Ordering::Relaxed);
+                d[1].store(v, Ordering::Relaxed);
+            })
+        });
+    }
+
+    /// The model can fail: a writer that makes the sequence even before it writes the data
+    /// is caught.
+    #[test]
+    #[should_panic(expected = "copy")]
+    fn a_writer_that_publishes_before_its_data_is_caught() {
+        model(|r, v| {
+            let seq = r[0].load(Ordering::Relaxed);
+            r[0].store(seq + 2, Ordering::Release);
+            r[1].store(v, Ordering::Relaxed);
+            r[2].store(v, Ordering::Relaxed);
+        });
     }
 }

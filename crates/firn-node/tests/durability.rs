@@ -131,7 +131,10 @@ async fn a_definition_that_would_strand_existing_keys_is_refused_and_changes_not
         .await
         .unwrap();
     let refused: redis::RedisResult<()> = keyspace("u/", "memory").query_async(&mut c).await;
-    assert!(refused.is_err(), "a prefix holding a deleted key changed lanes");
+    assert!(
+        refused.is_err(),
+        "a prefix holding a deleted key changed lanes"
+    );
 
     // An empty prefix may change; then its keys may not change back while they exist.
     let _: () = keyspace("t/", "memory").query_async(&mut c).await.unwrap();
