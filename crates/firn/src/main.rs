@@ -502,14 +502,15 @@ async fn run(cli: Cli) -> Result<(), String> {
             }
             println!();
             println!(
-                "{:<6} {:<14} {:<8} {:<12} replica lag (entries)",
-                "shard", "slots", "leader", "replicas"
+                "{:<6} {:<14} {:<10} {:<8} {:<12} replica lag (entries)",
+                "shard", "slots", "durability", "leader", "replicas"
             );
             for s in view["shards"].as_array().into_iter().flatten() {
                 println!(
-                    "{:<6} {:<14} {:<8} {:<12} {}",
+                    "{:<6} {:<14} {:<10} {:<8} {:<12} {}",
                     s["shard_id"].as_u64().unwrap_or(0),
                     format!("{}-{}", s["slots"][0], s["slots"][1]),
+                    s["durability"].as_str().unwrap_or("disk"),
                     s["leader"]
                         .as_u64()
                         .map_or("none".into(), |l| l.to_string()),
