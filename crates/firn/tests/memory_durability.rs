@@ -51,6 +51,19 @@ fn memory_leader(cluster: &Cluster, i: usize) -> Option<u64> {
         .as_u64()
 }
 
+/// The memory shard's leader once node index 0 knows one (bounded).
+fn settled_memory_leader(cluster: &Cluster) -> u64 {
+    let mut leader = None;
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            leader = memory_leader(cluster, 0);
+            leader.is_some()
+        }),
+        "the memory shard has no leader"
+    );
+    leader.unwrap()
+}
+
 fn disk_leader(cluster: &Cluster, i: usize) -> Option<u64> {
     cluster.leaders(i).first().copied().flatten()
 }
@@ -86,7 +99,7 @@ async fn a_restarted_memory_replica_refuses_to_vote_until_it_has_caught_up() {
         let mut cluster = cluster;
         // Everything is checkpointed on every node (100 ms), so nothing is lost below.
         std::thread::sleep(Duration::from_millis(500));
-        let leader = memory_leader(&cluster, 0).expect("the memory shard has a leader");
+        let leader = settled_memory_leader(&cluster);
         let l = (leader - 1) as usize;
         let f1 = (l + 1) % 3;
         let f2 = (l + 2) % 3;
@@ -175,7 +188,7 @@ async fn a_majority_killed_at_once_loses_no_acknowledged_write() {
     // Kill the memory shard's leader and one follower at once; the third keeps running.
     let (cluster, killed_at) = tokio::task::spawn_blocking(move || {
         let mut cluster = cluster;
-        let leader = memory_leader(&cluster, 0).expect("the memory shard has a leader");
+        let leader = settled_memory_leader(&cluster);
         let l = (leader - 1) as usize;
         let other = (l + 1) % 3;
         let killed_at = t0.elapsed();
