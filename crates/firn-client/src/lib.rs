@@ -163,6 +163,7 @@ fn version_info(v: &Value) -> Result<VersionInfo> {
         event_time_us: None,
         deleted: false,
         value: None,
+        blob: None,
     };
     for (k, v) in pairs(v)? {
         match k.as_str() {
@@ -586,6 +587,7 @@ impl Watcher {
                     },
                     deleted: as_bytes(&items[5]).as_deref() == Some(b"del"),
                     value: as_bytes(&items[6]),
+                    blob: None,
                 };
                 Ok(WatchEvent { key, info })
             }

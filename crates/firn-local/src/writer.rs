@@ -307,10 +307,35 @@ impl RegionWriter {
         version: u64,
         commit_ts: CommitTs,
     ) -> Published {
+        self.publish_entry(s, key, value, version, commit_ts, true)
+    }
+
+    /// A version whose value is never held here (a large value, kept beside the log): the
+    /// key's entry, if it has one, says "not local", so readers ask the node.
+    pub fn publish_not_local(
+        &mut self,
+        s: u32,
+        key: &[u8],
+        version: u64,
+        commit_ts: CommitTs,
+    ) -> Published {
+        self.publish_entry(s, key, Some(&[]), version, commit_ts, false)
+    }
+
+    fn publish_entry(
+        &mut self,
+        s: u32,
+        key: &[u8],
+        value: Option<&[u8]>,
+        version: u64,
+        commit_ts: CommitTs,
+        may_fit: bool,
+    ) -> Published {
         if !self.valid_shard(s) || !self.shards[s as usize].present {
             return Published::Skipped;
         }
-        let fits = key.len() <= self.config.key_bytes_max as usize
+        let fits = may_fit
+            && key.len() <= self.config.key_bytes_max as usize
             && value.is_none_or(|v| v.len() <= self.config.value_bytes_max as usize);
         let hash = key_hash(key);
         let (slot, found) = match self.find_slot(key, hash) {

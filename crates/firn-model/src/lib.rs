@@ -5,6 +5,7 @@
 //! user-facing [`FirnError`]. It must never do I/O, read a clock outside [`hlc::HybridClock`],
 //! or know about Raft, disks or sockets.
 
+pub mod blob;
 pub mod error;
 pub mod hlc;
 pub mod key;
@@ -15,6 +16,7 @@ pub mod request;
 pub mod slot;
 pub mod time;
 
+pub use blob::BlobRef;
 pub use error::FirnError;
 pub use hlc::{CommitTs, HybridClock};
 pub use key::{Key, Version};

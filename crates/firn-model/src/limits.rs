@@ -3,12 +3,20 @@
 /// Keys are 1 B to 8 KiB (DESIGN.md "Data model").
 pub const KEY_BYTES_MAX: usize = 8 * 1024;
 
-/// Default largest value. Values travel through the Raft log in one entry, so a large value
-/// delays every write behind it; 1 MiB keeps one entry's fsync and replication short.
+/// Default largest value carried inline, through the Raft log in one entry: a large entry
+/// delays every write behind it, and 1 MiB keeps one entry's fsync and replication short.
+/// A larger value is stored beside the log as a blob (see [`crate::blob`]).
 pub const VALUE_BYTES_MAX_DEFAULT: usize = 1024 * 1024;
 
-/// The configurable value limit may not exceed this until the bulk path exists.
+/// The configurable inline limit may not exceed this.
 pub const VALUE_BYTES_MAX_CEILING: usize = 16 * 1024 * 1024;
+
+/// Largest value, stored as a blob, over HTTP (streamed both ways, never held whole in
+/// memory): 16 GiB, a manifest of 4,096 chunk digests (128 KiB in the log).
+pub const BLOB_BYTES_MAX: u64 = 16 << 30;
+
+/// Largest value over RESP, where a command frame and a reply are held whole in memory.
+pub const RESP_VALUE_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// Most keys (or key/value pairs) in one MGET, MSET, DEL or EXISTS.
 pub const KEYS_PER_REQUEST_MAX: usize = 10_000;
@@ -23,7 +31,7 @@ pub const PAGE_ITEMS_DEFAULT: usize = 100;
 pub const KEYSPACES_MAX: usize = 1_024;
 
 /// Largest RESP request (a whole command frame): the biggest value plus its key and headroom.
-pub const RESP_FRAME_BYTES_MAX: usize = VALUE_BYTES_MAX_CEILING + 2 * 1024 * 1024;
+pub const RESP_FRAME_BYTES_MAX: usize = RESP_VALUE_BYTES_MAX + 2 * 1024 * 1024;
 
 /// Most versions a watch replays before going live; a bigger replay must be paged by the
 /// client with history.

@@ -60,6 +60,10 @@ pub struct NodeConfig {
     /// How often the memory groups' log is fsync'd in the background (see
     /// `firn_raft::log_store::Checkpoints`).
     pub memory_checkpoint_every: Duration,
+    /// How often blob files no version names are looked for (see `crate::blob::sweep`).
+    pub blob_sweep_every: Duration,
+    /// How old an unused blob file must be before the sweep deletes it.
+    pub blob_grace: Duration,
 }
 
 /// Default shard count of a cluster: a few per node on small machines keeps the number of
@@ -104,6 +108,8 @@ impl Default for NodeConfig {
             local_region: LocalRegionSetting::default(),
             follow_interval: crate::cluster::follow::FOLLOW_INTERVAL_DEFAULT,
             memory_checkpoint_every: MEMORY_CHECKPOINT_EVERY_DEFAULT,
+            blob_sweep_every: crate::blob::SWEEP_EVERY_DEFAULT,
+            blob_grace: crate::blob::GRACE_DEFAULT,
         }
     }
 }

@@ -109,6 +109,19 @@ impl Answerer {
                 reply::<crate::rpc::ServiceReply>(router.reply_slots().complete(c.token, c.payload))
             }
             NodeRpc::OriginCounts(_) => reply::<crate::rpc::OriginCounts>(router.origin_report()),
+            NodeRpc::BlobChunk(c) => {
+                reply::<crate::rpc::BlobChunk>(router.blobs().serve_chunk(c).await)
+            }
+            NodeRpc::BlobSeal(c) => {
+                reply::<crate::rpc::BlobSeal>(router.blobs().serve_seal(c).await)
+            }
+            NodeRpc::BlobRead(c) => {
+                reply::<crate::rpc::BlobRead>(router.blobs().serve_read(c).await)
+            }
+            NodeRpc::BlobDiscard(c) => {
+                router.blobs().serve_discard(c).await;
+                reply::<crate::rpc::BlobDiscard>(())
+            }
         }
     }
 }

@@ -75,6 +75,9 @@ impl Writer {
     }
 }
 
+/// The name the region's sink is attached under in each store.
+const SINK_NAME: &str = "local-region";
+
 /// This node's region, shared by every replica's sink and the lease task.
 pub struct LocalRegion {
     path: PathBuf,
@@ -163,10 +166,13 @@ impl LocalRegion {
         let store = replica.store();
         // The sink first: an apply between the two is not published (the shard is not open
         // yet), so its keys read as "go remote" until their next write — never stale.
-        store.set_sink(Some(Arc::new(ShardSink {
-            shard,
-            region: self.clone(),
-        })));
+        store.set_sink(
+            SINK_NAME,
+            Some(Arc::new(ShardSink {
+                shard,
+                region: self.clone(),
+            })),
+        );
         let mut w = lock(&self.writer);
         w.region.open_shard(shard);
         w.shards.insert(
@@ -181,7 +187,7 @@ impl LocalRegion {
 
     /// Stops publishing a shard this node no longer holds: readers go remote for its keys.
     pub fn detach(&self, shard: ShardId, replica: &ShardReplica) {
-        replica.store().set_sink(None);
+        replica.store().set_sink(SINK_NAME, None);
         let mut w = lock(&self.writer);
         w.shards.remove(&shard);
         w.region.close_shard(shard);
@@ -248,14 +254,18 @@ impl LocalRegion {
             {
                 continue;
             }
-            let value = if v.info.deleted {
-                None
+            let outcome = if v.info.blob.is_some() {
+                w.region
+                    .publish_not_local(shard, key, v.info.version, v.info.commit_ts)
             } else {
-                Some(v.info.value.as_deref().unwrap_or_default())
+                let value = if v.info.deleted {
+                    None
+                } else {
+                    Some(v.info.value.as_deref().unwrap_or_default())
+                };
+                w.region
+                    .publish(shard, key, value, v.info.version, v.info.commit_ts)
             };
-            let outcome = w
-                .region
-                .publish(shard, key, value, v.info.version, v.info.commit_ts);
             outcomes[outcome as usize] += 1;
         }
         if let Some(row) = w.shards.get_mut(&shard) {

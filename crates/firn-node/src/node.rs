@@ -49,6 +49,8 @@ const LOG_DB: &str = "log";
 const STATE_DB: &str = "state";
 /// The Raft logs of the node's memory-durability groups, under the data directory.
 const MEMORY_LOG_DB: &str = "memlog";
+/// Where large values are kept, beside the databases (see [`crate::blob`]).
+const BLOB_DIR: &str = "blobs";
 /// Names the layout of a data directory; a node refuses a directory in another layout
 /// rather than reading it wrongly.
 const DATA_FORMAT_FILE: &str = "FORMAT";
@@ -244,7 +246,8 @@ impl RunningNode {
                 Some(LocalRegion::open(path, c.clone(), config.node_id)?)
             }
         };
-        let replicas = Arc::new(Replicas::new(factory, local.clone()));
+        let (blob_repairs, repair_queue) = tokio::sync::mpsc::unbounded_channel();
+        let replicas = Arc::new(Replicas::new(factory, local.clone(), blob_repairs.clone()));
         let (publish, layout) = watch::channel(Arc::new(ClusterLayout::empty()));
         let router = Arc::new(Router::new(RouterParts {
             replicas: replicas.clone(),
@@ -255,7 +258,21 @@ impl RunningNode {
             allow_flushall: config.allow_flushall,
             log_index_bytes: config.log_index_bytes,
             client_addrs: (resp_addr.to_string(), http_addr.to_string()),
+            blobs: crate::blob::BlobConfig {
+                dir: data_dir.join(BLOB_DIR),
+                sweep_every: config.blob_sweep_every,
+                grace: config.blob_grace,
+            },
         }));
+        tasks.push(tokio::spawn(crate::blob::repair::run(
+            router.blobs().clone(),
+            repair_queue,
+            stop_rx.clone(),
+        )));
+        tasks.push(tokio::spawn(crate::blob::sweep::run(
+            router.blobs().clone(),
+            stop_rx.clone(),
+        )));
         opening.open(router.clone(), meta_client);
         let host: Arc<dyn ShardHost> = router.clone();
         let mut follower = LayoutFollower::new(meta.clone(), host.clone(), publish);

@@ -122,16 +122,23 @@ pub struct Replicas {
     applying: tokio::sync::Mutex<()>,
     /// Where the replicas held here publish for local reads (none: local reads are off).
     local: Option<Arc<LocalRegion>>,
+    /// Where each replica tells the blobs its versions name (see `crate::blob::repair`).
+    blob_repairs: tokio::sync::mpsc::UnboundedSender<crate::blob::repair::Repair>,
 }
 
 impl Replicas {
-    pub fn new(factory: ReplicaFactory, local: Option<Arc<LocalRegion>>) -> Self {
+    pub fn new(
+        factory: ReplicaFactory,
+        local: Option<Arc<LocalRegion>>,
+        blob_repairs: tokio::sync::mpsc::UnboundedSender<crate::blob::repair::Repair>,
+    ) -> Self {
         Replicas {
             node_id: factory.node_id,
             factory,
             held: RwLock::default(),
             applying: tokio::sync::Mutex::new(()),
             local,
+            blob_repairs,
         }
     }
 
@@ -248,6 +255,13 @@ impl Replicas {
             {
                 Ok(replica) => {
                     tracing::info!(shard = shard.id, form, "opened a replica");
+                    replica.store().set_sink(
+                        crate::blob::repair::SINK_NAME,
+                        Some(Arc::new(crate::blob::repair::RepairSink {
+                            shard: shard.id,
+                            queue: self.blob_repairs.clone(),
+                        })),
+                    );
                     if let Some(local) = &self.local {
                         local.attach(shard.id, &replica);
                     }

@@ -157,6 +157,7 @@ mod tests {
                 event_time_us: None,
                 deleted: false,
                 value: None,
+                blob: None,
             },
         }
     }

@@ -2,8 +2,8 @@
 
 use bytes::Bytes;
 use firn_model::{
-    CommitTs, GroupChange, Key, KeyRange, KeyspaceSpec, KvWrite, LogSeq, NewRecord, PutRequest,
-    StreamId, StreamTrim, TruncateBefore,
+    BlobRef, CommitTs, GroupChange, Key, KeyRange, KeyspaceSpec, KvWrite, LogSeq, NewRecord,
+    PutRequest, StreamId, StreamTrim, TruncateBefore,
 };
 use serde::{Deserialize, Serialize};
 
@@ -80,6 +80,12 @@ pub enum Op {
         group: Bytes,
         change: GroupChange,
     },
+    /// A put whose value is a blob already sealed on a majority of the shard's replicas
+    /// (`put.value` is empty): the version records the manifest.
+    PutBlob {
+        put: PutRequest,
+        blob: BlobRef,
+    },
 }
 
 /// How a stream append chooses its id, and what it trims after.
@@ -96,7 +102,7 @@ impl Op {
     /// so that it can share one storage batch with its neighbours in the log.
     pub fn is_batchable(&self) -> bool {
         match self {
-            Op::Put(p) => !p.return_previous,
+            Op::Put(p) | Op::PutBlob { put: p, .. } => !p.return_previous,
             Op::Delete { .. } | Op::MSet { .. } | Op::CloseTime => true,
             // An append reads only its tags' metadata, which the batch keeps in view; a
             // stream trim after it walks entries.
@@ -113,7 +119,7 @@ impl Op {
     /// keyspace changes) or reads the version it replaces.
     pub fn keys_written(&self) -> Option<usize> {
         match self {
-            Op::Put(p) if !p.return_previous => Some(1),
+            Op::Put(p) | Op::PutBlob { put: p, .. } if !p.return_previous => Some(1),
             Op::Delete { keys } => Some(keys.len()),
             Op::MSet { items } => Some(items.len()),
             Op::CloseTime => Some(0),
@@ -138,6 +144,7 @@ impl From<KvWrite> for Op {
             KvWrite::MSet { items } => Op::MSet { items },
             KvWrite::Truncate { target, before } => Op::Truncate { target, before },
             KvWrite::FlushAll => Op::FlushAll,
+            KvWrite::PutBlob { put, blob } => Op::PutBlob { put, blob },
         }
     }
 }

@@ -1,7 +1,7 @@
 //! What the state machine keeps per key and per version, and how table keys are encoded.
 
 use bytes::Bytes;
-use firn_model::{CommitTs, FirnError, Version, VersionInfo};
+use firn_model::{BlobRef, CommitTs, FirnError, Version, VersionInfo};
 use serde::{Deserialize, Serialize};
 
 /// Per-key bookkeeping, kept even when every value is truncated so that versions are never
@@ -30,18 +30,49 @@ impl KeyMeta {
 pub struct VersionRecord {
     pub commit_ts: CommitTs,
     pub event_time_us: Option<u64>,
-    /// `None`: a tombstone.
-    pub value: Option<Bytes>,
+    pub value: Stored,
+}
+
+/// What a version holds. Its encoding is that of the `Option<Bytes>` records held before
+/// blobs existed (postcard writes variant 0 as `None`'s byte and variant 1 as `Some`'s), so
+/// stored data and logs written then still read; a new variant goes at the end.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Stored {
+    Tombstone,
+    Inline(Bytes),
+    /// A large value, in a blob beside the log.
+    Blob(BlobRef),
+}
+
+impl Stored {
+    pub fn is_tombstone(&self) -> bool {
+        matches!(self, Stored::Tombstone)
+    }
 }
 
 impl VersionRecord {
     pub fn into_info(self, version: Version) -> VersionInfo {
+        let deleted = self.value.is_tombstone();
+        let (value, blob) = match self.value {
+            Stored::Tombstone => (None, None),
+            Stored::Inline(v) => (Some(v), None),
+            Stored::Blob(b) => (None, Some(b)),
+        };
         VersionInfo {
             version,
             commit_ts: self.commit_ts,
             event_time_us: self.event_time_us,
-            deleted: self.value.is_none(),
-            value: self.value,
+            deleted,
+            value,
+            blob,
+        }
+    }
+
+    /// The blob this version's value is in, if it is a large value.
+    pub fn blob(&self) -> Option<&BlobRef> {
+        match &self.value {
+            Stored::Blob(b) => Some(b),
+            _ => None,
         }
     }
 }
@@ -93,5 +124,38 @@ mod tests {
         // "a" and "a\0…" must not interleave.
         assert!(version_key(b"a", u64::MAX) < version_key(b"a\0", 0));
         assert_eq!(version_of(&version_key(b"key", 77)), 77);
+    }
+
+    /// Records written before blobs existed held `value: Option<Bytes>`; they must read as
+    /// the same versions, and new inline records must be written the same way.
+    #[test]
+    fn records_written_with_an_optional_value_still_read() {
+        #[derive(Serialize)]
+        struct Before {
+            commit_ts: CommitTs,
+            event_time_us: Option<u64>,
+            value: Option<Bytes>,
+        }
+        let ts = CommitTs::new(7, 1);
+        for (old, new) in [
+            (None, Stored::Tombstone),
+            (
+                Some(Bytes::from_static(b"v")),
+                Stored::Inline(Bytes::from_static(b"v")),
+            ),
+        ] {
+            let bytes = encode(&Before {
+                commit_ts: ts,
+                event_time_us: Some(3),
+                value: old,
+            });
+            let record = VersionRecord {
+                commit_ts: ts,
+                event_time_us: Some(3),
+                value: new,
+            };
+            assert_eq!(decode::<VersionRecord>(&bytes).unwrap(), record);
+            assert_eq!(encode(&record), bytes);
+        }
     }
 }

@@ -28,6 +28,7 @@ use crate::record::{KeyMeta, VersionRecord, decode, encode, version_key, version
 use crate::sink::AppliedSink;
 
 mod apply;
+mod blobs;
 pub mod group;
 pub mod log;
 mod replay;
@@ -99,8 +100,9 @@ pub struct VersionedStore {
     /// The newest stamp applied: every entry applied later is stamped above it, so this
     /// replica holds every version of the shard with `commit_ts ≤` it (time is closed).
     closed: watch::Sender<CommitTs>,
-    /// Told of every applied batch (see [`AppliedSink`]); none until the node attaches one.
-    sink: RwLock<Option<Arc<dyn AppliedSink>>>,
+    /// Told of every applied batch (see [`AppliedSink`]), each under its name; none until
+    /// the node attaches some.
+    sinks: RwLock<Vec<(&'static str, Arc<dyn AppliedSink>)>>,
 }
 
 impl VersionedStore {
@@ -122,7 +124,7 @@ impl VersionedStore {
             apply_state: Mutex::new(ApplyState::default()),
             events,
             closed: watch::Sender::new(CommitTs::default()),
-            sink: RwLock::new(None),
+            sinks: RwLock::new(Vec::new()),
         };
         store.reload()?;
         Ok(store)
@@ -171,14 +173,17 @@ impl VersionedStore {
         Ok(())
     }
 
-    /// Attaches the observer of applied batches (replacing any before it).
-    pub fn set_sink(&self, sink: Option<Arc<dyn AppliedSink>>) {
-        *self.sink.write().unwrap_or_else(|p| p.into_inner()) = sink;
+    /// Attaches the observer of applied batches named `name` (replacing the one of that
+    /// name before it), or with `None` detaches it.
+    pub fn set_sink(&self, name: &'static str, sink: Option<Arc<dyn AppliedSink>>) {
+        let mut sinks = self.sinks.write().unwrap_or_else(|p| p.into_inner());
+        sinks.retain(|(n, _)| *n != name);
+        sinks.extend(sink.map(|s| (name, s)));
     }
 
     fn tell_sink(&self, versions: &[WatchEvent], closed: CommitTs, reset: bool) {
-        let sink = self.sink.read().unwrap_or_else(|p| p.into_inner()).clone();
-        if let Some(sink) = sink {
+        let sinks = self.sinks.read().unwrap_or_else(|p| p.into_inner()).clone();
+        for (_, sink) in sinks {
             sink.applied(self, versions, closed, reset);
         }
     }

@@ -20,7 +20,9 @@ pub struct ServeArgs {
     /// Keep nothing after exit and skip fsync (tests only: acknowledged writes can be lost).
     #[arg(long)]
     in_memory: bool,
-    /// Largest value accepted, in bytes (at most 16 MiB).
+    /// Largest value carried inline through the Raft log, in bytes (at most 16 MiB); a
+    /// larger one is stored beside the log as a blob (up to 16 GiB over HTTP, 64 MiB over
+    /// RESP).
     #[arg(long, default_value_t = firn_model::limits::VALUE_BYTES_MAX_DEFAULT)]
     max_value_bytes: usize,
     /// Allow FLUSHALL to drop every key.
@@ -87,6 +89,13 @@ pub struct ServeArgs {
     /// since the last checkpoint.
     #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
     memory_checkpoint_every: Duration,
+    /// How often blob files (large values) that no stored version names are looked for.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    blob_sweep_every: Duration,
+    /// How old an unused blob file must be before it is deleted: longer than any upload
+    /// takes between its seal and its manifest's commit.
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    blob_grace: Duration,
 }
 
 /// The region setting the three `--local-*` flags describe, checked.
@@ -156,6 +165,8 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
         )?,
         follow_interval: args.follow_interval,
         memory_checkpoint_every: args.memory_checkpoint_every,
+        blob_sweep_every: args.blob_sweep_every,
+        blob_grace: args.blob_grace,
     };
     let node = RunningNode::start(config)
         .await

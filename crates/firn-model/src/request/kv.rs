@@ -74,6 +74,12 @@ pub enum KvWrite {
     },
     /// Drop every key and version (refused unless the node allows it).
     FlushAll,
+    /// A put of a large value already stored beside the log (`put.value` is empty): only
+    /// its manifest goes through consensus.
+    PutBlob {
+        put: PutRequest,
+        blob: crate::BlobRef,
+    },
 }
 
 /// What a snapshot reads.
@@ -164,7 +170,7 @@ impl KvRead {
 impl KvWrite {
     pub fn name(&self) -> &'static str {
         match self {
-            KvWrite::Put(_) => "put",
+            KvWrite::Put(_) | KvWrite::PutBlob { .. } => "put",
             KvWrite::Delete { .. } => "delete",
             KvWrite::MSet { .. } => "mset",
             KvWrite::Truncate { .. } => "truncate",

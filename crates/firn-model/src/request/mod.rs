@@ -262,13 +262,19 @@ pub struct VersionInfo {
     pub event_time_us: Option<u64>,
     /// A tombstone: the key was deleted at this version.
     pub deleted: bool,
-    /// The value; `None` for a tombstone or a keyspace that stores no values.
+    /// The value; `None` for a tombstone or a keyspace that stores no values, and for a
+    /// large value until it is read from its blob.
     pub value: Option<Bytes>,
+    /// A large value's manifest: the value is in a blob beside the log.
+    pub blob: Option<crate::BlobRef>,
 }
 
 impl VersionInfo {
-    pub fn size(&self) -> usize {
-        self.value.as_ref().map_or(0, |v| v.len())
+    pub fn size(&self) -> u64 {
+        match &self.blob {
+            Some(blob) => blob.size,
+            None => self.value.as_ref().map_or(0, |v| v.len() as u64),
+        }
     }
 }
 

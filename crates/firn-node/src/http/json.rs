@@ -65,6 +65,10 @@ pub(super) fn version_json(info: &VersionInfo) -> Json {
     });
     let (field, value) = value_json(&info.value);
     j[field] = value;
+    // A large value is not inlined: read it with GET /v1/kv/{key}?version=N.
+    if info.blob.is_some() {
+        j["large"] = json!(true);
+    }
     j
 }
 

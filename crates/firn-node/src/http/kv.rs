@@ -14,6 +14,7 @@ use firn_model::{
     FirnError, KeyRange, KvRead, KvWrite, PutRequest, ReadAt, Request, Response, SnapshotOf,
     TruncateBefore, WriteCondition,
 };
+use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
 
@@ -44,7 +45,18 @@ pub(super) async fn get_kv(
                 }
                 headers.insert("firn-stale-at-most-us", HeaderValue::from(stale.at_most_us));
             }
-            Ok((headers, info.value.unwrap_or_default()).into_response())
+            match info.blob {
+                // A large value streams from its blob, never whole in memory.
+                Some(blob) => {
+                    headers.insert(
+                        axum::http::header::CONTENT_LENGTH,
+                        HeaderValue::from(blob.size),
+                    );
+                    let body = axum::body::Body::from_stream(router.blobs().stream(blob));
+                    Ok((headers, body).into_response())
+                }
+                None => Ok((headers, info.value.unwrap_or_default()).into_response()),
+            }
         }
         Response::Value(None) => Ok((StatusCode::NOT_FOUND, axum::Json(json!({"error": "NOTFOUND", "message": "no such key at the requested version or time"}))).into_response()),
         other => Err(unexpected(other)),
@@ -56,18 +68,18 @@ pub(super) async fn put_kv(
     axum::Extension(session): axum::Extension<Session>,
     Path(key): Path<String>,
     Query(q): Params,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> ApiResult<HttpResponse> {
-    let mut put = PutRequest::new(key_of(key)?, body);
+    let mut put = PutRequest::new(key_of(key)?, Bytes::new());
     if let Some(v) = param_u64(&q, "if_version")? {
         put.condition = WriteCondition::IfVersion(v);
     }
     put.event_time_us = q.get("event_time").map(|t| parse_micros(t)).transpose()?;
-    match session
-        .execute(&router, KvWrite::Put(put).into())
-        .await?
-        .response
-    {
+    // The body streams in: a value above the inline limit goes beside the log in chunks.
+    let body = body.into_data_stream().map(|chunk| {
+        chunk.map_err(|e| FirnError::BadArgument(format!("reading the request body: {e}")))
+    });
+    match session.put_streamed(&router, put, body).await?.response {
         Response::Written(w) if !w.is_empty() => {
             let mut headers = HeaderMap::new();
             headers.insert("firn-version", HeaderValue::from(w[0].version));

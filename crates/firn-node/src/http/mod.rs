@@ -116,6 +116,18 @@ impl Session {
         self.lock().saw_result(result)
     }
 
+    /// A put whose value streams in (see [`Router::put_streamed`]), in this session.
+    async fn put_streamed(
+        &self,
+        router: &Router,
+        put: firn_model::PutRequest,
+        body: impl futures::Stream<Item = Result<axum::body::Bytes, FirnError>> + Send + Unpin,
+    ) -> Result<Answer, FirnError> {
+        let ctx = self.lock().context();
+        let result = router.put_streamed(&ctx, put, body).await;
+        self.lock().saw_result(result)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, ClientSession> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }

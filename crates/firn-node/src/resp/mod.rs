@@ -329,7 +329,8 @@ impl Connection {
             let reply = match q {
                 Queued::Ready(r) => r,
                 Queued::Pending(how, pending) => {
-                    let result = self.saw(pending.await);
+                    let result = self.shared.router.with_blob_values(pending.await).await;
+                    let result = self.saw(result);
                     how.show(result.map(|a| a.response))
                 }
             };
@@ -350,6 +351,8 @@ impl Connection {
         let ctx = self.session.context();
         let results = self.shared.router.execute_reads(&ctx, reads).await;
         for (how, result) in renders.into_iter().zip(results) {
+            // RESP answers whole values: large ones are read from their blobs here.
+            let result = self.shared.router.with_blob_values(result).await;
             let result = self.saw(result);
             // A local read says how far behind it may be, when its command answers a map
             // (FIRN.GET; GET is never local).

@@ -8,6 +8,7 @@
 //! ([`host`]).
 
 mod admin;
+mod blob;
 mod group;
 mod host;
 mod log;
@@ -74,6 +75,8 @@ pub struct Router {
     reply_slots: ReplySlots,
     /// Where this node's clients send requests, for leaders that follow them.
     origins: origin::OriginCounter,
+    /// Large values beside the log.
+    blobs: Arc<crate::blob::Blobs>,
 }
 
 /// What a router is built from.
@@ -87,11 +90,19 @@ pub struct RouterParts {
     /// The local log index's bound (0: off).
     pub log_index_bytes: usize,
     pub client_addrs: (String, String),
+    pub blobs: crate::blob::BlobConfig,
 }
 
 impl Router {
     pub fn new(parts: RouterParts) -> Self {
+        let blobs = Arc::new(crate::blob::Blobs::new(
+            parts.blobs,
+            parts.peers.clone(),
+            parts.layout.clone(),
+            parts.replicas.clone(),
+        ));
         Router {
+            blobs,
             node_id: parts.replicas.node_id(),
             client_addrs: parts.client_addrs,
             replicas: parts.replicas,
@@ -114,6 +125,11 @@ impl Router {
 
     pub fn replicas(&self) -> &Arc<Replicas> {
         &self.replicas
+    }
+
+    /// This node's blob files and the reading of blobs.
+    pub fn blobs(&self) -> &Arc<crate::blob::Blobs> {
+        &self.blobs
     }
 
     pub fn meta(&self) -> &Arc<MetaClient> {
@@ -169,9 +185,17 @@ impl Router {
             KvWrite::Put(p) => self.limits.check_value(p.value.len()),
             KvWrite::MSet { items } => {
                 check_key_count(items.len())?;
-                items
+                match items
                     .iter()
-                    .try_for_each(|(_, v)| self.limits.check_value(v.len()))
+                    .find(|(_, v)| v.len() > self.limits.value_bytes_max)
+                {
+                    Some((key, v)) => Err(FirnError::BadArgument(format!(
+                        "MSET carries values of at most {} bytes; '{key}' has {} (write a large value alone, with SET or HTTP PUT)",
+                        self.limits.value_bytes_max,
+                        v.len()
+                    ))),
+                    None => Ok(()),
+                }
             }
             KvWrite::Delete { keys } => check_key_count(keys.len()),
             KvWrite::Truncate {
@@ -184,6 +208,7 @@ impl Router {
                     .into(),
             )),
             KvWrite::FlushAll => Ok(()),
+            KvWrite::PutBlob { put, blob } => self.check_manifest(put, blob),
         }
     }
 
@@ -192,6 +217,14 @@ impl Router {
     /// forwarded write is awaited here for the same reason); a read is executed at once.
     pub async fn submit(&self, ctx: &CallContext, request: Request) -> Pending {
         match request {
+            // A value above the inline limit goes beside the log; the upload is over (and
+            // the manifest proposed) before this returns, keeping a connection's order.
+            Request::Kv(KvRequest::Write(KvWrite::Put(put)))
+                if put.value.len() > self.limits.value_bytes_max =>
+            {
+                let value = put.value.clone();
+                ready(self.put_large(ctx, put, blob::once(value)).await)
+            }
             Request::Kv(KvRequest::Read(KvRead::Snapshot { of, at })) => {
                 self.snapshot(ctx, of, at).await
             }

@@ -153,7 +153,7 @@ fn read_keys(read: &KvRead) -> Keys<'_> {
 /// A write's keys (none for a prefix truncate or FLUSHALL).
 fn write_keys(write: &KvWrite) -> Keys<'_> {
     match write {
-        KvWrite::Put(p) => (Some(&p.key), &[], &[]),
+        KvWrite::Put(p) | KvWrite::PutBlob { put: p, .. } => (Some(&p.key), &[], &[]),
         KvWrite::Delete { keys } => (None, keys, &[]),
         KvWrite::MSet { items } => (None, &[], items),
         KvWrite::Truncate {

@@ -77,7 +77,17 @@ calls! {
     OriginCounts => crate::cluster::follow::OriginReport;
     /// Whether this node's replica of a memory shard is recovering (see `crate::recovery`).
     Recovering => bool;
+    /// A chunk of a large value for this node's replica of a shard (see `crate::blob`).
+    BlobChunk => Result<(), FirnError>;
+    /// Seal an uploaded blob: check it against its manifest, fsync it, make it readable.
+    BlobSeal => Result<(), FirnError>;
+    /// A chunk of a blob sealed here.
+    BlobRead => Result<bytes::Bytes, FirnError>;
+    /// Drop an upload whose manifest will not be proposed.
+    BlobDiscard => ();
 }
+
+pub use crate::blob::{BlobChunk, BlobDiscard, BlobRead, BlobSeal};
 
 /// What one shard is asked: a read, or a write as the log operation it becomes.
 #[derive(Clone, Debug, Serialize, Deserialize)]

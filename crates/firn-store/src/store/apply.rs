@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::ops::Bound;
 
-use bytes::Bytes;
 use firn_model::limits::KEYSPACES_MAX;
 use firn_model::{
     CommitTs, FirnError, Key, KeyRange, KeyspaceMode, Response, TruncateBefore, Version,
@@ -16,7 +15,7 @@ use firn_model::{
 use super::{BULK_BATCH_WRITES_MAX, VersionedStore, WALK_PAGE, io_err, prefix_end};
 use crate::backend::{Batch, Table};
 use crate::command::Op;
-use crate::record::{KeyMeta, VersionRecord, encode, version_key};
+use crate::record::{KeyMeta, Stored, VersionRecord, encode, version_key};
 
 /// One command's changes, buffered until they commit as one batch.
 pub(super) struct Txn<'a> {
@@ -73,7 +72,7 @@ impl<'a> Txn<'a> {
         self.paged = is_bulk(op);
         // Every key first: a refusal must come before anything is written.
         match op {
-            Op::Put(p) => self.store.in_lane(p.key.as_bytes())?,
+            Op::Put(p) | Op::PutBlob { put: p, .. } => self.store.in_lane(p.key.as_bytes())?,
             Op::MSet { items } => {
                 for (key, _) in items {
                     self.store.in_lane(key.as_bytes())?;
@@ -90,10 +89,20 @@ impl<'a> Txn<'a> {
             Op::Put(p) => {
                 let w = self.write_version(
                     &p.key,
-                    Some(p.value.clone()),
+                    Stored::Inline(p.value.clone()),
                     p.event_time_us,
                     p.condition,
                     p.return_previous,
+                )?;
+                Ok(Response::Written(vec![w]))
+            }
+            Op::PutBlob { put, blob } => {
+                let w = self.write_version(
+                    &put.key,
+                    Stored::Blob(blob.clone()),
+                    put.event_time_us,
+                    put.condition,
+                    put.return_previous,
                 )?;
                 Ok(Response::Written(vec![w]))
             }
@@ -102,7 +111,7 @@ impl<'a> Txn<'a> {
                 for (key, value) in items {
                     out.push(self.write_version(
                         key,
-                        Some(value.clone()),
+                        Stored::Inline(value.clone()),
                         None,
                         WriteCondition::Always,
                         false,
@@ -126,7 +135,13 @@ impl<'a> Txn<'a> {
                         });
                         continue;
                     }
-                    out.push(self.write_version(key, None, None, WriteCondition::Always, false)?);
+                    out.push(self.write_version(
+                        key,
+                        Stored::Tombstone,
+                        None,
+                        WriteCondition::Always,
+                        false,
+                    )?);
                 }
                 Ok(Response::Written(out))
             }
@@ -297,7 +312,7 @@ impl<'a> Txn<'a> {
     fn write_version(
         &mut self,
         key: &Key,
-        value: Option<Bytes>,
+        value: Stored,
         event_time_us: Option<u64>,
         condition: WriteCondition,
         return_previous: bool,
@@ -376,7 +391,7 @@ impl<'a> Txn<'a> {
                 meta.oldest = version + 1;
             }
         }
-        let now_live = record.value.is_some();
+        let now_live = !record.value.is_tombstone();
         meta.latest = version;
         meta.latest_ts = self.ts;
         meta.latest_deleted = !now_live;

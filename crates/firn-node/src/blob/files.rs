@@ -1,0 +1,354 @@
+//! A node's blob files: `<data-dir>/blobs/<shard>/<id>`, one per large value of a shard this
+//! node holds a replica of. A file is written chunk by chunk as `<id>.part`, then sealed:
+//! its chunks' digests checked against the manifest, fsync'd, renamed to `<id>`, and the
+//! directory fsync'd. Only a sealed file is ever read. Each file starts with a header
+//! naming its key, so that the sweeper can ask the shard whether a version still uses it.
+//!
+//! Everything here blocks on the disk: callers run it on the blocking pool.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Instant, SystemTime};
+
+use bytes::Bytes;
+use firn_model::blob::{BLOB_CHUNK_BYTES, blob_name};
+use firn_model::limits::KEY_BYTES_MAX;
+use firn_model::{BlobRef, FirnError};
+use firn_raft::ShardId;
+use sha2::{Digest, Sha256};
+
+const MAGIC: &[u8; 8] = b"FIRNBLB1";
+const PART: &str = "part";
+/// Bytes written to an upload between fsyncs, so that sealing waits for little.
+const SYNC_EVERY_BYTES: u64 = 64 << 20;
+
+/// A chunk's digest.
+pub fn digest(data: &[u8]) -> [u8; 32] {
+    Sha256::digest(data).into()
+}
+
+/// An upload being written here.
+struct Upload {
+    file: File,
+    len: u64,
+    digests: Vec<[u8; 32]>,
+    unsynced: u64,
+    touched: Instant,
+}
+
+/// One file found in a shard's directory.
+pub struct Found {
+    pub id: u128,
+    /// Still being uploaded (or abandoned).
+    pub part: bool,
+    pub modified: SystemTime,
+}
+
+pub struct BlobFiles {
+    root: PathBuf,
+    uploads: Mutex<HashMap<(ShardId, u128), Upload>>,
+}
+
+fn io(what: &str, path: &Path, e: io::Error) -> FirnError {
+    FirnError::Internal(format!("{what} {}: {e}", path.display()))
+}
+
+impl BlobFiles {
+    pub fn new(root: PathBuf) -> Self {
+        BlobFiles {
+            root,
+            uploads: Mutex::default(),
+        }
+    }
+
+    fn dir(&self, shard: ShardId) -> PathBuf {
+        self.root.join(shard.to_string())
+    }
+
+    fn path(&self, shard: ShardId, id: u128) -> PathBuf {
+        self.dir(shard).join(blob_name(id))
+    }
+
+    fn part_path(&self, shard: ShardId, id: u128) -> PathBuf {
+        self.dir(shard).join(format!("{}.{PART}", blob_name(id)))
+    }
+
+    fn uploads(&self) -> std::sync::MutexGuard<'_, HashMap<(ShardId, u128), Upload>> {
+        self.uploads.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends a chunk at `offset` to an upload; offset 0 starts it (again), with `key`.
+    /// Chunks come in order, each full-size but the last.
+    pub fn write_chunk(
+        &self,
+        shard: ShardId,
+        id: u128,
+        key: &[u8],
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), FirnError> {
+        if data.is_empty() || data.len() > BLOB_CHUNK_BYTES {
+            return Err(FirnError::BadArgument(format!(
+                "a blob chunk holds 1 to {BLOB_CHUNK_BYTES} bytes, not {}",
+                data.len()
+            )));
+        }
+        let mut upload = if offset == 0 {
+            self.start(shard, id, key)?
+        } else {
+            self.uploads().remove(&(shard, id)).ok_or_else(|| {
+                FirnError::TryAgain(format!("no upload of blob {} here", blob_name(id)))
+            })?
+        };
+        let in_order = upload.len == offset && upload.len % BLOB_CHUNK_BYTES as u64 == 0;
+        if !in_order {
+            let _ = fs::remove_file(self.part_path(shard, id));
+            return Err(FirnError::BadArgument(format!(
+                "blob {} chunk at offset {offset}: the upload holds {} bytes",
+                blob_name(id),
+                upload.len
+            )));
+        }
+        let path = self.part_path(shard, id);
+        upload
+            .file
+            .write_all(data)
+            .map_err(|e| io("writing", &path, e))?;
+        upload.digests.push(digest(data));
+        upload.len += data.len() as u64;
+        upload.unsynced += data.len() as u64;
+        if upload.unsynced >= SYNC_EVERY_BYTES {
+            upload
+                .file
+                .sync_data()
+                .map_err(|e| io("syncing", &path, e))?;
+            upload.unsynced = 0;
+        }
+        upload.touched = Instant::now();
+        self.uploads().insert((shard, id), upload);
+        Ok(())
+    }
+
+    fn start(&self, shard: ShardId, id: u128, key: &[u8]) -> Result<Upload, FirnError> {
+        if key.is_empty() || key.len() > KEY_BYTES_MAX {
+            return Err(FirnError::BadArgument(
+                "a blob's key is 1 B to 8 KiB".into(),
+            ));
+        }
+        let dir = self.dir(shard);
+        fs::create_dir_all(&dir).map_err(|e| io("creating", &dir, e))?;
+        let path = self.part_path(shard, id);
+        let mut file = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| io("creating", &path, e))?;
+        let mut header = Vec::with_capacity(MAGIC.len() + 2 + key.len());
+        header.extend_from_slice(MAGIC);
+        header.extend_from_slice(&(key.len() as u16).to_be_bytes());
+        header.extend_from_slice(key);
+        file.write_all(&header)
+            .map_err(|e| io("writing", &path, e))?;
+        Ok(Upload {
+            file,
+            len: 0,
+            digests: Vec::new(),
+            unsynced: 0,
+            touched: Instant::now(),
+        })
+    }
+
+    /// Seals an upload that matches `blob` exactly: durable, then visible under its name.
+    /// Sealing a blob already sealed here succeeds.
+    pub fn seal(&self, blob: &BlobRef) -> Result<(), FirnError> {
+        let (shard, id) = (blob.shard, blob.id);
+        let Some(upload) = self.uploads().remove(&(shard, id)) else {
+            return if self.has(shard, id) {
+                Ok(())
+            } else {
+                Err(FirnError::TryAgain(format!(
+                    "no upload of blob {} here",
+                    blob.name()
+                )))
+            };
+        };
+        let part = self.part_path(shard, id);
+        if upload.len != blob.size || upload.digests != blob.digests {
+            let _ = fs::remove_file(&part);
+            return Err(FirnError::Internal(format!(
+                "blob {}: {} bytes arrived here, not the manifest's {} (or a chunk differs)",
+                blob.name(),
+                upload.len,
+                blob.size
+            )));
+        }
+        upload
+            .file
+            .sync_all()
+            .map_err(|e| io("syncing", &part, e))?;
+        fs::rename(&part, self.path(shard, id)).map_err(|e| io("sealing", &part, e))?;
+        let dir = self.dir(shard);
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io("syncing", &dir, e))
+    }
+
+    /// Drops an upload and its file (sealed or not).
+    pub fn discard(&self, shard: ShardId, id: u128) {
+        self.uploads().remove(&(shard, id));
+        let _ = fs::remove_file(self.part_path(shard, id));
+        let _ = fs::remove_file(self.path(shard, id));
+    }
+
+    /// Whether blob `id` is sealed here.
+    pub fn has(&self, shard: ShardId, id: u128) -> bool {
+        self.path(shard, id).is_file()
+    }
+
+    /// Opens a sealed blob: the file, positioned at its first byte of data, and its key.
+    fn open(&self, shard: ShardId, id: u128) -> io::Result<(File, Vec<u8>)> {
+        let path = if self.has(shard, id) {
+            self.path(shard, id)
+        } else {
+            self.part_path(shard, id)
+        };
+        let mut file = File::open(path)?;
+        let mut head = [0u8; MAGIC.len() + 2];
+        file.read_exact(&mut head)?;
+        if &head[..MAGIC.len()] != MAGIC {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not a blob file",
+            ));
+        }
+        let mut key = vec![0u8; u16::from_be_bytes([head[8], head[9]]) as usize];
+        file.read_exact(&mut key)?;
+        Ok((file, key))
+    }
+
+    /// `len` bytes of sealed blob `id` from `offset`.
+    pub fn read(&self, shard: ShardId, id: u128, offset: u64, len: usize) -> io::Result<Bytes> {
+        if !self.has(shard, id) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("blob {} is not sealed here", blob_name(id)),
+            ));
+        }
+        let (mut file, _) = self.open(shard, id)?;
+        file.seek(SeekFrom::Current(offset as i64))?;
+        let mut buf = vec![0u8; len];
+        file.read_exact(&mut buf)?;
+        Ok(Bytes::from(buf))
+    }
+
+    /// The key a blob file (sealed or not) was uploaded for.
+    pub fn key_of(&self, shard: ShardId, id: u128) -> io::Result<Vec<u8>> {
+        self.open(shard, id).map(|(_, key)| key)
+    }
+
+    /// The shards with a directory here.
+    pub fn shards(&self) -> Vec<ShardId> {
+        let Ok(entries) = fs::read_dir(&self.root) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect()
+    }
+
+    /// The blob files of `shard`.
+    pub fn list(&self, shard: ShardId) -> Vec<Found> {
+        let Ok(entries) = fs::read_dir(self.dir(shard)) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let (hex, part) = match name.split_once('.') {
+                    Some((hex, PART)) => (hex.to_string(), true),
+                    Some(_) => return None,
+                    None => (name, false),
+                };
+                Some(Found {
+                    id: u128::from_str_radix(&hex, 16).ok()?,
+                    part,
+                    modified: e.metadata().ok()?.modified().ok()?,
+                })
+            })
+            .collect()
+    }
+
+    /// Whether an upload of blob `id` is open here and was written to within `within`.
+    pub fn uploading(&self, shard: ShardId, id: u128, within: std::time::Duration) -> bool {
+        self.uploads()
+            .get(&(shard, id))
+            .is_some_and(|u| u.touched.elapsed() < within)
+    }
+
+    /// Removes a shard's directory (a replica moved elsewhere).
+    pub fn remove_shard(&self, shard: ShardId) {
+        self.uploads().retain(|(s, _), _| *s != shard);
+        let _ = fs::remove_dir_all(self.dir(shard));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blob(data: &[&[u8]], id: u128) -> BlobRef {
+        BlobRef {
+            shard: 3,
+            id,
+            size: data.iter().map(|d| d.len() as u64).sum(),
+            chunk_bytes: BLOB_CHUNK_BYTES as u32,
+            digests: data.iter().map(|d| digest(d)).collect(),
+        }
+    }
+
+    #[test]
+    fn a_sealed_blob_reads_back_and_names_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = BlobFiles::new(dir.path().to_path_buf());
+        let first = vec![7u8; BLOB_CHUNK_BYTES];
+        files.write_chunk(3, 9, b"big/key", 0, &first).unwrap();
+        files
+            .write_chunk(3, 9, b"", BLOB_CHUNK_BYTES as u64, b"tail")
+            .unwrap();
+        assert!(!files.has(3, 9), "not visible before it is sealed");
+        files.seal(&blob(&[&first, b"tail"], 9)).unwrap();
+        assert!(files.has(3, 9));
+        let back = files.read(3, 9, BLOB_CHUNK_BYTES as u64 - 2, 6).unwrap();
+        assert_eq!(&back[..], &[7, 7, b't', b'a', b'i', b'l']);
+        assert_eq!(files.key_of(3, 9).unwrap(), b"big/key");
+        assert_eq!(files.list(3).len(), 1);
+        assert_eq!(files.shards(), vec![3]);
+    }
+
+    #[test]
+    fn a_seal_that_does_not_match_the_manifest_is_refused_and_the_file_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = BlobFiles::new(dir.path().to_path_buf());
+        files.write_chunk(3, 1, b"k", 0, b"abc").unwrap();
+        assert!(files.seal(&blob(&[b"abd"], 1)).is_err());
+        assert!(!files.has(3, 1));
+        assert!(files.list(3).is_empty());
+    }
+
+    #[test]
+    fn chunks_out_of_order_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = BlobFiles::new(dir.path().to_path_buf());
+        files.write_chunk(3, 1, b"k", 0, b"short").unwrap();
+        // After a short chunk nothing may follow, and offsets must match.
+        assert!(files.write_chunk(3, 1, b"", 5, b"more").is_err());
+        assert!(files.write_chunk(3, 2, b"", 10, b"x").is_err());
+        assert!(files.write_chunk(3, 2, b"k", 0, b"").is_err());
+    }
+}

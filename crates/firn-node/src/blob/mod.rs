@@ -1,0 +1,339 @@
+//! Large values beside the log (SplitFT's bulk path). A value above the inline limit is
+//! streamed in chunks to every replica of its shard ([`files`]), sealed on a majority, and
+//! only then is its manifest proposed (`router/blob.rs`). Reads stream the blob from this
+//! node's file or, chunk by chunk, from another replica, checking every chunk's digest.
+//! A replica that lacks a blob a version names fetches it ([`repair`]); files no version
+//! names any more are deleted ([`sweep`]).
+
+pub mod files;
+pub mod repair;
+pub mod sweep;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use firn_model::{BlobRef, FirnError};
+use firn_raft::{NodeId, ShardId};
+use futures::{Stream, StreamExt};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use self::files::{BlobFiles, digest};
+use crate::cluster::layout::ClusterLayout;
+use crate::replicas::Replicas;
+use crate::rpc::PeerClient;
+
+/// How long a peer may take to write or read one chunk, or to seal a blob (an fsync of
+/// what the last few chunks left unsynced).
+pub const CHUNK_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Chunks a reader fetches ahead of the one it sends.
+const READ_AHEAD: usize = 2;
+
+/// How the node keeps its blob files.
+#[derive(Clone, Debug)]
+pub struct BlobConfig {
+    /// `<data-dir>/blobs`.
+    pub dir: PathBuf,
+    /// How often unused files are looked for.
+    pub sweep_every: Duration,
+    /// A file no version names is deleted once it is this old (an upload whose manifest is
+    /// not yet applied must not be).
+    pub grace: Duration,
+}
+
+/// The default sweep interval and grace: an hour covers any upload that is still going.
+pub const SWEEP_EVERY_DEFAULT: Duration = Duration::from_secs(60);
+pub const GRACE_DEFAULT: Duration = Duration::from_secs(3600);
+
+/// Calls between nodes for blobs (see `crate::rpc`).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BlobChunk {
+    pub shard: ShardId,
+    pub id: u128,
+    /// The key, with the first chunk.
+    pub key: Bytes,
+    pub offset: u64,
+    pub data: Bytes,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BlobSeal(pub BlobRef);
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BlobRead {
+    pub shard: ShardId,
+    pub id: u128,
+    pub offset: u64,
+    pub len: u32,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BlobDiscard {
+    pub shard: ShardId,
+    pub id: u128,
+}
+
+pub struct Blobs {
+    node_id: NodeId,
+    files: Arc<BlobFiles>,
+    peers: PeerClient,
+    layout: watch::Receiver<Arc<ClusterLayout>>,
+    replicas: Arc<Replicas>,
+    config: BlobConfig,
+    /// Makes ids unique among this node's uploads within one microsecond.
+    counter: AtomicU32,
+}
+
+impl Blobs {
+    pub fn new(
+        config: BlobConfig,
+        peers: PeerClient,
+        layout: watch::Receiver<Arc<ClusterLayout>>,
+        replicas: Arc<Replicas>,
+    ) -> Self {
+        Blobs {
+            node_id: replicas.node_id(),
+            files: Arc::new(BlobFiles::new(config.dir.clone())),
+            peers,
+            layout,
+            replicas,
+            config,
+            counter: AtomicU32::new(0),
+        }
+    }
+
+    /// A new blob id: this node, its clock, a counter.
+    pub fn new_id(&self) -> u128 {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        ((self.node_id as u128) << 96)
+            | ((firn_model::hlc::system_wall_us() as u128) << 32)
+            | n as u128
+    }
+
+    /// The nodes that hold (or are being given) a replica of `shard`.
+    pub fn holders(&self, shard: ShardId) -> Vec<NodeId> {
+        let layout = self.layout.borrow().clone();
+        match layout.shards.get(shard as usize) {
+            Some(s) => layout
+                .nodes
+                .keys()
+                .copied()
+                .filter(|n| layout.holds(s, *n))
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Whether the layout (a routable one) gives `shard` to other nodes only.
+    pub fn moved_away(&self, shard: ShardId) -> bool {
+        let layout = self.layout.borrow().clone();
+        layout.is_routable()
+            && layout
+                .shards
+                .get(shard as usize)
+                .is_some_and(|s| !layout.holds(s, self.node_id))
+    }
+
+    fn holds_here(&self, shard: ShardId) -> bool {
+        self.replicas.get(shard).is_some() || self.holders(shard).contains(&self.node_id)
+    }
+
+    /// Runs a blocking file operation off the async threads.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&BlobFiles) -> Result<T, FirnError> + Send + 'static,
+    ) -> Result<T, FirnError> {
+        let files = self.files.clone();
+        tokio::task::spawn_blocking(move || work(&files))
+            .await
+            .map_err(|e| FirnError::Internal(format!("blob file task: {e}")))?
+    }
+
+    /// Writes a chunk of an upload on `node` (this one or a peer).
+    pub async fn write_at(&self, node: NodeId, chunk: BlobChunk) -> Result<(), FirnError> {
+        if node == self.node_id {
+            return self.serve_chunk(chunk).await;
+        }
+        self.peers
+            .call_within(node, chunk, CHUNK_CALL_TIMEOUT)
+            .await?
+    }
+
+    /// Seals an upload on `node`.
+    pub async fn seal_at(&self, node: NodeId, blob: BlobRef) -> Result<(), FirnError> {
+        if node == self.node_id {
+            return self.serve_seal(BlobSeal(blob)).await;
+        }
+        self.peers
+            .call_within(node, BlobSeal(blob), CHUNK_CALL_TIMEOUT)
+            .await?
+    }
+
+    /// Drops an upload on `node`, as well as it can (the sweeper deletes what this misses).
+    pub async fn discard_at(&self, node: NodeId, shard: ShardId, id: u128) {
+        if node == self.node_id {
+            self.serve_discard(BlobDiscard { shard, id }).await;
+        } else {
+            let _ = self.peers.call(node, BlobDiscard { shard, id }).await;
+        }
+    }
+
+    /// A peer's chunk of an upload to this node's replica.
+    pub async fn serve_chunk(&self, c: BlobChunk) -> Result<(), FirnError> {
+        if !self.holds_here(c.shard) {
+            return Err(FirnError::TryAgain(format!(
+                "node {} holds no replica of shard {}",
+                self.node_id, c.shard
+            )));
+        }
+        metrics::counter!("firn_blob_received_bytes_total").increment(c.data.len() as u64);
+        self.blocking(move |f| f.write_chunk(c.shard, c.id, &c.key, c.offset, &c.data))
+            .await
+    }
+
+    pub async fn serve_seal(&self, BlobSeal(blob): BlobSeal) -> Result<(), FirnError> {
+        self.blocking(move |f| f.seal(&blob)).await
+    }
+
+    pub async fn serve_discard(&self, d: BlobDiscard) {
+        let _ = self
+            .blocking(move |f| {
+                f.discard(d.shard, d.id);
+                Ok(())
+            })
+            .await;
+    }
+
+    /// A chunk of a blob sealed here, for a peer.
+    pub async fn serve_read(&self, r: BlobRead) -> Result<Bytes, FirnError> {
+        self.blocking(move |f| {
+            f.read(r.shard, r.id, r.offset, r.len as usize)
+                .map_err(|e| FirnError::TryAgain(format!("blob {}: {e}", r.id)))
+        })
+        .await
+    }
+
+    /// Chunk `index` of `blob`, from this node's file if it has one, else from the other
+    /// holders in turn, its digest checked.
+    async fn chunk(
+        &self,
+        blob: &BlobRef,
+        index: usize,
+        remote_only: bool,
+    ) -> Result<Bytes, FirnError> {
+        let (offset, len) = blob.chunks().nth(index).ok_or_else(|| {
+            FirnError::Internal(format!("blob {} has no chunk {index}", blob.name()))
+        })?;
+        let expected = blob.digests[index];
+        let mut last = FirnError::Unavailable(format!(
+            "no replica of shard {} holds blob {}",
+            blob.shard,
+            blob.name()
+        ));
+        let here = (!remote_only && self.files.has(blob.shard, blob.id)).then_some(self.node_id);
+        let others = self
+            .holders(blob.shard)
+            .into_iter()
+            .filter(|n| *n != self.node_id);
+        for node in here.into_iter().chain(others) {
+            let read = BlobRead {
+                shard: blob.shard,
+                id: blob.id,
+                offset,
+                len: len as u32,
+            };
+            let data = if node == self.node_id {
+                self.serve_read(read).await
+            } else {
+                self.peers
+                    .call_within(node, read, CHUNK_CALL_TIMEOUT)
+                    .await
+                    .and_then(|r| r)
+            };
+            match data {
+                Ok(data) => {
+                    let data_for_digest = data.clone();
+                    let sum = tokio::task::spawn_blocking(move || digest(&data_for_digest))
+                        .await
+                        .map_err(|e| FirnError::Internal(e.to_string()))?;
+                    if sum == expected {
+                        return Ok(data);
+                    }
+                    metrics::counter!("firn_blob_corrupt_chunks_total").increment(1);
+                    last = FirnError::Internal(format!(
+                        "node {node}'s chunk {index} of blob {} does not match its digest",
+                        blob.name()
+                    ));
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// The blob's bytes, chunk by chunk, as they are read (a few chunks ahead).
+    pub fn stream(
+        self: &Arc<Self>,
+        blob: BlobRef,
+    ) -> impl Stream<Item = Result<Bytes, FirnError>> + Send + 'static {
+        let this = self.clone();
+        let blob = Arc::new(blob);
+        futures::stream::iter(0..blob.digests.len())
+            .map(move |i| {
+                let (this, blob) = (this.clone(), blob.clone());
+                async move {
+                    let data = this.chunk(&blob, i, false).await?;
+                    metrics::counter!("firn_blob_read_bytes_total").increment(data.len() as u64);
+                    Ok(data)
+                }
+            })
+            .buffered(READ_AHEAD)
+    }
+
+    /// The whole blob in memory (RESP answers; bounded by the caller).
+    pub async fn load(self: &Arc<Self>, blob: BlobRef) -> Result<Bytes, FirnError> {
+        let mut out = Vec::with_capacity(blob.size as usize);
+        let mut chunks = std::pin::pin!(self.stream(blob));
+        while let Some(chunk) = chunks.next().await {
+            out.extend_from_slice(&chunk?);
+        }
+        Ok(Bytes::from(out))
+    }
+
+    /// Copies `blob` here from the other holders, unless it is here already.
+    pub async fn fetch(&self, key: Bytes, blob: &BlobRef) -> Result<bool, FirnError> {
+        if self.files.has(blob.shard, blob.id) {
+            return Ok(false);
+        }
+        for i in 0..blob.digests.len() {
+            let data = self.chunk(blob, i, true).await?;
+            let (offset, _) = blob.chunks().nth(i).expect("chunk exists");
+            let (shard, id, key) = (blob.shard, blob.id, key.clone());
+            self.blocking(move |f| f.write_chunk(shard, id, &key, offset, &data))
+                .await?;
+        }
+        let sealed = blob.clone();
+        self.blocking(move |f| f.seal(&sealed)).await?;
+        Ok(true)
+    }
+
+    pub fn files(&self) -> &Arc<BlobFiles> {
+        &self.files
+    }
+
+    pub fn config(&self) -> &BlobConfig {
+        &self.config
+    }
+
+    pub fn replicas(&self) -> &Arc<Replicas> {
+        &self.replicas
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+}

@@ -1,0 +1,310 @@
+//! Puts and reads of large values (see `crate::blob`). A put above the inline limit is
+//! uploaded to every holder of the key's shard in chunks, sealed on a majority, and only
+//! then is its manifest proposed: a version whose upload did not finish never exists.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use firn_model::blob::BLOB_CHUNK_BYTES;
+use firn_model::limits::{BLOB_BYTES_MAX, RESP_VALUE_BYTES_MAX};
+use firn_model::{
+    Answer, BlobRef, CallContext, FirnError, KvRequest, KvWrite, PutRequest, Response, VersionInfo,
+};
+use firn_raft::NodeId;
+use futures::{Stream, StreamExt};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::Router;
+use crate::blob::files::digest;
+use crate::blob::{BlobChunk, Blobs};
+
+/// A body already in memory, as a stream.
+pub(crate) fn once(value: Bytes) -> impl Stream<Item = Result<Bytes, FirnError>> + Send + Unpin {
+    futures::stream::iter([Ok(value)])
+}
+
+/// Chunks queued per holder ahead of its writes.
+const QUEUED_CHUNKS: usize = 2;
+
+/// One holder's share of an upload: its queue, and the task writing from it.
+struct Target {
+    node: NodeId,
+    queue: Option<mpsc::Sender<(u64, Bytes)>>,
+    task: JoinHandle<Result<(), FirnError>>,
+}
+
+impl Router {
+    /// A put whose value arrives as a stream (HTTP): inline when it ends within the inline
+    /// limit, else beside the log.
+    pub async fn put_streamed(
+        &self,
+        ctx: &CallContext,
+        put: PutRequest,
+        body: impl Stream<Item = Result<Bytes, FirnError>> + Send + Unpin,
+    ) -> Result<Answer, FirnError> {
+        let mut body = body;
+        let mut head = BytesMut::new();
+        while head.len() <= self.limits.value_bytes_max {
+            match body.next().await {
+                Some(chunk) => head.extend_from_slice(&chunk?),
+                None => {
+                    let put = PutRequest {
+                        value: head.freeze(),
+                        ..put
+                    };
+                    return self
+                        .submit_kv(ctx, KvRequest::Write(KvWrite::Put(put)))
+                        .await
+                        .await;
+                }
+            }
+        }
+        let rest = once(head.freeze()).chain(body);
+        self.put_large(ctx, put, rest).await
+    }
+
+    /// Uploads the value, seals it on a majority of the shard's replicas, proposes its
+    /// manifest.
+    pub(crate) async fn put_large(
+        &self,
+        ctx: &CallContext,
+        put: PutRequest,
+        body: impl Stream<Item = Result<Bytes, FirnError>> + Send + Unpin,
+    ) -> Result<Answer, FirnError> {
+        let layout = self.routable_layout()?;
+        let key = Bytes::copy_from_slice(put.key.as_bytes());
+        let shard = layout.shard_of_key(&key);
+        let need = layout.shard(shard).replicas.len() / 2 + 1;
+        let blobs = self.blobs.clone();
+        let id = blobs.new_id();
+        let mut targets: Vec<Target> = blobs
+            .holders(shard)
+            .into_iter()
+            .map(|node| start_target(&blobs, node, shard, id, key.clone()))
+            .collect();
+        let sent = send_chunks(body, &mut targets, need).await;
+        let mut took = Vec::new();
+        for t in targets {
+            drop(t.queue);
+            match t.task.await {
+                Ok(Ok(())) => took.push(t.node),
+                Ok(Err(e)) => {
+                    tracing::warn!(node = t.node, error = %e, "a replica did not take a blob")
+                }
+                Err(e) => tracing::warn!(node = t.node, error = %e, "a blob upload task failed"),
+            }
+        }
+        let outcome = match sent {
+            Ok(_) if took.len() < need => Err(FirnError::Unavailable(format!(
+                "only {} of shard {shard}'s replicas took the value; a majority ({need}) must",
+                took.len()
+            ))),
+            Ok((size, digests)) => Ok(BlobRef {
+                shard,
+                id,
+                size,
+                chunk_bytes: BLOB_CHUNK_BYTES as u32,
+                digests,
+            }),
+            Err(e) => Err(e),
+        };
+        let blob = match outcome {
+            Ok(blob) => blob,
+            Err(e) => {
+                discard(&blobs, &layout.shard(shard).replicas, shard, id);
+                metrics::counter!("firn_blob_uploads_total", "outcome" => "failed").increment(1);
+                return Err(e);
+            }
+        };
+        let sealed =
+            futures::future::join_all(took.iter().map(|node| blobs.seal_at(*node, blob.clone())))
+                .await;
+        let sealed = sealed.iter().filter(|r| r.is_ok()).count();
+        if sealed < need {
+            discard(&blobs, &took, shard, id);
+            metrics::counter!("firn_blob_uploads_total", "outcome" => "failed").increment(1);
+            return Err(FirnError::Unavailable(format!(
+                "only {sealed} of shard {shard}'s replicas sealed the value; a majority ({need}) must"
+            )));
+        }
+        let size = blob.size;
+        let put = PutRequest {
+            value: Bytes::new(),
+            ..put
+        };
+        let answer = self
+            .submit_kv(ctx, KvRequest::Write(KvWrite::PutBlob { put, blob }))
+            .await
+            .await;
+        match &answer {
+            Ok(_) => {
+                metrics::counter!("firn_blob_uploads_total", "outcome" => "written").increment(1);
+                metrics::counter!("firn_blob_uploaded_bytes_total").increment(size);
+            }
+            // Certainly not written: the blob is nobody's. (After any other error the
+            // manifest may yet commit; the sweeper judges it after the grace period.)
+            Err(FirnError::Conflict { .. }) => discard(&blobs, &took, shard, id),
+            Err(_) => {}
+        }
+        answer
+    }
+
+    /// Checks a manifest before it is proposed: whole, within the limit, empty inline value,
+    /// and uploaded to the key's shard.
+    pub(super) fn check_manifest(&self, put: &PutRequest, blob: &BlobRef) -> Result<(), FirnError> {
+        if !blob.is_consistent() || !put.value.is_empty() || blob.size == 0 {
+            return Err(FirnError::BadArgument("a malformed blob manifest".into()));
+        }
+        if blob.size > BLOB_BYTES_MAX {
+            return Err(FirnError::ValueTooLarge {
+                len: blob.size as usize,
+                max: BLOB_BYTES_MAX as usize,
+            });
+        }
+        let shard = self.routable_layout()?.shard_of_key(put.key.as_bytes());
+        if shard != blob.shard {
+            return Err(FirnError::TryAgain(format!(
+                "the value was uploaded to shard {}, but the key is now in shard {shard}",
+                blob.shard
+            )));
+        }
+        Ok(())
+    }
+
+    /// Reads into the answer the large values it names, for a front end that answers whole
+    /// values (RESP): up to [`RESP_VALUE_BYTES_MAX`] in all.
+    pub async fn with_blob_values(
+        &self,
+        result: Result<Answer, FirnError>,
+    ) -> Result<Answer, FirnError> {
+        let mut answer = result?;
+        let infos = unread_blobs(&mut answer.response);
+        if infos.is_empty() {
+            return Ok(answer);
+        }
+        let total: u64 = infos.iter().map(|i| i.size()).sum();
+        if total > RESP_VALUE_BYTES_MAX as u64 {
+            return Err(FirnError::Refused(format!(
+                "the answer holds {total} bytes of large values; RESP answers at most {RESP_VALUE_BYTES_MAX} (read large values with HTTP GET /v1/kv/<key>)"
+            )));
+        }
+        for info in infos {
+            let blob = info.blob.clone().expect("chosen for its blob");
+            info.value = Some(self.blobs.load(blob).await?);
+        }
+        Ok(answer)
+    }
+}
+
+/// The versions in a response whose value is in a blob not read yet.
+fn unread_blobs(response: &mut Response) -> Vec<&mut VersionInfo> {
+    let all: Vec<&mut VersionInfo> = match response {
+        Response::Value(Some(info)) => vec![info],
+        Response::Values(infos) => infos.iter_mut().flatten().collect(),
+        Response::Scan { keys, .. } => keys.iter_mut().map(|(_, i)| i).collect(),
+        Response::Written(ws) => ws.iter_mut().filter_map(|w| w.previous.as_mut()).collect(),
+        Response::Snapshot { read, .. } => return unread_blobs(read),
+        _ => Vec::new(),
+    };
+    all.into_iter()
+        .filter(|i| i.blob.is_some() && i.value.is_none())
+        .collect()
+}
+
+fn start_target(blobs: &Arc<Blobs>, node: NodeId, shard: u32, id: u128, key: Bytes) -> Target {
+    let (queue, mut chunks) = mpsc::channel::<(u64, Bytes)>(QUEUED_CHUNKS);
+    let blobs = blobs.clone();
+    let task = tokio::spawn(async move {
+        while let Some((offset, data)) = chunks.recv().await {
+            let key = if offset == 0 {
+                key.clone()
+            } else {
+                Bytes::new()
+            };
+            blobs
+                .write_at(
+                    node,
+                    BlobChunk {
+                        shard,
+                        id,
+                        key,
+                        offset,
+                        data,
+                    },
+                )
+                .await?;
+        }
+        Ok(())
+    });
+    Target {
+        node,
+        queue: Some(queue),
+        task,
+    }
+}
+
+/// Cuts the body into chunks and queues each to every holder still taking them; answers
+/// the size and the chunks' digests. Fails when the body does, grows past the limit, or
+/// fewer than `need` holders are left.
+async fn send_chunks(
+    mut body: impl Stream<Item = Result<Bytes, FirnError>> + Send + Unpin,
+    targets: &mut [Target],
+    need: usize,
+) -> Result<(u64, Vec<[u8; 32]>), FirnError> {
+    let mut buf = BytesMut::new();
+    let mut size = 0u64;
+    let mut digests = Vec::new();
+    let mut ended = false;
+    while !ended {
+        match body.next().await {
+            Some(data) => buf.extend_from_slice(&data?),
+            None => ended = true,
+        }
+        while buf.len() >= BLOB_CHUNK_BYTES || (ended && !buf.is_empty()) {
+            let n = buf.len().min(BLOB_CHUNK_BYTES);
+            let chunk = buf.split_to(n).freeze();
+            let offset = size;
+            size += n as u64;
+            if size > BLOB_BYTES_MAX {
+                return Err(FirnError::ValueTooLarge {
+                    len: size as usize,
+                    max: BLOB_BYTES_MAX as usize,
+                });
+            }
+            let for_digest = chunk.clone();
+            digests.push(
+                tokio::task::spawn_blocking(move || digest(&for_digest))
+                    .await
+                    .map_err(|e| FirnError::Internal(e.to_string()))?,
+            );
+            for t in targets.iter_mut() {
+                let gone = match &t.queue {
+                    Some(q) => q.send((offset, chunk.clone())).await.is_err(),
+                    None => false,
+                };
+                if gone {
+                    t.queue = None;
+                }
+            }
+            let live = targets.iter().filter(|t| t.queue.is_some()).count();
+            if live < need {
+                return Err(FirnError::Unavailable(format!(
+                    "only {live} replicas are taking the value; a majority ({need}) must"
+                )));
+            }
+        }
+    }
+    metrics::counter!("firn_blob_sent_chunks_total").increment(digests.len() as u64);
+    Ok((size, digests))
+}
+
+/// Drops an upload on `nodes`, in the background.
+fn discard(blobs: &Arc<Blobs>, nodes: &[NodeId], shard: u32, id: u128) {
+    let (blobs, nodes) = (blobs.clone(), nodes.to_vec());
+    tokio::spawn(async move {
+        for node in nodes {
+            blobs.discard_at(node, shard, id).await;
+        }
+    });
+}
