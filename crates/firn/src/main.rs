@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+mod file;
 mod followed;
 mod group;
 mod log;
@@ -56,7 +57,13 @@ enum Command {
     /// Write a new version of a key.
     Put {
         key: String,
-        value: String,
+        #[arg(required_unless_present = "file")]
+        value: Option<String>,
+        /// Stream the value from this file over HTTP (any size up to 16 GiB).
+        #[arg(long, conflicts_with = "value")]
+        file: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        http: file::HttpTarget,
         /// Write only if the key's latest version is N (0: only if it does not exist).
         #[arg(long)]
         if_version: Option<u64>,
@@ -87,6 +94,11 @@ enum Command {
         /// Print version, commit time and event time before the value.
         #[arg(long)]
         meta: bool,
+        /// Stream the value into this file over HTTP (a large value).
+        #[arg(long, conflicts_with_all = ["local", "lease", "meta"])]
+        output: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        http: file::HttpTarget,
         #[command(flatten)]
         target: Target,
     },
@@ -290,10 +302,22 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Put {
             key,
             value,
+            file,
+            http,
             if_version,
             event_time,
             target,
         } => {
+            if let Some(path) = file {
+                let line = tokio::task::spawn_blocking(move || {
+                    file::put_file(&http, &key, &path, if_version, event_time.as_deref())
+                })
+                .await
+                .map_err(|e| e.to_string())??;
+                println!("{line}");
+                return Ok(());
+            }
+            let value = value.unwrap_or_default();
             let event_time_us = event_time
                 .map(|t| parse_micros(&t))
                 .transpose()
@@ -321,8 +345,26 @@ async fn run(cli: Cli) -> Result<(), String> {
             local,
             lease,
             meta,
+            output,
+            http,
             target,
         } => {
+            if let Some(path) = output {
+                let query: Vec<(&str, String)> = [
+                    version.map(|v| ("version", v.to_string())),
+                    as_of.map(|t| ("as_of", t)),
+                    event_time.map(|t| ("event_time", t)),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
+                let line =
+                    tokio::task::spawn_blocking(move || file::get_file(&http, &key, &query, &path))
+                        .await
+                        .map_err(|e| e.to_string())??;
+                println!("{line}");
+                return Ok(());
+            }
             let at = match (version, as_of, event_time) {
                 (Some(v), _, _) => ReadAt::Version(v),
                 (_, Some(t), _) => ReadAt::AsOf(parse_read_time(&t).map_err(|e| e.to_string())?),

@@ -1,0 +1,173 @@
+//! Large values on a 3-node cluster: the blob is on every replica of its shard and reads
+//! the same through every node; a replica that was down while a large value was written
+//! fetches the blob from the others once it is back, byte for byte.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{Cluster, firn_bin, wait_until};
+
+/// `len` bytes that differ from chunk to chunk.
+fn value(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            (i as u64)
+                .wrapping_mul(0x9E37_79B9)
+                .wrapping_add(seed as u64) as u8
+                ^ (i >> 22) as u8
+        })
+        .collect()
+}
+
+/// The sealed blob files in node `dir`'s data (no `.part`).
+fn sealed(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for shard in std::fs::read_dir(dir.join("blobs"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        for f in std::fs::read_dir(shard.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if f.path().extension().is_none() {
+                out.push(f.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A blob file's data: after its header (magic, key length, key).
+fn file_data(path: &Path) -> Vec<u8> {
+    let bytes = std::fs::read(path).unwrap();
+    let key_len = u16::from_be_bytes([bytes[8], bytes[9]]) as usize;
+    bytes[10 + key_len..].to_vec()
+}
+
+fn put(cluster: &Cluster, i: usize, key: &str, body: &[u8]) -> u16 {
+    match ureq::put(&format!("http://{}/v1/kv/{key}", cluster.http_addr(i)))
+        .timeout(Duration::from_secs(60))
+        .send_bytes(body)
+    {
+        Ok(r) => r.status(),
+        Err(ureq::Error::Status(code, r)) => panic!("{code}: {}", r.into_string().unwrap()),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn get(cluster: &Cluster, i: usize, key: &str) -> Vec<u8> {
+    let r = ureq::get(&format!("http://{}/v1/kv/{key}", cluster.http_addr(i)))
+        .timeout(Duration::from_secs(60))
+        .call()
+        .unwrap();
+    let mut body = Vec::new();
+    std::io::copy(&mut r.into_reader(), &mut body).unwrap();
+    body
+}
+
+#[test]
+fn a_replica_that_missed_a_large_value_fetches_it_from_the_others() {
+    let mut cluster = Cluster::start(3, &["--shards", "1", "--max-value-bytes", "65536"]);
+    cluster.wait_for_leaders(0, None);
+    let first = value(9 * 1024 * 1024 + 7, 1);
+    assert_eq!(put(&cluster, 0, "film/1", &first), 200);
+    for i in 0..3 {
+        assert!(
+            get(&cluster, i, "film/1") == first,
+            "node {i} reads another value"
+        );
+        let files = sealed(cluster.dirs[i].path());
+        assert_eq!(files.len(), 1, "node {i} holds {files:?}");
+        assert!(
+            file_data(&files[0]) == first,
+            "node {i}'s blob file differs"
+        );
+    }
+
+    // Node 3 is down while the next large value is written by a majority.
+    cluster.kill_9(2);
+    let second = value(6 * 1024 * 1024, 2);
+    let mut status = 0;
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            status = match ureq::put(&format!("http://{}/v1/kv/film/2", cluster.http_addr(0)))
+                .timeout(Duration::from_secs(60))
+                .send_bytes(&second)
+            {
+                Ok(r) => r.status(),
+                Err(ureq::Error::Status(code, _)) => code,
+                Err(_) => 0,
+            };
+            status == 200
+        }),
+        "a majority did not take the value: {status}"
+    );
+    assert_eq!(sealed(cluster.dirs[2].path()).len(), 1);
+
+    // Back, it learns the version through the log and fetches the blob it names.
+    cluster.restart(2);
+    assert!(
+        wait_until(Duration::from_secs(60), || sealed(cluster.dirs[2].path())
+            .len()
+            == 2),
+        "the restarted replica never fetched the blob it missed"
+    );
+    let fetched: Vec<Vec<u8>> = sealed(cluster.dirs[2].path())
+        .iter()
+        .map(|p| file_data(p))
+        .collect();
+    assert!(
+        fetched.contains(&second),
+        "the fetched blob differs from the value written"
+    );
+    assert!(get(&cluster, 2, "film/2") == second);
+}
+
+/// `firn put --file` and `firn get --output` stream a file through a node's HTTP API.
+#[test]
+fn the_cli_puts_a_file_and_gets_it_back() {
+    let cluster = Cluster::start(1, &["--max-value-bytes", "65536"]);
+    cluster.wait_for_leaders(0, None);
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (dir.path().join("in.bin"), dir.path().join("out.bin"));
+    let data = value(5 * 1024 * 1024 + 3, 9);
+    std::fs::write(&input, &data).unwrap();
+    let firn = |args: &[&str]| {
+        let out = std::process::Command::new(firn_bin())
+            .args(args)
+            .args(["--http-addr", &cluster.http_addr(0)])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (ok, said) = firn(&["put", "files/one two", "--file", input.to_str().unwrap()]);
+    assert!(ok && said.starts_with("version 1"), "{said}");
+    let (ok, said) = firn(&["get", "files/one two", "--output", output.to_str().unwrap()]);
+    assert!(ok, "{said}");
+    assert!(
+        std::fs::read(&output).unwrap() == data,
+        "the file read back differs"
+    );
+    // A failed condition is reported and changes nothing.
+    let (ok, said) = firn(&[
+        "put",
+        "files/one two",
+        "--file",
+        input.to_str().unwrap(),
+        "--if-version",
+        "9",
+    ]);
+    assert!(!ok && said.contains("409"), "{said}");
+    let (ok, said) = firn(&["get", "files/absent", "--output", output.to_str().unwrap()]);
+    assert!(!ok && said.contains("not found"), "{said}");
+}
