@@ -25,7 +25,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use firn_model::limits::{KEY_BYTES_MAX, KEYS_PER_REQUEST_MAX, PAGE_ITEMS_MAX};
+use firn_model::limits::{
+    KEY_BYTES_MAX, KEYS_PER_REQUEST_MAX, PAGE_ITEMS_MAX, RESP_VALUE_BYTES_MAX,
+};
 use firn_model::{
     Answer, CallContext, CommitTs, FirnError, KeyRange, KvRead, KvRequest, KvWrite, Limits,
     Request, Response, SnapshotOf,
@@ -222,6 +224,12 @@ impl Router {
             Request::Kv(KvRequest::Write(KvWrite::Put(put)))
                 if put.value.len() > self.limits.value_bytes_max =>
             {
+                if put.value.len() > RESP_VALUE_BYTES_MAX {
+                    return ready(Err(FirnError::ValueTooLarge {
+                        len: put.value.len(),
+                        max: RESP_VALUE_BYTES_MAX,
+                    }));
+                }
                 let value = put.value.clone();
                 ready(self.put_large(ctx, put, blob::once(value)).await)
             }
