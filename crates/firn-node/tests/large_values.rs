@@ -26,7 +26,9 @@ async fn start(dir: &Path) -> RunningNode {
             value_bytes_max: INLINE_MAX,
         },
         blob_sweep_every: Duration::from_millis(200),
-        blob_grace: Duration::from_millis(500),
+        // Long enough that a manifest commits before its sealed file is judged, even on a
+        // loaded machine; short enough for the sweep to be seen.
+        blob_grace: Duration::from_secs(3),
         ..NodeConfig::default()
     };
     RunningNode::start(config).await.expect("node starts")
@@ -169,6 +171,28 @@ async fn a_large_value_streams_in_and_out_and_is_read_whole_over_resp() {
             .to_string()
             .contains("write a large value alone")
     );
+
+    // RESP carries values up to its stated limit; one byte more is refused, and nothing is
+    // written.
+    let too_big = vec![b'z'; firn_model::limits::RESP_VALUE_BYTES_MAX + 1];
+    let refused: redis::RedisResult<()> = redis::cmd("SET")
+        .arg("video/4")
+        .arg(&too_big)
+        .query_async(&mut c)
+        .await;
+    assert!(
+        refused
+            .unwrap_err()
+            .to_string()
+            .contains("the limit is 67108864")
+    );
+    let absent: Option<Vec<u8>> = redis::cmd("GET")
+        .arg("video/4")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(absent, None);
+    assert_eq!(blob_files(dir.path()).len(), 2);
 
     // A conditional put that fails leaves no version and, soon, no file.
     let (code, body) = http_put(
