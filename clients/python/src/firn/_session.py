@@ -35,7 +35,7 @@ from .stamps import CommitTs
 try:  # redis-py >= 5: a parser that keeps every error's code (ERR, TRYAGAIN, …) as sent.
     from redis._parsers import _RESP2Parser
 
-    class _FirnParser(_RESP2Parser):  # type: ignore[misc,valid-type]
+    class _FirnParser(_RESP2Parser):
         EXCEPTION_CLASSES: Dict[str, Any] = {}
 
     _PARSER: Optional[type] = _FirnParser
@@ -80,7 +80,8 @@ class Session:
         )
         if _PARSER is not None:
             kwargs["parser_class"] = _PARSER
-        self._conn = redis.Connection(**kwargs)
+        connection_class: Any = redis.Connection  # redis-py ships no types for it
+        self._conn: Any = connection_class(**kwargs)
         self._conn.register_connect_callback(self._on_connect)
 
     # -- the token --------------------------------------------------------------------
@@ -174,7 +175,7 @@ class Session:
 
     # -- HTTP -------------------------------------------------------------------------
 
-    def http(
+    def http_request(
         self,
         method: str,
         path: str,
@@ -203,7 +204,7 @@ class Session:
         json_body: Any = None,
         timeout_s: Optional[float] = None,
     ) -> Any:
-        _, _, data = self.http(method, path, query, json_body=json_body, timeout_s=timeout_s)
+        _, _, data = self.http_request(method, path, query, json_body=json_body, timeout_s=timeout_s)
         return json.loads(data) if data else None
 
     def http_stream(

@@ -183,7 +183,7 @@ class Group:
         entry; ``0``: the whole stream). :class:`~firn.BusyGroupError` if it exists."""
         if start != "$":
             _id_arg(start, "start")
-        args = ["XGROUP", "CREATE", self.stream, self.name, start]
+        args: List[Any] = ["XGROUP", "CREATE", self.stream, self.name, start]
         if mkstream:
             args.append("MKSTREAM")
         self._session.call(*args, *self._options(policy, key_field, key_tag, ack_wait_ms, max_deliver, dead_letter, liveness_ms))

@@ -126,14 +126,14 @@ class Log:
         consistency: Optional[str] = None,
     ) -> Optional[LogRecord]:
         """The last record of ``tag`` with seq ≤ ``max_seq``."""
-        args = ["FIRN.LOG", "PREV", as_bytes(log, "log"), as_bytes(tag, "tag"), seq_arg(max_seq, "max_seq")]
+        args: List[Any] = ["FIRN.LOG", "PREV", as_bytes(log, "log"), as_bytes(tag, "tag"), seq_arg(max_seq, "max_seq")]
         return self._record(self._session.call(*args, *_read_opts(as_of, consistency)))
 
     def tail(
         self, log: Bytesish, tag: Bytesish, *, as_of: Optional[TimeLike] = None, consistency: Optional[str] = None
     ) -> Optional[LogRecord]:
         """The newest record of ``tag``."""
-        args = ["FIRN.LOG", "TAIL", as_bytes(log, "log"), as_bytes(tag, "tag")]
+        args: List[Any] = ["FIRN.LOG", "TAIL", as_bytes(log, "log"), as_bytes(tag, "tag")]
         return self._record(self._session.call(*args, *_read_opts(as_of, consistency)))
 
     def range(

@@ -8,7 +8,7 @@ shard is not here, the replica is behind the client's causality token, …). A p
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 
 from .._session import as_bytes, opt_int, parse_map, text
 from ..errors import RegionError
@@ -76,7 +76,7 @@ def open_region(info: LocalRegionInfo) -> RegionReader:
     return region
 
 
-def _detail(e: RegionError) -> dict:
+def _detail(e: RegionError) -> Dict[str, Any]:
     return {k: getattr(e, k) for k in ("found", "expected") if hasattr(e, k)}
 
 
