@@ -11,13 +11,13 @@ import firn
 from firn import CommitTs
 
 
-def test_a_watch_replays_from_a_version_then_follows_live_commits(client: firn.Client, ns: str) -> None:
+def test_a_watch_replays_from_a_version_then_follows_live_commits(node: object, client: firn.Client, ns: str) -> None:
     client.put(ns + "w/a", "1")
     client.put(ns + "w/b", "2")
     with client.watch(ns + "w/", prefix=True, from_version=1, idle_timeout_s=10) as w:
         replayed = w.take(2)
         assert sorted((e.key, e.value) for e in replayed) == [((ns + "w/a").encode(), b"1"), ((ns + "w/b").encode(), b"2")]
-        with firn.Client(client._session.host + f":{client._session.port}", f"{client._session.http_host}:{client._session.http_port}") as writer:
+        with node.client() as writer:  # type: ignore[attr-defined]
             w3 = writer.put(ns + "w/a", "3")
             writer.delete(ns + "w/b")
             writer.put(ns + "other", "not watched")
@@ -33,13 +33,13 @@ def test_a_watch_replays_from_a_version_then_follows_live_commits(client: firn.C
     assert client.token >= live[2].commit_ts
 
 
-def test_a_watch_of_one_key_from_now_sees_only_new_versions_of_it(client: firn.Client, ns: str) -> None:
+def test_a_watch_of_one_key_from_now_sees_only_new_versions_of_it(node: object, client: firn.Client, ns: str) -> None:
     client.put(ns + "k", "before")
     with client.watch(ns + "k", idle_timeout_s=10) as w:
         done = threading.Event()
 
         def write() -> None:
-            with firn.Client(f"{client._session.host}:{client._session.port}", f"{client._session.http_host}:{client._session.http_port}") as c:
+            with node.client() as c:  # type: ignore[attr-defined]
                 c.put(ns + "k2", "other key")
                 c.put(ns + "k", "after")
             done.set()

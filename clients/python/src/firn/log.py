@@ -6,6 +6,7 @@ and ``+`` (the last) are taken where the server takes them.
 from __future__ import annotations
 
 import re
+import time
 from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 from ._session import Session, as_bytes, check_positive, opt_int, parse_map, text
@@ -167,8 +168,6 @@ class Log:
     ) -> Iterator[LogRecord]:
         """Every record of ``tag`` from ``from_seq`` on, then each as it is committed (a
         blocking ``NEXT`` per record). ``idle_timeout_s``: stop when none came for that long."""
-        import time
-
         min_seq = seq_arg(from_seq, "from_seq", ends=False)
         idle_since = time.monotonic()
         while True:
