@@ -200,7 +200,8 @@ def test_an_entry_that_stays_mid_write_reads_as_contended(client: firn.Client, n
 def test_reads_racing_the_nodes_writes_keep_versions_and_values_together(node: object, local: LocalClient, ns: str) -> None:
     """A writer rewrites one key while this process reads it from the region: every value
     read is the one its version was written with (each version's value differs in every
-    byte), and versions never go back."""
+    byte), and versions never go back. (The node writes an entry in well under a
+    microsecond, so a Python reader rarely lands mid-write: the next test forces that.)"""
     key = ns + "loc/race"
 
     def value_of(version: int) -> bytes:
