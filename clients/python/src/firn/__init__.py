@@ -1,0 +1,95 @@
+"""Firn's Python client: versioned keys with reads in the past, history, snapshots (one cut
+across shards), watches, the shared log, consumer groups, causality tokens, and reads of a
+node's shared-memory region.
+
+>>> import firn                                  # doctest: +SKIP
+>>> with firn.Client("127.0.0.1:7379", "127.0.0.1:7380") as c:
+...     w = c.put("sensor/7", "21.5")
+...     c.get("sensor/7", version=w.version).text
+'21.5'
+"""
+
+from .client import Client
+from .errors import (
+    BusyGroupError,
+    ClusterDownError,
+    CompactedError,
+    ConflictError,
+    CrossSlotError,
+    FirnConnectionError,
+    FirnError,
+    FirnTimeout,
+    NoGroupError,
+    NoLogError,
+    NotFoundError,
+    RegionError,
+    RequestError,
+    ServiceTimeoutError,
+    TrimmedError,
+    TryAgainError,
+    UncertainError,
+)
+from .groups import Group, Streams
+from .log import Log, next_seq
+from .models import (
+    AutoClaimResult,
+    ConsumerInfo,
+    GroupInfo,
+    Keyspace,
+    LogInfo,
+    LogRecord,
+    PendingEntry,
+    PendingSummary,
+    Snapshot,
+    SnapshotPage,
+    StreamEntry,
+    Version,
+    WatchEvent,
+    WriteResult,
+)
+from .stamps import CommitTs, TimeLike
+from .watch import Watch
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client",
+    "CommitTs",
+    "TimeLike",
+    "Version",
+    "WriteResult",
+    "Snapshot",
+    "SnapshotPage",
+    "Watch",
+    "WatchEvent",
+    "Log",
+    "LogRecord",
+    "LogInfo",
+    "next_seq",
+    "Streams",
+    "Group",
+    "StreamEntry",
+    "PendingSummary",
+    "PendingEntry",
+    "GroupInfo",
+    "ConsumerInfo",
+    "AutoClaimResult",
+    "Keyspace",
+    "FirnError",
+    "RequestError",
+    "NotFoundError",
+    "ConflictError",
+    "CompactedError",
+    "TrimmedError",
+    "NoLogError",
+    "NoGroupError",
+    "BusyGroupError",
+    "CrossSlotError",
+    "TryAgainError",
+    "UncertainError",
+    "ClusterDownError",
+    "ServiceTimeoutError",
+    "FirnConnectionError",
+    "FirnTimeout",
+    "RegionError",
+]

@@ -1,0 +1,444 @@
+"""``firn.Client``: one session with a Firn node — versioned keys, reads in the past, history,
+snapshots, watches, the log, consumer groups and keyspaces, with one causality token.
+
+Everything that RESP carries goes over RESP (``FIRN.*``, ``X*``); watches and consumer
+event streams, which are Server-Sent Events, go over HTTP. Both carry the same token, so a
+watch opened after a write sees it, and a read after a watched event shows at least it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+
+from ._session import Session, as_bytes, check_positive, opt_int, parse_map, split_addr, text
+from .errors import FirnError
+from .groups import Streams
+from .log import Log
+from .models import Keyspace, Snapshot, SnapshotPage, Version, WriteResult
+from .stamps import CommitTs, TimeLike, time_arg
+from .watch import Watch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .local.client import LocalClient
+
+__all__ = ["Client", "KeyLike", "CONSISTENCIES"]
+
+KeyLike = Union[str, bytes]
+CONSISTENCIES = ("linearizable", "lease", "local")
+KEY_BYTES_MAX = 8192
+HISTORY_LIMIT_MAX = 10_000
+
+
+def key_bytes(key: KeyLike, what: str = "key") -> bytes:
+    b = as_bytes(key, what)
+    if not b:
+        raise ValueError(f"{what} is empty; keys are 1 to {KEY_BYTES_MAX} bytes")
+    if len(b) > KEY_BYTES_MAX:
+        raise ValueError(f"{what} is {len(b)} bytes; the limit is {KEY_BYTES_MAX}")
+    return b
+
+
+def version_from(key: Optional[bytes], reply: Any) -> Optional[Version]:
+    """A version from a ``FIRN.GET``-style map (``None`` for nil)."""
+    if reply is None:
+        return None
+    m = parse_map(reply)
+    k = m.get(b"key", key)
+    if k is None:
+        raise FirnError(f"a version without its key: {reply!r:.200}", code="PROTOCOL")
+    return Version(
+        key=k,
+        version=int(m[b"version"]),
+        commit_ts=CommitTs.parse(m[b"commit_ts"]),
+        event_time=opt_int(m.get(b"event_time")),
+        deleted=bool(int(m.get(b"deleted", 0) or 0)),
+        value=m.get(b"value"),
+    )
+
+
+def _one_read_at(version: Optional[int], as_of: Optional[TimeLike], event_time: Optional[TimeLike]) -> List[Any]:
+    given = [n for n, v in (("version", version), ("as_of", as_of), ("event_time", event_time)) if v is not None]
+    if len(given) > 1:
+        raise ValueError(f"give at most one of version, as_of and event_time, not {' and '.join(given)}")
+    if version is not None:
+        check_positive(version, "version")
+        return ["VERSION", version]
+    if as_of is not None:
+        return ["ASOF", time_arg(as_of, "as_of")]
+    if event_time is not None:
+        return ["EVENTTIME", time_arg(event_time, "event_time")]
+    return []
+
+
+def _consistency(consistency: Optional[str]) -> List[Any]:
+    if consistency is None:
+        return []
+    if consistency not in CONSISTENCIES:
+        raise ValueError(f"unknown consistency {consistency!r}; use linearizable, lease or local")
+    return ["CONSISTENCY", consistency]
+
+
+class Client:
+    """A session with one Firn node.
+
+    ``addr`` is the node's RESP address (``firn serve --resp-addr``), ``http_addr`` its HTTP
+    address (``--http-addr``; used by watches and consumer event streams). ``timeout_s``
+    bounds every wait for an answer (a blocking read waits its block time on top).
+
+    The client keeps one causality token (:attr:`token`): every answer it sees raises it,
+    and every request it sends comes after it, so a client reads its own writes and never
+    reads backwards, on any node. Hand a token to another process with :meth:`after`.
+    A client is safe to share between threads (requests take turns on its connection).
+
+    >>> with Client("127.0.0.1:7379") as c:      # doctest: +SKIP
+    ...     w = c.put("sensor/7", "21.5")
+    ...     c.get("sensor/7").value
+    b'21.5'
+    """
+
+    def __init__(self, addr: str = "127.0.0.1:7379", http_addr: Optional[str] = None, *, timeout_s: float = 10.0) -> None:
+        host, _ = split_addr(addr, "addr")
+        if http_addr is None:
+            http_addr = f"{host}:7380"
+        self._session = Session(addr, http_addr, timeout_s)
+        self.log = Log(self._session)
+        """The shared log (``FIRN.LOG``): :class:`firn.log.Log`."""
+        self.streams = Streams(self._session)
+        """Redis Streams and consumer groups: :class:`firn.groups.Streams`."""
+
+    # -- session ----------------------------------------------------------------------
+
+    @property
+    def token(self) -> CommitTs:
+        """The newest commit stamp this client has seen (its causality token)."""
+        return self._session.token
+
+    def after(self, token: Union[CommitTs, str]) -> None:
+        """Makes everything this client sends from now come after ``token`` (a stamp
+        another session saw: its :attr:`token`). Never lowers the token."""
+        stamp = token if isinstance(token, CommitTs) else CommitTs.parse(token)
+        self._session.observe(stamp)
+        # Tell the connection now, so a malformed or refused token fails here.
+        self._session.call("FIRN.TOKEN")
+
+    def sync_token(self) -> CommitTs:
+        """Raises the token to what the RESP connection holds (``FIRN.TOKEN``): commands
+        whose answers show no stamp (``XADD``, plain Redis reads) raise the connection's."""
+        stamp = CommitTs.parse(self._session.call("FIRN.TOKEN"))
+        self._session.seen_over_resp(stamp)
+        return self.token
+
+    def close(self) -> None:
+        self._session.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def ping(self) -> bool:
+        return self._session.call("PING") in (b"PONG", "PONG")
+
+    # -- keys -------------------------------------------------------------------------
+
+    def put(
+        self,
+        key: KeyLike,
+        value: Union[str, bytes],
+        *,
+        if_version: Optional[int] = None,
+        event_time: Optional[TimeLike] = None,
+    ) -> WriteResult:
+        """Writes a new version of ``key``. ``if_version``: only if the key's current
+        version is that (0: absent), else :class:`~firn.ConflictError`. ``event_time``: the
+        writer's own time for the version (read back with ``get(event_time=…)``)."""
+        k = key_bytes(key)
+        args: List[Any] = ["FIRN.PUT", k, as_bytes(value, "value")]
+        if if_version is not None:
+            check_positive(if_version, "if_version", low=0)
+            args += ["IFVERSION", if_version]
+        if event_time is not None:
+            args += ["EVENTTIME", time_arg(event_time, "event_time")]
+        version, stamp = self._session.call(*args)
+        ts = CommitTs.parse(stamp)
+        self._session.seen_over_resp(ts)
+        return WriteResult(k, int(version), ts)
+
+    def get(
+        self,
+        key: KeyLike,
+        *,
+        version: Optional[int] = None,
+        as_of: Optional[TimeLike] = None,
+        event_time: Optional[TimeLike] = None,
+        consistency: Optional[str] = None,
+    ) -> Optional[Version]:
+        """The key's newest version, or the one at ``version``, or the newest committed at
+        or before ``as_of``, or the one with the greatest event time at or before
+        ``event_time``. ``None`` when absent (or deleted) there."""
+        k = key_bytes(key)
+        args = ["FIRN.GET", k] + _one_read_at(version, as_of, event_time) + _consistency(consistency)
+        v = version_from(k, self._session.call(*args))
+        if v is not None:
+            self._session.seen_over_resp(v.commit_ts)
+        return v
+
+    def get_many(
+        self,
+        keys: Iterable[KeyLike],
+        *,
+        as_of: Optional[TimeLike] = None,
+        event_time: Optional[TimeLike] = None,
+        consistency: Optional[str] = None,
+    ) -> Dict[bytes, Optional[Version]]:
+        """Several keys (``FIRN.MGET``): each shard read linearizably, or all at ``as_of``.
+        For one cut across shards at the newest closed time, use :meth:`snapshot`."""
+        ks = [key_bytes(k) for k in keys]
+        if not ks:
+            raise ValueError("get_many needs at least one key")
+        args = ["FIRN.MGET"] + _one_read_at(None, as_of, event_time) + _consistency(consistency) + ks
+        replies = self._session.call(*args)
+        out: Dict[bytes, Optional[Version]] = {}
+        for k, r in zip(ks, replies):
+            v = version_from(k, r)
+            if v is not None:
+                self._session.seen_over_resp(v.commit_ts)
+            out[k] = v
+        return out
+
+    def delete(self, key: KeyLike) -> Optional[WriteResult]:
+        """Writes a tombstone version; ``None`` when the key did not exist."""
+        k = key_bytes(key)
+        reply = self._session.call("FIRN.DEL", k)
+        if reply is None:
+            return None
+        version, stamp = reply
+        ts = CommitTs.parse(stamp)
+        self._session.seen_over_resp(ts)
+        return WriteResult(k, int(version), ts)
+
+    def history(
+        self,
+        key: KeyLike,
+        *,
+        from_version: Optional[int] = None,
+        to_version: Optional[int] = None,
+        limit: Optional[int] = None,
+        as_of: Optional[TimeLike] = None,
+        consistency: Optional[str] = None,
+    ) -> List[Version]:
+        """The key's versions, oldest first, tombstones included (``deleted``). ``limit``
+        defaults to the server's 100 (at most 10,000); ``as_of``: only versions committed at
+        or before it."""
+        k = key_bytes(key)
+        args: List[Any] = ["FIRN.HISTORY", k]
+        check_positive(from_version, "from_version")
+        check_positive(to_version, "to_version")
+        check_positive(limit, "limit", high=HISTORY_LIMIT_MAX)
+        if from_version is not None:
+            args += ["FROM", from_version]
+        if to_version is not None:
+            args += ["TO", to_version]
+        if limit is not None:
+            args += ["LIMIT", limit]
+        if as_of is not None:
+            args += ["ASOF", time_arg(as_of, "as_of")]
+        args += _consistency(consistency)
+        versions = [v for v in (version_from(k, r) for r in self._session.call(*args)) if v is not None]
+        if versions:
+            self._session.seen_over_resp(max(v.commit_ts for v in versions))
+        return versions
+
+    def scan(
+        self,
+        prefix: KeyLike = b"",
+        *,
+        match: Optional[str] = None,
+        count: Optional[int] = None,
+        as_of: Optional[TimeLike] = None,
+        event_time: Optional[TimeLike] = None,
+    ) -> Iterator[bytes]:
+        """The live keys under ``prefix`` (``FIRN.SCAN``, every page). Not one cut: for
+        that, :meth:`snapshot_prefix`."""
+        p = as_bytes(prefix, "prefix")
+        check_positive(count, "count")
+        cursor: bytes = b""
+        while True:
+            args: List[Any] = ["FIRN.SCAN", p]
+            if cursor:
+                args += ["CURSOR", cursor]
+            if count is not None:
+                args += ["COUNT", count]
+            if match is not None:
+                args += ["MATCH", match]
+            args += _one_read_at(None, as_of, event_time)
+            nxt, keys = self._session.call(*args)
+            yield from keys
+            if not nxt:
+                return
+            cursor = nxt
+
+    # -- snapshots --------------------------------------------------------------------
+
+    def snapshot(self, keys: Sequence[KeyLike], *, at: Optional[TimeLike] = None) -> Snapshot:
+        """``keys`` read as of one time across every shard (``FIRN.SNAPSHOT``): at ``at``,
+        or at the newest time every shard involved has closed."""
+        ks = [key_bytes(k) for k in keys]
+        if not ks:
+            raise ValueError("snapshot needs at least one key")
+        args: List[Any] = ["FIRN.SNAPSHOT"]
+        if at is not None:
+            args += ["AT", time_arg(at, "at")]
+        m = parse_map(self._session.call(*args, "KEYS", *ks))
+        stamp = CommitTs.parse(m[b"at"])
+        values = {k: version_from(k, r) for k, r in zip(ks, m[b"values"])}
+        self._observe_versions(values.values())
+        return Snapshot(at=stamp, values=values)
+
+    def snapshot_page(
+        self,
+        prefix: KeyLike,
+        *,
+        at: Optional[TimeLike] = None,
+        cursor: Optional[str] = None,
+        count: Optional[int] = None,
+    ) -> SnapshotPage:
+        """One page of the keys under ``prefix`` as of one time. Pass the page's ``at`` and
+        ``cursor`` back for the next page of the same cut."""
+        check_positive(count, "count")
+        args: List[Any] = ["FIRN.SNAPSHOT"]
+        if at is not None:
+            args += ["AT", time_arg(at, "at")]
+        args += ["PREFIX", as_bytes(prefix, "prefix")]
+        if cursor:
+            args += ["CURSOR", cursor]
+        if count is not None:
+            args += ["COUNT", count]
+        m = parse_map(self._session.call(*args))
+        keys = [v for v in (version_from(None, r) for r in m[b"keys"]) if v is not None]
+        self._observe_versions(keys)
+        return SnapshotPage(at=CommitTs.parse(m[b"at"]), keys=keys, cursor=text(m.get(b"cursor")) or None)
+
+    def snapshot_prefix(self, prefix: KeyLike, *, at: Optional[TimeLike] = None, count: int = 1000) -> Snapshot:
+        """Every key under ``prefix`` as of one time (all pages read at the first page's
+        time, so the whole answer is one cut)."""
+        page = self.snapshot_page(prefix, at=at, count=count)
+        values: Dict[bytes, Optional[Version]] = {v.key: v for v in page.keys}
+        while page.cursor:
+            page = self.snapshot_page(prefix, at=page.at, cursor=page.cursor, count=count)
+            values.update((v.key, v) for v in page.keys)
+        return Snapshot(at=page.at, values=values)
+
+    def _observe_versions(self, versions: Iterable[Optional[Version]]) -> None:
+        stamps = [v.commit_ts for v in versions if v is not None]
+        if stamps:
+            self._session.seen_over_resp(max(stamps))
+
+    # -- watch ------------------------------------------------------------------------
+
+    def watch(
+        self,
+        key: KeyLike,
+        *,
+        prefix: bool = False,
+        from_version: Optional[int] = None,
+        from_time: Optional[TimeLike] = None,
+        idle_timeout_s: Optional[float] = None,
+    ) -> Watch:
+        """Every committed version of ``key`` (or of every key under it, ``prefix=True``),
+        as an iterator of :class:`~firn.WatchEvent` — from ``from_version`` or
+        ``from_time`` (replayed first), else from now. ``idle_timeout_s``: raise
+        :class:`~firn.FirnTimeout` when nothing arrives for that long (default: wait)."""
+        return Watch(self._session, key_bytes(key, "key or prefix") if not prefix else as_bytes(key, "prefix"),
+                     prefix=prefix, from_version=from_version, from_time=from_time, idle_timeout_s=idle_timeout_s)
+
+    # -- keyspaces --------------------------------------------------------------------
+
+    def create_keyspace(
+        self,
+        prefix: KeyLike,
+        *,
+        mode: Optional[str] = None,
+        max_versions: Optional[int] = None,
+        max_age: Optional[Union[int, str]] = None,
+        durability: Optional[str] = None,
+        local: Optional[bool] = None,
+        follow: Optional[Union[str, int]] = None,
+    ) -> None:
+        """Defines (or redefines) the keyspace of keys under ``prefix``: ``mode``
+        (versioned, latest, notify), ``max_versions``, ``max_age`` (seconds or ``"7d"``),
+        ``durability`` (disk, memory), ``local`` (publish in the shared-memory region),
+        ``follow`` (on, off, or a node id)."""
+        args: List[Any] = ["FIRN.KEYSPACE", "CREATE", as_bytes(prefix, "prefix")]
+        if mode is not None:
+            if mode not in ("versioned", "latest", "notify"):
+                raise ValueError(f"unknown keyspace mode {mode!r}; use versioned, latest or notify")
+            args += ["MODE", mode]
+        if max_versions is not None:
+            check_positive(max_versions, "max_versions")
+            args += ["MAXVERSIONS", max_versions]
+        if max_age is not None:
+            args += ["MAXAGE", str(max_age)]
+        if durability is not None:
+            if durability not in ("disk", "memory"):
+                raise ValueError(f"unknown durability {durability!r}; use disk or memory")
+            args += ["DURABILITY", durability]
+        if local is not None:
+            args += ["LOCAL", "on" if local else "off"]
+        if follow is not None:
+            args += ["FOLLOW", str(follow)]
+        self._session.call(*args)
+
+    def keyspaces(self) -> List[Keyspace]:
+        out = []
+        for r in self._session.call("FIRN.KEYSPACE", "LIST"):
+            m = parse_map(r)
+            out.append(
+                Keyspace(
+                    prefix=m[b"prefix"],
+                    mode=text(m[b"mode"]) or "",
+                    max_versions=opt_int(m.get(b"max_versions")),
+                    max_age_us=opt_int(m.get(b"max_age_us")),
+                    durability=text(m.get(b"durability")) or "disk",
+                    local=text(m.get(b"local")) == "on",
+                    follow=text(m.get(b"follow")) or "off",
+                )
+            )
+        return out
+
+    def drop_keyspace(self, prefix: KeyLike) -> None:
+        self._session.call("FIRN.KEYSPACE", "DROP", as_bytes(prefix, "prefix"))
+
+    def truncate(
+        self,
+        *,
+        key: Optional[KeyLike] = None,
+        prefix: Optional[KeyLike] = None,
+        before_version: Optional[int] = None,
+        before_time: Optional[TimeLike] = None,
+    ) -> int:
+        """Removes a key's (or a prefix's) versions below ``before_version`` or committed
+        before ``before_time``; the newest version is always kept. Answers how many went."""
+        if (key is None) == (prefix is None):
+            raise ValueError("give exactly one of key and prefix")
+        if (before_version is None) == (before_time is None):
+            raise ValueError("give exactly one of before_version and before_time")
+        args: List[Any] = ["FIRN.TRUNCATE"]
+        args += ["KEY", key_bytes(key)] if key is not None else ["PREFIX", as_bytes(prefix, "prefix")]  # type: ignore[arg-type]
+        if before_version is not None:
+            check_positive(before_version, "before_version")
+            args += ["VERSION", before_version]
+        else:
+            args += ["TIME", time_arg(before_time, "before_time")]  # type: ignore[arg-type]
+        return int(self._session.call(*args))
+
+    # -- local reads ------------------------------------------------------------------
+
+    def local(self) -> "LocalClient":
+        """The node's shared-memory region for reads of ``LOCAL`` keyspaces with no request
+        (the node must be on this host): :class:`firn.local.LocalClient`, sharing this
+        client's token."""
+        from .local.client import LocalClient
+
+        return LocalClient.open(self)

@@ -1,0 +1,182 @@
+"""Versioned keys, reads in the past, history and snapshots against a real node."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+import firn
+
+
+def test_put_then_get_answers_the_value_with_its_version_and_stamp(client: firn.Client, ns: str) -> None:
+    w1 = client.put(ns + "k", "one")
+    w2 = client.put(ns + "k", b"two")
+    assert (w1.version, w2.version) == (1, 2)
+    assert w2.commit_ts > w1.commit_ts
+    got = client.get(ns + "k")
+    assert got is not None
+    assert got.value == b"two" and got.text == "two"
+    assert got.version == 2 and got.commit_ts == w2.commit_ts and not got.deleted
+    assert abs(got.commit_time - datetime.now(timezone.utc)) < timedelta(minutes=1)
+
+
+def test_get_at_an_old_version_or_time_answers_the_old_value(client: firn.Client, ns: str) -> None:
+    w1 = client.put(ns + "k", "old")
+    time.sleep(0.01)
+    client.put(ns + "k", "new")
+    v1 = client.get(ns + "k", version=1)
+    assert v1 is not None and v1.value == b"old"
+    at = client.get(ns + "k", as_of=w1.commit_ts)
+    assert at is not None and at.value == b"old" and at.version == 1
+    # A time in microseconds (and as a datetime) includes writes stamped within it.
+    assert client.get(ns + "k", as_of=w1.commit_ts.wall_us).value == b"old"  # type: ignore[union-attr]
+    assert client.get(ns + "k", as_of=w1.commit_ts.datetime).value == b"old"  # type: ignore[union-attr]
+    # Before the first write the key did not exist.
+    assert client.get(ns + "k", as_of=w1.commit_ts.wall_us - 1) is None
+    assert client.get(ns + "k").value == b"new"  # type: ignore[union-attr]
+
+
+def test_event_time_reads_pick_by_the_writers_own_clock(client: firn.Client, ns: str) -> None:
+    t0 = datetime(2026, 1, 1, 10, 0, tzinfo=timezone.utc)
+    client.put(ns + "s", "21.5", event_time=t0)
+    client.put(ns + "s", "23.0", event_time=t0 + timedelta(minutes=10))
+    # Written late, but its event time is between the two.
+    client.put(ns + "s", "22.0", event_time=t0 + timedelta(minutes=5))
+    at = client.get(ns + "s", event_time=t0 + timedelta(minutes=7))
+    assert at is not None and at.value == b"22.0" and at.version == 3
+    assert at.event_datetime == t0 + timedelta(minutes=5)
+    assert client.get(ns + "s", event_time="2026-01-01T10:00:00Z").value == b"21.5"  # type: ignore[union-attr]
+    assert client.get(ns + "s", event_time=t0 - timedelta(seconds=1)) is None
+    # The newest by commit order is still the late write.
+    assert client.get(ns + "s").value == b"22.0"  # type: ignore[union-attr]
+
+
+def test_if_version_writes_only_over_the_expected_version(client: firn.Client, ns: str) -> None:
+    assert client.put(ns + "c", "a", if_version=0).version == 1
+    with pytest.raises(firn.ConflictError) as e:
+        client.put(ns + "c", "b", if_version=0)
+    assert e.value.current_version == 1 and e.value.code == "CONFLICT"
+    assert client.put(ns + "c", "b", if_version=1).version == 2
+    assert client.get(ns + "c").value == b"b"  # type: ignore[union-attr]
+
+
+def test_delete_writes_a_tombstone_that_history_shows(client: firn.Client, ns: str) -> None:
+    assert client.delete(ns + "never") is None
+    client.put(ns + "d", "x")
+    tomb = client.delete(ns + "d")
+    assert tomb is not None and tomb.version == 2
+    assert client.get(ns + "d") is None
+    client.put(ns + "d", "back")
+    history = client.history(ns + "d")
+    assert [(v.version, v.deleted, v.value) for v in history] == [(1, False, b"x"), (2, True, None), (3, False, b"back")]
+    assert [v.version for v in client.history(ns + "d", from_version=2, limit=1)] == [2]
+    assert [v.version for v in client.history(ns + "d", as_of=tomb.commit_ts)] == [1, 2]
+
+
+def test_binary_values_round_trip(client: firn.Client, ns: str) -> None:
+    value = bytes(range(256))
+    client.put(ns + "bin", value)
+    assert client.get(ns + "bin").value == value  # type: ignore[union-attr]
+
+
+def test_get_many_and_scan(client: firn.Client, ns: str) -> None:
+    for i in range(5):
+        client.put(f"{ns}m/{i}", str(i))
+    got = client.get_many([f"{ns}m/1", f"{ns}m/9"])
+    assert got[f"{ns}m/1".encode()].value == b"1"  # type: ignore[union-attr]
+    assert got[f"{ns}m/9".encode()] is None
+    assert sorted(client.scan(f"{ns}m/", count=2)) == [f"{ns}m/{i}".encode() for i in range(5)]
+
+
+def test_snapshot_reads_every_key_at_one_time(client: firn.Client, ns: str) -> None:
+    a1 = client.put(ns + "a", "a1")
+    client.put(ns + "b", "b1")
+    cut = client.snapshot([ns + "a", ns + "b", ns + "none"])
+    assert cut[(ns + "a").encode()].value == b"a1"  # type: ignore[union-attr]
+    assert cut[(ns + "none").encode()] is None
+    assert cut.at >= a1.commit_ts
+    client.put(ns + "a", "a2")
+    # The same cut again, after the write: the old values.
+    again = client.snapshot([ns + "a", ns + "b"], at=cut.at)
+    assert again.at == cut.at
+    assert again[(ns + "a").encode()].value == b"a1"  # type: ignore[union-attr]
+    # At a1's stamp, b did not exist yet.
+    early = client.snapshot([ns + "a", ns + "b"], at=a1.commit_ts)
+    assert early[(ns + "b").encode()] is None and early[(ns + "a").encode()].version == 1  # type: ignore[union-attr]
+
+
+def test_snapshot_prefix_pages_through_one_cut(client: firn.Client, ns: str) -> None:
+    for i in range(7):
+        client.put(f"{ns}p/{i}", f"v{i}")
+    cut = client.snapshot_prefix(ns + "p/", count=3)
+    assert sorted(cut.values) == [f"{ns}p/{i}".encode() for i in range(7)]
+    client.put(f"{ns}p/new", "later")
+    client.put(f"{ns}p/0", "changed")
+    same = client.snapshot_prefix(ns + "p/", at=cut.at, count=2)
+    assert same.at == cut.at
+    assert {k: v.value for k, v in same.values.items() if v} == {k: v.value for k, v in cut.values.items() if v}
+    page = client.snapshot_page(ns + "p/", count=2)
+    assert len(page.keys) == 2 and page.cursor
+
+
+def test_bad_input_is_refused_before_sending(client: firn.Client, ns: str) -> None:
+    with pytest.raises(ValueError, match="empty"):
+        client.put("", "x")
+    with pytest.raises(ValueError, match="limit is 8192"):
+        client.get("k" * 9000)
+    with pytest.raises(ValueError, match="at most one of"):
+        client.get(ns + "k", version=1, as_of=5)
+    with pytest.raises(ValueError, match="no timezone"):
+        client.get(ns + "k", as_of=datetime(2026, 1, 1))
+    with pytest.raises(ValueError, match="unknown consistency"):
+        client.get(ns + "k", consistency="eventual")
+    with pytest.raises(TypeError):
+        client.put(ns + "k", 5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not HOST:PORT"):
+        firn.Client("localhost")
+
+
+def test_server_errors_keep_their_code_and_the_connection_goes_on(client: firn.Client, ns: str) -> None:
+    with pytest.raises(firn.RequestError, match="is not a time"):
+        client.get(ns + "k", as_of="yesterday")
+    assert client.ping()
+    client.put(ns + "k", "still works")
+    assert client.get(ns + "k").value == b"still works"  # type: ignore[union-attr]
+
+
+def test_a_latest_keyspace_keeps_only_the_newest_version(client: firn.Client, ns: str) -> None:
+    client.create_keyspace(ns + "latest/", mode="latest")
+    assert any(k.prefix == (ns + "latest/").encode() and k.mode == "latest" for k in client.keyspaces())
+    client.put(ns + "latest/x", "1")
+    client.put(ns + "latest/x", "2")
+    assert [v.value for v in client.history(ns + "latest/x")] == [b"2"]
+    with pytest.raises(ValueError, match="unknown keyspace mode"):
+        client.create_keyspace(ns + "bad/", mode="forever")
+
+
+def test_a_dropped_keyspace_leaves_the_list(client: firn.Client, ns: str) -> None:
+    client.create_keyspace(ns + "gone/", mode="latest", max_versions=3)
+    assert any(k.prefix == (ns + "gone/").encode() for k in client.keyspaces())
+    try:
+        client.drop_keyspace(ns + "gone/")
+    except firn.RequestError as e:
+        # A server bug (reported with this client): a DROP soon after the CREATE sometimes
+        # answers "no keyspace with prefix" although it dropped it. Still a failure if the
+        # keyspace is not gone.
+        assert all(k.prefix != (ns + "gone/").encode() for k in client.keyspaces())
+        pytest.xfail(f"the server answered {e} for a drop it made")
+    assert all(k.prefix != (ns + "gone/").encode() for k in client.keyspaces())
+    with pytest.raises(firn.RequestError, match="no keyspace"):
+        client.drop_keyspace(ns + "never/")
+
+
+def test_truncate_removes_old_versions_and_reads_below_say_compacted(client: firn.Client, ns: str) -> None:
+    for i in range(4):
+        client.put(ns + "tr", str(i))
+    assert client.truncate(key=ns + "tr", before_version=3) == 2
+    with pytest.raises(firn.CompactedError) as e:
+        client.get(ns + "tr", version=1)
+    assert e.value.oldest_version == 3
+    assert client.get(ns + "tr", version=3).value == b"2"  # type: ignore[union-attr]
