@@ -14,10 +14,31 @@ pub struct Session {
     name: Option<Bytes>,
 }
 
+/// How far ahead of this node's clock a token a client brings may be: stamps come from the
+/// cluster's clocks, which differ by their skew. A token further ahead is refused: a write
+/// after it would push this node's clock, and every stamp after it, into the future.
+pub const TOKEN_AHEAD_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Checks a token a client brings (`FIRN.AFTER`, `Firn-After`) against this node's clock.
+pub fn check_token(t: CommitTs) -> Result<CommitTs, FirnError> {
+    let ahead = t.wall_us.saturating_sub(firn_model::hlc::system_wall_us());
+    if ahead > TOKEN_AHEAD_MAX.as_micros() as u64 {
+        return Err(FirnError::BadTime(format!(
+            "token {t} is {} ms in the future; a token is a stamp this cluster gave, at most {} ms ahead of this node's clock",
+            ahead / 1_000,
+            TOKEN_AHEAD_MAX.as_millis()
+        )));
+    }
+    Ok(t)
+}
+
 impl Session {
-    /// A session that comes after `token`.
-    pub fn after(token: Option<CommitTs>) -> Self {
-        Session { token, name: None }
+    /// A session that comes after `token` (checked by [`check_token`]).
+    pub fn after(token: Option<CommitTs>) -> Result<Self, FirnError> {
+        Ok(Session {
+            token: token.map(check_token).transpose()?,
+            name: None,
+        })
     }
 
     /// The causality token: the newest stamp this session has seen.
@@ -25,9 +46,11 @@ impl Session {
         self.token
     }
 
-    /// What this session sends from now on comes after `t` (and after what it saw).
-    pub fn advance(&mut self, t: CommitTs) {
-        self.token = self.token.max(Some(t));
+    /// What this session sends from now on comes after `t` (and after what it saw); a `t`
+    /// too far ahead (see [`check_token`]) is refused and changes nothing.
+    pub fn advance(&mut self, t: CommitTs) -> Result<(), FirnError> {
+        self.token = self.token.max(Some(check_token(t)?));
+        Ok(())
     }
 
     pub fn name(&self) -> Option<&Bytes> {

@@ -77,6 +77,26 @@ async fn kv_history_scan_and_errors_over_http() {
                 .contains("in the future"),
             "a token a minute ahead"
         );
+        // Refused for a write too, which then never pushes the node's clock ahead.
+        let (code, _) = call(
+            a.put(&format!("{base}/v1/kv/clock"))
+                .set("Firn-After", &ahead),
+            Some(b"v"),
+        );
+        assert_eq!(code, 400);
+        let (_, r) = call(a.put(&format!("{base}/v1/kv/clock")), Some(b"v"));
+        let wall: u64 = json(r)["commit_ts"]
+            .as_str()
+            .unwrap()
+            .split('-')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            wall < firn_model::hlc::system_wall_us() + 1_000_000,
+            "stamped {wall}"
+        );
         let (_, r) = call(
             a.put(&format!("{base}/v1/kv/room/1")),
             Some(&[0xff, 0x00, 0x01]),

@@ -151,7 +151,10 @@ async fn sessions(
         Some(Ok(t)) => Some(t),
         Some(Err(e)) => return ApiError(e).into_response(),
     };
-    let session = Session(Arc::new(std::sync::Mutex::new(ClientSession::after(after))));
+    let session = match ClientSession::after(after) {
+        Ok(s) => Session(Arc::new(std::sync::Mutex::new(s))),
+        Err(e) => return ApiError(e).into_response(),
+    };
     request.extensions_mut().insert(session.clone());
     let mut response = next.run(request).await;
     // Every answer carries the token, `0-0` before the client has seen any stamp (as

@@ -457,8 +457,11 @@ impl Connection {
                 self.queue.push_back(Queued::Ready(reply));
             }
             Action::After(t) => {
-                self.session.advance(t);
-                self.queue.push_back(Queued::Ready(Reply::Ok));
+                let reply = match self.session.advance(t) {
+                    Ok(()) => Reply::Ok,
+                    Err(e) => Reply::error(&e),
+                };
+                self.queue.push_back(Queued::Ready(reply));
             }
             Action::Token => {
                 let t = self.session.token().unwrap_or(CommitTs::ZERO);
