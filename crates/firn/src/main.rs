@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+mod config;
 mod file;
 mod followed;
 mod group;
@@ -244,7 +245,11 @@ enum KeyspaceAction {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // `firn serve` also reads its settings from the environment and a config file.
+    let (mut cli, settings) = config::parse::<Cli>();
+    if let Command::Serve(args) = &mut cli.command {
+        args.settings = settings;
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
