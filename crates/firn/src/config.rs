@@ -50,6 +50,16 @@ impl From<clap::Error> for ConfigError {
     }
 }
 
+/// `firn`'s command line (see [`parse`]), with `serve`'s settings and their sources kept for
+/// `--print-config`.
+pub fn parse_firn() -> crate::Cli {
+    let (mut cli, settings) = parse::<crate::Cli>();
+    if let crate::Command::Serve(args) = &mut cli.command {
+        args.settings = settings;
+    }
+    cli
+}
+
 /// Parses this process's command line; for `firn serve`, with its config file's values as
 /// defaults. Exits as clap does on a bad command line (or `--help`), and with status 2 and a
 /// message naming the file and the key on a bad config file.

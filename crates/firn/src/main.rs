@@ -245,11 +245,7 @@ enum KeyspaceAction {
 }
 
 fn main() -> ExitCode {
-    // `firn serve` also reads its settings from the environment and a config file.
-    let (mut cli, settings) = config::parse::<Cli>();
-    if let Command::Serve(args) = &mut cli.command {
-        args.settings = settings;
-    }
+    let cli = config::parse_firn();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
