@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+mod config;
 mod file;
 mod followed;
 mod group;
@@ -244,7 +245,7 @@ enum KeyspaceAction {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = config::parse_firn();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

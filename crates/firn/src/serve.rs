@@ -1,7 +1,11 @@
 //! `firn serve`: its flags, and running one node until Ctrl-C or SIGTERM.
+//!
+//! The flags below are the one list of a node's settings and their defaults: each is also
+//! read from `FIRN_<FLAG>` in the environment and from a config file (see `crate::config`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
 use clap::Args;
@@ -9,93 +13,192 @@ use firn_model::Limits;
 use firn_node::config::LocalRegionSetting;
 use firn_node::{NodeConfig, RunningNode};
 
+use crate::config::{Setting, render};
+
 #[derive(Args)]
 pub struct ServeArgs {
-    #[arg(long, default_value = "127.0.0.1:7379")]
+    /// Read settings from this TOML file: `key = value` lines, each key a flag's long name
+    /// (`data-dir = "/var/lib/firn"`). A flag, then its `FIRN_<FLAG>` environment variable,
+    /// take precedence over the file; the file over the default.
+    #[arg(long, env = "FIRN_CONFIG", value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Print the settings this node would run with, each with where it came from, as a
+    /// config file, and exit without starting.
+    #[arg(long)]
+    print_config: bool,
+    #[arg(long, env = "FIRN_RESP_ADDR", default_value = "127.0.0.1:7379")]
     resp_addr: SocketAddr,
-    #[arg(long, default_value = "127.0.0.1:7380")]
+    #[arg(long, env = "FIRN_HTTP_ADDR", default_value = "127.0.0.1:7380")]
     http_addr: SocketAddr,
-    #[arg(long, default_value = "firn-data")]
+    #[arg(long, env = "FIRN_DATA_DIR", default_value = "firn-data")]
     data_dir: PathBuf,
     /// Keep nothing after exit and skip fsync (tests only: acknowledged writes can be lost).
-    #[arg(long)]
+    #[arg(long, env = "FIRN_IN_MEMORY")]
     in_memory: bool,
     /// Largest value carried inline through the Raft log, in bytes (at most 16 MiB); a
     /// larger one is stored beside the log as a blob (up to 16 GiB over HTTP, 64 MiB over
     /// RESP).
-    #[arg(long, default_value_t = firn_model::limits::VALUE_BYTES_MAX_DEFAULT)]
+    #[arg(long, env = "FIRN_MAX_VALUE_BYTES", default_value_t = firn_model::limits::VALUE_BYTES_MAX_DEFAULT)]
     max_value_bytes: usize,
     /// Allow FLUSHALL to drop every key.
-    #[arg(long)]
+    #[arg(long, env = "FIRN_ALLOW_FLUSHALL")]
     allow_flushall: bool,
     /// How often age-based retention runs.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "FIRN_RETENTION_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
     retention_interval: Duration,
     /// Snapshot (and purge the log) every this many entries.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, env = "FIRN_SNAPSHOT_EVERY", default_value_t = 100_000)]
     snapshot_every: u64,
     /// An idle shard's leader closes time this often, so that reads at a time (ASOF) wait
     /// at most about this long for it to be closed; 0 turns it off (an idle cluster then
     /// uses less CPU, and a read at a recent time on an idle shard waits for its next write).
-    #[arg(long, default_value = "50ms", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "FIRN_CLOSE_TIME_EVERY", default_value = "50ms", value_parser = humantime::parse_duration)]
     close_time_every: Duration,
-    /// This node's id in the cluster.
-    #[arg(long, default_value_t = 1)]
-    node_id: u64,
+    /// This node's id in the cluster: a number from 1, or `host-ordinal`: one more than
+    /// the number that ends this host's name, as a Kubernetes StatefulSet names its pods
+    /// (`firn-0` is node 1, `firn-2` node 3).
+    #[arg(long, env = "FIRN_NODE_ID", default_value_t = NodeIdSetting::Id(1))]
+    node_id: NodeIdSetting,
     /// Listener for the other nodes of the cluster.
-    #[arg(long, default_value = "127.0.0.1:7381")]
+    #[arg(long, env = "FIRN_PEER_ADDR", default_value = "127.0.0.1:7381")]
     peer_addr: SocketAddr,
     /// Form a cluster of these nodes, this one included: ID=PEER_ADDR,… (none: a single
     /// node, which others may join). Only read when the cluster is first created.
-    #[arg(long, default_value = "")]
+    #[arg(long, env = "FIRN_PEERS", default_value = "")]
     peers: String,
     /// Join the cluster of the node at this peer address (any member); its replicas move
     /// here so that shards and leaders spread evenly.
-    #[arg(long, conflicts_with = "peers")]
+    #[arg(long, env = "FIRN_JOIN", conflicts_with = "peers")]
     join: Option<String>,
     /// Shards in a cluster (a single node has one).
-    #[arg(long, default_value_t = firn_node::config::CLUSTER_SHARDS_DEFAULT)]
+    #[arg(long, env = "FIRN_SHARDS", default_value_t = firn_node::config::CLUSTER_SHARDS_DEFAULT)]
     shards: u32,
     /// Replicas per shard, capped by the node count.
-    #[arg(long, default_value_t = firn_node::config::REPLICATION_DEFAULT)]
+    #[arg(long, env = "FIRN_REPLICATION", default_value_t = firn_node::config::REPLICATION_DEFAULT)]
     replication: usize,
     /// Most RESP connections open at once; one more is told `ERR max number of clients
     /// reached` and closed.
-    #[arg(long, default_value_t = firn_node::config::RESP_CONNECTIONS_MAX)]
+    #[arg(long, env = "FIRN_MAX_CONNECTIONS", default_value_t = firn_node::config::RESP_CONNECTIONS_MAX)]
     max_connections: usize,
     /// Most bytes of log records this node keeps in its local log index, so that repeated
     /// reads of a tag's records skip the shards that index it (default 64 MiB); 0 turns it
     /// off.
-    #[arg(long, default_value_t = firn_node::config::LOG_INDEX_BYTES_DEFAULT)]
+    #[arg(long, env = "FIRN_LOG_INDEX_BYTES", default_value_t = firn_node::config::LOG_INDEX_BYTES_DEFAULT)]
     log_index_bytes: usize,
     /// The shared-memory region that `LOCAL on` keyspaces are published in, for clients on
     /// this host: a file path (a path in /dev/shm keeps the kernel from writing it back to
     /// disk), or `off`. Default: `local.region` in the data directory.
-    #[arg(long)]
+    #[arg(long, env = "FIRN_LOCAL_REGION")]
     local_region: Option<String>,
     /// Entries in the region (a power of two): at most this many keys are published.
-    #[arg(long, default_value_t = firn_local::RegionConfig::default().entries)]
+    #[arg(long, env = "FIRN_LOCAL_ENTRIES", default_value_t = firn_local::RegionConfig::default().entries)]
     local_entries: u32,
     /// Largest value published in the region; a larger one is read from the node.
-    #[arg(long, default_value_t = firn_local::RegionConfig::default().value_bytes_max)]
+    #[arg(long, env = "FIRN_LOCAL_VALUE_BYTES", default_value_t = firn_local::RegionConfig::default().value_bytes_max)]
     local_value_bytes: u32,
     /// Least time between two moves of one shard's leader toward its clients, to different
     /// nodes (keyspaces with FOLLOW on): a workload that alternates faster is followed at most
     /// once per interval. Read by the node that leads the meta group.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "FIRN_FOLLOW_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
     follow_interval: Duration,
     /// How often the logs of `DURABILITY memory` keyspaces are fsync'd in the background: a
     /// crash of a majority of a shard's replicas at once can lose what they acknowledged
     /// since the last checkpoint.
-    #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "FIRN_MEMORY_CHECKPOINT_EVERY", default_value = "100ms", value_parser = humantime::parse_duration)]
     memory_checkpoint_every: Duration,
     /// How often blob files (large values) that no stored version names are looked for.
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "FIRN_BLOB_SWEEP_EVERY", default_value = "60s", value_parser = humantime::parse_duration)]
     blob_sweep_every: Duration,
     /// How old an unused blob file must be before it is deleted: longer than any upload
     /// takes between its seal and its manifest's commit.
-    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "FIRN_BLOB_GRACE", default_value = "1h", value_parser = humantime::parse_duration)]
     blob_grace: Duration,
+    /// Every setting with where it came from (set by `crate::config::parse`).
+    #[arg(skip)]
+    pub settings: Vec<Setting>,
+}
+
+/// `--node-id`: given, or taken from the host name (see [`node_id_from_host_name`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeIdSetting {
+    Id(u64),
+    HostOrdinal,
+}
+
+const HOST_ORDINAL: &str = "host-ordinal";
+
+impl FromStr for NodeIdSetting {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        if text == HOST_ORDINAL {
+            return Ok(NodeIdSetting::HostOrdinal);
+        }
+        match text.parse::<u64>() {
+            Ok(0) => Err("node ids start at 1".into()),
+            Ok(id) => Ok(NodeIdSetting::Id(id)),
+            Err(_) => Err(format!(
+                "'{text}' is neither a node id (1, 2, …) nor {HOST_ORDINAL}"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for NodeIdSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeIdSetting::Id(id) => write!(f, "{id}"),
+            NodeIdSetting::HostOrdinal => f.write_str(HOST_ORDINAL),
+        }
+    }
+}
+
+impl NodeIdSetting {
+    /// The node id, and the host name it was taken from if it was.
+    fn resolve(self) -> Result<(u64, Option<String>), String> {
+        match self {
+            NodeIdSetting::Id(id) => Ok((id, None)),
+            NodeIdSetting::HostOrdinal => {
+                let host = host_name()?;
+                Ok((node_id_from_host_name(&host)?, Some(host)))
+            }
+        }
+    }
+}
+
+/// One more than the number that ends the host name's first label: a StatefulSet's pod
+/// `firn-0` (ordinal 0) is node 1, because node ids start at 1.
+pub fn node_id_from_host_name(host: &str) -> Result<u64, String> {
+    let label = host.split('.').next().unwrap_or_default();
+    let digits = label.len() - label.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    let ordinal = &label[label.len() - digits..];
+    ordinal
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_add(1))
+        .ok_or_else(|| {
+            format!(
+                "--node-id {HOST_ORDINAL}: the host name '{host}' does not end in a number \
+                 (a StatefulSet's pods are named like firn-0, firn-1, …)"
+            )
+        })
+}
+
+/// This machine's host name (in a container or pod, its own).
+fn host_name() -> Result<String, String> {
+    // 255 bytes is the longest host name POSIX allows (HOST_NAME_MAX on Linux is 64).
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname writes at most that many
+    // bytes, and the name is read only up to the first NUL within the buffer.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return Err(format!(
+            "--node-id {HOST_ORDINAL}: cannot read the host name: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
 
 /// The region setting the three `--local-*` flags describe, checked.
@@ -119,14 +222,9 @@ fn local_region(
     })
 }
 
-pub async fn serve(args: ServeArgs) -> Result<(), String> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("info,openraft=warn,fjall=warn,lsm_tree=warn")
-            }),
-        )
-        .init();
+/// The node's configuration the settings describe, checked, and the host name its id was
+/// taken from (with `--node-id host-ordinal`).
+fn node_config(args: &ServeArgs) -> Result<(NodeConfig, Option<String>), String> {
     if args.max_value_bytes == 0
         || args.max_value_bytes > firn_model::limits::VALUE_BYTES_MAX_CEILING
     {
@@ -138,10 +236,11 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
     if args.max_connections == 0 {
         return Err("--max-connections must be at least 1".into());
     }
+    let (node_id, host) = args.node_id.resolve()?;
     let config = NodeConfig {
         resp_addr: args.resp_addr,
         http_addr: args.http_addr,
-        data_dir: args.data_dir,
+        data_dir: args.data_dir.clone(),
         in_memory: args.in_memory,
         limits: Limits {
             value_bytes_max: args.max_value_bytes,
@@ -150,12 +249,13 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
         retention_interval: args.retention_interval,
         snapshot_every_entries: args.snapshot_every,
         close_time_every: args.close_time_every,
-        node_id: args.node_id,
+        node_id,
         peer_addr: args.peer_addr,
-        peers: firn_node::cluster::layout::parse_peers(&args.peers).map_err(|e| e.to_string())?,
+        peers: firn_node::cluster::layout::parse_peers(&args.peers)
+            .map_err(|e| format!("--peers: {e}"))?,
         shards: args.shards,
         replication: args.replication,
-        join: args.join,
+        join: args.join.clone(),
         resp_connections_max: args.max_connections,
         log_index_bytes: args.log_index_bytes,
         local_region: local_region(
@@ -168,6 +268,35 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
         blob_sweep_every: args.blob_sweep_every,
         blob_grace: args.blob_grace,
     };
+    Ok((config, host))
+}
+
+/// `--print-config`: the settings as a config file, the node id resolved.
+fn print_config(mut settings: Vec<Setting>, node_id: u64, host: Option<String>) {
+    if let (Some(host), Some(s)) = (host, settings.iter_mut().find(|s| s.key == "node-id")) {
+        s.value = Some(node_id.to_string());
+        s.source = format!("{HOST_ORDINAL} of host name {host} ({})", s.source);
+    }
+    print!("{}", render(&settings));
+}
+
+pub async fn serve(args: ServeArgs) -> Result<(), String> {
+    // Checked before anything else happens: a bad setting starts nothing.
+    let (config, host) = node_config(&args)?;
+    if args.print_config {
+        print_config(args.settings, config.node_id, host);
+        return Ok(());
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("info,openraft=warn,fjall=warn,lsm_tree=warn")
+            }),
+        )
+        .init();
+    if let Some(host) = host {
+        tracing::info!(node = config.node_id, %host, "node id taken from the host name");
+    }
     let node = RunningNode::start(config)
         .await
         .map_err(|e| e.to_string())?;
@@ -195,5 +324,109 @@ async fn wait_for_stop_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+
+    use clap::{CommandFactory, Parser, Subcommand};
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: Cmd,
+    }
+
+    #[derive(Subcommand)]
+    enum Cmd {
+        Serve(ServeArgs),
+    }
+
+    fn serve_args(args: &[&str]) -> ServeArgs {
+        let argv: Vec<OsString> = ["firn", "serve"]
+            .iter()
+            .chain(args)
+            .map(OsString::from)
+            .collect();
+        match crate::config::parse_from::<Cli>(&argv) {
+            Ok((
+                Cli {
+                    command: Cmd::Serve(args),
+                },
+                _,
+            )) => args,
+            Err(_) => panic!("firn serve {args:?} is refused"),
+        }
+    }
+
+    #[test]
+    fn the_flags_defaults_are_the_node_configs_defaults() {
+        if std::env::vars().any(|(k, _)| k.starts_with("FIRN_")) {
+            eprintln!("skipped: FIRN_* variables are set in this environment");
+            return;
+        }
+        let (config, host) = node_config(&serve_args(&[])).unwrap();
+        assert_eq!(host, None);
+        assert_eq!(
+            format!("{config:?}"),
+            format!("{:?}", NodeConfig::default())
+        );
+    }
+
+    #[test]
+    fn every_setting_is_read_from_its_firn_environment_variable() {
+        let cli = Cli::command();
+        let serve = cli.find_subcommand("serve").unwrap();
+        for arg in serve.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            let env = arg.get_env().and_then(|e| e.to_str());
+            if long == "help" || long == "print-config" {
+                assert_eq!(env, None, "--{long}");
+            } else {
+                let want = format!("FIRN_{}", long.to_uppercase().replace('-', "_"));
+                assert_eq!(env, Some(want.as_str()), "--{long}");
+            }
+        }
+    }
+
+    #[test]
+    fn node_id_is_a_number_from_one_or_host_ordinal() {
+        assert_eq!("3".parse(), Ok(NodeIdSetting::Id(3)));
+        assert_eq!("host-ordinal".parse(), Ok(NodeIdSetting::HostOrdinal));
+        assert!(
+            "0".parse::<NodeIdSetting>()
+                .unwrap_err()
+                .contains("start at 1")
+        );
+        assert!("firn-0".parse::<NodeIdSetting>().is_err());
+        assert_eq!(NodeIdSetting::HostOrdinal.to_string(), "host-ordinal");
+        assert_eq!(
+            serve_args(&["--node-id", "4"]).node_id,
+            NodeIdSetting::Id(4)
+        );
+    }
+
+    #[test]
+    fn host_ordinal_is_one_more_than_the_host_names_trailing_number() {
+        assert_eq!(node_id_from_host_name("firn-0"), Ok(1));
+        assert_eq!(node_id_from_host_name("firn-2"), Ok(3));
+        assert_eq!(
+            node_id_from_host_name("firn-12.firn-peers.default.svc.cluster.local"),
+            Ok(13)
+        );
+        for bad in ["firn", "", "firn-0x", "firn-99999999999999999999"] {
+            let e = node_id_from_host_name(bad).unwrap_err();
+            assert!(e.contains("does not end in a number"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_bad_peers_list_is_refused_before_starting() {
+        let e = node_config(&serve_args(&["--peers", "1=a:7381,x"])).unwrap_err();
+        assert!(e.starts_with("--peers: "), "{e}");
     }
 }
