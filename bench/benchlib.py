@@ -246,6 +246,17 @@ def redis_cli(port, *args):
     return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True, timeout=10).stdout.strip()
 
 
+def redis_cli_settled(port, *args, timeout=30):
+    """`redis_cli`, again while the answer is TRYAGAIN or CLUSTERDOWN: a fresh cluster's
+    groups (the meta group among them) elect their first leaders at their own pace."""
+    deadline = time.time() + timeout
+    while True:
+        out = redis_cli(port, *args)
+        if not out.startswith(("TRYAGAIN", "CLUSTERDOWN")) or time.time() > deadline:
+            return out
+        time.sleep(0.1)
+
+
 class Resp:
     """The smallest RESP2 client the scripts need: commands out (one at a time, or several
     before their replies: `send`, then `reply` for each), replies (nested) back."""

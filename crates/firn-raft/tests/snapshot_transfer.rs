@@ -261,6 +261,12 @@ async fn a_chunk_that_does_not_continue_the_transfer_is_refused_and_the_partial_
         rpc: VoteRequest::new(newer, None),
     };
     pool.call(2, vote, Duration::from_secs(5)).await.unwrap();
+    // Raft answers the vote before it publishes its metrics, which the receiver reads.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while n2.replica.status().term != 5 {
+        assert!(Instant::now() < deadline, "{:?}", n2.replica.status());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     match pool
         .call(2, chunk(&meta, &whole, CHUNK_BYTES), Duration::from_secs(5))
         .await
