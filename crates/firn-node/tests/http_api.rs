@@ -369,3 +369,70 @@ async fn keyspace_and_cluster_endpoints_carry_the_session_token() {
     .await
     .unwrap();
 }
+
+/// JSON listings never alter a key: one that is not UTF-8 is `key_base64`, and a page's
+/// cursor at such a key, passed back unchanged, continues exactly where the page ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_that_are_not_utf8_are_listed_in_base64_and_paged_exactly() {
+    use base64::Engine;
+    let node = start_node(false).await;
+    let mut conn = redis_conn(&node).await;
+    // In key (byte) order.
+    let keys: [&[u8]; 4] = [b"b/1", b"b/z", b"b/\xff\x01", b"b/\xff\x02"];
+    for k in keys {
+        let _: () = redis::cmd("SET")
+            .arg(k)
+            .arg("v")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let base = format!("http://{}", node.http_addr);
+    tokio::task::spawn_blocking(move || {
+        let b64 = |text: &str| {
+            base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .unwrap()
+        };
+        for path in ["/v1/scan", "/v1/snapshot"] {
+            let mut seen: Vec<Vec<u8>> = Vec::new();
+            let mut cursor: Option<String> = None;
+            loop {
+                let mut req = agent()
+                    .get(&format!("{base}{path}"))
+                    .query("prefix", "b/")
+                    .query("limit", "1");
+                if let Some(c) = &cursor {
+                    req = req.query("cursor", c);
+                }
+                let (code, r) = call(req, None);
+                assert_eq!(code, 200, "{path}");
+                let page = json(r);
+                for k in page["keys"].as_array().unwrap() {
+                    seen.push(match k["key"].as_str() {
+                        Some(text) => text.as_bytes().to_vec(),
+                        None => b64(k["key_base64"].as_str().unwrap()),
+                    });
+                }
+                cursor = page["next_cursor"].as_str().map(str::to_string);
+                if cursor.is_none() {
+                    break;
+                }
+            }
+            assert_eq!(seen, keys.map(<[u8]>::to_vec).to_vec(), "{path}");
+        }
+        // A cursor in the marked form that is not base64 is refused.
+        let (code, r) = call(
+            agent()
+                .get(&format!("{base}/v1/scan"))
+                .query("prefix", "b/")
+                .query("cursor", "b64:%%%"),
+            None,
+        );
+        assert_eq!(code, 400);
+        assert!(json(r)["message"].as_str().unwrap().contains("cursor"));
+    })
+    .await
+    .unwrap();
+    node.shutdown().await;
+}

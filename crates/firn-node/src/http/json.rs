@@ -72,21 +72,50 @@ pub(super) fn version_json(info: &VersionInfo) -> Json {
     j
 }
 
+/// Names `key` in `j`: as text in `key` when it is UTF-8, else in `key_base64`, the way
+/// [`value_json`] writes a value, so that a listing never alters a key.
+pub(super) fn set_key(j: &mut Json, key: &Key) {
+    match std::str::from_utf8(key.as_bytes()) {
+        Ok(text) => j["key"] = json!(text),
+        Err(_) => {
+            j["key_base64"] =
+                json!(base64::engine::general_purpose::STANDARD.encode(key.as_bytes()))
+        }
+    }
+}
+
+/// Marks a cursor given in base64 (see [`cursor_text`]).
+pub(super) const CURSOR_BASE64: &str = "b64:";
+
+/// A page's `next_cursor`, opaque to clients: the next key as text when it is UTF-8 and
+/// cannot be mistaken for the marked form, else [`CURSOR_BASE64`] and its base64.
+pub(super) fn cursor_text(cursor: &[u8]) -> String {
+    match std::str::from_utf8(cursor) {
+        Ok(text) if !text.starts_with(CURSOR_BASE64) => text.to_string(),
+        _ => format!(
+            "{CURSOR_BASE64}{}",
+            base64::engine::general_purpose::STANDARD.encode(cursor)
+        ),
+    }
+}
+
 pub(super) fn written_json(w: &Written) -> Json {
-    json!({ "key": w.key.to_string(), "version": w.version, "commit_ts": w.commit_ts.to_string(), "existed": w.existed, "durability": w.durability.as_str() })
+    let mut j = json!({ "version": w.version, "commit_ts": w.commit_ts.to_string(), "existed": w.existed, "durability": w.durability.as_str() });
+    set_key(&mut j, &w.key);
+    j
 }
 
 /// A page of keys: `{keys: [{key, version, …}], next_cursor}`.
 pub(super) fn scan_page_json(keys: &[(Key, VersionInfo)], next_cursor: Option<Bytes>) -> Json {
     json!({
-        "keys": keys.iter().map(|(k, info)| { let mut j = version_json(info); j["key"] = json!(k.to_string()); j }).collect::<Vec<_>>(),
-        "next_cursor": next_cursor.map(|c| String::from_utf8_lossy(&c).into_owned()),
+        "keys": keys.iter().map(|(k, info)| { let mut j = version_json(info); set_key(&mut j, k); j }).collect::<Vec<_>>(),
+        "next_cursor": next_cursor.map(|c| cursor_text(&c)),
     })
 }
 
 /// Keys asked for, each with what was found: `{values: [{key, found: {…} | null}]}`.
 pub(super) fn values_json(keys: &[Key], values: Vec<Option<VersionInfo>>) -> Json {
     json!({
-        "values": keys.iter().zip(values).map(|(k, v)| json!({"key": k.to_string(), "found": v.as_ref().map(version_json)})).collect::<Vec<_>>()
+        "values": keys.iter().zip(values).map(|(k, v)| { let mut j = json!({"found": v.as_ref().map(version_json)}); set_key(&mut j, k); j }).collect::<Vec<_>>()
     })
 }

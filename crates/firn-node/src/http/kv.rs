@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{Value as Json, json};
 
 use super::json::{scan_page_json, values_json, version_headers, version_json, written_json};
-use super::params::{consistency, key_of, keys_and_params, param_u64, read_at};
+use super::params::{consistency, cursor_of, key_of, keys_and_params, param_u64, read_at};
 use super::{ApiResult, Params, Session, bad_json, unexpected};
 use crate::router::Router;
 
@@ -153,10 +153,7 @@ pub(super) async fn scan(
     }
     let request: Request = KvRead::Scan {
         prefix: Bytes::from(q.get("prefix").cloned().unwrap_or_default()),
-        cursor: q
-            .get("cursor")
-            .filter(|c| !c.is_empty())
-            .map(|c| Bytes::from(c.clone())),
+        cursor: cursor_of(&q)?,
         limit: param_u64(&q, "limit")?.map_or(PAGE_ITEMS_DEFAULT, |l| l as usize),
         pattern: q.get("match").map(|m| Bytes::from(m.clone())),
         at,
@@ -199,10 +196,7 @@ pub(super) async fn snapshot(
         (false, None) => SnapshotOf::Keys(keys.clone()),
         (true, Some(prefix)) => SnapshotOf::Prefix {
             prefix: Bytes::from(prefix.clone()),
-            cursor: q
-                .get("cursor")
-                .filter(|c| !c.is_empty())
-                .map(|c| Bytes::from(c.clone())),
+            cursor: cursor_of(&q)?,
             limit: param_u64(&q, "limit")?.map_or(PAGE_ITEMS_DEFAULT, |l| l as usize),
         },
         _ => {

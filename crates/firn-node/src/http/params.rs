@@ -10,6 +10,26 @@ pub(super) fn key_of(path: String) -> Result<Key, FirnError> {
     Key::new(Bytes::from(path))
 }
 
+/// A page's `cursor`, as the previous page's `next_cursor` gave it (see
+/// [`super::json::cursor_text`]); none when absent or empty.
+pub(super) fn cursor_of(q: &HashMap<String, String>) -> Result<Option<Bytes>, FirnError> {
+    use base64::Engine;
+    let Some(cursor) = q.get("cursor").filter(|c| !c.is_empty()) else {
+        return Ok(None);
+    };
+    match cursor.strip_prefix(super::json::CURSOR_BASE64) {
+        Some(b64) => base64::engine::general_purpose::STANDARD
+            .decode(b64.as_bytes())
+            .map(|c| Some(Bytes::from(c)))
+            .map_err(|e| {
+                FirnError::BadArgument(format!(
+                    "cursor: '{cursor}' is not a cursor a page gave (bad base64: {e})"
+                ))
+            }),
+        None => Ok(Some(Bytes::from(cursor.clone()))),
+    }
+}
+
 pub(super) fn param_u64(q: &HashMap<String, String>, name: &str) -> Result<Option<u64>, FirnError> {
     q.get(name)
         .map(|v| {

@@ -12,7 +12,7 @@ use firn_model::{FirnError, KeyRange, WatchFrom, WatchRequest};
 use futures::StreamExt;
 use serde_json::json;
 
-use super::json::version_json;
+use super::json::{set_key, version_json};
 use super::params::{key_of, param_u64};
 use super::{ApiResult, Params, Stopping};
 use crate::router::Router;
@@ -56,7 +56,7 @@ pub(super) fn sse_event(item: Result<firn_model::WatchEvent, FirnError>) -> Even
     match item {
         Ok(e) => {
             let mut j = version_json(&e.info);
-            j["key"] = json!(e.key.to_string());
+            set_key(&mut j, &e.key);
             Event::default()
                 .event(if e.info.deleted { "del" } else { "put" })
                 .data(j.to_string())
