@@ -48,6 +48,10 @@ pub struct ReplicaView {
     /// A memory replica catching up after a restart: it votes for nobody meanwhile.
     #[serde(default)]
     pub recovering: bool,
+    /// How far behind the node's clock the replica's closed time is, in milliseconds: a
+    /// read at a time older than that is answered here without waiting.
+    #[serde(default)]
+    pub closed_lag_ms: Option<u64>,
 }
 
 /// The whole cluster as one node sees it.
@@ -68,6 +72,9 @@ pub struct ShardView {
     pub leader: Option<NodeId>,
     /// How many log entries each replica is behind the most advanced one.
     pub replica_lag: BTreeMap<NodeId, u64>,
+    /// How far each replica's closed time is behind its node's clock, in milliseconds.
+    #[serde(default)]
+    pub closed_lag_ms: BTreeMap<NodeId, u64>,
     /// A replica move in progress.
     pub moving: Option<Move>,
     /// The last move of this shard's leader (or a replica) toward its clients, or to a pin.
@@ -114,6 +121,10 @@ impl ClusterView {
                     replicas: s.replicas.clone(),
                     leader,
                     replica_lag,
+                    closed_lag_ms: reports
+                        .iter()
+                        .filter_map(|(id, r)| Some((*id, r.closed_lag_ms?)))
+                        .collect(),
                     moving: s.moving,
                     followed: layout.followed.get(&s.id).copied(),
                     durability: s.durability,

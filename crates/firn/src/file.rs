@@ -38,6 +38,58 @@ impl HttpTarget {
             utf8_percent_encode(key, PATH)
         )
     }
+
+    /// A JSON answer of `GET path?query`.
+    pub fn get_json(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<serde_json::Value, String> {
+        let mut request = agent().get(&format!("http://{}{path}", self.http_addr));
+        for (name, value) in query {
+            request = request.query(name, value);
+        }
+        request
+            .call()
+            .map_err(failed)?
+            .into_json()
+            .map_err(|e| e.to_string())
+    }
+
+    /// Copies `key`'s value (at `query`) into `out`; answers the bytes copied.
+    pub fn get_value(
+        &self,
+        key: &str,
+        query: &[(&str, String)],
+        out: &mut impl io::Write,
+    ) -> Result<u64, String> {
+        let mut request = agent().get(&self.url(key));
+        for (name, value) in query {
+            request = request.query(name, value);
+        }
+        let answer = request.call().map_err(failed)?;
+        io::copy(&mut answer.into_reader(), out).map_err(|e| format!("reading {key}: {e}"))
+    }
+
+    /// Writes `size` bytes from `value` as a new version of `key`.
+    pub fn put_value(
+        &self,
+        key: &str,
+        event_time_us: Option<u64>,
+        size: u64,
+        value: impl io::Read,
+    ) -> Result<(), String> {
+        let mut request = agent()
+            .put(&self.url(key))
+            .set("Content-Length", &size.to_string());
+        if let Some(t) = event_time_us {
+            request = request.query("event_time", &t.to_string());
+        }
+        request
+            .send(value)
+            .map(|_| ())
+            .map_err(|e| format!("{key}: {}", failed(e)))
+    }
 }
 
 /// No bound on a whole transfer (a large file takes long), only on a stall.

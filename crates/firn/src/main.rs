@@ -1,21 +1,24 @@
 //! `firn`: run a node (`firn serve`) or talk to one (`put`, `get`, `history`, `watch`, `del`,
-//! `keyspace`, `cluster`, and `log` for the shared log).
+//! `keyspace`, `cluster`, `backup`, `restore`, and `log` for the shared log).
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+mod backup;
 mod config;
 mod file;
 mod followed;
 mod group;
+mod keyspace;
 mod log;
 mod request;
 mod serve;
 
 use followed::followed_line;
 use group::{GroupAction, run_group};
+use keyspace::{KeyspaceAction, run_keyspace};
 use log::{LogAction, run_log};
 use request::{RequestArgs, run_request};
 use serve::{ServeArgs, serve};
@@ -26,7 +29,7 @@ use serve::{ServeArgs, serve};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use firn_client::{Client, ClientError, PutOptions};
 use firn_model::time::{micros_to_rfc3339, parse_micros, parse_read_time};
-use firn_model::{Key, KeyspaceSpec, ReadAt, ReadConsistency, SnapshotOf, VersionInfo, WatchFrom};
+use firn_model::{Key, ReadAt, ReadConsistency, SnapshotOf, VersionInfo, WatchFrom};
 
 #[derive(Parser)]
 #[command(
@@ -159,6 +162,10 @@ enum Command {
         #[command(flatten)]
         target: Target,
     },
+    /// Write one consistent cut of every key (at one closed time) to a file.
+    Backup(backup::BackupArgs),
+    /// Load a backup into a new, empty cluster.
+    Restore(backup::RestoreArgs),
     /// Manage keyspaces.
     Keyspace {
         #[command(subcommand)]
@@ -202,43 +209,6 @@ enum ClusterAction {
         /// Longest wait for the move.
         #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
         timeout: Duration,
-        #[command(flatten)]
-        target: Target,
-    },
-}
-
-#[derive(Subcommand)]
-enum KeyspaceAction {
-    /// Register (or update) a keyspace.
-    Create {
-        prefix: String,
-        /// versioned | latest | notify
-        #[arg(long, default_value = "versioned")]
-        mode: String,
-        #[arg(long)]
-        max_versions: Option<u64>,
-        /// e.g. 3600, 90s, 15m, 7d
-        #[arg(long)]
-        max_age: Option<String>,
-        /// disk (fsync'd on a majority before the answer) | memory (held in a majority's
-        /// memory, fsync'd at the next checkpoint)
-        #[arg(long, default_value = "disk")]
-        durability: String,
-        /// Publish the newest values in each node's shared-memory region (local reads).
-        #[arg(long)]
-        local: bool,
-        /// on | off | a node id: shard leaders follow the keyspace's clients, or stay pinned.
-        #[arg(long, default_value = "off")]
-        follow: String,
-        #[command(flatten)]
-        target: Target,
-    },
-    List {
-        #[command(flatten)]
-        target: Target,
-    },
-    Drop {
-        prefix: String,
         #[command(flatten)]
         target: Target,
     },
@@ -642,80 +612,8 @@ async fn run(cli: Cli) -> Result<(), String> {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
-        Command::Keyspace { action } => match action {
-            KeyspaceAction::Create {
-                prefix,
-                mode,
-                max_versions,
-                max_age,
-                durability,
-                local,
-                follow,
-                target,
-            } => {
-                let spec = KeyspaceSpec {
-                    prefix,
-                    mode: mode
-                        .parse()
-                        .map_err(|e: firn_model::FirnError| e.to_string())?,
-                    max_versions,
-                    max_age_us: max_age
-                        .map(|a| firn_model::time::parse_duration_us(&a))
-                        .transpose()
-                        .map_err(|e| e.to_string())?,
-                    durability: durability
-                        .parse()
-                        .map_err(|e: firn_model::FirnError| e.to_string())?,
-                };
-                let placement = firn_model::KeyspacePlacement {
-                    local,
-                    follow: follow
-                        .parse()
-                        .map_err(|e: firn_model::FirnError| e.to_string())?,
-                };
-                let def = firn_model::KeyspaceDef { spec, placement };
-                connect(&target)
-                    .await?
-                    .keyspace_create(&def)
-                    .await
-                    .map_err(show)?;
-                println!("keyspace '{}' created ({})", def.spec.prefix, def.spec.mode);
-                Ok(())
-            }
-            KeyspaceAction::List { target } => {
-                for def in connect(&target)
-                    .await?
-                    .keyspace_list()
-                    .await
-                    .map_err(show)?
-                {
-                    let (spec, placement) = (&def.spec, &def.placement);
-                    println!(
-                        "{:<24} {:<10} durability={} max_versions={} max_age={} local={} follow={}",
-                        format!("'{}'", spec.prefix),
-                        spec.mode,
-                        spec.durability,
-                        spec.max_versions.map_or("-".into(), |n| n.to_string()),
-                        spec.max_age_us
-                            .map_or("-".into(), |us| humantime::format_duration(
-                                Duration::from_micros(us)
-                            )
-                            .to_string()),
-                        if placement.local { "on" } else { "off" },
-                        placement.follow,
-                    );
-                }
-                Ok(())
-            }
-            KeyspaceAction::Drop { prefix, target } => {
-                connect(&target)
-                    .await?
-                    .keyspace_drop(&prefix)
-                    .await
-                    .map_err(show)?;
-                println!("keyspace '{prefix}' dropped");
-                Ok(())
-            }
-        },
+        Command::Keyspace { action } => run_keyspace(action).await,
+        Command::Backup(args) => backup::backup(args).await,
+        Command::Restore(args) => backup::restore(args).await,
     }
 }

@@ -1,7 +1,7 @@
 //! The HTTP/JSON front end: parses into the same typed requests the RESP front end does and
 //! calls the same router, in one session per request. Values travel as raw bytes, metadata
 //! in `Firn-*` headers. Endpoints by subsystem: [`kv`], [`log`], [`groups`] and
-//! [`group_events`], [`service`], [`watch`], [`admin`].
+//! [`group_events`], [`service`], [`watch`], [`admin`]; the web page in [`ui`].
 
 mod admin;
 mod group_events;
@@ -11,6 +11,7 @@ mod kv;
 mod log;
 mod params;
 mod service;
+mod ui;
 mod watch;
 
 use self::admin::{
@@ -89,6 +90,9 @@ pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> 
         .route("/v1/cluster/nodes/{id}", delete(remove_node))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
+        .route("/", get(ui::index))
+        .route("/ui/app.js", get(ui::app_js))
+        .route("/ui/style.css", get(ui::style_css))
         // Bodies up to the ceiling reach the router, which states the configured limit.
         .layer(DefaultBodyLimit::max(VALUE_BYTES_MAX_CEILING + 1))
         .layer(axum::middleware::from_fn(sessions))

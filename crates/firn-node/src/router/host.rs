@@ -22,6 +22,7 @@ const DESCRIBE_TIMEOUT: Duration = Duration::from_millis(500);
 impl Router {
     /// This node's own view of itself.
     pub fn describe(&self) -> NodeView {
+        let now_us = firn_model::hlc::system_wall_us();
         NodeView {
             node_id: self.node_id,
             resp_addr: self.client_addrs.0.clone(),
@@ -39,6 +40,10 @@ impl Router {
                     term: s.term,
                     last_applied_index: s.last_applied_index,
                     recovering: s.recovering,
+                    closed_lag_ms: self
+                        .replicas
+                        .get(s.shard_id)
+                        .map(|r| now_us.saturating_sub(r.store().last_commit_ts().wall_us) / 1000),
                 })
                 .collect(),
         }
