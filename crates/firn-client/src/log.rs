@@ -47,6 +47,8 @@ pub struct LogClient {
     pub(crate) base: String,
     agent: ureq::Agent,
     token: Arc<Mutex<Option<CommitTs>>>,
+    /// `Authorization: Bearer` on every call, for a node with users.
+    bearer: Option<Arc<str>>,
 }
 
 /// One call's method, path (segments already escaped) and query.
@@ -99,7 +101,14 @@ impl LogClient {
             base: format!("http://{http_addr}"),
             agent: ureq::AgentBuilder::new().build(),
             token: Arc::new(Mutex::new(None)),
+            bearer: None,
         }
+    }
+
+    /// Signs every call with a bearer token (a node with users; see `firn serve --users`).
+    pub fn with_bearer(mut self, bearer: Option<String>) -> Self {
+        self.bearer = bearer.map(Arc::from);
+        self
     }
 
     /// The newest commit stamp this client has been shown or given.
@@ -260,6 +269,7 @@ impl LogClient {
         let agent = self.agent.clone();
         let url = format!("{}{}", self.base, call.path);
         let after = self.token();
+        let bearer = self.bearer.clone();
         let (token, answer) = tokio::task::spawn_blocking(move || {
             let mut request = agent
                 .request(call.method, &url)
@@ -269,6 +279,9 @@ impl LogClient {
             }
             if let Some(t) = after {
                 request = request.set("Firn-After", &t.to_string());
+            }
+            if let Some(b) = &bearer {
+                request = request.set("Authorization", &format!("Bearer {b}"));
             }
             let result = match call.body {
                 Some(body) => request.send_json(body),

@@ -64,6 +64,19 @@ pub enum FirnError {
     /// may still be served; its late reply is dropped.
     #[error("no reply from service '{service}' within {within_ms} ms")]
     NoReply { service: String, within_ms: u64 },
+    /// Users are configured and the client has not authenticated (Redis's `NOAUTH`).
+    #[error("Authentication required.")]
+    NoAuth,
+    /// A user name and password (or token) that do not match (Redis's `WRONGPASS`).
+    #[error("invalid username-password pair or user is disabled.")]
+    WrongPass,
+    /// The user lacks a permission the request needs (Redis's `NOPERM`).
+    #[error("User {user} has no {permission} permission on {scope}")]
+    NoPerm {
+        user: String,
+        permission: String,
+        scope: String,
+    },
 }
 
 impl FirnError {
@@ -81,6 +94,9 @@ impl FirnError {
             FirnError::TryAgain(_) => "TRYAGAIN",
             FirnError::Indeterminate(_) => "UNCERTAIN",
             FirnError::Unavailable(_) => "CLUSTERDOWN",
+            FirnError::NoAuth => "NOAUTH",
+            FirnError::WrongPass => "WRONGPASS",
+            FirnError::NoPerm { .. } => "NOPERM",
             FirnError::WrongArity(_) | FirnError::UnknownCommand(_) => "ERR",
             _ => "ERR",
         }
@@ -97,7 +113,8 @@ impl FirnError {
             }
             FirnError::BusyGroup => 409,
             FirnError::Trimmed { .. } => 410,
-            FirnError::Refused(_) => 403,
+            FirnError::Refused(_) | FirnError::NoPerm { .. } => 403,
+            FirnError::NoAuth | FirnError::WrongPass => 401,
             FirnError::TryAgain(_) | FirnError::Unavailable(_) => 503,
             FirnError::Indeterminate(_) | FirnError::NoReply { .. } => 504,
             FirnError::Internal(_) => 500,

@@ -8,6 +8,7 @@
 //! group, steward, follower) and publishes it on a channel the router reads. A front end
 //! parses and renders; it never holds store logic.
 
+pub mod auth;
 pub mod blob;
 pub mod cluster;
 pub mod config;

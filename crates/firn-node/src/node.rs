@@ -263,6 +263,7 @@ impl RunningNode {
                 sweep_every: config.blob_sweep_every,
                 grace: config.blob_grace,
             },
+            users: config.users.clone(),
         }));
         tasks.push(tokio::spawn(crate::blob::repair::run(
             router.blobs().clone(),

@@ -1,10 +1,13 @@
 //! A client's session, the same for both front ends: its causality token (the newest stamp
 //! it was shown or given; what it sends comes after it) and its name. A RESP connection is
 //! one session; over HTTP, each request is one, carried in by `Firn-After` and out by
-//! `Firn-Token`. (Room for the principal and subscriptions.)
+//! `Firn-Token`; and whom it acts for ([`Principal`]), which every request is checked
+//! against before it runs.
 
 use bytes::Bytes;
-use firn_model::{Answer, CallContext, CommitTs, FirnError, Request};
+use firn_model::{Access, Answer, CallContext, CommitTs, FirnError, Request};
+
+use crate::auth::Principal;
 
 use crate::router::{Pending, Router};
 
@@ -12,6 +15,7 @@ use crate::router::{Pending, Router};
 pub struct Session {
     token: Option<CommitTs>,
     name: Option<Bytes>,
+    principal: Principal,
 }
 
 /// How far ahead of this node's clock a token a client brings may be: stamps come from the
@@ -37,8 +41,22 @@ impl Session {
     pub fn after(token: Option<CommitTs>) -> Result<Self, FirnError> {
         Ok(Session {
             token: token.map(check_token).transpose()?,
-            name: None,
+            ..Session::default()
         })
+    }
+
+    /// The session acts for `principal` from now on.
+    pub fn set_principal(&mut self, principal: Principal) {
+        self.principal = principal;
+    }
+
+    pub fn principal(&self) -> &Principal {
+        &self.principal
+    }
+
+    /// Whether the session may make a request that needs `needs` (see [`Principal::authorize`]).
+    pub fn authorize(&self, needs: &[Access]) -> Result<(), FirnError> {
+        self.principal.authorize(needs)
     }
 
     /// The causality token: the newest stamp this session has seen.

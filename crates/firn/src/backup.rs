@@ -32,7 +32,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value as Json, json};
 
 use crate::Target;
-use crate::file::HttpTarget;
+use crate::http::HttpTarget;
 
 const FORMAT: u64 = 1;
 const CRC32C: Crc<u32> = Crc::<u32>::new(&CRC_32_ISCSI);

@@ -5,100 +5,10 @@
 use std::fs::File;
 use std::io::{self, IsTerminal};
 use std::path::Path;
-use std::time::Duration;
 
-use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
-/// Where a file travels to or from.
-#[derive(Args, Clone)]
-pub struct HttpTarget {
-    /// HTTP address of the node (`--file` and `--output` travel over HTTP).
-    #[arg(long, env = "FIRN_HTTP_ADDR", default_value = "127.0.0.1:7380")]
-    http_addr: String,
-}
-
-/// A key in a URL path: every byte but letters, digits, `-._~` and `/` escaped.
-const PATH: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~')
-    .remove(b'/');
-
-/// How long a transfer may stall before it is given up.
-const STALL: Duration = Duration::from_secs(120);
-
-impl HttpTarget {
-    fn url(&self, key: &str) -> String {
-        format!(
-            "http://{}/v1/kv/{}",
-            self.http_addr,
-            utf8_percent_encode(key, PATH)
-        )
-    }
-
-    /// A JSON answer of `GET path?query`.
-    pub fn get_json(
-        &self,
-        path: &str,
-        query: &[(&str, String)],
-    ) -> Result<serde_json::Value, String> {
-        let mut request = agent().get(&format!("http://{}{path}", self.http_addr));
-        for (name, value) in query {
-            request = request.query(name, value);
-        }
-        request
-            .call()
-            .map_err(failed)?
-            .into_json()
-            .map_err(|e| e.to_string())
-    }
-
-    /// Copies `key`'s value (at `query`) into `out`; answers the bytes copied.
-    pub fn get_value(
-        &self,
-        key: &str,
-        query: &[(&str, String)],
-        out: &mut impl io::Write,
-    ) -> Result<u64, String> {
-        let mut request = agent().get(&self.url(key));
-        for (name, value) in query {
-            request = request.query(name, value);
-        }
-        let answer = request.call().map_err(failed)?;
-        io::copy(&mut answer.into_reader(), out).map_err(|e| format!("reading {key}: {e}"))
-    }
-
-    /// Writes `size` bytes from `value` as a new version of `key`.
-    pub fn put_value(
-        &self,
-        key: &str,
-        event_time_us: Option<u64>,
-        size: u64,
-        value: impl io::Read,
-    ) -> Result<(), String> {
-        let mut request = agent()
-            .put(&self.url(key))
-            .set("Content-Length", &size.to_string());
-        if let Some(t) = event_time_us {
-            request = request.query("event_time", &t.to_string());
-        }
-        request
-            .send(value)
-            .map(|_| ())
-            .map_err(|e| format!("{key}: {}", failed(e)))
-    }
-}
-
-/// No bound on a whole transfer (a large file takes long), only on a stall.
-fn agent() -> ureq::Agent {
-    ureq::AgentBuilder::new()
-        .timeout_read(STALL)
-        .timeout_write(STALL)
-        .build()
-}
+use crate::http::{HttpTarget, failed};
 
 fn bar(len: u64) -> ProgressBar {
     if !io::stderr().is_terminal() {
@@ -111,20 +21,6 @@ fn bar(len: u64) -> ProgressBar {
         bar.set_style(style);
     }
     bar
-}
-
-fn failed(e: ureq::Error) -> String {
-    match e {
-        ureq::Error::Status(code, r) => {
-            let body = r.into_string().unwrap_or_default();
-            let message = serde_json::from_str::<serde_json::Value>(&body)
-                .ok()
-                .and_then(|j| j["message"].as_str().map(str::to_string))
-                .unwrap_or(body);
-            format!("{code}: {message}")
-        }
-        other => other.to_string(),
-    }
 }
 
 /// Writes the file's bytes as a new version of `key`; answers the version line.
@@ -140,8 +36,8 @@ pub fn put_file(
         .metadata()
         .map_err(|e| format!("{}: {e}", path.display()))?
         .len();
-    let mut request = agent()
-        .put(&target.url(key))
+    let mut request = target
+        .request("PUT", &target.url(key))
         .set("Content-Length", &len.to_string());
     if let Some(v) = if_version {
         request = request.query("if_version", &v.to_string());
@@ -167,7 +63,7 @@ pub fn get_file(
     query: &[(&str, String)],
     path: &Path,
 ) -> Result<String, String> {
-    let mut request = agent().get(&target.url(key));
+    let mut request = target.request("GET", &target.url(key));
     for (name, value) in query {
         request = request.query(name, value);
     }

@@ -7,7 +7,7 @@ use firn_client::{
 };
 use firn_model::LogSeq;
 
-use crate::log::HttpTarget;
+use crate::http::HttpTarget;
 
 /// The stream and group a command is about, and the node.
 #[derive(Args)]
@@ -163,7 +163,7 @@ fn print_entry(e: &StreamEntry) {
 
 impl OnGroup {
     fn client(&self) -> GroupClient {
-        GroupClient::new(&self.target.http_addr)
+        self.target.group_client()
     }
 }
 
@@ -263,7 +263,7 @@ pub async fn run_group(action: GroupAction) -> Result<(), String> {
             group,
             target,
         } => {
-            let client = GroupClient::new(&target.http_addr);
+            let client = target.group_client();
             match group {
                 None => {
                     for g in client.groups(&stream).await.map_err(show)? {

@@ -2,20 +2,10 @@
 
 use clap::{Args, Subcommand};
 use firn_client::{ClientError, LogClient, LogReadOptions};
+
+use crate::http::HttpTarget;
 use firn_model::time::parse_read_time;
 use firn_model::{Key, LogRecord, LogSeq, NewRecord, ReadConsistency};
-
-#[derive(Args)]
-pub struct HttpTarget {
-    /// HTTP address of the node to talk to.
-    #[arg(
-        long,
-        env = "FIRN_HTTP_ADDR",
-        default_value = "127.0.0.1:7380",
-        global = true
-    )]
-    pub(crate) http_addr: String,
-}
 
 /// The log and tag a read reads, how it reads, and from which node.
 #[derive(Args)]
@@ -138,7 +128,7 @@ impl TagRead {
                 ReadConsistency::Linearizable
             },
         };
-        Ok((LogClient::new(&self.target.http_addr), opts))
+        Ok((self.target.log_client(), opts))
     }
 
     /// Prints the one record a next/prev/tail found; finding none is a failure, as `firn
@@ -176,7 +166,7 @@ fn print_record(r: &LogRecord) {
 }
 
 pub async fn run_log(action: LogAction) -> Result<(), String> {
-    let client = |t: &HttpTarget| LogClient::new(&t.http_addr);
+    let client = |t: &HttpTarget| t.log_client();
     let show = |e: ClientError| e.to_string();
     match action {
         LogAction::Append {

@@ -11,6 +11,7 @@ mod config;
 mod file;
 mod followed;
 mod group;
+mod http;
 mod keyspace;
 mod log;
 mod request;
@@ -57,7 +58,7 @@ struct Target {
 #[derive(Subcommand)]
 enum Command {
     /// Run a node (with no flags: a single node on loopback, data in ./firn-data).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Write a new version of a key.
     Put {
         key: String,
@@ -67,7 +68,7 @@ enum Command {
         #[arg(long, conflicts_with = "value")]
         file: Option<std::path::PathBuf>,
         #[command(flatten)]
-        http: file::HttpTarget,
+        http: http::HttpTarget,
         /// Write only if the key's latest version is N (0: only if it does not exist).
         #[arg(long)]
         if_version: Option<u64>,
@@ -102,7 +103,7 @@ enum Command {
         #[arg(long, conflicts_with_all = ["local", "lease", "meta"])]
         output: Option<std::path::PathBuf>,
         #[command(flatten)]
-        http: file::HttpTarget,
+        http: http::HttpTarget,
         #[command(flatten)]
         target: Target,
     },
@@ -266,7 +267,7 @@ fn print_version(info: &VersionInfo, meta: bool) {
 
 async fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
-        Command::Serve(args) => serve(args).await,
+        Command::Serve(args) => serve(*args).await,
         Command::Log { action } => run_log(action).await,
         Command::Group { action } => run_group(action).await,
         Command::Request(args) => run_request(args).await,

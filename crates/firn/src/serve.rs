@@ -113,6 +113,10 @@ pub struct ServeArgs {
     /// takes between its seal and its manifest's commit.
     #[arg(long, env = "FIRN_BLOB_GRACE", default_value = "1h", value_parser = humantime::parse_duration)]
     blob_grace: Duration,
+    /// A users file: users with passwords (RESP AUTH), bearer tokens (HTTP) and the key
+    /// prefixes each may read, write and administer. Without it nothing is checked.
+    #[arg(long, env = "FIRN_USERS")]
+    users: Option<std::path::PathBuf>,
     /// Every setting with where it came from (set by `crate::config::parse`).
     #[arg(skip)]
     pub settings: Vec<Setting>,
@@ -267,6 +271,11 @@ fn node_config(args: &ServeArgs) -> Result<(NodeConfig, Option<String>), String>
         memory_checkpoint_every: args.memory_checkpoint_every,
         blob_sweep_every: args.blob_sweep_every,
         blob_grace: args.blob_grace,
+        users: args
+            .users
+            .as_deref()
+            .map(|path| firn_node::auth::Users::load(path).map(std::sync::Arc::new))
+            .transpose()?,
     };
     Ok((config, host))
 }

@@ -6,12 +6,14 @@
 //! shared log and Redis Streams), [`admin`] (keyspace definitions, decided in the meta group). Whether a request writes is its type:
 //! a [`KvWrite`] goes through a shard's log, a [`KvRead`] never does.
 
+pub mod access;
 pub mod admin;
 pub mod context;
 pub mod group;
 pub mod kv;
 pub mod log;
 
+pub use access::{Access, Permission, Scope};
 pub use admin::{AdminRequest, LocalRegionInfo};
 pub use context::{Answer, CallContext, Staleness};
 pub use group::{

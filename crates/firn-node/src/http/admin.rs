@@ -142,8 +142,10 @@ pub(super) async fn cluster(State(router): State<Arc<Router>>) -> axum::Json<Jso
 /// Starts removing a node: 202, the move goes on in the background (see /v1/cluster).
 pub(super) async fn remove_node(
     State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
+    session.authorize(&[firn_model::Access::admin(firn_model::Scope::everything())])?;
     let id = id
         .parse()
         .map_err(|_| FirnError::BadArgument(format!("node id '{id}' is not a number")))?;

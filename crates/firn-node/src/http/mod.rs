@@ -39,6 +39,7 @@ use firn_model::limits::VALUE_BYTES_MAX_CEILING;
 use firn_model::{Answer, CommitTs, FirnError, Request, Response};
 use serde_json::json;
 
+use crate::auth::Principal;
 use crate::router::Router;
 use crate::session::Session as ClientSession;
 
@@ -95,7 +96,10 @@ pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> 
         .route("/ui/style.css", get(ui::style_css))
         // Bodies up to the ceiling reach the router, which states the configured limit.
         .layer(DefaultBodyLimit::max(VALUE_BYTES_MAX_CEILING + 1))
-        .layer(axum::middleware::from_fn(sessions))
+        .layer(axum::middleware::from_fn_with_state(
+            router.clone(),
+            sessions,
+        ))
         .layer(axum::Extension(Stopping(stop)))
         .layer(axum::Extension(EventStreams::default()))
         .with_state(router)
@@ -115,6 +119,7 @@ struct Session(Arc<std::sync::Mutex<ClientSession>>);
 impl Session {
     /// Executes `request` after the client's token and raises the token to what it shows.
     async fn execute(&self, router: &Router, request: Request) -> Result<Answer, FirnError> {
+        self.authorize(&request.access())?;
         let ctx = self.lock().context();
         let result = router.execute(&ctx, request).await;
         self.lock().saw_result(result)
@@ -127,9 +132,15 @@ impl Session {
         put: firn_model::PutRequest,
         body: impl futures::Stream<Item = Result<axum::body::Bytes, FirnError>> + Send + Unpin,
     ) -> Result<Answer, FirnError> {
+        self.authorize(&[firn_model::Access::write_key(&put.key)])?;
         let ctx = self.lock().context();
         let result = router.put_streamed(&ctx, put, body).await;
         self.lock().saw_result(result)
+    }
+
+    /// Whether the request's user may do what `needs` names (see [`crate::auth`]).
+    fn authorize(&self, needs: &[firn_model::Access]) -> Result<(), FirnError> {
+        self.lock().authorize(needs)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ClientSession> {
@@ -137,12 +148,58 @@ impl Session {
     }
 }
 
-/// Reads `Firn-After` into the request's [`Session`] and writes `Firn-Token` on its answer
-/// (errors included: the token is then the one sent).
+/// What answers without signing in on a node with users: the health probe, the web page
+/// (which then signs its own requests) and the API's description.
+const OPEN_PATHS: &[&str] = &[
+    "/healthz",
+    "/",
+    "/ui/app.js",
+    "/ui/style.css",
+    "/v1/openapi.json",
+];
+
+/// Whom an HTTP request acts for: on a node with users, the user of its
+/// `Authorization: Bearer TOKEN` — a request without one is answered 401 `NOAUTH`, a token
+/// no user has 401 `WRONGPASS`, before any endpoint runs (but the [`OPEN_PATHS`]).
+fn principal(router: &Router, request: &axum::extract::Request) -> Result<Principal, FirnError> {
+    let Some(users) = router.users() else {
+        return Ok(Principal::Open);
+    };
+    let token = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match token {
+        Some(t) => users
+            .bearer(t.trim())
+            .map(Principal::User)
+            .inspect_err(|_| {
+                metrics::counter!("firn_auth_failures_total", "front" => "http").increment(1);
+            }),
+        None if OPEN_PATHS.contains(&request.uri().path()) => Ok(Principal::Anonymous),
+        None => Err(FirnError::NoAuth),
+    }
+}
+
+/// Reads `Firn-After` and the user into the request's [`Session`] and writes `Firn-Token` on
+/// its answer (errors included: the token is then the one sent).
 async fn sessions(
+    axum::extract::State(router): axum::extract::State<Arc<Router>>,
     mut request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> HttpResponse {
+    let principal = match principal(&router, &request) {
+        Ok(p) => p,
+        Err(e) => {
+            let mut answer = ApiError(e).into_response();
+            answer.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer"),
+            );
+            return answer;
+        }
+    };
     let after = match request.headers().get(AFTER_HEADER).map(|v| {
         v.to_str()
             .map_err(|_| FirnError::BadTime("Firn-After is not text".into()))
@@ -156,7 +213,10 @@ async fn sessions(
         Some(Err(e)) => return ApiError(e).into_response(),
     };
     let session = match ClientSession::after(after) {
-        Ok(s) => Session(Arc::new(std::sync::Mutex::new(s))),
+        Ok(mut s) => {
+            s.set_principal(principal);
+            Session(Arc::new(std::sync::Mutex::new(s)))
+        }
         Err(e) => return ApiError(e).into_response(),
     };
     request.extensions_mut().insert(session.clone());

@@ -34,6 +34,9 @@ pub(super) async fn request(
     }
     let timeout_ms = check_timeout_ms(param_u64(&params, "timeout_ms")?)?;
     let key = params.get("key").map(|k| Bytes::from(k.clone()));
+    session.authorize(&[firn_model::Access::write_key(
+        &crate::router::service::service_stream(service.as_bytes())?,
+    )])?;
     let ctx = session.lock().context();
     let reply = router
         .request(&ctx, Bytes::from(service), body, key, timeout_ms)

@@ -14,11 +14,12 @@ use serde_json::json;
 
 use super::json::{set_key, version_json};
 use super::params::{key_of, param_u64};
-use super::{ApiResult, Params, Stopping};
+use super::{ApiResult, Params, Session, Stopping};
 use crate::router::Router;
 
 pub(super) async fn watch(
     State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
     axum::Extension(Stopping(mut stop)): axum::Extension<Stopping>,
     Query(q): Params,
 ) -> ApiResult<HttpResponse> {
@@ -38,7 +39,9 @@ pub(super) async fn watch(
             .into());
         }
     };
-    let stream = router.watch(WatchRequest { target, from }).await?;
+    let request = WatchRequest { target, from };
+    session.authorize(&request.access())?;
+    let stream = router.watch(request).await?;
     let events = futures::stream::unfold(stream, |mut stream| async move {
         let item = stream.next().await?;
         Some((Ok::<_, Infallible>(sse_event(item)), stream))

@@ -128,7 +128,16 @@ pub enum Action {
     Hello {
         proto: Option<u8>,
         setname: Option<Bytes>,
+        /// `AUTH user password`: sign in first; the protocol switches only if it succeeds.
+        auth: Option<(Bytes, Bytes)>,
     },
+    /// AUTH [user] password (no user: `default`).
+    Auth {
+        user: Option<Bytes>,
+        password: Bytes,
+    },
+    /// ACL WHOAMI.
+    WhoAmI,
     ClientSetName(Bytes),
     ClientGetName,
     ClientId,

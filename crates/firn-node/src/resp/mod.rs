@@ -7,6 +7,7 @@
 //! its answer.
 
 pub mod args;
+mod auth;
 pub mod cmd;
 pub mod command;
 pub mod registry;
@@ -201,6 +202,10 @@ impl Connection {
         stop: watch::Receiver<bool>,
     ) -> Self {
         let _ = stream.set_nodelay(true);
+        let mut session = Session::default();
+        session.set_principal(crate::auth::Principal::unauthenticated(
+            shared.router.users(),
+        ));
         Connection {
             stream,
             peer,
@@ -211,7 +216,7 @@ impl Connection {
             output: BytesMut::with_capacity(16 * 1024),
             queue: VecDeque::new(),
             reads: Vec::new(),
-            session: Session::default(),
+            session,
             closing: false,
             subscriber: None,
             stop,
@@ -382,14 +387,15 @@ impl Connection {
             self.queue.push_back(Queued::Ready(reply));
             return Ok(());
         }
-        let action = match registry::dispatch(&name, items) {
-            Ok(a) => a,
-            Err(e) => {
-                self.flush_reads().await;
-                self.queue.push_back(Queued::Ready(Reply::error(&e)));
-                return Ok(());
-            }
-        };
+        let action =
+            match registry::dispatch(&name, items).and_then(|a| self.allowed(&a).map(|()| a)) {
+                Ok(a) => a,
+                Err(e) => {
+                    self.flush_reads().await;
+                    self.queue.push_back(Queued::Ready(Reply::error(&e)));
+                    return Ok(());
+                }
+            };
         if let Action::Execute(request, how) = action {
             match request {
                 Request::Kv(KvRequest::Read(read)) => self.reads.push((read, how)),
@@ -426,7 +432,17 @@ impl Connection {
                 let reply = scan.run(&self.shared, &mut self.session).await;
                 self.queue.push_back(Queued::Ready(reply));
             }
-            Action::Hello { proto, setname } => {
+            Action::Hello {
+                proto,
+                setname,
+                auth,
+            } => {
+                if let Some((user, password)) = auth
+                    && let Err(e) = self.sign_in(Some(user), &password)
+                {
+                    self.queue.push_back(Queued::Ready(Reply::error(&e)));
+                    return Ok(());
+                }
                 if let Some(p) = proto {
                     self.proto = p;
                 }
@@ -434,6 +450,20 @@ impl Connection {
                     self.session.set_name(name);
                 }
                 let reply = connection::hello_reply(self.proto, self.id);
+                self.queue.push_back(Queued::Ready(reply));
+            }
+            Action::Auth { user, password } => {
+                let reply = match self.sign_in(user, &password) {
+                    Ok(()) => Reply::Ok,
+                    Err(e) => Reply::error(&e),
+                };
+                self.queue.push_back(Queued::Ready(reply));
+            }
+            Action::WhoAmI => {
+                let reply = match self.whoami() {
+                    Ok(name) => Reply::Bulk(name.into()),
+                    Err(e) => Reply::error(&e),
+                };
                 self.queue.push_back(Queued::Ready(reply));
             }
             Action::ClientSetName(n) => {

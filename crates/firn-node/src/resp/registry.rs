@@ -20,6 +20,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     connection::ECHO,
     connection::HELLO,
     connection::AUTH,
+    connection::ACL,
     connection::SELECT,
     connection::CLIENT,
     server::COMMAND,

@@ -79,6 +79,8 @@ pub struct Router {
     origins: origin::OriginCounter,
     /// Large values beside the log.
     blobs: Arc<crate::blob::Blobs>,
+    /// Users and their permissions; none: nothing is checked.
+    users: Option<Arc<crate::auth::Users>>,
 }
 
 /// What a router is built from.
@@ -93,6 +95,7 @@ pub struct RouterParts {
     pub log_index_bytes: usize,
     pub client_addrs: (String, String),
     pub blobs: crate::blob::BlobConfig,
+    pub users: Option<Arc<crate::auth::Users>>,
 }
 
 impl Router {
@@ -105,6 +108,7 @@ impl Router {
         ));
         Router {
             blobs,
+            users: parts.users,
             node_id: parts.replicas.node_id(),
             client_addrs: parts.client_addrs,
             replicas: parts.replicas,
@@ -119,6 +123,11 @@ impl Router {
             reply_slots: ReplySlots::default(),
             origins: origin::OriginCounter::default(),
         }
+    }
+
+    /// The users file's users; none: nothing is checked.
+    pub fn users(&self) -> Option<&crate::auth::Users> {
+        self.users.as_deref()
     }
 
     pub fn node_id(&self) -> NodeId {

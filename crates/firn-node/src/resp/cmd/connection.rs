@@ -1,4 +1,4 @@
-//! Connection commands: PING, ECHO, QUIT, HELLO, AUTH, SELECT, CLIENT. They answer from the
+//! Connection commands: PING, ECHO, QUIT, HELLO, AUTH, ACL WHOAMI, SELECT, CLIENT. They answer from the
 //! connection alone and never reach the router.
 
 use firn_model::FirnError;
@@ -48,7 +48,7 @@ pub const HELLO: CommandSpec = CommandSpec {
     keys: KeyPositions::NONE,
     group: Group::Connection,
     since: FIRST_RELEASE,
-    summary: "Switches the protocol (2 or 3), names the connection; any credentials are accepted.",
+    summary: "Switches the protocol (2 or 3), names the connection, and with AUTH signs in.",
     parse: hello,
 };
 
@@ -59,7 +59,7 @@ pub const AUTH: CommandSpec = CommandSpec {
     keys: KeyPositions::NONE,
     group: Group::Connection,
     since: FIRST_RELEASE,
-    summary: "Accepted: a Firn node has no users or passwords.",
+    summary: "Signs in as a user (without a user: default); accepted as is on a node without users.",
     parse: auth,
 };
 
@@ -112,13 +112,10 @@ fn hello(mut args: Args) -> Result<Action, FirnError> {
         }
     };
     let mut setname = None;
+    let mut auth = None;
     while !args.is_empty() {
         match args.keyword()?.as_str() {
-            // No users or passwords exist on a Firn node: any credentials are accepted.
-            "AUTH" => {
-                args.bytes()?;
-                args.bytes()?;
-            }
+            "AUTH" => auth = Some((args.bytes()?, args.bytes()?)),
             "SETNAME" => setname = Some(args.bytes()?),
             other => {
                 return Err(FirnError::BadArgument(format!(
@@ -127,7 +124,11 @@ fn hello(mut args: Args) -> Result<Action, FirnError> {
             }
         }
     }
-    Ok(Action::Hello { proto, setname })
+    Ok(Action::Hello {
+        proto,
+        setname,
+        auth,
+    })
 }
 
 /// What HELLO answers, once the connection has switched.
@@ -147,11 +148,38 @@ pub fn hello_reply(proto: u8, client_id: u64) -> Reply {
     ])
 }
 
-fn auth(args: Args) -> Result<Action, FirnError> {
-    if args.len() > 2 {
-        return Err(FirnError::WrongArity("auth".into()));
+fn auth(mut args: Args) -> Result<Action, FirnError> {
+    let user = match args.len() {
+        1 => None,
+        2 => Some(args.bytes()?),
+        _ => return Err(FirnError::WrongArity("auth".into())),
+    };
+    Ok(Action::Auth {
+        user,
+        password: args.bytes()?,
+    })
+}
+
+pub const ACL: CommandSpec = CommandSpec {
+    name: "acl",
+    arity: -2,
+    flags: &[],
+    keys: KeyPositions::NONE,
+    group: Group::Server,
+    since: FIRST_RELEASE,
+    summary: "ACL WHOAMI: the user this connection acts for.",
+    parse: acl,
+};
+
+fn acl(mut args: Args) -> Result<Action, FirnError> {
+    let sub = args.keyword()?;
+    match sub.as_str() {
+        "WHOAMI" => {
+            exact_arity(&args, 0)?;
+            Ok(Action::WhoAmI)
+        }
+        _ => Err(unknown_subcommand("acl", &sub)),
     }
-    Ok(Action::Reply(Reply::Ok))
 }
 
 fn select(mut args: Args) -> Result<Action, FirnError> {

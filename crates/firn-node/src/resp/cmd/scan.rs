@@ -129,3 +129,14 @@ impl RedisScan {
         }
     }
 }
+
+impl RedisScan {
+    /// SCAN reads every key its pattern can match: those under the pattern's literal start.
+    pub fn access(&self) -> Vec<firn_model::Access> {
+        let prefix = self
+            .pattern
+            .as_deref()
+            .map_or_else(Bytes::new, firn_model::request::access::glob_prefix);
+        vec![firn_model::Access::read(firn_model::Scope::Prefix(prefix))]
+    }
+}

@@ -182,3 +182,26 @@ fn served_reply(served: ServedRequest) -> Reply {
         served.key.map_or(Reply::Nil, Reply::Bulk),
     ])
 }
+
+impl ServiceAction {
+    /// A service is its stream (`firn.svc:{S}`): a request writes it, a worker reads and
+    /// writes it (its group); a reply is written on behalf of any service, so workers that
+    /// reply are given `write` on `firn.svc:`.
+    pub fn access(&self) -> Result<Vec<firn_model::Access>, FirnError> {
+        use firn_model::{Access, Scope};
+        Ok(match self {
+            ServiceAction::Request { service, .. } => {
+                vec![Access::write_key(&crate::router::service::service_stream(
+                    service,
+                )?)]
+            }
+            ServiceAction::Serve { service, .. } => {
+                let stream = crate::router::service::service_stream(service)?;
+                vec![Access::read_key(&stream), Access::write_key(&stream)]
+            }
+            ServiceAction::Reply { .. } => vec![Access::write(Scope::Prefix(Bytes::from_static(
+                b"firn.svc:",
+            )))],
+        })
+    }
+}

@@ -155,3 +155,27 @@ pub fn subscribed_pong(message: Option<Bytes>) -> Reply {
         Reply::Bulk(message.unwrap_or_default()),
     ])
 }
+
+impl PubSubAction {
+    /// A channel is under its own name: subscribing reads it (a pattern: everything under its
+    /// literal start), publishing writes it.
+    pub fn access(&self) -> Vec<firn_model::Access> {
+        use firn_model::{Access, Scope};
+        match self {
+            PubSubAction::Subscribe(Kind::Channel, names) => names
+                .iter()
+                .map(|n| Access::read(Scope::Key(n.clone())))
+                .collect(),
+            PubSubAction::Subscribe(Kind::Pattern, patterns) => patterns
+                .iter()
+                .map(|p| Access::read(Scope::Prefix(firn_model::request::access::glob_prefix(p))))
+                .collect(),
+            PubSubAction::Publish { channel, .. } => {
+                vec![Access::write(Scope::Key(channel.clone()))]
+            }
+            PubSubAction::Unsubscribe(..) | PubSubAction::Query(_) | PubSubAction::Reset => {
+                Vec::new()
+            }
+        }
+    }
+}

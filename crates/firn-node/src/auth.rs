@@ -1,0 +1,367 @@
+//! Users and what they may do: a users file (`firn serve --users PATH`) names each user with
+//! a password (RESP `AUTH`, `HELLO … AUTH`), bearer tokens (HTTP `Authorization: Bearer`),
+//! and the key prefixes they may read, write and administer. Without a users file nothing is
+//! checked (Redis's default user with no password). With one, a session acts for the user it
+//! authenticated as ([`Principal`]), and every request is checked against what it touches
+//! ([`firn_model::Access`], the same list for both front ends) before it runs.
+//!
+//! ```toml
+//! [users.alice]
+//! password = "sha256:5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8"
+//! tokens = ["sha256:…"]          # HTTP bearer tokens
+//! read = ["sensor/", "cfg:"]     # key prefixes ("" is every key)
+//! write = ["sensor/"]
+//! admin = []
+//! ```
+//!
+//! Secrets are `sha256:` and the hex SHA-256 of the secret (`printf %s SECRET | sha256sum`),
+//! or the secret itself as plain text (for tests and examples; the file then holds it).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use firn_model::{Access, FirnError, Permission};
+use sha2::{Digest, Sha256};
+
+/// Every user a node knows, by name and by bearer token.
+#[derive(Debug, Default)]
+pub struct Users {
+    by_name: BTreeMap<String, Arc<User>>,
+    /// SHA-256 (hex) of a bearer token → its user.
+    by_token: HashMap<String, Arc<User>>,
+}
+
+#[derive(Debug)]
+pub struct User {
+    name: String,
+    /// SHA-256 (hex) of the password; none: the user signs in with tokens only.
+    password: Option<String>,
+    grants: Vec<(Permission, Bytes)>,
+}
+
+/// Who a session acts for.
+#[derive(Clone, Debug, Default)]
+pub enum Principal {
+    /// No users file: nothing is checked.
+    #[default]
+    Open,
+    /// Users are configured and the session has not authenticated.
+    Anonymous,
+    User(Arc<User>),
+}
+
+impl Principal {
+    /// A new session's principal on a node with `users`.
+    pub fn unauthenticated(users: Option<&Users>) -> Self {
+        if users.is_some() {
+            Principal::Anonymous
+        } else {
+            Principal::Open
+        }
+    }
+
+    /// Whether the session may make a request that needs `needs`: `NOAUTH` before it has
+    /// authenticated, `NOPERM` naming the first permission it lacks.
+    pub fn authorize(&self, needs: &[Access]) -> Result<(), FirnError> {
+        match self {
+            Principal::Open => Ok(()),
+            Principal::Anonymous => Err(FirnError::NoAuth),
+            Principal::User(user) => user.authorize(needs),
+        }
+    }
+
+    /// What `ACL WHOAMI` answers: the user, or `default` when nothing is checked.
+    pub fn name(&self) -> Result<&str, FirnError> {
+        match self {
+            Principal::Open => Ok("default"),
+            Principal::Anonymous => Err(FirnError::NoAuth),
+            Principal::User(user) => Ok(&user.name),
+        }
+    }
+}
+
+impl User {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn authorize(&self, needs: &[Access]) -> Result<(), FirnError> {
+        for need in needs {
+            let granted = self
+                .grants
+                .iter()
+                .any(|(p, prefix)| *p == need.permission && need.scope.within(prefix));
+            if !granted {
+                return Err(FirnError::NoPerm {
+                    user: self.name.clone(),
+                    permission: need.permission.as_str().into(),
+                    scope: need.scope.describe(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn sha256_hex(secret: &[u8]) -> String {
+    Sha256::digest(secret)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A secret as the file gives it: `sha256:<64 hex digits>`, or the text itself.
+fn secret_hash(given: &str) -> Result<String, String> {
+    match given.strip_prefix("sha256:") {
+        Some(hex) if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            Ok(hex.to_ascii_lowercase())
+        }
+        Some(_) => Err("a sha256: secret is 64 hex digits".into()),
+        None if given.is_empty() => Err("an empty secret".into()),
+        None => Ok(sha256_hex(given.as_bytes())),
+    }
+}
+
+impl Users {
+    /// Reads a users file; every problem names the file and the user.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let doc: toml_edit::DocumentMut = text.parse().map_err(|e| format!("{e}"))?;
+        let mut users = Users::default();
+        for (key, _) in doc.iter() {
+            if key != "users" {
+                return Err(format!(
+                    "unknown table or key `{key}`: users are under [users.NAME]"
+                ));
+            }
+        }
+        let Some(table) = doc.get("users").and_then(|t| t.as_table_like()) else {
+            return Err("no [users.NAME] table".into());
+        };
+        for (name, item) in table.iter() {
+            let user = Arc::new(parse_user(name, item).map_err(|e| format!("user `{name}`: {e}"))?);
+            for token in user_tokens(name, item)? {
+                if users.by_token.insert(token, user.clone()).is_some() {
+                    return Err(format!("user `{name}`: a token another user has"));
+                }
+            }
+            users.by_name.insert(name.to_string(), user);
+        }
+        if users.by_name.is_empty() {
+            return Err("no users".into());
+        }
+        Ok(users)
+    }
+
+    /// `AUTH name password`: the user, or `WRONGPASS`.
+    pub fn login(&self, name: &[u8], password: &[u8]) -> Result<Arc<User>, FirnError> {
+        let user = std::str::from_utf8(name)
+            .ok()
+            .and_then(|n| self.by_name.get(n))
+            .ok_or(FirnError::WrongPass)?;
+        match &user.password {
+            Some(hash) if *hash == sha256_hex(password) => Ok(user.clone()),
+            _ => Err(FirnError::WrongPass),
+        }
+    }
+
+    /// An HTTP bearer token's user, or `WRONGPASS`.
+    pub fn bearer(&self, token: &str) -> Result<Arc<User>, FirnError> {
+        self.by_token
+            .get(&sha256_hex(token.as_bytes()))
+            .cloned()
+            .ok_or(FirnError::WrongPass)
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+}
+
+fn strings(item: &toml_edit::Item, what: &str) -> Result<Vec<String>, String> {
+    let array = item
+        .as_array()
+        .ok_or_else(|| format!("`{what}` is a list of strings"))?;
+    array
+        .iter()
+        .map(|v| {
+            v.as_str()
+                .map(str::to_string)
+                .ok_or_else(|| format!("`{what}` is a list of strings"))
+        })
+        .collect()
+}
+
+fn parse_user(name: &str, item: &toml_edit::Item) -> Result<User, String> {
+    if name.is_empty() || name.bytes().any(|b| b.is_ascii_whitespace()) {
+        return Err("a user name is not empty and has no spaces".into());
+    }
+    let table = item
+        .as_table_like()
+        .ok_or("a user is a table: [users.NAME]")?;
+    let mut user = User {
+        name: name.to_string(),
+        password: None,
+        grants: Vec::new(),
+    };
+    for (key, value) in table.iter() {
+        match key {
+            "password" => {
+                let given = value.as_str().ok_or("`password` is a string")?;
+                user.password = Some(secret_hash(given).map_err(|e| format!("password: {e}"))?);
+            }
+            "tokens" => {}
+            "read" | "write" | "admin" => {
+                let permission = match key {
+                    "read" => Permission::Read,
+                    "write" => Permission::Write,
+                    _ => Permission::Admin,
+                };
+                for prefix in strings(value, key)? {
+                    user.grants.push((permission, Bytes::from(prefix)));
+                }
+            }
+            other => {
+                return Err(format!(
+                    "unknown key `{other}`: a user has password, tokens, read, write, admin"
+                ));
+            }
+        }
+    }
+    if user.password.is_none() && table.get("tokens").is_none() {
+        return Err("neither a password nor tokens: the user could never sign in".into());
+    }
+    Ok(user)
+}
+
+fn user_tokens(name: &str, item: &toml_edit::Item) -> Result<Vec<String>, String> {
+    let Some(tokens) = item.as_table_like().and_then(|t| t.get("tokens")) else {
+        return Ok(Vec::new());
+    };
+    strings(tokens, "tokens")
+        .and_then(|ts| {
+            ts.iter()
+                .map(|t| secret_hash(t).map_err(|e| format!("tokens: {e}")))
+                .collect()
+        })
+        .map_err(|e| format!("user `{name}`: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use firn_model::Scope;
+
+    const FILE: &str = r#"
+[users.alice]
+password = "sha256:5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8"
+tokens = ["t0ken"]
+read = ["sensor/", "cfg:"]
+write = ["sensor/"]
+
+[users.ops]
+password = "hunter2"
+admin = [""]
+"#;
+
+    #[test]
+    fn users_sign_in_with_their_secrets_only() {
+        let users = Users::parse(FILE).unwrap();
+        assert_eq!(users.login(b"alice", b"password").unwrap().name(), "alice");
+        assert_eq!(
+            users.login(b"alice", b"Password").unwrap_err(),
+            FirnError::WrongPass
+        );
+        assert_eq!(
+            users.login(b"bob", b"password").unwrap_err(),
+            FirnError::WrongPass
+        );
+        assert_eq!(users.login(b"ops", b"hunter2").unwrap().name(), "ops");
+        assert_eq!(users.bearer("t0ken").unwrap().name(), "alice");
+        assert_eq!(users.bearer("t0ken ").unwrap_err(), FirnError::WrongPass);
+    }
+
+    #[test]
+    fn a_user_reaches_only_its_prefixes_with_the_permission_given() {
+        let users = Users::parse(FILE).unwrap();
+        let alice = Principal::User(users.login(b"alice", b"password").unwrap());
+        let key = |k: &str| Scope::Key(Bytes::from(k.to_string()));
+        assert!(alice.authorize(&[Access::read(key("cfg:mode"))]).is_ok());
+        assert!(alice.authorize(&[Access::write(key("sensor/1"))]).is_ok());
+        let refused = alice
+            .authorize(&[Access::write(key("cfg:mode"))])
+            .unwrap_err();
+        assert_eq!(refused.resp_code(), "NOPERM");
+        assert!(
+            refused
+                .to_string()
+                .contains("no write permission on the key 'cfg:mode'")
+        );
+        // A prefix wider than the grant is refused, a narrower one allowed.
+        assert!(
+            alice
+                .authorize(&[Access::read(Scope::Prefix("sens".into()))])
+                .is_err()
+        );
+        assert!(
+            alice
+                .authorize(&[Access::read(Scope::Prefix("sensor/a".into()))])
+                .is_ok()
+        );
+        assert!(
+            alice
+                .authorize(&[Access::admin(Scope::Prefix("sensor/".into()))])
+                .is_err()
+        );
+        assert_eq!(
+            Principal::Anonymous.authorize(&[]).unwrap_err(),
+            FirnError::NoAuth
+        );
+        assert!(
+            Principal::Open
+                .authorize(&[Access::admin(Scope::everything())])
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_bad_users_file_is_refused_with_what_is_wrong() {
+        for (text, why) in [
+            ("", "no [users.NAME]"),
+            (
+                "[users.a]\nread = [\"x\"]\n",
+                "neither a password nor tokens",
+            ),
+            (
+                "[users.a]\npassword = \"p\"\nreed = []\n",
+                "unknown key `reed`",
+            ),
+            ("[users.a]\npassword = \"sha256:12\"\n", "64 hex digits"),
+            (
+                "[users.a]\npassword = \"p\"\nread = \"x\"\n",
+                "list of strings",
+            ),
+            (
+                "[user.a]\npassword = \"p\"\n",
+                "unknown table or key `user`",
+            ),
+            (
+                "[users.a]\ntokens = [\"t\"]\n[users.b]\ntokens = [\"t\"]\n",
+                "a token another user has",
+            ),
+        ] {
+            let err = Users::parse(text).unwrap_err();
+            assert!(err.contains(why), "{text:?}: {err}");
+        }
+    }
+}
