@@ -11,10 +11,27 @@ const enc = encodeURIComponent;
 // it, so the page never shows anything older than what it has already shown.
 let token = null;
 
+// On a node with users: the bearer token the page signs its requests with, kept for this
+// browser tab only.
+const bearer = () => sessionStorage.getItem("firn-bearer");
+
+function headers() {
+  const h = {};
+  if (token) h["Firn-After"] = token;
+  if (bearer()) h.Authorization = `Bearer ${bearer()}`;
+  return h;
+}
+
+/** Asks for a token when the node answers 401; a new one is tried at once. */
+function askForToken(error) {
+  const form = $("#sign-in");
+  form.hidden = false;
+  $("#sign-in-why").textContent = error.code === "WRONGPASS" ? "that token is not known here" : "this node has users";
+}
+
 /** GET `path` from this node; an error answer throws with the node's message. */
 async function api(path) {
-  const headers = token ? { "Firn-After": token } : {};
-  const answer = await fetch(path, { headers });
+  const answer = await fetch(path, { headers: headers() });
   const next = answer.headers.get("Firn-Token");
   if (next) token = next;
   if (!answer.ok) {
@@ -23,6 +40,7 @@ async function api(path) {
     const error = new Error(`${answer.status} ${body.error || ""} ${body.message || answer.statusText}`.trim());
     error.status = answer.status;
     error.code = body.error;
+    if (answer.status === 401) askForToken(error);
     throw error;
   }
   return answer;
@@ -159,13 +177,16 @@ async function showKey(key) {
     return;
   }
   // New versions as they commit.
-  const watch = new EventSource(`/v1/watch?key=${enc(key)}`);
+  const watch = follow(`/v1/watch?key=${enc(key)}`, (event, data) => {
+    if (event === "put" || event === "del") onVersion(data);
+    else if (event === "error") showError(new Error(JSON.parse(data).message));
+  });
   keyView.watch = watch;
   let updates = 0;
   $("#key-live").textContent = "live";
-  const onVersion = (event) => {
+  const onVersion = (data) => {
     if (keyView.watch !== watch) return;
-    const version = JSON.parse(event.data);
+    const version = JSON.parse(data);
     if (keyView.versions.some((v) => v.version === version.version)) return;
     keyView.versions.push(version);
     updates += 1;
@@ -173,11 +194,45 @@ async function showKey(key) {
     renderKey();
     if (keyView.picked === null) showValueAt();
   };
-  watch.addEventListener("put", onVersion);
-  watch.addEventListener("del", onVersion);
-  watch.addEventListener("error", (event) => {
-    if (event.data) showError(new Error(JSON.parse(event.data).message));
+}
+
+/**
+ * Follows a Server-Sent Events stream with the page's headers (an EventSource cannot send a
+ * bearer token): `onEvent(event, data)` for each event; `.close()` ends it.
+ */
+function follow(path, onEvent) {
+  const stop = new AbortController();
+  (async () => {
+    const answer = await fetch(path, { headers: headers(), signal: stop.signal });
+    if (!answer.ok) {
+      const body = await answer.json().catch(() => ({}));
+      if (answer.status === 401) askForToken({ code: body.error });
+      showError(new Error(`${answer.status} ${body.error || ""} ${body.message || ""}`));
+      return;
+    }
+    const reader = answer.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffered = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffered += value;
+      let end;
+      while ((end = buffered.indexOf("\n\n")) >= 0) {
+        const block = buffered.slice(0, end);
+        buffered = buffered.slice(end + 2);
+        let event = "message";
+        const data = [];
+        for (const line of block.split("\n")) {
+          if (line.startsWith("event:")) event = line.slice(6).trim();
+          else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+        }
+        if (data.length) onEvent(event, data.join("\n"));
+      }
+    }
+  })().catch((error) => {
+    if (error.name !== "AbortError") showError(error);
   });
+  return { close: () => stop.abort() };
 }
 
 function renderKey() {
@@ -408,6 +463,13 @@ window.addEventListener("DOMContentLoaded", () => {
     // A stamp `W-L` or microseconds as they are; anything else is read as a date.
     const us = /^\d+(-\d+)?$/.test(text) ? Number(text.split("-")[0]) : Date.parse(text) * 1000;
     pickTime(text, us);
+  });
+  $("#sign-in").addEventListener("submit", (e) => {
+    e.preventDefault();
+    sessionStorage.setItem("firn-bearer", $("#bearer-input").value.trim());
+    $("#sign-in").hidden = true;
+    keyView.key = null;
+    route();
   });
   route();
 });
