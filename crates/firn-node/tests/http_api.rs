@@ -421,6 +421,10 @@ async fn keys_that_are_not_utf8_are_listed_in_base64_and_paged_exactly() {
             }
             assert_eq!(seen, keys.map(<[u8]>::to_vec).to_vec(), "{path}");
         }
+        // What the HTTP layer refuses before an endpoint runs is a JSON error too.
+        let (code, r) = call(agent().get(&format!("{base}/v1/kv/%FF")), None);
+        assert_eq!(code, 400);
+        assert_eq!(json(r)["error"], "ERR");
         // A cursor in the marked form that is not base64 is refused.
         let (code, r) = call(
             agent()

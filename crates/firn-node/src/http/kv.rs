@@ -52,6 +52,11 @@ pub(super) async fn get_kv(
                         axum::http::header::CONTENT_LENGTH,
                         HeaderValue::from(blob.size),
                     );
+                    // As an inline value's bytes are answered.
+                    headers.insert(
+                        axum::http::header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/octet-stream"),
+                    );
                     let body = axum::body::Body::from_stream(router.blobs().stream(blob));
                     Ok((headers, body).into_response())
                 }

@@ -1,7 +1,8 @@
 //! The HTTP/JSON front end: parses into the same typed requests the RESP front end does and
 //! calls the same router, in one session per request. Values travel as raw bytes, metadata
 //! in `Firn-*` headers. Endpoints by subsystem: [`kv`], [`log`], [`groups`] and
-//! [`group_events`], [`service`], [`watch`], [`admin`]; the web page in [`ui`].
+//! [`group_events`], [`service`], [`watch`], [`admin`]; the web page in [`ui`], the API's
+//! description in [`openapi`].
 
 mod admin;
 mod group_events;
@@ -9,6 +10,7 @@ mod groups;
 mod json;
 mod kv;
 mod log;
+mod openapi;
 mod params;
 mod service;
 mod ui;
@@ -91,6 +93,7 @@ pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> 
         .route("/v1/cluster/nodes/{id}", delete(remove_node))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
+        .route("/v1/openapi.json", get(openapi::document))
         .route("/", get(ui::index))
         .route("/ui/app.js", get(ui::app_js))
         .route("/ui/style.css", get(ui::style_css))
@@ -192,7 +195,7 @@ async fn sessions(
     let principal = match principal(&router, &request) {
         Ok(p) => p,
         Err(e) => {
-            let mut answer = ApiError(e).into_response();
+            let mut answer = refused(e);
             answer.headers_mut().insert(
                 axum::http::header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Bearer"),
@@ -210,17 +213,17 @@ async fn sessions(
     }) {
         None => None,
         Some(Ok(t)) => Some(t),
-        Some(Err(e)) => return ApiError(e).into_response(),
+        Some(Err(e)) => return refused(e),
     };
     let session = match ClientSession::after(after) {
         Ok(mut s) => {
             s.set_principal(principal);
             Session(Arc::new(std::sync::Mutex::new(s)))
         }
-        Err(e) => return ApiError(e).into_response(),
+        Err(e) => return refused(e),
     };
     request.extensions_mut().insert(session.clone());
-    let mut response = next.run(request).await;
+    let mut response = as_json_error(next.run(request).await).await;
     // Every answer carries the token, `0-0` before the client has seen any stamp (as
     // `FIRN.TOKEN` answers).
     let token = session.lock().token().unwrap_or(CommitTs::ZERO);
@@ -228,6 +231,38 @@ async fn sessions(
         response.headers_mut().insert(TOKEN_HEADER, v);
     }
     response
+}
+
+/// A request refused before it had a session: it carries the token `0-0` (the one sent, if
+/// any, was not taken), as every answer carries one.
+fn refused(e: FirnError) -> HttpResponse {
+    let mut answer = ApiError(e).into_response();
+    answer
+        .headers_mut()
+        .insert(TOKEN_HEADER, HeaderValue::from_static("0-0"));
+    answer
+}
+
+/// An error answer that axum or hyper wrote as plain text (a path segment that is not UTF-8,
+/// say) in the one error shape every endpoint answers: `{"error": "ERR", "message": …}`.
+async fn as_json_error(response: HttpResponse) -> HttpResponse {
+    let plain = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"text/plain"));
+    if !(response.status().is_client_error() || response.status().is_server_error()) || !plain {
+        return response;
+    }
+    let status = response.status();
+    let text = axum::body::to_bytes(response.into_body(), 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    (
+        status,
+        axum::Json(json!({ "error": "ERR", "message": text })),
+    )
+        .into_response()
 }
 
 /// A Firn error as an HTTP answer: its status and `{"error", "message", …}`.
