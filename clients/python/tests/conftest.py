@@ -5,6 +5,7 @@ defaults to ~/.cache/firn-target). Every test is bounded: it fails after TEST_SE
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -44,8 +45,10 @@ class Node:
         return firn.Client(self.resp_addr, self.http_addr, **kwargs)  # type: ignore[arg-type]
 
 
-@pytest.fixture(scope="session")
-def node() -> Iterator[Node]:
+@contextlib.contextmanager
+def running_node(*extra: str, ready: bool = True) -> Iterator[Node]:
+    """`firn serve --in-memory EXTRA…` on free ports until the block ends (stopped by its
+    PID, also when a test failed); with `ready`, once it takes a write."""
     binary = firn_bin()
     if not binary.exists():
         pytest.fail(f"no firn binary at {binary}: build it (cargo build -p firn) or set FIRN_BIN")
@@ -57,7 +60,7 @@ def node() -> Iterator[Node]:
                 [
                     str(binary), "serve", "--in-memory",
                     "--resp-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--peer-addr", "127.0.0.1:0",
-                    "--local-region", region, "--local-entries", "1024",
+                    "--local-region", region, "--local-entries", "1024", *extra,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -77,10 +80,10 @@ def node() -> Iterator[Node]:
                         found = m
                 time.sleep(0.1)
             n = Node(proc.pid, f"127.0.0.1:{found.group(1)}", f"{found.group(2)}:{found.group(3)}", region)
-            _wait_ready(n, deadline)
+            if ready:
+                _wait_ready(n, deadline)
             yield n
         finally:
-            # Stopped by its own PID, also when a test failed.
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGTERM)
                 try:
@@ -88,6 +91,12 @@ def node() -> Iterator[Node]:
                 except subprocess.TimeoutExpired:
                     os.kill(proc.pid, signal.SIGKILL)
                     proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def node() -> Iterator[Node]:
+    with running_node() as n:
+        yield n
 
 
 def _wait_ready(node: Node, deadline: float) -> None:

@@ -11,6 +11,7 @@ node's shared-memory region.
 
 from .client import Client
 from .errors import (
+    AuthError,
     BusyGroupError,
     ClusterDownError,
     CompactedError,
@@ -22,6 +23,7 @@ from .errors import (
     NoGroupError,
     NoLogError,
     NotFoundError,
+    PermissionDeniedError,
     RegionError,
     RequestError,
     ServiceTimeoutError,
@@ -89,6 +91,8 @@ __all__ = [
     "UncertainError",
     "ClusterDownError",
     "ServiceTimeoutError",
+    "AuthError",
+    "PermissionDeniedError",
     "FirnConnectionError",
     "FirnTimeout",
     "RegionError",

@@ -58,7 +58,19 @@ def split_addr(addr: str, what: str) -> Tuple[str, int]:
 class Session:
     """One client's token and its RESP connection and HTTP endpoint."""
 
-    def __init__(self, addr: str, http_addr: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        addr: str,
+        http_addr: str,
+        timeout_s: float,
+        username: Optional[str] = None,
+        password: Optional[str] = None,
+        token: Optional[str] = None,
+    ) -> None:
+        if password is None and username is not None:
+            raise ValueError("username given without a password")
+        self._credentials = (username or "default", password) if password is not None else None
+        self._bearer = token
         if timeout_s <= 0:
             raise ValueError(f"timeout_s is {timeout_s}; it must be above 0")
         self.host, self.port = split_addr(addr, "addr")
@@ -101,6 +113,14 @@ class Session:
 
     def _on_connect(self, conn: Any) -> None:
         # Runs inside redis-py's connect(), before any command on the new socket.
+        if self._credentials is not None:
+            conn.send_command("AUTH", *self._credentials)
+            try:
+                conn.read_response()
+            except ResponseError as e:
+                # Not left half signed in: the next call connects (and signs in) again.
+                conn.disconnect()
+                raise error_from_resp(str(e)) from None
         token = self.token
         self._told = CommitTs.ZERO
         if token > CommitTs.ZERO:
@@ -234,6 +254,8 @@ class Session:
         token = self.token
         if token > CommitTs.ZERO:
             headers["Firn-After"] = str(token)
+        if self._bearer is not None:
+            headers["Authorization"] = f"Bearer {self._bearer}"
         if json_body is not None:
             body = json.dumps(json_body).encode()
             headers["Content-Type"] = "application/json"

@@ -96,11 +96,25 @@ class Client:
     b'21.5'
     """
 
-    def __init__(self, addr: str = "127.0.0.1:7379", http_addr: Optional[str] = None, *, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        addr: str = "127.0.0.1:7379",
+        http_addr: Optional[str] = None,
+        *,
+        timeout_s: float = 10.0,
+        username: Optional[str] = None,
+        password: Optional[str] = None,
+        token: Optional[str] = None,
+    ) -> None:
+        """On a node with users (``firn serve --users``), ``username`` and ``password`` sign
+        the RESP connection in (``AUTH``; without a username: ``default``), and ``token`` is
+        the bearer token sent on HTTP calls. A refusal raises
+        :class:`firn.errors.AuthError` (``NOAUTH``, ``WRONGPASS``) or
+        :class:`firn.errors.PermissionDeniedError` (``NOPERM``)."""
         host, _ = split_addr(addr, "addr")
         if http_addr is None:
             http_addr = f"{host}:7380"
-        self._session = Session(addr, http_addr, timeout_s)
+        self._session = Session(addr, http_addr, timeout_s, username, password, token)
         self.log = Log(self._session)
         """The shared log (``FIRN.LOG``): :class:`firn.log.Log`."""
         self.streams = Streams(self._session)

@@ -30,6 +30,8 @@ __all__ = [
     "FirnConnectionError",
     "FirnTimeout",
     "RegionError",
+    "AuthError",
+    "PermissionDeniedError",
     "error_from",
 ]
 
@@ -168,6 +170,20 @@ class RegionError(FirnError):
     code = "REGION"
 
 
+class AuthError(FirnError):
+    """``NOAUTH`` (the node has users and this client gave no credentials) or ``WRONGPASS``
+    (a wrong user name, password or token): see ``Client(username=, password=, token=)``."""
+
+    code = "NOAUTH"
+
+
+class PermissionDeniedError(FirnError):
+    """``NOPERM``: the user lacks a permission the request needs (read, write or admin on
+    the keys it names); nothing was read or written."""
+
+    code = "NOPERM"
+
+
 _BY_CODE: Dict[str, Type[FirnError]] = {
     "ERR": RequestError,
     "NOTFOUND": NotFoundError,
@@ -182,6 +198,9 @@ _BY_CODE: Dict[str, Type[FirnError]] = {
     "UNCERTAIN": UncertainError,
     "CLUSTERDOWN": ClusterDownError,
     "TIMEOUT": ServiceTimeoutError,
+    "NOAUTH": AuthError,
+    "WRONGPASS": AuthError,
+    "NOPERM": PermissionDeniedError,
 }
 
 
@@ -200,7 +219,7 @@ def error_from(code: str, message: str, detail: Optional[Dict[str, Any]] = None)
         return TrimmedError(message, first_kept=str(v) if v is not None else None)
     if cls is None:
         return FirnError(message, code=code)
-    return cls(message)
+    return cls(message, code=code)
 
 
 def error_from_resp(text: str) -> FirnError:
