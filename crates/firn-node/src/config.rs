@@ -64,6 +64,8 @@ pub struct NodeConfig {
     pub blob_sweep_every: Duration,
     /// How old an unused blob file must be before the sweep deletes it.
     pub blob_grace: Duration,
+    /// TLS on the client listeners and between nodes (default off; see [`crate::tls`]).
+    pub tls: crate::tls::TlsSettings,
 }
 
 /// Default shard count of a cluster: a few per node on small machines keeps the number of
@@ -110,6 +112,7 @@ impl Default for NodeConfig {
             memory_checkpoint_every: MEMORY_CHECKPOINT_EVERY_DEFAULT,
             blob_sweep_every: crate::blob::SWEEP_EVERY_DEFAULT,
             blob_grace: crate::blob::GRACE_DEFAULT,
+            tls: crate::tls::TlsSettings::default(),
         }
     }
 }

@@ -57,7 +57,7 @@ struct Target {
 #[derive(Subcommand)]
 enum Command {
     /// Run a node (with no flags: a single node on loopback, data in ./firn-data).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Write a new version of a key.
     Put {
         key: String,
@@ -266,7 +266,7 @@ fn print_version(info: &VersionInfo, meta: bool) {
 
 async fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
-        Command::Serve(args) => serve(args).await,
+        Command::Serve(args) => serve(*args).await,
         Command::Log { action } => run_log(action).await,
         Command::Group { action } => run_group(action).await,
         Command::Request(args) => run_request(args).await,

@@ -113,6 +113,22 @@ pub struct ServeArgs {
     /// takes between its seal and its manifest's commit.
     #[arg(long, env = "FIRN_BLOB_GRACE", default_value = "1h", value_parser = humantime::parse_duration)]
     blob_grace: Duration,
+    /// The node's certificate chain (PEM): TLS on the RESP and HTTP listeners, which then
+    /// take TLS and plain text on the same port (unless --tls-required), and, with
+    /// --tls-ca, the certificate this node presents to its peers.
+    #[arg(long, env = "FIRN_TLS_CERT", value_name = "PATH")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "FIRN_TLS_KEY", value_name = "PATH")]
+    tls_key: Option<PathBuf>,
+    /// CA bundle (PEM): connections between nodes are then mutual TLS, each node's
+    /// certificate checked against it; a plain or unverified peer is refused. Without it,
+    /// peer traffic is plain text.
+    #[arg(long, env = "FIRN_TLS_CA", value_name = "PATH")]
+    tls_ca: Option<PathBuf>,
+    /// Refuse plain-text clients on the RESP and HTTP listeners (needs --tls-cert).
+    #[arg(long, env = "FIRN_TLS_REQUIRED")]
+    tls_required: bool,
     /// Every setting with where it came from (set by `crate::config::parse`).
     #[arg(skip)]
     pub settings: Vec<Setting>,
@@ -267,7 +283,15 @@ fn node_config(args: &ServeArgs) -> Result<(NodeConfig, Option<String>), String>
         memory_checkpoint_every: args.memory_checkpoint_every,
         blob_sweep_every: args.blob_sweep_every,
         blob_grace: args.blob_grace,
+        tls: firn_node::tls::TlsSettings {
+            cert: args.tls_cert.clone(),
+            key: args.tls_key.clone(),
+            ca: args.tls_ca.clone(),
+            required: args.tls_required,
+        },
     };
+    // Read and checked here, so that --print-config refuses what a start would.
+    config.tls.load()?;
     Ok((config, host))
 }
 
