@@ -103,10 +103,15 @@ class FirnCluster:
         self.ports = [tuple(ports[3 * i:3 * i + 3]) for i in range(n)]
         self.peers = ",".join(f"{i + 1}=127.0.0.1:{self.ports[i][2]}" for i in range(n))
         self.procs = [None] * n
-        for i in range(n):
-            self.start(i)
-        for i in range(n):
-            self.wait_leaders(i)
+        try:
+            for i in range(n):
+                self.start(i)
+            for i in range(n):
+                self.wait_leaders(i)
+        except BaseException:
+            # A cluster that never came up (wait_leaders exits) leaves no process behind.
+            self.stop()
+            raise
 
     def start(self, i):
         resp, http, peer = self.ports[i]

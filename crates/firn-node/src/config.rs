@@ -66,6 +66,8 @@ pub struct NodeConfig {
     pub blob_grace: Duration,
     /// Users and their permissions (`--users`); none: nothing is checked.
     pub users: Option<std::sync::Arc<crate::auth::Users>>,
+    /// TLS on the client listeners and between nodes (default off; see [`crate::tls`]).
+    pub tls: crate::tls::TlsSettings,
 }
 
 /// Default shard count of a cluster: a few per node on small machines keeps the number of
@@ -113,6 +115,7 @@ impl Default for NodeConfig {
             blob_sweep_every: crate::blob::SWEEP_EVERY_DEFAULT,
             blob_grace: crate::blob::GRACE_DEFAULT,
             users: None,
+            tls: crate::tls::TlsSettings::default(),
         }
     }
 }

@@ -26,6 +26,7 @@ pub mod resp;
 pub mod router;
 pub mod rpc;
 pub mod session;
+pub mod tls;
 pub mod view;
 pub mod watch;
 

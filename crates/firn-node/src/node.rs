@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use firn_model::{FirnError, HybridClock};
 use firn_raft::log_store::{Checkpoints, Fsync, GroupCommit};
-use firn_raft::peer::{LocalGroups, PeerPool, serve_peers};
+use firn_raft::peer::{LocalGroups, PeerPool, serve_peers_over};
+use firn_raft::transport::{PeerTransport, PlainTcp};
 use firn_raft::{META_GROUP, NodeId};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -89,10 +90,29 @@ async fn bind(addr: SocketAddr, what: &str) -> Result<(TcpListener, SocketAddr),
     Ok((l, bound))
 }
 
+/// Serves HTTP on `listener` until `stop` fires.
+async fn serve_http<L>(listener: L, app: axum::Router, mut stop: watch::Receiver<bool>)
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    let shutdown = async move {
+        let _ = stop.changed().await;
+    };
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+    {
+        tracing::error!("http server: {e}");
+    }
+}
+
 impl RunningNode {
     pub async fn start(config: NodeConfig) -> Result<Self, FirnError> {
         // Install the metrics recorder before the first request counts anything.
         crate::metrics::handle();
+        // TLS files are read before binding too: a bad one starts nothing.
+        let tls = config.tls.load().map_err(FirnError::BadArgument)?;
         // Bind first: a busy port should fail before any data is touched.
         let (resp_listener, resp_addr) = bind(config.resp_addr, "RESP").await?;
         let (http_listener, http_addr) = bind(config.http_addr, "HTTP").await?;
@@ -182,15 +202,24 @@ impl RunningNode {
 
         // Peers can reach this node's groups as soon as each is registered.
         let (stop, stop_rx) = watch::channel(false);
-        let pool = Arc::new(PeerPool::new(
-            config.node_id,
-            nodes.clone().into_iter().collect(),
-        ));
+        if tls.peers.is_none() && !peer_addr.ip().is_loopback() {
+            tracing::warn!(
+                %peer_addr,
+                "peer traffic is plain text on a non-loopback address; give --tls-ca (with \
+                 --tls-cert and --tls-key) for mutual TLS between nodes"
+            );
+        }
+        let transport: Arc<dyn PeerTransport> = tls.peers.clone().unwrap_or(Arc::new(PlainTcp));
+        let pool = Arc::new(
+            PeerPool::new(config.node_id, nodes.clone().into_iter().collect())
+                .with_transport(transport.clone()),
+        );
         let groups = LocalGroups::default();
         // Calls from peers wait in the inbox until the router answering them exists.
         let (inbox, opening) = crate::inbound::inbox();
-        let mut tasks = vec![tokio::spawn(serve_peers(
+        let mut tasks = vec![tokio::spawn(serve_peers_over(
             peer_listener,
+            transport,
             groups.clone(),
             inbox,
             stop_rx.clone(),
@@ -315,20 +344,16 @@ impl RunningNode {
             router.clone(),
             stop_rx.clone(),
             config.resp_connections_max,
+            tls.clients.clone(),
         )));
         let app = crate::http::routes(router.clone(), stop_rx.clone());
-        let mut http_stop = stop_rx.clone();
-        tasks.push(tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = http_stop.changed().await;
-            };
-            if let Err(e) = axum::serve(http_listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
-                tracing::error!("http server: {e}");
-            }
-        }));
+        tasks.push(if tls.clients.is_on() {
+            let listener = crate::tls::TlsHttpListener::new(http_listener, tls.clients)
+                .map_err(|e| startup("HTTP listener", e))?;
+            tokio::spawn(serve_http(listener, app, stop_rx.clone()))
+        } else {
+            tokio::spawn(serve_http(http_listener, app, stop_rx.clone()))
+        });
         if let Some(local) = local {
             tasks.push(tokio::spawn(
                 local.run_leases(replicas.clone(), stop_rx.clone()),

@@ -13,6 +13,7 @@ pub mod snapshot;
 pub mod snapshot_transfer;
 mod stages;
 pub mod state_machine;
+pub mod transport;
 pub mod types;
 
 pub use shard::{ProposalOutcome, ShardConfig, ShardReplica, ShardStatus};

@@ -20,12 +20,13 @@ use openraft::raft::{
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
 
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use crate::snapshot_transfer::{IncomingSnapshots, SnapshotChunk, SnapshotChunkAnswer};
 use crate::state_machine::ShardStateMachine;
+use crate::transport::{BoxedPeerStream, PeerTransport, PlainTcp};
 use crate::types::{FirnRaft, NodeId, ShardId};
 
 /// Largest frame: an append of many large values fits. A snapshot travels in chunks far
@@ -250,9 +251,21 @@ impl AppLimits {
     }
 }
 
-/// Accepts peer connections until `stop` fires.
+/// Accepts peer connections in plain TCP until `stop` fires.
 pub async fn serve_peers(
     listener: TcpListener,
+    groups: LocalGroups,
+    app: Arc<dyn AppHandler>,
+    stop: watch::Receiver<bool>,
+) {
+    serve_peers_over(listener, Arc::new(PlainTcp), groups, app, stop).await
+}
+
+/// Accepts peer connections until `stop` fires, each wrapped by `transport` first (a
+/// connection it refuses is closed).
+pub async fn serve_peers_over(
+    listener: TcpListener,
+    transport: Arc<dyn PeerTransport>,
     groups: LocalGroups,
     app: Arc<dyn AppHandler>,
     mut stop: watch::Receiver<bool>,
@@ -261,15 +274,17 @@ pub async fn serve_peers(
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
+                Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(serve_connection(
-                        stream,
-                        groups.clone(),
-                        app.clone(),
-                        limits.clone(),
-                        stop.clone(),
-                    ));
+                    let (transport, groups, app) = (transport.clone(), groups.clone(), app.clone());
+                    let (limits, stop) = (limits.clone(), stop.clone());
+                    // Wrapped in the connection's own task: a slow handshake holds up no other.
+                    tokio::spawn(async move {
+                        match transport.accept(stream).await {
+                            Ok(stream) => serve_connection(stream, groups, app, limits, stop).await,
+                            Err(e) => tracing::debug!(%peer, "peer connection refused: {e}"),
+                        }
+                    });
                 }
                 Err(e) => tracing::warn!("peer accept: {e}"),
             },
@@ -279,7 +294,7 @@ pub async fn serve_peers(
 }
 
 async fn serve_connection(
-    stream: TcpStream,
+    stream: BoxedPeerStream,
     groups: LocalGroups,
     app: Arc<dyn AppHandler>,
     limits: AppLimits,
@@ -359,7 +374,11 @@ struct PeerConn {
 impl PeerConn {
     /// Connects to `addr`, from `local_ip` when given, so that a node's peer traffic carries
     /// its own address (which is what lets a test cut one node off with firewall rules).
-    async fn connect(addr: &str, local_ip: Option<IpAddr>) -> std::io::Result<PeerConn> {
+    async fn connect(
+        addr: &str,
+        local_ip: Option<IpAddr>,
+        transport: &dyn PeerTransport,
+    ) -> std::io::Result<PeerConn> {
         let connect = async {
             let target = tokio::net::lookup_host(addr)
                 .await?
@@ -375,14 +394,15 @@ impl PeerConn {
             {
                 socket.bind(SocketAddr::new(ip, 0))?;
             }
-            socket.connect(target).await
+            let stream = socket.connect(target).await?;
+            let _ = stream.set_nodelay(true);
+            transport.connect(stream, addr).await
         };
         let stream = tokio::time::timeout(CONNECT_TIMEOUT, connect)
             .await
             .map_err(|_| {
                 std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")
             })??;
-        let _ = stream.set_nodelay(true);
         let (mut sink, mut frames) = Framed::new(stream, codec()).split();
         let (tx, mut rx) = mpsc::channel::<Bytes>(PEER_SEND_QUEUE);
         let pending: Arc<Mutex<HashMap<u64, oneshot::Sender<PeerResponse>>>> = Arc::default();
@@ -438,6 +458,8 @@ type ConnSlot = Arc<tokio::sync::Mutex<Option<Arc<PeerConn>>>>;
 pub struct PeerPool {
     /// The address this node's outgoing peer connections come from.
     local_ip: Option<IpAddr>,
+    /// What connections run over (plain TCP unless [`PeerPool::with_transport`] says).
+    transport: Arc<dyn PeerTransport>,
     addrs: RwLock<HashMap<NodeId, String>>,
     /// One slot per peer; connecting to one peer never blocks calls to another.
     conns: Mutex<HashMap<NodeId, ConnSlot>>,
@@ -452,10 +474,16 @@ impl PeerPool {
             .map(|a| a.ip());
         PeerPool {
             local_ip,
+            transport: Arc::new(PlainTcp),
             addrs: RwLock::new(addrs),
             conns: Default::default(),
             next_id: AtomicU64::new(1),
         }
+    }
+
+    /// The pool with its connections made over `transport`.
+    pub fn with_transport(self, transport: Arc<dyn PeerTransport>) -> Self {
+        PeerPool { transport, ..self }
     }
 
     /// Sets (or changes) where `node` is reached; a changed address drops the old connection.
@@ -483,10 +511,13 @@ impl PeerPool {
         timeout: Duration,
     ) -> Result<PeerResponse, PeerError> {
         let unreachable = |e: String| PeerError::Contact(addr.to_string(), e);
-        let conn = tokio::time::timeout(timeout, PeerConn::connect(addr, self.local_ip))
-            .await
-            .map_err(|_| unreachable("connect timed out".into()))?
-            .map_err(|e| unreachable(e.to_string()))?;
+        let conn = tokio::time::timeout(
+            timeout,
+            PeerConn::connect(addr, self.local_ip, &*self.transport),
+        )
+        .await
+        .map_err(|_| unreachable("connect timed out".into()))?
+        .map_err(|e| unreachable(e.to_string()))?;
         let bytes = encode(&Envelope {
             id: 1,
             body: request,
@@ -533,7 +564,7 @@ impl PeerPool {
             .cloned()
             .ok_or_else(|| PeerError::Unreachable(target, "no address known".into()))?;
         let conn = Arc::new(
-            PeerConn::connect(&addr, self.local_ip)
+            PeerConn::connect(&addr, self.local_ip, &*self.transport)
                 .await
                 .map_err(|e| PeerError::Unreachable(target, format!("{addr}: {e}")))?,
         );

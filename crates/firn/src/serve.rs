@@ -117,6 +117,22 @@ pub struct ServeArgs {
     /// prefixes each may read, write and administer. Without it nothing is checked.
     #[arg(long, env = "FIRN_USERS")]
     users: Option<std::path::PathBuf>,
+    /// The node's certificate chain (PEM): TLS on the RESP and HTTP listeners, which then
+    /// take TLS and plain text on the same port (unless --tls-required), and, with
+    /// --tls-ca, the certificate this node presents to its peers.
+    #[arg(long, env = "FIRN_TLS_CERT", value_name = "PATH")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "FIRN_TLS_KEY", value_name = "PATH")]
+    tls_key: Option<PathBuf>,
+    /// CA bundle (PEM): connections between nodes are then mutual TLS, each node's
+    /// certificate checked against it; a plain or unverified peer is refused. Without it,
+    /// peer traffic is plain text.
+    #[arg(long, env = "FIRN_TLS_CA", value_name = "PATH")]
+    tls_ca: Option<PathBuf>,
+    /// Refuse plain-text clients on the RESP and HTTP listeners (needs --tls-cert).
+    #[arg(long, env = "FIRN_TLS_REQUIRED")]
+    tls_required: bool,
     /// Every setting with where it came from (set by `crate::config::parse`).
     #[arg(skip)]
     pub settings: Vec<Setting>,
@@ -276,7 +292,15 @@ fn node_config(args: &ServeArgs) -> Result<(NodeConfig, Option<String>), String>
             .as_deref()
             .map(|path| firn_node::auth::Users::load(path).map(std::sync::Arc::new))
             .transpose()?,
+        tls: firn_node::tls::TlsSettings {
+            cert: args.tls_cert.clone(),
+            key: args.tls_key.clone(),
+            ca: args.tls_ca.clone(),
+            required: args.tls_required,
+        },
     };
+    // Read and checked here, so that --print-config refuses what a start would.
+    config.tls.load()?;
     Ok((config, host))
 }
 

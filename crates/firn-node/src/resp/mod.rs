@@ -38,6 +38,7 @@ use self::command::{Action, Render};
 use self::reply::Reply;
 use crate::router::{Pending, Router};
 use crate::session::Session;
+use crate::tls::{ClientListener, ClientStream, ClientTls};
 
 /// Most replies a connection holds before it writes them out (a bound on pipelining memory).
 const PIPELINE_DEPTH_MAX: usize = 1_024;
@@ -80,6 +81,7 @@ pub async fn serve(
     router: Arc<Router>,
     mut stop: watch::Receiver<bool>,
     connections_max: usize,
+    tls: ClientTls,
 ) {
     let slots = Arc::new(Semaphore::new(connections_max));
     let shared = Arc::new(Shared {
@@ -99,7 +101,7 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => match slots.clone().try_acquire_owned() {
                     Ok(slot) => {
-                        connections.spawn(serve_connection(stream, peer, shared.clone(), stop.clone(), slot));
+                        connections.spawn(serve_connection(stream, peer, shared.clone(), tls.clone(), stop.clone(), slot));
                     }
                     Err(_) => {
                         // Counted rather than logged: a flood would flood the log.
@@ -131,14 +133,22 @@ pub async fn serve(
     }
 }
 
-/// One connection, holding its slot until it ends.
+/// One connection, holding its slot until it ends (from before its TLS handshake).
 async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
     shared: Arc<Shared>,
+    tls: ClientTls,
     stop: watch::Receiver<bool>,
     _slot: OwnedSemaphorePermit,
 ) {
+    // A stopping node does not wait for a client that has not sent its first byte.
+    let mut stopping = stop.clone();
+    let stream = tokio::select! {
+        s = tls.accept(stream, ClientListener::Resp) => s,
+        _ = stopping.changed() => None,
+    };
+    let Some(stream) = stream else { return };
     let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
     let mut conn = Connection::new(stream, peer, id, shared, stop);
     if let Err(e) = conn.run().await {
@@ -167,7 +177,7 @@ enum Queued {
 }
 
 struct Connection {
-    stream: TcpStream,
+    stream: ClientStream,
     #[allow(dead_code)]
     peer: SocketAddr,
     id: u64,
@@ -195,7 +205,7 @@ type Frame = (String, VecDeque<Bytes>);
 
 impl Connection {
     fn new(
-        stream: TcpStream,
+        stream: ClientStream,
         peer: SocketAddr,
         id: u64,
         shared: Arc<Shared>,
