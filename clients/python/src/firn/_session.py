@@ -18,6 +18,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import ssl
 import threading
 import urllib.parse
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -66,11 +67,14 @@ class Session:
         username: Optional[str] = None,
         password: Optional[str] = None,
         token: Optional[str] = None,
+        tls_ca: Optional[str] = None,
     ) -> None:
         if password is None and username is not None:
             raise ValueError("username given without a password")
         self._credentials = (username or "default", password) if password is not None else None
         self._bearer = token
+        # TLS to a node started with --tls-cert: its certificate checked against this CA file.
+        self._tls: Optional[ssl.SSLContext] = ssl.create_default_context(cafile=tls_ca) if tls_ca else None
         if timeout_s <= 0:
             raise ValueError(f"timeout_s is {timeout_s}; it must be above 0")
         self.host, self.port = split_addr(addr, "addr")
@@ -93,6 +97,9 @@ class Session:
         if _PARSER is not None:
             kwargs["parser_class"] = _PARSER
         connection_class: Any = redis.Connection  # redis-py ships no types for it
+        if tls_ca:
+            connection_class = redis.SSLConnection
+            kwargs.update(ssl_ca_certs=tls_ca, ssl_cert_reqs="required")
         self._conn: Any = connection_class(**kwargs)
         self._conn.register_connect_callback(self._on_connect)
 
@@ -261,8 +268,11 @@ class Session:
             headers["Content-Type"] = "application/json"
         if stream:
             headers["Accept"] = "text/event-stream"
-        conn = http.client.HTTPConnection(
-            self.http_host, self.http_port, timeout=timeout_s if timeout_s is not None else self.timeout_s
+        wait = timeout_s if timeout_s is not None else self.timeout_s
+        conn: http.client.HTTPConnection = (
+            http.client.HTTPSConnection(self.http_host, self.http_port, timeout=wait, context=self._tls)
+            if self._tls is not None
+            else http.client.HTTPConnection(self.http_host, self.http_port, timeout=wait)
         )
         try:
             conn.request(method, url, body=body, headers=headers)

@@ -105,16 +105,19 @@ class Client:
         username: Optional[str] = None,
         password: Optional[str] = None,
         token: Optional[str] = None,
+        tls_ca: Optional[str] = None,
     ) -> None:
         """On a node with users (``firn serve --users``), ``username`` and ``password`` sign
         the RESP connection in (``AUTH``; without a username: ``default``), and ``token`` is
         the bearer token sent on HTTP calls. A refusal raises
         :class:`firn.errors.AuthError` (``NOAUTH``, ``WRONGPASS``) or
-        :class:`firn.errors.PermissionDeniedError` (``NOPERM``)."""
+        :class:`firn.errors.PermissionDeniedError` (``NOPERM``). ``tls_ca``: a CA file (PEM);
+        with it both RESP and HTTP go over TLS to a node started with ``--tls-cert``, whose
+        certificate must be signed by that CA and name the host dialled."""
         host, _ = split_addr(addr, "addr")
         if http_addr is None:
             http_addr = f"{host}:7380"
-        self._session = Session(addr, http_addr, timeout_s, username, password, token)
+        self._session = Session(addr, http_addr, timeout_s, username, password, token, tls_ca)
         self.log = Log(self._session)
         """The shared log (``FIRN.LOG``): :class:`firn.log.Log`."""
         self.streams = Streams(self._session)
