@@ -5,6 +5,7 @@
 mod group;
 mod local;
 mod log;
+mod tls;
 
 pub use group::{
     ConsumerSummary, GroupClient, GroupCreate, GroupEvents, GroupReadOptions, GroupSummary,
@@ -12,6 +13,7 @@ pub use group::{
 };
 pub use local::{LocalClient, LocalGet, ReadBound, open_region};
 pub use log::{LogClient, LogReadOptions, LogTagInfo};
+pub use tls::TlsCa;
 
 use bytes::Bytes;
 use firn_model::{
@@ -101,7 +103,8 @@ pub struct PutOptions {
 
 #[derive(Clone)]
 pub struct Client {
-    addr: String,
+    /// How to reach the node again (a watch takes a connection of its own).
+    client: redis::Client,
     conn: redis::aio::MultiplexedConnection,
 }
 
@@ -219,10 +222,25 @@ fn read_args(cmd: &mut redis::Cmd, at: ReadAt, consistency: ReadConsistency) {
 }
 
 impl Client {
-    /// Connects to a node's RESP address, e.g. `127.0.0.1:7379`.
+    /// Connects to a node's RESP address, e.g. `127.0.0.1:7379` (on a node with users,
+    /// `user:password@127.0.0.1:7379`).
     pub async fn connect(addr: &str) -> Result<Self> {
-        let client = redis::Client::open(format!("redis://{addr}/"))
-            .map_err(|e| ClientError::Connection(e.to_string()))?;
+        Self::connect_with(addr, None).await
+    }
+
+    /// Connects over TLS when `tls` gives the CA that signs the node's certificate.
+    pub async fn connect_with(addr: &str, tls: Option<&TlsCa>) -> Result<Self> {
+        let client = match tls {
+            None => redis::Client::open(format!("redis://{addr}/")),
+            Some(ca) => redis::Client::build_with_tls(
+                format!("rediss://{addr}/"),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(ca.pem().to_vec()),
+                },
+            ),
+        }
+        .map_err(|e| ClientError::Connection(e.to_string()))?;
         // A write waits for a quorum's fsync and may wait out a leader change (the server
         // answers within ~20 s at worst); the redis crate's default 500 ms would give up first.
         let config =
@@ -231,10 +249,7 @@ impl Client {
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(|e| ClientError::Connection(e.to_string()))?;
-        Ok(Client {
-            addr: addr.to_string(),
-            conn,
-        })
+        Ok(Client { client, conn })
     }
 
     async fn run(&self, cmd: &redis::Cmd) -> Result<Value> {
@@ -524,9 +539,8 @@ impl Client {
 
     /// Starts a watch on its own connection. Events arrive in commit order.
     pub fn watch(&self, subject: &[u8], prefix: bool, from: WatchFrom) -> Result<Watcher> {
-        let client = redis::Client::open(format!("redis://{}/", self.addr))
-            .map_err(|e| ClientError::Connection(e.to_string()))?;
-        let mut conn = client
+        let mut conn = self
+            .client
             .get_connection()
             .map_err(|e| ClientError::Connection(e.to_string()))?;
         let mut cmd = redis::cmd("FIRN.WATCH");

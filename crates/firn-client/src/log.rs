@@ -105,6 +105,17 @@ impl LogClient {
         }
     }
 
+    /// Calls the node over HTTPS, its certificate checked against `tls` (none: plain HTTP).
+    pub fn with_tls(mut self, tls: Option<&crate::TlsCa>) -> Self {
+        if let Some(ca) = tls {
+            self.base = self.base.replacen("http://", "https://", 1);
+            self.agent = ureq::AgentBuilder::new()
+                .tls_config(ca.http_config())
+                .build();
+        }
+        self
+    }
+
     /// Signs every call with a bearer token (a node with users; see `firn serve --users`).
     pub fn with_bearer(mut self, bearer: Option<String>) -> Self {
         self.bearer = bearer.map(Arc::from);

@@ -1,12 +1,15 @@
 //! The node's HTTP API as the client subcommands reach it: its address (`--http-addr`,
-//! `FIRN_HTTP_ADDR`) and, on a node with users, the bearer token every call carries
-//! (`--token`, `FIRN_TOKEN`).
+//! `FIRN_HTTP_ADDR`), on a node with users the bearer token every call carries (`--token`,
+//! `FIRN_TOKEN`), and on a node with TLS the CA its certificate is checked against (`firn
+//! --ca PATH`, `FIRN_CA`: then RESP and HTTP both go over TLS; see [`set_client_tls`]).
 
 use std::io;
 use std::time::Duration;
 
 use clap::Args;
-use firn_client::{GroupClient, LogClient};
+use std::sync::OnceLock;
+
+use firn_client::{GroupClient, LogClient, TlsCa};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 /// The node a subcommand talks to over HTTP.
@@ -33,13 +36,36 @@ const PATH: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~')
     .remove(b'/');
 
+/// This process's TLS to the node: set once from `--ca` before any subcommand runs.
+static CLIENT_TLS: OnceLock<TlsCa> = OnceLock::new();
+
+/// Makes every later connection of this process (RESP and HTTP) use TLS with `ca`.
+pub fn set_client_tls(ca: TlsCa) {
+    let _ = CLIENT_TLS.set(ca);
+}
+
+/// The CA the node's certificate is checked against; none: plain text.
+pub fn client_tls() -> Option<&'static TlsCa> {
+    CLIENT_TLS.get()
+}
+
+fn scheme() -> &'static str {
+    if client_tls().is_some() {
+        "https"
+    } else {
+        "http"
+    }
+}
+
 /// How long a transfer may stall before it is given up.
 const STALL: Duration = Duration::from_secs(120);
 
 impl HttpTarget {
     /// A client of the node's log endpoints, signed with the token.
     pub fn log_client(&self) -> LogClient {
-        LogClient::new(&self.http_addr).with_bearer(self.token.clone())
+        LogClient::new(&self.http_addr)
+            .with_tls(client_tls())
+            .with_bearer(self.token.clone())
     }
 
     /// A client of the node's consumer-group endpoints, signed with the token.
@@ -58,7 +84,8 @@ impl HttpTarget {
 
     pub fn url(&self, key: &str) -> String {
         format!(
-            "http://{}/v1/kv/{}",
+            "{}://{}/v1/kv/{}",
+            scheme(),
             self.http_addr,
             utf8_percent_encode(key, PATH)
         )
@@ -70,7 +97,7 @@ impl HttpTarget {
         path: &str,
         query: &[(&str, String)],
     ) -> Result<serde_json::Value, String> {
-        let mut request = self.request("GET", &format!("http://{}{path}", self.http_addr));
+        let mut request = self.request("GET", &format!("{}://{}{path}", scheme(), self.http_addr));
         for (name, value) in query {
             request = request.query(name, value);
         }
@@ -119,10 +146,13 @@ impl HttpTarget {
 
 /// No bound on a whole transfer (a large file takes long), only on a stall.
 fn agent() -> ureq::Agent {
-    ureq::AgentBuilder::new()
+    let builder = ureq::AgentBuilder::new()
         .timeout_read(STALL)
-        .timeout_write(STALL)
-        .build()
+        .timeout_write(STALL);
+    match client_tls() {
+        Some(ca) => builder.tls_config(ca.http_config()).build(),
+        None => builder.build(),
+    }
 }
 
 pub fn failed(e: ureq::Error) -> String {

@@ -39,6 +39,11 @@ use firn_model::{Key, ReadAt, ReadConsistency, SnapshotOf, VersionInfo, WatchFro
     about = "A consistent, temporal state store that speaks the Redis protocol"
 )]
 struct Cli {
+    /// The CA (PEM) that signs the node's certificate: the client subcommands then reach a
+    /// node started with --tls-cert over TLS, RESP and HTTP alike (before the subcommand:
+    /// `firn --ca ca.pem get k`).
+    #[arg(long, env = "FIRN_CA", value_name = "PATH")]
+    ca: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -237,7 +242,7 @@ fn main() -> ExitCode {
 }
 
 async fn connect(target: &Target) -> Result<Client, String> {
-    Client::connect(&target.addr)
+    Client::connect_with(&target.addr, http::client_tls())
         .await
         .map_err(|e| format!("cannot reach {}: {e}", target.addr))
 }
@@ -266,6 +271,9 @@ fn print_version(info: &VersionInfo, meta: bool) {
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
+    if let Some(path) = &cli.ca {
+        http::set_client_tls(firn_client::TlsCa::load(path).map_err(show)?);
+    }
     match cli.command {
         Command::Serve(args) => serve(*args).await,
         Command::Log { action } => run_log(action).await,

@@ -213,6 +213,66 @@ fn with_tls_required_plain_text_clients_are_refused_and_told_why() {
     }
 }
 
+#[test]
+fn the_firn_subcommands_reach_a_tls_node_with_the_ca() {
+    let pki = Pki::new();
+    let data = tempfile::tempdir().unwrap();
+    let (cert, key) = (pki.arg("node.pem"), pki.arg("node.key"));
+    let node = FirnProcess::start(
+        data.path(),
+        &[
+            "--in-memory",
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--tls-required",
+        ],
+    );
+    let (resp, http) = (node.resp_addr(), node.http_addr.clone());
+    let ca = pki.arg("ca.pem");
+    let firn = common::firn_bin();
+    let with_ca = |args: &[&str]| {
+        let mut all = vec!["--ca", &ca];
+        all.extend_from_slice(args);
+        client(&firn, &all)
+    };
+    // RESP (put, get), and HTTP (the log, a file) with the CA.
+    let (ok, _, err) = with_ca(&["put", "k", "over tls", "--addr", &resp]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = with_ca(&["get", "k", "--addr", &resp]);
+    assert!(ok && out == "over tls", "{out} {err}");
+    let (ok, _, err) = with_ca(&[
+        "log",
+        "append",
+        "l",
+        "--tag",
+        "t",
+        "x",
+        "--http-addr",
+        &http,
+    ]);
+    assert!(ok, "{err}");
+    let copy = data.path().join("k.out");
+    let (ok, _, err) = with_ca(&[
+        "get",
+        "k",
+        "--output",
+        copy.to_str().unwrap(),
+        "--http-addr",
+        &http,
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(std::fs::read(&copy).unwrap(), b"over tls");
+    // Without it the node refuses them, and with another CA's certificate they refuse it.
+    let (ok, _, _) = client(&firn, &["get", "k", "--addr", &resp]);
+    assert!(!ok);
+    pki.issue("other-");
+    let other = pki.arg("other-ca.pem");
+    let (ok, _, err) = client(&firn, &["--ca", &other, "get", "k", "--addr", &resp]);
+    assert!(!ok, "a node another CA signed was trusted: {err}");
+}
+
 /// `firn serve` with these flags (on free loopback ports): its exit status and stderr, or
 /// `None` if it was still running after 20 s (then it was killed).
 fn serve_refused(args: &[&str]) -> Option<(bool, String)> {
