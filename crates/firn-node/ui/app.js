@@ -323,18 +323,21 @@ async function showValueAt() {
 // ---------------------------------------------------------------------------------------
 // A prefix at a time: one consistent cut across shards (a snapshot), page by page.
 
-const prefixView = { prefix: "", at: null, cursor: null };
+const prefixView = { prefix: "", at: null, cursor: null, pages: 0 };
 
 async function showPrefix(prefix, at, more = false) {
-  $("#prefix-input").value = prefix;
-  $("#prefix-at").value = more ? $("#prefix-at").value : at || "";
   let path = `/v1/snapshot?prefix=${enc(prefix)}&limit=100`;
   if (at) path += `&at=${enc(at)}`;
   if (more) path += `&cursor=${enc(prefixView.cursor)}`;
   try {
     const cut = await apiJson(path);
     // Later pages are read at the first page's time: the whole table is one cut.
-    Object.assign(prefixView, { prefix, at: cut.at, cursor: cut.next_cursor });
+    Object.assign(prefixView, {
+      prefix,
+      at: cut.at,
+      cursor: cut.next_cursor,
+      pages: more ? prefixView.pages + 1 : 1,
+    });
     $("#prefix-cut").textContent = `one cut across every shard at ${cut.at_time} (stamp ${cut.at})`;
     $("#prefix-cut").dataset.at = cut.at;
     fillTable("#prefix-table", cut.keys, (v) => [v.key, v.version, v.commit_time, shownValue(v)], more);
@@ -349,6 +352,7 @@ async function showPrefix(prefix, at, more = false) {
 // A log or stream: records by tag, and a stream's consumer groups; polled every 2 s.
 
 let logTimer = null;
+let prefixTimer = null;
 
 async function refreshLog(log, tag) {
   const base = `/v1/log/${enc(log)}/${enc(tag)}`;
@@ -398,6 +402,7 @@ function route() {
   }
   clearInterval(clusterTimer);
   clearInterval(logTimer);
+  clearInterval(prefixTimer);
   if (view !== "key" && keyView.watch) {
     keyView.watch.close();
     keyView.watch = null;
@@ -410,7 +415,17 @@ function route() {
   } else if (view === "key" && params.get("key") && params.get("key") !== keyView.key) {
     showKey(params.get("key"));
   } else if (view === "prefix" && params.has("prefix")) {
-    showPrefix(params.get("prefix"), params.get("at"));
+    const prefix = params.get("prefix");
+    const at = params.get("at");
+    $("#prefix-input").value = prefix;
+    $("#prefix-at").value = at || "";
+    showPrefix(prefix, at);
+    // Without a time the table follows the newest closed time, while one page is shown.
+    if (!at) {
+      prefixTimer = setInterval(() => {
+        if (prefixView.pages === 1) showPrefix(prefix, null);
+      }, 2000);
+    }
   } else if (view === "log" && params.get("log")) {
     const log = params.get("log");
     const tag = params.get("tag") || log;

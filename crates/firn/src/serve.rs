@@ -330,6 +330,14 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
     if let Some(host) = host {
         tracing::info!(node = config.node_id, %host, "node id taken from the host name");
     }
+    match (&config.users, &args.users) {
+        (Some(users), Some(file)) => tracing::info!(
+            users = users.len(),
+            file = %file.display(),
+            "users and permissions on: clients sign in (AUTH, Authorization: Bearer)"
+        ),
+        _ => tracing::info!("no users file: nothing is checked (see --users)"),
+    }
     let node = RunningNode::start(config)
         .await
         .map_err(|e| e.to_string())?;
