@@ -134,14 +134,12 @@ fn progress(len: Option<u64>, template: &str) -> ProgressBar {
 struct Summing<'a, W> {
     out: W,
     digest: Digest<'a, u32>,
-    bytes: u64,
 }
 
 impl<W: Write> Write for Summing<'_, W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n = self.out.write(buf)?;
         self.digest.update(&buf[..n]);
-        self.bytes += n as u64;
         Ok(n)
     }
 
@@ -172,8 +170,23 @@ fn write_backup(args: &BackupArgs, keyspaces: &[KeyspaceDef]) -> Result<String, 
         ));
     }
     let partial = PathBuf::from(format!("{}.partial", path.display()));
+    let written = write_partial(args, keyspaces, &partial);
+    if written.is_err() {
+        // A backup that failed leaves no file that could pass for one.
+        let _ = std::fs::remove_file(&partial);
+    }
+    written
+}
+
+/// Writes the backup to `partial`, then renames it to the backup's file.
+fn write_partial(
+    args: &BackupArgs,
+    keyspaces: &[KeyspaceDef],
+    partial: &Path,
+) -> Result<String, String> {
+    let path = &args.file;
     let failed = |e: io::Error| format!("{}: {e}", partial.display());
-    let file = File::create(&partial).map_err(failed)?;
+    let file = File::create(partial).map_err(failed)?;
     let mut out = BufWriter::with_capacity(1 << 20, file);
     let bar = progress(None, "{spinner} {pos} keys  {bytes}  {bytes_per_sec}");
 
@@ -183,7 +196,6 @@ fn write_backup(args: &BackupArgs, keyspaces: &[KeyspaceDef]) -> Result<String, 
     let mut body = Summing {
         out: &mut out,
         digest: CRC32C.digest(),
-        bytes: 0,
     };
     let (mut keys, mut value_bytes) = (0u64, 0u64);
     let mut cut = None;
@@ -268,7 +280,7 @@ fn write_backup(args: &BackupArgs, keyspaces: &[KeyspaceDef]) -> Result<String, 
     writeln!(out, "{end}").map_err(failed)?;
     let file = out.into_inner().map_err(|e| failed(e.into_error()))?;
     file.sync_all().map_err(failed)?;
-    std::fs::rename(&partial, path).map_err(failed)?;
+    std::fs::rename(partial, path).map_err(failed)?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         File::open(dir)
             .and_then(|d| d.sync_all())
@@ -298,7 +310,6 @@ fn check_file(path: &Path) -> Result<Checked, String> {
     let mut sum = Summing {
         out: io::sink(),
         digest: CRC32C.digest(),
-        bytes: 0,
     };
     let (mut keys, mut bytes) = (0u64, 0u64);
     let mut line = String::new();

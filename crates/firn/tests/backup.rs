@@ -298,6 +298,11 @@ fn a_damaged_or_cut_short_backup_is_refused_before_anything_changes() {
     let (done, _, err) = backup(&file, &source.resp_addr(), &source.http_addr);
     assert!(done, "{err}");
     let good = std::fs::read(&file).unwrap();
+    // A backup that fails midway (here: no HTTP listener) leaves no file behind.
+    let never = dir.path().join("never.backup");
+    let (done, _, err) = backup(&never, &source.resp_addr(), "127.0.0.1:1");
+    assert!(!done, "{err}");
+    assert!(!never.exists() && !dir.path().join("never.backup.partial").exists());
 
     let target = FirnProcess::start(&dir.path().join("target"), &[]);
     let flipped = {
