@@ -101,6 +101,28 @@ fn redis_at(addr: &str) -> redis::Connection {
         .unwrap()
 }
 
+/// `FIRN.KEYSPACE CREATE args…`, again while a fresh cluster's meta group is still electing
+/// (TRYAGAIN, CLUSTERDOWN), for at most 20 s.
+fn create_keyspace(conn: &mut redis::Connection, args: &[&str]) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let r: redis::RedisResult<String> = redis::cmd("FIRN.KEYSPACE")
+            .arg("CREATE")
+            .arg(args)
+            .query(conn);
+        match r {
+            Ok(ok) => return assert_eq!(ok, "OK"),
+            Err(e)
+                if ["TRYAGAIN", "CLUSTERDOWN"].contains(&e.code().unwrap_or(""))
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("FIRN.KEYSPACE CREATE {args:?}: {e}"),
+        }
+    }
+}
+
 fn keyspaces(addr: &str) -> Vec<Json> {
     let list: Json = http(addr)
         .get(&format!("http://{addr}/v1/keyspaces"))
@@ -141,12 +163,8 @@ fn a_backup_taken_under_writes_restores_to_exactly_the_cut_at_its_time() {
     let mut conn = redis_at(&resp);
     let ok = |r: redis::RedisResult<String>| assert_eq!(r.unwrap(), "OK");
     // Keyspaces are part of the backup.
-    ok(redis::cmd("FIRN.KEYSPACE")
-        .arg(&["CREATE", "cfg:", "MODE", "latest"])
-        .query(&mut conn));
-    ok(redis::cmd("FIRN.KEYSPACE")
-        .arg(&["CREATE", "m:", "DURABILITY", "memory"])
-        .query(&mut conn));
+    create_keyspace(&mut conn, &["cfg:", "MODE", "latest"]);
+    create_keyspace(&mut conn, &["m:", "DURABILITY", "memory"]);
     // A key and a value that are not UTF-8, an event time, a memory keyspace's key, and a
     // value stored beside the log (above the 1 MiB inline limit).
     let binary_key: &[u8] = b"bin/\xff\x00";
@@ -283,10 +301,7 @@ fn a_damaged_or_cut_short_backup_is_refused_before_anything_changes() {
     let dir = tempfile::tempdir().unwrap();
     let source = FirnProcess::start(&dir.path().join("source"), &[]);
     let mut conn = redis_at(&source.resp_addr());
-    let _: String = redis::cmd("FIRN.KEYSPACE")
-        .arg(&["CREATE", "cfg:", "MODE", "latest"])
-        .query(&mut conn)
-        .unwrap();
+    create_keyspace(&mut conn, &["cfg:", "MODE", "latest"]);
     for i in 0..20 {
         let _: String = redis::cmd("SET")
             .arg(format!("k/{i}"))

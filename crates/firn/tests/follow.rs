@@ -158,19 +158,21 @@ async fn with_follow_off_a_worker_moves_no_leader() {
     config.follow = Follow::Off;
     // Another keyspace follows: requests are counted, and the worker's keys must count as
     // `off`.
-    firn_client::Client::connect(&config.nodes[0])
+    let other = KeyspaceDef {
+        spec: KeyspaceSpec {
+            prefix: "other/".into(),
+            ..KeyspaceSpec::default_keyspace()
+        },
+        placement: KeyspacePlacement {
+            local: false,
+            follow: Follow::On,
+        },
+    };
+    let client = firn_client::Client::connect(&config.nodes[0])
         .await
-        .unwrap()
-        .keyspace_create(&KeyspaceDef {
-            spec: KeyspaceSpec {
-                prefix: "other/".into(),
-                ..KeyspaceSpec::default_keyspace()
-            },
-            placement: KeyspacePlacement {
-                local: false,
-                follow: Follow::On,
-            },
-        })
+        .unwrap();
+    // A fresh cluster's meta group may still be electing (CLUSTERDOWN): retried.
+    firn_client::retry_transient(|| client.keyspace_create(&other))
         .await
         .unwrap();
     let (leader, a, b) = others_than_leader(&cluster, &config);

@@ -114,7 +114,9 @@ async fn nodes_join_and_leave_under_load_without_losing_acknowledged_writes() {
     let mut latest = firn_model::KeyspaceSpec::default_keyspace();
     latest.prefix = "cam/".into();
     latest.mode = firn_model::KeyspaceMode::Latest;
-    two.keyspace_create(&firn_model::KeyspaceDef::new(latest))
+    // A fresh cluster's meta group may still be electing (CLUSTERDOWN): retried.
+    let def = firn_model::KeyspaceDef::new(latest);
+    firn_client::retry_transient(|| two.keyspace_create(&def))
         .await
         .unwrap();
     let stop = Arc::new(AtomicBool::new(false));

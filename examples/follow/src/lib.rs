@@ -276,17 +276,18 @@ pub async fn run(config: &Config) -> Result<Report, String> {
     let (first_node, second_node) = (node_id(&view, first_addr)?, node_id(&view, second_addr)?);
     let slot = slot_of(config.key(0).as_bytes());
     let (shard, _) = shard_of(&view, slot).ok_or("the cluster has no shard for the keys")?;
-    first
-        .keyspace_create(&KeyspaceDef {
-            spec: KeyspaceSpec {
-                prefix: "sess/".into(),
-                ..KeyspaceSpec::default_keyspace()
-            },
-            placement: KeyspacePlacement {
-                local: false,
-                follow: config.follow,
-            },
-        })
+    let sessions = KeyspaceDef {
+        spec: KeyspaceSpec {
+            prefix: "sess/".into(),
+            ..KeyspaceSpec::default_keyspace()
+        },
+        placement: KeyspacePlacement {
+            local: false,
+            follow: config.follow,
+        },
+    };
+    // A fresh cluster's meta group may still be electing (CLUSTERDOWN): retried.
+    firn_client::retry_transient(|| first.keyspace_create(&sessions))
         .await
         .map_err(|e| format!("creating the keyspace sess/: {e}"))?;
 
