@@ -10,6 +10,7 @@ import io
 import itertools
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -88,6 +89,34 @@ def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as fh:
         fields = fh.read().rpartition(")")[2].split()  # after the name, which may hold spaces
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu(pid):
+    """{thread id: (thread name, CPU seconds so far)} of every thread of process `pid`, from
+    /proc/PID/task; a thread that ends while this reads is left out."""
+    out, tick = {}, os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                text = fh.read()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1:text.rindex(")")]
+        fields = text.rpartition(")")[2].split()
+        out[tid] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def busiest_threads(before, after, seconds, top=4):
+    """The `top` threads that used the most CPU between two thread_cpu readings of a set of
+    processes ({pid: reading}), as "name NN%" (of one core, over `seconds`): a thread near 100%
+    is a serial bottleneck, whatever the cores left."""
+    used = []
+    for pid, now in after.items():
+        for tid, (name, cpu) in now.items():
+            used.append((cpu - before.get(pid, {}).get(tid, (name, 0.0))[1], name))
+    used.sort(reverse=True)
+    return ", ".join(f"{name} {100 * cpu / seconds:.0f}%" for cpu, name in used[:top])
 
 
 class FirnCluster:
@@ -178,12 +207,20 @@ def redis_benchmark_row(port, test, clients, requests, pipeline=1, keyspace=100_
     """{ops, avg, min, p50, p95, p99, max} (ops/s, ms) of one redis-benchmark run with 100-byte
     values; a failed run (its own error is shown) is retried once. With `cluster`,
     redis-benchmark reads the slot map (CLUSTER NODES) and sends each key to the node that
-    leads its shard; with `cores`, it runs pinned to them."""
+    leads its shard; with `cores`, it runs pinned to them, one thread a core (one thread of
+    redis-benchmark tops out near 150,000 requests/s, below what the servers may give). `client_cores`
+    is the CPU the client used over the run, in cores."""
+    threads = min(clients, len(cpus_of(cores))) if cores else 1
     cmd = pinned(["redis-benchmark", "-p", str(port), "-t", test, "-n", str(requests), "-c", str(clients),
-                  "-P", str(pipeline), "-d", "100", "-r", str(keyspace), "--csv"] + (["--cluster"] if cluster else []),
+                  "-P", str(pipeline), "-d", "100", "-r", str(keyspace), "--csv"] + (["--cluster"] if cluster else [])
+                 + (["--threads", str(threads)] if threads > 1 else []),
                  cores)
+    before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
     row = redis_benchmark_csv(cmd)
-    return dict(zip(("ops", "avg", "min", "p50", "p95", "p99", "max"), map(float, row[1:8])))
+    after, seconds = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic() - started
+    used = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return {**dict(zip(("ops", "avg", "min", "p50", "p95", "p99", "max"), map(float, row[1:8]))),
+            "client_cores": used / seconds}
 
 
 def redis_benchmark_csv(cmd):
@@ -226,16 +263,23 @@ WRITE_BATCHES = ("firn_log_fsync_appends", "firn_apply_batch_entries")
 def write_stages(http_port):
     """Where a node's writes waited: {(metric, stage or None): {quantile: value}} of the
     write-stage summaries on its /metrics (`firn_write_stage_seconds{stage}` in seconds, and
-    the fsync and apply batch sizes; see docs/api.md)."""
+    the fsync and apply batch sizes; see docs/api.md), and under "count" and "sum" how many
+    were recorded and their total."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10).read().decode()
     out = collections.defaultdict(dict)
     for line in text.splitlines():
-        if 'quantile="' not in line or line.startswith("#"):
+        if line.startswith("#") or not line.startswith(("firn_write_stage", "firn_log_fsync", "firn_apply_batch")):
             continue
-        name, rest = line.split("{", 1)
-        labels, value = rest.rsplit("}", 1)
-        fields = dict(kv.split("=", 1) for kv in labels.split(","))
-        out[(name, fields.get("stage", "").strip('"') or None)][fields["quantile"].strip('"')] = float(value)
+        head, value = line.rsplit(" ", 1)
+        name, _, labels = head.partition("{")
+        fields = dict(kv.split("=", 1) for kv in labels.rstrip("}").split(",")) if labels else {}
+        if name.endswith(("_count", "_sum")):
+            name, _, quantile = name.rpartition("_")
+        elif "quantile" in fields:
+            quantile = fields["quantile"].strip('"')
+        else:
+            continue
+        out[(name, fields.get("stage", "").strip('"') or None)][quantile] = float(value)
     return out
 
 
@@ -409,6 +453,15 @@ def bundled_tools(path):
         os.environ[var] = os.pathsep.join(filter(None, [os.path.join(root, sub), os.environ.get(var)]))
     return Tools(os.path.join(bin_dir, "firn"), os.path.join(bin_dir, "go-ycsb"), os.path.join(bin_dir, "benchmark"),
                  os.path.join(root, "workloads"))
+
+
+def cpus_of(cores):
+    """CPU numbers of a taskset list: "0-3,8" → [0, 1, 2, 3, 8]."""
+    out = []
+    for part in cores.split(","):
+        a, _, b = part.partition("-")
+        out += range(int(a), int(b or a) + 1)
+    return out
 
 
 def cpu_list(cpus):
