@@ -60,6 +60,9 @@ pub struct NodeConfig {
     /// How often the memory groups' log is fsync'd in the background (see
     /// `firn_raft::log_store::Checkpoints`).
     pub memory_checkpoint_every: Duration,
+    /// Stripes a new data directory gets (see `crate::replicas::Stripe`); `None`: 4 on a
+    /// machine of 4 or more cores, else 1. An existing directory keeps its own.
+    pub stripes: Option<usize>,
     /// How often blob files no version names are looked for (see `crate::blob::sweep`).
     pub blob_sweep_every: Duration,
     /// How old an unused blob file must be before the sweep deletes it.
@@ -112,6 +115,7 @@ impl Default for NodeConfig {
             local_region: LocalRegionSetting::default(),
             follow_interval: crate::cluster::follow::FOLLOW_INTERVAL_DEFAULT,
             memory_checkpoint_every: MEMORY_CHECKPOINT_EVERY_DEFAULT,
+            stripes: None,
             blob_sweep_every: crate::blob::SWEEP_EVERY_DEFAULT,
             blob_grace: crate::blob::GRACE_DEFAULT,
             users: None,

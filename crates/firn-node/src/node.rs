@@ -21,7 +21,7 @@ use crate::cluster::layout::ClusterLayout;
 use crate::cluster::meta::{Meta, MetaClient};
 use crate::config::{LocalRegionSetting, NodeConfig};
 use crate::local::LocalRegion;
-use crate::replicas::{ReplicaFactory, Replicas};
+use crate::replicas::{ReplicaFactory, Replicas, Stripe};
 use crate::router::{Router, RouterParts};
 use crate::rpc::PeerClient;
 
@@ -56,9 +56,24 @@ const BLOB_DIR: &str = "blobs";
 /// rather than reading it wrongly.
 const DATA_FORMAT_FILE: &str = "FORMAT";
 const DATA_FORMAT: &str = "firn-data 2\n";
+/// How many stripes a new data directory gets on a machine of at least
+/// [`STRIPES_CORES_MIN`] cores, unless `--stripes` says (see [`crate::replicas::Stripe`]): a
+/// log database and a state database each, a group's id picking its stripe. fjall makes
+/// every write into one database in turn (its journal and its memtable inserts under one
+/// lock, which the log's fsync holds too), so with one of each, every group on a node waited
+/// for every other. On a smaller machine one stripe: more fsyncs, each covering fewer
+/// appends, cost more CPU than the turns do there. The count is part of the directory's
+/// layout: written into `FORMAT` when the directory is made (a directory from before has
+/// one stripe) and kept for its life.
+const STRIPES_DEFAULT: usize = 4;
+const STRIPES_CORES_MIN: usize = 4;
+/// Most stripes a `FORMAT` file may name.
+const STRIPES_MAX: usize = 64;
 
-/// Marks a new data directory with this build's layout, or checks an existing one has it.
-fn check_data_format(dir: &std::path::Path) -> Result<(), FirnError> {
+/// Marks a new data directory with this build's layout and `wanted` stripes (by default
+/// [`STRIPES_DEFAULT`] or one, by the cores), or checks an existing one has it (and, if
+/// `wanted`, that many stripes); returns its stripe count.
+fn check_data_format(dir: &std::path::Path, wanted: Option<usize>) -> Result<usize, FirnError> {
     let path = dir.join(DATA_FORMAT_FILE);
     let refuse = |found: &str| {
         FirnError::Internal(format!(
@@ -67,18 +82,53 @@ fn check_data_format(dir: &std::path::Path) -> Result<(), FirnError> {
             DATA_FORMAT.trim()
         ))
     };
-    match std::fs::read_to_string(&path) {
-        Ok(found) if found == DATA_FORMAT => Ok(()),
-        Ok(found) => Err(refuse(found.trim())),
+    let found = match std::fs::read_to_string(&path) {
+        Ok(found) => {
+            let Some(rest) = found.strip_prefix(DATA_FORMAT) else {
+                return Err(refuse(found.lines().next().unwrap_or("").trim()));
+            };
+            match rest.trim() {
+                "" => 1,
+                stripes => stripes
+                    .strip_prefix("stripes ")
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .filter(|n| (1..=STRIPES_MAX).contains(n))
+                    .ok_or_else(|| refuse(&format!("{}, {stripes}", DATA_FORMAT.trim())))?,
+            }
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if dir.join("db").exists() {
                 return Err(refuse("firn-data 1"));
             }
-            std::fs::write(&path, DATA_FORMAT)
+            let cores = std::thread::available_parallelism().map_or(1, usize::from);
+            let stripes = wanted.unwrap_or(if cores >= STRIPES_CORES_MIN {
+                STRIPES_DEFAULT
+            } else {
+                1
+            });
+            std::fs::write(&path, format!("{DATA_FORMAT}stripes {stripes}\n"))
                 .and_then(|()| std::fs::File::open(dir)?.sync_all())
-                .map_err(|e| startup(&format!("writing {}", path.display()), e))
+                .map_err(|e| startup(&format!("writing {}", path.display()), e))?;
+            return Ok(stripes);
         }
-        Err(e) => Err(startup(&format!("reading {}", path.display()), e)),
+        Err(e) => return Err(startup(&format!("reading {}", path.display()), e)),
+    };
+    match wanted {
+        Some(n) if n != found => Err(FirnError::Internal(format!(
+            "{} was made with {found} stripe(s); --stripes {n} cannot change that (leave it out, or start with an empty --data-dir)",
+            dir.display()
+        ))),
+        _ => Ok(found),
+    }
+}
+
+/// The name of stripe `i`'s database `base` under the data directory (stripe 0 keeps the
+/// name a directory of one stripe has).
+fn stripe_db(base: &str, i: usize) -> String {
+    if i == 0 {
+        base.to_string()
+    } else {
+        format!("{base}-{i}")
     }
 }
 
@@ -182,7 +232,7 @@ impl RunningNode {
                 e,
             )
         })?;
-        check_data_format(&data_dir)?;
+        let stripes = check_data_format(&data_dir, config.stripes)?;
         // The Raft logs and the state machines live in two databases: the group commit's
         // fsync holds the log database's journal, and applying writes must not wait for it.
         // State needs no fsync of its own: the log is purged only after a snapshot has
@@ -196,8 +246,13 @@ impl RunningNode {
                 .open()
                 .map_err(|e| startup(&format!("opening storage in {}", data_dir.display()), e))
         };
-        let db = open_db(LOG_DB)?;
-        let state_db = open_db(STATE_DB)?;
+        let mut databases = Vec::with_capacity(stripes);
+        for i in 0..stripes {
+            databases.push((
+                open_db(&stripe_db(LOG_DB, i))?,
+                open_db(&stripe_db(STATE_DB, i))?,
+            ));
+        }
         let memory_db = open_db(MEMORY_LOG_DB)?;
 
         // Peers can reach this node's groups as soon as each is registered.
@@ -231,8 +286,14 @@ impl RunningNode {
         } else {
             Fsync::Always
         };
-        let commit = GroupCommit::start(db.clone(), fsync)
-            .map_err(|e| startup("starting the fsync thread", e))?;
+        let stripes = databases
+            .into_iter()
+            .map(|(log, state)| {
+                let commit = GroupCommit::start(log.clone(), fsync)
+                    .map_err(|e| startup("starting the fsync thread", e))?;
+                Ok(Stripe { log, state, commit })
+            })
+            .collect::<Result<Vec<_>, FirnError>>()?;
         let checkpoints =
             Checkpoints::start(memory_db.clone(), config.memory_checkpoint_every, fsync)
                 .map_err(|e| startup("starting the checkpoint thread", e))?;
@@ -240,9 +301,7 @@ impl RunningNode {
         let factory = ReplicaFactory {
             node_id: config.node_id,
             peer_addr: peer_addr_text,
-            db,
-            state_db,
-            commit,
+            stripes,
             memory_db,
             checkpoints,
             peers: peers.clone(),
@@ -414,18 +473,19 @@ mod tests {
     #[test]
     fn a_data_directory_is_marked_and_another_layout_is_refused() {
         let fresh = tempfile::tempdir().unwrap();
-        check_data_format(fresh.path()).unwrap();
-        assert_eq!(
-            std::fs::read_to_string(fresh.path().join(DATA_FORMAT_FILE)).unwrap(),
-            DATA_FORMAT
+        check_data_format(fresh.path(), None).unwrap();
+        assert!(
+            std::fs::read_to_string(fresh.path().join(DATA_FORMAT_FILE))
+                .unwrap()
+                .starts_with(DATA_FORMAT)
         );
         // Opening it again is fine.
-        check_data_format(fresh.path()).unwrap();
+        check_data_format(fresh.path(), None).unwrap();
 
         // A directory written by the first layout (one database under `db/`) is refused.
         let old = tempfile::tempdir().unwrap();
         std::fs::create_dir(old.path().join("db")).unwrap();
-        let e = check_data_format(old.path()).unwrap_err().to_string();
+        let e = check_data_format(old.path(), None).unwrap_err().to_string();
         assert!(
             e.contains("firn-data 1") && e.contains("empty --data-dir"),
             "{e}"
@@ -434,7 +494,54 @@ mod tests {
 
         // So is one marked with a layout this build does not know.
         std::fs::write(fresh.path().join(DATA_FORMAT_FILE), "firn-data 9\n").unwrap();
-        let e = check_data_format(fresh.path()).unwrap_err().to_string();
+        let e = check_data_format(fresh.path(), None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("firn-data 9"), "{e}");
+    }
+
+    #[test]
+    fn a_data_directory_keeps_the_stripes_it_was_made_with() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(check_data_format(dir.path(), Some(3)).unwrap(), 3);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(DATA_FORMAT_FILE)).unwrap(),
+            "firn-data 2\nstripes 3\n"
+        );
+        // Later starts find the count, with or without the flag; a different one is refused.
+        assert_eq!(check_data_format(dir.path(), None).unwrap(), 3);
+        assert_eq!(check_data_format(dir.path(), Some(3)).unwrap(), 3);
+        let refused = check_data_format(dir.path(), Some(4))
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("made with 3 stripe(s)"), "{refused}");
+        assert_eq!(check_data_format(dir.path(), None).unwrap(), 3);
+    }
+
+    #[test]
+    fn a_directory_from_before_stripes_has_one_and_a_bad_count_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let format = dir.path().join(DATA_FORMAT_FILE);
+        std::fs::write(&format, DATA_FORMAT).unwrap();
+        assert_eq!(check_data_format(dir.path(), None).unwrap(), 1);
+        for bad in ["stripes 0", "stripes 65", "stripes x", "shelves 2"] {
+            std::fs::write(&format, format!("{DATA_FORMAT}{bad}\n")).unwrap();
+            let refused = check_data_format(dir.path(), None).unwrap_err().to_string();
+            assert!(refused.contains("another layout"), "{bad}: {refused}");
+        }
+        std::fs::write(&format, "firn-data 3\n").unwrap();
+        assert!(check_data_format(dir.path(), None).is_err());
+    }
+
+    #[test]
+    fn a_new_directory_gets_the_default_for_its_machine() {
+        let dir = tempfile::tempdir().unwrap();
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let want = if cores >= STRIPES_CORES_MIN {
+            STRIPES_DEFAULT
+        } else {
+            1
+        };
+        assert_eq!(check_data_format(dir.path(), None).unwrap(), want);
     }
 }

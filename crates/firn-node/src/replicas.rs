@@ -22,11 +22,8 @@ use openraft::BasicNode;
 pub struct ReplicaFactory {
     pub node_id: NodeId,
     pub peer_addr: String,
-    /// The Raft logs of the node's disk groups (fsync'd by `commit`).
-    pub db: fjall::Database,
-    /// The state machines of every group on the node.
-    pub state_db: fjall::Database,
-    pub commit: Arc<GroupCommit>,
+    /// Where the node's groups keep their logs (disk groups) and states; never empty.
+    pub stripes: Vec<Stripe>,
     /// The Raft logs of the node's memory groups (fsync'd by `checkpoints`): apart from the
     /// disk groups' log, whose fsync would otherwise hold their appends.
     pub memory_db: fjall::Database,
@@ -42,7 +39,21 @@ pub struct ReplicaFactory {
     pub clock: Arc<HybridClock>,
 }
 
+/// A log database with its group commit, and a state database: the groups whose id picks
+/// this stripe keep their disk log and their state here (see `STRIPES_DEFAULT` in `node.rs`).
+pub struct Stripe {
+    /// The Raft logs of the stripe's disk groups (fsync'd by `commit`).
+    pub log: fjall::Database,
+    /// The state machines of the stripe's groups (either durability).
+    pub state: fjall::Database,
+    pub commit: Arc<GroupCommit>,
+}
+
 impl ReplicaFactory {
+    fn stripe(&self, id: ShardId) -> &Stripe {
+        &self.stripes[id as usize % self.stripes.len()]
+    }
+
     /// Opens (recovering) this node's replica of group `id`. With `form`, this node forms
     /// the group with `members` (node id → peer address) unless it already exists. A
     /// memory replica that restarted recovers (see [`crate::recovery`]) before it votes.
@@ -54,7 +65,10 @@ impl ReplicaFactory {
         durability: Durability,
     ) -> Result<Arc<ShardReplica>, FirnError> {
         let (db, flush) = match durability {
-            Durability::Disk => (self.db.clone(), Flush::Fsync(self.commit.clone())),
+            Durability::Disk => {
+                let stripe = self.stripe(id);
+                (stripe.log.clone(), Flush::Fsync(stripe.commit.clone()))
+            }
             Durability::Memory => (
                 self.memory_db.clone(),
                 Flush::Memory(self.checkpoints.clone()),
@@ -64,9 +78,11 @@ impl ReplicaFactory {
             Arc::new(MemoryBackend::default())
         } else {
             Arc::new(
-                FjallBackend::open(self.state_db.clone(), &group_name(id)).map_err(|e| {
-                    FirnError::Internal(format!("opening the state of {}: {e}", group_name(id)))
-                })?,
+                FjallBackend::open(self.stripe(id).state.clone(), &group_name(id)).map_err(
+                    |e| {
+                        FirnError::Internal(format!("opening the state of {}: {e}", group_name(id)))
+                    },
+                )?,
             )
         };
         let replica = ShardReplica::open(

@@ -17,8 +17,27 @@ const WRITES_PER_WRITER_MAX: usize = 20_000;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_writes_loses_no_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
+    kill_9_during_writes(dir.path(), &[]).await;
+}
+
+/// The same with the node's groups spread over four stripes (a log and a state database
+/// each): every group's log and state are found again where they were written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_with_four_stripes_loses_no_acknowledged_write() {
+    let dir = tempfile::tempdir().unwrap();
+    kill_9_during_writes(dir.path(), &["--stripes", "4", "--shards", "6"]).await;
+    let format = std::fs::read_to_string(dir.path().join("FORMAT")).unwrap();
+    assert_eq!(format, "firn-data 2\nstripes 4\n");
+    for db in ["log", "log-1", "log-2", "log-3", "state", "state-3"] {
+        assert!(dir.path().join(db).is_dir(), "no {db} database");
+    }
+    assert!(!dir.path().join("log-4").exists());
+}
+
+async fn kill_9_during_writes(dir: &std::path::Path, extra: &[&str]) {
     // Snapshot often, so that recovery also goes through a snapshot and a purged log.
-    let node = FirnProcess::start(dir.path(), &["--snapshot-every", "500"]);
+    let args = [&["--snapshot-every", "500"], extra].concat();
+    let node = FirnProcess::start(dir, &args);
     let client = Client::connect(&node.resp_addr()).await.unwrap();
     let acked: Arc<Mutex<Vec<(String, u64, String)>>> = Arc::default();
     let started = Instant::now();
@@ -56,7 +75,7 @@ async fn kill_9_during_writes_loses_no_acknowledged_write() {
         acked.len()
     );
 
-    let restarted = FirnProcess::start(dir.path(), &[]);
+    let restarted = FirnProcess::start(dir, &[]);
     let client = Client::connect(&restarted.resp_addr()).await.unwrap();
     let mut missing = Vec::new();
     for (key, version, value) in &acked {

@@ -180,7 +180,13 @@ impl Cluster {
             ports,
             peers,
             joined_via: vec![None; n],
-            extra: extra.iter().map(|s| s.to_string()).collect(),
+            // Two stripes a node, so that multi-node tests run groups in more than one log
+            // and state database even on a machine whose default is one.
+            extra: ["--stripes", "2"]
+                .into_iter()
+                .chain(extra.iter().copied())
+                .map(str::to_string)
+                .collect(),
         };
         for i in 0..n {
             cluster.restart(i);
