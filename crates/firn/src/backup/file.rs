@@ -618,6 +618,26 @@ mod tests {
     }
 
     #[test]
+    fn a_format_1_file_still_checks_and_one_with_logs_in_it_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |body: &str, end: Json| {
+            let path = dir.path().join("v1.backup");
+            let header = r#"{"firn_backup":1,"at":"1-0","at_time":"","keyspaces":[]}"#;
+            let mut end = end;
+            end["crc32c"] = json!(CRC32C.checksum(body.as_bytes()));
+            std::fs::write(&path, format!("{header}\n{body}{end}\n")).unwrap();
+            check_file(&path)
+        };
+        let key = "{\"key\":\"k\",\"event_time\":null,\"size\":2}\nv1\n";
+        let checked = file(key, json!({"end": true, "keys": 1, "bytes": 2})).unwrap();
+        assert_eq!((checked.counts.keys, checked.counts.bytes), (1, 2));
+        let record = "{\"log\":\"l\",\"seq\":\"1-0\",\"tags\":[{\"name\":\"t\"}],\"size\":1}\nx\n";
+        let end = json!({"end": true, "keys": 0, "bytes": 0});
+        let refused = file(record, end).err().unwrap();
+        assert!(refused.contains("out of its place"), "{refused}");
+    }
+
+    #[test]
     fn an_end_line_states_every_count_and_a_format_1_one_only_keys_and_bytes() {
         let counts = Counts {
             keys: 2,

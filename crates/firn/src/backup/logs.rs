@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 
 use base64::Engine;
-use firn_client::{Client, ClientError, retry_transient};
+use firn_client::{Client, ClientError, TRANSIENT_RETRY_FOR, retry_transient};
 use firn_model::LogSeq;
 use firn_model::log::{LOG_BATCH_RECORDS_MAX, decode_fields};
 use indicatif::ProgressBar;
@@ -324,13 +324,27 @@ pub(super) fn logs_held(http: &HttpTarget) -> Result<Option<String>, String> {
     }
 }
 
+/// Stream entries of one stream not yet sent, in id order.
+struct EntryBatch {
+    stream: Vec<u8>,
+    entries: Vec<(LogSeq, Vec<(bytes::Bytes, bytes::Bytes)>)>,
+    bytes: usize,
+}
+
+/// Records of one log not yet appended, all with first tags in one slot.
+struct RecordRun {
+    log: Vec<u8>,
+    slot: u16,
+    append: redis::Cmd,
+    records: usize,
+    bytes: usize,
+}
+
 /// Writes a backup's entries and records into a cluster, in the file's order.
 #[derive(Default)]
 pub(super) struct LogRestore {
-    /// Stream entries not yet sent: (stream, XADD commands).
-    entries: Option<(Vec<u8>, redis::Pipeline, usize, usize)>,
-    /// Records not yet appended: (log, slot of the first tag, FIRN.LOG APPEND, records, bytes).
-    run: Option<(Vec<u8>, u16, redis::Cmd, usize, usize)>,
+    entries: Option<EntryBatch>,
+    run: Option<RecordRun>,
     pub(super) entries_added: u64,
     pub(super) records_appended: u64,
 }
@@ -345,20 +359,18 @@ impl LogRestore {
         self.flush_run(client).await?;
         let fields = decode_fields(&payload)
             .map_err(|e| format!("stream {} entry {}: {e}", lossy(&head.stream), head.id))?;
-        if self.entries.as_ref().is_some_and(|(s, _, n, bytes)| {
-            *s != head.stream || *n >= XADD_BATCH || *bytes >= RUN_BYTES_MAX
+        if self.entries.as_ref().is_some_and(|b| {
+            b.stream != head.stream || b.entries.len() >= XADD_BATCH || b.bytes >= RUN_BYTES_MAX
         }) {
             self.flush_entries(client).await?;
         }
-        let (_, pipe, n, bytes) = self
-            .entries
-            .get_or_insert_with(|| (head.stream.clone(), redis::pipe(), 0, 0));
-        let cmd = pipe.cmd("XADD").arg(&head.stream).arg(head.id.to_string());
-        for (field, value) in &fields {
-            cmd.arg(field.as_ref()).arg(value.as_ref());
-        }
-        *n += 1;
-        *bytes += payload.len();
+        let batch = self.entries.get_or_insert_with(|| EntryBatch {
+            stream: head.stream.clone(),
+            entries: Vec::new(),
+            bytes: 0,
+        });
+        batch.entries.push((head.id, fields));
+        batch.bytes += payload.len();
         Ok(())
     }
 
@@ -371,27 +383,33 @@ impl LogRestore {
         self.flush_entries(client).await?;
         let tags = head.restored_tags();
         let slot = firn_model::slot::slot_of(&tags[0]);
-        let fits = |(log, s, _, n, bytes): &(Vec<u8>, u16, redis::Cmd, usize, usize)| {
-            *log == head.log
-                && *s == slot
-                && *n < LOG_BATCH_RECORDS_MAX
-                && bytes + payload.len() <= RUN_BYTES_MAX
+        let fits = |r: &RecordRun| {
+            r.log == head.log
+                && r.slot == slot
+                && r.records < LOG_BATCH_RECORDS_MAX
+                && r.bytes + payload.len() <= RUN_BYTES_MAX
         };
         if self.run.as_ref().is_some_and(|r| !fits(r)) {
             self.flush_run(client).await?;
         }
-        let (_, _, cmd, n, bytes) = self.run.get_or_insert_with(|| {
-            let mut cmd = redis::cmd("FIRN.LOG");
-            cmd.arg("APPEND").arg(&head.log);
-            (head.log.clone(), slot, cmd, 0, 0)
+        let run = self.run.get_or_insert_with(|| {
+            let mut append = redis::cmd("FIRN.LOG");
+            append.arg("APPEND").arg(&head.log);
+            RecordRun {
+                log: head.log.clone(),
+                slot,
+                append,
+                records: 0,
+                bytes: 0,
+            }
         });
-        cmd.arg("TAGS").arg(tags.len());
+        run.append.arg("TAGS").arg(tags.len());
         for tag in tags {
-            cmd.arg(tag);
+            run.append.arg(tag);
         }
-        cmd.arg(&payload);
-        *n += 1;
-        *bytes += payload.len();
+        run.append.arg(&payload);
+        run.records += 1;
+        run.bytes += payload.len();
         Ok(())
     }
 
@@ -401,27 +419,70 @@ impl LogRestore {
         self.flush_run(client).await
     }
 
+    /// XADDs the batch in one round trip. A transient error answers one XADD, and those
+    /// before it may be in: then only the entries above the stream's top are sent again.
     async fn flush_entries(&mut self, client: &Client) -> Result<(), String> {
-        let Some((stream, pipe, n, _)) = self.entries.take() else {
+        let Some(batch) = self.entries.take() else {
             return Ok(());
         };
-        retry_transient(|| client.raw_pipeline(&pipe))
-            .await
-            .map_err(|e| format!("stream {}: XADD: {e}", lossy(&stream)))?;
-        self.entries_added += n as u64;
+        let failed = |e: ClientError| format!("stream {}: XADD: {e}", lossy(&batch.stream));
+        let deadline = tokio::time::Instant::now() + TRANSIENT_RETRY_FOR;
+        let mut left = &batch.entries[..];
+        while !left.is_empty() {
+            let mut pipe = redis::pipe();
+            for (id, fields) in left {
+                let add = pipe.cmd("XADD").arg(&batch.stream).arg(id.to_string());
+                for (field, value) in fields {
+                    add.arg(field.as_ref()).arg(value.as_ref());
+                }
+            }
+            match client.raw_pipeline(&pipe).await {
+                Ok(_) => break,
+                Err(e) if e.is_transient() && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    let top = stream_top(client, &batch.stream).await.map_err(failed)?;
+                    left = &left[left.partition_point(|(id, _)| Some(*id) <= top)..];
+                }
+                Err(e) => return Err(failed(e)),
+            }
+        }
+        self.entries_added += batch.entries.len() as u64;
         Ok(())
     }
 
+    /// Appends the run; a transient error applied nothing (the run is one entry of one
+    /// shard), so it is sent again.
     async fn flush_run(&mut self, client: &Client) -> Result<(), String> {
-        let Some((log, _, cmd, n, _)) = self.run.take() else {
+        let Some(run) = self.run.take() else {
             return Ok(());
         };
-        retry_transient(|| client.raw(&cmd))
+        retry_transient(|| client.raw(&run.append))
             .await
-            .map_err(|e: ClientError| format!("log {}: FIRN.LOG APPEND: {e}", lossy(&log)))?;
-        self.records_appended += n as u64;
+            .map_err(|e| format!("log {}: FIRN.LOG APPEND: {e}", lossy(&run.log)))?;
+        self.records_appended += run.records as u64;
         Ok(())
     }
+}
+
+/// The id of a stream's last entry (`None`: it has none).
+async fn stream_top(client: &Client, stream: &[u8]) -> Result<Option<LogSeq>, ClientError> {
+    let mut last = redis::cmd("XREVRANGE");
+    last.arg(stream).arg("+").arg("-").arg("COUNT").arg(1);
+    let answer = retry_transient(|| client.raw(&last)).await?;
+    let redis::Value::Array(entries) = answer else {
+        return Err(ClientError::Protocol(format!(
+            "XREVRANGE answered {answer:?}"
+        )));
+    };
+    Ok(match entries.first() {
+        Some(redis::Value::Array(entry)) => match entry.first() {
+            Some(redis::Value::BulkString(id)) => {
+                std::str::from_utf8(id).ok().and_then(|id| id.parse().ok())
+            }
+            _ => None,
+        },
+        _ => None,
+    })
 }
 
 pub(super) fn lossy(name: &[u8]) -> String {
