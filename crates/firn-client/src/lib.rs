@@ -537,6 +537,15 @@ impl Client {
         self.run(cmd).await
     }
 
+    /// Sends `pipe`'s commands in one round trip, in order (the node applies a
+    /// connection's writes in the order sent); their answers in that order, or the first
+    /// error reply as an `Err` (the others may have been applied).
+    pub async fn raw_pipeline(&self, pipe: &redis::Pipeline) -> Result<Vec<Value>> {
+        let mut conn = self.conn.clone();
+        let answers: Vec<Value> = pipe.query_async(&mut conn).await?;
+        answers.into_iter().map(server_answer).collect()
+    }
+
     /// Starts a watch on its own connection. Events arrive in commit order.
     pub fn watch(&self, subject: &[u8], prefix: bool, from: WatchFrom) -> Result<Watcher> {
         let mut conn = self

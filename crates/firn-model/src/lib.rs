@@ -24,5 +24,5 @@ pub use keyspace::{
     Durability, Follow, KeyspaceDef, KeyspaceMode, KeyspacePlacement, KeyspaceSpec,
 };
 pub use limits::Limits;
-pub use log::{Appended, LogRecord, LogSeq, NewRecord, StreamId, StreamTrim, TagInfo};
+pub use log::{Appended, LogRecord, LogSeq, NewRecord, StreamId, StreamTrim, TagInfo, TagListing};
 pub use request::*;

@@ -200,6 +200,31 @@ pub struct TagInfo {
     pub groups: u64,
 }
 
+/// One tag of one log, as a listing of every log the store holds shows it
+/// (`LogRead::Tags`, `GET /v1/logs`, `FIRN.LOGS`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TagListing {
+    pub log: Key,
+    pub tag: Key,
+    /// Records held under the tag, in every shard that holds some.
+    pub len: u64,
+    /// The greatest seq ever given to a record of the tag (also one since removed).
+    pub last_seq: LogSeq,
+    /// Reads below this seq are trimmed (`0-0`: never trimmed).
+    pub first_kept: LogSeq,
+    /// The shards with a row for the tag: those holding its records, and its own shard
+    /// (which keeps its directory).
+    pub shards: Vec<u32>,
+}
+
+impl TagListing {
+    /// Whether the tag is a Redis stream's: a stream `K` is the log `K` read through the
+    /// tag `K`.
+    pub fn is_stream(&self) -> bool {
+        self.log == self.tag
+    }
+}
+
 /// How a stream entry's id is chosen (XADD's id argument).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StreamId {

@@ -198,6 +198,7 @@ async fn resp_commands_reach_only_the_users_prefixes() {
             vec!["FIRN.LOG", "RANGE", "other/log", "t", "-", "+"],
             "log read outside",
         ),
+        (vec!["FIRN.LOGS"], "the listing of every log"),
         (vec!["SUBSCRIBE", "other/ch"], "SUBSCRIBE outside"),
         (vec!["PSUBSCRIBE", "*"], "PSUBSCRIBE of everything"),
         (vec!["PUBLISH", "other/ch", "hi"], "PUBLISH outside"),
@@ -340,6 +341,7 @@ async fn http_needs_a_bearer_token_and_reaches_only_the_users_prefixes() {
             ("GET", "/v1/log/other/t/range", None, "a log read"),
             ("GET", "/v1/log/other/t", None, "a log's info"),
             ("DELETE", "/v1/log/other?before=1", None, "a log trim"),
+            ("GET", "/v1/logs", None, "the listing of every log"),
             ("GET", "/v1/streams/other/groups", None, "a stream's groups"),
             (
                 "POST",

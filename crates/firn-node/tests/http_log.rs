@@ -406,3 +406,82 @@ async fn the_rust_client_reads_its_appends_and_gets_trimmed_as_a_typed_error() {
     assert_eq!(woke.seq, a4.seq);
     node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_log_is_listed_a_page_at_a_time_and_bad_listing_input_is_refused() {
+    let node = start_node(false).await;
+    let mut c = redis_conn(&node).await;
+    // A tag that is not UTF-8 (written over RESP) and a stream.
+    let mut append = redis::cmd("FIRN.LOG");
+    append.arg("APPEND").arg("orders").arg("TAGS").arg(2);
+    append.arg("eu").arg(b"\xffbin".as_slice()).arg("o-1");
+    let _: redis::Value = append.query_async(&mut c).await.unwrap();
+    ok(
+        &mut c,
+        &["FIRN.LOG", "APPEND", "orders", "TAGS", "1", "eu", "o-2"],
+    )
+    .await;
+    ok(&mut c, &["XADD", "s", "*", "f", "v"]).await;
+    // One row per (log, tag), the shorter log name first.
+    let (first, rows) = match ok(&mut c, &["FIRN.LOGS", "COUNT", "1"]).await {
+        redis::Value::Array(page) => (bulk_text(&page[0]), page[1].clone()),
+        other => panic!("{other:?}"),
+    };
+    assert!(!first.is_empty(), "more pages follow");
+    let redis::Value::Array(rows) = rows else {
+        panic!("{rows:?}")
+    };
+    assert_eq!(rows.len(), 1);
+    let base = format!("http://{}", node.http_addr);
+    tokio::task::spawn_blocking(move || {
+        let a = agent();
+        let (mut listed, mut cursor) = (Vec::new(), None::<String>);
+        loop {
+            let mut request = a.get(&format!("{base}/v1/logs")).query("limit", "1");
+            if let Some(c) = &cursor {
+                request = request.query("cursor", c);
+            }
+            let (code, page) = call(request, None);
+            assert_eq!(code, 200, "{page}");
+            for row in page["tags"].as_array().unwrap() {
+                let tag = row["tag"].as_str().map_or_else(
+                    || format!("base64 {}", row["tag_base64"].as_str().unwrap()),
+                    str::to_string,
+                );
+                listed.push((
+                    row["log"].as_str().unwrap().to_string(),
+                    tag,
+                    row["len"].clone(),
+                ));
+            }
+            cursor = page["next_cursor"].as_str().map(str::to_string);
+            if cursor.is_none() {
+                break;
+            }
+        }
+        let row = |log: &str, tag: &str, len: u64| (log.to_string(), tag.to_string(), json!(len));
+        assert_eq!(
+            listed,
+            vec![
+                row("s", "s", 1),
+                row("orders", "eu", 2),
+                row("orders", "base64 /2Jpbg==", 1),
+            ]
+        );
+        for (query, says) in [
+            ("limit=0", "limit 0 is out of range"),
+            ("limit=10001", "out of range"),
+            ("cursor=b64:!!", "not a cursor a page gave"),
+            ("at=yesterday", ""),
+        ] {
+            let (code, r) = call(a.get(&format!("{base}/v1/logs?{query}")), None);
+            assert_eq!(code, 400, "{query}: {r}");
+            assert!(
+                r["message"].as_str().unwrap().contains(says),
+                "{query}: {r}"
+            );
+        }
+    })
+    .await
+    .unwrap();
+}

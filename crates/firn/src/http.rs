@@ -82,6 +82,11 @@ impl HttpTarget {
         }
     }
 
+    /// `http(s)://ADDR`, the start of every URL.
+    pub fn base(&self) -> String {
+        format!("{}://{}", scheme(), self.http_addr)
+    }
+
     pub fn url(&self, key: &str) -> String {
         format!(
             "{}://{}/v1/kv/{}",

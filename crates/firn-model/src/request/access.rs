@@ -183,6 +183,8 @@ fn log_read(read: &LogRead) -> Vec<Access> {
         LogRead::Query(q) => vec![Access::read_key(&q.log)],
         LogRead::Streams { after, .. } => after.iter().map(|(k, _)| Access::read_key(k)).collect(),
         LogRead::Info { log, .. } => vec![Access::read_key(log)],
+        // It names every log there is.
+        LogRead::Tags { .. } => vec![Access::read(Scope::everything())],
     }
 }
 

@@ -111,6 +111,16 @@ pub enum LogRead {
         tag: Key,
         consistency: ReadConsistency,
     },
+    /// What every log holds: a page of (log, tag) rows from every shard, in one order
+    /// (length-prefixed log name, then tag), after `cursor` (an answer's `next_cursor`),
+    /// at most `limit`; answers `Response::LogTags`. With `at`, every shard has closed
+    /// `at` first, so every tag with a record committed at or before it is listed; without,
+    /// each shard is read after a linearizable barrier.
+    Tags {
+        cursor: Option<Bytes>,
+        limit: usize,
+        at: Option<CommitTs>,
+    },
 }
 
 impl LogRead {
@@ -119,6 +129,7 @@ impl LogRead {
             LogRead::Query(_) => "log_read",
             LogRead::Streams { .. } => "stream_read",
             LogRead::Info { .. } => "log_info",
+            LogRead::Tags { .. } => "log_tags",
         }
     }
 }

@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::hlc::CommitTs;
 use crate::key::{Key, Version};
 use crate::keyspace::{KeyspaceDef, KeyspaceSpec};
-use crate::log::{Appended, LogRecord, LogSeq, TagInfo};
+use crate::log::{Appended, LogRecord, LogSeq, TagInfo, TagListing};
 
 /// Which version of a key a read returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -337,6 +337,12 @@ pub enum Response {
     Streams(Vec<(Key, Vec<LogRecord>)>),
     /// What one tag holds; `None`: no such stream.
     TagInfo(Option<TagInfo>),
+    /// A page of the tags of every log (or of one shard's, between nodes), in listing
+    /// order; `next_cursor` is where the next page starts (`None`: the listing is done).
+    LogTags {
+        tags: Vec<TagListing>,
+        next_cursor: Option<Bytes>,
+    },
     /// One shard's page of a tag (between nodes; the router merges pages).
     LogPage(LogPage),
     /// A note made in a shard's log at this stamp (a log's directory entry).

@@ -75,11 +75,17 @@ pub(super) fn version_json(info: &VersionInfo) -> Json {
 /// Names `key` in `j`: as text in `key` when it is UTF-8, else in `key_base64`, the way
 /// [`value_json`] writes a value, so that a listing never alters a key.
 pub(super) fn set_key(j: &mut Json, key: &Key) {
-    match std::str::from_utf8(key.as_bytes()) {
-        Ok(text) => j["key"] = json!(text),
+    set_name(j, "key", key);
+}
+
+/// Names `name` in `j` under `field` as text, or under `{field}_base64` when it is not
+/// UTF-8 (a log name, a tag).
+pub(super) fn set_name(j: &mut Json, field: &str, name: &Key) {
+    match std::str::from_utf8(name.as_bytes()) {
+        Ok(text) => j[field] = json!(text),
         Err(_) => {
-            j["key_base64"] =
-                json!(base64::engine::general_purpose::STANDARD.encode(key.as_bytes()))
+            j[format!("{field}_base64")] =
+                json!(base64::engine::general_purpose::STANDARD.encode(name.as_bytes()))
         }
     }
 }

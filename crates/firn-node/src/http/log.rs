@@ -15,8 +15,10 @@ use firn_model::{
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
 
-use super::json::{payload_of, value_json};
-use super::params::{consistency, key_of, param_u64, seq_param};
+use base64::Engine;
+
+use super::json::{CURSOR_BASE64, payload_of, set_name, value_json};
+use super::params::{consistency, cursor_of, key_of, param_u64, seq_param};
 use super::{ApiResult, Params, Session, bad_json, unexpected};
 use crate::router::Router;
 
@@ -162,6 +164,47 @@ pub(super) async fn tag_info(
         "first_kept": info.first_kept.to_string(),
         "added": info.added,
     })))
+}
+
+/// `GET /v1/logs?cursor=&limit=&at=`: every log's tags, a page at a time: `{tags: [{log,
+/// tag, len, last_seq, first_kept, shards}], next_cursor}` (`null` when done; pass it back
+/// unchanged). With `at`, every tag holding a record committed at or before it is listed.
+pub(super) async fn tags(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    Query(q): Params,
+) -> ApiResult<axum::Json<Json>> {
+    let read = LogRead::Tags {
+        cursor: cursor_of(&q)?,
+        limit: param_u64(&q, "limit")?.map_or(PAGE_ITEMS_DEFAULT, |l| l as usize),
+        at: q.get("at").map(|t| parse_read_time(t)).transpose()?,
+    };
+    match session.execute(&router, read.into()).await?.response {
+        Response::LogTags { tags, next_cursor } => {
+            let rows: Vec<Json> = tags
+                .iter()
+                .map(|t| {
+                    let mut j = json!({
+                        "len": t.len,
+                        "last_seq": t.last_seq.to_string(),
+                        "first_kept": t.first_kept.to_string(),
+                        "shards": t.shards,
+                    });
+                    set_name(&mut j, "log", &t.log);
+                    set_name(&mut j, "tag", &t.tag);
+                    j
+                })
+                .collect();
+            // Always in base64: a row's key starts with binary lengths.
+            let next = next_cursor.map(|c| format!("{CURSOR_BASE64}{}", b64().encode(c)));
+            Ok(axum::Json(json!({ "tags": rows, "next_cursor": next })))
+        }
+        other => Err(unexpected(other)),
+    }
+}
+
+fn b64() -> base64::engine::GeneralPurpose {
+    base64::engine::general_purpose::STANDARD
 }
 
 /// `DELETE /v1/log/{log}?before=SEQ[&tag=TAG]`: drops the records (of `tag`, or of every

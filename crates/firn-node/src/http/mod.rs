@@ -25,7 +25,7 @@ use self::groups::{
     ack, autoclaim, claim, consumers, create, destroy, groups, pending, read_group,
 };
 use self::kv::{delete_kv, get_kv, history, mget, put_kv, scan, snapshot, truncate};
-use self::log::{append, read, tag_info, trim};
+use self::log::{append, read, tag_info, tags, trim};
 use self::watch::watch;
 
 use std::collections::HashMap;
@@ -64,6 +64,7 @@ pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> 
         .route("/v1/snapshot", get(snapshot))
         .route("/v1/watch", get(watch))
         .route("/v1/truncate", post(truncate))
+        .route("/v1/logs", get(tags))
         .route("/v1/log/{log}", post(append).delete(trim))
         .route("/v1/log/{log}/{tag}", get(tag_info))
         .route("/v1/log/{log}/{tag}/{read}", get(read))

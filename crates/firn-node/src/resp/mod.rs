@@ -413,7 +413,7 @@ impl Connection {
                     let blocks = match &read {
                         LogRead::Query(q) => q.block_ms.is_some(),
                         LogRead::Streams { block_ms, .. } => block_ms.is_some(),
-                        LogRead::Info { .. } => false,
+                        LogRead::Info { .. } | LogRead::Tags { .. } => false,
                     };
                     self.may_block(Request::Log(LogRequest::Read(read)), blocks, how)
                         .await?

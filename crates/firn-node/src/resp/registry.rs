@@ -52,6 +52,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     firn_keyspace::FIRN_KEYSPACE,
     firn_local::FIRN_LOCAL,
     firn_log::FIRN_LOG,
+    firn_logs::FIRN_LOGS,
     xadd::XADD,
     xadd::XTRIM,
     xdel::XDEL,

@@ -408,6 +408,9 @@ impl Router {
                 (ShardPart::GroupRead(read), Some(replica)) => {
                     ready(self.group_read_here(&replica, read).await)
                 }
+                (ShardPart::LogTags(read), Some(replica)) => {
+                    ready(self.log_tags_here(&replica, read).await)
+                }
                 (ShardPart::Keyspaces, Some(replica)) => ready(
                     self.barrier(shard, false)
                         .await

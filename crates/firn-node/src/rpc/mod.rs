@@ -101,6 +101,19 @@ pub enum ShardPart {
     LogRead(LogShardRead),
     /// A read of a stream's consumer groups, served by the stream's shard.
     GroupRead(firn_model::GroupRead),
+    /// A page of the shard's tags of every log (answers `Response::LogTags`).
+    LogTags(LogTagsRead),
+}
+
+/// One shard's part of a listing of every log's tags.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LogTagsRead {
+    /// The row after which the page starts (a listing cursor).
+    pub after: Option<bytes::Bytes>,
+    pub limit: usize,
+    /// Read once the replica has closed this time (no barrier); else after a linearizable
+    /// barrier.
+    pub at: Option<CommitTs>,
 }
 
 /// One shard's part of a log read.

@@ -19,6 +19,8 @@ use crate::backend::Table;
 use crate::command::StreamAppend;
 use crate::record::{decode, encode};
 
+pub mod tags;
+
 /// One record's copy under one of its tags.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredEntry {

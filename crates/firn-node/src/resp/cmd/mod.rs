@@ -15,6 +15,7 @@ pub mod firn_history;
 pub mod firn_keyspace;
 pub mod firn_local;
 pub mod firn_log;
+pub mod firn_logs;
 pub mod firn_put;
 pub mod firn_scan;
 pub mod firn_snapshot;

@@ -7,6 +7,7 @@
 //! docs/architecture.md, "The shared log"). Writes are here, reads in [`read`].
 
 mod read;
+mod tags;
 
 pub(super) use read::{check_block, deadline, wait_for_more};
 

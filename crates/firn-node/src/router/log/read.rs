@@ -61,6 +61,10 @@ impl Router {
                     pages.into_iter().filter_map(|(_, p)| p.info),
                 ))))
             }
+            LogRead::Tags { cursor, limit, at } => {
+                check_page(limit)?;
+                self.log_tags(ctx, cursor, limit, at).await
+            }
         }
     }
 
