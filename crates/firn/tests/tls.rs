@@ -73,7 +73,7 @@ impl Pki {
 }
 
 /// Runs a client under `timeout`; its stdout, trimmed, and whether it succeeded.
-fn client(program: &str, args: &[&str]) -> (bool, String, String) {
+fn client(program: &str, args: &[impl AsRef<std::ffi::OsStr>]) -> (bool, String, String) {
     let out = Command::new("timeout")
         .arg(CLIENT_SECONDS_MAX)
         .arg(program)
@@ -88,12 +88,37 @@ fn client(program: &str, args: &[&str]) -> (bool, String, String) {
     )
 }
 
-fn redis_cli_tls(pki: &Pki, addr: &str, args: &[&str]) -> String {
+/// A node (in memory) with the test PKI's certificate, and `extra` flags.
+fn tls_node(pki: &Pki, data: &std::path::Path, extra: &[&str]) -> FirnProcess {
+    let (cert, key) = (pki.arg("node.pem"), pki.arg("node.key"));
+    let args = [
+        &["--in-memory", "--tls-cert", &cert, "--tls-key", &key],
+        extra,
+    ]
+    .concat();
+    FirnProcess::start(data, &args)
+}
+
+/// redis-cli's arguments for `args` over TLS to `addr`, trusting the test CA.
+fn redis_cli_tls_args(pki: &Pki, addr: &str, args: &[&str]) -> Vec<String> {
     let (host, port) = addr.rsplit_once(':').unwrap();
-    let ca = pki.arg("ca.pem");
-    let mut all = vec!["--tls", "--cacert", &ca, "-h", host, "-p", port];
-    all.extend_from_slice(args);
-    let (ok, out, err) = client("redis-cli", &all);
+    [
+        "--tls",
+        "--cacert",
+        &pki.arg("ca.pem"),
+        "-h",
+        host,
+        "-p",
+        port,
+    ]
+    .iter()
+    .chain(args)
+    .map(|a| a.to_string())
+    .collect()
+}
+
+fn redis_cli_tls(pki: &Pki, addr: &str, args: &[&str]) -> String {
+    let (ok, out, err) = client("redis-cli", &redis_cli_tls_args(pki, addr, args));
     assert!(ok, "redis-cli --tls {args:?}: {err}");
     out
 }
@@ -119,11 +144,7 @@ fn plain_exchange(addr: &str, send: &[u8]) -> String {
 fn a_tls_node_answers_redis_cli_redis_py_and_https_and_still_plain_text() {
     let pki = Pki::new();
     let data = tempfile::tempdir().unwrap();
-    let (cert, key) = (pki.arg("node.pem"), pki.arg("node.key"));
-    let node = FirnProcess::start(
-        data.path(),
-        &["--in-memory", "--tls-cert", &cert, "--tls-key", &key],
-    );
+    let node = tls_node(&pki, data.path(), &[]);
     let resp = node.resp_addr();
     assert_eq!(redis_cli_tls(&pki, &resp, &["SET", "k", "v"]), "OK");
     assert_eq!(redis_cli_tls(&pki, &resp, &["GET", "k"]), "v");
@@ -217,18 +238,7 @@ fn with_tls_required_plain_text_clients_are_refused_and_told_why() {
 fn the_firn_subcommands_reach_a_tls_node_with_the_ca() {
     let pki = Pki::new();
     let data = tempfile::tempdir().unwrap();
-    let (cert, key) = (pki.arg("node.pem"), pki.arg("node.key"));
-    let node = FirnProcess::start(
-        data.path(),
-        &[
-            "--in-memory",
-            "--tls-cert",
-            &cert,
-            "--tls-key",
-            &key,
-            "--tls-required",
-        ],
-    );
+    let node = tls_node(&pki, data.path(), &["--tls-required"]);
     let (resp, http) = (node.resp_addr(), node.http_addr.clone());
     let ca = pki.arg("ca.pem");
     let firn = common::firn_bin();
@@ -432,4 +442,25 @@ fn a_cluster_in_mutual_tls_replicates_and_refuses_a_node_of_another_ca_or_plain_
     let nodes = members["cluster"]["nodes"].as_array().map_or(0, Vec::len);
     assert_eq!(nodes, 3, "{members}");
     drop(joiners);
+}
+
+#[test]
+fn a_tls_client_over_the_connection_limit_reads_why_over_tls() {
+    let pki = Pki::new();
+    let data = tempfile::tempdir().unwrap();
+    let node = tls_node(&pki, data.path(), &["--max-connections", "1"]);
+    let resp = node.resp_addr();
+    // The one place is taken by a connection that stays open.
+    let held = TcpStream::connect(&resp).unwrap();
+    let (_, out, err) = client("redis-cli", &redis_cli_tls_args(&pki, &resp, &["PING"]));
+    assert!(
+        format!("{out} {err}").contains("max number of clients reached"),
+        "a TLS client over the limit was not told why: {out} / {err}"
+    );
+    // A plain-text client is still told in plain text.
+    assert_eq!(
+        plain_exchange(&resp, b"PING\r\n"),
+        "-ERR max number of clients reached\r\n"
+    );
+    drop(held);
 }

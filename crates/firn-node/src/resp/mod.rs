@@ -108,7 +108,7 @@ pub async fn serve(
                         metrics::counter!("firn_resp_connections_refused_total").increment(1);
                         tracing::debug!(%peer, "refusing a RESP connection: {connections_max} are open");
                         if let Ok(permit) = refusals.clone().try_acquire_owned() {
-                            connections.spawn(refuse(stream, permit));
+                            connections.spawn(refuse(stream, tls.clone(), permit));
                         }
                     }
                 },
@@ -156,9 +156,14 @@ async fn serve_connection(
     }
 }
 
-/// Tells a connection over the limit why, and closes it.
-async fn refuse(mut stream: TcpStream, _permit: OwnedSemaphorePermit) {
+/// Tells a connection over the limit why, and closes it: over TLS when the client speaks
+/// it (as Redis does), so that a TLS client reads the error rather than a failed handshake.
+/// The handshake, too, must fit in [`REFUSAL_WAIT`].
+async fn refuse(stream: TcpStream, tls: ClientTls, _permit: OwnedSemaphorePermit) {
     let told = async {
+        let Some(mut stream) = tls.accept(stream, ClientListener::Resp).await else {
+            return Ok(());
+        };
         stream.write_all(MAX_CLIENTS_REACHED).await?;
         stream.shutdown().await?;
         // Read what the client sent until it closes: closing with unread input would reset
