@@ -47,6 +47,11 @@ pub struct NodeConfig {
     pub replication: usize,
     /// Join the cluster that the node at this peer address belongs to (instead of `peers`).
     pub join: Option<String>,
+    /// The host other nodes and clients reach this node by, when it is not the address it
+    /// listens on (`0.0.0.0` in a container): announced with each listener's port, to peers
+    /// (a join) and to clients (`CLUSTER SLOTS`/`SHARDS`/`NODES`, `/v1/cluster`). `None`: the
+    /// listening addresses.
+    pub advertise_host: Option<String>,
     /// Most RESP connections open at once; one more is told `ERR max number of clients
     /// reached` and closed.
     pub resp_connections_max: usize,
@@ -116,6 +121,7 @@ impl Default for NodeConfig {
             follow_interval: crate::cluster::follow::FOLLOW_INTERVAL_DEFAULT,
             memory_checkpoint_every: MEMORY_CHECKPOINT_EVERY_DEFAULT,
             stripes: None,
+            advertise_host: None,
             blob_sweep_every: crate::blob::SWEEP_EVERY_DEFAULT,
             blob_grace: crate::blob::GRACE_DEFAULT,
             users: None,

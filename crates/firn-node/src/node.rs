@@ -132,6 +132,16 @@ fn stripe_db(base: &str, i: usize) -> String {
     }
 }
 
+/// The address a listener bound at `bound` is announced by: `host` with its port when
+/// given (an IPv6 literal in brackets), else the bound address itself.
+fn advertised(host: Option<&str>, bound: SocketAddr) -> String {
+    match host {
+        Some(h) if h.contains(':') && !h.starts_with('[') => format!("[{h}]:{}", bound.port()),
+        Some(h) => format!("{h}:{}", bound.port()),
+        None => bound.to_string(),
+    }
+}
+
 async fn bind(addr: SocketAddr, what: &str) -> Result<(TcpListener, SocketAddr), FirnError> {
     let l = TcpListener::bind(addr)
         .await
@@ -168,7 +178,8 @@ impl RunningNode {
         let (http_listener, http_addr) = bind(config.http_addr, "HTTP").await?;
         let (peer_listener, peer_addr) = bind(config.peer_addr, "peers").await?;
 
-        let peer_addr_text = peer_addr.to_string();
+        let announced = |bound: SocketAddr| advertised(config.advertise_host.as_deref(), bound);
+        let peer_addr_text = announced(peer_addr);
         // How this node finds its cluster: it creates one (alone, or as the lowest id of
         // `--peers`), it is one of `--peers`, or it joins through a member.
         let (nodes, initial, creates) = match (&config.join, config.peers.is_empty()) {
@@ -345,7 +356,7 @@ impl RunningNode {
             limits: config.limits.clone(),
             allow_flushall: config.allow_flushall,
             log_index_bytes: config.log_index_bytes,
-            client_addrs: (resp_addr.to_string(), http_addr.to_string()),
+            client_addrs: (announced(resp_addr), announced(http_addr)),
             blobs: crate::blob::BlobConfig {
                 dir: data_dir.join(BLOB_DIR),
                 sweep_every: config.blob_sweep_every,
@@ -393,7 +404,7 @@ impl RunningNode {
                 peers,
                 config.node_id,
                 contact,
-                peer_addr.to_string(),
+                announced(peer_addr),
                 stop_rx.clone(),
             )));
         }
@@ -498,6 +509,16 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("firn-data 9"), "{e}");
+    }
+
+    #[test]
+    fn a_node_announces_its_advertised_host_with_each_listeners_port() {
+        let bound: SocketAddr = "0.0.0.0:7379".parse().unwrap();
+        assert_eq!(advertised(None, bound), "0.0.0.0:7379");
+        assert_eq!(advertised(Some("firn-0.firn"), bound), "firn-0.firn:7379");
+        assert_eq!(advertised(Some("10.0.0.7"), bound), "10.0.0.7:7379");
+        assert_eq!(advertised(Some("fd00::7"), bound), "[fd00::7]:7379");
+        assert_eq!(advertised(Some("[fd00::7]"), bound), "[fd00::7]:7379");
     }
 
     #[test]

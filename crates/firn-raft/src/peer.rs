@@ -392,7 +392,13 @@ impl PeerConn {
             if let Some(ip) =
                 local_ip.filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == target.is_ipv4())
             {
-                socket.bind(SocketAddr::new(ip, 0))?;
+                // An address announced for the node (`--advertise-host`) need not be one of
+                // this machine's (a NAT's, say): then the system picks the source.
+                if let Err(e) = socket.bind(SocketAddr::new(ip, 0))
+                    && e.kind() != std::io::ErrorKind::AddrNotAvailable
+                {
+                    return Err(e);
+                }
             }
             let stream = socket.connect(target).await?;
             let _ = stream.set_nodelay(true);

@@ -70,6 +70,12 @@ pub struct ServeArgs {
     /// here so that shards and leaders spread evenly.
     #[arg(long, env = "FIRN_JOIN", conflicts_with = "peers")]
     join: Option<String>,
+    /// The host name or IP other nodes and clients reach this node by, when it differs from
+    /// the address it listens on (`0.0.0.0` in a container; a pod's DNS name). It is
+    /// announced with each listener's port: to the cluster when joining, and to clients in
+    /// CLUSTER SLOTS, SHARDS and NODES and /v1/cluster. Default: the listening addresses.
+    #[arg(long, env = "FIRN_ADVERTISE_HOST", value_parser = advertise_host)]
+    advertise_host: Option<String>,
     /// Shards in a cluster (a single node has one).
     #[arg(long, env = "FIRN_SHARDS", default_value_t = firn_node::config::CLUSTER_SHARDS_DEFAULT)]
     shards: u32,
@@ -283,6 +289,7 @@ fn node_config(args: &ServeArgs) -> Result<(NodeConfig, Option<String>), String>
         shards: args.shards,
         replication: args.replication,
         join: args.join.clone(),
+        advertise_host: args.advertise_host.clone(),
         resp_connections_max: args.max_connections,
         log_index_bytes: args.log_index_bytes,
         local_region: local_region(
@@ -373,6 +380,28 @@ async fn wait_for_stop_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+    }
+}
+
+/// `--advertise-host`: a DNS name or an IP literal, without a port.
+fn advertise_host(given: &str) -> Result<String, String> {
+    let ip = given
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>();
+    let name = !given.is_empty()
+        && given.len() <= 253
+        && given.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        });
+    if ip.is_ok() || name {
+        Ok(given.to_string())
+    } else {
+        Err(format!(
+            "'{given}' is not a host name or an IP address (give the host alone, without a port)"
+        ))
     }
 }
 
