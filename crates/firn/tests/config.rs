@@ -577,12 +577,7 @@ fn the_kubernetes_config_starts_three_pods_that_serve() {
     let toml = text(&config_map["data"]["firn.toml"]);
     let spec = &statefulset["spec"]["template"]["spec"];
     let container = &spec["containers"][0];
-    let env: Vec<(String, String)> = container["env"]
-        .as_vec()
-        .unwrap()
-        .iter()
-        .map(|e| (text(&e["name"]), text(&e["value"])))
-        .collect();
+    let env = container["env"].as_vec().unwrap();
     assert_eq!(text(&statefulset["spec"]["serviceName"]), "firn-peers");
     assert_eq!(statefulset["spec"]["replicas"].as_i64(), Some(3));
     // The ConfigMap is mounted where FIRN_CONFIG points; here it is a file of this test's.
@@ -593,12 +588,11 @@ fn the_kubernetes_config_starts_three_pods_that_serve() {
         .find(|m| text(&m["name"]) == "config")
         .map(|m| text(&m["mountPath"]))
         .unwrap();
-    let config_path = env
-        .iter()
+    let config_path = pod_env(env, "firn-0")
+        .into_iter()
         .find(|(k, _)| k == "FIRN_CONFIG")
         .unwrap()
-        .1
-        .clone();
+        .1;
     assert_eq!(config_path, format!("{mount}/firn.toml"));
     let file = temp_config(&toml);
 
@@ -621,13 +615,16 @@ fn the_kubernetes_config_starts_three_pods_that_serve() {
         .map(|(i, pod)| {
             let ip = loopback(i as u8 + 1);
             let mut launch = Launch::new(&[]).host(pod, hosts.path());
-            for (key, value) in &env {
+            for (key, value) in pod_env(env, pod) {
+                if key == "FIRN_ADVERTISE_HOST" {
+                    assert_eq!(value, format!("{pod}.firn-peers"));
+                }
                 let value = if key == "FIRN_CONFIG" {
-                    file.path().to_str().unwrap()
+                    file.path().to_str().unwrap().to_string()
                 } else {
                     value
                 };
-                launch = launch.env(key, value);
+                launch = launch.env(&key, &value);
             }
             // The pod's interfaces and volume, through the environment (over the file).
             launch
@@ -643,6 +640,40 @@ fn the_kubernetes_config_starts_three_pods_that_serve() {
         let (_, body) = http("GET", &format!("http://{addr}/v1/cluster"), None).unwrap();
         let cluster: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(cluster["node_id"], i as u64 + 1, "{body}");
+        // Every pod is named to clients by its name under the headless Service.
+        let named: Vec<&str> = cluster["cluster"]["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|n| n["resp_addr"].as_str())
+            .collect();
+        assert_eq!(
+            named,
+            pods.map(|p| format!("{p}.firn-peers:7379")),
+            "{body}"
+        );
     }
     drop(nodes);
+}
+
+/// A container's environment as Kubernetes gives it to pod `pod`: each `value` with
+/// `$(NAME)` replaced by a variable listed before it, and `valueFrom` the pod's name (the
+/// only field these manifests take).
+fn pod_env(env: &[Yaml], pod: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for e in env {
+        let value = if e["valueFrom"].is_badvalue() {
+            out.iter().fold(text(&e["value"]), |v, (k, known)| {
+                v.replace(&format!("$({k})"), known)
+            })
+        } else {
+            assert_eq!(
+                text(&e["valueFrom"]["fieldRef"]["fieldPath"]),
+                "metadata.name"
+            );
+            pod.to_string()
+        };
+        out.push((text(&e["name"]), value));
+    }
+    out
 }
