@@ -98,7 +98,7 @@ impl Router {
                         {
                             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                         }
-                        r => return r,
+                        r => return settled(r, drop),
                     }
                 }
             }
@@ -161,5 +161,32 @@ impl Router {
                 spec.prefix
             ))),
         }
+    }
+}
+
+/// A shard's answer to a definition the layout already records. A drop that finds no such
+/// keyspace on a shard found it done: the steward, which brings every shard's keyspaces in
+/// line with the layout, got there first (the layout changed a moment before this write).
+fn settled(answer: Result<Answer, FirnError>, drop: bool) -> Result<Answer, FirnError> {
+    match answer {
+        Err(FirnError::KeyspaceNotFound(_)) if drop => Ok(Answer::new(Response::Done)),
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_drop_the_steward_already_made_on_a_shard_is_done_but_nothing_else_is() {
+        let gone = || Err(FirnError::KeyspaceNotFound("p/".into()));
+        assert!(settled(gone(), true).is_ok());
+        assert!(matches!(
+            settled(gone(), false),
+            Err(FirnError::KeyspaceNotFound(_))
+        ));
+        let refused = Err(FirnError::Refused("no".into()));
+        assert!(matches!(settled(refused, true), Err(FirnError::Refused(_))));
     }
 }
