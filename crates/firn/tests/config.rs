@@ -564,6 +564,16 @@ fn the_compose_clusters_environment_starts_three_nodes_that_serve() {
         .collect();
     assert_eq!(http_addrs.len(), 3);
     assert_cluster_serves(&http_addrs);
+    // Every node is named to clients by its service's name.
+    let (_, body) = http("GET", &format!("http://{}/v1/cluster", http_addrs[0]), None).unwrap();
+    let cluster: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let named: Vec<&str> = cluster["cluster"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["resp_addr"].as_str())
+        .collect();
+    assert_eq!(named, services.map(|s| format!("{s}:7379")), "{body}");
     drop(nodes);
 }
 
