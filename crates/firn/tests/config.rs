@@ -565,15 +565,12 @@ fn the_compose_clusters_environment_starts_three_nodes_that_serve() {
     assert_eq!(http_addrs.len(), 3);
     assert_cluster_serves(&http_addrs);
     // Every node is named to clients by its service's name.
-    let (_, body) = http("GET", &format!("http://{}/v1/cluster", http_addrs[0]), None).unwrap();
-    let cluster: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let named: Vec<&str> = cluster["cluster"]["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|n| n["resp_addr"].as_str())
-        .collect();
-    assert_eq!(named, services.map(|s| format!("{s}:7379")), "{body}");
+    let (_, cluster) = cluster_at(&http_addrs[0]);
+    assert_eq!(
+        resp_addrs(&cluster),
+        services.map(|s| format!("{s}:7379")),
+        "{cluster}"
+    );
     drop(nodes);
 }
 
@@ -647,23 +644,36 @@ fn the_kubernetes_config_starts_three_pods_that_serve() {
         .collect();
     assert_cluster_serves(&http_addrs);
     for (i, addr) in http_addrs.iter().enumerate() {
-        let (_, body) = http("GET", &format!("http://{addr}/v1/cluster"), None).unwrap();
-        let cluster: serde_json::Value = serde_json::from_str(&body).unwrap();
-        assert_eq!(cluster["node_id"], i as u64 + 1, "{body}");
+        let (node_id, cluster) = cluster_at(addr);
+        assert_eq!(node_id, i as u64 + 1, "{cluster}");
         // Every pod is named to clients by its name under the headless Service.
-        let named: Vec<&str> = cluster["cluster"]["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|n| n["resp_addr"].as_str())
-            .collect();
         assert_eq!(
-            named,
+            resp_addrs(&cluster),
             pods.map(|p| format!("{p}.firn-peers:7379")),
-            "{body}"
+            "{cluster}"
         );
     }
     drop(nodes);
+}
+
+/// `/v1/cluster` of the node at `http_addr`: the answering node's id, and the cluster part.
+fn cluster_at(http_addr: &str) -> (u64, serde_json::Value) {
+    let (_, body) = http("GET", &format!("http://{http_addr}/v1/cluster"), None).unwrap();
+    let mut answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    (
+        answer["node_id"].as_u64().unwrap(),
+        answer["cluster"].take(),
+    )
+}
+
+/// The RESP address each node of a `/v1/cluster` answer is named to clients by.
+fn resp_addrs(cluster: &serde_json::Value) -> Vec<String> {
+    cluster["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["resp_addr"].as_str().map(str::to_string))
+        .collect()
 }
 
 /// A container's environment as Kubernetes gives it to pod `pod`: each `value` with
