@@ -250,10 +250,15 @@ function renderKey() {
   Object.entries({ x1: 10, x2: 990, y1: 60, y2: 60, class: "axis-line" }).forEach(([k, v]) => axis.setAttribute(k, v));
   svg.append(axis);
   let lastLabel = -Infinity;
+  let lastDot = -Infinity;
   for (const v of versions) {
     const dot = document.createElementNS(ns, "circle");
     const at = micros(v.commit_time);
-    Object.entries({ cx: x(at), cy: 60, r: 7, class: v.deleted ? "version deleted" : "version", "data-version": v.version })
+    // Versions close in time are set a mark apart, so that each can still be clicked (its
+    // title keeps its true time; only the axis's last pixels may still crowd).
+    const cx = Math.min(990, Math.max(x(at), lastDot + 15));
+    lastDot = cx;
+    Object.entries({ cx, cy: 60, r: 7, class: v.deleted ? "version deleted" : "version", "data-version": v.version })
       .forEach(([k, value]) => dot.setAttribute(k, value));
     const title = document.createElementNS(ns, "title");
     title.textContent = `version ${v.version} at ${v.commit_time}: ${shownValue(v)}`;
@@ -261,10 +266,10 @@ function renderKey() {
     dot.addEventListener("click", () => pickTime(v.commit_ts, at));
     svg.append(dot);
     // A label only where it does not run into the one before (every mark keeps its title).
-    if (x(at) - lastLabel >= 30) {
-      lastLabel = x(at);
+    if (cx - lastLabel >= 30) {
+      lastLabel = cx;
       const label = document.createElementNS(ns, "text");
-      Object.entries({ x: x(at), y: 35, class: "version-label" }).forEach(([k, value]) => label.setAttribute(k, value));
+      Object.entries({ x: cx, y: 35, class: "version-label" }).forEach(([k, value]) => label.setAttribute(k, value));
       label.textContent = `v${v.version}`;
       svg.append(label);
     }
