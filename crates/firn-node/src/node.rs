@@ -244,8 +244,9 @@ impl RunningNode {
             )
         })?;
         let stripes = check_data_format(&data_dir, config.stripes)?;
-        // The Raft logs and the state machines live in two databases: the group commit's
-        // fsync holds the log database's journal, and applying writes must not wait for it.
+        // The Raft logs and the state machines live in separate databases (a pair a stripe,
+        // see `STRIPES_DEFAULT`): the group commit's fsync holds the log database's journal,
+        // and applying writes must not wait for it.
         // State needs no fsync of its own: the log is purged only after a snapshot has
         // persisted the state it covers, so a crash replays the log onto the state.
         // Neither database writes its journal out on each batch (`manual_journal_persist`):

@@ -1,7 +1,7 @@
 //! The shard replicas a node holds ([`Replicas`]: opened and closed as the layout says,
 //! their leaders, their status) and how each Raft group is opened ([`ReplicaFactory`]: the
-//! meta group and the shard replicas, each with its log in the node's log database and its
-//! state in the node's state database).
+//! meta group and the shard replicas, each with its log and its state in the log and state
+//! databases of its [`Stripe`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
