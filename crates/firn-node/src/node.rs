@@ -300,15 +300,21 @@ impl RunningNode {
         };
         let stripes = databases
             .into_iter()
-            .map(|(log, state)| {
-                let commit = GroupCommit::start(log.clone(), fsync)
+            .enumerate()
+            .map(|(i, (log, state))| {
+                let dir = data_dir.join(stripe_db(LOG_DB, i));
+                let commit = GroupCommit::start(log.clone(), &dir, fsync)
                     .map_err(|e| startup("starting the fsync thread", e))?;
                 Ok(Stripe { log, state, commit })
             })
             .collect::<Result<Vec<_>, FirnError>>()?;
-        let checkpoints =
-            Checkpoints::start(memory_db.clone(), config.memory_checkpoint_every, fsync)
-                .map_err(|e| startup("starting the checkpoint thread", e))?;
+        let checkpoints = Checkpoints::start(
+            memory_db.clone(),
+            &data_dir.join(MEMORY_LOG_DB),
+            config.memory_checkpoint_every,
+            fsync,
+        )
+        .map_err(|e| startup("starting the checkpoint thread", e))?;
         let peers = PeerClient::new(pool.clone());
         let factory = ReplicaFactory {
             node_id: config.node_id,

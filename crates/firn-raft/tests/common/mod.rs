@@ -7,15 +7,16 @@ use firn_raft::log_store::Fsync;
 use firn_raft::{ShardConfig, ShardReplica};
 use firn_store::StorageBackend;
 
-/// Opens (forming, or recovering) shard 0 alone on node 1, its log in `db`, its state in
-/// `backend`.
+/// Opens (forming, or recovering) shard 0 alone on node 1, its log in `db` (opened at
+/// `dir/db`), its state in `backend`.
 pub async fn open_single(
     dir: &std::path::Path,
     db: fjall::Database,
     backend: Arc<dyn StorageBackend>,
     fsync: Fsync,
 ) -> ShardReplica {
-    let commit = firn_raft::log_store::GroupCommit::start(db.clone(), fsync).unwrap();
+    let commit =
+        firn_raft::log_store::GroupCommit::start(db.clone(), &dir.join("db"), fsync).unwrap();
     let cfg = ShardConfig {
         shard_id: 0,
         node_id: 1,

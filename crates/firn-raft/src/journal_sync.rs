@@ -1,0 +1,168 @@
+//! Making a log database's journal durable without holding its lock through the fsync.
+//!
+//! fjall's `Database::persist(SyncAll)` keeps the journal's lock while it fsyncs, and every
+//! write to the database (a Raft append, from a group's core task) takes that lock: appends
+//! waited out each group commit's fsync, and so did the tokio worker running them. Here the
+//! lock is held only to hand the journal's buffered bytes to the OS (`PersistMode::Buffer`,
+//! a `write`), and the fsync runs on a descriptor of our own for the same file, while
+//! appends go on.
+//!
+//! Why that is as durable: fsync makes durable every byte the OS holds for the file,
+//! whichever descriptor wrote it. fjall writes its journal to `<db>/N.jnl`, the highest `N`
+//! being the active one; it moves to `N + 1` only after fsyncing `N` (with the lock held)
+//! and the folder. So the bytes handed over are either in the file found active just after
+//! (fsync'd here) or in one fjall fsync'd when it moved on.
+//! `tests::the_sync_follows_the_journal_across_rotations` checks the layout this relies on.
+
+use std::fs::File;
+use std::io;
+use std::path::PathBuf;
+
+use fjall::{Database, PersistMode};
+
+/// The journal of one fjall database, made durable on demand.
+pub struct JournalSync {
+    db: Database,
+    dir: PathBuf,
+    /// The journal file fsync'd last: its number and a descriptor of it.
+    active: Option<(u64, File)>,
+}
+
+impl JournalSync {
+    /// `dir` is the folder `db` was opened at.
+    pub fn new(db: Database, dir: impl Into<PathBuf>) -> Self {
+        JournalSync {
+            db,
+            dir: dir.into(),
+            active: None,
+        }
+    }
+
+    /// Makes durable everything written to the database before the call.
+    pub fn sync(&mut self) -> io::Result<()> {
+        self.db
+            .persist(PersistMode::Buffer)
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        self.active_file()?.sync_data()
+    }
+
+    /// The number of the journal file fjall writes now.
+    pub fn active_journal(&mut self) -> io::Result<u64> {
+        self.active_file()?;
+        Ok(self.active.as_ref().map_or(0, |(n, _)| *n))
+    }
+
+    fn path(&self, n: u64) -> PathBuf {
+        self.dir.join(format!("{n}.jnl"))
+    }
+
+    fn active_file(&mut self) -> io::Result<&File> {
+        let mut n = match &self.active {
+            Some((n, _)) => *n,
+            None => self.newest()?,
+        };
+        // Rotations since the last look (each fsync'd the file before it).
+        while self.path(n + 1).try_exists()? {
+            n += 1;
+        }
+        if self.active.as_ref().map(|(open, _)| *open) != Some(n) {
+            self.active = Some((n, File::open(self.path(n))?));
+        }
+        Ok(&self.active.as_ref().expect("just opened").1)
+    }
+
+    fn newest(&self) -> io::Result<u64> {
+        let mut newest = None;
+        for entry in std::fs::read_dir(&self.dir)? {
+            let name = entry?.file_name();
+            let n = name
+                .to_str()
+                .and_then(|s| s.strip_suffix(".jnl"))
+                .and_then(|s| s.parse::<u64>().ok());
+            newest = newest.max(n);
+        }
+        newest.ok_or_else(|| {
+            io::Error::other(format!("no journal (N.jnl) in {}", self.dir.display()))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fjall::KeyspaceCreateOptions;
+
+    use super::*;
+
+    /// The layout the sync relies on: fjall writes to the highest-numbered `N.jnl` of its
+    /// folder, and a rotation starts `N + 1` (the sync then moves to it). Fails if a fjall
+    /// upgrade changes either.
+    #[test]
+    fn the_sync_follows_the_journal_across_rotations() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::builder(dir.path())
+            .manual_journal_persist(true)
+            .open()
+            .unwrap();
+        let ks = db.keyspace("log", KeyspaceCreateOptions::default).unwrap();
+        let mut sync = JournalSync::new(db.clone(), dir.path());
+        // Bytes that do not compress (the journal may compress values), and a test for them
+        // in a journal file (preallocated, so look for the bytes, not the length).
+        let noise = |seed: u64| -> Vec<u8> {
+            let mut x = seed;
+            (0..100_000)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect()
+        };
+        let holds = |n: u64, value: &[u8]| {
+            let bytes = std::fs::read(dir.path().join(format!("{n}.jnl"))).unwrap();
+            bytes.windows(64).any(|w| w == &value[5_000..5_064])
+        };
+
+        let first = sync.active_journal().unwrap();
+        let a = noise(7);
+        let mut batch = db.batch();
+        batch.insert(&ks, "a", a.clone());
+        batch.commit().unwrap();
+        sync.sync().unwrap();
+        assert!(
+            holds(first, &a),
+            "the write is not in journal {first}, which the sync fsyncs"
+        );
+
+        // fjall moves to a new journal when one holds over 64 MB and a memtable is written
+        // out: fill it past that, then write the memtable out.
+        let filler = noise(3);
+        for i in 0..700u32 {
+            ks.insert(i.to_be_bytes(), filler.clone()).unwrap();
+        }
+        ks.rotate_memtable_and_wait().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !dir.path().join(format!("{}.jnl", first + 1)).exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "fjall started no journal after {first}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let b = noise(9);
+        let mut batch = db.batch();
+        batch.insert(&ks, "b", b.clone());
+        batch.commit().unwrap();
+        sync.sync().unwrap();
+        let now = sync.active_journal().unwrap();
+        assert!(
+            now > first,
+            "a rotation did not start journal {}",
+            first + 1
+        );
+        assert!(
+            holds(now, &b),
+            "the write after the rotation is not in journal {now}, which the sync fsyncs"
+        );
+    }
+}
