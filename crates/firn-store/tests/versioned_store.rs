@@ -429,6 +429,59 @@ fn flushall_drops_every_key_but_keeps_keyspaces() {
     assert_eq!(store.keyspaces().len(), 2);
 }
 
+/// A key's next version follows what storage holds of it: a flush starts it over, a
+/// truncation does not (versions are never reused), a refused write changes nothing. (Any
+/// memory apply keeps of keys it wrote must not outlive these; a cache of key metadata
+/// tried for issue 14 failed this test until it was emptied on them.)
+#[test]
+fn writes_after_a_flush_or_truncation_number_versions_from_what_is_stored() {
+    let store = mem_store();
+    put(&store, 1, "k", "a");
+    put(&store, 2, "k", "b");
+    apply(&store, 3, Op::FlushAll).unwrap();
+    assert_eq!(
+        put(&store, 4, "k", "c").version,
+        1,
+        "FLUSHALL drops k's history"
+    );
+    assert_eq!(
+        value_at(&store, "k", ReadAt::Version(1)).as_deref(),
+        Some("c")
+    );
+
+    put(&store, 5, "k", "d");
+    apply(
+        &store,
+        6,
+        Op::Truncate {
+            target: KeyRange::Key(key("k")),
+            before: TruncateBefore::Version(3),
+        },
+    )
+    .unwrap();
+    let w = put(&store, 7, "k", "e");
+    assert_eq!(w.version, 3, "versions are never reused after a truncation");
+    assert_eq!(
+        value_at(&store, "k", ReadAt::Version(3)).as_deref(),
+        Some("e")
+    );
+
+    // A refused conditional write changes nothing, remembered or stored.
+    let refused = apply(
+        &store,
+        8,
+        Op::Put(PutRequest {
+            condition: WriteCondition::IfVersion(1),
+            ..put_req("k", "f")
+        }),
+    );
+    assert!(
+        matches!(refused, Err(FirnError::Conflict { current: 3 })),
+        "{refused:?}"
+    );
+    assert_eq!(put(&store, 9, "k", "g").version, 4);
+}
+
 #[test]
 fn fjall_backend_keeps_versions_and_bookkeeping_across_reopen() {
     let dir = tempfile::tempdir().unwrap();
