@@ -302,10 +302,15 @@ impl RunningNode {
             .into_iter()
             .enumerate()
             .map(|(i, (log, state))| {
-                let dir = data_dir.join(stripe_db(LOG_DB, i));
-                let commit = GroupCommit::start(log.clone(), &dir, fsync)
-                    .map_err(|e| startup("starting the fsync thread", e))?;
-                Ok(Stripe { log, state, commit })
+                let commit =
+                    GroupCommit::start(log.clone(), &data_dir.join(stripe_db(LOG_DB, i)), fsync)
+                        .map_err(|e| startup("starting the fsync thread", e))?;
+                Ok(Stripe {
+                    log,
+                    state,
+                    state_dir: data_dir.join(stripe_db(STATE_DB, i)),
+                    commit,
+                })
             })
             .collect::<Result<Vec<_>, FirnError>>()?;
         let checkpoints = Checkpoints::start(

@@ -46,6 +46,8 @@ pub struct Stripe {
     pub log: fjall::Database,
     /// The state machines of the stripe's groups (either durability).
     pub state: fjall::Database,
+    /// The folder `state` was opened at.
+    pub state_dir: PathBuf,
     pub commit: Arc<GroupCommit>,
 }
 
@@ -78,11 +80,14 @@ impl ReplicaFactory {
             Arc::new(MemoryBackend::default())
         } else {
             Arc::new(
-                FjallBackend::open(self.stripe(id).state.clone(), &group_name(id)).map_err(
-                    |e| {
-                        FirnError::Internal(format!("opening the state of {}: {e}", group_name(id)))
-                    },
-                )?,
+                FjallBackend::open(
+                    self.stripe(id).state.clone(),
+                    &self.stripe(id).state_dir,
+                    &group_name(id),
+                )
+                .map_err(|e| {
+                    FirnError::Internal(format!("opening the state of {}: {e}", group_name(id)))
+                })?,
             )
         };
         let replica = ShardReplica::open(

@@ -4,7 +4,6 @@
 //! fjall ([`log_store`]) and whose state machine is the versioned store ([`state_machine`]).
 //! This crate must never parse client protocols or decide routing.
 
-pub mod journal_sync;
 mod lease;
 pub mod log_store;
 pub mod network;

@@ -13,18 +13,22 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use firn_store::journal_sync::JournalSync;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader};
 use tokio::sync::mpsc;
 
-use crate::journal_sync::JournalSync;
 use crate::stages::{self, STAGES};
 use crate::types::{Entry, FirnRaft, LogId, Vote};
 
 const META_VOTE: &[u8] = b"vote";
 const META_COMMITTED: &[u8] = b"committed";
 const META_LAST_PURGED: &[u8] = b"last_purged";
+
+/// Most log entries one batch of a purge removes (see `purge` below): a batch holds the log
+/// database's journal lock while its tombstones go in, about a microsecond each.
+const PURGE_BATCH_ENTRIES: usize = 1_024;
 
 /// Largest memtable of a group's log before fjall writes it out (its default is 64 MiB per
 /// group; entries are purged after each snapshot anyway).
@@ -212,22 +216,31 @@ impl FjallLogStore {
         self.meta.insert(key, bytes).map_err(fjall_err)
     }
 
-    /// Removes log entries with index in `range`.
-    fn remove_range(&self, lower: u64, upper: Bound<u64>) -> io::Result<()> {
+    /// Removes the log entries with index from `lower` to `upper`, at most `limit` of them
+    /// (the lowest), in one batch; returns the index of the last one removed.
+    fn remove_range(&self, lower: u64, upper: Bound<u64>, limit: usize) -> io::Result<Option<u64>> {
         let upper = match upper {
             Bound::Included(u) => Bound::Included(u.to_be_bytes()),
             Bound::Excluded(u) => Bound::Excluded(u.to_be_bytes()),
             Bound::Unbounded => Bound::Unbounded,
         };
         let mut batch = self.db.batch();
+        let mut last = None;
         for guard in self
             .log
             .range((Bound::Included(lower.to_be_bytes()), upper))
+            .take(limit)
         {
             let key = guard.key().map_err(fjall_err)?;
+            last = Some(u64::from_be_bytes(
+                key.as_ref()
+                    .try_into()
+                    .map_err(|_| io::Error::other("bad log key"))?,
+            ));
             batch.remove(&self.log, key);
         }
-        batch.commit().map_err(fjall_err)
+        batch.commit().map_err(fjall_err)?;
+        Ok(last)
     }
 }
 
@@ -284,6 +297,9 @@ impl RaftLogStorage<FirnRaft> for FjallLogStore {
             }
             None => None,
         };
+        // Entries at or before the purge point may still be stored (a purge removes them
+        // after recording it); they do not count.
+        let last = last.filter(|l| last_purged.is_none_or(|p| l.index > p.index));
         Ok(LogState {
             last_purged_log_id: last_purged,
             last_log_id: last.or(last_purged),
@@ -361,13 +377,37 @@ impl RaftLogStorage<FirnRaft> for FjallLogStore {
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
         let from = last_log_id.map_or(0, |id| id.index + 1);
-        self.remove_range(from, Bound::Unbounded)
+        // One batch, whatever its size: removed in parts, a crash could leave a hole.
+        self.remove_range(from, Bound::Unbounded, usize::MAX)
+            .map(|_| ())
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
-        // Record the purge point first: entries at or before it are ignored from then on.
+        // Record the purge point first: entries at or before it are ignored from then on, so
+        // they may go later and in parts (a crash midway leaves only ignored ones, and the
+        // next purge starts again from the first). A purge follows each snapshot and covers
+        // about as many entries as it (100,000 by default): removed here in one batch, it
+        // held this group's Raft core for the whole of it, and the log database's journal
+        // lock — every append of the stripe's groups — too. So they go in the background,
+        // in batches of `PURGE_BATCH_ENTRIES`.
         self.put_meta(META_LAST_PURGED, &log_id)?;
-        self.remove_range(0, Bound::Included(log_id.index))
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut from = 0;
+            loop {
+                match this.remove_range(from, Bound::Included(log_id.index), PURGE_BATCH_ENTRIES) {
+                    Ok(Some(last)) => from = last + 1,
+                    Ok(None) => return,
+                    Err(e) => {
+                        tracing::warn!(
+                            "purging the log through {log_id}: {e} (the next purge retries)"
+                        );
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(())
     }
 }
 
@@ -388,6 +428,74 @@ mod tests {
     ) {
         let (tx, rx) = <OneshotOf<FirnRaft> as Oneshot>::channel();
         (IOFlushed::signal(tx), async move { rx.await.ok() })
+    }
+
+    fn log_id(index: u64) -> LogId {
+        use openraft::vote::RaftLeaderId;
+        LogId::new(
+            openraft::alias::CommittedLeaderIdOf::<FirnRaft>::new(1, 1),
+            index,
+        )
+    }
+
+    /// The entries a purge covers go in the background, in batches, and until they are gone
+    /// they do not count: the log state a restart reads starts after the purge point.
+    #[tokio::test]
+    async fn a_purge_removes_its_entries_in_the_background_and_leftovers_do_not_count() {
+        use openraft::entry::RaftEntry;
+
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::builder(dir.path())
+            .manual_journal_persist(true)
+            .open()
+            .unwrap();
+        let commit = GroupCommit::start(db.clone(), dir.path(), Fsync::Always).unwrap();
+        let mut store = FjallLogStore::open(db, "g", Flush::Fsync(commit)).unwrap();
+        let last = 3 * PURGE_BATCH_ENTRIES as u64 + 10;
+        let (cb, flushed) = signal();
+        store
+            .append((1..=last).map(|i| Entry::new_blank(log_id(i))), cb)
+            .await
+            .unwrap();
+        assert!(matches!(flushed.await, Some(Ok(()))));
+
+        let purged = last - 5;
+        store.purge(log_id(purged)).await.unwrap();
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id, Some(log_id(purged)));
+        assert_eq!(state.last_log_id, Some(log_id(last)));
+
+        // Gone within a bounded time, every batch of them; the entries after stay.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let first = store.log.first_key_value().map(|g| {
+                let (k, _) = g.into_inner().unwrap();
+                u64::from_be_bytes(k.as_ref().try_into().unwrap())
+            });
+            if first == Some(purged + 1) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "entries before {purged} remain: first {first:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let rest = store.try_get_log_entries(purged + 1..=last).await.unwrap();
+        assert_eq!(rest.len(), 5);
+
+        // A purge point recorded over entries not yet removed (a crash right after it was
+        // recorded): they are not the log's last.
+        store.put_meta(META_LAST_PURGED, &log_id(last)).unwrap();
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(state.last_log_id, Some(log_id(last)));
+        store.put_meta(META_LAST_PURGED, &log_id(last + 7)).unwrap();
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(
+            state.last_log_id,
+            Some(log_id(last + 7)),
+            "a stored entry before the purge point counted as the last"
+        );
     }
 
     #[tokio::test]

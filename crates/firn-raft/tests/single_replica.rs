@@ -17,7 +17,7 @@ fn open_db(dir: &std::path::Path) -> fjall::Database {
 }
 
 async fn open(dir: &std::path::Path, db: fjall::Database) -> ShardReplica {
-    let backend = Arc::new(FjallBackend::open(db.clone(), "shard0").unwrap());
+    let backend = Arc::new(FjallBackend::open(db.clone(), &dir.join("db"), "shard0").unwrap());
     common::open_single(dir, db, backend, Fsync::Always).await
 }
 

@@ -50,7 +50,7 @@ fn main() {
         .manual_journal_persist(true)
         .open()
         .expect("fjall");
-    let backend = FjallBackend::open(db, "shard0").expect("fjall");
+    let backend = FjallBackend::open(db, dir.path(), "shard0").expect("fjall");
     let store = VersionedStore::open(Arc::new(backend)).expect("store");
     let value = Bytes::from(vec![b'x'; 100]);
     // A small xorshift: the same keys every run.

@@ -8,10 +8,12 @@ use std::collections::BTreeMap;
 use std::io;
 use std::ops::Bound;
 use std::path::Path;
-use std::sync::RwLock;
+use std::sync::{Mutex, RwLock};
 
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, Readable};
 use serde::{Deserialize, Serialize};
+
+use crate::journal_sync::JournalSync;
 
 /// The state machine's tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -299,6 +301,8 @@ impl StorageBackend for MemoryBackend {
 pub struct FjallBackend {
     db: Database,
     keyspaces: [Keyspace; TABLES],
+    /// Makes the database's journal durable (see [`JournalSync`]).
+    journal: Mutex<JournalSync>,
 }
 
 /// Largest memtable of one table before fjall writes it out (its default is 64 MiB; a node
@@ -310,7 +314,8 @@ fn fjall_err(e: fjall::Error) -> io::Error {
 }
 
 impl FjallBackend {
-    pub fn open(db: Database, namespace: &str) -> io::Result<Self> {
+    /// The tables of the state machine `namespace` in `db`, opened at `dir`.
+    pub fn open(db: Database, dir: &Path, namespace: &str) -> io::Result<Self> {
         let options = || KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES_MAX);
         let open = |t: Table| {
             db.keyspace(&t.fjall_name(namespace), options)
@@ -329,13 +334,18 @@ impl FjallBackend {
             open(Table::GroupConsumers)?,
             open(Table::GroupKeys)?,
         ];
-        Ok(FjallBackend { db, keyspaces })
+        let journal = Mutex::new(JournalSync::new(db.clone(), dir));
+        Ok(FjallBackend {
+            db,
+            keyspaces,
+            journal,
+        })
     }
 
     /// Opens (or creates) a database of its own at `path`; used by tests.
     pub fn open_path(path: &Path) -> io::Result<Self> {
         let db = Database::builder(path).open().map_err(fjall_err)?;
-        Self::open(db, "test")
+        Self::open(db, path, "test")
     }
 
     fn ks(&self, table: Table) -> &Keyspace {
@@ -422,7 +432,13 @@ impl StorageBackend for FjallBackend {
     }
 
     fn persist(&self) -> io::Result<()> {
-        self.db.persist(PersistMode::SyncAll).map_err(fjall_err)
+        // Not `persist(SyncAll)`: that holds the journal's lock through the fsync, and every
+        // apply of the database's groups would wait it out (a snapshot's fsync writes out all
+        // the state applied since the last one).
+        self.journal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .sync()
     }
 
     fn dump_each(&self, visit: &mut PairVisitor<'_>) -> io::Result<()> {

@@ -9,6 +9,7 @@ pub mod backend;
 pub mod command;
 pub mod dump;
 pub mod glob;
+pub mod journal_sync;
 pub mod record;
 pub mod sink;
 pub mod store;

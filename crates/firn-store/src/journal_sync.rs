@@ -1,11 +1,11 @@
-//! Making a log database's journal durable without holding its lock through the fsync.
+//! Making a fjall database's journal durable without holding its lock through the fsync.
 //!
 //! fjall's `Database::persist(SyncAll)` keeps the journal's lock while it fsyncs, and every
-//! write to the database (a Raft append, from a group's core task) takes that lock: appends
-//! waited out each group commit's fsync, and so did the tokio worker running them. Here the
-//! lock is held only to hand the journal's buffered bytes to the OS (`PersistMode::Buffer`,
-//! a `write`), and the fsync runs on a descriptor of our own for the same file, while
-//! appends go on.
+//! write to the database takes that lock: Raft appends (from a group's core task) waited
+//! out each group commit's fsync, and so did the tokio worker running them; applies waited
+//! out a snapshot's fsync of the state database. Here the lock is held only to hand the
+//! journal's buffered bytes to the OS (`PersistMode::Buffer`, a `write`), and the fsync runs
+//! on a descriptor of our own for the same file, while writes go on.
 //!
 //! Why that is as durable: fsync makes durable every byte the OS holds for the file,
 //! whichever descriptor wrote it. fjall writes its journal to `<db>/N.jnl`, the highest `N`
