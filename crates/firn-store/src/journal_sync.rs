@@ -7,8 +7,9 @@
 //! journal's buffered bytes to the OS (`PersistMode::Buffer`, a `write`), and the fsync runs
 //! on a descriptor of our own for the same file, while writes go on.
 //!
-//! Why that is as durable: fsync makes durable every byte the OS holds for the file,
-//! whichever descriptor wrote it. fjall writes its journal to `<db>/N.jnl`, the highest `N`
+//! Why that is as durable: `fdatasync` makes durable every byte the OS holds for the file,
+//! whichever descriptor wrote it, with what reading them back needs (the file's size and
+//! blocks; not its times). fjall writes its journal to `<db>/N.jnl`, the highest `N`
 //! being the active one; it moves to `N + 1` only after fsyncing `N` (with the lock held)
 //! and the folder. So the bytes handed over are either in the file found active just after
 //! (fsync'd here) or in one fjall fsync'd when it moved on.
