@@ -48,7 +48,8 @@ impl JournalSync {
     }
 
     /// The number of the journal file fjall writes now.
-    pub fn active_journal(&mut self) -> io::Result<u64> {
+    #[cfg(test)]
+    fn active_journal(&mut self) -> io::Result<u64> {
         self.active_file()?;
         Ok(self.active.as_ref().map_or(0, |(n, _)| *n))
     }
