@@ -6,6 +6,7 @@
 
 mod lease;
 pub mod log_store;
+mod log_tail;
 pub mod network;
 pub mod peer;
 pub mod shard;

@@ -9,8 +9,8 @@ use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use firn_store::journal_sync::JournalSync;
@@ -19,6 +19,7 @@ use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader};
 use tokio::sync::mpsc;
 
+use crate::log_tail::LogTail;
 use crate::stages::{self, STAGES};
 use crate::types::{Entry, FirnRaft, LogId, Vote};
 
@@ -56,6 +57,9 @@ pub struct FjallLogStore {
     log: Keyspace,
     meta: Keyspace,
     flush: Flush,
+    /// The newest entries, shared with this log's readers; changed together with the log
+    /// (its lock held while the database changes), so a reader sees both as one.
+    tail: Arc<Mutex<LogTail>>,
     /// The committed log id openraft last reported and no append has written yet (see
     /// [`RaftLogStorage::save_committed`] below).
     unsaved_committed: Option<Option<LogId>>,
@@ -201,6 +205,7 @@ impl FjallLogStore {
             log,
             meta,
             flush,
+            tail: Arc::default(),
             unsaved_committed: None,
         })
     }
@@ -219,6 +224,12 @@ impl FjallLogStore {
 
     /// Removes the log entries with index from `lower` to `upper`, at most `limit` of them
     /// (the lowest), in one batch; returns the index of the last one removed.
+    fn tail(&self) -> std::sync::MutexGuard<'_, LogTail> {
+        // The tail's methods leave it whole at every point they could panic, so a poisoned
+        // lock (a panic elsewhere while held) still guards a consistent tail.
+        self.tail.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn remove_range(&self, lower: u64, upper: Bound<u64>, limit: usize) -> io::Result<Option<u64>> {
         let upper = match upper {
             Bound::Included(u) => Bound::Included(u.to_be_bytes()),
@@ -249,11 +260,28 @@ fn decode_entry(bytes: &[u8]) -> io::Result<Entry> {
     postcard::from_bytes(bytes).map_err(codec_err)
 }
 
+/// The entry stored at `index`. Read back what was written: the stored index must match.
+fn decode_at(index: u64, bytes: &[u8]) -> io::Result<Entry> {
+    let entry = decode_entry(bytes)?;
+    assert_eq!(
+        entry.log_id.index, index,
+        "log entry stored under the wrong index"
+    );
+    Ok(entry)
+}
+
 impl RaftLogReader<FirnRaft> for FjallLogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, io::Error> {
+        let in_tail = self.tail().get(&range);
+        if let Some(stored) = in_tail {
+            return stored
+                .iter()
+                .map(|(index, bytes)| decode_at(*index, bytes))
+                .collect();
+        }
         let start = match range.start_bound() {
             Bound::Included(x) => *x,
             Bound::Excluded(x) => x + 1,
@@ -270,13 +298,7 @@ impl RaftLogReader<FirnRaft> for FjallLogStore {
             if !range.contains(&index) {
                 break;
             }
-            let entry = decode_entry(&value)?;
-            // Read back what was written: the stored index must match the key.
-            assert_eq!(
-                entry.log_id.index, index,
-                "log entry stored under the wrong index"
-            );
-            entries.push(entry);
+            entries.push(decode_at(index, &value)?);
         }
         Ok(entries)
     }
@@ -352,15 +374,24 @@ impl RaftLogStorage<FirnRaft> for FjallLogStore {
     {
         let started = Instant::now();
         let mut batch = self.db.batch();
+        let mut appended = Vec::new();
         for entry in entries {
-            let bytes = postcard::to_stdvec(&entry).map_err(codec_err)?;
-            batch.insert(&self.log, entry.log_id.index.to_be_bytes(), bytes);
+            let stored = bytes::Bytes::from(postcard::to_stdvec(&entry).map_err(codec_err)?);
+            let index = entry.log_id.index;
+            batch.insert(&self.log, index.to_be_bytes(), stored.as_ref());
+            appended.push((index, stored));
         }
         if let Some(committed) = self.unsaved_committed.take() {
             let bytes = postcard::to_stdvec(&committed).map_err(codec_err)?;
             batch.insert(&self.meta, META_COMMITTED, bytes);
         }
-        batch.commit().map_err(fjall_err)?;
+        {
+            let mut tail = self.tail();
+            batch.commit().map_err(fjall_err)?;
+            for (index, stored) in appended {
+                tail.push(index, stored);
+            }
+        }
         stages::since(&STAGES.log_append, started);
         match &self.flush {
             Flush::Fsync(commit) => commit.enqueue(callback).await,
@@ -378,9 +409,11 @@ impl RaftLogStorage<FirnRaft> for FjallLogStore {
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
         let from = last_log_id.map_or(0, |id| id.index + 1);
+        let mut tail = self.tail();
         // One batch, whatever its size: removed in parts, a crash could leave a hole.
-        self.remove_range(from, Bound::Unbounded, usize::MAX)
-            .map(|_| ())
+        self.remove_range(from, Bound::Unbounded, usize::MAX)?;
+        tail.truncate_after(last_log_id.map(|id| id.index));
+        Ok(())
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
@@ -392,6 +425,7 @@ impl RaftLogStorage<FirnRaft> for FjallLogStore {
         // lock — every append of the stripe's groups — too. So they go in the background,
         // in batches of `PURGE_BATCH_ENTRIES`.
         self.put_meta(META_LAST_PURGED, &log_id)?;
+        self.tail().purge(log_id.index);
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
             let mut from = 0;
@@ -432,11 +466,84 @@ mod tests {
     }
 
     fn log_id(index: u64) -> LogId {
+        log_id_in(1, index)
+    }
+
+    fn log_id_in(term: u64, index: u64) -> LogId {
         use openraft::vote::RaftLeaderId;
         LogId::new(
-            openraft::alias::CommittedLeaderIdOf::<FirnRaft>::new(1, 1),
+            openraft::alias::CommittedLeaderIdOf::<FirnRaft>::new(term, 1),
             index,
         )
+    }
+
+    /// Appends `entries` and waits until they are flushed.
+    async fn append_flushed(
+        store: &mut FjallLogStore,
+        entries: impl Iterator<Item = Entry> + Send,
+    ) {
+        let (cb, flushed) = signal();
+        store.append(entries, cb).await.unwrap();
+        assert!(matches!(flushed.await, Some(Ok(()))));
+    }
+
+    /// A log database at `dir` (journal fsyncs left to the group commit, as a node opens
+    /// it) and its group commit.
+    fn log_database(dir: &Path) -> (Database, Arc<GroupCommit>) {
+        let db = Database::builder(dir)
+            .manual_journal_persist(true)
+            .open()
+            .unwrap();
+        let commit = GroupCommit::start(db.clone(), dir, Fsync::Always).unwrap();
+        (db, commit)
+    }
+
+    /// A reader answered from the tail in memory sees what one reading the database sees,
+    /// across a truncation (a new leader's entries replacing the old ones) and a purge.
+    #[tokio::test]
+    async fn the_tail_in_memory_answers_as_the_database_does() {
+        use openraft::entry::RaftEntry;
+
+        let dir = tempfile::tempdir().unwrap();
+        let (db, commit) = log_database(dir.path());
+        let mut store = FjallLogStore::open(db.clone(), "g", Flush::Fsync(commit.clone())).unwrap();
+        let mut reader = store.get_log_reader().await;
+        // Opened afterwards, with a tail of its own that no append fills: it reads the database.
+        let mut database = FjallLogStore::open(db, "g", Flush::Fsync(commit)).unwrap();
+        let term = |t: u64, i: u64| Entry::new_blank(log_id_in(t, i));
+        async fn same(reader: &mut FjallLogStore, database: &mut FjallLogStore, upto: u64) {
+            for (from, to) in [
+                (1, upto),
+                (3, 8),
+                (upto - 2, upto + 5),
+                (upto + 1, upto + 3),
+            ] {
+                let cached = reader.try_get_log_entries(from..=to).await.unwrap();
+                let stored = database.try_get_log_entries(from..=to).await.unwrap();
+                assert_eq!(cached, stored, "entries {from}..={to}");
+            }
+        }
+
+        append_flushed(&mut store, (1..=20).map(|i| term(1, i))).await;
+        assert_eq!(reader.tail().get(&(1..)).map(|e| e.len()), Some(20));
+        same(&mut reader, &mut database, 20).await;
+
+        store.truncate_after(Some(log_id(12))).await.unwrap();
+        same(&mut reader, &mut database, 12).await;
+        append_flushed(&mut store, (13..=15).map(|i| term(2, i))).await;
+        let read = reader.try_get_log_entries(12..).await.unwrap();
+        assert_eq!(
+            read.iter()
+                .map(|e| e.log_id.leader_id.term)
+                .collect::<Vec<_>>(),
+            [1, 2, 2, 2]
+        );
+        same(&mut reader, &mut database, 15).await;
+
+        store.purge(log_id(11)).await.unwrap();
+        assert_eq!(reader.tail().get(&(11..)), None);
+        let read = reader.try_get_log_entries(12..=15).await.unwrap();
+        assert_eq!(read.len(), 4);
     }
 
     /// The entries a purge covers go in the background, in batches, and until they are gone
@@ -446,19 +553,10 @@ mod tests {
         use openraft::entry::RaftEntry;
 
         let dir = tempfile::tempdir().unwrap();
-        let db = Database::builder(dir.path())
-            .manual_journal_persist(true)
-            .open()
-            .unwrap();
-        let commit = GroupCommit::start(db.clone(), dir.path(), Fsync::Always).unwrap();
+        let (db, commit) = log_database(dir.path());
         let mut store = FjallLogStore::open(db, "g", Flush::Fsync(commit)).unwrap();
         let last = 3 * PURGE_BATCH_ENTRIES as u64 + 10;
-        let (cb, flushed) = signal();
-        store
-            .append((1..=last).map(|i| Entry::new_blank(log_id(i))), cb)
-            .await
-            .unwrap();
-        assert!(matches!(flushed.await, Some(Ok(()))));
+        append_flushed(&mut store, (1..=last).map(|i| Entry::new_blank(log_id(i)))).await;
 
         let purged = last - 5;
         store.purge(log_id(purged)).await.unwrap();
