@@ -491,8 +491,10 @@ impl ShardReplica {
         if self.raft.voter_ids().count() <= 1 {
             return Ok(());
         }
-        let m = self.raft.metrics().borrow_watched().clone();
-        if let Some(acked) = &m.last_quorum_acked {
+        // Only the one field, not a clone of all the metrics (membership included): this runs
+        // for every proposal.
+        let acked = self.raft.metrics().borrow_watched().last_quorum_acked;
+        if let Some(acked) = acked {
             let since = acked.elapsed();
             if since > QUORUM_ACK_STALE {
                 return Err(FirnError::Unavailable(format!(
