@@ -252,10 +252,23 @@ async fn keyspaces_health_and_metrics_over_http() {
         assert_eq!(json(r)["status"], "ok");
         let (_, r) = call(a.put(&format!("{base}/v1/kv/m")), Some(b"1"));
         drop(r);
+        // A conflict: a put that fails, counted as one.
+        let (code, _) = call(a.put(&format!("{base}/v1/kv/m?if_version=7")), Some(b"2"));
+        assert_eq!(code, 409);
         let (code, r) = call(a.get(&format!("{base}/metrics")), None);
         assert_eq!(code, 200);
         let text = r.into_string().unwrap();
-        assert!(text.contains("firn_requests_total"), "{text}");
+        let value = |line: &str| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(line))
+                .unwrap_or_else(|| panic!("no {line} in {text}"))
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        assert!(value("firn_requests_total{op=\"put\"} ") >= 2.0);
+        assert_eq!(value("firn_request_errors_total{op=\"put\"} "), 1.0);
+        assert!(value("firn_request_seconds_count{op=\"put\"} ") >= 2.0);
         // The put went through every stage a one-node write has (no follower to replicate
         // to), and each shows on the page with a count.
         for stage in [

@@ -130,7 +130,7 @@ impl Router {
             GroupRequest::Read(r) => r.name(),
             GroupRequest::Write(w) => w.name(),
         };
-        metrics::counter!("firn_requests_total", "op" => name).increment(1);
+        super::request_metrics::request(name);
         let layout = match self.routable_layout() {
             Ok(l) => l,
             Err(e) => return ready(Err(e)),

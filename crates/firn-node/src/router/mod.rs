@@ -17,13 +17,14 @@ mod origin;
 mod plan;
 mod publish;
 mod read;
+mod request_metrics;
 pub mod service;
 mod watch;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use firn_model::limits::{
     KEY_BYTES_MAX, KEYS_PER_REQUEST_MAX, PAGE_ITEMS_MAX, RESP_VALUE_BYTES_MAX,
@@ -310,15 +311,14 @@ impl Router {
             KvRequest::Read(r) => r.name(),
             KvRequest::Write(w) => w.name(),
         };
-        let started = Instant::now();
-        metrics::counter!("firn_requests_total", "op" => name).increment(1);
+        let metered = request_metrics::request(name);
         let layout = match self
             .validate(&request)
             .and_then(|()| self.routable_layout())
         {
             Ok(l) => l,
             Err(e) => {
-                metrics::counter!("firn_request_errors_total", "op" => name).increment(1);
+                metered.failed_unless(false);
                 return ready(Err(e));
             }
         };
@@ -352,11 +352,7 @@ impl Router {
             if let Some(forgetting) = forgetting {
                 forgetting.await;
             }
-            metrics::histogram!("firn_request_seconds", "op" => name)
-                .record(started.elapsed().as_secs_f64());
-            if result.is_err() {
-                metrics::counter!("firn_request_errors_total", "op" => name).increment(1);
-            }
+            metered.finished(result.is_ok());
             result
         })
     }

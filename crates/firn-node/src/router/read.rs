@@ -93,18 +93,14 @@ impl Router {
         let mut results = Vec::with_capacity(reads.len());
         for (read, local) in reads.into_iter().zip(local) {
             let name = read.name();
-            metrics::counter!("firn_requests_total", "op" => name).increment(1);
+            let metered = super::request_metrics::request_since(name, started);
             let fenced = read.as_of().is_none() && read.consistency() != ReadConsistency::Local;
             let result = match (&barrier, local) {
                 (_, Err(e)) => Err(e),
                 (Err(e), _) if fenced => Err(e.clone()),
                 _ => read_off_worker(&replica, read).await,
             };
-            metrics::histogram!("firn_request_seconds", "op" => name)
-                .record(started.elapsed().as_secs_f64());
-            if result.is_err() {
-                metrics::counter!("firn_request_errors_total", "op" => name).increment(1);
-            }
+            metered.finished(result.is_ok());
             results.push(result);
         }
         results

@@ -13,7 +13,6 @@ pub(super) use read::{check_block, deadline, wait_for_more};
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
-use std::time::Instant;
 
 use firn_model::log::{LOG_BATCH_RECORDS_MAX, LOG_READ_RECORDS_MAX, LOG_SHARDS_MAX, LOG_TAGS_MAX};
 use firn_model::{
@@ -62,8 +61,7 @@ impl Router {
             LogRequest::Read(r) => r.name(),
             LogRequest::Write(w) => w.name(),
         };
-        metrics::counter!("firn_requests_total", "op" => name).increment(1);
-        let started = Instant::now();
+        let metered = super::request_metrics::request(name);
         let result = match request {
             LogRequest::Write(w) => match self.log_write(ctx, w).await {
                 Ok(pending) => return pending,
@@ -71,11 +69,7 @@ impl Router {
             },
             LogRequest::Read(r) => self.log_read(ctx, r).await,
         };
-        metrics::histogram!("firn_request_seconds", "op" => name)
-            .record(started.elapsed().as_secs_f64());
-        if result.is_err() {
-            metrics::counter!("firn_request_errors_total", "op" => name).increment(1);
-        }
+        metered.finished(result.is_ok());
         ready(result)
     }
 
