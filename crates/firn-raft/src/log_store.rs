@@ -57,8 +57,9 @@ pub struct FjallLogStore {
     log: Keyspace,
     meta: Keyspace,
     flush: Flush,
-    /// The newest entries, shared with this log's readers; changed together with the log
-    /// (its lock held while the database changes), so a reader sees both as one.
+    /// The newest entries, shared with this log's readers: an append adds its entries just
+    /// before they go into the database, a truncation cuts them (its lock held while the
+    /// database changes), a purge drops them.
     tail: Arc<Mutex<LogTail>>,
     /// The committed log id openraft last reported and no append has written yet (see
     /// [`RaftLogStorage::save_committed`] below).
@@ -385,13 +386,17 @@ impl RaftLogStorage<FirnRaft> for FjallLogStore {
             let bytes = postcard::to_stdvec(&committed).map_err(codec_err)?;
             batch.insert(&self.meta, META_COMMITTED, bytes);
         }
+        // Into the tail first, then the database: a reader never waits on the database's
+        // journal lock (the group commit holds it while it hands the journal to the OS).
+        // Until the batch is in, the tail holds entries the database does not yet: no one
+        // reads them before this append returns, and if it fails openraft stops the group.
         {
             let mut tail = self.tail();
-            batch.commit().map_err(fjall_err)?;
             for (index, stored) in appended {
                 tail.push(index, stored);
             }
         }
+        batch.commit().map_err(fjall_err)?;
         stages::since(&STAGES.log_append, started);
         match &self.flush {
             Flush::Fsync(commit) => commit.enqueue(callback).await,

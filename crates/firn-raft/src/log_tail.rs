@@ -9,10 +9,11 @@
 //! client connection's read buffer, and keeping those would keep whole buffers alive. The
 //! stored form is exactly the bytes the bound counts.
 //!
-//! The tail always ends at the log's last entry: the log store changes both under one lock
-//! (see `log_store`), appending to it every entry it stores and cutting it where it truncates
-//! or purges the log. So a read that starts within the tail is answered from it alone, and
-//! one that starts before it goes to the database.
+//! The tail always ends at the log's last entry: the log store appends to it every entry it
+//! stores (just before the database gets them, so a reader never waits on the database's
+//! journal lock) and cuts it where it truncates or purges the log (see `log_store`). So a
+//! read that starts within the tail is answered from it alone, and one that starts before it
+//! goes to the database.
 
 use std::collections::VecDeque;
 use std::ops::{Bound, RangeBounds};
