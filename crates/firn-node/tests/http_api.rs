@@ -250,25 +250,37 @@ async fn keyspaces_health_and_metrics_over_http() {
         let (code, r) = call(a.get(&format!("{base}/healthz")), None);
         assert_eq!(code, 200);
         assert_eq!(json(r)["status"], "ok");
-        let (_, r) = call(a.put(&format!("{base}/v1/kv/m")), Some(b"1"));
-        drop(r);
-        // A conflict: a put that fails, counted as one.
-        let (code, _) = call(a.put(&format!("{base}/v1/kv/m?if_version=7")), Some(b"2"));
-        assert_eq!(code, 409);
-        let (code, r) = call(a.get(&format!("{base}/metrics")), None);
-        assert_eq!(code, 200);
-        let text = r.into_string().unwrap();
-        let value = |line: &str| -> f64 {
+        // Other tests in this process share the recorder: compare counts before and after.
+        let page = || {
+            let (code, r) = call(a.get(&format!("{base}/metrics")), None);
+            assert_eq!(code, 200);
+            r.into_string().unwrap()
+        };
+        let value = |text: &str, line: &str| -> f64 {
             text.lines()
                 .find_map(|l| l.strip_prefix(line))
-                .unwrap_or_else(|| panic!("no {line} in {text}"))
-                .trim()
-                .parse()
-                .unwrap()
+                .map_or(0.0, |v| v.trim().parse().unwrap())
         };
-        assert!(value("firn_requests_total{op=\"put\"} ") >= 2.0);
-        assert_eq!(value("firn_request_errors_total{op=\"put\"} "), 1.0);
-        assert!(value("firn_request_seconds_count{op=\"put\"} ") >= 2.0);
+        let (requests, errors, timed) = (
+            "firn_requests_total{op=\"put\"} ",
+            "firn_request_errors_total{op=\"put\"} ",
+            "firn_request_seconds_count{op=\"put\"} ",
+        );
+        let before = page();
+        let (_, r) = call(a.put(&format!("{base}/v1/kv/m")), Some(b"1"));
+        drop(r);
+        // A conflict: a put that fails.
+        let (code, _) = call(a.put(&format!("{base}/v1/kv/m?if_version=7")), Some(b"2"));
+        assert_eq!(code, 409);
+        let text = page();
+        for (line, grew) in [(requests, 2.0), (errors, 1.0), (timed, 2.0)] {
+            assert!(
+                value(&text, line) >= value(&before, line) + grew,
+                "{line}: {} before, {} after",
+                value(&before, line),
+                value(&text, line)
+            );
+        }
         // The put went through every stage a one-node write has (no follower to replicate
         // to), and each shows on the page with a count.
         for stage in [
