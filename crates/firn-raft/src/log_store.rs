@@ -225,14 +225,14 @@ impl FjallLogStore {
         self.meta.insert(key, bytes).map_err(fjall_err)
     }
 
-    /// Removes the log entries with index from `lower` to `upper`, at most `limit` of them
-    /// (the lowest), in one batch; returns the index of the last one removed.
+    /// The tail, locked. Its methods leave it whole at every point they could panic, so a
+    /// poisoned lock (a panic elsewhere while held) still guards a consistent tail.
     fn tail(&self) -> std::sync::MutexGuard<'_, LogTail> {
-        // The tail's methods leave it whole at every point they could panic, so a poisoned
-        // lock (a panic elsewhere while held) still guards a consistent tail.
         self.tail.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Removes the log entries with index from `lower` to `upper`, at most `limit` of them
+    /// (the lowest), in one batch; returns the index of the last one removed.
     fn remove_range(&self, lower: u64, upper: Bound<u64>, limit: usize) -> io::Result<Option<u64>> {
         let upper = match upper {
             Bound::Included(u) => Bound::Included(u.to_be_bytes()),

@@ -318,7 +318,7 @@ impl Router {
         {
             Ok(l) => l,
             Err(e) => {
-                metered.failed_unless(false);
+                metered.count_error();
                 return ready(Err(e));
             }
         };

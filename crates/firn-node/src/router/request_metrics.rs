@@ -65,13 +65,13 @@ impl Request {
         self.metrics
             .seconds
             .record(self.started.elapsed().as_secs_f64());
-        self.failed_unless(ok);
+        if !ok {
+            self.count_error();
+        }
     }
 
     /// Counts an error without a time (a request refused before it was served).
-    pub(super) fn failed_unless(&self, ok: bool) {
-        if !ok {
-            self.metrics.errors.increment(1);
-        }
+    pub(super) fn count_error(&self) {
+        self.metrics.errors.increment(1);
     }
 }
