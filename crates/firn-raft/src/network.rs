@@ -17,7 +17,7 @@ use crate::snapshot_transfer::{
     self, SNAPSHOT_CHUNK_TIMEOUT, SnapshotChunk, SnapshotChunkAnswer, Transfer,
 };
 use crate::stages::{self, STAGES};
-use crate::types::{FirnRaft, NodeId, ShardId, Snapshot, SnapshotData, Vote};
+use crate::types::{FirnRaft, NodeId, ShardId, Snapshot, SnapshotData, SnapshotMeta, Vote};
 
 #[derive(Clone)]
 pub struct PeerNetwork {
@@ -154,11 +154,15 @@ impl RaftNetworkV2<FirnRaft> for PeerClient {
         _option: RPCOption,
     ) -> Result<SnapshotResponse<FirnRaft>, StreamingError<FirnRaft>> {
         let Snapshot { meta, snapshot } = snapshot;
+        let mut cancel = std::pin::pin!(cancel);
+        let snapshot = tokio::select! {
+            closed = &mut cancel => return Err(StreamingError::Closed(closed)),
+            file = snapshot_file(snapshot, &meta) => file?,
+        };
         let total_bytes = snapshot.bytes();
         let chunk_bytes = snapshot_transfer::chunk_bytes() as u64;
         let peer = format!("node {}", self.target);
         let mut transfer = Transfer::start(true, self.shard, peer, total_bytes);
-        let mut cancel = std::pin::pin!(cancel);
         let mut offset = 0;
         loop {
             let len = chunk_bytes.min(total_bytes - offset);
@@ -208,6 +212,31 @@ impl RaftNetworkV2<FirnRaft> for PeerClient {
             }
         }
     }
+}
+
+/// The snapshot's file: a held cut is written out now (off the async worker), from the
+/// cut the meta was read from.
+async fn snapshot_file(
+    snapshot: SnapshotData,
+    meta: &SnapshotMeta,
+) -> Result<SnapshotFile, StreamingError<FirnRaft>> {
+    let held = match snapshot {
+        SnapshotData::File(file) => return Ok(file),
+        SnapshotData::Cut(held) => held,
+    };
+    let written = tokio::task::spawn_blocking(move || held.write_file())
+        .await
+        .map_err(|e| StreamingError::Unreachable(unreachable(e)))?;
+    // As a file that cannot be read: this node's fault, the transfer given up and retried.
+    let (written_meta, file) = written.map_err(|e| {
+        StreamingError::Unreachable(unreachable(format!("writing the snapshot file: {e}")))
+    })?;
+    if &written_meta != meta {
+        return Err(StreamingError::Unreachable(unreachable(format!(
+            "the snapshot file written holds {written_meta}, but the snapshot is {meta}"
+        ))));
+    }
+    Ok(file)
 }
 
 /// Reads `len` bytes of the snapshot from `offset`, off the async worker.

@@ -1,7 +1,12 @@
-//! A shard's snapshot as a file: built from the store, opened after a restart, checked, and
-//! loaded into the store — each by streaming, so memory stays at a few buffers
-//! ([`SNAPSHOT_BUFFER_BYTES`]) whatever the shard's size. How a snapshot travels between
-//! nodes is [`crate::snapshot_transfer`]'s.
+//! A shard's snapshot: a held cut of its tables, or a file built from one, opened after a
+//! restart, checked, and loaded into the store — each by streaming, so memory stays at a few
+//! buffers ([`SNAPSHOT_BUFFER_BYTES`]) whatever the shard's size. How a snapshot travels
+//! between nodes is [`crate::snapshot_transfer`]'s.
+//!
+//! A state on disk (fjall) is its own snapshot: building one holds a cut of the tables and
+//! makes the state durable ([`hold`]); the file is written from the cut only when the
+//! snapshot is sent ([`HeldCut::write_file`]). A state in memory gets its file when the
+//! snapshot is built ([`build`]): the file is what survives a restart.
 //!
 //! The file: a dump stream ([`firn_store::dump`]: every pair of a consistent cut of the
 //! state machine's tables, with a count and checksum), then the snapshot's meta (postcard),
@@ -17,10 +22,11 @@ use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crc::{CRC_32_ISCSI, Crc};
 use firn_store::StorageBackend;
-use firn_store::backend::{Batch, Table};
+use firn_store::backend::{Batch, Table, TableCut};
 use firn_store::dump::{self, DumpReader, DumpWriter};
 
 use crate::types::{LogId, SnapshotMeta, StoredMembership};
@@ -51,6 +57,51 @@ pub(crate) fn encode<T: serde::Serialize>(v: &T) -> io::Result<Vec<u8>> {
 pub(crate) fn decode<T: for<'de> serde::Deserialize<'de>>(b: &[u8]) -> io::Result<T> {
     postcard::from_bytes(b).map_err(|e| invalid(e.to_string()))
 }
+
+/// A snapshot's data as openraft holds it.
+#[derive(Clone, Debug)]
+pub enum SnapshotData {
+    /// A complete snapshot file: built from a state in memory, or received from a leader.
+    File(SnapshotFile),
+    /// A held cut of a state on disk: written out as a file only when it is sent.
+    Cut(HeldCut),
+}
+
+/// A cut of a replica's tables held as its snapshot, with where to write it out.
+#[derive(Clone)]
+pub struct HeldCut {
+    cut: Arc<dyn TableCut>,
+    /// The replica's snapshot path: files written from the cut sit beside it.
+    beside: PathBuf,
+}
+
+impl std::fmt::Debug for HeldCut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HeldCut(beside {})", self.beside.display())
+    }
+}
+
+/// Numbers the files written from held cuts, so that transfers to two followers at once
+/// write files of their own.
+static WRITTEN_FROM_CUTS: AtomicU64 = AtomicU64::new(0);
+
+impl HeldCut {
+    /// Writes the cut as a snapshot file, `<group>.sending.<n>` beside the replica's
+    /// snapshot, and opens it. The name is removed once the file is open: the handle reads
+    /// on, and the file's space is freed when the last clone of it is dropped (or, after a
+    /// crash, the next time the replica opens: [`UNFINISHED_SUFFIXES`]).
+    pub fn write_file(&self) -> io::Result<(SnapshotMeta, SnapshotFile)> {
+        let n = WRITTEN_FROM_CUTS.fetch_add(1, Ordering::Relaxed);
+        let path = self.beside.with_extension(format!("sending.{n}"));
+        let written = write(self.cut.as_ref(), &path).and_then(|_| SnapshotFile::open(&path));
+        let _ = std::fs::remove_file(&path);
+        written
+    }
+}
+
+/// The names (after `<group>.`) of the files a snapshot leaves only while it is built,
+/// received or sent: any found when a replica opens are left from a run that stopped.
+pub const UNFINISHED_SUFFIXES: [&str; 3] = ["building", "incoming.", "sending."];
 
 /// A snapshot's data as openraft holds it: an open, complete snapshot file. The handle keeps
 /// reading the file it opened even after a newer snapshot is renamed over its path, so a
@@ -177,6 +228,34 @@ fn sync_parent(path: &Path) -> io::Result<()> {
     }
 }
 
+/// The meta a cut's snapshot carries: its applied position and membership, read from the
+/// cut's system table.
+pub fn meta_of(cut: &dyn TableCut) -> io::Result<SnapshotMeta> {
+    let read = |key: &[u8]| cut.get(Table::System, key);
+    Ok(SnapshotMeta {
+        last_log_id: read(SYS_APPLIED)?.map(|v| decode(&v)).transpose()?,
+        last_membership: read(SYS_MEMBERSHIP)?
+            .map(|v| decode(&v))
+            .transpose()?
+            .unwrap_or_default(),
+    })
+}
+
+/// A snapshot of a state on disk: a cut of `backend`'s tables, held, with the state it
+/// covers made durable (the log before it may be purged once it exists; the state's
+/// journal is fsync'd by nothing else). Nothing is copied: the cost is one fsync, whatever
+/// the state's size. `beside` is the replica's snapshot path.
+pub fn hold(backend: &dyn StorageBackend, beside: &Path) -> io::Result<(SnapshotMeta, HeldCut)> {
+    let cut = backend.cut()?;
+    let meta = meta_of(cut.as_ref())?;
+    backend.persist()?;
+    let held = HeldCut {
+        cut,
+        beside: beside.to_path_buf(),
+    };
+    Ok((meta, held))
+}
+
 /// Writes a snapshot of a consistent cut of `backend` to `path` (under a temporary name,
 /// renamed into place once fsync'd), makes the state it covers durable, and opens it.
 pub fn build(
@@ -184,11 +263,22 @@ pub fn build(
     path: &Path,
 ) -> io::Result<(SnapshotMeta, SnapshotFile)> {
     let building = path.with_extension("building");
-    let out = BufWriter::with_capacity(SNAPSHOT_BUFFER_BYTES, File::create(&building)?);
+    write(backend.cut()?.as_ref(), &building)?;
+    // The log before the snapshot may be purged once it exists: the state it covers must
+    // be durable first (the state's journal is fsync'd by nothing else).
+    backend.persist()?;
+    std::fs::rename(&building, path)?;
+    sync_parent(path)?;
+    SnapshotFile::open(path)
+}
+
+/// Writes `cut` as a snapshot file at `path`, fsync'd, and returns its meta.
+fn write(cut: &dyn TableCut, path: &Path) -> io::Result<SnapshotMeta> {
+    let out = BufWriter::with_capacity(SNAPSHOT_BUFFER_BYTES, File::create(path)?);
     let mut dump = DumpWriter::new(out)?;
     let mut last_log_id: Option<LogId> = None;
     let mut membership: Option<StoredMembership> = None;
-    backend.dump_each(&mut |table, key, value| {
+    cut.dump_each(&mut |table, key, value| {
         if table == Table::System && key == SYS_APPLIED {
             last_log_id = Some(decode(value)?);
         } else if table == Table::System && key == SYS_MEMBERSHIP {
@@ -208,27 +298,26 @@ pub fn build(
     out.write_all(TRAILER_MAGIC)?;
     let file = out.into_inner().map_err(|e| e.into_error())?;
     file.sync_all()?;
-    drop(file);
-    // The log before the snapshot may be purged once it exists: the state it covers must
-    // be durable first (the state's journal is fsync'd by nothing else).
-    backend.persist()?;
-    std::fs::rename(&building, path)?;
-    sync_parent(path)?;
-    SnapshotFile::open(path)
+    Ok(meta)
 }
 
-/// Replaces `backend`'s tables with the snapshot's dump, pair by pair, then keeps the file
-/// as `keep_at` (the replica's current snapshot).
+/// Keeps the (checked) file as `keep_at`, the replica's current snapshot, then replaces
+/// `backend`'s tables with its dump, pair by pair.
 ///
 /// The applied position is written last, after every other pair is durable: until then the
-/// state holds none, so a crash midway leaves a state that claims no position (the next
-/// start restores it from the replica's current snapshot and its log), never one that
-/// claims a position its data does not hold. The file is renamed only after that.
+/// state holds none, so a crash midway leaves a state that claims no position, never one
+/// that claims a position its data does not hold — and the next start finds the file newer
+/// than the state and installs it again. (A state on disk, its own snapshot, has no other
+/// file to fall back on: the one received is kept first.)
 pub fn install(
     backend: &dyn StorageBackend,
     snapshot: &SnapshotFile,
     keep_at: &Path,
 ) -> io::Result<()> {
+    if snapshot.path() != keep_at {
+        std::fs::rename(snapshot.path(), keep_at)?;
+        sync_parent(keep_at)?;
+    }
     let mut reader = snapshot.dump_reader()?;
     let mut applied: Option<Vec<u8>> = None;
     backend.load_each(&mut || {
@@ -245,17 +334,13 @@ pub fn install(
         backend.write(batch)?;
         backend.persist()?;
     }
-    if snapshot.path() != keep_at {
-        std::fs::rename(snapshot.path(), keep_at)?;
-        sync_parent(keep_at)?;
-    }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use firn_store::MemoryBackend;
+    use firn_store::{FjallBackend, MemoryBackend};
 
     fn filled(pairs: usize) -> MemoryBackend {
         let backend = MemoryBackend::default();
@@ -301,6 +386,38 @@ mod tests {
     }
 
     #[test]
+    fn a_held_cut_writes_out_the_tables_as_they_were_when_it_was_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = FjallBackend::open_path(&dir.path().join("state")).unwrap();
+        source.load(filled(3_000).dump().unwrap()).unwrap();
+        let before = source.dump().unwrap();
+        let beside = dir.path().join("shard0.snapshot");
+        let (meta, held) = hold(&source, &beside).unwrap();
+        assert_eq!(meta.last_log_id, Some(applied()));
+
+        // Written after the cut: neither the pairs nor a later applied position are seen.
+        let mut later = Batch::default();
+        later.put(Table::Versions, b"later".to_vec(), b"v".to_vec());
+        later.remove(Table::KeyMeta, b"key0".to_vec());
+        later.put(
+            Table::System,
+            SYS_APPLIED.to_vec(),
+            b"not a log id".to_vec(),
+        );
+        source.write(later).unwrap();
+
+        let (written, file) = held.write_file().unwrap();
+        assert_eq!(written, meta);
+        file.verify().unwrap();
+        // The file's name is gone once it is open; nothing is left beside the snapshot.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        let target = MemoryBackend::default();
+        let mut reader = file.dump_reader().unwrap();
+        target.load_each(&mut || reader.next_pair()).unwrap();
+        assert_eq!(target.dump().unwrap(), before);
+    }
+
+    #[test]
     fn an_installed_snapshot_is_kept_under_the_replicas_name() {
         let dir = tempfile::tempdir().unwrap();
         let received = dir.path().join("shard0.incoming.1");
@@ -309,6 +426,23 @@ mod tests {
         install(&MemoryBackend::default(), &file, &current).unwrap();
         assert!(!received.exists());
         SnapshotFile::open(&current).unwrap();
+    }
+
+    #[test]
+    fn a_snapshot_is_kept_under_the_replicas_name_before_it_is_loaded() {
+        // A load that stops midway (here: a dump damaged after its trailer was checked)
+        // leaves the file in place for the next start, which installs it again.
+        let dir = tempfile::tempdir().unwrap();
+        let received = dir.path().join("shard0.incoming.1");
+        build(&filled(500), &received).unwrap();
+        let mut bytes = std::fs::read(&received).unwrap();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x41;
+        std::fs::write(&received, &bytes).unwrap();
+        let (_, file) = SnapshotFile::open(&received).unwrap();
+        let current = dir.path().join("shard0.snapshot");
+        install(&MemoryBackend::default(), &file, &current).unwrap_err();
+        assert!(current.exists() && !received.exists());
     }
 
     #[test]

@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::snapshot::SnapshotFile;
 use crate::state_machine::ShardStateMachine;
-use crate::types::{FirnRaft, ShardId, Snapshot, SnapshotMeta, Vote};
+use crate::types::{FirnRaft, ShardId, Snapshot, SnapshotData, SnapshotMeta, Vote};
 
 /// Bytes of a snapshot per chunk. Large enough that a chunk's round trip is small beside
 /// its transfer (4 MiB take ~35 ms at 1 Gbit/s), small enough that a chunk never holds up
@@ -391,7 +391,7 @@ impl IncomingSnapshots {
                 vote,
                 Snapshot {
                     meta,
-                    snapshot: file,
+                    snapshot: SnapshotData::File(file),
                 },
             )
             .await

@@ -1,6 +1,6 @@
 //! The openraft state machine: applies committed entries to the [`VersionedStore`], storing
 //! the applied log position atomically with each entry's changes, and builds and installs
-//! snapshots (files, streamed: [`crate::snapshot`]).
+//! snapshots (held cuts of a state on disk, files of a state in memory: [`crate::snapshot`]).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -13,7 +13,9 @@ use futures::{FutureExt, Stream, TryStreamExt};
 use openraft::storage::{ApplyResponder, EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 
-use crate::snapshot::{self, SYS_APPLIED, SYS_MEMBERSHIP, SnapshotFile, decode, encode};
+use crate::snapshot::{
+    self, SYS_APPLIED, SYS_MEMBERSHIP, SnapshotFile, UNFINISHED_SUFFIXES, decode, encode,
+};
 use crate::stages::{self, STAGES};
 use crate::types::{
     FirnRaft, LogCommand, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership,
@@ -33,14 +35,16 @@ fn firn_to_io(e: FirnError) -> io::Error {
 #[derive(Clone)]
 pub struct ShardStateMachine {
     store: Arc<VersionedStore>,
-    /// Where the latest snapshot is kept (`<group>.snapshot`); files of snapshots being
-    /// built or received sit beside it (`<group>.building`, `<group>.incoming.<n>`).
+    /// Where the snapshot file is kept (`<group>.snapshot`): a state in memory's latest, or
+    /// one received; files of snapshots being built, received or sent sit beside it
+    /// (`<group>.building`, `<group>.incoming.<n>`, `<group>.sending.<n>`).
     snapshot_path: PathBuf,
 }
 
 impl ShardStateMachine {
-    /// A state machine over `store`, its snapshot at `snapshot_path`. Files of snapshots a
-    /// previous run was building or receiving when it stopped are removed.
+    /// A state machine over `store`, its snapshot file at `snapshot_path`. Files of
+    /// snapshots a previous run was building, receiving or sending when it stopped are
+    /// removed.
     pub fn new(store: Arc<VersionedStore>, snapshot_path: PathBuf) -> Self {
         remove_unfinished(&snapshot_path);
         ShardStateMachine {
@@ -62,41 +66,105 @@ impl ShardStateMachine {
             .transpose()
     }
 
+    /// A snapshot of the state now: a held cut of a state on disk (whose file, from an
+    /// earlier snapshot or one received, is then stale and removed), a file of one in
+    /// memory.
     fn build(&self) -> io::Result<Snapshot> {
-        let (meta, snapshot) = snapshot::build(self.store.backend().as_ref(), &self.snapshot_path)?;
-        Ok(Snapshot { meta, snapshot })
+        let backend = self.store.backend();
+        if !backend.is_durable() {
+            let (meta, file) = snapshot::build(backend.as_ref(), &self.snapshot_path)?;
+            return Ok(Snapshot {
+                meta,
+                snapshot: SnapshotData::File(file),
+            });
+        }
+        let (meta, held) = snapshot::hold(backend.as_ref(), &self.snapshot_path)?;
+        self.file_newer_than(&meta)?;
+        Ok(Snapshot {
+            meta,
+            snapshot: SnapshotData::Cut(held),
+        })
     }
 
-    /// The snapshot file, if there is one. A file in the format before snapshots streamed
-    /// (one postcard blob, without the trailer) is replaced by a snapshot of the state now:
-    /// the state is at least as new as any snapshot it wrote.
-    fn current_snapshot(&self) -> io::Result<Option<Snapshot>> {
+    /// The replica's snapshot file, if there is one. A file in the format before snapshots
+    /// streamed (one postcard blob, without the trailer) is removed and counts as none: the
+    /// state is at least as new as any snapshot it wrote.
+    fn snapshot_file(&self) -> io::Result<Option<Snapshot>> {
         match SnapshotFile::open(&self.snapshot_path) {
-            Ok((meta, snapshot)) => Ok(Some(Snapshot { meta, snapshot })),
+            Ok((meta, file)) => Ok(Some(Snapshot {
+                meta,
+                snapshot: SnapshotData::File(file),
+            })),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) if e.kind() == io::ErrorKind::InvalidData => {
-                tracing::warn!("{e}; building a snapshot of the state in its place");
-                self.build().map(Some)
+                tracing::warn!("{e}; the state stands in for it");
+                remove_file(&self.snapshot_path)?;
+                Ok(None)
             }
             Err(e) => Err(e),
         }
     }
+
+    /// The replica's current snapshot. A file newer than the state is one whose install did
+    /// not finish (the state claims an older position, or none): it is the snapshot, and
+    /// the next start installs it again. Otherwise a state on disk is its own snapshot,
+    /// held as a cut of it now (and made durable: openraft may purge the log up to it); a
+    /// state in memory has only its file, if any.
+    fn current_snapshot(&self) -> io::Result<Option<Snapshot>> {
+        if !self.store.backend().is_durable() {
+            return self.snapshot_file();
+        }
+        let (meta, held) = snapshot::hold(self.store.backend().as_ref(), &self.snapshot_path)?;
+        if let Some(file) = self.file_newer_than(&meta)? {
+            return Ok(Some(file));
+        }
+        Ok(meta.last_log_id.is_some().then_some(Snapshot {
+            meta,
+            snapshot: SnapshotData::Cut(held),
+        }))
+    }
+
+    /// The replica's snapshot file if it is newer than the state on disk (`state`): one whose
+    /// install did not finish. One not newer is stale, the state covering it, and is removed
+    /// (a transfer reading it reads on).
+    fn file_newer_than(&self, state: &SnapshotMeta) -> io::Result<Option<Snapshot>> {
+        match self.snapshot_file()? {
+            Some(file) if file.meta.last_log_id > state.last_log_id => Ok(Some(file)),
+            Some(_) => remove_file(&self.snapshot_path).map(|()| None),
+            None => Ok(None),
+        }
+    }
 }
 
-/// Removes the files of snapshots left unfinished beside `snapshot_path` (built or received
-/// by a run that stopped midway): nothing refers to them.
+/// Removes a file, and makes the removal durable; a file already gone is not an error.
+fn remove_file(path: &Path) -> io::Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => match path.parent() {
+            Some(dir) => std::fs::File::open(dir)?.sync_all(),
+            None => Ok(()),
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes the files of snapshots left unfinished beside `snapshot_path` (built, received
+/// or sent by a run that stopped midway): nothing refers to them.
 fn remove_unfinished(snapshot_path: &Path) {
     let (Some(dir), Some(stem)) = (snapshot_path.parent(), snapshot_path.file_stem()) else {
         return;
     };
     let stem = stem.to_string_lossy();
-    let (building, incoming) = (format!("{stem}.building"), format!("{stem}.incoming."));
+    let unfinished: Vec<String> = UNFINISHED_SUFFIXES
+        .iter()
+        .map(|suffix| format!("{stem}.{suffix}"))
+        .collect();
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name == building || name.starts_with(&incoming) {
+        if unfinished.iter().any(|u| name.starts_with(u.as_str())) {
             let _ = std::fs::remove_file(entry.path());
         }
     }
@@ -169,8 +237,8 @@ impl RaftSnapshotBuilder<FirnRaft> for ShardStateMachine {
     type SnapshotData = SnapshotData;
 
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
-        // The dump is a consistent cut (the applied position inside it matches its data),
-        // written to the file as it is read: long work, off the async worker.
+        // A cut (the applied position inside it matches its data) and an fsync, or for a
+        // state in memory its dump written to a file: off the async worker.
         let this = self.clone();
         tokio::task::spawn_blocking(move || this.build())
             .await
@@ -259,14 +327,17 @@ impl RaftStateMachine<FirnRaft> for ShardStateMachine {
         _meta: &SnapshotMeta,
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
+        let SnapshotData::File(file) = snapshot else {
+            // A held cut is this replica's own state, never handed back to install (its
+            // current snapshot is a file whenever it is newer than the state).
+            return Err(io::Error::other(
+                "a held cut of the state is not a snapshot to install",
+            ));
+        };
         // Loading a whole dump is long work: off the worker.
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
-            snapshot::install(
-                this.store.backend().as_ref(),
-                &snapshot,
-                &this.snapshot_path,
-            )?;
+            snapshot::install(this.store.backend().as_ref(), &file, &this.snapshot_path)?;
             this.store.reload().map_err(firn_to_io)
         })
         .await
@@ -274,7 +345,7 @@ impl RaftStateMachine<FirnRaft> for ShardStateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
-        // Opening reads only the file's trailer (but an old-format file is rebuilt).
+        // Reads a file's trailer, or takes a cut and fsyncs: short, but blocking.
         let this = self.clone();
         tokio::task::spawn_blocking(move || this.current_snapshot())
             .await

@@ -13,7 +13,7 @@ use firn_model::{FirnError, Response};
 use firn_raft::ShardReplica;
 use firn_raft::log_store::Fsync;
 use firn_raft::shard::READ_ROUND_WAITERS_MAX;
-use firn_store::backend::{Batch, Pair, PairVisitor, Table, TablePair};
+use firn_store::backend::{Batch, Pair, Table, TableCut, TablePair};
 use firn_store::{MemoryBackend, Op, StorageBackend};
 
 /// A memory backend whose writes take `write_delay_ms` each: a slow disk, or a long batch.
@@ -52,8 +52,12 @@ impl StorageBackend for SlowBackend {
         self.inner.persist()
     }
 
-    fn dump_each(&self, visit: &mut PairVisitor<'_>) -> io::Result<()> {
-        self.inner.dump_each(visit)
+    fn is_durable(&self) -> bool {
+        self.inner.is_durable()
+    }
+
+    fn cut(&self) -> io::Result<Arc<dyn TableCut>> {
+        self.inner.cut()
     }
 
     fn load_each(&self, next: &mut dyn FnMut() -> io::Result<Option<TablePair>>) -> io::Result<()> {

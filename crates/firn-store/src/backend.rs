@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::ops::Bound;
 use std::path::Path;
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, Readable};
 use serde::{Deserialize, Serialize};
@@ -146,6 +146,18 @@ pub type PairVisitor<'a> = dyn FnMut(Table, &[u8], &[u8]) -> io::Result<()> + 'a
 /// is small beside its writes.
 pub const LOAD_BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
 
+/// A consistent cut of a backend's tables: it reads them as they were when it was taken,
+/// however long it is held and whatever is written since. While held it keeps what it sees
+/// from being dropped (fjall keeps the versions it covers through compactions), so it is
+/// held only while it is read: a snapshot being sent.
+pub trait TableCut: Send + Sync + 'static {
+    fn get(&self, table: Table, key: &[u8]) -> io::Result<Option<Vec<u8>>>;
+
+    /// Hands `visit` every pair of the cut, table by table in [`Table::ALL`] order,
+    /// ascending.
+    fn dump_each(&self, visit: &mut PairVisitor<'_>) -> io::Result<()>;
+}
+
 /// Ordered byte tables with atomic batches.
 pub trait StorageBackend: Send + Sync + 'static {
     fn get(&self, table: Table, key: &[u8]) -> io::Result<Option<Vec<u8>>>;
@@ -165,10 +177,19 @@ pub trait StorageBackend: Send + Sync + 'static {
     /// Makes every write so far durable (fsync).
     fn persist(&self) -> io::Result<()>;
 
+    /// Whether the tables outlive the process once [`Self::persist`]ed. A Raft snapshot of
+    /// such tables is the tables themselves: no copy is written until one is sent.
+    fn is_durable(&self) -> bool;
+
+    /// A consistent cut of the tables, held to be read now or later.
+    fn cut(&self) -> io::Result<Arc<dyn TableCut>>;
+
     /// Hands `visit` every pair of a consistent cut of the tables, table by table in
     /// [`Table::ALL`] order, ascending: the cut is taken when the walk starts, and writes
     /// made during it are not seen.
-    fn dump_each(&self, visit: &mut PairVisitor<'_>) -> io::Result<()>;
+    fn dump_each(&self, visit: &mut PairVisitor<'_>) -> io::Result<()> {
+        self.cut()?.dump_each(visit)
+    }
 
     /// Replaces every table with the pairs `next` yields until it yields `None`, written in
     /// batches of at most [`LOAD_BATCH_BYTES_MAX`], then made durable. An error from `next`
@@ -269,20 +290,19 @@ impl StorageBackend for MemoryBackend {
         Ok(())
     }
 
-    fn dump_each(&self, visit: &mut PairVisitor<'_>) -> io::Result<()> {
-        // The cut is a copy taken under the lock: everything here is in memory already, and
-        // writers must not wait while the copy is written out (a snapshot's file).
-        let cut = self
+    fn is_durable(&self) -> bool {
+        false
+    }
+
+    fn cut(&self) -> io::Result<Arc<dyn TableCut>> {
+        // A copy taken under the lock: everything here is in memory already, and writers
+        // must not wait while the cut is read (written out as a snapshot's file).
+        let tables = self
             .tables
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        for t in Table::ALL {
-            for (k, v) in &cut[t.index()] {
-                visit(t, k, v)?;
-            }
-        }
-        Ok(())
+        Ok(Arc::new(MemoryCut(tables)))
     }
 
     fn load_each(&self, next: &mut dyn FnMut() -> io::Result<Option<TablePair>>) -> io::Result<()> {
@@ -292,6 +312,24 @@ impl StorageBackend for MemoryBackend {
         }
         while let Some((table, k, v)) = next()? {
             tables[table.index()].insert(k, v);
+        }
+        Ok(())
+    }
+}
+
+/// A copy of a [`MemoryBackend`]'s tables.
+struct MemoryCut([BTreeMap<Vec<u8>, Vec<u8>>; TABLES]);
+
+impl TableCut for MemoryCut {
+    fn get(&self, table: Table, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
+        Ok(self.0[table.index()].get(key).cloned())
+    }
+
+    fn dump_each(&self, visit: &mut PairVisitor<'_>) -> io::Result<()> {
+        for t in Table::ALL {
+            for (k, v) in &self.0[t.index()] {
+                visit(t, k, v)?;
+            }
         }
         Ok(())
     }
@@ -441,15 +479,15 @@ impl StorageBackend for FjallBackend {
             .sync()
     }
 
-    fn dump_each(&self, visit: &mut PairVisitor<'_>) -> io::Result<()> {
-        let snapshot = self.db.snapshot();
-        for t in Table::ALL {
-            for guard in snapshot.iter(self.ks(t)) {
-                let (k, v) = guard.into_inner().map_err(fjall_err)?;
-                visit(t, &k, &v)?;
-            }
-        }
-        Ok(())
+    fn is_durable(&self) -> bool {
+        true
+    }
+
+    fn cut(&self) -> io::Result<Arc<dyn TableCut>> {
+        Ok(Arc::new(FjallCut {
+            snapshot: self.db.snapshot(),
+            keyspaces: self.keyspaces.clone(),
+        }))
     }
 
     fn load_each(&self, next: &mut dyn FnMut() -> io::Result<Option<TablePair>>) -> io::Result<()> {
@@ -471,5 +509,32 @@ impl StorageBackend for FjallBackend {
         }
         wb.commit().map_err(fjall_err)?;
         self.persist()
+    }
+}
+
+/// A fjall snapshot (a sequence number the database's reads stop at) of a backend's
+/// keyspaces.
+struct FjallCut {
+    snapshot: fjall::Snapshot,
+    keyspaces: [Keyspace; TABLES],
+}
+
+impl TableCut for FjallCut {
+    fn get(&self, table: Table, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
+        Ok(self
+            .snapshot
+            .get(&self.keyspaces[table.index()], key)
+            .map_err(fjall_err)?
+            .map(|v| v.to_vec()))
+    }
+
+    fn dump_each(&self, visit: &mut PairVisitor<'_>) -> io::Result<()> {
+        for t in Table::ALL {
+            for guard in self.snapshot.iter(&self.keyspaces[t.index()]) {
+                let (k, v) = guard.into_inner().map_err(fjall_err)?;
+                visit(t, &k, &v)?;
+            }
+        }
+        Ok(())
     }
 }

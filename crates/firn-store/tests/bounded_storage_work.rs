@@ -12,7 +12,7 @@ use firn_model::{
     CommitTs, FirnError, Key, KeyRange, KeyspaceSpec, PutRequest, ReadAt, Response, TruncateBefore,
     WatchFrom,
 };
-use firn_store::backend::{Batch, Pair, PairVisitor, Table, TablePair};
+use firn_store::backend::{Batch, Pair, Table, TableCut, TablePair};
 use firn_store::store::{BULK_BATCH_WRITES_MAX, HISTORY_PAGE_VERSIONS};
 use firn_store::{Command, MemoryBackend, Op, StorageBackend, VersionedStore};
 
@@ -72,8 +72,12 @@ impl StorageBackend for RecordingBackend {
         self.inner.persist()
     }
 
-    fn dump_each(&self, visit: &mut PairVisitor<'_>) -> io::Result<()> {
-        self.inner.dump_each(visit)
+    fn is_durable(&self) -> bool {
+        self.inner.is_durable()
+    }
+
+    fn cut(&self) -> io::Result<Arc<dyn TableCut>> {
+        self.inner.cut()
     }
 
     fn load_each(&self, next: &mut dyn FnMut() -> io::Result<Option<TablePair>>) -> io::Result<()> {
