@@ -356,6 +356,57 @@ proptest! {
     }
 }
 
+proptest! {
+    /// Whatever ran before — bulk deletes, FLUSHALL, refused commands in the same batch, a
+    /// reload — a write's version is the one after the newest version in storage (what
+    /// anything apply remembers between commands must not get wrong).
+    #[test]
+    fn a_writes_version_follows_the_stored_meta_whatever_came_before(
+        steps in proptest::collection::vec((0u8..6, 0u8..3, 1u64..4), 1..80),
+    ) {
+        let store = mem_store();
+        let stored_latest = |k: &str| store.meta(k.as_bytes()).unwrap().map_or(0, |m| m.latest);
+        for (i, (kind, k, n)) in steps.into_iter().enumerate() {
+            let (k, wall) = (format!("k{k}"), i as u64 + 1);
+            let before = stored_latest(&k);
+            let cmd = |op: Op| Command { ts: CommitTs::new(wall, 0), op };
+            let written = match kind {
+                0 => Some(apply(&store, wall, Op::Put(put_req(&k, "v"))).unwrap()),
+                1 => Some(apply(&store, wall, Op::Delete { keys: vec![key(&k)] }).unwrap()),
+                2 => {
+                    let before = TruncateBefore::Version(n);
+                    apply(&store, wall, Op::Truncate { target: KeyRange::Key(key(&k)), before }).unwrap();
+                    None
+                }
+                3 => {
+                    apply(&store, wall, Op::FlushAll).unwrap();
+                    None
+                }
+                4 => {
+                    // A refused put, then one that writes, in one storage batch.
+                    let mut stale = put_req(&k, "stale");
+                    stale.condition = WriteCondition::IfVersion(before + n);
+                    let cmds = [cmd(Op::Put(stale)), cmd(Op::Put(put_req(&k, "v")))];
+                    let refs: Vec<&Command> = cmds.iter().collect();
+                    let mut results = store.apply_batch(&refs, Vec::new()).unwrap();
+                    prop_assert!(results[0].is_err());
+                    Some(results.remove(1).unwrap())
+                }
+                _ => {
+                    store.reload().unwrap();
+                    None
+                }
+            };
+            if let Some(Response::Written(w)) = written {
+                if w[0].existed || kind != 1 {
+                    prop_assert_eq!(w[0].version, before + 1, "step {}: {:?} on {}", i, kind, k);
+                }
+                prop_assert_eq!(stored_latest(&k), w[0].version);
+            }
+        }
+    }
+}
+
 #[test]
 fn a_batch_of_commands_applies_in_order_and_a_rejected_one_changes_nothing() {
     let store = mem_store();
