@@ -34,6 +34,12 @@ const META_LAST_PURGED: &[u8] = b"last_purged";
 /// microsecond: `firn-store`'s `examples/apply_cost`).
 const PURGE_BATCH_ENTRIES: usize = 1_024;
 
+/// One purge at a time in the process removes entries, each taking at most half a core (it
+/// sleeps after each batch as long as the batch took). Purges are background work, and under
+/// an even load every group of a node reaches its snapshot at once: on the 2-core machine
+/// nine purges at once (3 groups on each of 3 nodes) held puts for up to ~300 ms.
+static PURGE_TURN: Mutex<()> = Mutex::new(());
+
 /// Largest memtable of a group's log before fjall writes it out (its default is 64 MiB per
 /// group; entries are purged after each snapshot anyway).
 const LOG_MEMTABLE_BYTES_MAX: u64 = 16 * 1024 * 1024;
@@ -229,6 +235,46 @@ impl FjallLogStore {
     /// poisoned lock (a panic elsewhere while held) still guards a consistent tail.
     fn tail(&self) -> std::sync::MutexGuard<'_, LogTail> {
         self.tail.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The lowest and highest indexes stored at or before `upto`.
+    fn stored_through(&self, upto: u64) -> io::Result<Option<(u64, u64)>> {
+        let mut stored = self.log.range(..=upto.to_be_bytes());
+        let index_of = |guard: fjall::Guard| -> io::Result<u64> {
+            let key = guard.key().map_err(fjall_err)?;
+            let bytes = key.as_ref().try_into();
+            Ok(u64::from_be_bytes(
+                bytes.map_err(|_| io::Error::other("bad log key"))?,
+            ))
+        };
+        let Some(first) = stored.next().map(index_of).transpose()? else {
+            return Ok(None);
+        };
+        let last = stored.next_back().map(index_of).transpose()?;
+        Ok(Some((first, last.unwrap_or(first))))
+    }
+
+    /// Removes the entries stored at or before `upto`, in batches of [`PURGE_BATCH_ENTRIES`]
+    /// paced by [`PURGE_TURN`]. A log is contiguous, so the batches name the indexes from the
+    /// first stored to the last rather than read the entries to find them.
+    fn remove_through(&self, upto: u64) -> io::Result<()> {
+        let _turn = PURGE_TURN.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((first, last)) = self.stored_through(upto)? else {
+            return Ok(());
+        };
+        let mut next = first;
+        while next <= last {
+            let started = Instant::now();
+            let end = last.min(next + PURGE_BATCH_ENTRIES as u64 - 1);
+            let mut batch = self.db.batch();
+            for index in next..=end {
+                batch.remove(&self.log, index.to_be_bytes());
+            }
+            batch.commit().map_err(fjall_err)?;
+            next = end + 1;
+            std::thread::sleep(started.elapsed());
+        }
+        Ok(())
     }
 
     /// Removes the log entries with index from `lower` to `upper`, at most `limit` of them
@@ -445,23 +491,13 @@ impl RaftLogStorage<FirnRaft> for FjallLogStore {
         // about as many entries as it (100,000 by default): removed here in one batch, it
         // held this group's Raft core for the whole of it, and the log database's journal
         // lock — every append of the stripe's groups — too. So they go in the background,
-        // in batches of `PURGE_BATCH_ENTRIES`.
+        // in batches of `PURGE_BATCH_ENTRIES`, one purge at a time and paced (`PURGE_TURN`).
         self.put_meta(META_LAST_PURGED, &log_id)?;
         self.tail().purge(log_id.index);
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
-            let mut from = 0;
-            loop {
-                match this.remove_range(from, Bound::Included(log_id.index), PURGE_BATCH_ENTRIES) {
-                    Ok(Some(last)) => from = last + 1,
-                    Ok(None) => return,
-                    Err(e) => {
-                        tracing::warn!(
-                            "purging the log through {log_id}: {e} (the next purge retries)"
-                        );
-                        return;
-                    }
-                }
+            if let Err(e) = this.remove_through(log_id.index) {
+                tracing::warn!("purging the log through {log_id}: {e} (the next purge retries)");
             }
         });
         Ok(())
