@@ -73,6 +73,60 @@ pub struct HeldCut {
     cut: Arc<dyn TableCut>,
     /// The replica's snapshot path: files written from the cut sit beside it.
     beside: PathBuf,
+    /// Where the file written is kept for the transfers after this one.
+    written: WrittenCuts,
+}
+
+/// The file last written from one of a replica's held cuts, kept while it still covers the
+/// replica's latest snapshot: a follower's retry, or another follower, is sent it rather
+/// than have the whole state written out again. Its space is held until a newer snapshot
+/// supersedes it (or the replica closes).
+#[derive(Clone, Default)]
+pub struct WrittenCuts(Arc<std::sync::Mutex<Written>>);
+
+#[derive(Default)]
+struct Written {
+    /// The latest snapshot's position: the leader's log may be purged up to it, so a file
+    /// sent must reach it.
+    floor: Option<LogId>,
+    file: Option<(SnapshotMeta, SnapshotFile)>,
+}
+
+impl WrittenCuts {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Written> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A snapshot was built at `at`: a kept file before it no longer serves.
+    pub fn built(&self, at: Option<LogId>) {
+        let mut written = self.lock();
+        if written
+            .file
+            .as_ref()
+            .is_some_and(|(m, _)| m.last_log_id < at)
+        {
+            written.file = None;
+        }
+        written.floor = at;
+    }
+
+    /// The kept file, if it reaches the latest snapshot.
+    pub fn reusable(&self) -> Option<(SnapshotMeta, SnapshotFile)> {
+        let written = self.lock();
+        let floor = written.floor;
+        written.file.clone().filter(|(m, _)| m.last_log_id >= floor)
+    }
+
+    fn keep(&self, meta: SnapshotMeta, file: SnapshotFile) {
+        let mut written = self.lock();
+        if written
+            .file
+            .as_ref()
+            .is_none_or(|(m, _)| m.last_log_id <= meta.last_log_id)
+        {
+            written.file = Some((meta, file));
+        }
+    }
 }
 
 impl std::fmt::Debug for HeldCut {
@@ -95,7 +149,9 @@ impl HeldCut {
         let path = self.beside.with_extension(format!("sending.{n}"));
         let written = write(self.cut.as_ref(), &path).and_then(|_| SnapshotFile::open(&path));
         let _ = std::fs::remove_file(&path);
-        written
+        let (meta, file) = written?;
+        self.written.keep(meta.clone(), file.clone());
+        Ok((meta, file))
     }
 }
 
@@ -244,14 +300,20 @@ pub fn meta_of(cut: &dyn TableCut) -> io::Result<SnapshotMeta> {
 /// A snapshot of a state on disk: a cut of `backend`'s tables, held, with the state it
 /// covers made durable (the log before it may be purged once it exists; the state's
 /// journal is fsync'd by nothing else). Nothing is copied: the cost is one fsync, whatever
-/// the state's size. `beside` is the replica's snapshot path.
-pub fn hold(backend: &dyn StorageBackend, beside: &Path) -> io::Result<(SnapshotMeta, HeldCut)> {
+/// the state's size. `beside` is the replica's snapshot path, `written` where a file
+/// written from the cut is kept.
+pub fn hold(
+    backend: &dyn StorageBackend,
+    beside: &Path,
+    written: &WrittenCuts,
+) -> io::Result<(SnapshotMeta, HeldCut)> {
     let cut = backend.cut()?;
     let meta = meta_of(cut.as_ref())?;
     backend.persist()?;
     let held = HeldCut {
         cut,
         beside: beside.to_path_buf(),
+        written: written.clone(),
     };
     Ok((meta, held))
 }
@@ -392,7 +454,8 @@ mod tests {
         source.load(filled(3_000).dump().unwrap()).unwrap();
         let before = source.dump().unwrap();
         let beside = dir.path().join("shard0.snapshot");
-        let (meta, held) = hold(&source, &beside).unwrap();
+        let written = WrittenCuts::default();
+        let (meta, held) = hold(&source, &beside, &written).unwrap();
         assert_eq!(meta.last_log_id, Some(applied()));
 
         // Written after the cut: neither the pairs nor a later applied position are seen.
@@ -406,8 +469,8 @@ mod tests {
         );
         source.write(later).unwrap();
 
-        let (written, file) = held.write_file().unwrap();
-        assert_eq!(written, meta);
+        let (written_meta, file) = held.write_file().unwrap();
+        assert_eq!(written_meta, meta);
         file.verify().unwrap();
         // The file's name is gone once it is open; nothing is left beside the snapshot.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
@@ -415,6 +478,18 @@ mod tests {
         let mut reader = file.dump_reader().unwrap();
         target.load_each(&mut || reader.next_pair()).unwrap();
         assert_eq!(target.dump().unwrap(), before);
+
+        // The file is kept for the next transfer while it reaches the latest snapshot.
+        written.built(meta.last_log_id);
+        assert_eq!(written.reusable().map(|(m, _)| m), Some(meta.clone()));
+        let (_, newer) = hold(&source, &beside, &written).unwrap();
+        drop(newer);
+        let later = LogId::new(applied().leader_id, applied().index + 1);
+        written.built(Some(later));
+        assert!(
+            written.reusable().is_none(),
+            "a file older than the snapshot was kept"
+        );
     }
 
     #[test]

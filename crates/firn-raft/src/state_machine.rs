@@ -39,6 +39,8 @@ pub struct ShardStateMachine {
     /// one received; files of snapshots being built, received or sent sit beside it
     /// (`<group>.building`, `<group>.incoming.<n>`, `<group>.sending.<n>`).
     snapshot_path: PathBuf,
+    /// The file last written from a held cut, for the transfers after it.
+    written: snapshot::WrittenCuts,
 }
 
 impl ShardStateMachine {
@@ -50,6 +52,7 @@ impl ShardStateMachine {
         ShardStateMachine {
             store,
             snapshot_path,
+            written: Default::default(),
         }
     }
 
@@ -78,7 +81,8 @@ impl ShardStateMachine {
                 snapshot: SnapshotData::File(file),
             });
         }
-        let (meta, held) = snapshot::hold(backend.as_ref(), &self.snapshot_path)?;
+        let (meta, held) = snapshot::hold(backend.as_ref(), &self.snapshot_path, &self.written)?;
+        self.written.built(meta.last_log_id);
         self.file_newer_than(&meta)?;
         Ok(Snapshot {
             meta,
@@ -108,15 +112,23 @@ impl ShardStateMachine {
     /// The replica's current snapshot. A file newer than the state is one whose install did
     /// not finish (the state claims an older position, or none): it is the snapshot, and
     /// the next start installs it again. Otherwise a state on disk is its own snapshot,
-    /// held as a cut of it now (and made durable: openraft may purge the log up to it); a
+    /// held as a cut of it now (and made durable: openraft may purge the log up to it) — or,
+    /// when a cut was written out for a transfer since the latest snapshot, that file; a
     /// state in memory has only its file, if any.
     fn current_snapshot(&self) -> io::Result<Option<Snapshot>> {
         if !self.store.backend().is_durable() {
             return self.snapshot_file();
         }
-        let (meta, held) = snapshot::hold(self.store.backend().as_ref(), &self.snapshot_path)?;
+        let backend = self.store.backend();
+        let (meta, held) = snapshot::hold(backend.as_ref(), &self.snapshot_path, &self.written)?;
         if let Some(file) = self.file_newer_than(&meta)? {
             return Ok(Some(file));
+        }
+        if let Some((meta, file)) = self.written.reusable() {
+            return Ok(Some(Snapshot {
+                meta,
+                snapshot: SnapshotData::File(file),
+            }));
         }
         Ok(meta.last_log_id.is_some().then_some(Snapshot {
             meta,
@@ -324,9 +336,12 @@ impl RaftStateMachine<FirnRaft> for ShardStateMachine {
 
     async fn install_snapshot(
         &mut self,
-        _meta: &SnapshotMeta,
+        meta: &SnapshotMeta,
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
+        // The log is purged up to the installed snapshot: a file written from a cut before
+        // it (when this replica led) can no longer serve a follower.
+        self.written.built(meta.last_log_id);
         let SnapshotData::File(file) = snapshot else {
             // A held cut is this replica's own state, never handed back to install (its
             // current snapshot is a file whenever it is newer than the state).

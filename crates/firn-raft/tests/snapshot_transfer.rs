@@ -154,7 +154,7 @@ fn unfinished_files(dir: &Path) -> Vec<String> {
 async fn a_new_replica_catches_up_through_a_snapshot_sent_in_many_chunks() {
     snapshot_transfer::set_chunk_bytes(CHUNK_BYTES);
     let dir = tempfile::tempdir().unwrap();
-    let (mut bound, addrs) = listeners(&[1, 2]).await;
+    let (mut bound, addrs) = listeners(&[1, 2, 3]).await;
     let n1 = start(1, &dir.path().join("n1"), bound.remove(0), &addrs).await;
     fill(&n1.replica, 2_000, 600, 100).await;
     let purged = snapshot_and_purge(&n1.replica).await;
@@ -185,6 +185,19 @@ async fn a_new_replica_catches_up_through_a_snapshot_sent_in_many_chunks() {
     assert_eq!(unfinished_files(&n2.snapshot_dir), Vec::<String>::new());
     assert_eq!(unfinished_files(&n1.snapshot_dir), Vec::<String>::new());
 
+    // The state moves on, but no snapshot is built: the next replica is sent the file the
+    // leader wrote for the first (it still reaches the purge point), not a new one.
+    fill(&n1.replica, 50, 100, 50).await;
+    let n3 = start(3, &dir.path().join("n3"), bound.remove(0), &addrs).await;
+    n1.replica.add_learner(3, &addrs[&3], true).await.unwrap();
+    caught_up(&n1.replica, &n3.replica).await;
+    let (again, _) = SnapshotFile::open(&n3.snapshot_dir.join("shard0.snapshot")).unwrap();
+    assert_eq!(again, meta, "the leader wrote its state out again");
+    let learner = n3.replica.store().backend().dump().unwrap();
+    let leader = n1.replica.store().backend().dump().unwrap();
+    assert!(leader == learner, "the second learner's tables differ");
+
+    n3.replica.shutdown().await;
     n2.replica.shutdown().await;
     n1.replica.shutdown().await;
 }
