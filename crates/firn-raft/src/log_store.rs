@@ -277,31 +277,14 @@ impl FjallLogStore {
         Ok(())
     }
 
-    /// Removes the log entries with index from `lower` to `upper`, at most `limit` of them
-    /// (the lowest), in one batch; returns the index of the last one removed.
-    fn remove_range(&self, lower: u64, upper: Bound<u64>, limit: usize) -> io::Result<Option<u64>> {
-        let upper = match upper {
-            Bound::Included(u) => Bound::Included(u.to_be_bytes()),
-            Bound::Excluded(u) => Bound::Excluded(u.to_be_bytes()),
-            Bound::Unbounded => Bound::Unbounded,
-        };
+    /// Removes every log entry from index `lower` on, in one batch (a truncation: the
+    /// entries a new leader replaces).
+    fn remove_from(&self, lower: u64) -> io::Result<()> {
         let mut batch = self.db.batch();
-        let mut last = None;
-        for guard in self
-            .log
-            .range((Bound::Included(lower.to_be_bytes()), upper))
-            .take(limit)
-        {
-            let key = guard.key().map_err(fjall_err)?;
-            last = Some(u64::from_be_bytes(
-                key.as_ref()
-                    .try_into()
-                    .map_err(|_| io::Error::other("bad log key"))?,
-            ));
-            batch.remove(&self.log, key);
+        for guard in self.log.range(lower.to_be_bytes()..) {
+            batch.remove(&self.log, guard.key().map_err(fjall_err)?);
         }
-        batch.commit().map_err(fjall_err)?;
-        Ok(last)
+        batch.commit().map_err(fjall_err)
     }
 }
 
@@ -479,7 +462,7 @@ impl RaftLogStorage<FirnRaft> for FjallLogStore {
         let from = last_log_id.map_or(0, |id| id.index + 1);
         let mut tail = self.tail();
         // One batch, whatever its size: removed in parts, a crash could leave a hole.
-        self.remove_range(from, Bound::Unbounded, usize::MAX)?;
+        self.remove_from(from)?;
         tail.truncate_after(last_log_id.map(|id| id.index));
         Ok(())
     }
