@@ -141,9 +141,10 @@ static WRITTEN_FROM_CUTS: AtomicU64 = AtomicU64::new(0);
 
 impl HeldCut {
     /// Writes the cut as a snapshot file, `<group>.sending.<n>` beside the replica's
-    /// snapshot, and opens it. The name is removed once the file is open: the handle reads
-    /// on, and the file's space is freed when the last clone of it is dropped (or, after a
-    /// crash, the next time the replica opens: [`UNFINISHED_SUFFIXES`]).
+    /// snapshot, opens it, and keeps it in [`WrittenCuts`] for the transfers after this one.
+    /// The name is removed once the file is open: the handles read on, and the file's space
+    /// is freed when the last of them is dropped (or, after a crash, the next time the
+    /// replica opens: [`UNFINISHED_SUFFIXES`]).
     pub fn write_file(&self) -> io::Result<(SnapshotMeta, SnapshotFile)> {
         let n = WRITTEN_FROM_CUTS.fetch_add(1, Ordering::Relaxed);
         let path = self.beside.with_extension(format!("sending.{n}"));
