@@ -330,6 +330,7 @@ impl RunningNode {
             peers: peers.clone(),
             data_dir: data_dir.clone(),
             snapshot_every_entries: config.snapshot_every_entries,
+            snapshot_catchup_entries: config.snapshot_catchup_entries,
             close_time_every: config.close_time_every,
             in_memory: config.in_memory,
             pool,

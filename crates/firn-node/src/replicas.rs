@@ -32,6 +32,7 @@ pub struct ReplicaFactory {
     pub peers: PeerClient,
     pub data_dir: PathBuf,
     pub snapshot_every_entries: u64,
+    pub snapshot_catchup_entries: u64,
     pub close_time_every: std::time::Duration,
     pub in_memory: bool,
     pub pool: Arc<PeerPool>,
@@ -100,6 +101,7 @@ impl ReplicaFactory {
                 flush,
                 snapshot_dir: self.data_dir.join("snapshots"),
                 snapshot_every_entries: self.snapshot_every_entries,
+                snapshot_catchup_entries: self.snapshot_catchup_entries,
                 // The meta group's state is the layout: nobody reads it at a time.
                 close_time_every: (id != META_GROUP && !self.close_time_every.is_zero())
                     .then_some(self.close_time_every),

@@ -59,6 +59,9 @@ pub struct ShardConfig {
     pub snapshot_dir: PathBuf,
     /// Build a snapshot (and purge the log before it) every this many entries.
     pub snapshot_every_entries: u64,
+    /// Entries the purge leaves behind each snapshot, so that a follower at most this far
+    /// behind catches up from the log rather than by a snapshot transfer.
+    pub snapshot_catchup_entries: u64,
     /// When this replica leads and the shard has had no entry for this long, it proposes
     /// one that closes time (`Op::CloseTime`). `None`: never (the meta group).
     pub close_time_every: Option<Duration>,
@@ -254,7 +257,7 @@ impl ShardReplica {
             election_timeout_min: 300,
             election_timeout_max: ELECTION_TIMEOUT_MAX_MS,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_every_entries),
-            max_in_snapshot_log_to_keep: 0,
+            max_in_snapshot_log_to_keep: cfg.snapshot_catchup_entries,
             // A memory replica's log may come back shorter than it acknowledged: its leader
             // then searches for the match again instead of treating it as corruption, and a
             // restarted leader must win an election rather than resume.

@@ -1,5 +1,6 @@
-//! A new replica catches up through a snapshot sent in many chunks, and a receiver refuses
-//! chunks that do not continue its transfer. The chunk size is scaled down so that a small
+//! A new replica catches up through a snapshot sent in many chunks, a receiver refuses
+//! chunks that do not continue its transfer, and a replica that fell less far behind than
+//! the entries kept behind a snapshot catches up from the log. The chunk size is scaled down so that a small
 //! snapshot travels in hundreds of chunks (it is process-wide: this file's tests all use it).
 
 use std::collections::HashMap;
@@ -55,7 +56,19 @@ async fn listeners(ids: &[u64]) -> (Vec<TcpListener>, HashMap<u64, String>) {
 }
 
 /// Starts node `id` in `dir`; node 1 forms the group alone, any other waits to be added.
+/// Its purges keep nothing behind a snapshot, so that a replica behind it needs one.
 async fn start(id: u64, dir: &Path, listener: TcpListener, addrs: &HashMap<u64, String>) -> Node {
+    start_keeping(id, dir, listener, addrs, 0).await
+}
+
+/// [`start`], keeping `catchup` log entries behind each snapshot.
+async fn start_keeping(
+    id: u64,
+    dir: &Path,
+    listener: TcpListener,
+    addrs: &HashMap<u64, String>,
+    catchup: u64,
+) -> Node {
     let groups = LocalGroups::default();
     let (stop, stopped) = watch::channel(false);
     tokio::spawn(serve_peers(
@@ -83,6 +96,7 @@ async fn start(id: u64, dir: &Path, listener: TcpListener, addrs: &HashMap<u64, 
         db: log_db,
         snapshot_dir: snapshot_dir.clone(),
         snapshot_every_entries: 1_000_000,
+        snapshot_catchup_entries: catchup,
         close_time_every: None,
     };
     let replica = ShardReplica::open(cfg, Arc::new(HybridClock::system()))
@@ -198,6 +212,53 @@ async fn a_new_replica_catches_up_through_a_snapshot_sent_in_many_chunks() {
     assert!(leader == learner, "the second learner's tables differ");
 
     n3.replica.shutdown().await;
+    n2.replica.shutdown().await;
+    n1.replica.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_behind_by_fewer_entries_than_kept_catches_up_from_the_log() {
+    const KEPT: u64 = 150;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut bound, addrs) = listeners(&[1, 2]).await;
+    let n1 = start_keeping(1, &dir.path().join("n1"), bound.remove(0), &addrs, KEPT).await;
+    let n2_dir = dir.path().join("n2");
+    let n2 = start_keeping(2, &n2_dir, bound.remove(0), &addrs, KEPT).await;
+    n1.replica.add_learner(2, &addrs[&2], true).await.unwrap();
+    fill(&n1.replica, 300, 100, 50).await;
+    caught_up(&n1.replica, &n2.replica).await;
+
+    // The learner stops; the leader writes on and snapshots, its purge leaving `KEPT`
+    // entries behind the snapshot, more than the learner missed.
+    n2.replica.shutdown().await;
+    drop(n2);
+    fill(&n1.replica, 100, 100, 50).await;
+    let purged = snapshot_and_purge(&n1.replica).await;
+    let status = n1.replica.status();
+    assert_eq!(
+        Some(purged + KEPT),
+        status.snapshot_index,
+        "the purge did not keep {KEPT} entries behind the snapshot: {status:?}"
+    );
+
+    // Back again (the fsync thread first drops its database handle), it is sent the
+    // entries it missed: it installs no snapshot.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let listener = TcpListener::bind(&addrs[&2]).await.unwrap();
+    let n2 = start_keeping(2, &n2_dir, listener, &addrs, KEPT).await;
+    caught_up(&n1.replica, &n2.replica).await;
+    // Its own snapshot is its state as it restarted (a state on disk is its snapshot); one
+    // sent by the leader would reach the leader's, and leave its file.
+    let status = n2.replica.status();
+    assert!(
+        status.snapshot_index < Some(purged + KEPT),
+        "the learner was sent a snapshot: {status:?}"
+    );
+    assert!(!n2.snapshot_dir.join("shard0.snapshot").exists());
+    let leader = n1.replica.store().backend().dump().unwrap();
+    let learner = n2.replica.store().backend().dump().unwrap();
+    assert!(leader == learner, "the learner's tables differ");
+
     n2.replica.shutdown().await;
     n1.replica.shutdown().await;
 }

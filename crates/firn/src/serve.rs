@@ -49,6 +49,11 @@ pub struct ServeArgs {
     /// Snapshot (and purge the log) every this many entries.
     #[arg(long, env = "FIRN_SNAPSHOT_EVERY", default_value_t = 100_000)]
     snapshot_every: u64,
+    /// Log entries kept behind each snapshot: a replica that fell at most this far behind
+    /// (a restart, a short partition) catches up from the log instead of being sent a
+    /// snapshot of the whole shard. 0 purges the log up to the snapshot.
+    #[arg(long, env = "FIRN_SNAPSHOT_CATCHUP_ENTRIES", default_value_t = firn_node::config::SNAPSHOT_CATCHUP_ENTRIES_DEFAULT)]
+    snapshot_catchup_entries: u64,
     /// An idle shard's leader closes time this often, so that reads at a time (ASOF) wait
     /// at most about this long for it to be closed; 0 turns it off (an idle cluster then
     /// uses less CPU, and a read at a recent time on an idle shard waits for its next write).
@@ -281,6 +286,7 @@ fn node_config(args: &ServeArgs) -> Result<(NodeConfig, Option<String>), String>
         allow_flushall: args.allow_flushall,
         retention_interval: args.retention_interval,
         snapshot_every_entries: args.snapshot_every,
+        snapshot_catchup_entries: args.snapshot_catchup_entries,
         close_time_every: args.close_time_every,
         node_id,
         peer_addr: args.peer_addr,

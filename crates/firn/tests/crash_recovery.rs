@@ -36,7 +36,11 @@ async fn kill_9_with_four_stripes_loses_no_acknowledged_write() {
 
 async fn kill_9_during_writes(dir: &std::path::Path, extra: &[&str]) {
     // Snapshot often, so that recovery also goes through a snapshot and a purged log.
-    let args = [&["--snapshot-every", "500"], extra].concat();
+    let args = [
+        &["--snapshot-every", "500", "--snapshot-catchup-entries", "0"],
+        extra,
+    ]
+    .concat();
     let node = FirnProcess::start(dir, &args);
     let client = Client::connect(&node.resp_addr()).await.unwrap();
     let acked: Arc<Mutex<Vec<(String, u64, String)>>> = Arc::default();

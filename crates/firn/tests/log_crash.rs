@@ -29,7 +29,10 @@ fn text(v: &Value) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_appends_loses_no_acknowledged_record() {
     let dir = tempfile::tempdir().unwrap();
-    let node = FirnProcess::start(dir.path(), &["--snapshot-every", "500"]);
+    let node = FirnProcess::start(
+        dir.path(),
+        &["--snapshot-every", "500", "--snapshot-catchup-entries", "0"],
+    );
     let client = redis::Client::open(format!("redis://{}/", node.resp_addr())).unwrap();
     let acked: Arc<Mutex<Vec<Acked>>> = Arc::default();
     let started = Instant::now();

@@ -102,7 +102,17 @@ fn wait_for_placement(
 async fn nodes_join_and_leave_under_load_without_losing_acknowledged_writes() {
     // Small snapshots: a joining replica catches up through a snapshot, not only the log.
     let cluster = tokio::task::spawn_blocking(|| {
-        let c = Cluster::start(3, &["--snapshot-every", "500", "--shards", "4"]);
+        let c = Cluster::start(
+            3,
+            &[
+                "--snapshot-every",
+                "500",
+                "--snapshot-catchup-entries",
+                "0",
+                "--shards",
+                "4",
+            ],
+        );
         c.wait_for_leaders(0, None);
         c
     })
