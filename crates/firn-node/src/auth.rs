@@ -24,6 +24,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use firn_model::{Access, FirnError, Permission};
 use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 /// Every user a node knows, by name and by bearer token.
 #[derive(Debug, Default)]
@@ -166,7 +167,11 @@ impl Users {
             .and_then(|n| self.by_name.get(n))
             .ok_or(FirnError::WrongPass)?;
         match &user.password {
-            Some(hash) if *hash == sha256_hex(password) => Ok(user.clone()),
+            // In constant time: an early exit would tell a guesser how much of the stored
+            // hash its guess's hash matches.
+            Some(hash) if bool::from(hash.as_bytes().ct_eq(sha256_hex(password).as_bytes())) => {
+                Ok(user.clone())
+            }
             _ => Err(FirnError::WrongPass),
         }
     }
