@@ -181,7 +181,15 @@ impl RunningNode {
         let announced = |bound: SocketAddr| advertised(config.advertise_host.as_deref(), bound);
         let peer_addr_text = announced(peer_addr);
         // How this node finds its cluster: it creates one (alone, or as the lowest id of
-        // `--peers`), it is one of `--peers`, or it joins through a member.
+        // `--peers`), it is one of `--peers`, or it joins through a member: the one `--join`
+        // names or, for a node `--peers` does not list (a StatefulSet scaled up past the
+        // list it was created with), the nodes listed.
+        let listed = config.peers.contains_key(&config.node_id);
+        let join_through: Vec<String> = match &config.join {
+            Some(contact) => vec![contact.clone()],
+            None if !listed => config.peers.values().cloned().collect(),
+            None => Vec::new(),
+        };
         let (nodes, initial, creates) = match (&config.join, config.peers.is_empty()) {
             (Some(_), false) => {
                 return Err(FirnError::BadArgument(
@@ -194,6 +202,17 @@ impl RunningNode {
                 None,
                 false,
             ),
+            (None, false) if !listed => {
+                tracing::info!(
+                    node = config.node_id,
+                    "--peers does not list this node: it joins the cluster through them"
+                );
+                (
+                    BTreeMap::from([(config.node_id, peer_addr_text.clone())]),
+                    None,
+                    false,
+                )
+            }
             (None, true) => {
                 let single = ClusterLayout::single(
                     config.node_id,
@@ -203,12 +222,6 @@ impl RunningNode {
                 (single.nodes.clone(), Some(single), true)
             }
             (None, false) => {
-                if !config.peers.contains_key(&config.node_id) {
-                    return Err(FirnError::BadArgument(format!(
-                        "--peers does not list this node ({})",
-                        config.node_id
-                    )));
-                }
                 let layout =
                     ClusterLayout::new(config.peers.clone(), config.shards, config.replication)?;
                 let first = config.peers.keys().next() == Some(&config.node_id);
@@ -412,11 +425,11 @@ impl RunningNode {
             },
             stop_rx.clone(),
         )));
-        if let Some(contact) = config.join.clone() {
+        if !join_through.is_empty() {
             tasks.push(tokio::spawn(join(
                 peers,
                 config.node_id,
-                contact,
+                join_through,
                 announced(peer_addr),
                 stop_rx.clone(),
             )));

@@ -269,3 +269,38 @@ async fn nodes_join_and_leave_under_load_without_losing_acknowledged_writes() {
     }
     drop(cluster);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_peers_does_not_list_joins_through_them() {
+    // A StatefulSet scaled up past the `peers` it was created with: its new pod starts with
+    // the same list, which does not name it.
+    let cluster = tokio::task::spawn_blocking(|| {
+        let mut c = Cluster::start(3, &["--shards", "3"]);
+        c.wait_for_leaders(0, None);
+        let four = c.add_unlisted();
+        assert_eq!(four, 3);
+        let load = wait_for_placement(&c, 0, "node 4 holding replicas", |l| {
+            l.len() == 4 && l.get(&4).is_some_and(|n| *n > 0)
+        });
+        eprintln!("node 4 joined: {load:?}");
+        // Restarted with the same list, it is a member already and stays one.
+        c.kill_9(3);
+        c.restart(3);
+        c.wait_for_leaders(3, None);
+        c
+    })
+    .await
+    .unwrap();
+    let four = Client::connect(&cluster.resp_addr(3)).await.unwrap();
+    firn_client::retry_transient(|| four.put(b"via-four", b"yes", PutOptions::default()))
+        .await
+        .unwrap();
+    let one = Client::connect(&cluster.resp_addr(0)).await.unwrap();
+    let got = one
+        .get(b"via-four", ReadAt::Latest, ReadConsistency::Linearizable)
+        .await
+        .unwrap()
+        .and_then(|x| x.value);
+    assert_eq!(got.as_deref(), Some(&b"yes"[..]));
+    drop(cluster);
+}

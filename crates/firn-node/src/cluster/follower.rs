@@ -114,20 +114,20 @@ pub async fn steward_loop(
     }
 }
 
-/// Asks the member at `contact` to add this node, until one accepts.
+/// Asks the members at `contacts` (in turn, one a try) to add this node, until one accepts.
 pub async fn join(
     peers: PeerClient,
     node: u64,
-    contact: String,
+    contacts: Vec<String>,
     addr: String,
     mut stop: watch::Receiver<bool>,
 ) {
-    loop {
+    for contact in contacts.iter().cycle() {
         let change = MetaChange::Join {
             node,
             addr: addr.clone(),
         };
-        match peers.call_addr(&contact, change).await {
+        match peers.call_addr(contact, change).await {
             Ok(Ok(())) => {
                 tracing::info!(node, %contact, "joined the cluster; replicas will move here");
                 return;

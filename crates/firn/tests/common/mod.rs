@@ -240,6 +240,19 @@ impl Cluster {
         i
     }
 
+    /// Starts one more node (id = its index + 1) with the first nodes' `--peers`, which does
+    /// not list it (as a StatefulSet's new pod after a scale-up); returns its index.
+    pub fn add_unlisted(&mut self) -> usize {
+        let p = free_ports(3);
+        self.ports.push((p[0], p[1], p[2]));
+        self.dirs.push(tempfile::tempdir().unwrap());
+        self.nodes.push(None);
+        self.joined_via.push(None);
+        let i = self.nodes.len() - 1;
+        self.restart(i);
+        i
+    }
+
     /// Node index `i`'s peer address (as listed in `--peers` for the first nodes).
     pub fn peer_addr(&self, i: usize) -> String {
         match self.peers.split(',').nth(i).and_then(|p| p.split_once('=')) {
