@@ -230,24 +230,24 @@ impl Cluster {
     /// Starts one more node (id = its index + 1) that joins through node index `contact`;
     /// returns its index.
     pub fn join(&mut self, contact: usize) -> usize {
-        let p = free_ports(3);
-        self.ports.push((p[0], p[1], p[2]));
-        self.dirs.push(tempfile::tempdir().unwrap());
-        self.nodes.push(None);
-        self.joined_via.push(Some(self.peer_addr(contact)));
-        let i = self.nodes.len() - 1;
-        self.restart(i);
-        i
+        let via = self.peer_addr(contact);
+        self.add(Some(via))
     }
 
     /// Starts one more node (id = its index + 1) with the first nodes' `--peers`, which does
     /// not list it (as a StatefulSet's new pod after a scale-up); returns its index.
     pub fn add_unlisted(&mut self) -> usize {
+        self.add(None)
+    }
+
+    /// Starts one more node on new ports and data: with `--join via`, or (`None`) with the
+    /// first nodes' `--peers`.
+    fn add(&mut self, via: Option<String>) -> usize {
         let p = free_ports(3);
         self.ports.push((p[0], p[1], p[2]));
         self.dirs.push(tempfile::tempdir().unwrap());
         self.nodes.push(None);
-        self.joined_via.push(None);
+        self.joined_via.push(via);
         let i = self.nodes.len() - 1;
         self.restart(i);
         i
