@@ -93,6 +93,17 @@ pub fn system_wall_us() -> u64 {
         .unwrap_or(0)
 }
 
+/// How long until the wall clock next reaches a multiple of `every_us` µs (a whole period
+/// when it is at one): tasks on every node that wait for it act at the same moments.
+pub fn until_wall_multiple(every_us: u64) -> std::time::Duration {
+    wait_for_multiple(system_wall_us(), every_us)
+}
+
+fn wait_for_multiple(wall_us: u64, every_us: u64) -> std::time::Duration {
+    let every_us = every_us.max(1);
+    std::time::Duration::from_micros(every_us - wall_us % every_us)
+}
+
 /// A hybrid logical clock: never goes backwards, follows the wall clock when it can.
 #[derive(Debug)]
 pub struct HybridClock {
@@ -138,6 +149,35 @@ impl HybridClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_wait_ends_at_the_next_multiple_of_the_period() {
+        let ms = |n| std::time::Duration::from_millis(n);
+        assert_eq!(
+            wait_for_multiple(1_234_567, 50_000),
+            std::time::Duration::from_micros(15_433)
+        );
+        assert_eq!(
+            wait_for_multiple(1_250_000, 50_000),
+            ms(50),
+            "at a multiple: a whole period"
+        );
+        assert_eq!(
+            wait_for_multiple(1_299_999, 50_000),
+            std::time::Duration::from_micros(1)
+        );
+        assert_eq!(
+            wait_for_multiple(7, 0),
+            std::time::Duration::from_micros(1),
+            "no period: at once"
+        );
+        // Two nodes whose clocks read differently within a period wake at the same moment.
+        let (a, b) = (10_003_000, 10_041_000);
+        assert_eq!(
+            a + wait_for_multiple(a, 50_000).as_micros() as u64,
+            b + wait_for_multiple(b, 50_000).as_micros() as u64
+        );
+    }
 
     fn frozen_wall() -> u64 {
         1_000

@@ -116,6 +116,12 @@ pub struct ShardReplica {
 /// Keeps time closing on an idle shard: while this replica leads, whenever the shard's
 /// newest stamp is older than `every`, proposes a `CloseTime` entry stamped now. Writes close
 /// time too, so a busy shard gets none.
+///
+/// Every closer looks at the same moments: the multiples of `every` on the wall clock. The
+/// close entries of the shards a node leads then reach its log together and share one group
+/// commit's fsync, and so do those a follower gets from one leader; apart, each entry cost a
+/// node an fsync of its own (idle, 12 shards on 3 nodes: 80–105 fsyncs a second a node, and
+/// 46–54 together).
 async fn run_closer(
     raft: Raft<FirnRaft, ShardStateMachine>,
     node_id: NodeId,
@@ -123,16 +129,15 @@ async fn run_closer(
     clock: Arc<HybridClock>,
     every: Duration,
 ) {
-    let mut ticks = tokio::time::interval(every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let every_us = (every.as_micros() as u64).max(1);
     loop {
-        ticks.tick().await;
+        tokio::time::sleep(firn_model::hlc::until_wall_multiple(every_us)).await;
         if raft.metrics().borrow_watched().current_leader != Some(node_id) {
             continue;
         }
         let now = clock.now();
         let newest = store.last_commit_ts();
-        if now.wall_us.saturating_sub(newest.wall_us) < every.as_micros() as u64 {
+        if now.wall_us.saturating_sub(newest.wall_us) < every_us {
             continue;
         }
         let close = LogCommand(Command {
