@@ -54,9 +54,11 @@ pub struct ServeArgs {
     /// snapshot of the whole shard. 0 purges the log up to the snapshot.
     #[arg(long, env = "FIRN_SNAPSHOT_CATCHUP_ENTRIES", default_value_t = firn_node::config::SNAPSHOT_CATCHUP_ENTRIES_DEFAULT)]
     snapshot_catchup_entries: u64,
-    /// An idle shard's leader closes time this often, so that reads at a time (ASOF) wait
-    /// at most about this long for it to be closed; 0 turns it off (an idle cluster then
-    /// uses less CPU, and a read at a recent time on an idle shard waits for its next write).
+    /// A shard's leader closes time when the shard has been quiet this long (it looks this
+    /// often), so that reads at a time (ASOF) on an idle shard wait at most about twice this
+    /// for it; each close is an entry fsync'd on every replica. 0 turns it off (an idle
+    /// cluster then writes nothing for it, and a read at a recent time on an idle shard
+    /// waits for its next write).
     #[arg(long, env = "FIRN_CLOSE_TIME_EVERY", default_value = "50ms", value_parser = humantime::parse_duration)]
     close_time_every: Duration,
     /// This node's id in the cluster: a number from 1, or `host-ordinal`: one more than
