@@ -181,6 +181,45 @@ class FirnCluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class EtcdCluster:
+    """n etcd members on 127.0.0.1, member i pinned to servers[i] (None: unpinned); `client`
+    pins etcdctl."""
+
+    def __init__(self, servers, client, n=3):
+        self.dir = tempfile.mkdtemp(prefix="etcd-bench-")
+        ports = free_ports(2 * n)
+        self.client_ports = ports[:n]
+        peer_ports = ports[n:]
+        initial = ",".join(f"e{i}=http://127.0.0.1:{peer_ports[i]}" for i in range(n))
+        self.procs = []
+        for i in range(n):
+            self.procs.append(subprocess.Popen(pinned(
+                ["etcd", "--name", f"e{i}", "--data-dir", os.path.join(self.dir, f"e{i}"),
+                 "--listen-client-urls", f"http://127.0.0.1:{self.client_ports[i]}",
+                 "--advertise-client-urls", f"http://127.0.0.1:{self.client_ports[i]}",
+                 "--listen-peer-urls", f"http://127.0.0.1:{peer_ports[i]}",
+                 "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer_ports[i]}",
+                 "--initial-cluster", initial, "--initial-cluster-state", "new",
+                 "--quota-backend-bytes", str(4 * 1024 ** 3)], servers[i]),
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        for i in range(n):
+            wait_port(self.client_ports[i], self.procs[i], f"etcd {i}")
+        deadline = time.time() + 60
+        while subprocess.run(pinned(["etcdctl", "--endpoints", self.endpoints(), "endpoint", "health"], client),
+                             capture_output=True, timeout=30, env={**os.environ, "ETCDCTL_API": "3"}).returncode:
+            if time.time() > deadline:
+                sys.exit("etcd cluster not healthy within 60 s")
+            time.sleep(0.5)
+
+    def endpoints(self):
+        return ",".join(f"127.0.0.1:{p}" for p in self.client_ports)
+
+    def stop(self):
+        for p in self.procs:
+            stop(p)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 class Redis:
     """One redis-server on 127.0.0.1, pinned to `cores` (None: unpinned)."""
 
