@@ -89,23 +89,39 @@ pub enum Flush {
 /// appended since the last checkpoint began. `firn_memory_checkpoint_seconds` times each.
 pub struct Checkpoints {
     dirty: AtomicBool,
+    /// Makes the memory log database's journal durable: each checkpoint and each vote call
+    /// it (see [`Checkpoints::sync_now`]).
+    sync: Mutex<Box<dyn FnMut() -> io::Result<()> + Send>>,
 }
 
 impl Checkpoints {
     /// `dir` is the folder `db` was opened at.
     pub fn start(db: Database, dir: &Path, every: Duration, fsync: Fsync) -> io::Result<Arc<Self>> {
+        let mut journal = JournalSync::new(db, dir);
+        Self::start_with(every, move || match fsync {
+            Fsync::Always => journal.sync(),
+            Fsync::Never => Ok(()),
+        })
+    }
+
+    /// Starts the checkpoint thread, which calls `sync` every `every` if anything was
+    /// appended since the last call.
+    fn start_with(
+        every: Duration,
+        sync: impl FnMut() -> io::Result<()> + Send + 'static,
+    ) -> io::Result<Arc<Self>> {
         let this = Arc::new(Checkpoints {
             dirty: AtomicBool::new(false),
+            sync: Mutex::new(Box::new(sync)),
         });
         let weak = Arc::downgrade(&this);
-        let mut journal = JournalSync::new(db, dir);
         std::thread::Builder::new()
             .name("checkpoint".into())
             .spawn(move || {
                 while let Some(this) = weak.upgrade() {
-                    if this.dirty.swap(false, Ordering::AcqRel) && fsync == Fsync::Always {
+                    if this.dirty.swap(false, Ordering::AcqRel) {
                         let started = Instant::now();
-                        if let Err(e) = journal.sync() {
+                        if let Err(e) = this.sync_now() {
                             tracing::error!("memory log checkpoint failed: {e}");
                             this.dirty.store(true, Ordering::Release);
                         }
@@ -120,6 +136,13 @@ impl Checkpoints {
 
     fn appended(&self) {
         self.dirty.store(true, Ordering::Release);
+    }
+
+    /// Makes everything written to the memory log database so far durable, now. Not fjall's
+    /// `persist(SyncAll)`, which holds the journal's lock through the fsync and so every
+    /// memory group's appends with it (many groups vote at once when a node restarts).
+    fn sync_now(&self) -> io::Result<()> {
+        (self.sync.lock().unwrap_or_else(|p| p.into_inner()))()
     }
 }
 
@@ -378,13 +401,11 @@ impl RaftLogStorage<FirnRaft> for FjallLogStore {
                 rx.await
                     .map_err(|_| io::Error::other("the fsync thread has stopped"))?
             }
-            Flush::Memory(_) => {
-                let db = self.db.clone();
-                tokio::task::spawn_blocking(move || {
-                    db.persist(PersistMode::SyncAll).map_err(fjall_err)
-                })
-                .await
-                .map_err(io::Error::other)?
+            Flush::Memory(checkpoints) => {
+                let checkpoints = checkpoints.clone();
+                tokio::task::spawn_blocking(move || checkpoints.sync_now())
+                    .await
+                    .map_err(io::Error::other)?
             }
         }
     }

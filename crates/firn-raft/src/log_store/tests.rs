@@ -114,6 +114,36 @@ async fn a_vote_waits_for_a_group_commit_fsync() {
     assert_eq!(store.read_vote().await.unwrap(), Some(vote));
 }
 
+/// A memory group's vote is made durable by the checkpoints' journal sync (which does not
+/// hold the journal's lock through its fsync), once, before `save_vote` returns, and not
+/// again by the next checkpoint (a vote is not an append).
+#[tokio::test]
+async fn a_memory_groups_vote_waits_for_the_checkpoints_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::builder(dir.path())
+        .manual_journal_persist(true)
+        .open()
+        .unwrap();
+    let syncs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = syncs.clone();
+    let checkpoints = Checkpoints::start_with(Duration::from_millis(10), move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    })
+    .unwrap();
+    let mut store = FjallLogStore::open(db, "g", Flush::Memory(checkpoints)).unwrap();
+    let vote = Vote::new(3, 2);
+    store.save_vote(&vote).await.unwrap();
+    assert_eq!(syncs.load(Ordering::SeqCst), 1);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        syncs.load(Ordering::SeqCst),
+        1,
+        "nothing appended, nothing to checkpoint"
+    );
+    assert_eq!(store.read_vote().await.unwrap(), Some(vote));
+}
+
 /// The entries a purge covers go in the background, in batches, and until they are gone
 /// they do not count: the log state a restart reads starts after the purge point.
 #[tokio::test]
