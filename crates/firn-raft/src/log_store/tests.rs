@@ -92,26 +92,46 @@ async fn the_tail_in_memory_answers_as_the_database_does() {
     assert_eq!(read.len(), 4);
 }
 
+/// A sync that only counts its calls, and the count.
+fn counting_sync() -> (
+    Arc<std::sync::atomic::AtomicUsize>,
+    impl FnMut() -> io::Result<()> + Send + 'static,
+) {
+    let syncs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = syncs.clone();
+    (syncs, move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    })
+}
+
+/// Saves a vote in a store over `flush` (its database at `dir`), reads it back, and returns
+/// how many syncs `syncs` had counted when `save_vote` returned.
+async fn save_a_vote(
+    dir: &Path,
+    flush: Flush,
+    syncs: &std::sync::atomic::AtomicUsize,
+) -> (FjallLogStore, usize) {
+    let db = Database::builder(dir)
+        .manual_journal_persist(true)
+        .open()
+        .unwrap();
+    let mut store = FjallLogStore::open(db, "g", flush).unwrap();
+    let vote = Vote::new(3, 2);
+    store.save_vote(&vote).await.unwrap();
+    let synced = syncs.load(Ordering::SeqCst);
+    assert_eq!(store.read_vote().await.unwrap(), Some(vote));
+    (store, synced)
+}
+
 /// A vote is saved by a group commit's fsync, and `save_vote` returns only after it.
 #[tokio::test]
 async fn a_vote_waits_for_a_group_commit_fsync() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Database::builder(dir.path())
-        .manual_journal_persist(true)
-        .open()
-        .unwrap();
-    let syncs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = syncs.clone();
-    let commit = GroupCommit::start_with(move || {
-        counted.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    })
-    .unwrap();
-    let mut store = FjallLogStore::open(db, "g", Flush::Fsync(commit)).unwrap();
-    let vote = Vote::new(3, 2);
-    store.save_vote(&vote).await.unwrap();
-    assert_eq!(syncs.load(Ordering::SeqCst), 1);
-    assert_eq!(store.read_vote().await.unwrap(), Some(vote));
+    let (syncs, sync) = counting_sync();
+    let commit = GroupCommit::start_with(sync).unwrap();
+    let (_, synced) = save_a_vote(dir.path(), Flush::Fsync(commit), &syncs).await;
+    assert_eq!(synced, 1);
 }
 
 /// A memory group's vote is made durable by the checkpoints' journal sync (which does not
@@ -120,28 +140,16 @@ async fn a_vote_waits_for_a_group_commit_fsync() {
 #[tokio::test]
 async fn a_memory_groups_vote_waits_for_the_checkpoints_sync() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Database::builder(dir.path())
-        .manual_journal_persist(true)
-        .open()
-        .unwrap();
-    let syncs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = syncs.clone();
-    let checkpoints = Checkpoints::start_with(Duration::from_millis(10), move || {
-        counted.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    })
-    .unwrap();
-    let mut store = FjallLogStore::open(db, "g", Flush::Memory(checkpoints)).unwrap();
-    let vote = Vote::new(3, 2);
-    store.save_vote(&vote).await.unwrap();
-    assert_eq!(syncs.load(Ordering::SeqCst), 1);
+    let (syncs, sync) = counting_sync();
+    let checkpoints = Checkpoints::start_with(Duration::from_millis(10), sync).unwrap();
+    let (_store, synced) = save_a_vote(dir.path(), Flush::Memory(checkpoints), &syncs).await;
+    assert_eq!(synced, 1);
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(
         syncs.load(Ordering::SeqCst),
         1,
         "nothing appended, nothing to checkpoint"
     );
-    assert_eq!(store.read_vote().await.unwrap(), Some(vote));
 }
 
 /// The entries a purge covers go in the background, in batches, and until they are gone
