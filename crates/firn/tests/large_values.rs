@@ -1,6 +1,7 @@
 //! Large values on a 3-node cluster: the blob is on every replica of its shard and reads
 //! the same through every node; a replica that was down while a large value was written
-//! fetches the blob from the others once it is back, byte for byte.
+//! fetches the blob from the others once it is back, byte for byte, and tries again a fetch
+//! that failed.
 
 mod common;
 
@@ -93,21 +94,7 @@ fn a_replica_that_missed_a_large_value_fetches_it_from_the_others() {
     // Node 3 is down while the next large value is written by a majority.
     cluster.kill_9(2);
     let second = value(6 * 1024 * 1024, 2);
-    let mut status = 0;
-    assert!(
-        wait_until(Duration::from_secs(30), || {
-            status = match ureq::put(&format!("http://{}/v1/kv/film/2", cluster.http_addr(0)))
-                .timeout(Duration::from_secs(60))
-                .send_bytes(&second)
-            {
-                Ok(r) => r.status(),
-                Err(ureq::Error::Status(code, _)) => code,
-                Err(_) => 0,
-            };
-            status == 200
-        }),
-        "a majority did not take the value: {status}"
-    );
+    put_by_majority(&cluster, "film/2", &second);
     assert_eq!(sealed(cluster.dirs[2].path()).len(), 1);
 
     // Back, it learns the version through the log and fetches the blob it names.
@@ -127,6 +114,85 @@ fn a_replica_that_missed_a_large_value_fetches_it_from_the_others() {
         "the fetched blob differs from the value written"
     );
     assert!(get(&cluster, 2, "film/2") == second);
+}
+
+/// Puts `body` at `key` through node 1 while a node is down: retried until a majority
+/// takes it (the leader may change as the node went down).
+fn put_by_majority(cluster: &Cluster, key: &str, body: &[u8]) {
+    let mut status = 0;
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            status = match ureq::put(&format!("http://{}/v1/kv/{key}", cluster.http_addr(0)))
+                .timeout(Duration::from_secs(60))
+                .send_bytes(body)
+            {
+                Ok(r) => r.status(),
+                Err(ureq::Error::Status(code, _)) => code,
+                Err(_) => 0,
+            };
+            status == 200
+        }),
+        "a majority did not take the value: {status}"
+    );
+}
+
+/// A counter of node `i`'s `/metrics` (0 until it is counted).
+fn counter(cluster: &Cluster, i: usize, line_start: &str) -> f64 {
+    ureq::get(&format!("http://{}/metrics", cluster.http_addr(i)))
+        .call()
+        .ok()
+        .and_then(|r| r.into_string().ok())
+        .and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with(line_start))
+                .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+/// A replica whose fetch of a value it missed fails (no holder could serve it then) tries
+/// again later, and has the blob once a holder can serve it: the value gets back its third
+/// copy without a snapshot or another write.
+#[test]
+fn a_replica_tries_again_a_fetch_that_failed() {
+    let mut cluster = Cluster::start(3, &["--shards", "1", "--max-value-bytes", "65536"]);
+    cluster.wait_for_leaders(0, None);
+    cluster.kill_9(2);
+    let missed = value(5 * 1024 * 1024 + 3, 3);
+    put_by_majority(&cluster, "film/3", &missed);
+
+    // The holders' files are moved aside: the restarted replica's fetch finds no copy.
+    let moved: Vec<(PathBuf, PathBuf)> = (0..2)
+        .map(|i| {
+            let files = sealed(cluster.dirs[i].path());
+            assert_eq!(files.len(), 1, "node {i} holds {files:?}");
+            let aside = cluster.dirs[i].path().join("aside");
+            std::fs::rename(&files[0], &aside).unwrap();
+            (files[0].clone(), aside)
+        })
+        .collect();
+    cluster.restart(2);
+    let failed = r#"firn_blob_repairs_total{outcome="failed"}"#;
+    assert!(
+        wait_until(Duration::from_secs(60), || counter(&cluster, 2, failed)
+            >= 1.0),
+        "the restarted replica never tried to fetch the blob"
+    );
+    assert!(sealed(cluster.dirs[2].path()).is_empty());
+
+    // Back in place, the next try (within a few seconds) fetches it.
+    for (place, aside) in &moved {
+        std::fs::rename(aside, place).unwrap();
+    }
+    assert!(
+        wait_until(Duration::from_secs(60), || sealed(cluster.dirs[2].path())
+            .len()
+            == 1),
+        "the replica did not try the fetch again"
+    );
+    let fetched = &sealed(cluster.dirs[2].path())[0];
+    assert!(file_data(fetched) == missed, "the fetched blob differs");
+    assert!(get(&cluster, 2, "film/3") == missed);
 }
 
 /// `firn put --file` and `firn get --output` stream a file through a node's HTTP API.

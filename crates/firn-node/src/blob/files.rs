@@ -291,6 +291,21 @@ impl BlobFiles {
             .is_some_and(|u| u.touched.elapsed() < within)
     }
 
+    /// How many of `blob`'s chunks an upload of it open here already holds, in order and as
+    /// the manifest has them: a fetch that failed part way goes on from there. 0 when there
+    /// is none (or its chunks differ: the fetch then starts the file again).
+    pub fn chunks_held(&self, blob: &BlobRef) -> usize {
+        match self.uploads().get(&(blob.shard, blob.id)) {
+            Some(u)
+                if blob.digests.starts_with(&u.digests)
+                    && u.len == u.digests.len() as u64 * BLOB_CHUNK_BYTES as u64 =>
+            {
+                u.digests.len()
+            }
+            _ => 0,
+        }
+    }
+
     /// Removes a shard's directory (a replica moved elsewhere).
     pub fn remove_shard(&self, shard: ShardId) {
         self.uploads().retain(|(s, _), _| *s != shard);
@@ -339,6 +354,34 @@ mod tests {
         assert!(files.seal(&blob(&[b"abd"], 1)).is_err());
         assert!(!files.has(3, 1));
         assert!(files.list(3).is_empty());
+    }
+
+    #[test]
+    fn an_upload_cut_short_is_held_as_far_as_it_matches_the_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = BlobFiles::new(dir.path().to_path_buf());
+        let (a, b) = (vec![1u8; BLOB_CHUNK_BYTES], vec![2u8; BLOB_CHUNK_BYTES]);
+        let whole = blob(&[&a, &b, b"end"], 5);
+        assert_eq!(files.chunks_held(&whole), 0, "no upload");
+        files.write_chunk(3, 5, b"k", 0, &a).unwrap();
+        files
+            .write_chunk(3, 5, b"", BLOB_CHUNK_BYTES as u64, &b)
+            .unwrap();
+        assert_eq!(files.chunks_held(&whole), 2);
+        // Going on from there seals it.
+        files
+            .write_chunk(3, 5, b"", 2 * BLOB_CHUNK_BYTES as u64, b"end")
+            .unwrap();
+        assert_eq!(
+            files.chunks_held(&whole),
+            0,
+            "a short last chunk: not resumable"
+        );
+        files.seal(&whole).unwrap();
+        assert!(files.has(3, 5));
+        // Chunks that differ from the manifest's are not kept.
+        files.write_chunk(3, 6, b"k", 0, &b).unwrap();
+        assert_eq!(files.chunks_held(&blob(&[&a, &b], 6)), 0);
     }
 
     #[test]

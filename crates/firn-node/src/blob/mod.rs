@@ -304,12 +304,14 @@ impl Blobs {
         Ok(Bytes::from(out))
     }
 
-    /// Copies `blob` here from the other holders, unless it is here already.
+    /// Copies `blob` here from the other holders, unless it is here already. A copy that
+    /// failed part way goes on from the chunks it holds (a restart of the process starts it
+    /// again).
     pub async fn fetch(&self, key: Bytes, blob: &BlobRef) -> Result<bool, FirnError> {
         if self.files.has(blob.shard, blob.id) {
             return Ok(false);
         }
-        for i in 0..blob.digests.len() {
+        for i in self.files.chunks_held(blob)..blob.digests.len() {
             let data = self.chunk(blob, i, true).await?;
             let (offset, _) = blob.chunks().nth(i).expect("chunk exists");
             let (shard, id, key) = (blob.shard, blob.id, key.clone());

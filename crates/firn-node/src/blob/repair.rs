@@ -1,19 +1,36 @@
 //! A replica that lacks a blob one of its versions names fetches it from the shard's other
 //! holders: one it was down for (the version arrived later, through the log), or one a
-//! snapshot it installed names. Each replica's store tells the queue what it applies.
+//! snapshot it installed names. Each replica's store tells the queue what it applies. A
+//! fetch that fails (no holder answered, a chunk did not match its digest) is tried again
+//! later, for as long as a version here names the blob: until then the value has one copy
+//! fewer than its shard has replicas.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use firn_model::{BlobRef, CommitTs, WatchEvent};
 use firn_raft::ShardId;
 use firn_store::{AppliedSink, VersionedStore};
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 
 use super::Blobs;
 
 /// The name the repair sink is attached under in each store.
 pub const SINK_NAME: &str = "blob-repair";
+
+/// The wait before a failed fetch is tried again; each failure of it doubles the wait, up to
+/// [`RETRY_WAIT_MAX`].
+pub const RETRY_WAIT_FIRST: Duration = Duration::from_secs(1);
+pub const RETRY_WAIT_MAX: Duration = Duration::from_secs(60);
+
+/// Most failed fetches waiting to be tried again (each holds its blob's manifest: up to
+/// 128 KiB for a 16 GiB value). A failure past it is not kept
+/// (`firn_blob_repairs_total{outcome="dropped"}`): reads still fetch that blob from another
+/// replica, and a snapshot installed here later looks for it again.
+pub const RETRIES_MAX: usize = 1_024;
 
 /// What the repair task is asked to look at.
 #[derive(Debug)]
@@ -52,54 +69,127 @@ impl AppliedSink for RepairSink {
     }
 }
 
-/// Works the queue until the node stops.
+/// A failed fetch waiting to be tried again.
+struct Retry {
+    key: Bytes,
+    blob: BlobRef,
+    due: Instant,
+    /// How long it waited last (doubled at its next failure).
+    wait: Duration,
+}
+
+/// Works the queue, and the retries of failed fetches, until the node stops.
 pub async fn run(
     blobs: Arc<Blobs>,
     mut queue: mpsc::UnboundedReceiver<Repair>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let mut retries: HashMap<(ShardId, u128), Retry> = HashMap::new();
     loop {
+        let next_due = retries.values().map(|r| r.due).min();
         let job = tokio::select! {
             job = queue.recv() => match job {
-                Some(job) => job,
+                Some(job) => Some(job),
                 None => return,
             },
+            _ = until(next_due) => None,
             _ = stop.changed() => return,
         };
         let wanted = match job {
-            Repair::Blob { key, blob } => vec![(key, blob)],
-            Repair::Shard(shard) => match blobs.replicas().get(shard) {
-                Some(replica) => {
-                    let store = replica.store().clone();
-                    match tokio::task::spawn_blocking(move || store.blobs()).await {
-                        Ok(Ok(found)) => found
-                            .into_iter()
-                            .map(|(k, b)| (Bytes::copy_from_slice(k.as_bytes()), b))
-                            .collect(),
-                        other => {
-                            tracing::warn!(shard, ?other, "listing a shard's blobs failed");
-                            Vec::new()
-                        }
-                    }
-                }
-                None => Vec::new(),
-            },
+            Some(Repair::Blob { key, blob }) => vec![(key, blob, Duration::ZERO)],
+            Some(Repair::Shard(shard)) => shard_blobs(&blobs, shard).await,
+            None => due(&blobs, &mut retries).await,
         };
-        for (key, blob) in wanted {
+        for (key, blob, waited) in wanted {
             // Written here by its upload, or fetched already: nothing to do.
-            match blobs.fetch(key, &blob).await {
+            match blobs.fetch(key.clone(), &blob).await {
                 Ok(false) => {}
                 Ok(true) => {
+                    retries.remove(&(blob.shard, blob.id));
                     tracing::info!(shard = blob.shard, blob = %blob.name(), size = blob.size, "fetched a blob this replica lacked");
                     metrics::counter!("firn_blob_repairs_total", "outcome" => "fetched")
                         .increment(1);
                 }
                 Err(e) => {
-                    tracing::warn!(shard = blob.shard, blob = %blob.name(), error = %e, "could not fetch a blob this replica lacks; reads fetch it from another replica");
+                    let wait = (waited * 2).clamp(RETRY_WAIT_FIRST, RETRY_WAIT_MAX);
+                    tracing::warn!(shard = blob.shard, blob = %blob.name(), error = %e, retry_in = ?wait, "could not fetch a blob this replica lacks; reads fetch it from another replica");
                     metrics::counter!("firn_blob_repairs_total", "outcome" => "failed")
                         .increment(1);
+                    let id = (blob.shard, blob.id);
+                    if retries.len() >= RETRIES_MAX && !retries.contains_key(&id) {
+                        metrics::counter!("firn_blob_repairs_total", "outcome" => "dropped")
+                            .increment(1);
+                        continue;
+                    }
+                    let due = Instant::now() + wait;
+                    retries.insert(
+                        id,
+                        Retry {
+                            key,
+                            blob,
+                            due,
+                            wait,
+                        },
+                    );
                 }
             }
         }
     }
+}
+
+/// Waits until `due`; never, without one.
+async fn until(due: Option<Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Every blob a replica here of `shard` names, to fetch the missing ones.
+async fn shard_blobs(blobs: &Blobs, shard: ShardId) -> Vec<(Bytes, BlobRef, Duration)> {
+    let Some(replica) = blobs.replicas().get(shard) else {
+        return Vec::new();
+    };
+    let store = replica.store().clone();
+    match tokio::task::spawn_blocking(move || store.blobs()).await {
+        Ok(Ok(found)) => found
+            .into_iter()
+            .map(|(k, b)| (Bytes::copy_from_slice(k.as_bytes()), b, Duration::ZERO))
+            .collect(),
+        other => {
+            tracing::warn!(shard, ?other, "listing a shard's blobs failed");
+            Vec::new()
+        }
+    }
+}
+
+/// The retries that are due, taken out of `retries`: those a version of a replica here
+/// still names (the others are dropped: nothing here wants them any more).
+async fn due(
+    blobs: &Blobs,
+    retries: &mut HashMap<(ShardId, u128), Retry>,
+) -> Vec<(Bytes, BlobRef, Duration)> {
+    let now = Instant::now();
+    let ready: Vec<(ShardId, u128)> = retries
+        .iter()
+        .filter(|(_, r)| r.due <= now)
+        .map(|(id, _)| *id)
+        .collect();
+    let mut out = Vec::new();
+    for id in ready {
+        let Some(r) = retries.remove(&id) else {
+            continue;
+        };
+        let Some(replica) = blobs.replicas().get(r.blob.shard) else {
+            continue;
+        };
+        let (store, key, blob_id) = (replica.store().clone(), r.key.clone(), r.blob.id);
+        let named = tokio::task::spawn_blocking(move || store.blob_referenced(&key, blob_id))
+            .await
+            .is_ok_and(|named| named.unwrap_or(true));
+        if named {
+            out.push((r.key, r.blob, r.wait));
+        }
+    }
+    out
 }
