@@ -93,15 +93,17 @@ pub fn system_wall_us() -> u64 {
         .unwrap_or(0)
 }
 
-/// How long until the wall clock next reaches a multiple of `every_us` µs (a whole period
-/// when it is at one): tasks on every node that wait for it act at the same moments.
-pub fn until_wall_multiple(every_us: u64) -> std::time::Duration {
-    wait_for_multiple(system_wall_us(), every_us)
+/// How long until the wall clock next reads `phase_us` past a multiple of `every_us` µs (a
+/// whole period when it does now): tasks that wait for it with the same phase act at the
+/// same moments, on this node and on any whose clock agrees.
+pub fn until_wall_phase(every_us: u64, phase_us: u64) -> std::time::Duration {
+    wait_for_phase(system_wall_us(), every_us, phase_us)
 }
 
-fn wait_for_multiple(wall_us: u64, every_us: u64) -> std::time::Duration {
+fn wait_for_phase(wall_us: u64, every_us: u64, phase_us: u64) -> std::time::Duration {
     let every_us = every_us.max(1);
-    std::time::Duration::from_micros(every_us - wall_us % every_us)
+    let at = (wall_us + every_us - phase_us % every_us) % every_us;
+    std::time::Duration::from_micros(every_us - at)
 }
 
 /// A hybrid logical clock: never goes backwards, follows the wall clock when it can.
@@ -151,32 +153,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_wait_ends_at_the_next_multiple_of_the_period() {
-        let ms = |n| std::time::Duration::from_millis(n);
+    fn the_wait_ends_at_the_next_moment_of_the_phase() {
+        let us = std::time::Duration::from_micros;
+        assert_eq!(wait_for_phase(1_234_567, 50_000, 0), us(15_433));
         assert_eq!(
-            wait_for_multiple(1_234_567, 50_000),
-            std::time::Duration::from_micros(15_433)
+            wait_for_phase(1_250_000, 50_000, 0),
+            us(50_000),
+            "at it: a whole period"
         );
+        assert_eq!(wait_for_phase(1_299_999, 50_000, 0), us(1));
+        assert_eq!(wait_for_phase(7, 0, 0), us(1), "no period: at once");
+        // With a phase: the next time that is `phase` past a multiple.
+        assert_eq!(wait_for_phase(1_234_567, 50_000, 20_000), us(35_433));
+        assert_eq!(wait_for_phase(1_234_567, 50_000, 40_000), us(5_433));
+        assert_eq!(wait_for_phase(1_240_000, 50_000, 40_000), us(50_000));
         assert_eq!(
-            wait_for_multiple(1_250_000, 50_000),
-            ms(50),
-            "at a multiple: a whole period"
+            wait_for_phase(1_234_567, 50_000, 90_000),
+            us(5_433),
+            "a phase past the period wraps"
         );
-        assert_eq!(
-            wait_for_multiple(1_299_999, 50_000),
-            std::time::Duration::from_micros(1)
-        );
-        assert_eq!(
-            wait_for_multiple(7, 0),
-            std::time::Duration::from_micros(1),
-            "no period: at once"
-        );
-        // Two nodes whose clocks read differently within a period wake at the same moment.
-        let (a, b) = (10_003_000, 10_041_000);
-        assert_eq!(
-            a + wait_for_multiple(a, 50_000).as_micros() as u64,
-            b + wait_for_multiple(b, 50_000).as_micros() as u64
-        );
+        // Whenever a task asks, it wakes at a moment of the phase, within one period.
+        for wall in [10_003_000, 10_041_000, 10_007_000, 99_999_999] {
+            let wait = wait_for_phase(wall, 50_000, 7_000).as_micros() as u64;
+            assert_eq!((wall + wait) % 50_000, 7_000, "from {wall}");
+            assert!((1..=50_000).contains(&wait), "from {wall}: {wait}");
+        }
     }
 
     fn frozen_wall() -> u64 {
