@@ -31,6 +31,8 @@ pub struct RunningNode {
     pub peer_addr: SocketAddr,
     router: Arc<Router>,
     stop: watch::Sender<bool>,
+    /// Why the node cannot go on (the cluster refused to let it join), once it is known.
+    failed: watch::Receiver<Option<String>>,
     tasks: Vec<JoinHandle<()>>,
     /// Holds an in-memory node's scratch directory until shutdown.
     _scratch: Option<tempfile::TempDir>,
@@ -425,12 +427,14 @@ impl RunningNode {
             },
             stop_rx.clone(),
         )));
+        let (fail, failed) = watch::channel(None);
         if !join_through.is_empty() {
             tasks.push(tokio::spawn(join(
                 peers,
                 config.node_id,
                 join_through,
                 announced(peer_addr),
+                fail,
                 stop_rx.clone(),
             )));
         }
@@ -477,6 +481,7 @@ impl RunningNode {
             peer_addr,
             router,
             stop,
+            failed,
             tasks,
             _scratch: scratch,
         })
@@ -488,6 +493,18 @@ impl RunningNode {
     /// The node's router: what both front ends call (tests drive it directly).
     pub fn router(&self) -> &Arc<Router> {
         &self.router
+    }
+
+    /// Resolves, with the reason, if the node cannot go on: the cluster it was told to join
+    /// refused it (its node id or address is another member's). Never resolves otherwise.
+    /// The node still serves until it is shut down.
+    pub async fn failure(&self) -> String {
+        let mut failed = self.failed.clone();
+        match failed.wait_for(Option::is_some).await {
+            Ok(why) => why.clone().unwrap_or_default(),
+            // The sender is gone without a failure (the join succeeded): never.
+            Err(_) => std::future::pending().await,
+        }
     }
 
     pub async fn shutdown(self) {

@@ -370,9 +370,15 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
         node.http_addr,
         node.peer_addr
     );
-    wait_for_stop_signal().await;
+    let failed = tokio::select! {
+        _ = wait_for_stop_signal() => None,
+        why = node.failure() => Some(why),
+    };
     node.shutdown().await;
-    Ok(())
+    match failed {
+        None => Ok(()),
+        Some(why) => Err(why),
+    }
 }
 
 /// Ctrl-C (SIGINT) or SIGTERM: stop gracefully. (kill -9 is safe too: nothing acknowledged

@@ -2,6 +2,7 @@
 //! cluster and takes an even share of the replicas; then a node is removed (its replicas
 //! move first) and stopped. Writers run throughout; every acknowledged write must be there
 //! at the end, read linearizably at the remaining nodes.
+//! A node whose id another member has is refused, and stops with the reason.
 
 mod common;
 
@@ -303,4 +304,50 @@ async fn a_node_that_peers_does_not_list_joins_through_them() {
         .and_then(|x| x.value);
     assert_eq!(got.as_deref(), Some(&b"yes"[..]));
     drop(cluster);
+}
+
+#[test]
+fn a_node_whose_id_is_taken_is_refused_and_stops_with_the_reason() {
+    // Node 1 of a cluster; a second process told to join it as node 1 too, from another
+    // address (a copy-pasted command line): the cluster must refuse it, and the new process
+    // must stop and say why, not retry forever.
+    let cluster = Cluster::start(1, &["--shards", "1"]);
+    cluster.wait_for_leaders(0, None);
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(common::firn_bin())
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["--node-id", "1", "--join", &cluster.peer_addr(0)])
+        .args(["--resp-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+        .args(["--peer-addr", "127.0.0.1:0"])
+        .env("RUST_LOG", "off")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn firn");
+    let stopped = common::wait_until(Duration::from_secs(60), || {
+        child.try_wait().unwrap().is_some()
+    });
+    if !stopped {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(stopped, "a refused node kept running");
+    assert!(!out.status.success(), "a refused node exited with success");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("node 1 is already a member") && said.contains("--node-id"),
+        "the reason is not what the node said: {said}"
+    );
+    // The cluster is as it was: one node, the first one, at its own addresses.
+    let layout = cluster.cluster_json(0).expect("cluster view");
+    let nodes = layout["cluster"]["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 1, "{layout}");
+    assert_eq!(nodes[0]["node_id"], 1, "{layout}");
+    assert_eq!(
+        nodes[0]["resp_addr"].as_str(),
+        Some(cluster.resp_addr(0).as_str()),
+        "{layout}"
+    );
 }

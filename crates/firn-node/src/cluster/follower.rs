@@ -115,11 +115,15 @@ pub async fn steward_loop(
 }
 
 /// Asks the members at `contacts` (in turn, one a try) to add this node, until one accepts.
+/// A refusal (this node's id or address is another member's) is final: it is put in
+/// `refused` and the loop ends, for the node to stop with it; anything else (no member
+/// reachable, no meta leader yet) is tried again.
 pub async fn join(
     peers: PeerClient,
     node: u64,
     contacts: Vec<String>,
     addr: String,
+    refused: watch::Sender<Option<String>>,
     mut stop: watch::Receiver<bool>,
 ) {
     for contact in contacts.iter().cycle() {
@@ -130,6 +134,11 @@ pub async fn join(
         match peers.call_addr(contact, change).await {
             Ok(Ok(())) => {
                 tracing::info!(node, %contact, "joined the cluster; replicas will move here");
+                return;
+            }
+            Ok(Err(e @ (FirnError::Refused(_) | FirnError::BadArgument(_)))) => {
+                tracing::error!(node, %contact, "the cluster refused this node: {e}");
+                let _ = refused.send(Some(format!("joining through {contact}: {e}")));
                 return;
             }
             Ok(Err(e)) | Err(e) => tracing::warn!(node, %contact, "joining: {e}; retrying"),
