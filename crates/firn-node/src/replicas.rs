@@ -292,6 +292,10 @@ impl Replicas {
                         .write()
                         .unwrap_or_else(|p| p.into_inner())
                         .insert(shard.id, replica);
+                    // Held now, so the repair task finds it.
+                    let _ = self
+                        .blob_repairs
+                        .send(crate::blob::repair::Repair::Resume(shard.id));
                 }
                 Err(e) => result = Err(e),
             }

@@ -1,7 +1,7 @@
 //! Large values on a 3-node cluster: the blob is on every replica of its shard and reads
 //! the same through every node; a replica that was down while a large value was written
 //! fetches the blob from the others once it is back, byte for byte, and tries again a fetch
-//! that failed.
+//! that failed, also after a restart.
 
 mod common;
 
@@ -150,11 +150,12 @@ fn counter(cluster: &Cluster, i: usize, line_start: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// A replica whose fetch of a value it missed fails (no holder could serve it then) tries
-/// again later, and has the blob once a holder can serve it: the value gets back its third
-/// copy without a snapshot or another write.
-#[test]
-fn a_replica_tries_again_a_fetch_that_failed() {
+/// Files moved aside, to put back.
+type Moved = Vec<(PathBuf, PathBuf)>;
+
+/// A 3-node cluster where node 3 missed a large value (down while it was written) and, back,
+/// failed to fetch it: the holders' files were moved aside. Returns the value and the moves.
+fn a_fetch_that_failed() -> (Cluster, Vec<u8>, Moved) {
     let mut cluster = Cluster::start(3, &["--shards", "1", "--max-value-bytes", "65536"]);
     cluster.wait_for_leaders(0, None);
     cluster.kill_9(2);
@@ -162,7 +163,7 @@ fn a_replica_tries_again_a_fetch_that_failed() {
     put_by_majority(&cluster, "film/3", &missed);
 
     // The holders' files are moved aside: the restarted replica's fetch finds no copy.
-    let moved: Vec<(PathBuf, PathBuf)> = (0..2)
+    let moved: Moved = (0..2)
         .map(|i| {
             let files = sealed(cluster.dirs[i].path());
             assert_eq!(files.len(), 1, "node {i} holds {files:?}");
@@ -179,20 +180,51 @@ fn a_replica_tries_again_a_fetch_that_failed() {
         "the restarted replica never tried to fetch the blob"
     );
     assert!(sealed(cluster.dirs[2].path()).is_empty());
+    (cluster, missed, moved)
+}
 
-    // Back in place, the next try (within a few seconds) fetches it.
-    for (place, aside) in &moved {
+/// Node 3 of `cluster` holds the blob of `missed` (within a minute), and reads it back.
+fn fetched_in_the_end(cluster: &Cluster, missed: &[u8], moved: &Moved) {
+    for (place, aside) in moved {
         std::fs::rename(aside, place).unwrap();
     }
     assert!(
         wait_until(Duration::from_secs(60), || sealed(cluster.dirs[2].path())
             .len()
             == 1),
-        "the replica did not try the fetch again"
+        "the replica did not fetch the blob again"
     );
     let fetched = &sealed(cluster.dirs[2].path())[0];
     assert!(file_data(fetched) == missed, "the fetched blob differs");
-    assert!(get(&cluster, 2, "film/3") == missed);
+    assert!(get(cluster, 2, "film/3") == missed);
+}
+
+/// A replica whose fetch of a value it missed fails (no holder could serve it then) tries
+/// again later, and has the blob once a holder can serve it: the value gets back its third
+/// copy without a snapshot or another write.
+#[test]
+fn a_replica_tries_again_a_fetch_that_failed() {
+    let (cluster, missed, moved) = a_fetch_that_failed();
+    // Back in place, the next try (within a few seconds) fetches it.
+    fetched_in_the_end(&cluster, &missed, &moved);
+}
+
+/// A fetch still failing when its node stops goes on after the restart: the version that
+/// names the blob was applied before (an orderly stop flushes the state, so no entry brings
+/// it again), and only the fetch's own `.part` file tells the replica it lacks the blob.
+#[test]
+fn a_fetch_cut_short_by_a_restart_goes_on_after_it() {
+    let (mut cluster, missed, moved) = a_fetch_that_failed();
+    let parts = std::fs::read_dir(cluster.dirs[2].path().join("blobs/0"))
+        .unwrap()
+        .flatten()
+        .filter(|f| f.path().extension().is_some_and(|e| e == "part"))
+        .count();
+    assert_eq!(parts, 1, "the fetch under way left no part file");
+    cluster.stop(2);
+    cluster.restart(2);
+    cluster.wait_for_leaders(2, None);
+    fetched_in_the_end(&cluster, &missed, &moved);
 }
 
 /// `firn put --file` and `firn get --output` stream a file through a node's HTTP API.

@@ -132,6 +132,27 @@ impl BlobFiles {
         Ok(())
     }
 
+    /// Marks a fetch of blob `id` for `key` as under way: its `.part` file exists (with its
+    /// header, durably) before any chunk is asked for, so that a restart finds it and goes
+    /// on ([`super::repair`]). An upload open here already is left as it is.
+    pub fn begin(&self, shard: ShardId, id: u128, key: &[u8]) -> Result<(), FirnError> {
+        if self.uploads().contains_key(&(shard, id)) {
+            return Ok(());
+        }
+        let upload = self.start(shard, id, key)?;
+        let path = self.part_path(shard, id);
+        upload
+            .file
+            .sync_all()
+            .map_err(|e| io("syncing", &path, e))?;
+        let dir = self.dir(shard);
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io("syncing", &dir, e))?;
+        self.uploads().insert((shard, id), upload);
+        Ok(())
+    }
+
     fn start(&self, shard: ShardId, id: u128, key: &[u8]) -> Result<Upload, FirnError> {
         if key.is_empty() || key.len() > KEY_BYTES_MAX {
             return Err(FirnError::BadArgument(

@@ -3,7 +3,9 @@
 //! snapshot it installed names. Each replica's store tells the queue what it applies. A
 //! fetch that fails (no holder answered, a chunk did not match its digest) is tried again
 //! later, for as long as a version here names the blob: until then the value has one copy
-//! fewer than its shard has replicas.
+//! fewer than its shard has replicas. A fetch under way has its `.part` file (made before the
+//! first chunk is asked for): when the replica opens again after a restart, the fetches its
+//! part files show are started again.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -39,6 +41,9 @@ pub enum Repair {
     Blob { key: Bytes, blob: BlobRef },
     /// The shard's contents changed wholesale (a snapshot installed): check every blob.
     Shard(ShardId),
+    /// A replica of the shard opened here (the node started, or the shard moved here): go
+    /// on with the fetches its `.part` files show were under way when the node stopped.
+    Resume(ShardId),
 }
 
 /// Tells the repair queue of every blob a shard applies.
@@ -98,6 +103,7 @@ pub async fn run(
         let wanted = match job {
             Some(Repair::Blob { key, blob }) => vec![(key, blob, Duration::ZERO)],
             Some(Repair::Shard(shard)) => shard_blobs(&blobs, shard).await,
+            Some(Repair::Resume(shard)) => unfinished(&blobs, shard).await,
             None => due(&blobs, &mut retries).await,
         };
         for (key, blob, waited) in wanted {
@@ -161,6 +167,33 @@ async fn shard_blobs(blobs: &Blobs, shard: ShardId) -> Vec<(Bytes, BlobRef, Dura
             Vec::new()
         }
     }
+}
+
+/// The blobs of `shard` with a `.part` file here that a version of the replica names: fetches
+/// (or uploads to this node) cut short, to go on with. A part file whose blob no version
+/// names is an upload that never finished: the sweep's.
+async fn unfinished(blobs: &Arc<Blobs>, shard: ShardId) -> Vec<(Bytes, BlobRef, Duration)> {
+    let Some(replica) = blobs.replicas().get(shard) else {
+        return Vec::new();
+    };
+    let (store, files) = (replica.store().clone(), blobs.files().clone());
+    let found = tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        for part in files.list(shard).into_iter().filter(|f| f.part) {
+            let Ok(key) = files.key_of(shard, part.id) else {
+                continue;
+            };
+            match store.blob_named(&key, part.id) {
+                Ok(Some(blob)) => out.push((Bytes::from(key), blob, Duration::ZERO)),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(shard, error = %e, "could not tell whether a part file's blob is named")
+                }
+            }
+        }
+        out
+    });
+    found.await.unwrap_or_default()
 }
 
 /// The retries that are due, taken out of `retries`: those a version of a replica here

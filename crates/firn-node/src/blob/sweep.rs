@@ -1,6 +1,6 @@
 //! Deletes blob files no stored version names: versions removed by truncation, retention,
 //! an overwrite in a `latest` keyspace, a dropped keyspace or FLUSHALL; uploads that never
-//! finished; and the whole directory of a shard this node no longer holds. A file is
+//! finished (a `.part` file whose blob no version names); and the whole directory of a shard this node no longer holds. A file is
 //! judged only once it is older than the grace period, so that an upload whose manifest is
 //! still on its way through the log is never taken for garbage.
 
@@ -53,8 +53,9 @@ pub fn sweep(blobs: &Blobs) -> usize {
             if !old(found.modified) || files.uploading(shard, found.id, grace) {
                 continue;
             }
-            let unused = found.part
-                || files
+            // A part file is kept too while a version names its blob: a fetch that a
+            // restart cut short, which the replica goes on with when it opens.
+            let unused = files
                     .key_of(shard, found.id)
                     .map_err(|e| e.to_string())
                     .and_then(|key| {

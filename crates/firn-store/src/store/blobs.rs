@@ -1,5 +1,6 @@
 //! What a shard's versions say about blobs: whether a blob is still some version's value
-//! (the node's sweeper asks before deleting a file), and every blob the shard names (a
+//! (the node's sweeper asks before deleting a file; a replica resuming a fetch after a
+//! restart asks for its manifest), and every blob the shard names (a
 //! replica that installed a snapshot fetches the ones it lacks).
 
 use std::ops::Bound;
@@ -16,13 +17,18 @@ const LIST_PAGE: usize = 1_024;
 impl VersionedStore {
     /// Whether a stored version of `key` has blob `id` as its value.
     pub fn blob_referenced(&self, key: &[u8], id: u128) -> Result<bool, FirnError> {
+        self.blob_named(key, id).map(|named| named.is_some())
+    }
+
+    /// Blob `id` (its manifest) if a stored version of `key` has it as its value.
+    pub fn blob_named(&self, key: &[u8], id: u128) -> Result<Option<BlobRef>, FirnError> {
         let Some(meta) = self.meta(key)? else {
-            return Ok(false);
+            return Ok(None);
         };
-        let mut found = false;
+        let mut found = None;
         self.walk_records(key, meta.oldest, meta.latest, false, |info| {
-            found = info.blob.is_some_and(|b| b.id == id);
-            Ok(!found)
+            found = info.blob.filter(|b| b.id == id);
+            Ok(found.is_none())
         })?;
         Ok(found)
     }

@@ -221,6 +221,25 @@ impl Cluster {
         self.nodes[i] = Some(FirnProcess::start_with(self.dirs[i].path(), &refs));
     }
 
+    /// SIGTERM: the node shuts down in order (its databases flushed); waits (bounded) for it.
+    pub fn stop(&mut self, i: usize) {
+        if let Some(mut p) = self.nodes[i].take() {
+            let sent = Command::new("kill")
+                .args(["-TERM", &p.child.id().to_string()])
+                .status()
+                .expect("run kill");
+            assert!(sent.success(), "kill -TERM failed");
+            let stopped = wait_until(Duration::from_secs(20), || {
+                p.child.try_wait().unwrap().is_some()
+            });
+            assert!(
+                stopped,
+                "node {} did not stop within 20 s of SIGTERM",
+                i + 1
+            );
+        }
+    }
+
     pub fn kill_9(&mut self, i: usize) {
         if let Some(p) = self.nodes[i].take() {
             p.kill_9();
