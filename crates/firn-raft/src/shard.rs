@@ -278,7 +278,7 @@ impl ShardReplica {
         }
         .validate()
         .map_err(|e| FirnError::Internal(format!("raft config: {e}")))?;
-        let network = PeerNetwork::new(cfg.shard_id, cfg.pool.clone());
+        let network = PeerNetwork::new(cfg.node_id, cfg.shard_id, cfg.pool.clone());
         let raft = Raft::new(cfg.node_id, Arc::new(config), network, log, sm)
             .await
             .map_err(unavailable)?;
