@@ -10,6 +10,7 @@ use firn_raft::log_store::{Checkpoints, Fsync, GroupCommit};
 use firn_raft::peer::{LocalGroups, PeerPool, serve_peers_over};
 use firn_raft::transport::{PeerTransport, PlainTcp};
 use firn_raft::{META_GROUP, NodeId};
+use firn_store::journal_sync::Writeback;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -320,11 +321,20 @@ impl RunningNode {
                 let commit =
                     GroupCommit::start(log.clone(), &data_dir.join(stripe_db(LOG_DB, i)), fsync)
                         .map_err(|e| startup("starting the fsync thread", e))?;
+                let state_dir = data_dir.join(stripe_db(STATE_DB, i));
+                let writeback = match fsync {
+                    Fsync::Always => Some(
+                        Writeback::start(state.clone(), &state_dir)
+                            .map_err(|e| startup("starting the writeback thread", e))?,
+                    ),
+                    Fsync::Never => None,
+                };
                 Ok(Stripe {
                     log,
                     state,
-                    state_dir: data_dir.join(stripe_db(STATE_DB, i)),
+                    state_dir,
                     commit,
+                    writeback,
                 })
             })
             .collect::<Result<Vec<_>, FirnError>>()?;

@@ -50,6 +50,8 @@ pub struct Stripe {
     /// The folder `state` was opened at.
     pub state_dir: PathBuf,
     pub commit: Arc<GroupCommit>,
+    /// Keeps `state`'s unsynced journal small (none on an in-memory node).
+    pub writeback: Option<Arc<firn_store::journal_sync::Writeback>>,
 }
 
 impl ReplicaFactory {

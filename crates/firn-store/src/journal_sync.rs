@@ -18,6 +18,9 @@
 use std::fs::File;
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use fjall::{Database, PersistMode};
 
@@ -89,23 +92,125 @@ impl JournalSync {
     }
 }
 
+/// Journal bytes (as fjall's write buffer counts them) written to a database whose journal
+/// nothing fsyncs often (a node's state: only snapshots make it durable), past which
+/// [`Writeback`] fsyncs it.
+pub const WRITEBACK_BYTES: u64 = 4 << 20;
+
+/// How often [`Writeback`] looks at what was written.
+pub const WRITEBACK_EVERY: Duration = Duration::from_millis(50);
+
+/// Keeps the unsynced part of a database's journal small, for a database no group commit
+/// fsyncs (the state: durable through the log, synced by snapshots).
+///
+/// Before each memtable flush, fjall fsyncs the journal *with its lock held*
+/// (`worker_pool.rs`, fjall issue 329), and every write to the database takes that lock. A
+/// state journal synced by nothing else then holds up to 64 MB (fjall's journal file size)
+/// of unsynced bytes at that moment: every apply of the database's groups waited out their
+/// writeback — 150–300 ms on the 2-core machine, the largest delay a put saw. Fsynced here
+/// (outside the lock, [`JournalSync`]) whenever about [`WRITEBACK_BYTES`] have been written
+/// since, the flush's own fsync finds little to write.
+pub struct Writeback {
+    syncs: AtomicU64,
+}
+
+impl Writeback {
+    /// Starts the thread for `db`, opened at `dir`; it stops when the returned handle is
+    /// dropped.
+    pub fn start(db: Database, dir: impl Into<PathBuf>) -> io::Result<Arc<Writeback>> {
+        let this = Arc::new(Writeback {
+            syncs: AtomicU64::new(0),
+        });
+        let weak = Arc::downgrade(&this);
+        let mut journal = JournalSync::new(db, dir);
+        std::thread::Builder::new()
+            .name("writeback".into())
+            .spawn(move || {
+                let (mut seen, mut unsynced) = (journal.db.write_buffer_size(), 0u64);
+                while let Some(this) = weak.upgrade() {
+                    // The write buffer grows with each write and drops when memtables are
+                    // written out: its growth since the last look is what was written
+                    // (less, across a flush).
+                    let now = journal.db.write_buffer_size();
+                    unsynced += now.saturating_sub(seen);
+                    seen = now;
+                    if unsynced >= WRITEBACK_BYTES {
+                        unsynced = 0;
+                        match journal.sync() {
+                            Ok(()) => {
+                                this.syncs.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e) => tracing::warn!("writing back the state journal: {e}"),
+                        }
+                    }
+                    drop(this);
+                    std::thread::sleep(WRITEBACK_EVERY);
+                }
+            })?;
+        Ok(this)
+    }
+
+    /// The fsyncs made so far.
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use fjall::KeyspaceCreateOptions;
 
     use super::*;
 
-    /// The layout the sync relies on: fjall writes to the highest-numbered `N.jnl` of its
-    /// folder, and a rotation starts `N + 1` (the sync then moves to it). Fails if a fjall
-    /// upgrade changes either.
-    #[test]
-    fn the_sync_follows_the_journal_across_rotations() {
+    /// A database in a new folder whose journal only a sync makes durable, with one keyspace.
+    fn open_db() -> (tempfile::TempDir, Database, fjall::Keyspace) {
         let dir = tempfile::tempdir().unwrap();
         let db = Database::builder(dir.path())
             .manual_journal_persist(true)
             .open()
             .unwrap();
-        let ks = db.keyspace("log", KeyspaceCreateOptions::default).unwrap();
+        let ks = db.keyspace("ks", KeyspaceCreateOptions::default).unwrap();
+        (dir, db, ks)
+    }
+
+    /// The writeback fsyncs the journal once about [`WRITEBACK_BYTES`] have been written
+    /// since its last fsync, and not before.
+    #[test]
+    fn the_writeback_syncs_after_its_bytes_and_not_before() {
+        let (dir, db, ks) = open_db();
+        let writeback = Writeback::start(db.clone(), dir.path()).unwrap();
+        let write = |from: u32, bytes: usize| {
+            for i in 0..(bytes / 1024) as u32 {
+                ks.insert((from + i).to_be_bytes(), vec![7u8; 1024])
+                    .unwrap();
+            }
+        };
+        let wait = |what: &dyn Fn() -> bool| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while !what() && std::time::Instant::now() < deadline {
+                std::thread::sleep(WRITEBACK_EVERY);
+            }
+        };
+        write(0, WRITEBACK_BYTES as usize / 2);
+        std::thread::sleep(WRITEBACK_EVERY * 6);
+        assert_eq!(writeback.syncs(), 0, "synced before its bytes were written");
+        write(1 << 20, WRITEBACK_BYTES as usize);
+        wait(&|| writeback.syncs() >= 1);
+        assert_eq!(
+            writeback.syncs(),
+            1,
+            "no sync (or more than one) after its bytes"
+        );
+        std::thread::sleep(WRITEBACK_EVERY * 6);
+        assert_eq!(writeback.syncs(), 1, "synced again with nothing written");
+    }
+
+    /// The layout the sync relies on: fjall writes to the highest-numbered `N.jnl` of its
+    /// folder, and a rotation starts `N + 1` (the sync then moves to it). Fails if a fjall
+    /// upgrade changes either.
+    #[test]
+    fn the_sync_follows_the_journal_across_rotations() {
+        let (dir, db, ks) = open_db();
         let mut sync = JournalSync::new(db.clone(), dir.path());
         // Bytes that do not compress (the journal may compress values), and a test for them
         // in a journal file (preallocated, so look for the bytes, not the length).
