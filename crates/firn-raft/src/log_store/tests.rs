@@ -152,6 +152,27 @@ async fn a_memory_groups_vote_waits_for_the_checkpoints_sync() {
     );
 }
 
+/// Checkpoints run a thread only where there is something to make durable: on an in-memory
+/// node (`Fsync::Never`) none runs, so none times a checkpoint that synced nothing.
+#[test]
+fn checkpoints_run_a_thread_only_where_they_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, _commit) = log_database(dir.path());
+    let every = Duration::from_millis(10);
+    let memory = Checkpoints::start(db.clone(), dir.path(), every, Fsync::Never).unwrap();
+    assert_eq!(
+        Arc::weak_count(&memory),
+        0,
+        "a thread runs with nothing to sync"
+    );
+    let disk = Checkpoints::start(db, dir.path(), every, Fsync::Always).unwrap();
+    assert_eq!(
+        Arc::weak_count(&disk),
+        1,
+        "no checkpoint thread on a disk node"
+    );
+}
+
 /// The entries a purge covers go in the background, in batches, and until they are gone
 /// they do not count: the log state a restart reads starts after the purge point.
 #[tokio::test]
