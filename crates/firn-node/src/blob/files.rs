@@ -30,6 +30,15 @@ pub fn digest(data: &[u8]) -> [u8; 32] {
     Sha256::digest(data).into()
 }
 
+/// The header a blob file starts with: the magic, the key's length and the key.
+fn header(key: &[u8]) -> Vec<u8> {
+    let mut header = Vec::with_capacity(MAGIC.len() + 2 + key.len());
+    header.extend_from_slice(MAGIC);
+    header.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    header.extend_from_slice(key);
+    header
+}
+
 /// An upload being written here.
 struct Upload {
     file: File,
@@ -132,15 +141,26 @@ impl BlobFiles {
         Ok(())
     }
 
-    /// Marks a fetch of blob `id` for `key` as under way: its `.part` file exists (with its
+    /// Marks a fetch of `blob` for `key` as under way: its `.part` file exists (with its
     /// header, durably) before any chunk is asked for, so that a restart finds it and goes
-    /// on ([`super::repair`]). An upload open here already is left as it is.
-    pub fn begin(&self, shard: ShardId, id: u128, key: &[u8]) -> Result<(), FirnError> {
+    /// on ([`super::repair`]). An upload open here already is left as it is; a part file left
+    /// by an earlier run is taken up as far as its chunks match the manifest
+    /// ([`BlobFiles::chunks_held`] then counts them).
+    pub fn begin(&self, blob: &BlobRef, key: &[u8]) -> Result<(), FirnError> {
+        let (shard, id) = (blob.shard, blob.id);
         if self.uploads().contains_key(&(shard, id)) {
             return Ok(());
         }
-        let upload = self.start(shard, id, key)?;
         let path = self.part_path(shard, id);
+        let upload = match self.reopen(blob, key) {
+            Ok(upload) => upload,
+            Err(e) => {
+                if e.kind() != io::ErrorKind::NotFound {
+                    tracing::warn!(path = %path.display(), error = %e, "a blob's part file could not be taken up; starting it again");
+                }
+                self.start(shard, id, key)?
+            }
+        };
         upload
             .file
             .sync_all()
@@ -151,6 +171,43 @@ impl BlobFiles {
             .map_err(|e| io("syncing", &dir, e))?;
         self.uploads().insert((shard, id), upload);
         Ok(())
+    }
+
+    /// The part file of `blob` an earlier run left, open at the end of the chunks it holds
+    /// that match the manifest (whole chunks only; anything after them is cut off).
+    fn reopen(&self, blob: &BlobRef, key: &[u8]) -> io::Result<Upload> {
+        let path = self.part_path(blob.shard, blob.id);
+        let mut file = OpenOptions::new().read(true).write(true).open(&path)?;
+        let header = header(key);
+        let mut head = vec![0u8; header.len()];
+        file.read_exact(&mut head)?;
+        if head != header {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not this blob's part file",
+            ));
+        }
+        let mut digests = Vec::new();
+        let mut chunk = vec![0u8; BLOB_CHUNK_BYTES];
+        while let Some(wanted) = blob.digests.get(digests.len()) {
+            match file.read_exact(&mut chunk) {
+                Ok(()) if digest(&chunk) == *wanted => digests.push(*wanted),
+                Ok(()) => break,
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break,
+                Err(e) => return Err(e),
+            }
+        }
+        let len = digests.len() as u64 * BLOB_CHUNK_BYTES as u64;
+        let end = header.len() as u64 + len;
+        file.set_len(end)?;
+        file.seek(SeekFrom::Start(end))?;
+        Ok(Upload {
+            file,
+            len,
+            digests,
+            unsynced: 0,
+            touched: Instant::now(),
+        })
     }
 
     fn start(&self, shard: ShardId, id: u128, key: &[u8]) -> Result<Upload, FirnError> {
@@ -168,11 +225,7 @@ impl BlobFiles {
             .truncate(true)
             .open(&path)
             .map_err(|e| io("creating", &path, e))?;
-        let mut header = Vec::with_capacity(MAGIC.len() + 2 + key.len());
-        header.extend_from_slice(MAGIC);
-        header.extend_from_slice(&(key.len() as u16).to_be_bytes());
-        header.extend_from_slice(key);
-        file.write_all(&header)
+        file.write_all(&header(key))
             .map_err(|e| io("writing", &path, e))?;
         Ok(Upload {
             file,
@@ -403,6 +456,50 @@ mod tests {
         // Chunks that differ from the manifest's are not kept.
         files.write_chunk(3, 6, b"k", 0, &b).unwrap();
         assert_eq!(files.chunks_held(&blob(&[&a, &b], 6)), 0);
+    }
+
+    #[test]
+    fn a_part_file_left_by_an_earlier_run_is_taken_up_as_far_as_it_matches() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (vec![1u8; BLOB_CHUNK_BYTES], vec![2u8; BLOB_CHUNK_BYTES]);
+        let whole = blob(&[&a, &b, b"end"], 5);
+        let before = BlobFiles::new(dir.path().to_path_buf());
+        before.write_chunk(3, 5, b"k", 0, &a).unwrap();
+        before
+            .write_chunk(3, 5, b"", BLOB_CHUNK_BYTES as u64, &b)
+            .unwrap();
+        drop(before);
+        // A new run of the process: nothing open, the part file on disk.
+        let files = BlobFiles::new(dir.path().to_path_buf());
+        assert_eq!(files.chunks_held(&whole), 0);
+        files.begin(&whole, b"k").unwrap();
+        assert_eq!(
+            files.chunks_held(&whole),
+            2,
+            "the chunks on disk were not taken up"
+        );
+        files
+            .write_chunk(3, 5, b"", 2 * BLOB_CHUNK_BYTES as u64, b"end")
+            .unwrap();
+        files.seal(&whole).unwrap();
+        let back = files.read(3, 5, 0, 2 * BLOB_CHUNK_BYTES + 3).unwrap();
+        assert!(back[..BLOB_CHUNK_BYTES] == a[..] && &back[2 * BLOB_CHUNK_BYTES..] == b"end");
+
+        // A part file whose second chunk differs from the manifest keeps its first only (and
+        // drops the rest); one for another key is started again.
+        let files = BlobFiles::new(dir.path().to_path_buf());
+        files.write_chunk(3, 6, b"k", 0, &a).unwrap();
+        files
+            .write_chunk(3, 6, b"", BLOB_CHUNK_BYTES as u64, &a)
+            .unwrap();
+        let files = BlobFiles::new(dir.path().to_path_buf());
+        let other = blob(&[&a, &b], 6);
+        files.begin(&other, b"k").unwrap();
+        assert_eq!(files.chunks_held(&other), 1);
+        let files = BlobFiles::new(dir.path().to_path_buf());
+        files.begin(&other, b"another key").unwrap();
+        assert_eq!(files.chunks_held(&other), 0);
+        assert_eq!(files.key_of(3, 6).unwrap(), b"another key");
     }
 
     #[test]

@@ -306,13 +306,14 @@ impl Blobs {
 
     /// Copies `blob` here from the other holders, unless it is here already. A copy that
     /// failed part way goes on from the chunks it holds; its `.part` file, made before the
-    /// first chunk is asked for, lets a restart of the process find it and start it again.
+    /// first chunk is asked for, lets a restart of the process find it and go on from the
+    /// chunks on disk.
     pub async fn fetch(&self, key: Bytes, blob: &BlobRef) -> Result<bool, FirnError> {
         if self.files.has(blob.shard, blob.id) {
             return Ok(false);
         }
-        let (shard, id, k) = (blob.shard, blob.id, key.clone());
-        self.blocking(move |f| f.begin(shard, id, &k)).await?;
+        let (manifest, k) = (blob.clone(), key.clone());
+        self.blocking(move |f| f.begin(&manifest, &k)).await?;
         for i in self.files.chunks_held(blob)..blob.digests.len() {
             let data = self.chunk(blob, i, true).await?;
             let (offset, _) = blob.chunks().nth(i).expect("chunk exists");
