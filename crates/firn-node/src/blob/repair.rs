@@ -5,7 +5,7 @@
 //! later, for as long as a version here names the blob: until then the value has one copy
 //! fewer than its shard has replicas. A fetch under way has its `.part` file (made before the
 //! first chunk is asked for): when the replica opens again after a restart, the fetches its
-//! part files show are started again.
+//! part files show go on, from the chunks on disk.
 
 use std::collections::HashMap;
 use std::sync::Arc;

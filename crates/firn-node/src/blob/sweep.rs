@@ -1,8 +1,9 @@
 //! Deletes blob files no stored version names: versions removed by truncation, retention,
 //! an overwrite in a `latest` keyspace, a dropped keyspace or FLUSHALL; uploads that never
-//! finished (a `.part` file whose blob no version names); and the whole directory of a shard this node no longer holds. A file is
-//! judged only once it is older than the grace period, so that an upload whose manifest is
-//! still on its way through the log is never taken for garbage.
+//! finished (a `.part` file whose blob no version names); and the whole directory of a
+//! shard this node no longer holds. A file is judged only once it is older than the grace
+//! period, so that an upload whose manifest is still on its way through the log is never
+//! taken for garbage.
 
 use std::sync::Arc;
 use std::time::SystemTime;
