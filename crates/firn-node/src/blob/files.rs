@@ -173,7 +173,14 @@ impl BlobFiles {
         Ok(())
     }
 
-    /// The part file of `blob` an earlier run left, open at the end of the chunks it holds
+    /// Closes an upload open here and keeps its part file: a fetch that failed holds no file
+    /// descriptor while it waits to be tried again (many may wait), and
+    /// [`BlobFiles::begin`] takes the file up again.
+    pub fn close(&self, shard: ShardId, id: u128) {
+        self.uploads().remove(&(shard, id));
+    }
+
+    /// The part file of `blob` an earlier run (or a closed fetch) left, open at the end of the chunks it holds
     /// that match the manifest (whole chunks only; anything after them is cut off).
     fn reopen(&self, blob: &BlobRef, key: &[u8]) -> io::Result<Upload> {
         let path = self.part_path(blob.shard, blob.id);
@@ -478,6 +485,11 @@ mod tests {
             2,
             "the chunks on disk were not taken up"
         );
+        // A fetch that fails closes its upload; the next one takes the file up again.
+        files.close(3, 5);
+        assert_eq!(files.chunks_held(&whole), 0, "still open");
+        files.begin(&whole, b"k").unwrap();
+        assert_eq!(files.chunks_held(&whole), 2);
         files
             .write_chunk(3, 5, b"", 2 * BLOB_CHUNK_BYTES as u64, b"end")
             .unwrap();

@@ -314,12 +314,20 @@ impl Blobs {
         }
         let (manifest, k) = (blob.clone(), key.clone());
         self.blocking(move |f| f.begin(&manifest, &k)).await?;
-        for i in self.files.chunks_held(blob)..blob.digests.len() {
-            let data = self.chunk(blob, i, true).await?;
-            let (offset, _) = blob.chunks().nth(i).expect("chunk exists");
-            let (shard, id, key) = (blob.shard, blob.id, key.clone());
-            self.blocking(move |f| f.write_chunk(shard, id, &key, offset, &data))
-                .await?;
+        let copied = async {
+            for i in self.files.chunks_held(blob)..blob.digests.len() {
+                let data = self.chunk(blob, i, true).await?;
+                let (offset, _) = blob.chunks().nth(i).expect("chunk exists");
+                let (shard, id, key) = (blob.shard, blob.id, key.clone());
+                self.blocking(move |f| f.write_chunk(shard, id, &key, offset, &data))
+                    .await?;
+            }
+            Ok::<(), FirnError>(())
+        };
+        if let Err(e) = copied.await {
+            // Its file stays for the next try; its descriptor does not.
+            self.files.close(blob.shard, blob.id);
+            return Err(e);
         }
         let sealed = blob.clone();
         self.blocking(move |f| f.seal(&sealed)).await?;
