@@ -107,7 +107,8 @@ pub const WRITEBACK_EVERY: Duration = Duration::from_millis(50);
 /// (`worker_pool.rs`, fjall issue 329), and every write to the database takes that lock. A
 /// state journal synced by nothing else then holds up to 64 MB (fjall's journal file size)
 /// of unsynced bytes at that moment: every apply of the database's groups waited out their
-/// writeback — 150–300 ms on the 2-core machine, the largest delay a put saw. Fsynced here
+/// writeback (applies asleep on the lock up to 225 ms on the busy 2-core machine; fjall's
+/// fsync itself up to 64 ms, 8.7 ms with this thread — docs/benchmarks.md). Fsynced here
 /// (outside the lock, [`JournalSync`]) whenever about [`WRITEBACK_BYTES`] have been written
 /// since, the flush's own fsync finds little to write.
 pub struct Writeback {
