@@ -75,7 +75,8 @@ pub enum LogAction {
     Range {
         #[command(flatten)]
         on: TagRead,
-        /// The first seq of the range (MS-N, or MS); default: the start.
+        /// The first seq of the range (MS-N, or MS); default: 0 (a tag trimmed since answers
+        /// TRIMMED with its first kept seq, to read from).
         #[arg(long, value_parser = seq_from)]
         from: Option<LogSeq>,
         /// The last seq of the range (MS-N, or MS for its last); default: the end.
