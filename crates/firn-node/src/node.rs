@@ -384,7 +384,12 @@ impl RunningNode {
             }
         };
         let (blob_repairs, repair_queue) = tokio::sync::mpsc::unbounded_channel();
-        let replicas = Arc::new(Replicas::new(factory, local.clone(), blob_repairs.clone()));
+        let blob_files = Arc::new(crate::blob::files::BlobFiles::new(data_dir.join(BLOB_DIR)));
+        let intake = crate::blob::repair::RepairIntake {
+            queue: blob_repairs,
+            files: blob_files.clone(),
+        };
+        let replicas = Arc::new(Replicas::new(factory, local.clone(), intake));
         let (publish, layout) = watch::channel(Arc::new(ClusterLayout::empty()));
         let router = Arc::new(Router::new(RouterParts {
             replicas: replicas.clone(),
@@ -400,6 +405,7 @@ impl RunningNode {
                 sweep_every: config.blob_sweep_every,
                 grace: config.blob_grace,
             },
+            blob_files,
             users: config.users.clone(),
         }));
         tasks.push(tokio::spawn(crate::blob::repair::run(

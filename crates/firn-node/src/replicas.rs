@@ -148,14 +148,14 @@ pub struct Replicas {
     /// Where the replicas held here publish for local reads (none: local reads are off).
     local: Option<Arc<LocalRegion>>,
     /// Where each replica tells the blobs its versions name (see `crate::blob::repair`).
-    blob_repairs: tokio::sync::mpsc::UnboundedSender<crate::blob::repair::Repair>,
+    blob_repairs: crate::blob::repair::RepairIntake,
 }
 
 impl Replicas {
     pub fn new(
         factory: ReplicaFactory,
         local: Option<Arc<LocalRegion>>,
-        blob_repairs: tokio::sync::mpsc::UnboundedSender<crate::blob::repair::Repair>,
+        blob_repairs: crate::blob::repair::RepairIntake,
     ) -> Self {
         Replicas {
             node_id: factory.node_id,
@@ -282,10 +282,7 @@ impl Replicas {
                     tracing::info!(shard = shard.id, form, "opened a replica");
                     replica.store().set_sink(
                         crate::blob::repair::SINK_NAME,
-                        Some(Arc::new(crate::blob::repair::RepairSink {
-                            shard: shard.id,
-                            queue: self.blob_repairs.clone(),
-                        })),
+                        Some(Arc::new(self.blob_repairs.sink(shard.id))),
                     );
                     if let Some(local) = &self.local {
                         local.attach(shard.id, &replica);
@@ -295,9 +292,7 @@ impl Replicas {
                         .unwrap_or_else(|p| p.into_inner())
                         .insert(shard.id, replica);
                     // Held now, so the repair task finds it.
-                    let _ = self
-                        .blob_repairs
-                        .send(crate::blob::repair::Repair::Resume(shard.id));
+                    self.blob_repairs.resume(shard.id);
                 }
                 Err(e) => result = Err(e),
             }

@@ -22,7 +22,7 @@ fn value(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-/// The sealed blob files in node `dir`'s data (no `.part`).
+/// The sealed blob files in node `dir`'s data (no `.part`, no note such as `.rescan`).
 fn sealed(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for shard in std::fs::read_dir(dir.join("blobs"))
@@ -35,7 +35,7 @@ fn sealed(dir: &Path) -> Vec<PathBuf> {
             .flatten()
             .flatten()
         {
-            if f.path().extension().is_none() {
+            if f.path().extension().is_none() && !f.file_name().to_string_lossy().starts_with('.') {
                 out.push(f.path());
             }
         }
@@ -114,6 +114,86 @@ fn a_replica_that_missed_a_large_value_fetches_it_from_the_others() {
         "the fetched blob differs from the value written"
     );
     assert!(get(&cluster, 2, "film/2") == second);
+}
+
+/// Shard 0 as node `i` reports it in `/v1/cluster`.
+fn shard0(cluster: &Cluster, i: usize) -> serde_json::Value {
+    cluster.cluster_json(i).unwrap_or_default()["shards"][0].clone()
+}
+
+#[test]
+fn a_replica_sent_a_snapshot_fetches_the_blobs_it_names() {
+    let mut cluster = Cluster::start(
+        3,
+        &[
+            "--shards",
+            "1",
+            "--max-value-bytes",
+            "65536",
+            "--snapshot-every",
+            "100",
+            "--snapshot-catchup-entries",
+            "0",
+        ],
+    );
+    cluster.wait_for_leaders(0, None);
+    assert_eq!(put(&cluster, 0, "small/first", b"x"), 200);
+    let mut applied = 0;
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            applied = shard0(&cluster, 2)["last_applied_index"]
+                .as_u64()
+                .unwrap_or(0);
+            applied > 0
+        }),
+        "node 3 applied nothing"
+    );
+
+    // Node 3 is down while a large value and enough small ones for a snapshot are written,
+    // and the log behind it is purged: it can only catch up from a snapshot.
+    cluster.kill_9(2);
+    let film = value(5 * 1024 * 1024 + 3, 3);
+    put_by_majority(&cluster, "film/1", &film);
+    for i in 0..300 {
+        assert_eq!(put(&cluster, 0, &format!("small/{i}"), b"x"), 200);
+    }
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            shard0(&cluster, 0)["purged_index"].as_u64().unwrap_or(0) > applied
+        }),
+        "the others did not purge their logs past node 3"
+    );
+
+    cluster.restart(2);
+    assert!(
+        wait_until(Duration::from_secs(60), || sealed(cluster.dirs[2].path())
+            .len()
+            == 1),
+        "the replica that installed a snapshot never fetched the blob it names"
+    );
+    assert!(file_data(&sealed(cluster.dirs[2].path())[0]) == film);
+    assert!(get(&cluster, 2, "film/1") == film);
+    // The note that the shard's blobs were to be looked for is gone once they were.
+    let note = cluster.dirs[2].path().join("blobs/0/.rescan");
+    assert!(
+        wait_until(Duration::from_secs(10), || !note.exists()),
+        "the rescan note stayed"
+    );
+
+    // A note left by a run stopped before the listing: the replica lists its blobs when it
+    // opens (here its file is gone too, and no part file says it is wanted).
+    cluster.stop(2);
+    std::fs::remove_file(&sealed(cluster.dirs[2].path())[0]).unwrap();
+    std::fs::write(&note, b"").unwrap();
+    cluster.restart(2);
+    assert!(
+        wait_until(Duration::from_secs(60), || sealed(cluster.dirs[2].path())
+            .len()
+            == 1),
+        "the replica did not look for its blobs with the note there"
+    );
+    assert!(file_data(&sealed(cluster.dirs[2].path())[0]) == film);
+    assert!(wait_until(Duration::from_secs(10), || !note.exists()));
 }
 
 /// Puts `body` at `key` through node 1 while a node is down: retried until a majority

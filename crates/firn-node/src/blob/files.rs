@@ -22,6 +22,9 @@ use sha2::{Digest, Sha256};
 
 const MAGIC: &[u8; 8] = b"FIRNBLB1";
 const PART: &str = "part";
+/// The file that says a shard's blobs are to be listed again (see [`BlobFiles::rescan`]);
+/// not a blob's name, so [`BlobFiles::list`] passes over it.
+const RESCAN: &str = ".rescan";
 /// Bytes written to an upload between fsyncs, so that sealing waits for little.
 const SYNC_EVERY_BYTES: u64 = 64 << 20;
 
@@ -139,6 +142,70 @@ impl BlobFiles {
         upload.touched = Instant::now();
         self.uploads().insert((shard, id), upload);
         Ok(())
+    }
+
+    /// Marks `blob`, the value of `key`, as wanted here, durably: when this node has neither
+    /// its file nor a part file of it, an empty part file (the header alone) that a restart
+    /// finds ([`super::repair`]) and a fetch takes up. A part file that exists is left as it
+    /// is (an upload or a fetch writes it). Returns whether it made one.
+    pub fn want(&self, blob: &BlobRef, key: &[u8]) -> Result<bool, FirnError> {
+        let (shard, id) = (blob.shard, blob.id);
+        if self.has(shard, id) {
+            return Ok(false);
+        }
+        if key.is_empty() || key.len() > KEY_BYTES_MAX {
+            return Err(FirnError::BadArgument(
+                "a blob's key is 1 B to 8 KiB".into(),
+            ));
+        }
+        let dir = self.dir(shard);
+        fs::create_dir_all(&dir).map_err(|e| io("creating", &dir, e))?;
+        let path = self.part_path(shard, id);
+        let mut file = match OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
+            Err(e) => return Err(io("creating", &path, e)),
+        };
+        if self.has(shard, id) {
+            // Sealed meanwhile (its part file renamed): this one is not wanted.
+            let _ = fs::remove_file(&path);
+            return Ok(false);
+        }
+        file.write_all(&header(key))
+            .and_then(|()| file.sync_all())
+            .map_err(|e| io("writing", &path, e))?;
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io("syncing", &dir, e))?;
+        Ok(true)
+    }
+
+    fn rescan_path(&self, shard: ShardId) -> PathBuf {
+        self.dir(shard).join(RESCAN)
+    }
+
+    /// Notes, durably, that every blob `shard`'s versions name must be looked for here (a
+    /// snapshot was installed), until [`BlobFiles::rescanned`] says it was.
+    pub fn rescan(&self, shard: ShardId) -> Result<(), FirnError> {
+        let dir = self.dir(shard);
+        fs::create_dir_all(&dir).map_err(|e| io("creating", &dir, e))?;
+        let path = self.rescan_path(shard);
+        File::create(&path)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| io("creating", &path, e))?;
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io("syncing", &dir, e))
+    }
+
+    /// Whether [`BlobFiles::rescan`] was noted for `shard` and not yet done.
+    pub fn rescan_due(&self, shard: ShardId) -> bool {
+        self.rescan_path(shard).is_file()
+    }
+
+    /// The blobs `shard` names were each marked wanted or found here.
+    pub fn rescanned(&self, shard: ShardId) {
+        let _ = fs::remove_file(self.rescan_path(shard));
     }
 
     /// Marks a fetch of `blob` for `key` as under way: its `.part` file exists (with its
@@ -406,6 +473,30 @@ mod tests {
             chunk_bytes: BLOB_CHUNK_BYTES as u32,
             digests: data.iter().map(|d| digest(d)).collect(),
         }
+    }
+
+    #[test]
+    fn a_blob_wanted_here_gets_an_empty_part_file_unless_it_has_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = BlobFiles::new(dir.path().to_path_buf());
+        let data = vec![5u8; 10];
+        let wanted = blob(&[&data], 4);
+        assert!(files.want(&wanted, b"k").unwrap());
+        let found = files.list(3);
+        assert_eq!((found.len(), found[0].id, found[0].part), (1, 4, true));
+        assert_eq!(files.key_of(3, 4).unwrap(), b"k");
+        assert_eq!(files.chunks_held(&wanted), 0);
+        assert!(
+            !files.want(&wanted, b"k").unwrap(),
+            "one part file is enough"
+        );
+        // A fetch takes it up and seals it; wanting it then makes nothing.
+        files.begin(&wanted, b"k").unwrap();
+        files.write_chunk(3, 4, b"k", 0, &data).unwrap();
+        files.seal(&wanted).unwrap();
+        assert!(!files.want(&wanted, b"k").unwrap());
+        assert_eq!(files.list(3).len(), 1);
+        assert!(!files.list(3)[0].part);
     }
 
     #[test]

@@ -91,13 +91,14 @@ pub struct Blobs {
 impl Blobs {
     pub fn new(
         config: BlobConfig,
+        files: Arc<BlobFiles>,
         peers: PeerClient,
         layout: watch::Receiver<Arc<ClusterLayout>>,
         replicas: Arc<Replicas>,
     ) -> Self {
         Blobs {
             node_id: replicas.node_id(),
-            files: Arc::new(BlobFiles::new(config.dir.clone())),
+            files,
             peers,
             layout,
             replicas,

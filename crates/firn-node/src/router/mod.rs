@@ -96,6 +96,8 @@ pub struct RouterParts {
     pub log_index_bytes: usize,
     pub client_addrs: (String, String),
     pub blobs: crate::blob::BlobConfig,
+    /// The node's blob files (shared with the replicas' repair sinks).
+    pub blob_files: Arc<crate::blob::files::BlobFiles>,
     pub users: Option<Arc<crate::auth::Users>>,
 }
 
@@ -103,6 +105,7 @@ impl Router {
     pub fn new(parts: RouterParts) -> Self {
         let blobs = Arc::new(crate::blob::Blobs::new(
             parts.blobs,
+            parts.blob_files,
             parts.peers.clone(),
             parts.layout.clone(),
             parts.replicas.clone(),
