@@ -153,14 +153,7 @@ impl BlobFiles {
         if self.has(shard, id) {
             return Ok(false);
         }
-        if key.is_empty() || key.len() > KEY_BYTES_MAX {
-            return Err(FirnError::BadArgument(
-                "a blob's key is 1 B to 8 KiB".into(),
-            ));
-        }
-        let dir = self.dir(shard);
-        fs::create_dir_all(&dir).map_err(|e| io("creating", &dir, e))?;
-        let path = self.part_path(shard, id);
+        let path = self.new_part_path(shard, id, key)?;
         let mut file = match OpenOptions::new().write(true).create_new(true).open(&path) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
@@ -174,10 +167,16 @@ impl BlobFiles {
         file.write_all(&header(key))
             .and_then(|()| file.sync_all())
             .map_err(|e| io("writing", &path, e))?;
+        self.sync_dir(shard)?;
+        Ok(true)
+    }
+
+    /// Makes durable what was created, renamed or removed in `shard`'s folder.
+    fn sync_dir(&self, shard: ShardId) -> Result<(), FirnError> {
+        let dir = self.dir(shard);
         File::open(&dir)
             .and_then(|d| d.sync_all())
-            .map_err(|e| io("syncing", &dir, e))?;
-        Ok(true)
+            .map_err(|e| io("syncing", &dir, e))
     }
 
     fn rescan_path(&self, shard: ShardId) -> PathBuf {
@@ -193,9 +192,7 @@ impl BlobFiles {
         File::create(&path)
             .and_then(|f| f.sync_all())
             .map_err(|e| io("creating", &path, e))?;
-        File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| io("syncing", &dir, e))
+        self.sync_dir(shard)
     }
 
     /// Whether [`BlobFiles::rescan`] was noted for `shard` and not yet done.
@@ -232,10 +229,7 @@ impl BlobFiles {
             .file
             .sync_all()
             .map_err(|e| io("syncing", &path, e))?;
-        let dir = self.dir(shard);
-        File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| io("syncing", &dir, e))?;
+        self.sync_dir(shard)?;
         self.uploads().insert((shard, id), upload);
         Ok(())
     }
@@ -284,7 +278,9 @@ impl BlobFiles {
         })
     }
 
-    fn start(&self, shard: ShardId, id: u128, key: &[u8]) -> Result<Upload, FirnError> {
+    /// Where the part file of blob `id` for `key` goes, its folder made; refuses a key out
+    /// of bounds (it goes in the file's header).
+    fn new_part_path(&self, shard: ShardId, id: u128, key: &[u8]) -> Result<PathBuf, FirnError> {
         if key.is_empty() || key.len() > KEY_BYTES_MAX {
             return Err(FirnError::BadArgument(
                 "a blob's key is 1 B to 8 KiB".into(),
@@ -292,7 +288,11 @@ impl BlobFiles {
         }
         let dir = self.dir(shard);
         fs::create_dir_all(&dir).map_err(|e| io("creating", &dir, e))?;
-        let path = self.part_path(shard, id);
+        Ok(self.part_path(shard, id))
+    }
+
+    fn start(&self, shard: ShardId, id: u128, key: &[u8]) -> Result<Upload, FirnError> {
+        let path = self.new_part_path(shard, id, key)?;
         let mut file = OpenOptions::new()
             .create(true)
             .write(true)
@@ -339,10 +339,7 @@ impl BlobFiles {
             .sync_all()
             .map_err(|e| io("syncing", &part, e))?;
         fs::rename(&part, self.path(shard, id)).map_err(|e| io("sealing", &part, e))?;
-        let dir = self.dir(shard);
-        File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| io("syncing", &dir, e))
+        self.sync_dir(shard)
     }
 
     /// Drops an upload and its file (sealed or not).
