@@ -34,9 +34,12 @@ pub struct NodeConfig {
     /// catches up from the log instead of by a snapshot transfer.
     pub snapshot_catchup_entries: u64,
     /// A shard leader whose shard has had no entry for this long proposes one that closes
-    /// time (so reads at a time wait at most about this long, plus a commit, for it to close).
-    /// Zero: never (a read at a recent time on an idle shard then waits for its next write).
+    /// time, while closed time is wanted (see `firn_raft::closer`). Zero: never (a read at a
+    /// recent time on an idle shard then waits for its next write).
     pub close_time_every: Duration,
+    /// The same when nobody has wanted closed time for a while: an idle cluster then writes
+    /// a close entry a shard this often. At most `close_time_every` means no difference.
+    pub close_time_idle_every: Duration,
     /// This node's id in the cluster (1 for a single node).
     pub node_id: u64,
     /// Listener for other nodes (default 127.0.0.1:7381).
@@ -96,6 +99,11 @@ pub const SNAPSHOT_CATCHUP_ENTRIES_DEFAULT: u64 = 10_000;
 /// real time is this plus one commit (tens of milliseconds).
 pub const CLOSE_TIME_EVERY_DEFAULT: Duration = Duration::from_millis(50);
 
+/// How often a shard closes time when nobody wants it closed (no read at a time, snapshot or
+/// local read asked for it in the last 10 s): an idle 3-node cluster then writes about a
+/// twentieth of what closing every 50 ms writes (docs/deploy.md).
+pub const CLOSE_TIME_IDLE_EVERY_DEFAULT: Duration = Duration::from_secs(1);
+
 /// Default limit of open RESP connections: Redis's default `maxclients`. Each connection
 /// holds two 16 KiB buffers and up to 1,024 pipelined replies, so the limit bounds the
 /// node's memory for clients (and its file descriptors) rather than its throughput.
@@ -118,6 +126,7 @@ impl Default for NodeConfig {
             snapshot_every_entries: 100_000,
             snapshot_catchup_entries: SNAPSHOT_CATCHUP_ENTRIES_DEFAULT,
             close_time_every: CLOSE_TIME_EVERY_DEFAULT,
+            close_time_idle_every: CLOSE_TIME_IDLE_EVERY_DEFAULT,
             node_id: 1,
             peer_addr: SocketAddr::from(([127, 0, 0, 1], 7381)),
             peers: BTreeMap::new(),

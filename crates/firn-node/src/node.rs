@@ -357,6 +357,8 @@ impl RunningNode {
             snapshot_every_entries: config.snapshot_every_entries,
             snapshot_catchup_entries: config.snapshot_catchup_entries,
             close_time_every: config.close_time_every,
+            close_time_idle_every: config.close_time_idle_every,
+            close_always: Arc::default(),
             in_memory: config.in_memory,
             pool,
             groups,

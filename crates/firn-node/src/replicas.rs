@@ -34,6 +34,10 @@ pub struct ReplicaFactory {
     pub snapshot_every_entries: u64,
     pub snapshot_catchup_entries: u64,
     pub close_time_every: std::time::Duration,
+    pub close_time_idle_every: std::time::Duration,
+    /// Set while this node publishes `LOCAL` keyspaces in its region, whose readers ask
+    /// nothing: its replicas then close time every `close_time_every` when they lead.
+    pub close_always: Arc<std::sync::atomic::AtomicBool>,
     pub in_memory: bool,
     pub pool: Arc<PeerPool>,
     pub groups: LocalGroups,
@@ -105,8 +109,13 @@ impl ReplicaFactory {
                 snapshot_every_entries: self.snapshot_every_entries,
                 snapshot_catchup_entries: self.snapshot_catchup_entries,
                 // The meta group's state is the layout: nobody reads it at a time.
-                close_time_every: (id != META_GROUP && !self.close_time_every.is_zero())
-                    .then_some(self.close_time_every),
+                closing: (id != META_GROUP && !self.close_time_every.is_zero()).then(|| {
+                    firn_raft::ClosePolicy {
+                        every: self.close_time_every,
+                        idle_every: self.close_time_idle_every.max(self.close_time_every),
+                        always: self.close_always.clone(),
+                    }
+                }),
                 members: members
                     .iter()
                     .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
@@ -253,6 +262,11 @@ impl Replicas {
         }
         if let Some(local) = &self.local {
             local.set_layout(Arc::new(layout.clone()));
+            // The region's readers send nothing: time must keep closing for their bounds.
+            let published = layout.placements.values().any(|p| p.local);
+            self.factory
+                .close_always
+                .store(published, std::sync::atomic::Ordering::Relaxed);
         }
         let me = self.node_id;
         let held: Vec<ShardId> = self

@@ -4,6 +4,7 @@
 //! fjall ([`log_store`]) and whose state machine is the versioned store ([`state_machine`]).
 //! This crate must never parse client protocols or decide routing.
 
+pub mod closer;
 mod lease;
 pub mod log_store;
 mod log_tail;
@@ -17,5 +18,6 @@ pub mod state_machine;
 pub mod transport;
 pub mod types;
 
+pub use closer::ClosePolicy;
 pub use shard::{ProposalOutcome, ShardConfig, ShardReplica, ShardStatus};
 pub use types::{FirnRaft, META_GROUP, NodeId, ShardId, group_name};

@@ -19,6 +19,7 @@ use openraft::{BasicNode, ChangeMembers, Config, Raft, ReadPolicy, SnapshotPolic
 use serde::Serialize;
 use tokio::sync::oneshot;
 
+use crate::closer::{ClosePolicy, Demand};
 use crate::log_store::{FjallLogStore, Flush};
 use crate::network::PeerNetwork;
 use crate::peer::{LocalGroups, PeerPool};
@@ -62,9 +63,10 @@ pub struct ShardConfig {
     /// Entries the purge leaves behind each snapshot, so that a follower at most this far
     /// behind catches up from the log rather than by a snapshot transfer.
     pub snapshot_catchup_entries: u64,
-    /// When this replica leads and the shard has had no entry for this long, it proposes
-    /// one that closes time (`Op::CloseTime`). `None`: never (the meta group).
-    pub close_time_every: Option<Duration>,
+    /// How this replica, when it leads a shard without writes, closes time
+    /// (`Op::CloseTime` entries; see [`crate::closer`]). `None`: never (the meta group, or
+    /// closing turned off).
+    pub closing: Option<ClosePolicy>,
     /// The group's initial members (node id → peer address).
     pub members: BTreeMap<NodeId, BasicNode>,
     /// Whether this node forms the group with `members` (exactly one member does, once;
@@ -104,6 +106,10 @@ pub struct ShardReplica {
     clock: Arc<HybridClock>,
     read_rounds: Arc<Mutex<ReadRounds>>,
     closer: Option<tokio::task::JoinHandle<()>>,
+    /// How the closer closes time (`None`: it does not).
+    close_policy: Option<ClosePolicy>,
+    /// When closed time was last wanted here, and asked for.
+    demand: Arc<Demand>,
     /// Held while a [`close_through`](Self::close_through) entry is in flight.
     closing: tokio::sync::Mutex<()>,
     durability: Durability,
@@ -111,52 +117,6 @@ pub struct ShardReplica {
     /// it refuses votes and does not stand for election until it has caught up (see
     /// [`recovered`](Self::recovered)).
     recovering: Arc<AtomicBool>,
-}
-
-/// Keeps time closing on an idle shard: while this replica leads, whenever the shard's
-/// newest stamp is older than `every`, proposes a `CloseTime` entry stamped now. Writes close
-/// time too, so a busy shard gets none.
-///
-/// The closers of a node look at the same moments: a phase of `every` on the wall clock,
-/// the node's own. The close entries of the shards a node leads then reach its log
-/// together and share one group commit's fsync, and so do those a follower gets from one
-/// leader; apart, each entry cost a node an fsync of its own. Each node has its own phase
-/// (spread by its id) so that the nodes' closes do not all land at one moment, a burst of
-/// work every interval in every node at once (measured: it made a client's accesses to the
-/// leader no faster than through another node, in a debug build on 2 cores).
-async fn run_closer(
-    raft: Raft<FirnRaft, ShardStateMachine>,
-    node_id: NodeId,
-    store: Arc<VersionedStore>,
-    clock: Arc<HybridClock>,
-    every: Duration,
-) {
-    let every_us = (every.as_micros() as u64).max(1);
-    // Node ids 1, 2, 3 … at 0.62, 0.24, 0.85 … of the interval (the golden ratio's steps).
-    let phase_us = ((node_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) as f64
-        / (1u64 << 53) as f64
-        * every_us as f64) as u64;
-    loop {
-        tokio::time::sleep(firn_model::hlc::until_wall_phase(every_us, phase_us)).await;
-        if raft.metrics().borrow_watched().current_leader != Some(node_id) {
-            continue;
-        }
-        let now = clock.now();
-        let newest = store.last_commit_ts();
-        if now.wall_us.saturating_sub(newest.wall_us) < every_us {
-            continue;
-        }
-        let close = LogCommand(Command {
-            ts: now,
-            op: Op::CloseTime,
-        });
-        // Without a quorum the entry waits; the next tick tries again.
-        if let Ok(Err(RaftError::Fatal(_))) =
-            tokio::time::timeout(COMMIT_WAIT, raft.client_write(close)).await
-        {
-            return;
-        }
-    }
 }
 
 /// Most linearizable reads waiting for the next ReadIndex round of a replica, and so the
@@ -322,13 +282,15 @@ impl ShardReplica {
                 .await
                 .map_err(unavailable)?;
         }
-        let closer = cfg.close_time_every.map(|every| {
-            tokio::spawn(run_closer(
+        let demand = Arc::new(Demand::default());
+        let closer = cfg.closing.clone().map(|policy| {
+            tokio::spawn(crate::closer::run(
                 raft.clone(),
                 cfg.node_id,
                 store.clone(),
                 clock.clone(),
-                every,
+                policy,
+                demand.clone(),
             ))
         });
         Ok(ShardReplica {
@@ -339,6 +301,8 @@ impl ShardReplica {
             clock,
             read_rounds: Arc::default(),
             closer,
+            close_policy: cfg.closing,
+            demand,
             closing: tokio::sync::Mutex::new(()),
             durability,
             recovering,
@@ -388,17 +352,34 @@ impl ShardReplica {
     /// Closes time through `t` here now rather than waiting for the closer or a write: on
     /// the leader, a `CloseTime` entry stamped above `t` (one at a time; a caller that finds
     /// `t` closed meanwhile proposes nothing). Returns once this replica has applied it. A
-    /// follower does nothing (the caller waits for time to close).
+    /// follower does nothing (the caller waits for time to close). Either way the closer
+    /// then closes every interval for a while ([`crate::closer::DEMAND_HOLDS`]).
     pub async fn close_through(&self, t: firn_model::CommitTs) -> Result<(), FirnError> {
         if self.leader() != Some(self.node_id) {
             return Ok(());
         }
+        self.demand.want(firn_model::hlc::system_wall_us());
         let _one = self.closing.lock().await;
         if self.store.last_commit_ts() >= t {
             return Ok(());
         }
         self.clock.observe(t);
         self.write(Op::CloseTime).await.map(|_| ())
+    }
+
+    /// Whether a reader here that waits for time to close should ask the shard's leader to
+    /// close it ([`close_through`](Self::close_through) there): at most once an interval,
+    /// and never where the shard's time is not closed by entries at all.
+    pub fn may_ask_to_close(&self) -> bool {
+        self.close_policy.as_ref().is_some_and(|p| {
+            self.demand
+                .may_ask(firn_model::hlc::system_wall_us(), p.every)
+        })
+    }
+
+    /// How often time closes here while it is wanted (`None`: only writes close it).
+    pub fn close_every(&self) -> Option<Duration> {
+        self.close_policy.as_ref().map(|p| p.every)
     }
 
     /// Proposes a write, stamped now, and returns what applying it answered. Returns only

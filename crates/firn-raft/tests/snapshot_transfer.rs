@@ -97,7 +97,7 @@ async fn start_keeping(
         snapshot_dir: snapshot_dir.clone(),
         snapshot_every_entries: 1_000_000,
         snapshot_catchup_entries: catchup,
-        close_time_every: None,
+        closing: None,
     };
     let replica = ShardReplica::open(cfg, Arc::new(HybridClock::system()))
         .await

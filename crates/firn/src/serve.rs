@@ -55,12 +55,18 @@ pub struct ServeArgs {
     #[arg(long, env = "FIRN_SNAPSHOT_CATCHUP_ENTRIES", default_value_t = firn_node::config::SNAPSHOT_CATCHUP_ENTRIES_DEFAULT)]
     snapshot_catchup_entries: u64,
     /// A shard's leader closes time when the shard has been quiet this long (it looks this
-    /// often), so that reads at a time (ASOF) on an idle shard wait at most about twice this
-    /// for it; each close is an entry fsync'd on every replica. 0 turns it off (an idle
-    /// cluster then writes nothing for it, and a read at a recent time on an idle shard
-    /// waits for its next write).
+    /// often), while closed time is wanted: a read at a time (ASOF), a snapshot or a local
+    /// read asked for it in the last 10 s, or a LOCAL keyspace is published; each close is
+    /// an entry fsync'd on every replica. 0 turns closing off (an idle cluster then writes
+    /// nothing for it, and a read at a recent time on an idle shard waits for its next
+    /// write).
     #[arg(long, env = "FIRN_CLOSE_TIME_EVERY", default_value = "50ms", value_parser = humantime::parse_duration)]
     close_time_every: Duration,
+    /// How often a shard's leader closes time when nobody wants it: a read that then finds
+    /// its time not closed asks the leader to close it at once (a commit's wait), and closes
+    /// go on every --close-time-every for 10 s. At most --close-time-every: no difference.
+    #[arg(long, env = "FIRN_CLOSE_TIME_IDLE_EVERY", default_value = "1s", value_parser = humantime::parse_duration)]
+    close_time_idle_every: Duration,
     /// This node's id in the cluster: a number from 1, or `host-ordinal`: one more than
     /// the number that ends this host's name, as a Kubernetes StatefulSet names its pods
     /// (`firn-0` is node 1, `firn-2` node 3).
@@ -290,6 +296,7 @@ fn node_config(args: &ServeArgs) -> Result<(NodeConfig, Option<String>), String>
         snapshot_every_entries: args.snapshot_every,
         snapshot_catchup_entries: args.snapshot_catchup_entries,
         close_time_every: args.close_time_every,
+        close_time_idle_every: args.close_time_idle_every,
         node_id,
         peer_addr: args.peer_addr,
         peers: firn_node::cluster::layout::parse_peers(&args.peers)

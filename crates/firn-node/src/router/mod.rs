@@ -287,7 +287,9 @@ impl Router {
 
     /// The newest time that every shard `of` involves has closed, as far as this node knows:
     /// a replica held here has closed through its newest applied stamp; for a shard held
-    /// elsewhere it is now (its leader closes it within the close interval).
+    /// elsewhere it is now (its leader closes it within the close interval). Never older
+    /// than two close intervals: a shard whose closes have slowed (nobody wanted them, see
+    /// `firn_raft::closer`) is asked to close that time when the read waits for it.
     fn closed_now(&self, layout: &ClusterLayout, of: &SnapshotOf) -> CommitTs {
         let shards: std::collections::BTreeSet<ShardId> = match of {
             SnapshotOf::Keys(keys) => keys
@@ -300,9 +302,12 @@ impl Router {
         shards
             .into_iter()
             .map(|s| {
-                self.replicas
-                    .get(s)
-                    .map_or(now, |r| r.store().last_commit_ts().min(now))
+                self.replicas.get(s).map_or(now, |r| {
+                    let floor = r.close_every().map_or(CommitTs::ZERO, |every| {
+                        CommitTs::new(now.wall_us.saturating_sub(2 * every.as_micros() as u64), 0)
+                    });
+                    r.store().last_commit_ts().max(floor).min(now)
+                })
             })
             .min()
             .unwrap_or(now)
@@ -396,6 +401,14 @@ impl Router {
                         ),
                     }
                 }
+                (ShardPart::Close(t), Some(replica)) if replica.leader() == Some(self.node_id) => {
+                    ready(
+                        replica
+                            .close_through(t)
+                            .await
+                            .map(|()| Answer::new(Response::Done)),
+                    )
+                }
                 (ShardPart::Read(read), Some(replica)) => {
                     ready(self.read_here(&replica, read, &ctx).await)
                 }
@@ -415,7 +428,7 @@ impl Router {
                         .await
                         .map(|()| Answer::new(Response::Keyspaces(replica.store().keyspaces()))),
                 ),
-                // Not held here, or a log read that must run on the leader.
+                // Not held here, or a part that must run on the leader.
                 (part, _) => {
                     let target = match self.leader_of(shard).await {
                         Ok(l) => l,

@@ -14,7 +14,7 @@ use firn_raft::{ShardId, ShardReplica};
 
 use super::{LEADER_CHANGE_PAUSE, Router, validate_read};
 use crate::replicas::LEADER_WAIT;
-use crate::rpc::ReadIndex;
+use crate::rpc::{ReadIndex, ShardPart};
 
 /// How long a follower waits to apply up to a read index.
 const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
@@ -31,7 +31,7 @@ impl Router {
         ctx: &CallContext,
     ) -> Result<Answer, FirnError> {
         validate_read(&read)?;
-        wait_local(replica, ctx.after, &read).await?;
+        self.wait_local(replica, ctx.after, &read).await?;
         // A read at a time needs no barrier: its time is closed here.
         if read.as_of().is_none() {
             self.barrier_for(replica.shard_id(), read.consistency())
@@ -73,7 +73,7 @@ impl Router {
         let mut local = Vec::with_capacity(reads.len());
         for (read, valid) in reads.iter().zip(&checked) {
             local.push(match valid {
-                Ok(()) => wait_local(&replica, ctx.after, read).await,
+                Ok(()) => self.wait_local(&replica, ctx.after, read).await,
                 Err(e) => Err(e.clone()),
             });
         }
@@ -165,39 +165,76 @@ impl Router {
     }
 }
 
-/// What a read waits for on the replica itself, before any barrier: a local read, until the
-/// replica has closed its client's causality token (it then holds everything the client saw;
-/// a linearizable read sees that and more anyway); a read at a time, until the replica has
-/// closed that time (then every replica answers it alike, and no leader is asked).
-async fn wait_local(
-    replica: &ShardReplica,
-    after: Option<CommitTs>,
-    read: &KvRead,
-) -> Result<(), FirnError> {
-    if let Some(t) = after
-        && read.consistency() == ReadConsistency::Local
-    {
-        wait_closed(replica, t).await?;
+impl Router {
+    /// What a read waits for on the replica itself, before any barrier: a local read, until
+    /// the replica has closed its client's causality token (it then holds everything the
+    /// client saw; a linearizable read sees that and more anyway); a read at a time, until the
+    /// replica has closed that time (then every replica answers it alike, and no leader is
+    /// asked).
+    async fn wait_local(
+        &self,
+        replica: &ShardReplica,
+        after: Option<CommitTs>,
+        read: &KvRead,
+    ) -> Result<(), FirnError> {
+        if let Some(t) = after
+            && read.consistency() == ReadConsistency::Local
+        {
+            self.wait_closed(replica, t).await?;
+        }
+        match read.as_of() {
+            Some(t) => self.wait_closed(replica, t).await,
+            None => Ok(()),
+        }
     }
-    match read.as_of() {
-        Some(t) => wait_closed(replica, t).await,
-        None => Ok(()),
-    }
-}
 
-/// Waits until `replica` has closed time `t` (at most `CLOSED_WAIT`); refuses a `t` further
-/// ahead of this node's clock than that.
-pub(super) async fn wait_closed(replica: &ShardReplica, t: CommitTs) -> Result<(), FirnError> {
-    let now = firn_model::hlc::system_wall_us();
-    let ahead = t.wall_us.saturating_sub(now);
-    if ahead > CLOSED_WAIT.as_micros() as u64 {
-        return Err(FirnError::BadArgument(format!(
-            "time {t} is {} ms in the future; a read at a time waits at most {} ms for it",
-            ahead / 1_000,
-            CLOSED_WAIT.as_millis()
-        )));
+    /// Waits until `replica` has closed time `t` (at most `CLOSED_WAIT`); refuses a `t`
+    /// further ahead of this node's clock than that. While it waits it asks the shard's leader
+    /// to close `t` now (one ask an interval from this node, however many wait), so a shard
+    /// whose closes have slowed for want of readers answers within a commit.
+    pub(super) async fn wait_closed(
+        &self,
+        replica: &ShardReplica,
+        t: CommitTs,
+    ) -> Result<(), FirnError> {
+        let now = firn_model::hlc::system_wall_us();
+        let ahead = t.wall_us.saturating_sub(now);
+        if ahead > CLOSED_WAIT.as_micros() as u64 {
+            return Err(FirnError::BadArgument(format!(
+                "time {t} is {} ms in the future; a read at a time waits at most {} ms for it",
+                ahead / 1_000,
+                CLOSED_WAIT.as_millis()
+            )));
+        }
+        let store = replica.store();
+        if store.last_commit_ts() >= t {
+            return Ok(());
+        }
+        let waited = store.wait_closed(t, CLOSED_WAIT);
+        if !replica.may_ask_to_close() {
+            return waited.await;
+        }
+        // The answer is the wait's: an ask that fails (no leader, a lost call) leaves the
+        // closer and the writes to close the time, and one still under way when it is
+        // closed is dropped.
+        // Not past now: a close stamps the leader's clock above what it closes, and a time
+        // ahead (up to CLOSED_WAIT) is closed by the closer once it has passed.
+        let through = t.min(CommitTs::new(now, 0));
+        let shard = replica.shard_id();
+        let ask = async {
+            self.on_shard(shard, ShardPart::Close(through), CallContext::default(), 0)
+                .await
+                .await
+        };
+        tokio::pin!(waited);
+        tokio::select! {
+            closed = &mut waited => return closed,
+            asked = ask => if let Err(e) = asked {
+                tracing::debug!(shard, error = %e, "asking the leader to close time failed");
+            },
+        }
+        waited.await
     }
-    replica.store().wait_closed(t, CLOSED_WAIT).await
 }
 
 /// Keys a read may touch and still run on the async worker: a handful of point reads

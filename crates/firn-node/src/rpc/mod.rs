@@ -103,6 +103,9 @@ pub enum ShardPart {
     GroupRead(firn_model::GroupRead),
     /// A page of the shard's tags of every log (answers `Response::LogTags`).
     LogTags(LogTagsRead),
+    /// Close time through this stamp now, on the shard's leader (a reader waits for it;
+    /// see `firn_raft::closer`). Answers `Response::Done` once the leader has applied it.
+    Close(CommitTs),
 }
 
 /// One shard's part of a listing of every log's tags.

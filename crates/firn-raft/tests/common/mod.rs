@@ -32,7 +32,7 @@ pub async fn open_single(
         snapshot_every_entries: 1_000_000,
         // A snapshot purges the whole log before it (the tests look for that).
         snapshot_catchup_entries: 0,
-        close_time_every: None,
+        closing: None,
     };
     ShardReplica::open(cfg, Arc::new(HybridClock::system()))
         .await

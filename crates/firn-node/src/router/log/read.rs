@@ -11,7 +11,6 @@ use firn_model::{
 };
 use firn_raft::ShardId;
 
-use super::super::read::wait_closed;
 use super::super::{Router, check_page};
 use crate::log_index::{Finality, Lookup, TierAnswer};
 use crate::rpc::{LogShardRead, ShardPart};
@@ -273,13 +272,13 @@ impl Router {
                 if read.close {
                     replica.close_through(t).await?;
                 }
-                wait_closed(replica, t).await?
+                self.wait_closed(replica, t).await?
             }
             None => {
                 if let Some(t) = ctx.after
                     && read.consistency == ReadConsistency::Local
                 {
-                    wait_closed(replica, t).await?;
+                    self.wait_closed(replica, t).await?;
                 }
                 self.barrier_for(replica.shard_id(), read.consistency)
                     .await?;

@@ -10,7 +10,6 @@ use firn_model::{Answer, CallContext, CommitTs, Durability, FirnError, Response,
 use firn_store::store::log::tags::tag_cursor;
 
 use super::super::Router;
-use super::super::read::wait_closed;
 use crate::rpc::{LogTagsRead, ShardPart};
 
 impl Router {
@@ -60,7 +59,7 @@ impl Router {
         read: LogTagsRead,
     ) -> Result<Answer, FirnError> {
         match read.at {
-            Some(t) => wait_closed(replica, t).await?,
+            Some(t) => self.wait_closed(replica, t).await?,
             None => self.barrier(replica.shard_id(), false).await?,
         }
         let replica = replica.clone();
