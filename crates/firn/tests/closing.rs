@@ -88,7 +88,7 @@ async fn an_idle_cluster_closes_time_rarely_and_at_once_when_a_read_asks() {
     );
 
     // A snapshot without a time, through the third node, over every shard (the others idle
-    // and unasked): at a time no older than two intervals, not their last slow close.
+    // and unasked): at a time no older than three intervals, not their last slow close.
     let other = (follower + 1) % 3;
     let snapshotter = Client::connect(&cluster.resp_addr(other)).await.unwrap();
     let keys: Vec<Key> = (0..3)

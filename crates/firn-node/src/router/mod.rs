@@ -288,7 +288,8 @@ impl Router {
     /// The newest time that every shard `of` involves has closed, as far as this node knows:
     /// a replica held here has closed through its newest applied stamp; for a shard held
     /// elsewhere it is now (its leader closes it within the close interval). Never older
-    /// than two close intervals: a shard whose closes have slowed (nobody wanted them, see
+    /// than three close intervals (a shard closing every interval is at most two behind, and
+    /// a commit): a shard whose closes have slowed (nobody wanted them, see
     /// `firn_raft::closer`) is asked to close that time when the read waits for it.
     fn closed_now(&self, layout: &ClusterLayout, of: &SnapshotOf) -> CommitTs {
         let shards: std::collections::BTreeSet<ShardId> = match of {
@@ -304,7 +305,7 @@ impl Router {
             .map(|s| {
                 self.replicas.get(s).map_or(now, |r| {
                     let floor = r.close_every().map_or(CommitTs::ZERO, |every| {
-                        CommitTs::new(now.wall_us.saturating_sub(2 * every.as_micros() as u64), 0)
+                        CommitTs::new(now.wall_us.saturating_sub(3 * every.as_micros() as u64), 0)
                     });
                     r.store().last_commit_ts().max(floor).min(now)
                 })
