@@ -27,11 +27,29 @@ pub(crate) fn once(value: Bytes) -> impl Stream<Item = Result<Bytes, FirnError>>
 /// Chunks queued per holder ahead of its writes.
 const QUEUED_CHUNKS: usize = 2;
 
+/// Longest one holder may hold an upload back, over the whole upload (or a tenth of the
+/// upload's time, if more), while a majority of the shard's replicas keeps up without it,
+/// and longest it may still be writing or sealing once a majority has. Past it the holder is
+/// dropped from the upload (it fetches the value once its manifest commits, as a replica
+/// that was down does): a frozen or slow node would otherwise pace every large write, or
+/// stall it for a chunk call's timeout (`CHUNK_CALL_TIMEOUT`, 60 s).
+const HOLD_BACK_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// One holder's share of an upload: its queue, and the task writing from it.
 struct Target {
     node: NodeId,
     queue: Option<mpsc::Sender<(u64, Bytes)>>,
     task: JoinHandle<Result<(), FirnError>>,
+    /// How long its full queue has held the upload back so far.
+    held_back: std::time::Duration,
+}
+
+impl Target {
+    /// Leaves the upload: no more chunks, and the write under way is abandoned.
+    fn drop_out(&mut self) {
+        self.queue = None;
+        self.task.abort();
+    }
 }
 
 impl Router {
@@ -84,15 +102,40 @@ impl Router {
             .map(|node| start_target(&blobs, node, shard, id, key.clone()))
             .collect();
         let sent = send_chunks(body, &mut targets, need).await;
-        let mut took = Vec::new();
-        for t in targets {
-            drop(t.queue);
-            match t.task.await {
-                Ok(Ok(())) => took.push(t.node),
-                Ok(Err(e)) => {
-                    tracing::warn!(node = t.node, error = %e, "a replica did not take a blob")
+        // Each holder's last chunks written: a holder still writing once a majority is done
+        // gets at most HOLD_BACK_MAX more (it fetches the value later, as a dropped one does).
+        let nodes: Vec<NodeId> = targets.iter().map(|t| t.node).collect();
+        let aborts: Vec<_> = targets.iter().map(|t| t.task.abort_handle()).collect();
+        let finished = majority_then_grace(
+            targets.into_iter().map(|t| {
+                drop(t.queue);
+                async move {
+                    t.task.await.unwrap_or_else(|e| {
+                        Err(FirnError::Internal(format!(
+                            "a blob upload task failed: {e}"
+                        )))
+                    })
                 }
-                Err(e) => tracing::warn!(node = t.node, error = %e, "a blob upload task failed"),
+            }),
+            need,
+            HOLD_BACK_MAX,
+        )
+        .await;
+        let mut took = Vec::new();
+        for ((node, abort), done) in nodes.into_iter().zip(aborts).zip(finished) {
+            match done {
+                Some(Ok(())) => took.push(node),
+                Some(Err(e)) => {
+                    tracing::warn!(node, error = %e, "a replica did not take a blob")
+                }
+                None => {
+                    abort.abort();
+                    tracing::warn!(
+                        node,
+                        "a replica was still writing a large value when a majority had it; it fetches the value once it is written"
+                    );
+                    metrics::counter!("firn_blob_holders_dropped_total").increment(1);
+                }
             }
         }
         let outcome = match sent {
@@ -117,10 +160,14 @@ impl Router {
                 return Err(e);
             }
         };
-        let sealed =
-            futures::future::join_all(took.iter().map(|node| blobs.seal_at(*node, blob.clone())))
-                .await;
-        let sealed = sealed.iter().filter(|r| r.is_ok()).count();
+        // A holder slow to seal once a majority has is left to finish (or to fetch).
+        let sealed = majority_then_grace(
+            took.iter().map(|node| blobs.seal_at(*node, blob.clone())),
+            need,
+            HOLD_BACK_MAX,
+        )
+        .await;
+        let sealed = sealed.iter().filter(|r| matches!(r, Some(Ok(())))).count();
         if sealed < need {
             discard(&blobs, &took, shard, id);
             metrics::counter!("firn_blob_uploads_total", "outcome" => "failed").increment(1);
@@ -241,6 +288,7 @@ fn start_target(blobs: &Arc<Blobs>, node: NodeId, shard: u32, id: u128, key: Byt
         node,
         queue: Some(queue),
         task,
+        held_back: std::time::Duration::ZERO,
     }
 }
 
@@ -252,6 +300,7 @@ async fn send_chunks(
     targets: &mut [Target],
     need: usize,
 ) -> Result<(u64, Vec<[u8; 32]>), FirnError> {
+    let started = std::time::Instant::now();
     let mut buf = BytesMut::new();
     let mut size = 0u64;
     let mut digests = Vec::new();
@@ -278,15 +327,7 @@ async fn send_chunks(
                     .await
                     .map_err(|e| FirnError::Internal(e.to_string()))?,
             );
-            for t in targets.iter_mut() {
-                let gone = match &t.queue {
-                    Some(q) => q.send((offset, chunk.clone())).await.is_err(),
-                    None => false,
-                };
-                if gone {
-                    t.queue = None;
-                }
-            }
+            queue_chunk(targets, offset, &chunk, need, started.elapsed()).await;
             let live = targets.iter().filter(|t| t.queue.is_some()).count();
             if live < need {
                 return Err(FirnError::Unavailable(format!(
@@ -297,6 +338,105 @@ async fn send_chunks(
     }
     metrics::counter!("firn_blob_sent_chunks_total").increment(digests.len() as u64);
     Ok((size, digests))
+}
+
+/// Queues a chunk to every holder still taking the upload. Holders whose queue is full are
+/// waited for together; once the others and those that took it are a majority, the rest get
+/// at most what is left of their allowance ([`HOLD_BACK_MAX`], or a tenth of the upload so
+/// far if more) and are dropped when it runs out. Only a wait no majority needed counts
+/// against a holder's allowance.
+async fn queue_chunk(
+    targets: &mut [Target],
+    offset: u64,
+    chunk: &Bytes,
+    need: usize,
+    elapsed: std::time::Duration,
+) {
+    let mut behind = Vec::new();
+    for (i, t) in targets.iter_mut().enumerate() {
+        let Some(q) = &t.queue else { continue };
+        match q.try_send((offset, chunk.clone())) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(item)) => behind.push((i, q.clone(), item)),
+            Err(mpsc::error::TrySendError::Closed(_)) => t.queue = None,
+        }
+    }
+    if behind.is_empty() {
+        return;
+    }
+    let live = targets.iter().filter(|t| t.queue.is_some()).count();
+    let need_of_behind = need.saturating_sub(live - behind.len());
+    let allowed = HOLD_BACK_MAX.max(elapsed / 10);
+    let grace = behind
+        .iter()
+        .map(|(i, _, _)| allowed.saturating_sub(targets[*i].held_back))
+        .min()
+        .unwrap_or_default();
+    let indexes: Vec<usize> = behind.iter().map(|(i, _, _)| *i).collect();
+    let started = std::time::Instant::now();
+    let sent = majority_then_grace(
+        behind.into_iter().map(|(_, q, item)| async move {
+            q.send(item)
+                .await
+                .map_err(|_| FirnError::Unavailable("the holder's upload ended".into()))
+        }),
+        need_of_behind,
+        grace,
+    )
+    .await;
+    let waited = started.elapsed();
+    for (i, sent) in indexes.into_iter().zip(sent) {
+        let t = &mut targets[i];
+        if need_of_behind == 0 {
+            t.held_back += waited;
+        }
+        match sent {
+            Some(Ok(())) => {}
+            Some(Err(_)) => t.queue = None,
+            None => {
+                tracing::warn!(node = t.node, held_back = ?t.held_back, "a replica fell behind a large value's upload; it fetches the value once it is written");
+                metrics::counter!("firn_blob_holders_dropped_total").increment(1);
+                t.drop_out();
+            }
+        }
+    }
+}
+
+/// Runs `calls` together and answers each one's outcome, in order: once `need` of them have
+/// succeeded, the others get at most `grace` more, and those still running then answer
+/// `None` (they are dropped).
+async fn majority_then_grace<T, F>(
+    calls: impl IntoIterator<Item = F>,
+    need: usize,
+    grace: std::time::Duration,
+) -> Vec<Option<Result<T, FirnError>>>
+where
+    F: std::future::Future<Output = Result<T, FirnError>>,
+{
+    let mut running: futures::stream::FuturesUnordered<_> = calls
+        .into_iter()
+        .enumerate()
+        .map(|(i, call)| async move { (i, call.await) })
+        .collect();
+    let mut out: Vec<Option<Result<T, FirnError>>> = (0..running.len()).map(|_| None).collect();
+    let mut succeeded = 0;
+    let mut deadline = (need == 0).then(|| tokio::time::Instant::now() + grace);
+    loop {
+        let next = match deadline {
+            None => running.next().await,
+            Some(at) => match tokio::time::timeout_at(at, running.next()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            },
+        };
+        let Some((i, outcome)) = next else { break };
+        succeeded += outcome.is_ok() as usize;
+        out[i] = Some(outcome);
+        if succeeded >= need && deadline.is_none() {
+            deadline = Some(tokio::time::Instant::now() + grace);
+        }
+    }
+    out
 }
 
 /// Drops an upload on `nodes`, in the background.
