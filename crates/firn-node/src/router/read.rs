@@ -163,9 +163,7 @@ impl Router {
             .read_index(call.lease)
             .await
     }
-}
 
-impl Router {
     /// What a read waits for on the replica itself, before any barrier: a local read, until
     /// the replica has closed its client's causality token (it then holds everything the
     /// client saw; a linearizable read sees that and more anyway); a read at a time, until the
@@ -214,11 +212,11 @@ impl Router {
         if !replica.may_ask_to_close() {
             return waited.await;
         }
-        // The answer is the wait's: an ask that fails (no leader, a lost call) leaves the
-        // closer and the writes to close the time, and one still under way when it is
-        // closed is dropped.
-        // Not past now: a close stamps the leader's clock above what it closes, and a time
-        // ahead (up to CLOSED_WAIT) is closed by the closer once it has passed.
+        // The ask is for `t`, or now if `t` is ahead: a close stamps the leader's clock above
+        // what it closes, and a time ahead (up to CLOSED_WAIT) is closed by the closer once it
+        // has passed. The answer is the wait's: an ask that fails (no leader, a lost call)
+        // leaves the time to the closer and the writes, and one still under way when the
+        // time is closed is dropped.
         let through = t.min(CommitTs::new(now, 0));
         let shard = replica.shard_id();
         let ask = async {
