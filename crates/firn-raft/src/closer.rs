@@ -6,9 +6,9 @@
 //! local-read region — the leader closes every `every` of quiet (50 ms by default). When
 //! nobody has for [`DEMAND_HOLDS`], it closes only once an `idle_every` (1 s by default; all
 //! the shards a node leads at one tick, so they share an fsync), and an idle cluster hardly
-//! writes; a read that then finds its time not yet closed asks the
-//! shard's leader to close it at once ([`Demand`], `ShardReplica::close_through`), and
-//! closes go on every `every` again for a while.
+//! writes; a read that then finds its time not yet closed asks the shard's leader to close
+//! it at once ([`Demand`], `ShardReplica::close_through`), and closes go on every `every`
+//! again for a while.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,8 +34,8 @@ const CLOSE_WAIT: Duration = Duration::from_secs(10);
 pub struct ClosePolicy {
     /// A close once the shard has been quiet this long, while closes are wanted.
     pub every: Duration,
-    /// A close once the shard has been quiet this long, when nobody wants them (at least
-    /// `every`).
+    /// When nobody wants closes: one at the node's tick that starts each `idle_every` (at
+    /// least `every`), if the shard has been quiet `every`.
     pub idle_every: Duration,
     /// Set while something reads closed time without asking for it (a node's local-read
     /// region, whose readers send no request): closes are always wanted then.
