@@ -403,7 +403,6 @@ impl RunningNode {
             log_index_bytes: config.log_index_bytes,
             client_addrs: (announced(resp_addr), announced(http_addr)),
             blobs: crate::blob::BlobConfig {
-                dir: data_dir.join(BLOB_DIR),
                 sweep_every: config.blob_sweep_every,
                 grace: config.blob_grace,
             },

@@ -44,6 +44,19 @@ fn sealed(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Waits (60 s at most) until node `dir` holds exactly one sealed blob, and checks that its
+/// data is `value`; `what` says what failed to happen.
+fn wait_for_the_blob(dir: &Path, value: &[u8], what: &str) {
+    assert!(
+        wait_until(Duration::from_secs(60), || sealed(dir).len() == 1),
+        "{what}"
+    );
+    assert!(
+        file_data(&sealed(dir)[0]) == value,
+        "the blob differs from the value written"
+    );
+}
+
 /// A blob file's data: after its header (magic, key length, key).
 fn file_data(path: &Path) -> Vec<u8> {
     let bytes = std::fs::read(path).unwrap();
@@ -143,15 +156,11 @@ fn a_frozen_replica_does_not_hold_a_large_value_back() {
     assert!(took < Duration::from_secs(20), "the upload took {took:?}");
     assert!(get(&cluster, through, "film/frozen") == film);
     // Thawed, it gets the value it was dropped from.
-    assert!(
-        wait_until(Duration::from_secs(60), || sealed(
-            cluster.dirs[frozen].path()
-        )
-        .len()
-            == 1),
-        "the thawed replica never got the blob"
+    wait_for_the_blob(
+        cluster.dirs[frozen].path(),
+        &film,
+        "the thawed replica never got the blob",
     );
-    assert!(file_data(&sealed(cluster.dirs[frozen].path())[0]) == film);
 }
 
 /// Shard 0 as node `i` reports it in `/v1/cluster`.
@@ -203,13 +212,11 @@ fn a_replica_sent_a_snapshot_fetches_the_blobs_it_names() {
     );
 
     cluster.restart(2);
-    assert!(
-        wait_until(Duration::from_secs(60), || sealed(cluster.dirs[2].path())
-            .len()
-            == 1),
-        "the replica that installed a snapshot never fetched the blob it names"
+    wait_for_the_blob(
+        cluster.dirs[2].path(),
+        &film,
+        "the replica that installed a snapshot never fetched the blob it names",
     );
-    assert!(file_data(&sealed(cluster.dirs[2].path())[0]) == film);
     assert!(get(&cluster, 2, "film/1") == film);
     // The note that the shard's blobs were to be looked for is gone once they were.
     let note = cluster.dirs[2].path().join("blobs/0/.rescan");
@@ -224,13 +231,11 @@ fn a_replica_sent_a_snapshot_fetches_the_blobs_it_names() {
     std::fs::remove_file(&sealed(cluster.dirs[2].path())[0]).unwrap();
     std::fs::write(&note, b"").unwrap();
     cluster.restart(2);
-    assert!(
-        wait_until(Duration::from_secs(60), || sealed(cluster.dirs[2].path())
-            .len()
-            == 1),
-        "the replica did not look for its blobs with the note there"
+    wait_for_the_blob(
+        cluster.dirs[2].path(),
+        &film,
+        "the replica did not look for its blobs with the note there",
     );
-    assert!(file_data(&sealed(cluster.dirs[2].path())[0]) == film);
     assert!(wait_until(Duration::from_secs(10), || !note.exists()));
 }
 
@@ -306,14 +311,11 @@ fn fetched_in_the_end(cluster: &Cluster, missed: &[u8], moved: &Moved) {
     for (place, aside) in moved {
         std::fs::rename(aside, place).unwrap();
     }
-    assert!(
-        wait_until(Duration::from_secs(60), || sealed(cluster.dirs[2].path())
-            .len()
-            == 1),
-        "the replica did not fetch the blob again"
+    wait_for_the_blob(
+        cluster.dirs[2].path(),
+        missed,
+        "the replica did not fetch the blob again",
     );
-    let fetched = &sealed(cluster.dirs[2].path())[0];
-    assert!(file_data(fetched) == missed, "the fetched blob differs");
     assert!(get(cluster, 2, "film/3") == missed);
 }
 

@@ -9,7 +9,6 @@ pub mod files;
 pub mod repair;
 pub mod sweep;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -33,11 +32,10 @@ pub const CHUNK_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// Chunks a reader fetches ahead of the one it sends.
 const READ_AHEAD: usize = 2;
 
-/// How the node keeps its blob files.
+/// How the node sweeps its blob files (which live in `<data-dir>/blobs`, see
+/// [`files::BlobFiles`]).
 #[derive(Clone, Debug)]
 pub struct BlobConfig {
-    /// `<data-dir>/blobs`.
-    pub dir: PathBuf,
     /// How often unused files are looked for.
     pub sweep_every: Duration,
     /// A file no version names is deleted once it is this old (an upload whose manifest is
