@@ -86,6 +86,8 @@ pub struct LocalRegion {
     writer: Mutex<Writer>,
     /// The layout the sinks look placements up in, and the `LOCAL` prefixes it had.
     layout: RwLock<(Arc<ClusterLayout>, BTreeSet<String>)>,
+    /// Whether some keyspace is `LOCAL` (the lease task runs only then).
+    publishing: tokio::sync::watch::Sender<bool>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -114,6 +116,7 @@ impl LocalRegion {
                 shards: HashMap::new(),
             }),
             layout: RwLock::new((Arc::new(ClusterLayout::empty()), BTreeSet::new())),
+            publishing: tokio::sync::watch::Sender::new(false),
         }))
     }
 
@@ -142,6 +145,7 @@ impl LocalRegion {
             .map(|(prefix, _)| prefix.clone())
             .collect();
         let id = layout.cluster_id();
+        let publishing = !local.is_empty();
         let changed = {
             let mut current = self.layout.write().unwrap_or_else(|p| p.into_inner());
             let changed = current.1 != local;
@@ -159,6 +163,9 @@ impl LocalRegion {
             }
             metrics::counter!("firn_local_invalidations_total").increment(1);
         }
+        drop(w);
+        self.publishing
+            .send_if_modified(|p| std::mem::replace(p, publishing) != publishing);
     }
 
     /// Starts publishing `replica`'s shard: a new epoch, then its applies through a sink.
@@ -276,22 +283,34 @@ impl LocalRegion {
         count(outcomes);
     }
 
-    /// Renews the leases of the shards held here, every [`LEASE_PUBLISH_EVERY`], until
-    /// `stop` changes.
+    /// Renews the leases of the shards held here, and the region's heartbeat, every
+    /// [`LEASE_PUBLISH_EVERY`] while some keyspace is `LOCAL`, until `stop` changes. While
+    /// none is, nobody reads the region (every read goes to the node), so nothing is renewed
+    /// (each renewal asks every group this node leads for its read index: most of an idle
+    /// node's work); the leases published before run out by themselves. When a keyspace
+    /// becomes `LOCAL` they are renewed at once (a read before that finds no lease, and
+    /// answers as a follower's would).
     pub async fn run_leases(
         self: Arc<Self>,
         replicas: Arc<crate::replicas::Replicas>,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
+        let mut publishing = self.publishing.subscribe();
         let mut ticks = tokio::time::interval(LEASE_PUBLISH_EVERY);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            let on = *publishing.borrow_and_update();
             tokio::select! {
-                _ = ticks.tick() => {}
+                _ = ticks.tick(), if on => {}
+                changed = publishing.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    ticks.reset_immediately();
+                    continue;
+                }
                 _ = stop.changed() => return,
             }
-            // Kept whether or not a keyspace is LOCAL, so that the first local read after
-            // one becomes LOCAL already finds the lease.
             for replica in replicas.all() {
                 let lease = replica.confirmed_lease().await;
                 self.set_lease(replica.shard_id(), lease);

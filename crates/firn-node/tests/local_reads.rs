@@ -26,6 +26,16 @@ async fn local_client(node: &firn_node::RunningNode) -> LocalClient {
     LocalClient::open(remote).await.unwrap()
 }
 
+/// Where the node's region is (FIRN.LOCAL).
+async fn region_info(node: &firn_node::RunningNode) -> firn_model::LocalRegionInfo {
+    Client::connect(&node.resp_addr.to_string())
+        .await
+        .unwrap()
+        .local_region()
+        .await
+        .unwrap()
+}
+
 fn hit(read: LocalRead) -> firn_local::LocalValue {
     match read {
         LocalRead::Hit(v) => v,
@@ -135,12 +145,7 @@ async fn turning_local_off_withdraws_what_was_published() {
 async fn a_token_ahead_of_the_region_sends_the_read_to_the_node() {
     let (node, mut c) = local_node().await;
     run(&mut c, &["SET", "s/1", "v"]).await.unwrap();
-    let info = Client::connect(&node.resp_addr.to_string())
-        .await
-        .unwrap()
-        .local_region()
-        .await
-        .unwrap();
+    let info = region_info(&node).await;
     let reader = firn_client::open_region(&info).unwrap();
     // A token the region has reached is met; one beyond it (a stamp this replica has not
     // applied, even under its lease) sends the read to the node.
@@ -164,12 +169,7 @@ async fn a_token_ahead_of_the_region_sends_the_read_to_the_node() {
 async fn firn_local_answers_where_the_region_is_and_errors_when_it_is_off() {
     let node = start_node(false).await;
     let mut c = redis_conn(&node).await;
-    let info = Client::connect(&node.resp_addr.to_string())
-        .await
-        .unwrap()
-        .local_region()
-        .await
-        .unwrap();
+    let info = region_info(&node).await;
     assert!(info.path.ends_with("local.region"), "{info:?}");
     assert_eq!(info.node_id, 1);
     assert_eq!(info.cluster_id.len(), 32);
@@ -191,4 +191,43 @@ async fn firn_local_answers_where_the_region_is_and_errors_when_it_is_off() {
     let e = run(&mut c, &["FIRN.LOCAL"]).await.unwrap_err().to_string();
     assert!(e.contains("local reads are off"), "{e}");
     off.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_region_is_kept_fresh_only_while_a_keyspace_is_local() {
+    let node = start_node(false).await;
+    let mut c = redis_conn(&node).await;
+    let info = region_info(&node).await;
+    let reader = firn_client::open_region(&info).unwrap();
+    // Nothing is local, so nobody reads the region: the node renews neither its heartbeat
+    // nor its leases (each lease renewal asks the shard's Raft core for a read index).
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let idle_age = reader.header().heartbeat_age_us;
+    assert!(idle_age >= 400_000, "heartbeat {idle_age} µs old");
+
+    // A keyspace made local starts the renewals at once: the heartbeat is fresh again and
+    // the first value published reads as linearizable, under a lease.
+    run(&mut c, &["FIRN.KEYSPACE", "CREATE", "s/", "LOCAL", "on"])
+        .await
+        .unwrap();
+    let mut age = reader.header().heartbeat_age_us;
+    for _ in 0..100 {
+        if age < 200_000 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        age = reader.header().heartbeat_age_us;
+    }
+    assert!(
+        age < 200_000,
+        "heartbeat {age} µs old with a local keyspace"
+    );
+    run(&mut c, &["SET", "s/1", "v"]).await.unwrap();
+    let read = hit(settled(&local_client(&node).await, b"s/1").await);
+    assert!(
+        matches!(read.bound, Bound::Linearizable { .. }),
+        "{:?}",
+        read.bound
+    );
+    node.shutdown().await;
 }
