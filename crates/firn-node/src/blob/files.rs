@@ -51,6 +51,15 @@ struct Upload {
     touched: Instant,
 }
 
+/// A blob this node is writing: open for chunks, or being sealed (its part file fsync'd and
+/// renamed, outside the lock). Nothing else may touch a part file while it is sealed: a
+/// fetch that took it up then would cut it back to whole chunks under the seal, and the
+/// blob would be sealed short.
+enum Slot {
+    Open(Upload),
+    Sealing,
+}
+
 /// One file found in a shard's directory.
 pub struct Found {
     pub id: u128,
@@ -61,7 +70,11 @@ pub struct Found {
 
 pub struct BlobFiles {
     root: PathBuf,
-    uploads: Mutex<HashMap<(ShardId, u128), Upload>>,
+    uploads: Mutex<HashMap<(ShardId, u128), Slot>>,
+}
+
+fn being_sealed(id: u128) -> FirnError {
+    FirnError::TryAgain(format!("blob {} is being sealed here", blob_name(id)))
 }
 
 fn io(what: &str, path: &Path, e: io::Error) -> FirnError {
@@ -88,8 +101,26 @@ impl BlobFiles {
         self.dir(shard).join(format!("{}.{PART}", blob_name(id)))
     }
 
-    fn uploads(&self) -> std::sync::MutexGuard<'_, HashMap<(ShardId, u128), Upload>> {
+    fn uploads(&self) -> std::sync::MutexGuard<'_, HashMap<(ShardId, u128), Slot>> {
         self.uploads.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes the open upload of blob `id` out to write to it; `None` when there is none,
+    /// and an error while it is being sealed.
+    fn take_open(&self, shard: ShardId, id: u128) -> Result<Option<Upload>, FirnError> {
+        let mut uploads = self.uploads();
+        match uploads.remove(&(shard, id)) {
+            Some(Slot::Open(upload)) => Ok(Some(upload)),
+            Some(Slot::Sealing) => {
+                uploads.insert((shard, id), Slot::Sealing);
+                Err(being_sealed(id))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn is_sealing(&self, shard: ShardId, id: u128) -> bool {
+        matches!(self.uploads().get(&(shard, id)), Some(Slot::Sealing))
     }
 
     /// Appends a chunk at `offset` to an upload; offset 0 starts it (again), with `key`.
@@ -109,9 +140,12 @@ impl BlobFiles {
             )));
         }
         let mut upload = if offset == 0 {
+            if self.is_sealing(shard, id) {
+                return Err(being_sealed(id));
+            }
             self.start(shard, id, key)?
         } else {
-            self.uploads().remove(&(shard, id)).ok_or_else(|| {
+            self.take_open(shard, id)?.ok_or_else(|| {
                 FirnError::TryAgain(format!("no upload of blob {} here", blob_name(id)))
             })?
         };
@@ -140,7 +174,7 @@ impl BlobFiles {
             upload.unsynced = 0;
         }
         upload.touched = Instant::now();
-        self.uploads().insert((shard, id), upload);
+        self.uploads().insert((shard, id), Slot::Open(upload));
         Ok(())
     }
 
@@ -209,11 +243,14 @@ impl BlobFiles {
     /// header, durably) before any chunk is asked for, so that a restart finds it and goes
     /// on ([`super::repair`]). An upload open here already is left as it is; a part file left
     /// by an earlier run is taken up as far as its chunks match the manifest
-    /// ([`BlobFiles::chunks_held`] then counts them).
+    /// ([`BlobFiles::chunks_held`] then counts them). A part file being sealed (the upload
+    /// gave up waiting for this node, and the fetch came first) is not touched: `TryAgain`.
     pub fn begin(&self, blob: &BlobRef, key: &[u8]) -> Result<(), FirnError> {
         let (shard, id) = (blob.shard, blob.id);
-        if self.uploads().contains_key(&(shard, id)) {
-            return Ok(());
+        match self.uploads().get(&(shard, id)) {
+            Some(Slot::Open(_)) => return Ok(()),
+            Some(Slot::Sealing) => return Err(being_sealed(id)),
+            None => {}
         }
         let path = self.part_path(shard, id);
         let upload = match self.reopen(blob, key) {
@@ -230,7 +267,7 @@ impl BlobFiles {
             .sync_all()
             .map_err(|e| io("syncing", &path, e))?;
         self.sync_dir(shard)?;
-        self.uploads().insert((shard, id), upload);
+        self.uploads().insert((shard, id), Slot::Open(upload));
         Ok(())
     }
 
@@ -238,7 +275,10 @@ impl BlobFiles {
     /// descriptor while it waits to be tried again (many may wait), and
     /// [`BlobFiles::begin`] takes the file up again.
     pub fn close(&self, shard: ShardId, id: u128) {
-        self.uploads().remove(&(shard, id));
+        let mut uploads = self.uploads();
+        if let Some(Slot::Open(_)) = uploads.get(&(shard, id)) {
+            uploads.remove(&(shard, id));
+        }
     }
 
     /// The part file of `blob` an earlier run (or a closed fetch) left, open at the end of the chunks it holds
@@ -313,17 +353,47 @@ impl BlobFiles {
     /// Seals an upload that matches `blob` exactly: durable, then visible under its name.
     /// Sealing a blob already sealed here succeeds.
     pub fn seal(&self, blob: &BlobRef) -> Result<(), FirnError> {
+        match self.take_for_seal(blob)? {
+            Some(upload) => self.finish_seal(blob, upload),
+            None => Ok(()),
+        }
+    }
+
+    /// The first half of [`BlobFiles::seal`]: the open upload, its slot marked as being
+    /// sealed; `None` when the blob is sealed here already.
+    fn take_for_seal(&self, blob: &BlobRef) -> Result<Option<Upload>, FirnError> {
         let (shard, id) = (blob.shard, blob.id);
-        let Some(upload) = self.uploads().remove(&(shard, id)) else {
-            return if self.has(shard, id) {
-                Ok(())
-            } else {
-                Err(FirnError::TryAgain(format!(
-                    "no upload of blob {} here",
-                    blob.name()
-                )))
-            };
-        };
+        let mut uploads = self.uploads();
+        match uploads.remove(&(shard, id)) {
+            Some(Slot::Open(upload)) => {
+                uploads.insert((shard, id), Slot::Sealing);
+                Ok(Some(upload))
+            }
+            Some(Slot::Sealing) => {
+                uploads.insert((shard, id), Slot::Sealing);
+                Err(being_sealed(id))
+            }
+            None if self.has(shard, id) => Ok(None),
+            None => Err(FirnError::TryAgain(format!(
+                "no upload of blob {} here",
+                blob.name()
+            ))),
+        }
+    }
+
+    /// The second half of [`BlobFiles::seal`], outside the lock: checked against the
+    /// manifest, fsync'd, renamed; then the slot is free, whatever the outcome.
+    fn finish_seal(&self, blob: &BlobRef, upload: Upload) -> Result<(), FirnError> {
+        let sealed = self.write_seal(blob, upload);
+        let mut uploads = self.uploads();
+        if let Some(Slot::Sealing) = uploads.get(&(blob.shard, blob.id)) {
+            uploads.remove(&(blob.shard, blob.id));
+        }
+        sealed
+    }
+
+    fn write_seal(&self, blob: &BlobRef, upload: Upload) -> Result<(), FirnError> {
+        let (shard, id) = (blob.shard, blob.id);
         let part = self.part_path(shard, id);
         if upload.len != blob.size || upload.digests != blob.digests {
             let _ = fs::remove_file(&part);
@@ -431,9 +501,11 @@ impl BlobFiles {
 
     /// Whether an upload of blob `id` is open here and was written to within `within`.
     pub fn uploading(&self, shard: ShardId, id: u128, within: std::time::Duration) -> bool {
-        self.uploads()
-            .get(&(shard, id))
-            .is_some_and(|u| u.touched.elapsed() < within)
+        match self.uploads().get(&(shard, id)) {
+            Some(Slot::Open(u)) => u.touched.elapsed() < within,
+            Some(Slot::Sealing) => true,
+            None => false,
+        }
     }
 
     /// How many of `blob`'s chunks an upload of it open here already holds, in order and as
@@ -441,7 +513,7 @@ impl BlobFiles {
     /// is none (or its chunks differ: the fetch then starts the file again).
     pub fn chunks_held(&self, blob: &BlobRef) -> usize {
         match self.uploads().get(&(blob.shard, blob.id)) {
-            Some(u)
+            Some(Slot::Open(u))
                 if blob.digests.starts_with(&u.digests)
                     && u.len == u.digests.len() as u64 * BLOB_CHUNK_BYTES as u64 =>
             {
@@ -459,157 +531,4 @@ impl BlobFiles {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn blob(data: &[&[u8]], id: u128) -> BlobRef {
-        BlobRef {
-            shard: 3,
-            id,
-            size: data.iter().map(|d| d.len() as u64).sum(),
-            chunk_bytes: BLOB_CHUNK_BYTES as u32,
-            digests: data.iter().map(|d| digest(d)).collect(),
-        }
-    }
-
-    #[test]
-    fn a_blob_wanted_here_gets_an_empty_part_file_unless_it_has_a_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let files = BlobFiles::new(dir.path().to_path_buf());
-        let data = vec![5u8; 10];
-        let wanted = blob(&[&data], 4);
-        assert!(files.want(&wanted, b"k").unwrap());
-        let found = files.list(3);
-        assert_eq!((found.len(), found[0].id, found[0].part), (1, 4, true));
-        assert_eq!(files.key_of(3, 4).unwrap(), b"k");
-        assert_eq!(files.chunks_held(&wanted), 0);
-        assert!(
-            !files.want(&wanted, b"k").unwrap(),
-            "one part file is enough"
-        );
-        // A fetch takes it up and seals it; wanting it then makes nothing.
-        files.begin(&wanted, b"k").unwrap();
-        files.write_chunk(3, 4, b"k", 0, &data).unwrap();
-        files.seal(&wanted).unwrap();
-        assert!(!files.want(&wanted, b"k").unwrap());
-        assert_eq!(files.list(3).len(), 1);
-        assert!(!files.list(3)[0].part);
-    }
-
-    #[test]
-    fn a_sealed_blob_reads_back_and_names_its_key() {
-        let dir = tempfile::tempdir().unwrap();
-        let files = BlobFiles::new(dir.path().to_path_buf());
-        let first = vec![7u8; BLOB_CHUNK_BYTES];
-        files.write_chunk(3, 9, b"big/key", 0, &first).unwrap();
-        files
-            .write_chunk(3, 9, b"", BLOB_CHUNK_BYTES as u64, b"tail")
-            .unwrap();
-        assert!(!files.has(3, 9), "not visible before it is sealed");
-        files.seal(&blob(&[&first, b"tail"], 9)).unwrap();
-        assert!(files.has(3, 9));
-        let back = files.read(3, 9, BLOB_CHUNK_BYTES as u64 - 2, 6).unwrap();
-        assert_eq!(&back[..], &[7, 7, b't', b'a', b'i', b'l']);
-        assert_eq!(files.key_of(3, 9).unwrap(), b"big/key");
-        assert_eq!(files.list(3).len(), 1);
-        assert_eq!(files.shards(), vec![3]);
-    }
-
-    #[test]
-    fn a_seal_that_does_not_match_the_manifest_is_refused_and_the_file_removed() {
-        let dir = tempfile::tempdir().unwrap();
-        let files = BlobFiles::new(dir.path().to_path_buf());
-        files.write_chunk(3, 1, b"k", 0, b"abc").unwrap();
-        assert!(files.seal(&blob(&[b"abd"], 1)).is_err());
-        assert!(!files.has(3, 1));
-        assert!(files.list(3).is_empty());
-    }
-
-    #[test]
-    fn an_upload_cut_short_is_held_as_far_as_it_matches_the_manifest() {
-        let dir = tempfile::tempdir().unwrap();
-        let files = BlobFiles::new(dir.path().to_path_buf());
-        let (a, b) = (vec![1u8; BLOB_CHUNK_BYTES], vec![2u8; BLOB_CHUNK_BYTES]);
-        let whole = blob(&[&a, &b, b"end"], 5);
-        assert_eq!(files.chunks_held(&whole), 0, "no upload");
-        files.write_chunk(3, 5, b"k", 0, &a).unwrap();
-        files
-            .write_chunk(3, 5, b"", BLOB_CHUNK_BYTES as u64, &b)
-            .unwrap();
-        assert_eq!(files.chunks_held(&whole), 2);
-        // Going on from there seals it.
-        files
-            .write_chunk(3, 5, b"", 2 * BLOB_CHUNK_BYTES as u64, b"end")
-            .unwrap();
-        assert_eq!(
-            files.chunks_held(&whole),
-            0,
-            "a short last chunk: not resumable"
-        );
-        files.seal(&whole).unwrap();
-        assert!(files.has(3, 5));
-        // Chunks that differ from the manifest's are not kept.
-        files.write_chunk(3, 6, b"k", 0, &b).unwrap();
-        assert_eq!(files.chunks_held(&blob(&[&a, &b], 6)), 0);
-    }
-
-    #[test]
-    fn a_part_file_left_by_an_earlier_run_is_taken_up_as_far_as_it_matches() {
-        let dir = tempfile::tempdir().unwrap();
-        let (a, b) = (vec![1u8; BLOB_CHUNK_BYTES], vec![2u8; BLOB_CHUNK_BYTES]);
-        let whole = blob(&[&a, &b, b"end"], 5);
-        let before = BlobFiles::new(dir.path().to_path_buf());
-        before.write_chunk(3, 5, b"k", 0, &a).unwrap();
-        before
-            .write_chunk(3, 5, b"", BLOB_CHUNK_BYTES as u64, &b)
-            .unwrap();
-        drop(before);
-        // A new run of the process: nothing open, the part file on disk.
-        let files = BlobFiles::new(dir.path().to_path_buf());
-        assert_eq!(files.chunks_held(&whole), 0);
-        files.begin(&whole, b"k").unwrap();
-        assert_eq!(
-            files.chunks_held(&whole),
-            2,
-            "the chunks on disk were not taken up"
-        );
-        // A fetch that fails closes its upload; the next one takes the file up again.
-        files.close(3, 5);
-        assert_eq!(files.chunks_held(&whole), 0, "still open");
-        files.begin(&whole, b"k").unwrap();
-        assert_eq!(files.chunks_held(&whole), 2);
-        files
-            .write_chunk(3, 5, b"", 2 * BLOB_CHUNK_BYTES as u64, b"end")
-            .unwrap();
-        files.seal(&whole).unwrap();
-        let back = files.read(3, 5, 0, 2 * BLOB_CHUNK_BYTES + 3).unwrap();
-        assert!(back[..BLOB_CHUNK_BYTES] == a[..] && &back[2 * BLOB_CHUNK_BYTES..] == b"end");
-
-        // A part file whose second chunk differs from the manifest keeps its first only (and
-        // drops the rest); one for another key is started again.
-        let files = BlobFiles::new(dir.path().to_path_buf());
-        files.write_chunk(3, 6, b"k", 0, &a).unwrap();
-        files
-            .write_chunk(3, 6, b"", BLOB_CHUNK_BYTES as u64, &a)
-            .unwrap();
-        let files = BlobFiles::new(dir.path().to_path_buf());
-        let other = blob(&[&a, &b], 6);
-        files.begin(&other, b"k").unwrap();
-        assert_eq!(files.chunks_held(&other), 1);
-        let files = BlobFiles::new(dir.path().to_path_buf());
-        files.begin(&other, b"another key").unwrap();
-        assert_eq!(files.chunks_held(&other), 0);
-        assert_eq!(files.key_of(3, 6).unwrap(), b"another key");
-    }
-
-    #[test]
-    fn chunks_out_of_order_are_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let files = BlobFiles::new(dir.path().to_path_buf());
-        files.write_chunk(3, 1, b"k", 0, b"short").unwrap();
-        // After a short chunk nothing may follow, and offsets must match.
-        assert!(files.write_chunk(3, 1, b"", 5, b"more").is_err());
-        assert!(files.write_chunk(3, 2, b"", 10, b"x").is_err());
-        assert!(files.write_chunk(3, 2, b"k", 0, b"").is_err());
-    }
-}
+mod tests;
