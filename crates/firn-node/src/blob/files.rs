@@ -51,13 +51,15 @@ struct Upload {
     touched: Instant,
 }
 
-/// A blob this node is writing: open for chunks, or being sealed (its part file fsync'd and
-/// renamed, outside the lock). Nothing else may touch a part file while it is sealed: a
-/// fetch that took it up then would cut it back to whole chunks under the seal, and the
-/// blob would be sealed short.
+/// A blob this node is writing: open for chunks, or busy — claimed by one writer (a chunk
+/// being appended, a fetch taking its part file up, a seal), which works on the file outside
+/// the lock. A part file has one writer at a time: a fetch that took up a file while a
+/// chunk was still being appended to it (a dropped holder's last chunk, finishing after it
+/// thawed) or while it was sealed would cut it back to its whole chunks under the other
+/// writer, and the blob would be sealed short or with a hole.
 enum Slot {
     Open(Upload),
-    Sealing,
+    Busy,
 }
 
 /// One file found in a shard's directory.
@@ -73,8 +75,11 @@ pub struct BlobFiles {
     uploads: Mutex<HashMap<(ShardId, u128), Slot>>,
 }
 
-fn being_sealed(id: u128) -> FirnError {
-    FirnError::TryAgain(format!("blob {} is being sealed here", blob_name(id)))
+fn busy(id: u128) -> FirnError {
+    FirnError::TryAgain(format!(
+        "blob {} is being written here by another transfer",
+        blob_name(id)
+    ))
 }
 
 fn io(what: &str, path: &Path, e: io::Error) -> FirnError {
@@ -105,22 +110,50 @@ impl BlobFiles {
         self.uploads.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes the open upload of blob `id` out to write to it; `None` when there is none,
-    /// and an error while it is being sealed.
-    fn take_open(&self, shard: ShardId, id: u128) -> Result<Option<Upload>, FirnError> {
-        let mut uploads = self.uploads();
-        match uploads.remove(&(shard, id)) {
+    /// Claims blob `id`'s slot for one writer: marks it busy and returns the upload open
+    /// there, if any; `TryAgain` while another writer has it.
+    fn claim(&self, shard: ShardId, id: u128) -> Result<Option<Upload>, FirnError> {
+        match self.uploads().insert((shard, id), Slot::Busy) {
+            Some(Slot::Busy) => Err(busy(id)),
             Some(Slot::Open(upload)) => Ok(Some(upload)),
-            Some(Slot::Sealing) => {
-                uploads.insert((shard, id), Slot::Sealing);
-                Err(being_sealed(id))
-            }
             None => Ok(None),
         }
     }
 
-    fn is_sealing(&self, shard: ShardId, id: u128) -> bool {
-        matches!(self.uploads().get(&(shard, id)), Some(Slot::Sealing))
+    /// Ends a claim: the upload open again, or (`None`) the slot free.
+    fn release(&self, shard: ShardId, id: u128, upload: Option<Upload>) {
+        let mut uploads = self.uploads();
+        match upload {
+            Some(upload) => {
+                uploads.insert((shard, id), Slot::Open(upload));
+            }
+            None => {
+                if let Some(Slot::Busy) = uploads.get(&(shard, id)) {
+                    uploads.remove(&(shard, id));
+                }
+            }
+        }
+    }
+
+    /// Runs `work` on blob `id`'s slot, claimed: given the upload open there, it returns
+    /// the upload to leave open (or none). Its error frees the slot.
+    fn claimed(
+        &self,
+        shard: ShardId,
+        id: u128,
+        work: impl FnOnce(Option<Upload>) -> Result<Option<Upload>, FirnError>,
+    ) -> Result<(), FirnError> {
+        let held = self.claim(shard, id)?;
+        match work(held) {
+            Ok(upload) => {
+                self.release(shard, id, upload);
+                Ok(())
+            }
+            Err(e) => {
+                self.release(shard, id, None);
+                Err(e)
+            }
+        }
     }
 
     /// Appends a chunk at `offset` to an upload; offset 0 starts it (again), with `key`.
@@ -139,17 +172,28 @@ impl BlobFiles {
                 data.len()
             )));
         }
-        let mut upload = if offset == 0 {
-            if self.is_sealing(shard, id) {
-                return Err(being_sealed(id));
-            }
-            self.start(shard, id, key)?
-        } else {
-            self.take_open(shard, id)?.ok_or_else(|| {
-                FirnError::TryAgain(format!("no upload of blob {} here", blob_name(id)))
-            })?
-        };
-        let in_order = upload.len == offset && upload.len % BLOB_CHUNK_BYTES as u64 == 0;
+        self.claimed(shard, id, |held| {
+            let upload = if offset == 0 {
+                drop(held);
+                self.start(shard, id, key)?
+            } else {
+                held.ok_or_else(|| {
+                    FirnError::TryAgain(format!("no upload of blob {} here", blob_name(id)))
+                })?
+            };
+            self.append(shard, id, upload, offset, data).map(Some)
+        })
+    }
+
+    fn append(
+        &self,
+        shard: ShardId,
+        id: u128,
+        mut upload: Upload,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<Upload, FirnError> {
+        let in_order = upload.len == offset && upload.len.is_multiple_of(BLOB_CHUNK_BYTES as u64);
         if !in_order {
             let _ = fs::remove_file(self.part_path(shard, id));
             return Err(FirnError::BadArgument(format!(
@@ -174,8 +218,7 @@ impl BlobFiles {
             upload.unsynced = 0;
         }
         upload.touched = Instant::now();
-        self.uploads().insert((shard, id), Slot::Open(upload));
-        Ok(())
+        Ok(upload)
     }
 
     /// Marks `blob`, the value of `key`, as wanted here, durably: when this node has neither
@@ -243,32 +286,31 @@ impl BlobFiles {
     /// header, durably) before any chunk is asked for, so that a restart finds it and goes
     /// on ([`super::repair`]). An upload open here already is left as it is; a part file left
     /// by an earlier run is taken up as far as its chunks match the manifest
-    /// ([`BlobFiles::chunks_held`] then counts them). A part file being sealed (the upload
-    /// gave up waiting for this node, and the fetch came first) is not touched: `TryAgain`.
+    /// ([`BlobFiles::chunks_held`] then counts them). A part file another writer has (a
+    /// chunk still being appended, a seal under way) is not touched: `TryAgain`.
     pub fn begin(&self, blob: &BlobRef, key: &[u8]) -> Result<(), FirnError> {
         let (shard, id) = (blob.shard, blob.id);
-        match self.uploads().get(&(shard, id)) {
-            Some(Slot::Open(_)) => return Ok(()),
-            Some(Slot::Sealing) => return Err(being_sealed(id)),
-            None => {}
-        }
-        let path = self.part_path(shard, id);
-        let upload = match self.reopen(blob, key) {
-            Ok(upload) => upload,
-            Err(e) => {
-                if e.kind() != io::ErrorKind::NotFound {
-                    tracing::warn!(path = %path.display(), error = %e, "a blob's part file could not be taken up; starting it again");
-                }
-                self.start(shard, id, key)?
+        self.claimed(shard, id, |held| {
+            if held.is_some() {
+                return Ok(held);
             }
-        };
-        upload
-            .file
-            .sync_all()
-            .map_err(|e| io("syncing", &path, e))?;
-        self.sync_dir(shard)?;
-        self.uploads().insert((shard, id), Slot::Open(upload));
-        Ok(())
+            let path = self.part_path(shard, id);
+            let upload = match self.reopen(blob, key) {
+                Ok(upload) => upload,
+                Err(e) => {
+                    if e.kind() != io::ErrorKind::NotFound {
+                        tracing::warn!(path = %path.display(), error = %e, "a blob's part file could not be taken up; starting it again");
+                    }
+                    self.start(shard, id, key)?
+                }
+            };
+            upload
+                .file
+                .sync_all()
+                .map_err(|e| io("syncing", &path, e))?;
+            self.sync_dir(shard)?;
+            Ok(Some(upload))
+        })
     }
 
     /// Closes an upload open here and keeps its part file: a fetch that failed holds no file
@@ -359,25 +401,23 @@ impl BlobFiles {
         }
     }
 
-    /// The first half of [`BlobFiles::seal`]: the open upload, its slot marked as being
-    /// sealed; `None` when the blob is sealed here already.
+    /// The first half of [`BlobFiles::seal`]: the open upload, its slot claimed; `None`
+    /// when the blob is sealed here already.
     fn take_for_seal(&self, blob: &BlobRef) -> Result<Option<Upload>, FirnError> {
         let (shard, id) = (blob.shard, blob.id);
-        let mut uploads = self.uploads();
-        match uploads.remove(&(shard, id)) {
-            Some(Slot::Open(upload)) => {
-                uploads.insert((shard, id), Slot::Sealing);
-                Ok(Some(upload))
+        match self.claim(shard, id)? {
+            Some(upload) => Ok(Some(upload)),
+            None => {
+                self.release(shard, id, None);
+                if self.has(shard, id) {
+                    Ok(None)
+                } else {
+                    Err(FirnError::TryAgain(format!(
+                        "no upload of blob {} here",
+                        blob.name()
+                    )))
+                }
             }
-            Some(Slot::Sealing) => {
-                uploads.insert((shard, id), Slot::Sealing);
-                Err(being_sealed(id))
-            }
-            None if self.has(shard, id) => Ok(None),
-            None => Err(FirnError::TryAgain(format!(
-                "no upload of blob {} here",
-                blob.name()
-            ))),
         }
     }
 
@@ -385,10 +425,7 @@ impl BlobFiles {
     /// manifest, fsync'd, renamed; then the slot is free, whatever the outcome.
     fn finish_seal(&self, blob: &BlobRef, upload: Upload) -> Result<(), FirnError> {
         let sealed = self.write_seal(blob, upload);
-        let mut uploads = self.uploads();
-        if let Some(Slot::Sealing) = uploads.get(&(blob.shard, blob.id)) {
-            uploads.remove(&(blob.shard, blob.id));
-        }
+        self.release(blob.shard, blob.id, None);
         sealed
     }
 
@@ -503,7 +540,7 @@ impl BlobFiles {
     pub fn uploading(&self, shard: ShardId, id: u128, within: std::time::Duration) -> bool {
         match self.uploads().get(&(shard, id)) {
             Some(Slot::Open(u)) => u.touched.elapsed() < within,
-            Some(Slot::Sealing) => true,
+            Some(Slot::Busy) => true,
             None => false,
         }
     }

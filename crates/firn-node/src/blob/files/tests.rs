@@ -12,6 +12,23 @@ fn blob(data: &[&[u8]], id: u128) -> BlobRef {
     }
 }
 
+/// A fetch of `whole` (two full chunks and `end`) that finds the two chunks held: it takes
+/// the part file up, appends the last chunk and seals; the sealed bytes.
+fn fetch_the_rest(files: &BlobFiles, whole: &BlobRef) -> Bytes {
+    files.begin(whole, b"k").unwrap();
+    assert_eq!(
+        files.chunks_held(whole),
+        2,
+        "the chunks on disk were not taken up"
+    );
+    let (shard, id) = (whole.shard, whole.id);
+    files
+        .write_chunk(shard, id, b"", 2 * BLOB_CHUNK_BYTES as u64, b"end")
+        .unwrap();
+    files.seal(whole).unwrap();
+    files.read(shard, id, 0, 2 * BLOB_CHUNK_BYTES + 3).unwrap()
+}
+
 #[test]
 fn a_blob_wanted_here_gets_an_empty_part_file_unless_it_has_a_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -94,6 +111,46 @@ fn a_part_file_being_sealed_is_left_alone_by_a_fetch() {
 }
 
 #[test]
+fn a_part_file_a_chunk_is_being_appended_to_is_left_alone_by_a_fetch() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = BlobFiles::new(dir.path().to_path_buf());
+    let (a, b) = (vec![1u8; BLOB_CHUNK_BYTES], vec![2u8; BLOB_CHUNK_BYTES]);
+    let whole = blob(&[&a, &b, b"end"], 7);
+    files.write_chunk(3, 7, b"k", 0, &a).unwrap();
+    // A dropped holder thaws with its second chunk half written when a fetch of the blob
+    // starts: the fetch must not take the part file up (cutting the half chunk off under
+    // the writer would leave a hole in the sealed blob).
+    let mut upload = files.claim(3, 7).unwrap().expect("open");
+    upload.file.write_all(&b[..BLOB_CHUNK_BYTES / 2]).unwrap();
+    let part = files.part_path(3, 7);
+    let written = fs::metadata(&part).unwrap().len();
+    let fetch = files.begin(&whole, b"k");
+    assert_eq!(
+        fs::metadata(&part).unwrap().len(),
+        written,
+        "cut under the writer"
+    );
+    assert!(matches!(fetch, Err(FirnError::TryAgain(_))), "{fetch:?}");
+    for other in [
+        files.write_chunk(3, 7, b"", BLOB_CHUNK_BYTES as u64, &b),
+        files.write_chunk(3, 7, b"k", 0, &a),
+        files.seal(&whole),
+    ] {
+        assert!(matches!(other, Err(FirnError::TryAgain(_))), "{other:?}");
+    }
+    upload.file.write_all(&b[BLOB_CHUNK_BYTES / 2..]).unwrap();
+    upload.digests.push(digest(&b));
+    upload.len += BLOB_CHUNK_BYTES as u64;
+    files.release(3, 7, Some(upload));
+    // Then the fetch goes on from the chunks the file holds.
+    let back = fetch_the_rest(&files, &whole);
+    assert_eq!(
+        digest(&back[BLOB_CHUNK_BYTES..2 * BLOB_CHUNK_BYTES]),
+        digest(&b)
+    );
+}
+
+#[test]
 fn a_seal_that_does_not_match_the_manifest_is_refused_and_the_file_removed() {
     let dir = tempfile::tempdir().unwrap();
     let files = BlobFiles::new(dir.path().to_path_buf());
@@ -154,13 +211,7 @@ fn a_part_file_left_by_an_earlier_run_is_taken_up_as_far_as_it_matches() {
     // A fetch that fails closes its upload; the next one takes the file up again.
     files.close(3, 5);
     assert_eq!(files.chunks_held(&whole), 0, "still open");
-    files.begin(&whole, b"k").unwrap();
-    assert_eq!(files.chunks_held(&whole), 2);
-    files
-        .write_chunk(3, 5, b"", 2 * BLOB_CHUNK_BYTES as u64, b"end")
-        .unwrap();
-    files.seal(&whole).unwrap();
-    let back = files.read(3, 5, 0, 2 * BLOB_CHUNK_BYTES + 3).unwrap();
+    let back = fetch_the_rest(&files, &whole);
     assert!(back[..BLOB_CHUNK_BYTES] == a[..] && &back[2 * BLOB_CHUNK_BYTES..] == b"end");
 
     // A part file whose second chunk differs from the manifest keeps its first only (and
