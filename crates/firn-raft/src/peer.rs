@@ -1,7 +1,9 @@
-//! The peer transport: one TCP connection per pair of nodes, shared by every Raft group and
-//! by the node's own requests (forwarded writes, read indexes). Frames are length-delimited
-//! postcard messages tagged with a request id, so many calls are in flight on one
-//! connection at once.
+//! The peer transport: two TCP connections from a node to each peer, one per [`Lane`]. The
+//! messages lane is shared by every Raft group and by the node's own requests (forwarded
+//! writes, read indexes); the bulk lane carries large transfers (snapshot chunks, large
+//! values' chunks), so that a 4 MiB frame on a slow link never holds a heartbeat up. Frames
+//! are length-delimited postcard messages tagged with a request id, so many calls are in
+//! flight on one connection at once.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -457,6 +459,29 @@ impl PeerConn {
     }
 }
 
+/// Which of a node's connections to a peer a call goes over. Frames on one connection go
+/// out one after the other, so a frame waits for every frame queued before it to cross the
+/// link: 4 MiB take 3 s at 10 Mbit/s, and a heartbeat behind them would be late for every
+/// follower's election timeout (300–600 ms).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Lane {
+    /// Raft's messages and the node's own requests: small, and waited for.
+    Messages,
+    /// Large transfers: snapshot chunks, and the chunks of large values and their reads.
+    Bulk,
+}
+
+impl Lane {
+    /// The lane a request of this crate's goes over ([`PeerRequest::App`] requests say
+    /// their own, see [`PeerPool::call_on`]).
+    fn of(request: &PeerRequest) -> Lane {
+        match request {
+            PeerRequest::SnapshotChunk(_) => Lane::Bulk,
+            _ => Lane::Messages,
+        }
+    }
+}
+
 /// A peer's connection, if made; locked while (re)connecting.
 type ConnSlot = Arc<tokio::sync::Mutex<Option<Arc<PeerConn>>>>;
 
@@ -467,8 +492,8 @@ pub struct PeerPool {
     /// What connections run over (plain TCP unless [`PeerPool::with_transport`] says).
     transport: Arc<dyn PeerTransport>,
     addrs: RwLock<HashMap<NodeId, String>>,
-    /// One slot per peer; connecting to one peer never blocks calls to another.
-    conns: Mutex<HashMap<NodeId, ConnSlot>>,
+    /// One slot per peer and lane; connecting to one never blocks calls over another.
+    conns: Mutex<HashMap<(NodeId, Lane), ConnSlot>>,
     next_id: AtomicU64,
 }
 
@@ -504,7 +529,7 @@ impl PeerPool {
             self.conns
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .remove(&node);
+                .retain(|(n, _), _| *n != node);
         }
     }
 
@@ -548,12 +573,12 @@ impl PeerPool {
         }
     }
 
-    async fn conn(&self, target: NodeId) -> Result<Arc<PeerConn>, PeerError> {
+    async fn conn(&self, target: NodeId, lane: Lane) -> Result<Arc<PeerConn>, PeerError> {
         let slot = self
             .conns
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .entry(target)
+            .entry((target, lane))
             .or_default()
             .clone();
         let mut slot = slot.lock().await;
@@ -578,16 +603,30 @@ impl PeerPool {
         Ok(conn)
     }
 
-    /// Sends one request and waits for its answer, at most `timeout`.
+    /// Sends one request over the lane its kind goes by and waits for its answer, at most
+    /// `timeout`.
     pub async fn call(
         &self,
         target: NodeId,
         request: PeerRequest,
         timeout: Duration,
     ) -> Result<PeerResponse, PeerError> {
+        self.call_on(Lane::of(&request), target, request, timeout)
+            .await
+    }
+
+    /// Sends one request over `lane` (the answer comes back over it too) and waits for its
+    /// answer, at most `timeout`.
+    pub async fn call_on(
+        &self,
+        lane: Lane,
+        target: NodeId,
+        request: PeerRequest,
+        timeout: Duration,
+    ) -> Result<PeerResponse, PeerError> {
         // The connect counts against the call's time too.
         let started = std::time::Instant::now();
-        let conn = tokio::time::timeout(timeout, self.conn(target))
+        let conn = tokio::time::timeout(timeout, self.conn(target, lane))
             .await
             .map_err(|_| {
                 PeerError::Unreachable(target, format!("could not connect within {timeout:?}"))

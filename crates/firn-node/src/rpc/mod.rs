@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use firn_model::{Answer, CallContext, CommitTs, FirnError, KeyRange, KeyspaceDef, KvRead};
 use firn_model::{WatchEvent, WatchFrom};
-use firn_raft::peer::{PeerError, PeerPool, PeerRequest, PeerResponse};
+use firn_raft::peer::{Lane, PeerError, PeerPool, PeerRequest, PeerResponse};
 use firn_raft::{NodeId, ShardId};
 use firn_store::Op;
 use serde::de::DeserializeOwned;
@@ -88,6 +88,17 @@ calls! {
 }
 
 pub use crate::blob::{BlobChunk, BlobDiscard, BlobRead, BlobSeal};
+
+impl NodeRpc {
+    /// The peer connection the call goes over: a large value's chunk (or a read, whose
+    /// answer is one) on the bulk lane, behind which nothing small waits.
+    fn lane(&self) -> Lane {
+        match self {
+            NodeRpc::BlobChunk(_) | NodeRpc::BlobRead(_) => Lane::Bulk,
+            _ => Lane::Messages,
+        }
+    }
+}
 
 /// What one shard is asked: a read, or a write as the log operation it becomes.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -245,17 +256,19 @@ impl PeerClient {
         call: R,
         timeout: Duration,
     ) -> Result<R::Reply, FirnError> {
+        let call = call.into();
+        let lane = call.lane();
         let payload = encode(call)?;
         let answer = self
             .pool
-            .call(target, PeerRequest::App(payload), timeout)
+            .call_on(lane, target, PeerRequest::App(payload), timeout)
             .await;
         decode::<R>(&format!("node {target}"), answer)
     }
 
     /// Calls whichever node listens at `addr` (a joining node knows no ids yet).
     pub async fn call_addr<R: Rpc>(&self, addr: &str, call: R) -> Result<R::Reply, FirnError> {
-        let payload = encode(call)?;
+        let payload = encode(call.into())?;
         let answer = self
             .pool
             .call_addr(addr, PeerRequest::App(payload), PEER_CALL_TIMEOUT)
@@ -264,8 +277,8 @@ impl PeerClient {
     }
 }
 
-fn encode<R: Rpc>(call: R) -> Result<Vec<u8>, FirnError> {
-    postcard::to_stdvec(&call.into()).map_err(|e| FirnError::Internal(e.to_string()))
+fn encode(call: NodeRpc) -> Result<Vec<u8>, FirnError> {
+    postcard::to_stdvec(&call).map_err(|e| FirnError::Internal(e.to_string()))
 }
 
 fn decode<R: Rpc>(
@@ -283,5 +296,35 @@ fn decode<R: Rpc>(
         Err(e) => Err(FirnError::Indeterminate(format!(
             "{e}; the request may or may not have been applied"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_of_large_values_take_the_bulk_lane_and_nothing_else_does() {
+        let chunk = BlobChunk {
+            shard: 0,
+            id: 1,
+            key: bytes::Bytes::from_static(b"k"),
+            offset: 0,
+            data: bytes::Bytes::from(vec![0u8; 4 << 20]),
+        };
+        let read = BlobRead {
+            shard: 0,
+            id: 1,
+            offset: 0,
+            len: 4 << 20,
+        };
+        assert_eq!(NodeRpc::from(chunk).lane(), Lane::Bulk);
+        assert_eq!(NodeRpc::from(read).lane(), Lane::Bulk);
+        let index = ReadIndex {
+            shard: 0,
+            lease: false,
+        };
+        assert_eq!(NodeRpc::from(index).lane(), Lane::Messages);
+        assert_eq!(NodeRpc::from(Describe).lane(), Lane::Messages);
     }
 }
