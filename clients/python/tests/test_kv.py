@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
+import os
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -180,3 +183,43 @@ def test_truncate_removes_old_versions_and_reads_below_say_compacted(client: fir
         client.get(ns + "tr", version=1)
     assert e.value.oldest_version == 3
     assert client.get(ns + "tr", version=3).value == b"2"  # type: ignore[union-attr]
+
+
+def test_a_large_value_streams_in_from_a_file_and_out_into_one(client: firn.Client, ns: str, tmp_path: Path) -> None:
+    data = os.urandom(3 << 20)  # above the 1 MiB inline limit: stored beside the log
+    src = tmp_path / "in.bin"
+    src.write_bytes(data)
+    key = f"{ns}firmware"
+    w = client.put_file(key, src)
+    got = client.get_file(key, tmp_path / "out.bin")
+    assert got is not None
+    assert (got.version, got.commit_ts, got.size) == (w.version, w.commit_ts, len(data))
+    assert (tmp_path / "out.bin").read_bytes() == data
+
+    # A file object is read from where it stands; if_version as for put.
+    with open(src, "rb") as fh:
+        fh.seek(1 << 20)
+        w2 = client.put_file(key, fh, if_version=w.version)
+    assert w2.version == w.version + 1
+    with pytest.raises(firn.ConflictError):
+        client.put_file(key, src, if_version=w.version)
+    out = io.BytesIO()
+    assert client.get_file(key, out) is not None
+    assert out.getvalue() == data[1 << 20 :]
+    old = io.BytesIO()
+    assert client.get_file(key, old, version=w.version) is not None
+    assert old.getvalue() == data
+
+    # A stream of unknown length goes chunked, large or small (a small value reads back
+    # over RESP too).
+    client.put_file(key, io.BytesIO(data[: 2 << 20]))
+    out = io.BytesIO()
+    assert client.get_file(key, out) is not None
+    assert out.getvalue() == data[: 2 << 20]
+    client.put_file(f"{ns}note", io.BytesIO(b"small"))
+    v = client.get(f"{ns}note")
+    assert v is not None and v.value == b"small"
+
+    # Absent: None, and the file is not made.
+    assert client.get_file(f"{ns}absent", tmp_path / "none.bin") is None
+    assert not (tmp_path / "none.bin").exists()

@@ -36,6 +36,7 @@ from .log import Log, next_seq
 from .models import (
     AutoClaimResult,
     ConsumerInfo,
+    FileVersion,
     GroupInfo,
     Keyspace,
     LogInfo,
@@ -75,6 +76,7 @@ __all__ = [
     "PendingEntry",
     "GroupInfo",
     "ConsumerInfo",
+    "FileVersion",
     "AutoClaimResult",
     "Keyspace",
     "FirnError",

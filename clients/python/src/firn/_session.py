@@ -21,7 +21,7 @@ import socket
 import ssl
 import threading
 import urllib.parse
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, BinaryIO, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import redis
 from redis.backoff import NoBackoff
@@ -244,20 +244,36 @@ class Session:
         resp, conn = self._http_open("GET", path, query, None, None, idle_timeout_s, stream=True)
         return SseStream(resp, conn, self, idle_timeout_s)
 
+    def http_open(
+        self,
+        method: str,
+        path: str,
+        query: Optional[Sequence[Tuple[str, str]]],
+        body: Union[None, bytes, BinaryIO],
+        length: Optional[int] = None,
+    ) -> Tuple[http.client.HTTPResponse, http.client.HTTPConnection]:
+        """One request whose body (a file object: read in blocks of ``STREAM_BLOCK_BYTES``,
+        ``length`` bytes, or chunked when that is not known) and answer stream: the open
+        answer and its connection, for the caller to read and close. An error status is
+        raised before it returns."""
+        headers = {} if length is None else {"Content-Length": str(length)}
+        return self._http_open(method, path, query, body, None, None, headers=headers)
+
     def _http_open(
         self,
         method: str,
         path: str,
         query: Optional[Sequence[Tuple[str, str]]],
-        body: Optional[bytes],
+        body: Union[None, bytes, BinaryIO],
         json_body: Any,
         timeout_s: Optional[float],
         stream: bool = False,
+        headers: Optional[Dict[str, str]] = None,
     ) -> Tuple[http.client.HTTPResponse, http.client.HTTPConnection]:
         url = path
         if query:
             url += "?" + urllib.parse.urlencode(list(query))
-        headers: Dict[str, str] = {}
+        headers = dict(headers or {})
         token = self.token
         if token > CommitTs.ZERO:
             headers["Firn-After"] = str(token)
@@ -270,9 +286,11 @@ class Session:
             headers["Accept"] = "text/event-stream"
         wait = timeout_s if timeout_s is not None else self.timeout_s
         conn: http.client.HTTPConnection = (
-            http.client.HTTPSConnection(self.http_host, self.http_port, timeout=wait, context=self._tls)
+            http.client.HTTPSConnection(
+                self.http_host, self.http_port, timeout=wait, context=self._tls, blocksize=STREAM_BLOCK_BYTES
+            )
             if self._tls is not None
-            else http.client.HTTPConnection(self.http_host, self.http_port, timeout=wait)
+            else http.client.HTTPConnection(self.http_host, self.http_port, timeout=wait, blocksize=STREAM_BLOCK_BYTES)
         )
         try:
             conn.request(method, url, body=body, headers=headers)
@@ -296,6 +314,10 @@ class Session:
                 conn.close()
             raise _http_error(resp.status, data)
         return resp, conn
+
+
+#: Bytes read from a file (or an answer) at a time when a value streams over HTTP.
+STREAM_BLOCK_BYTES = 1 << 20
 
 
 def _http_error(status: int, data: bytes) -> FirnError:

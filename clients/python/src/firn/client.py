@@ -8,13 +8,17 @@ watch opened after a write sees it, and a read after a watched event shows at le
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+import json
+import os
+import shutil
+import urllib.parse
+from typing import TYPE_CHECKING, Any, BinaryIO, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
-from ._session import Session, as_bytes, check_positive, opt_int, parse_map, split_addr, text
-from .errors import FirnError
+from ._session import STREAM_BLOCK_BYTES, Session, as_bytes, check_positive, opt_int, parse_map, split_addr, text
+from .errors import FirnError, NotFoundError
 from .groups import Streams
 from .log import Log
-from .models import Keyspace, Snapshot, SnapshotPage, Version, WriteResult
+from .models import FileVersion, Keyspace, Snapshot, SnapshotPage, Version, WriteResult
 from .stamps import CommitTs, TimeLike, time_arg
 from .watch import Watch
 
@@ -200,6 +204,99 @@ class Client:
         if v is not None:
             self._session.seen_over_resp(v.commit_ts)
         return v
+
+    # -- large values, streamed over HTTP ----------------------------------------------
+
+    def put_file(
+        self,
+        key: KeyLike,
+        source: Union[str, "os.PathLike[str]", BinaryIO],
+        *,
+        if_version: Optional[int] = None,
+        event_time: Optional[TimeLike] = None,
+    ) -> WriteResult:
+        """Writes a new version of ``key`` whose value is ``source``'s bytes: a file's path,
+        or a binary file object read from where it stands to its end. The bytes stream over
+        HTTP (``PUT /v1/kv/{key}``), never whole in memory, up to 16 GiB (RESP carries at
+        most 64 MiB); a value above the node's inline limit (1 MiB by default) is stored
+        beside the log. ``if_version`` and ``event_time`` as for :meth:`put`. The key goes
+        in the URL, so it must be UTF-8 here."""
+        query = self._write_query(if_version, event_time)
+        if isinstance(source, (str, os.PathLike)):
+            with open(source, "rb") as fh:
+                return self._put_stream(key, fh, query)
+        return self._put_stream(key, source, query)
+
+    def _write_query(self, if_version: Optional[int], event_time: Optional[TimeLike]) -> List[Any]:
+        query: List[Any] = []
+        if if_version is not None:
+            check_positive(if_version, "if_version", low=0)
+            query.append(("if_version", str(if_version)))
+        if event_time is not None:
+            query.append(("event_time", time_arg(event_time, "event_time")))
+        return query
+
+    def _put_stream(self, key: KeyLike, body: BinaryIO, query: List[Any]) -> WriteResult:
+        k = key_bytes(key)
+        length: Optional[int] = None
+        try:
+            length = os.fstat(body.fileno()).st_size - body.tell()
+        except (AttributeError, OSError, ValueError):
+            pass  # not a file on disk: sent chunked
+        resp, conn = self._session.http_open("PUT", _kv_path(k), query, body, length)
+        try:
+            answer = json.loads(resp.read())
+        finally:
+            conn.close()
+        ts = CommitTs.parse(answer["commit_ts"])
+        self._session.observe(ts)
+        return WriteResult(k, int(answer["version"]), ts)
+
+    def get_file(
+        self,
+        key: KeyLike,
+        dest: Union[str, "os.PathLike[str]", BinaryIO],
+        *,
+        version: Optional[int] = None,
+        as_of: Optional[TimeLike] = None,
+        event_time: Optional[TimeLike] = None,
+        consistency: Optional[str] = None,
+    ) -> Optional[FileVersion]:
+        """Streams the value of ``key`` (the version :meth:`get` would answer) into
+        ``dest``: a path (created, or truncated), or a binary file object written from where
+        it stands. Over HTTP (``GET /v1/kv/{key}``), never whole in memory. The version's
+        details and size; ``None`` when the key is absent or deleted there (``dest`` is then
+        not touched)."""
+        k = key_bytes(key)
+        query: List[Any] = []
+        if version is not None:
+            query.append(("version", str(version)))
+        if as_of is not None:
+            query.append(("as_of", time_arg(as_of, "as_of")))
+        if event_time is not None:
+            query.append(("event_time", time_arg(event_time, "event_time")))
+        if consistency is not None:
+            query.append(("consistency", consistency))
+        try:
+            resp, conn = self._session.http_open("GET", _kv_path(k), query, None)
+        except NotFoundError:
+            return None
+        try:
+            if isinstance(dest, (str, os.PathLike)):
+                with open(dest, "wb") as fh:
+                    shutil.copyfileobj(resp, fh, STREAM_BLOCK_BYTES)
+            else:
+                shutil.copyfileobj(resp, dest, STREAM_BLOCK_BYTES)
+        finally:
+            conn.close()
+        event = resp.getheader("Firn-Event-Time")
+        return FileVersion(
+            key=k,
+            version=int(resp.getheader("Firn-Version") or 0),
+            commit_ts=CommitTs.parse(resp.getheader("Firn-Commit-Ts") or "0-0"),
+            event_time=None if event is None else int(event),
+            size=int(resp.getheader("Content-Length") or 0),
+        )
 
     def get_many(
         self,
@@ -459,3 +556,9 @@ class Client:
         from .local.client import LocalClient
 
         return LocalClient.open(self)
+
+
+def _kv_path(key: bytes) -> str:
+    """``/v1/kv/{key}``, the key percent-encoded (every byte but letters, digits and
+    ``_.-~``)."""
+    return "/v1/kv/" + urllib.parse.quote(key, safe="")

@@ -41,6 +41,18 @@ class WriteResult:
 
 
 @dataclass(frozen=True)
+class FileVersion:
+    """The version :meth:`firn.Client.get_file` wrote to a file: its details and how many
+    bytes its value has (the bytes themselves are in the file)."""
+
+    key: bytes
+    version: int
+    commit_ts: CommitTs
+    event_time: Optional[int]
+    size: int
+
+
+@dataclass(frozen=True)
 class Version:
     """One version of a key. ``value`` is ``None`` for a tombstone (``deleted``);
     ``event_time`` is the writer's own time in µs since the epoch, when it gave one."""
