@@ -1,9 +1,10 @@
 //! The node's side of local reads: it owns this node's shared-memory region (a
 //! [`firn_local::RegionWriter`]) and keeps it true. Each shard replica held here gets a
 //! [`ShardSink`] that publishes, inside apply, the newest versions of `LOCAL` keyspaces and
-//! then the time the shard is closed through; a task publishes the leader lease of every
-//! shard this node leads. It never answers requests (the router does) and never decides
-//! what a read means (the reader in `firn-local` does, from what is published here).
+//! then the time the shard is closed through; while some keyspace is `LOCAL`, a task
+//! publishes the leader lease of every shard this node leads. It never answers requests
+//! (the router does) and never decides what a read means (the reader in `firn-local` does,
+//! from what is published here).
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -286,10 +287,10 @@ impl LocalRegion {
     /// Renews the leases of the shards held here, and the region's heartbeat, every
     /// [`LEASE_PUBLISH_EVERY`] while some keyspace is `LOCAL`, until `stop` changes. While
     /// none is, nobody reads the region (every read goes to the node), so nothing is renewed
-    /// (each renewal asks every group this node leads for its read index: most of an idle
-    /// node's work); the leases published before run out by themselves. When a keyspace
-    /// becomes `LOCAL` they are renewed at once (a read before that finds no lease, and
-    /// answers as a follower's would).
+    /// (each renewal asks every group this node leads for its read index: work for nobody);
+    /// the leases published before run out by themselves. When a keyspace becomes `LOCAL`
+    /// they are renewed at once (a read before that finds no lease, and answers as a
+    /// follower's would).
     pub async fn run_leases(
         self: Arc<Self>,
         replicas: Arc<crate::replicas::Replicas>,
