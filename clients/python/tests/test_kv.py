@@ -220,6 +220,9 @@ def test_a_large_value_streams_in_from_a_file_and_out_into_one(client: firn.Clie
     v = client.get(f"{ns}note")
     assert v is not None and v.value == b"small"
 
+    with pytest.raises(ValueError):
+        client.get_file(key, io.BytesIO(), version=1, as_of=w.commit_ts)
+
     # Absent: None, and the file is not made.
     assert client.get_file(f"{ns}absent", tmp_path / "none.bin") is None
     assert not (tmp_path / "none.bin").exists()

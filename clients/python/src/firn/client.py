@@ -268,15 +268,9 @@ class Client:
         details and size; ``None`` when the key is absent or deleted there (``dest`` is then
         not touched)."""
         k = key_bytes(key)
-        query: List[Any] = []
-        if version is not None:
-            query.append(("version", str(version)))
-        if as_of is not None:
-            query.append(("as_of", time_arg(as_of, "as_of")))
-        if event_time is not None:
-            query.append(("event_time", time_arg(event_time, "event_time")))
-        if consistency is not None:
-            query.append(("consistency", consistency))
+        # The read's words as for FIRN.GET (checked the same way), as query parameters.
+        words = _one_read_at(version, as_of, event_time) + _consistency(consistency)
+        query = [(_HTTP_READ_PARAMS[w], str(v)) for w, v in zip(words[::2], words[1::2])]
         try:
             resp, conn = self._session.http_open("GET", _kv_path(k), query, None)
         except NotFoundError:
@@ -556,6 +550,10 @@ class Client:
         from .local.client import LocalClient
 
         return LocalClient.open(self)
+
+
+#: FIRN.GET's words for which version to read, and how, as `GET /v1/kv` names them.
+_HTTP_READ_PARAMS = {"VERSION": "version", "ASOF": "as_of", "EVENTTIME": "event_time", "CONSISTENCY": "consistency"}
 
 
 def _kv_path(key: bytes) -> str:
