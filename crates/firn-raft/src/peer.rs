@@ -37,7 +37,8 @@ pub const PEER_FRAME_BYTES_MAX: usize = 512 * 1024 * 1024;
 /// Frames queued for one connection's writer before callers wait.
 const PEER_SEND_QUEUE: usize = 4_096;
 /// A connection that has delivered nothing for this long while a call timed out is
-/// abandoned and remade (heartbeats keep a healthy one busier than this).
+/// abandoned and remade (heartbeats keep a healthy messages lane busier than this; a bulk
+/// lane that silent while a transfer's call times out is as good as stalled).
 const STALLED_AFTER: Duration = Duration::from_secs(1);
 /// How long connecting to a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
