@@ -223,6 +223,11 @@ def test_a_large_value_streams_in_from_a_file_and_out_into_one(client: firn.Clie
     with pytest.raises(ValueError):
         client.get_file(key, io.BytesIO(), version=1, as_of=w.commit_ts)
 
+    # The writer's own time travels as for put, and reads back.
+    stamped = client.put_file(f"{ns}stamped", src, event_time=1_700_000_000_000_000)
+    at = client.get_file(f"{ns}stamped", io.BytesIO(), event_time=1_700_000_000_000_001)
+    assert at is not None and (at.version, at.event_time) == (stamped.version, 1_700_000_000_000_000)
+
     # Absent: None, and the file is not made.
     assert client.get_file(f"{ns}absent", tmp_path / "none.bin") is None
     assert not (tmp_path / "none.bin").exists()

@@ -74,6 +74,17 @@ def _one_read_at(version: Optional[int], as_of: Optional[TimeLike], event_time: 
     return []
 
 
+def _write_words(if_version: Optional[int], event_time: Optional[TimeLike]) -> List[Any]:
+    """FIRN.PUT's words for a write's condition and event time."""
+    words: List[Any] = []
+    if if_version is not None:
+        check_positive(if_version, "if_version", low=0)
+        words += ["IFVERSION", if_version]
+    if event_time is not None:
+        words += ["EVENTTIME", time_arg(event_time, "event_time")]
+    return words
+
+
 def _consistency(consistency: Optional[str]) -> List[Any]:
     if consistency is None:
         return []
@@ -175,12 +186,7 @@ class Client:
         version is that (0: absent), else :class:`~firn.ConflictError`. ``event_time``: the
         writer's own time for the version (read back with ``get(event_time=…)``)."""
         k = key_bytes(key)
-        args: List[Any] = ["FIRN.PUT", k, as_bytes(value, "value")]
-        if if_version is not None:
-            check_positive(if_version, "if_version", low=0)
-            args += ["IFVERSION", if_version]
-        if event_time is not None:
-            args += ["EVENTTIME", time_arg(event_time, "event_time")]
+        args = ["FIRN.PUT", k, as_bytes(value, "value")] + _write_words(if_version, event_time)
         version, stamp = self._session.call(*args)
         ts = CommitTs.parse(stamp)
         self._session.seen_over_resp(ts)
@@ -221,20 +227,11 @@ class Client:
         most 64 MiB); a value above the node's inline limit (1 MiB by default) is stored
         beside the log. ``if_version`` and ``event_time`` as for :meth:`put`. The key goes
         in the URL, so it must be UTF-8 here."""
-        query = self._write_query(if_version, event_time)
+        query = _as_query(_write_words(if_version, event_time))
         if isinstance(source, (str, os.PathLike)):
             with open(source, "rb") as fh:
                 return self._put_stream(key, fh, query)
         return self._put_stream(key, source, query)
-
-    def _write_query(self, if_version: Optional[int], event_time: Optional[TimeLike]) -> List[Any]:
-        query: List[Any] = []
-        if if_version is not None:
-            check_positive(if_version, "if_version", low=0)
-            query.append(("if_version", str(if_version)))
-        if event_time is not None:
-            query.append(("event_time", time_arg(event_time, "event_time")))
-        return query
 
     def _put_stream(self, key: KeyLike, body: BinaryIO, query: List[Any]) -> WriteResult:
         k = key_bytes(key)
@@ -269,8 +266,7 @@ class Client:
         not touched)."""
         k = key_bytes(key)
         # The read's words as for FIRN.GET (checked the same way), as query parameters.
-        words = _one_read_at(version, as_of, event_time) + _consistency(consistency)
-        query = [(_HTTP_READ_PARAMS[w], str(v)) for w, v in zip(words[::2], words[1::2])]
+        query = _as_query(_one_read_at(version, as_of, event_time) + _consistency(consistency))
         try:
             resp, conn = self._session.http_open("GET", _kv_path(k), query, None)
         except NotFoundError:
@@ -552,8 +548,19 @@ class Client:
         return LocalClient.open(self)
 
 
-#: FIRN.GET's words for which version to read, and how, as `GET /v1/kv` names them.
-_HTTP_READ_PARAMS = {"VERSION": "version", "ASOF": "as_of", "EVENTTIME": "event_time", "CONSISTENCY": "consistency"}
+#: FIRN.PUT's and FIRN.GET's words, as the query parameters of `/v1/kv` name them.
+_HTTP_PARAMS = {
+    "IFVERSION": "if_version",
+    "EVENTTIME": "event_time",
+    "VERSION": "version",
+    "ASOF": "as_of",
+    "CONSISTENCY": "consistency",
+}
+
+
+def _as_query(words: List[Any]) -> List[Any]:
+    """RESP words (name, value pairs) as `/v1/kv` query parameters."""
+    return [(_HTTP_PARAMS[w], str(v)) for w, v in zip(words[::2], words[1::2])]
 
 
 def _kv_path(key: bytes) -> str:
