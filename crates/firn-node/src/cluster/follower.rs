@@ -57,6 +57,9 @@ impl LayoutFollower {
 
     /// Applies the newest layout the meta replica holds, if it is newer than the last one.
     pub async fn catch_up(&mut self) -> Result<(), FirnError> {
+        if self.applied.is_some() && self.meta.layout_version()? == self.applied {
+            return Ok(());
+        }
         let Some((version, layout)) = self.meta.layout()? else {
             return Ok(());
         };

@@ -45,6 +45,13 @@ impl Meta {
         &self.replica
     }
 
+    /// The version of the layout this node's replica has applied, without decoding it: what
+    /// the layout follower polls, reading the layout itself only when this moved.
+    pub fn layout_version(&self) -> Result<Option<Version>, FirnError> {
+        let meta = self.replica.store().meta(LAYOUT_KEY)?;
+        Ok(meta.filter(|m| m.is_live()).map(|m| m.latest))
+    }
+
     /// The layout as this node's replica has applied it, with its version.
     pub fn layout(&self) -> Result<Option<(Version, ClusterLayout)>, FirnError> {
         let Some(v) = self.replica.store().get_live(LAYOUT_KEY, ReadAt::Latest)? else {
