@@ -41,6 +41,11 @@ pub enum FirnError {
     /// This node cannot serve the request (no leader, no quorum).
     #[error("{0}")]
     Unavailable(String),
+    /// A write that adds data, refused because the data disk of the shard's leader has less
+    /// free space than its reserve (`--disk-reserve-bytes`). Nothing was written; reads,
+    /// deletes and truncations still run, and writes resume once space is freed.
+    #[error("{0}")]
+    NoSpace(String),
     #[error("internal error: {0}")]
     Internal(String),
     /// A log read below the trim point of its tag.
@@ -94,6 +99,7 @@ impl FirnError {
             FirnError::TryAgain(_) => "TRYAGAIN",
             FirnError::Indeterminate(_) => "UNCERTAIN",
             FirnError::Unavailable(_) => "CLUSTERDOWN",
+            FirnError::NoSpace(_) => "NOSPACE",
             FirnError::NoAuth => "NOAUTH",
             FirnError::WrongPass => "WRONGPASS",
             FirnError::NoPerm { .. } => "NOPERM",
@@ -118,6 +124,7 @@ impl FirnError {
             FirnError::TryAgain(_) | FirnError::Unavailable(_) => 503,
             FirnError::Indeterminate(_) | FirnError::NoReply { .. } => 504,
             FirnError::Internal(_) => 500,
+            FirnError::NoSpace(_) => 507,
             _ => 400,
         }
     }

@@ -78,6 +78,9 @@ pub struct NodeConfig {
     pub blob_sweep_every: Duration,
     /// How old an unused blob file must be before the sweep deletes it.
     pub blob_grace: Duration,
+    /// Writes that add data are refused while the data disk has fewer bytes free (0: never;
+    /// see `crate::disk`).
+    pub disk_reserve_bytes: u64,
     /// Users and their permissions (`--users`); none: nothing is checked.
     pub users: Option<std::sync::Arc<crate::auth::Users>>,
     /// TLS on the client listeners and between nodes (default off; see [`crate::tls`]).
@@ -142,6 +145,7 @@ impl Default for NodeConfig {
             advertise_host: None,
             blob_sweep_every: crate::blob::SWEEP_EVERY_DEFAULT,
             blob_grace: crate::blob::GRACE_DEFAULT,
+            disk_reserve_bytes: crate::disk::DISK_RESERVE_BYTES_DEFAULT,
             users: None,
             tls: crate::tls::TlsSettings::default(),
         }

@@ -12,6 +12,7 @@ pub mod auth;
 pub mod blob;
 pub mod cluster;
 pub mod config;
+pub mod disk;
 pub mod http;
 pub mod inbound;
 pub mod local;

@@ -21,6 +21,7 @@ use crate::cluster::follower::{LayoutFollower, join, steward_loop};
 use crate::cluster::layout::ClusterLayout;
 use crate::cluster::meta::{Meta, MetaClient};
 use crate::config::{LocalRegionSetting, NodeConfig};
+use crate::disk::DiskSpace;
 use crate::local::LocalRegion;
 use crate::replicas::{ReplicaFactory, Replicas, Stripe};
 use crate::router::{Router, RouterParts};
@@ -32,7 +33,8 @@ pub struct RunningNode {
     pub peer_addr: SocketAddr,
     router: Arc<Router>,
     stop: watch::Sender<bool>,
-    /// Why the node cannot go on (the cluster refused to let it join), once it is known.
+    /// Why the node cannot go on (the cluster refused to let it join, a group's storage
+    /// failed), once it is known.
     failed: watch::Receiver<Option<String>>,
     tasks: Vec<JoinHandle<()>>,
     /// Holds an in-memory node's scratch directory until shutdown.
@@ -346,6 +348,9 @@ impl RunningNode {
         )
         .map_err(|e| startup("starting the checkpoint thread", e))?;
         let peers = PeerClient::new(pool.clone());
+        // Why the node cannot go on: the cluster refused its join, or a group's storage failed.
+        let (fail, failed) = watch::channel(None);
+        let fail = Arc::new(fail);
         let factory = ReplicaFactory {
             node_id: config.node_id,
             peer_addr: peer_addr_text,
@@ -363,6 +368,7 @@ impl RunningNode {
             pool,
             groups,
             clock,
+            failures: fail.clone(),
         };
         let meta_replica = factory
             .open(
@@ -393,6 +399,15 @@ impl RunningNode {
         };
         let replicas = Arc::new(Replicas::new(factory, local.clone(), intake));
         let (publish, layout) = watch::channel(Arc::new(ClusterLayout::empty()));
+        let disk = Arc::new(DiskSpace::new(
+            config.node_id,
+            &data_dir,
+            config.disk_reserve_bytes,
+        ));
+        if let Err(e) = disk.refresh() {
+            tracing::warn!(dir = %data_dir.display(), "looking at the free space: {e}");
+        }
+        tasks.push(tokio::spawn(disk.clone().run(stop_rx.clone())));
         let router = Arc::new(Router::new(RouterParts {
             replicas: replicas.clone(),
             peers: peers.clone(),
@@ -408,6 +423,7 @@ impl RunningNode {
             },
             blob_files,
             users: config.users.clone(),
+            disk: disk.clone(),
         }));
         tasks.push(tokio::spawn(crate::blob::repair::run(
             router.blobs().clone(),
@@ -444,7 +460,6 @@ impl RunningNode {
             },
             stop_rx.clone(),
         )));
-        let (fail, failed) = watch::channel(None);
         if !join_through.is_empty() {
             tasks.push(tokio::spawn(join(
                 peers,
@@ -513,13 +528,14 @@ impl RunningNode {
     }
 
     /// Resolves, with the reason, if the node cannot go on: the cluster it was told to join
-    /// refused it (its node id or address is another member's). Never resolves otherwise.
+    /// refused it (its node id or address is another member's), or a group's storage
+    /// failed (a full or failing disk; see `crate::disk`). Never resolves otherwise.
     /// The node still serves until it is shut down.
     pub async fn failure(&self) -> String {
         let mut failed = self.failed.clone();
         match failed.wait_for(Option::is_some).await {
             Ok(why) => why.clone().unwrap_or_default(),
-            // The sender is gone without a failure (the join succeeded): never.
+            // The sender is gone without a failure: never.
             Err(_) => std::future::pending().await,
         }
     }

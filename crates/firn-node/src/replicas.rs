@@ -42,6 +42,8 @@ pub struct ReplicaFactory {
     pub pool: Arc<PeerPool>,
     pub groups: LocalGroups,
     pub clock: Arc<HybridClock>,
+    /// Told why, when a replica's group stops on a storage error: the node then stops.
+    pub failures: Arc<tokio::sync::watch::Sender<Option<String>>>,
 }
 
 /// A log database with its group commit, and a state database: the groups whose id picks
@@ -128,6 +130,18 @@ impl ReplicaFactory {
         )
         .await?;
         let replica = Arc::new(replica);
+        let failed = replica.storage_failure();
+        let failures = self.failures.clone();
+        tokio::spawn(async move {
+            if let Some(why) = failed.await {
+                tracing::error!("{why}: the node stops");
+                failures.send_replace(Some(format!(
+                    "{why}. The node stops rather than serve without the shard; nothing \
+                     acknowledged is lost. Free space on the data disk (or replace it) and \
+                     start the node again."
+                )));
+            }
+        });
         if replica.is_recovering() {
             tokio::spawn(crate::recovery::run(
                 Arc::downgrade(&replica),

@@ -77,14 +77,7 @@ fn wait_for_files(dir: &Path, n: usize) -> Vec<PathBuf> {
 }
 
 async fn http_put(base: &str, path: &str, body: Vec<u8>) -> (u16, serde_json::Value) {
-    let url = format!("{base}{path}");
-    tokio::task::spawn_blocking(move || match ureq::put(&url).send_bytes(&body) {
-        Ok(r) => (r.status(), r.into_json().unwrap()),
-        Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap()),
-        Err(e) => panic!("{e}"),
-    })
-    .await
-    .unwrap()
+    common::http::put_bytes(format!("{base}{path}"), body).await
 }
 
 async fn http_get(base: &str, path: &str) -> (u16, Option<String>, Vec<u8>) {

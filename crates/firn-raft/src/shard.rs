@@ -662,6 +662,26 @@ impl ShardReplica {
         }
     }
 
+    /// Resolves once the group's core has stopped: with the error if it stopped on a
+    /// storage error (a write to its log or state failed: the disk is full or failing;
+    /// openraft never goes on after one), `None` if it was shut down or dropped.
+    pub fn storage_failure(&self) -> impl Future<Output = Option<String>> + Send + 'static {
+        let mut metrics = self.raft.metrics();
+        let shard = self.shard_id;
+        async move {
+            loop {
+                match &metrics.borrow_watched().running_state {
+                    Ok(()) => {}
+                    Err(openraft::errors::Fatal::StorageError(e)) => {
+                        return Some(format!("shard {shard}'s storage failed: {e}"));
+                    }
+                    Err(_) => return None,
+                }
+                metrics.changed().await.ok()?;
+            }
+        }
+    }
+
     pub async fn shutdown(&self) {
         if let Some(closer) = &self.closer {
             closer.abort();

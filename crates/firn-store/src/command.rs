@@ -98,6 +98,32 @@ pub struct StreamAppend {
 }
 
 impl Op {
+    /// Whether the command adds data to the store (a value, a record), and so is refused
+    /// while the leader's disk is low on space. Deletes, truncations, trims, keyspace
+    /// definitions and drops, consumer-group changes and the leader's own bookkeeping run
+    /// anyway: they are small, and most are how space is freed (a keyspace redefined with
+    /// fewer versions or a shorter age is one way).
+    pub fn adds_data(&self) -> bool {
+        match self {
+            Op::Put(_)
+            | Op::MSet { .. }
+            | Op::PutBlob { .. }
+            | Op::LogAppend { .. }
+            | Op::LogEnsure { .. } => true,
+            Op::KeyspaceCreate(_)
+            | Op::Delete { .. }
+            | Op::Truncate { .. }
+            | Op::KeyspaceDrop { .. }
+            | Op::ExpireByAge
+            | Op::CloseTime
+            | Op::FlushAll
+            | Op::LogTrim { .. }
+            | Op::StreamTrim { .. }
+            | Op::StreamDel { .. }
+            | Op::Group { .. } => false,
+        }
+    }
+
     /// Whether the command reads only key metadata (never stored versions) while it applies,
     /// so that it can share one storage batch with its neighbours in the log.
     pub fn is_batchable(&self) -> bool {

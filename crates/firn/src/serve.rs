@@ -139,6 +139,12 @@ pub struct ServeArgs {
     /// takes between its seal and its manifest's commit.
     #[arg(long, env = "FIRN_BLOB_GRACE", default_value = "1h", value_parser = humantime::parse_duration)]
     blob_grace: Duration,
+    /// Writes that add data (values, records, keyspaces) are refused with NOSPACE while the
+    /// data directory's filesystem has fewer bytes free than this, so that the disk never
+    /// fills: reads, deletes and truncations go on, and writes resume once space is freed.
+    /// 0 turns the check off.
+    #[arg(long, env = "FIRN_DISK_RESERVE_BYTES", default_value_t = firn_node::disk::DISK_RESERVE_BYTES_DEFAULT)]
+    disk_reserve_bytes: u64,
     /// A users file: users with passwords (RESP AUTH), bearer tokens (HTTP) and the key
     /// prefixes each may read, write and administer. Without it nothing is checked.
     #[arg(long, env = "FIRN_USERS")]
@@ -317,6 +323,7 @@ fn node_config(args: &ServeArgs) -> Result<(NodeConfig, Option<String>), String>
         stripes: args.stripes.map(usize::from),
         blob_sweep_every: args.blob_sweep_every,
         blob_grace: args.blob_grace,
+        disk_reserve_bytes: args.disk_reserve_bytes,
         users: args
             .users
             .as_deref()

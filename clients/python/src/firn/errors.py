@@ -26,6 +26,7 @@ __all__ = [
     "TryAgainError",
     "UncertainError",
     "ClusterDownError",
+    "NoSpaceError",
     "ServiceTimeoutError",
     "FirnConnectionError",
     "FirnTimeout",
@@ -144,6 +145,14 @@ class ClusterDownError(FirnError):
     code = "CLUSTERDOWN"
 
 
+class NoSpaceError(FirnError):
+    """``NOSPACE``: the data disk of the shard's leader is below its free-space reserve; the
+    write was refused and nothing changed. Reads, deletes and truncations still run; writes
+    are taken again once space is freed."""
+
+    code = "NOSPACE"
+
+
 class ServiceTimeoutError(FirnError):
     """``TIMEOUT``: a service request got no reply in time."""
 
@@ -197,6 +206,7 @@ _BY_CODE: Dict[str, Type[FirnError]] = {
     "TRYAGAIN": TryAgainError,
     "UNCERTAIN": UncertainError,
     "CLUSTERDOWN": ClusterDownError,
+    "NOSPACE": NoSpaceError,
     "TIMEOUT": ServiceTimeoutError,
     "NOAUTH": AuthError,
     "WRONGPASS": AuthError,

@@ -22,6 +22,7 @@ use tokio::sync::watch;
 
 use self::files::{BlobFiles, digest};
 use crate::cluster::layout::ClusterLayout;
+use crate::disk::DiskSpace;
 use crate::replicas::Replicas;
 use crate::rpc::PeerClient;
 
@@ -82,6 +83,8 @@ pub struct Blobs {
     layout: watch::Receiver<Arc<ClusterLayout>>,
     replicas: Arc<Replicas>,
     config: BlobConfig,
+    /// This node's data disk: an upload's chunks are refused here while it is low.
+    disk: Arc<DiskSpace>,
     /// Makes ids unique among this node's uploads within one microsecond.
     counter: AtomicU32,
 }
@@ -93,6 +96,7 @@ impl Blobs {
         peers: PeerClient,
         layout: watch::Receiver<Arc<ClusterLayout>>,
         replicas: Arc<Replicas>,
+        disk: Arc<DiskSpace>,
     ) -> Self {
         Blobs {
             node_id: replicas.node_id(),
@@ -101,6 +105,7 @@ impl Blobs {
             layout,
             replicas,
             config,
+            disk,
             counter: AtomicU32::new(0),
         }
     }
@@ -189,6 +194,8 @@ impl Blobs {
                 self.node_id, c.shard
             )));
         }
+        // Every chunk: a large upload may be what fills the disk.
+        self.disk.check()?;
         metrics::counter!("firn_blob_received_bytes_total").increment(c.data.len() as u64);
         self.blocking(move |f| f.write_chunk(c.shard, c.id, &c.key, c.offset, &c.data))
             .await

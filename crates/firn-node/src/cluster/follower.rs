@@ -126,7 +126,7 @@ pub async fn join(
     node: u64,
     contacts: Vec<String>,
     addr: String,
-    refused: watch::Sender<Option<String>>,
+    refused: Arc<watch::Sender<Option<String>>>,
     mut stop: watch::Receiver<bool>,
 ) {
     for contact in contacts.iter().cycle() {

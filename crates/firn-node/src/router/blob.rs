@@ -90,6 +90,9 @@ impl Router {
         put: PutRequest,
         body: impl Stream<Item = Result<Bytes, FirnError>> + Send + Unpin,
     ) -> Result<Answer, FirnError> {
+        // Refused before any byte is sent when this node is low; each holder refuses its
+        // chunks while its own disk is.
+        self.disk.check()?;
         let layout = self.routable_layout()?;
         let key = Bytes::copy_from_slice(put.key.as_bytes());
         let shard = layout.shard_of_key(&key);
@@ -122,11 +125,16 @@ impl Router {
         )
         .await;
         let mut took = Vec::new();
+        // A holder out of space is why the upload failed, if it did: the client is told so.
+        let mut no_space = None;
         for ((node, abort), done) in nodes.into_iter().zip(aborts).zip(finished) {
             match done {
                 Some(Ok(())) => took.push(node),
                 Some(Err(e)) => {
-                    tracing::warn!(node, error = %e, "a replica did not take a blob")
+                    tracing::warn!(node, error = %e, "a replica did not take a blob");
+                    if let FirnError::NoSpace(why) = e {
+                        no_space = Some(why);
+                    }
                 }
                 None => {
                     abort.abort();
@@ -139,6 +147,11 @@ impl Router {
             }
         }
         let outcome = match sent {
+            _ if took.len() < need && no_space.is_some() => Err(FirnError::NoSpace(format!(
+                "only {} of shard {shard}'s replicas took the value; a majority ({need}) must: {}",
+                took.len(),
+                no_space.unwrap_or_default()
+            ))),
             Ok(_) if took.len() < need => Err(FirnError::Unavailable(format!(
                 "only {} of shard {shard}'s replicas took the value; a majority ({need}) must",
                 took.len()

@@ -39,6 +39,7 @@ use tokio::sync::watch as channel;
 use self::plan::Plan;
 use crate::cluster::layout::ClusterLayout;
 use crate::cluster::meta::MetaClient;
+use crate::disk::DiskSpace;
 use crate::log_index::{Forget, LogIndex};
 use crate::pubsub::PubSub;
 use crate::replicas::Replicas;
@@ -82,6 +83,9 @@ pub struct Router {
     blobs: Arc<crate::blob::Blobs>,
     /// Users and their permissions; none: nothing is checked.
     users: Option<Arc<crate::auth::Users>>,
+    /// This node's data disk: the shards it leads refuse writes that add data while it is
+    /// low on space.
+    disk: Arc<DiskSpace>,
 }
 
 /// What a router is built from.
@@ -99,6 +103,7 @@ pub struct RouterParts {
     /// The node's blob files (shared with the replicas' repair sinks).
     pub blob_files: Arc<crate::blob::files::BlobFiles>,
     pub users: Option<Arc<crate::auth::Users>>,
+    pub disk: Arc<DiskSpace>,
 }
 
 impl Router {
@@ -109,10 +114,12 @@ impl Router {
             parts.peers.clone(),
             parts.layout.clone(),
             parts.replicas.clone(),
+            parts.disk.clone(),
         ));
         Router {
             blobs,
             users: parts.users,
+            disk: parts.disk,
             node_id: parts.replicas.node_id(),
             client_addrs: parts.client_addrs,
             replicas: parts.replicas,
@@ -136,6 +143,11 @@ impl Router {
 
     pub fn node_id(&self) -> NodeId {
         self.node_id
+    }
+
+    /// This node's data disk, as far as its free space goes.
+    pub fn disk(&self) -> &Arc<DiskSpace> {
+        &self.disk
     }
 
     pub fn replicas(&self) -> &Arc<Replicas> {
@@ -387,6 +399,11 @@ impl Router {
                     };
                     match local.filter(|_| leader == self.node_id) {
                         Some(replica) => {
+                            if op.adds_data()
+                                && let Err(e) = self.disk.check()
+                            {
+                                return ready(Err(e));
+                            }
                             // A write after a token is stamped above it.
                             if let Some(t) = ctx.after {
                                 replica.observe(t);

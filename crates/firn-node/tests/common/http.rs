@@ -23,3 +23,18 @@ pub fn call(req: ureq::Request, body: Option<Json>) -> (u16, Json) {
     };
     (code, r.into_json().unwrap_or(Json::Null))
 }
+
+/// A PUT of raw bytes: status and JSON body (null if none), whatever the status; run off
+/// the async runtime's threads.
+pub async fn put_bytes(url: String, body: Vec<u8>) -> (u16, Json) {
+    tokio::task::spawn_blocking(move || {
+        let (code, r) = match ureq::put(&url).send_bytes(&body) {
+            Ok(r) => (r.status(), r),
+            Err(ureq::Error::Status(code, r)) => (code, r),
+            Err(e) => panic!("transport error: {e}"),
+        };
+        (code, r.into_json().unwrap_or(Json::Null))
+    })
+    .await
+    .unwrap()
+}

@@ -20,6 +20,11 @@ impl FirnProcess {
     /// Starts `firn serve` on free loopback ports with its data in `data_dir`, and waits
     /// until it serves (bounded).
     pub fn start(data_dir: &Path, extra: &[&str]) -> FirnProcess {
+        Self::start_logging_to(data_dir, extra, Stdio::inherit())
+    }
+
+    /// [`start`](Self::start), its standard error sent to `stderr`.
+    pub fn start_logging_to(data_dir: &Path, extra: &[&str], stderr: Stdio) -> FirnProcess {
         let mut args = vec![
             "--resp-addr",
             "127.0.0.1:0",
@@ -29,11 +34,15 @@ impl FirnProcess {
             "127.0.0.1:0",
         ];
         args.extend_from_slice(extra);
-        Self::start_with(data_dir, &args)
+        Self::spawn(data_dir, &args, stderr)
     }
 
     /// Starts `firn serve --data-dir DATA_DIR ARGS…` and waits until it serves (bounded).
     pub fn start_with(data_dir: &Path, args: &[&str]) -> FirnProcess {
+        Self::spawn(data_dir, args, Stdio::inherit())
+    }
+
+    fn spawn(data_dir: &Path, args: &[&str], stderr: Stdio) -> FirnProcess {
         let mut child = Command::new(firn_bin())
             .arg("serve")
             .arg("--data-dir")
@@ -44,7 +53,7 @@ impl FirnProcess {
                 std::env::var("FIRN_TEST_LOG").unwrap_or_else(|_| "warn".into()),
             )
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("spawn firn");
         let stdout = child.stdout.take().unwrap();

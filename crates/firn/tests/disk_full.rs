@@ -1,0 +1,186 @@
+//! A data disk that fills, for real: a node on a small tmpfs. With its reserve, the node
+//! refuses writes (NOSPACE) before the disk is full, keeps serving reads, and takes writes
+//! again as soon as the filesystem grows. Without one, the write that finds no space stops
+//! the node with a clear reason, and a restart with room loses nothing acknowledged.
+//!
+//! Needs root (it mounts tmpfs filesystems).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::FirnProcess;
+use firn_client::{Client, ClientError, PutOptions};
+use firn_model::{ReadAt, ReadConsistency};
+
+/// Bounds: writes stop at the first refusal or failure, and never go past these.
+const WRITES_MAX: usize = 40_000;
+const WRITING_FOR_MAX: Duration = Duration::from_secs(90);
+const VALUE_BYTES: usize = 4_000;
+
+/// A tmpfs of `mib` MiB mounted on a new directory, unmounted when dropped.
+struct SmallDisk {
+    _dir: tempfile::TempDir,
+    mount: PathBuf,
+}
+
+impl SmallDisk {
+    fn new(mib: u64) -> SmallDisk {
+        let dir = tempfile::tempdir().unwrap();
+        let mount = dir.path().join("disk");
+        std::fs::create_dir(&mount).unwrap();
+        mount_tmpfs(&mount, &format!("size={mib}m"));
+        SmallDisk { _dir: dir, mount }
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.mount.join("data")
+    }
+
+    fn grow(&self, mib: u64) {
+        mount_tmpfs(&self.mount, &format!("remount,size={mib}m"));
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
+    }
+}
+
+fn mount_tmpfs(at: &Path, options: &str) {
+    let status = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", options, "tmpfs"])
+        .arg(at)
+        .status()
+        .expect("run mount");
+    assert!(
+        status.success(),
+        "mount -o {options} failed (this test needs root)"
+    );
+}
+
+/// Writes distinct keys until the first error (or the bounds); returns the acknowledged
+/// keys and that error.
+async fn fill(client: &Client) -> (Vec<String>, Option<ClientError>) {
+    let value = vec![b'v'; VALUE_BYTES];
+    let started = Instant::now();
+    let mut acked = Vec::new();
+    for i in 0..WRITES_MAX {
+        if started.elapsed() > WRITING_FOR_MAX {
+            break;
+        }
+        let key = format!("reading/{i}");
+        match client
+            .put(key.as_bytes(), &value, PutOptions::default())
+            .await
+        {
+            Ok(_) => acked.push(key),
+            Err(e) => return (acked, Some(e)),
+        }
+    }
+    (acked, None)
+}
+
+async fn assert_all_present(client: &Client, keys: &[String]) {
+    for key in keys {
+        let got = client
+            .get(
+                key.as_bytes(),
+                ReadAt::Latest,
+                ReadConsistency::Linearizable,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            got.and_then(|v| v.value).map(|v| v.len()),
+            Some(VALUE_BYTES),
+            "acknowledged {key} is not there"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_stop_before_the_disk_fills_and_resume_when_it_grows() {
+    let disk = SmallDisk::new(96);
+    // A 32 MiB reserve on a 96 MiB disk.
+    let node = FirnProcess::start(&disk.data_dir(), &["--disk-reserve-bytes", "33554432"]);
+    let client = Client::connect(&node.resp_addr()).await.unwrap();
+
+    let (acked, refusal) = fill(&client).await;
+    let refusal = refusal.expect("the writes were never refused");
+    match &refusal {
+        ClientError::Server { code, message } => {
+            assert_eq!(code, "NOSPACE", "{message}");
+            assert!(message.contains("reserve"), "{message}");
+        }
+        other => panic!("refused with {other:?}, not NOSPACE"),
+    }
+    assert!(acked.len() > 1_000, "refused after {} writes", acked.len());
+    // Refused, not failed: the node serves every acknowledged write.
+    assert_all_present(&client, &acked).await;
+    eprintln!(
+        "disk full: {} writes of {VALUE_BYTES} bytes, then NOSPACE",
+        acked.len()
+    );
+
+    // The disk grows: writes go on within a few looks at it, with no restart.
+    disk.grow(512);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match client.put(b"after", b"grown", PutOptions::default()).await {
+            Ok(_) => break,
+            Err(e) => assert!(Instant::now() < deadline, "still refused: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_stops_the_node_and_a_restart_loses_nothing() {
+    let disk = SmallDisk::new(64);
+    let log = tempfile::NamedTempFile::new().unwrap();
+    // No reserve: the writes run the disk out of space.
+    let mut node = FirnProcess::start_logging_to(
+        &disk.data_dir(),
+        &["--disk-reserve-bytes", "0"],
+        Stdio::from(log.reopen().unwrap()),
+    );
+    let client = Client::connect(&node.resp_addr()).await.unwrap();
+    let (acked, failure) = fill(&client).await;
+    assert!(failure.is_some(), "the disk never filled");
+    assert!(acked.len() > 1_000, "failed after {} writes", acked.len());
+
+    // The node stops by itself, saying why.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = node.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the node did not stop");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(!status.success(), "it stopped as if all were well");
+    let said = std::fs::read_to_string(log.path()).unwrap();
+    assert!(
+        said.contains("storage failed") && said.contains("No space left on device"),
+        "the node's last words: {}",
+        &said[said.len().saturating_sub(2_000)..]
+    );
+
+    // Room again, and a restart: every acknowledged write is there.
+    disk.grow(512);
+    let restarted = FirnProcess::start(&disk.data_dir(), &[]);
+    let client = Client::connect(&restarted.resp_addr()).await.unwrap();
+    assert_all_present(&client, &acked).await;
+    client
+        .put(b"after", b"restart", PutOptions::default())
+        .await
+        .unwrap();
+    eprintln!(
+        "disk full without a reserve: {} acknowledged writes, all present after a restart",
+        acked.len()
+    );
+}
