@@ -41,8 +41,9 @@ pub enum FirnError {
     /// This node cannot serve the request (no leader, no quorum).
     #[error("{0}")]
     Unavailable(String),
-    /// A write that adds data, refused because the data disk of the shard's leader has less
-    /// free space than its reserve (`--disk-reserve-bytes`). Nothing was written; reads,
+    /// A write that adds data, refused because the data disk of the shard's leader (or of a
+    /// node holding one of its replicas) has less free space than its reserve
+    /// (`--disk-reserve-bytes`). Nothing was written; reads,
     /// deletes and truncations still run, and writes resume once space is freed.
     #[error("{0}")]
     NoSpace(String),

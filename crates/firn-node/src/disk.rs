@@ -6,17 +6,29 @@
 //! small, and most are how space is freed. Writes resume at the first look that finds
 //! enough free again, with no restart.
 //!
+//! A follower's disk fills as fast as its leader's: each node tells the others when its disk
+//! goes low (and again every [`NOTICE_EVERY`] while it stays low, and when it has room
+//! again), and a leader refuses those writes too while any replica of the shard is low. A
+//! notice not renewed lapses after [`PEER_LOW_FOR`] (a node that went low and then down).
+//!
 //! The reserve is what keeps the disk from filling: a write that finds no space fails in
 //! the storage engine, which then stops the shard's group for good — the node stops (see
 //! `crate::node`) rather than serve on without it.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use firn_model::FirnError;
+use firn_raft::NodeId;
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
+
+use crate::cluster::layout::ClusterLayout;
+use crate::rpc::PeerClient;
 
 /// How often the free space is looked at. At 1 GB/s of writes this lets 250 MB through
 /// between two looks: about the default reserve.
@@ -26,7 +38,29 @@ pub const DISK_CHECK_EVERY: Duration = Duration::from_millis(250);
 /// up to 16 MiB each, compactions rewriting a few tables, snapshots, the bookkeeping).
 pub const DISK_RESERVE_BYTES_DEFAULT: u64 = 256 * 1024 * 1024;
 
+/// How often a node whose disk is low says so again to its peers.
+pub const NOTICE_EVERY: Duration = Duration::from_secs(2);
+
+/// How long a peer's word that its disk is low holds without being renewed.
+pub const PEER_LOW_FOR: Duration = Duration::from_secs(10);
+
 const MIB: u64 = 1024 * 1024;
+
+/// A node's word to its peers about its data disk (a peer call; answered with nothing).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DiskNotice {
+    pub node: NodeId,
+    pub low: bool,
+    pub free: u64,
+    pub reserve: u64,
+}
+
+/// A peer that said its disk is low, until when that holds.
+struct PeerLow {
+    free: u64,
+    reserve: u64,
+    until: Instant,
+}
 
 /// What a node knows of its data disk's free space.
 pub struct DiskSpace {
@@ -37,6 +71,10 @@ pub struct DiskSpace {
     /// Bytes free to an unprivileged writer at the last look (`u64::MAX` before any).
     free: AtomicU64,
     low: AtomicBool,
+    /// Peers whose disks are low, by their notices.
+    peers_low: Mutex<BTreeMap<NodeId, PeerLow>>,
+    /// Whether `peers_low` may hold anyone: the check's fast path.
+    any_peer_low: AtomicBool,
 }
 
 impl DiskSpace {
@@ -47,6 +85,8 @@ impl DiskSpace {
             reserve: AtomicU64::new(reserve),
             free: AtomicU64::new(u64::MAX),
             low: AtomicBool::new(false),
+            peers_low: Mutex::default(),
+            any_peer_low: AtomicBool::new(false),
         }
     }
 
@@ -79,20 +119,83 @@ impl DiskSpace {
         Ok(free)
     }
 
-    /// Whether a write that adds data may go on: `NoSpace` while the disk is low.
+    /// Whether a write that adds data may go on: `NoSpace` while this node's disk is low.
     pub fn check(&self) -> Result<(), FirnError> {
         if !self.low.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let free = self.free.load(Ordering::Relaxed);
-        Err(FirnError::NoSpace(format!(
-            "node {}'s data disk has {} MiB free, under its reserve of {} MiB \
-             (--disk-reserve-bytes): writes that add data are refused until space is freed \
-             (reads, deletes and truncations still run)",
+        Err(refusal(
             self.node,
-            free / MIB,
-            self.reserve.load(Ordering::Relaxed) / MIB
-        )))
+            self.free.load(Ordering::Relaxed),
+            self.reserve.load(Ordering::Relaxed),
+        ))
+    }
+
+    /// Whether a write that adds data to a shard with these replicas (and one being added)
+    /// may go on: `NoSpace` while this node's disk is low, or a replica's by its latest
+    /// notice.
+    pub fn check_replicas(
+        &self,
+        replicas: &[NodeId],
+        adding: Option<NodeId>,
+    ) -> Result<(), FirnError> {
+        self.check()?;
+        if !self.any_peer_low.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let mut peers = self.peers_low.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        peers.retain(|_, p| p.until > now);
+        self.any_peer_low
+            .store(!peers.is_empty(), Ordering::Relaxed);
+        let holders = replicas.iter().copied().chain(adding);
+        match holders.filter_map(|r| peers.get(&r).map(|p| (r, p))).next() {
+            Some((node, p)) => Err(refusal(node, p.free, p.reserve)),
+            None => Ok(()),
+        }
+    }
+
+    /// Takes a peer's notice.
+    pub fn note_peer(&self, notice: DiskNotice) {
+        let mut peers = self.peers_low.lock().unwrap_or_else(|p| p.into_inner());
+        if notice.low {
+            let low = PeerLow {
+                free: notice.free,
+                reserve: notice.reserve,
+                until: Instant::now() + PEER_LOW_FOR,
+            };
+            if peers.insert(notice.node, low).is_none() {
+                tracing::warn!(
+                    node = notice.node,
+                    free_mib = notice.free / MIB,
+                    "a peer's data disk is nearly full: the shards it holds refuse writes \
+                     that add data"
+                );
+            }
+        } else if peers.remove(&notice.node).is_some() {
+            tracing::info!(node = notice.node, "a peer's data disk has space again");
+        }
+        self.any_peer_low
+            .store(!peers.is_empty(), Ordering::Relaxed);
+    }
+
+    /// The disk as the last look found it, for the cluster view.
+    pub fn view(&self) -> crate::view::DiskView {
+        crate::view::DiskView {
+            free_bytes: self.free.load(Ordering::Relaxed),
+            reserve_bytes: self.reserve.load(Ordering::Relaxed),
+            low: self.low.load(Ordering::Relaxed),
+        }
+    }
+
+    /// What this node tells its peers now.
+    fn notice(&self) -> DiskNotice {
+        DiskNotice {
+            node: self.node,
+            low: self.low.load(Ordering::Relaxed),
+            free: self.free.load(Ordering::Relaxed),
+            reserve: self.reserve.load(Ordering::Relaxed),
+        }
     }
 
     /// Changes the reserve, and looks at the free space again under it.
@@ -101,9 +204,17 @@ impl DiskSpace {
         self.refresh()
     }
 
-    /// Looks at the free space every [`DISK_CHECK_EVERY`] until `stop`.
-    pub async fn run(self: std::sync::Arc<Self>, mut stop: watch::Receiver<bool>) {
+    /// Looks at the free space every [`DISK_CHECK_EVERY`] until `stop`, and hands `tell`
+    /// the notice for the peers: once at the start, when the disk goes low or has room
+    /// again, and every [`NOTICE_EVERY`] while it is low. `tell` answers how many peers it
+    /// reached (0: none known yet, and the first notice is tried again).
+    pub async fn run(
+        self: Arc<Self>,
+        tell: impl Fn(DiskNotice) -> usize + Send + 'static,
+        mut stop: watch::Receiver<bool>,
+    ) {
         let mut failing = false;
+        let mut told: Option<(bool, Instant)> = None;
         loop {
             match self.refresh() {
                 Ok(_) => failing = false,
@@ -113,12 +224,56 @@ impl DiskSpace {
                 }
                 Err(_) => {}
             }
+            let notice = self.notice();
+            let due = told.is_none_or(|(low, at)| {
+                low != notice.low || (notice.low && at.elapsed() >= NOTICE_EVERY)
+            });
+            if due && (tell(notice.clone()) > 0 || told.is_some()) {
+                told = Some((notice.low, Instant::now()));
+            }
             tokio::select! {
                 _ = tokio::time::sleep(DISK_CHECK_EVERY) => {}
                 _ = stop.changed() => return,
             }
         }
     }
+}
+
+/// What [`DiskSpace::run`] tells the peers by: a call to each node of the current layout
+/// but this one, not waited for. Answers how many it called.
+pub fn tell_peers(
+    peers: PeerClient,
+    me: NodeId,
+    layout: watch::Receiver<Arc<ClusterLayout>>,
+) -> impl Fn(DiskNotice) -> usize + Send + 'static {
+    move |notice| {
+        let nodes: Vec<NodeId> = layout
+            .borrow()
+            .nodes
+            .keys()
+            .copied()
+            .filter(|n| *n != me)
+            .collect();
+        for &node in &nodes {
+            let (peers, notice) = (peers.clone(), notice.clone());
+            tokio::spawn(async move {
+                if let Err(e) = peers.call(node, notice).await {
+                    tracing::debug!(node, "telling a peer about this node's disk: {e}");
+                }
+            });
+        }
+        nodes.len()
+    }
+}
+
+fn refusal(node: NodeId, free: u64, reserve: u64) -> FirnError {
+    FirnError::NoSpace(format!(
+        "node {node}'s data disk has {} MiB free, under its reserve of {} MiB \
+         (--disk-reserve-bytes): writes that add data are refused until space is freed \
+         (reads, deletes and truncations still run)",
+        free / MIB,
+        reserve / MIB
+    ))
 }
 
 #[cfg(test)]
@@ -149,6 +304,90 @@ mod tests {
         // A smaller reserve lets writes through again at once.
         tight.set_reserve(1).unwrap();
         assert!(tight.check().is_ok());
+    }
+
+    #[test]
+    fn a_shard_is_refused_while_a_replica_says_its_disk_is_low() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = DiskSpace::new(1, dir.path(), 0);
+        disk.refresh().unwrap();
+        let notice = |low| DiskNotice {
+            node: 3,
+            low,
+            free: 5 * MIB,
+            reserve: 256 * MIB,
+        };
+        disk.note_peer(notice(true));
+        let err = disk.check_replicas(&[1, 2], Some(3)).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("node 3's data disk has 5 MiB free"),
+            "{err}"
+        );
+        assert!(
+            disk.check_replicas(&[1, 2], None).is_ok(),
+            "a shard node 3 does not hold"
+        );
+        assert!(disk.check().is_ok(), "this node's own disk has room");
+        disk.note_peer(notice(false));
+        assert!(disk.check_replicas(&[1, 2, 3], None).is_ok());
+
+        // A notice that is not renewed lapses.
+        disk.note_peer(notice(true));
+        disk.peers_low.lock().unwrap().get_mut(&3).unwrap().until = Instant::now();
+        assert!(disk.check_replicas(&[3], None).is_ok());
+        assert!(!disk.any_peer_low.load(Ordering::Relaxed));
+    }
+
+    #[tokio::test]
+    async fn peers_are_told_at_the_start_when_the_disk_turns_and_again_while_it_is_low() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = Arc::new(DiskSpace::new(1, dir.path(), 0));
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let reached = Arc::new(AtomicU64::new(0));
+        let (stop_tx, stop) = watch::channel(false);
+        let (t, r) = (told.clone(), reached.clone());
+        let run = tokio::spawn(disk.clone().run(
+            move |n| {
+                t.lock().unwrap().push(n.low);
+                r.load(Ordering::Relaxed) as usize
+            },
+            stop,
+        ));
+        let wait = |n: usize| {
+            let told = told.clone();
+            async move {
+                for _ in 0..200 {
+                    if told.lock().unwrap().len() >= n {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                panic!("told {:?}, waited for {n}", told.lock().unwrap());
+            }
+        };
+        // Nobody to tell yet: the first notice is tried at each look until someone hears it.
+        wait(2).await;
+        reached.store(2, Ordering::Relaxed);
+        wait(3).await;
+        tokio::time::sleep(DISK_CHECK_EVERY * 3).await;
+        assert!(told.lock().unwrap().iter().all(|low| !low));
+        let quiet = told.lock().unwrap().len();
+        // Not low: nothing more is said. Low: at once, then again every NOTICE_EVERY.
+        disk.reserve.store(u64::MAX, Ordering::Relaxed);
+        wait(quiet + 1).await;
+        assert!(told.lock().unwrap()[quiet], "the disk went low");
+        tokio::time::sleep(NOTICE_EVERY + DISK_CHECK_EVERY * 2).await;
+        assert!(told.lock().unwrap().len() >= quiet + 2);
+        disk.reserve.store(0, Ordering::Relaxed);
+        tokio::time::sleep(DISK_CHECK_EVERY * 3).await;
+        assert_eq!(
+            told.lock().unwrap().last(),
+            Some(&false),
+            "room again is said too"
+        );
+        stop_tx.send(true).unwrap();
+        run.await.unwrap();
     }
 
     #[test]

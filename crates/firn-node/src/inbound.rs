@@ -98,6 +98,10 @@ impl Answerer {
                 router.replicas().transfer_leader(c.shard, c.to).await,
             ),
             NodeRpc::WatchPoll(c) => reply::<crate::rpc::WatchPoll>(router.watch_poll(c).await),
+            NodeRpc::DiskNotice(c) => {
+                router.disk().note_peer(c);
+                reply::<crate::rpc::DiskNotice>(())
+            }
             NodeRpc::ForgetLog(c) => {
                 router.log_index().forget(&c.0);
                 reply::<crate::rpc::ForgetLog>(())

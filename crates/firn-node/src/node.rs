@@ -261,6 +261,14 @@ impl RunningNode {
                 e,
             )
         })?;
+        let disk = Arc::new(DiskSpace::new(
+            config.node_id,
+            &data_dir,
+            config.disk_reserve_bytes,
+        ));
+        if let Err(e) = disk.refresh() {
+            tracing::warn!(dir = %data_dir.display(), "looking at the free space: {e}");
+        }
         let stripes = check_data_format(&data_dir, config.stripes)?;
         // The Raft logs and the state machines live in separate databases (a pair a stripe,
         // see `STRIPES_DEFAULT`): the group commit's fsync holds the log database's journal,
@@ -369,6 +377,7 @@ impl RunningNode {
             groups,
             clock,
             failures: fail.clone(),
+            disk: disk.clone(),
         };
         let meta_replica = factory
             .open(
@@ -399,15 +408,6 @@ impl RunningNode {
         };
         let replicas = Arc::new(Replicas::new(factory, local.clone(), intake));
         let (publish, layout) = watch::channel(Arc::new(ClusterLayout::empty()));
-        let disk = Arc::new(DiskSpace::new(
-            config.node_id,
-            &data_dir,
-            config.disk_reserve_bytes,
-        ));
-        if let Err(e) = disk.refresh() {
-            tracing::warn!(dir = %data_dir.display(), "looking at the free space: {e}");
-        }
-        tasks.push(tokio::spawn(disk.clone().run(stop_rx.clone())));
         let router = Arc::new(Router::new(RouterParts {
             replicas: replicas.clone(),
             peers: peers.clone(),
@@ -425,6 +425,10 @@ impl RunningNode {
             users: config.users.clone(),
             disk: disk.clone(),
         }));
+        tasks.push(tokio::spawn(disk.clone().run(
+            crate::disk::tell_peers(peers.clone(), config.node_id, router.layout_watch()),
+            stop_rx.clone(),
+        )));
         tasks.push(tokio::spawn(crate::blob::repair::run(
             router.blobs().clone(),
             repair_queue,

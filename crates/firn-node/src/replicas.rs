@@ -44,6 +44,8 @@ pub struct ReplicaFactory {
     pub clock: Arc<HybridClock>,
     /// Told why, when a replica's group stops on a storage error: the node then stops.
     pub failures: Arc<tokio::sync::watch::Sender<Option<String>>>,
+    /// The data disk, whose free space a storage failure's reason states.
+    pub disk: Arc<crate::disk::DiskSpace>,
 }
 
 /// A log database with its group commit, and a state database: the groups whose id picks
@@ -131,14 +133,20 @@ impl ReplicaFactory {
         .await?;
         let replica = Arc::new(replica);
         let failed = replica.storage_failure();
-        let failures = self.failures.clone();
+        let (failures, disk) = (self.failures.clone(), self.disk.clone());
         tokio::spawn(async move {
             if let Some(why) = failed.await {
-                tracing::error!("{why}: the node stops");
+                // The engine's own error may only say that an earlier failure (of a flush,
+                // say) poisoned it: the free space says whether the disk is why.
+                let free = match disk.refresh() {
+                    Ok(bytes) => format!("the data disk has {} MiB free", bytes >> 20),
+                    Err(e) => format!("the data disk's free space is unknown ({e})"),
+                };
+                tracing::error!("{why}; {free}: the node stops");
                 failures.send_replace(Some(format!(
-                    "{why}. The node stops rather than serve without the shard; nothing \
-                     acknowledged is lost. Free space on the data disk (or replace it) and \
-                     start the node again."
+                    "{why}; {free}. The node stops rather than serve without the shard; \
+                     nothing acknowledged is lost. Free space on the data disk (or replace \
+                     it) and start the node again."
                 )));
             }
         });

@@ -22,6 +22,18 @@ pub struct NodeView {
     /// The node's part in the meta group (Leader, Follower, Learner, …).
     pub meta: String,
     pub replicas: Vec<ReplicaView>,
+    /// The node's data disk (none for a node that did not answer).
+    pub disk: Option<DiskView>,
+}
+
+/// A node's data disk, as its last look found it (see `crate::disk`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DiskView {
+    pub free_bytes: u64,
+    pub reserve_bytes: u64,
+    /// Fewer bytes free than the reserve: writes that add data to the shards this node
+    /// holds are refused.
+    pub low: bool,
 }
 
 impl NodeView {
@@ -34,6 +46,7 @@ impl NodeView {
             up: false,
             meta: String::new(),
             replicas: Vec::new(),
+            disk: None,
         }
     }
 }

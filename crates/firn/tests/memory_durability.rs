@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::{Cluster, wait_until};
 use firn_client::{Client, PutOptions, retry_transient};
-use firn_model::{Durability, KeyspaceDef, KeyspaceSpec, ReadAt, ReadConsistency};
+use firn_model::{Durability, KeyspaceDef, KeyspaceSpec};
 
 /// A 3-node cluster of one disk shard (and so one memory shard, shard 1) with the keyspace
 /// `m/` in memory.
@@ -145,15 +145,7 @@ async fn a_restarted_memory_replica_refuses_to_vote_until_it_has_caught_up() {
     let client = Client::connect(&cluster.resp_addr(0)).await.unwrap();
     for i in 0..50 {
         let key = format!("m/{i}");
-        let got = retry_transient(|| {
-            client.get(
-                key.as_bytes(),
-                ReadAt::Latest,
-                ReadConsistency::Linearizable,
-            )
-        })
-        .await
-        .unwrap();
+        let got = common::read_latest(&client, key.as_bytes()).await;
         assert!(got.is_some(), "{key}, written and checkpointed, was lost");
     }
 }
@@ -223,15 +215,7 @@ async fn a_majority_killed_at_once_loses_no_acknowledged_write() {
     let reader = Client::connect(&cluster.resp_addr(0)).await.unwrap();
     let mut lost = Vec::new();
     for (key, at) in &acked {
-        let got = retry_transient(|| {
-            reader.get(
-                key.as_bytes(),
-                ReadAt::Latest,
-                ReadConsistency::Linearizable,
-            )
-        })
-        .await
-        .unwrap();
+        let got = common::read_latest(&reader, key.as_bytes()).await;
         if got.is_none() {
             lost.push((key.clone(), *at));
         }

@@ -46,6 +46,7 @@ impl Router {
                         .map(|r| now_us.saturating_sub(r.store().last_commit_ts().wall_us) / 1000),
                 })
                 .collect(),
+            disk: Some(self.disk.view()),
         }
     }
 

@@ -173,6 +173,23 @@ impl Router {
         self.layout.borrow().clone()
     }
 
+    /// The layout as it changes.
+    pub fn layout_watch(&self) -> channel::Receiver<Arc<ClusterLayout>> {
+        self.layout.clone()
+    }
+
+    /// Whether a write that adds data may be proposed to `shard` here: not while this
+    /// node's disk, or that of a node holding (or being given) a replica of it, is low.
+    fn disk_allows(&self, shard: ShardId) -> Result<(), FirnError> {
+        let layout = self.layout.borrow();
+        match layout.shards.get(shard as usize) {
+            Some(s) => self
+                .disk
+                .check_replicas(&s.replicas, s.moving.and_then(|m| m.add)),
+            None => self.disk.check(),
+        }
+    }
+
     /// The layout, or why requests cannot be routed yet.
     fn routable_layout(&self) -> Result<Arc<ClusterLayout>, FirnError> {
         let layout = self.layout();
@@ -400,7 +417,7 @@ impl Router {
                     match local.filter(|_| leader == self.node_id) {
                         Some(replica) => {
                             if op.adds_data()
-                                && let Err(e) = self.disk.check()
+                                && let Err(e) = self.disk_allows(shard)
                             {
                                 return ready(Err(e));
                             }

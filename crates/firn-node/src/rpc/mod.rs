@@ -85,7 +85,11 @@ calls! {
     BlobRead => Result<bytes::Bytes, FirnError>;
     /// Drop an upload whose manifest will not be proposed.
     BlobDiscard => ();
+    /// The sender's data disk went low, is still low, or has room again (see `crate::disk`).
+    DiskNotice => ();
 }
+
+pub use crate::disk::DiskNotice;
 
 pub use crate::blob::{BlobChunk, BlobDiscard, BlobRead, BlobSeal};
 

@@ -207,6 +207,11 @@ impl Cluster {
 
     /// (Re)starts node index `i` (node id `i + 1`) on its own ports and data.
     pub fn restart(&mut self, i: usize) {
+        self.restart_with(i, &[]);
+    }
+
+    /// [`restart`](Self::restart), with more flags for this start only.
+    pub fn restart_with(&mut self, i: usize, more: &[&str]) {
         let (resp, http, _) = self.ports[i];
         let peer_addr = self.peer_addr(i);
         let (how, whom) = match &self.joined_via[i] {
@@ -226,6 +231,7 @@ impl Cluster {
             peer_addr,
         ];
         args.extend(self.extra.iter().cloned());
+        args.extend(more.iter().map(|a| a.to_string()));
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         self.nodes[i] = Some(FirnProcess::start_with(self.dirs[i].path(), &refs));
     }
@@ -427,3 +433,20 @@ pub fn seed(what: &str) -> u64 {
 /// quorum check, and a test's write or read then meets a moment without a leader.
 #[allow(unused_imports)] // not every test binary retries
 pub use firn_client::retry_transient as settled;
+
+/// The newest version of `key`, read linearizably through `client` (tried again while
+/// leaders settle).
+pub async fn read_latest(
+    client: &firn_client::Client,
+    key: &[u8],
+) -> Option<firn_model::VersionInfo> {
+    firn_client::retry_transient(|| {
+        client.get(
+            key,
+            firn_model::ReadAt::Latest,
+            firn_model::ReadConsistency::Linearizable,
+        )
+    })
+    .await
+    .unwrap_or_else(|e| panic!("reading {}: {e}", String::from_utf8_lossy(key)))
+}
