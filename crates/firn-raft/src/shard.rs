@@ -27,6 +27,9 @@ use crate::stages::{self, STAGES};
 use crate::state_machine::ShardStateMachine;
 use crate::types::{FirnRaft, LogCommand, NodeId, ShardId};
 
+mod refused;
+use refused::write_refused;
+
 /// A leader refuses writes when a majority has not acknowledged it for this long: longer
 /// than the largest election timeout, so a new leader may exist elsewhere.
 const QUORUM_ACK_STALE: Duration = Duration::from_millis(1_000);
@@ -424,13 +427,7 @@ impl ShardReplica {
                     }
                     resp.data
                 }
-                Ok(Err(ClientWriteError::ForwardToLeader(f))) => Err(FirnError::TryAgain(format!(
-                    "this replica is not the leader of shard {shard_id} (leader: {:?})",
-                    f.leader_id
-                ))),
-                Ok(Err(e)) => Err(FirnError::TryAgain(format!(
-                    "write not applied, retry: {e}"
-                ))),
+                Ok(Err(e)) => Err(write_refused(shard_id, e)),
                 // The entry may already be in the log of other replicas.
                 Err(_) => Err(FirnError::Indeterminate(format!(
                     "shard {shard_id} stopped before the write completed; it may or may not be applied"
