@@ -233,10 +233,17 @@ impl ShardReplica {
             snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_every_entries),
             max_in_snapshot_log_to_keep: cfg.snapshot_catchup_entries,
             // A memory replica's log may come back shorter than it acknowledged: its leader
-            // then searches for the match again instead of treating it as corruption, and a
-            // restarted leader must win an election rather than resume.
+            // then searches for the match again instead of treating it as corruption.
             allow_log_reversion: Some(durability == Durability::Memory),
-            enable_leader_restore: Some(durability == Durability::Disk),
+            // A restarted leader must win an election rather than resume, whatever the
+            // durability. Applying does not fsync the state, and the commit position is
+            // stored lazily (`FjallLogStore::save_committed`): a leader that resumed would
+            // serve reads (under a lease its followers still honoured) from a state behind
+            // writes it had acknowledged before the crash — openraft's documented hazard,
+            // and a stale read `tests/linearizability.rs` caught under leader kills. An
+            // election makes the leader commit an entry of its new term first, and reads
+            // wait for it.
+            enable_leader_restore: Some(false),
             ..Default::default()
         }
         .validate()

@@ -369,3 +369,69 @@ fn assert_linearizable(seed: u64, history: &History, what: &str) {
         panic!("{what}: key k{key} is not linearizable (seed {seed}): {verdict:?}");
     }
 }
+
+/// Shard 0's replica on node index `i`, as that node reports it: (Raft state, term).
+fn shard_0_here(cluster: &Cluster, i: usize) -> Option<(String, u64)> {
+    let view = cluster.cluster_json(i)?;
+    let replica = view["shards"]
+        .as_array()?
+        .iter()
+        .find(|s| s["shard_id"] == 0)?
+        .clone();
+    Some((
+        replica["state"].as_str()?.to_string(),
+        replica["term"].as_u64()?,
+    ))
+}
+
+fn signal(cluster: &Cluster, i: usize, sig: &str) {
+    let pid = cluster.nodes[i].as_ref().expect("running").child.id();
+    let sent = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(sent.success(), "kill {sig} {pid}");
+}
+
+/// A leader killed and restarted before its followers elect another must not resume
+/// leading: its state may be behind writes it acknowledged (applying does not fsync, and
+/// the commit position is stored lazily), and a resumed leader would serve reads from it
+/// under a lease its followers still honour. It stands for election like any other node.
+/// (Its followers are frozen meanwhile, so nobody else can have been elected.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_leader_stands_for_election_rather_than_resuming() {
+    tokio::task::spawn_blocking(|| {
+        let mut cluster = Cluster::start(3, &[]);
+        let leader = cluster.wait_for_leaders(0, None)[0] as usize - 1;
+        let (_, term) = shard_0_here(&cluster, leader).expect("shard 0 on its leader");
+        let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+        for f in &followers {
+            signal(&cluster, *f, "-STOP");
+        }
+        cluster.kill_9(leader);
+        cluster.restart(leader);
+        // Longer than an election timeout: a leader that resumed would be one all along.
+        let deadline = Instant::now() + Duration::from_millis(1_500);
+        while Instant::now() < deadline {
+            if let Some((state, now_term)) = shard_0_here(&cluster, leader) {
+                assert!(
+                    state != "Leader",
+                    "the restarted node leads shard 0 again (term {now_term}, {term} before) \
+                     with no follower awake to elect it"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for f in &followers {
+            signal(&cluster, *f, "-CONT");
+        }
+        // The group elects a leader again, in a later term.
+        let elected = common::wait_until(Duration::from_secs(20), || {
+            shard_0_here(&cluster, leader).is_some_and(|(_, t)| t > term)
+                && cluster.leaders(leader)[0].is_some()
+        });
+        assert!(elected, "no leader of shard 0 after the followers woke");
+    })
+    .await
+    .unwrap();
+}
