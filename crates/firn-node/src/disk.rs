@@ -155,6 +155,11 @@ impl DiskSpace {
         }
     }
 
+    /// Whether some peer said its disk is low (and the word may still hold).
+    pub fn any_peer_low(&self) -> bool {
+        self.any_peer_low.load(Ordering::Relaxed)
+    }
+
     /// Takes a peer's notice.
     pub fn note_peer(&self, notice: DiskNotice) {
         let mut peers = self.peers_low.lock().unwrap_or_else(|p| p.into_inner());

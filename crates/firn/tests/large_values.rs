@@ -389,3 +389,38 @@ fn the_cli_puts_a_file_and_gets_it_back() {
     let (ok, said) = firn(&["get", "files/absent", "--output", output.to_str().unwrap()]);
     assert!(!ok && said.contains("not found"), "{said}");
 }
+
+/// A replica whose disk is below its reserve does not fetch the large values it missed (the
+/// fetch would fill the disk, and the next write of its databases would then stop the node):
+/// each try stops before the first chunk and is tried again later, and once it has room the
+/// blob arrives.
+#[test]
+fn a_replica_low_on_disk_fetches_a_missed_large_value_only_once_it_has_room() {
+    let mut cluster = Cluster::start(3, &["--shards", "1", "--max-value-bytes", "65536"]);
+    cluster.wait_for_leaders(0, None);
+    cluster.kill_9(2);
+    let missed = value(5 * 1024 * 1024 + 5, 4);
+    put_by_majority(&cluster, "film/low", &missed);
+
+    // Back with a reserve no disk has: it learns the version and tries, but fetches nothing.
+    cluster.restart_with(2, &["--disk-reserve-bytes", "1000000000000000000"]);
+    let failed = r#"firn_blob_repairs_total{outcome="failed"}"#;
+    assert!(
+        wait_until(Duration::from_secs(30), || counter(&cluster, 2, failed)
+            >= 2.0),
+        "the low replica never tried (twice) to fetch the blob"
+    );
+    assert!(
+        sealed(cluster.dirs[2].path()).is_empty(),
+        "a replica low on disk fetched a large value"
+    );
+
+    // Room again: it fetches the blob.
+    cluster.stop(2);
+    cluster.restart(2);
+    wait_for_the_blob(
+        cluster.dirs[2].path(),
+        &missed,
+        "the replica never fetched the blob once it had room",
+    );
+}

@@ -322,6 +322,9 @@ impl Blobs {
         self.blocking(move |f| f.begin(&manifest, &k)).await?;
         let copied = async {
             for i in self.files.chunks_held(blob)..blob.digests.len() {
+                // A repair waits (tried again later) rather than fill a low disk, which
+                // would stop the node at the next write of its databases.
+                self.disk.check()?;
                 let data = self.chunk(blob, i, true).await?;
                 let (offset, _) = blob.chunks().nth(i).expect("chunk exists");
                 let (shard, id, key) = (blob.shard, blob.id, key.clone());
