@@ -155,8 +155,9 @@ pub fn free_ports(n: usize) -> Vec<u16> {
 
 /// A cluster of real `firn` processes on loopback.
 pub struct Cluster {
-    pub dirs: Vec<tempfile::TempDir>,
+    // Fields drop in this order: the processes are killed before their data directories go.
     pub nodes: Vec<Option<FirnProcess>>,
+    pub dirs: Vec<tempfile::TempDir>,
     ports: Vec<(u16, u16, u16)>,
     peers: String,
     /// For nodes added after the start: the peer address they joined through.
