@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from conftest import running_node
 
 import firn
 
@@ -231,3 +232,24 @@ def test_a_large_value_streams_in_from_a_file_and_out_into_one(client: firn.Clie
     # Absent: None, and the file is not made.
     assert client.get_file(f"{ns}absent", tmp_path / "none.bin") is None
     assert not (tmp_path / "none.bin").exists()
+
+
+def test_a_node_low_on_disk_refuses_writes_with_no_space_error_and_still_reads() -> None:
+    # A reserve no disk has: the node is low from its first look.
+    with running_node("--disk-reserve-bytes", str(10**18), ready=False) as n, n.client(timeout_s=10) as c:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                c.put("low/k", "v")
+                pytest.fail("a node low on disk took a write")
+            except (firn.TryAgainError, firn.ClusterDownError):
+                assert time.monotonic() < deadline, "the shard never got a leader"
+                time.sleep(0.1)
+            except firn.NoSpaceError as e:
+                assert e.code == "NOSPACE" and "reserve" in e.message
+                break
+        # Over HTTP too, and nothing was written; reads go on.
+        with pytest.raises(firn.NoSpaceError):
+            c.put_file("low/file", io.BytesIO(b"x" * 1000))
+        assert c.get("low/k") is None
+        assert c.get("low/file") is None

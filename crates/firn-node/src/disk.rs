@@ -64,7 +64,7 @@ struct PeerLow {
 
 /// What a node knows of its data disk's free space.
 pub struct DiskSpace {
-    node: u64,
+    node: NodeId,
     dir: PathBuf,
     /// Writes that add data are refused while fewer bytes than this are free (0: never).
     reserve: AtomicU64,
@@ -78,7 +78,7 @@ pub struct DiskSpace {
 }
 
 impl DiskSpace {
-    pub fn new(node: u64, dir: &Path, reserve: u64) -> Self {
+    pub fn new(node: NodeId, dir: &Path, reserve: u64) -> Self {
         DiskSpace {
             node,
             dir: dir.to_path_buf(),
