@@ -122,6 +122,13 @@ const timeText = (us) => new Date(us / 1000).toISOString();
 
 let clusterTimer = null;
 
+// A node's free space; below its reserve the shards it holds refuse writes (NOSPACE).
+const diskText = (disk) => {
+  if (!disk) return "";
+  const mib = (bytes) => `${Math.floor(bytes / 1048576).toLocaleString("en")} MiB`;
+  return disk.low ? `${mib(disk.free_bytes)} · below the reserve (${mib(disk.reserve_bytes)}): writes refused` : mib(disk.free_bytes);
+};
+
 async function refreshCluster() {
   try {
     const answer = await apiJson("/v1/cluster");
@@ -130,6 +137,7 @@ async function refreshCluster() {
     fillTable("#nodes", cluster.nodes, (n) => [
       n.node_id, n.resp_addr, n.http_addr, n.up ? "up" : "down", n.meta,
       n.replicas.map((r) => `${r.shard_id}:${r.state}${r.recovering ? " (recovering)" : ""}`).join(" "),
+      diskText(n.disk),
     ]);
     fillTable("#shards", cluster.shards, (s) => [
       s.shard_id,
