@@ -671,13 +671,16 @@ impl ShardReplica {
     /// openraft never goes on after one), `None` if it was shut down or dropped.
     pub fn storage_failure(&self) -> impl Future<Output = Option<String>> + Send + 'static {
         let mut metrics = self.raft.metrics();
-        let shard = self.shard_id;
+        let group = match self.shard_id {
+            crate::types::META_GROUP => "the meta group".to_string(),
+            shard => format!("shard {shard}"),
+        };
         async move {
             loop {
                 match &metrics.borrow_watched().running_state {
                     Ok(()) => {}
                     Err(openraft::errors::Fatal::StorageError(e)) => {
-                        return Some(format!("shard {shard}'s storage failed: {e}"));
+                        return Some(format!("{group}'s storage failed: {e}"));
                     }
                     Err(_) => return None,
                 }

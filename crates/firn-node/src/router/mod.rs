@@ -181,9 +181,8 @@ impl Router {
     /// Whether a write that adds data may be proposed to `shard` here: not while this
     /// node's disk, or that of a node holding (or being given) a replica of it, is low.
     fn disk_allows(&self, shard: ShardId) -> Result<(), FirnError> {
-        self.disk.check()?;
         if !self.disk.any_peer_low() {
-            return Ok(());
+            return self.disk.check();
         }
         let layout = self.layout.borrow();
         match layout.shards.get(shard as usize) {
