@@ -223,18 +223,6 @@ async fn a_killed_leader_is_replaced_and_catches_up_after_restart() {
     );
 }
 
-fn forwarded_total(cluster: &Cluster, i: usize) -> f64 {
-    let text = ureq::get(&format!("http://{}/metrics", cluster.http_addr(i)))
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap();
-    text.lines()
-        .filter(|l| l.starts_with("firn_forwarded_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_aware_clients_route_straight_to_shard_leaders() {
     let cluster = tokio::task::spawn_blocking(|| {
@@ -272,7 +260,9 @@ async fn cluster_aware_clients_route_straight_to_shard_leaders() {
     }
     assert_eq!(covered, 16384);
 
-    let before: f64 = (0..3).map(|i| forwarded_total(&cluster, i)).sum();
+    let before: f64 = (0..3)
+        .map(|i| cluster.counter(i, "firn_forwarded_total"))
+        .sum();
     let client =
         redis::cluster::ClusterClient::new(vec![format!("redis://{}/", cluster.resp_addr(0))])
             .unwrap();
@@ -293,7 +283,9 @@ async fn cluster_aware_clients_route_straight_to_shard_leaders() {
             .unwrap();
         assert_eq!(v, i);
     }
-    let after: f64 = (0..3).map(|i| forwarded_total(&cluster, i)).sum();
+    let after: f64 = (0..3)
+        .map(|i| cluster.counter(i, "firn_forwarded_total"))
+        .sum();
     assert_eq!(
         after, before,
         "a cluster-aware client's writes went to a non-leader and were forwarded"

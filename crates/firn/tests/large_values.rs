@@ -259,20 +259,6 @@ fn put_by_majority(cluster: &Cluster, key: &str, body: &[u8]) {
     );
 }
 
-/// A counter of node `i`'s `/metrics` (0 until it is counted).
-fn counter(cluster: &Cluster, i: usize, line_start: &str) -> f64 {
-    ureq::get(&format!("http://{}/metrics", cluster.http_addr(i)))
-        .call()
-        .ok()
-        .and_then(|r| r.into_string().ok())
-        .and_then(|text| {
-            text.lines()
-                .find(|l| l.starts_with(line_start))
-                .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        })
-        .unwrap_or(0.0)
-}
-
 /// Files moved aside, to put back.
 type Moved = Vec<(PathBuf, PathBuf)>;
 
@@ -298,7 +284,7 @@ fn a_fetch_that_failed() -> (Cluster, Vec<u8>, Moved) {
     cluster.restart(2);
     let failed = r#"firn_blob_repairs_total{outcome="failed"}"#;
     assert!(
-        wait_until(Duration::from_secs(60), || counter(&cluster, 2, failed)
+        wait_until(Duration::from_secs(60), || cluster.counter(2, failed)
             >= 1.0),
         "the restarted replica never tried to fetch the blob"
     );
@@ -406,7 +392,7 @@ fn a_replica_low_on_disk_fetches_a_missed_large_value_only_once_it_has_room() {
     cluster.restart_with(2, &["--disk-reserve-bytes", "1000000000000000000"]);
     let failed = r#"firn_blob_repairs_total{outcome="failed"}"#;
     assert!(
-        wait_until(Duration::from_secs(30), || counter(&cluster, 2, failed)
+        wait_until(Duration::from_secs(30), || cluster.counter(2, failed)
             >= 2.0),
         "the low replica never tried (twice) to fetch the blob"
     );

@@ -68,19 +68,6 @@ fn disk_leader(cluster: &Cluster, i: usize) -> Option<u64> {
     cluster.leaders(i).first().copied().flatten()
 }
 
-/// The sum of a counter's samples on node index `i`'s /metrics.
-fn counter(cluster: &Cluster, i: usize, name: &str) -> f64 {
-    let text = ureq::get(&format!("http://{}/metrics", cluster.http_addr(i)))
-        .call()
-        .ok()
-        .and_then(|r| r.into_string().ok())
-        .unwrap_or_default();
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// Writes `m/{i}` for `n` keys, each acknowledged.
 async fn write_keys(client: &Client, n: usize) {
     for i in 0..n {
@@ -114,11 +101,9 @@ async fn a_restarted_memory_replica_refuses_to_vote_until_it_has_caught_up() {
             "the disk shard elected no leader from the two running nodes"
         );
         assert!(
-            wait_until(Duration::from_secs(10), || counter(
-                &cluster,
-                f1,
-                "firn_memory_votes_refused_total"
-            ) > 0.0),
+            wait_until(Duration::from_secs(10), || cluster
+                .counter(f1, "firn_memory_votes_refused_total")
+                > 0.0),
             "the restarted replica refused no vote"
         );
         let began = Instant::now();

@@ -306,6 +306,21 @@ impl Cluster {
 }
 
 impl Cluster {
+    /// The sum of the samples whose line starts with `line_start` (a name, or a name with
+    /// its labels) in node index `i`'s `/metrics`; 0 until counted, or while unreachable.
+    pub fn counter(&self, i: usize, line_start: &str) -> f64 {
+        let text = ureq::get(&format!("http://{}/metrics", self.http_addr(i)))
+            .timeout(Duration::from_secs(2))
+            .call()
+            .ok()
+            .and_then(|r| r.into_string().ok())
+            .unwrap_or_default();
+        text.lines()
+            .filter(|l| l.starts_with(line_start))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
     pub fn cluster_json(&self, i: usize) -> Option<serde_json::Value> {
         ureq::get(&format!("http://{}/v1/cluster", self.http_addr(i)))
             .timeout(Duration::from_secs(2))
