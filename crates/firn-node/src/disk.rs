@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use firn_model::FirnError;
 use firn_raft::NodeId;
+use firn_raft::snapshot_transfer::SnapshotRoom;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
@@ -244,6 +245,43 @@ impl DiskSpace {
     }
 }
 
+/// A snapshot takes its size twice while it installs (the received file, and the state
+/// written from it before the old state's tables go); both must fit above the reserve,
+/// which is room for everything else that goes on meanwhile.
+impl SnapshotRoom for DiskSpace {
+    fn room_for_snapshot(&self, bytes: u64) -> Result<(), String> {
+        let reserve = self.reserve.load(Ordering::Relaxed);
+        if reserve == 0 {
+            return Ok(());
+        }
+        // A fresh look: the last may be 250 ms old, and a transfer can be gigabytes.
+        let free = self
+            .refresh()
+            .unwrap_or_else(|_| self.free.load(Ordering::Relaxed));
+        let needed = bytes.saturating_mul(SNAPSHOT_SPACE_FACTOR);
+        if free.saturating_sub(needed) >= reserve {
+            return Ok(());
+        }
+        Err(format!(
+            "node {}'s data disk has {:.1} MiB free; a snapshot of {:.1} MiB needs {:.1} MiB \
+             while it installs, above the {:.1} MiB reserve (--disk-reserve-bytes); it is \
+             taken once space is freed",
+            self.node,
+            mib(free),
+            mib(bytes),
+            mib(needed),
+            mib(reserve)
+        ))
+    }
+}
+
+/// Space a snapshot takes while it installs, in multiples of its file's size.
+const SNAPSHOT_SPACE_FACTOR: u64 = 2;
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / MIB as f64
+}
+
 /// What [`DiskSpace::run`] tells the peers by: a call to each node of the current layout
 /// but this one, not waited for. Answers how many it called.
 pub fn tell_peers(
@@ -309,6 +347,29 @@ mod tests {
         // A smaller reserve lets writes through again at once.
         tight.set_reserve(1).unwrap();
         assert!(tight.check().is_ok());
+    }
+
+    #[test]
+    fn a_snapshot_is_taken_only_if_twice_its_size_fits_above_the_reserve() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = DiskSpace::new(1, dir.path(), 0);
+        // The reserve off: any snapshot is taken.
+        assert!(disk.room_for_snapshot(u64::MAX / 4).is_ok());
+        let free = disk.refresh().unwrap();
+        assert!(
+            free > 400 * MIB,
+            "the test needs 400 MiB free; {free} bytes are"
+        );
+        // 100 MiB above the reserve (other writers may move it by a few).
+        disk.set_reserve(free - 100 * MIB).unwrap();
+        assert!(disk.room_for_snapshot(30 * MIB).is_ok(), "60 MiB of 100");
+        let why = disk.room_for_snapshot(60 * MIB).unwrap_err();
+        assert!(
+            why.contains("a snapshot of 60.0 MiB needs 120.0 MiB") && why.contains("reserve"),
+            "{why}"
+        );
+        // Refusing a snapshot is not a low disk: writes go on.
+        assert!(disk.check().is_ok());
     }
 
     #[test]

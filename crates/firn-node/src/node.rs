@@ -307,7 +307,7 @@ impl RunningNode {
             PeerPool::new(config.node_id, nodes.clone().into_iter().collect())
                 .with_transport(transport.clone()),
         );
-        let groups = LocalGroups::default();
+        let groups = LocalGroups::with_snapshot_room(disk.clone());
         // Calls from peers wait in the inbox until the router answering them exists.
         let (inbox, opening) = crate::inbound::inbox();
         let mut tasks = vec![tokio::spawn(serve_peers_over(

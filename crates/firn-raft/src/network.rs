@@ -14,7 +14,8 @@ use openraft::{BasicNode, OptionalSend, RaftNetworkV2};
 use crate::peer::{PeerError, PeerPool, PeerRequest, PeerResponse};
 use crate::snapshot::SnapshotFile;
 use crate::snapshot_transfer::{
-    self, SNAPSHOT_CHUNK_TIMEOUT, SnapshotChunk, SnapshotChunkAnswer, Transfer,
+    self, SNAPSHOT_CHUNK_TIMEOUT, SNAPSHOT_NO_ROOM_RETRY, SnapshotChunk, SnapshotChunkAnswer,
+    Transfer,
 };
 use crate::stages::{self, STAGES};
 use crate::types::{FirnRaft, NodeId, ShardId, Snapshot, SnapshotData, SnapshotMeta, Vote};
@@ -226,6 +227,18 @@ impl RaftNetworkV2<FirnRaft> for PeerClient {
                     };
                     transfer.finish(outcome);
                     return Ok(response);
+                }
+                PeerResponse::SnapshotChunk(SnapshotChunkAnswer::NoRoom(why)) => {
+                    // Offered again later, not at openraft's next backoff (200 ms): the
+                    // receiver's disk will not have changed by then.
+                    transfer.finish(&format!(
+                        "refused, offered again in {SNAPSHOT_NO_ROOM_RETRY:?}: {why}"
+                    ));
+                    tokio::select! {
+                        closed = &mut cancel => return Err(StreamingError::Closed(closed)),
+                        () = tokio::time::sleep(SNAPSHOT_NO_ROOM_RETRY) => {}
+                    }
+                    return Err(StreamingError::Unreachable(unreachable(why)));
                 }
                 other => {
                     return Err(StreamingError::Unreachable(unreachable(format!(

@@ -26,7 +26,9 @@ use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
-use crate::snapshot_transfer::{IncomingSnapshots, SnapshotChunk, SnapshotChunkAnswer};
+use crate::snapshot_transfer::{
+    IncomingSnapshots, SnapshotChunk, SnapshotChunkAnswer, SnapshotRoom,
+};
 use crate::state_machine::ShardStateMachine;
 use crate::transport::{BoxedPeerStream, PeerTransport, PlainTcp};
 use crate::types::{FirnRaft, NodeId, ShardId};
@@ -149,6 +151,14 @@ struct LocalGroup {
 }
 
 impl LocalGroups {
+    /// Groups whose replicas take a snapshot only when `room` says the disk can hold it.
+    pub fn with_snapshot_room(room: Arc<dyn SnapshotRoom>) -> Self {
+        LocalGroups {
+            groups: Arc::default(),
+            incoming: Arc::new(IncomingSnapshots::with_room(room)),
+        }
+    }
+
     pub fn insert(
         &self,
         shard: ShardId,

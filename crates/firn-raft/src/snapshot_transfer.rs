@@ -11,13 +11,17 @@
 //! an error the sender sees, the partial file is discarded, and openraft sends the snapshot
 //! again from the start. A transfer that receives nothing for
 //! [`SNAPSHOT_ABANDONED_AFTER`] is discarded when the next chunk of any group arrives.
+//!
+//! A transfer starts only if the receiver's disk has room for it ([`SnapshotRoom`]): else
+//! the first chunk is answered [`SnapshotChunkAnswer::NoRoom`], nothing is written, and the
+//! sender offers the snapshot again after [`SNAPSHOT_NO_ROOM_RETRY`].
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use metrics::{Counter, Histogram};
@@ -29,6 +33,11 @@ use serde::{Deserialize, Serialize};
 use crate::snapshot::SnapshotFile;
 use crate::state_machine::ShardStateMachine;
 use crate::types::{FirnRaft, ShardId, Snapshot, SnapshotData, SnapshotMeta, Vote};
+
+/// How long a sender waits before offering a snapshot again to a receiver that had no room
+/// for it: long enough that a replica short of disk costs its leader little (one chunk read
+/// and sent each time), short enough that it catches up soon after space is freed.
+pub const SNAPSHOT_NO_ROOM_RETRY: Duration = Duration::from_secs(5);
 
 /// Bytes of a snapshot per chunk. Large enough that a chunk's round trip is small beside
 /// its transfer (4 MiB take ~35 ms at 1 Gbit/s), small enough that a chunk never holds up
@@ -95,6 +104,16 @@ pub enum SnapshotChunkAnswer {
     /// receiver's vote is newer than the sender's (the answer carries it: the sender is
     /// no longer leader).
     Done(SnapshotResponse<FirnRaft>),
+    /// The receiver's disk has no room for the snapshot: nothing was written, and the
+    /// sender should offer it again later. Says why, with the receiver's figures.
+    NoRoom(String),
+}
+
+/// Whether this node's disk can take a snapshot it is sent (the node's disk watch answers;
+/// a receiver without one takes every snapshot).
+pub trait SnapshotRoom: Send + Sync + 'static {
+    /// `Err(why)` when a snapshot file of `bytes` must not be received now.
+    fn room_for_snapshot(&self, bytes: u64) -> Result<(), String>;
 }
 
 struct TransferMetrics {
@@ -114,6 +133,10 @@ static DESCRIBED: LazyLock<()> = LazyLock::new(|| {
         "firn_snapshot_received_bytes_total",
         metrics::Unit::Bytes,
         "snapshot bytes this node received from leaders (stored chunks), by shard"
+    );
+    metrics::describe_counter!(
+        "firn_snapshots_refused_total",
+        "snapshots this node's disk had no room for (transfers refused at their start), by shard"
     );
     metrics::describe_histogram!(
         SECONDS,
@@ -230,9 +253,19 @@ pub struct IncomingSnapshots {
     /// Names each transfer's file apart from an older one of the same group still being
     /// written.
     next_id: AtomicU64,
+    /// Asked before a transfer starts; none: every snapshot is taken.
+    room: Option<Arc<dyn SnapshotRoom>>,
 }
 
 impl IncomingSnapshots {
+    /// Transfers that start only when `room` says the disk can take them.
+    pub fn with_room(room: Arc<dyn SnapshotRoom>) -> Self {
+        IncomingSnapshots {
+            room: Some(room),
+            ..Default::default()
+        }
+    }
+
     fn take(&self, shard: ShardId) -> Option<Incoming> {
         let mut transfers = self.transfers.lock().unwrap_or_else(|p| p.into_inner());
         // Abandoned transfers of any group go too (their files are removed on drop).
@@ -274,6 +307,11 @@ impl IncomingSnapshots {
                 chunk.offset,
                 chunk.total_bytes
             ));
+        }
+        if chunk.offset == 0
+            && let Some(why) = self.no_room(&chunk)
+        {
+            return Ok(SnapshotChunkAnswer::NoRoom(why));
         }
         let mut incoming = match chunk.offset {
             0 => self.begin(raft, &chunk).await?,
@@ -330,6 +368,23 @@ impl IncomingSnapshots {
             return Ok(SnapshotChunkAnswer::Continue { next_offset });
         }
         self.install(raft, chunk.vote, chunk.meta, incoming).await
+    }
+
+    /// Why a transfer starting with `chunk` cannot be taken, if it cannot. A transfer of the
+    /// same group in progress is discarded either way (the leader started again).
+    fn no_room(&self, chunk: &SnapshotChunk) -> Option<String> {
+        let why = self
+            .room
+            .as_ref()?
+            .room_for_snapshot(chunk.total_bytes)
+            .err()?;
+        drop(self.take(chunk.shard));
+        LazyLock::force(&DESCRIBED);
+        let shard = chunk.shard;
+        tracing::warn!(shard, snapshot = %chunk.meta, total_bytes = chunk.total_bytes, "snapshot refused: {why}");
+        metrics::counter!("firn_snapshots_refused_total", "shard" => shard.to_string())
+            .increment(1);
+        Some(format!("shard {shard}: {why}"))
     }
 
     async fn begin(

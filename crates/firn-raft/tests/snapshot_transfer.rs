@@ -8,6 +8,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -17,7 +18,7 @@ use firn_raft::peer::{
     AppHandler, LocalGroups, PeerError, PeerPool, PeerRequest, PeerResponse, serve_peers,
 };
 use firn_raft::snapshot::SnapshotFile;
-use firn_raft::snapshot_transfer::{self, SnapshotChunk, SnapshotChunkAnswer};
+use firn_raft::snapshot_transfer::{self, SnapshotChunk, SnapshotChunkAnswer, SnapshotRoom};
 use firn_raft::types::{SnapshotMeta, Vote};
 use firn_raft::{ShardConfig, ShardReplica};
 use firn_store::{FjallBackend, Op};
@@ -69,7 +70,18 @@ async fn start_keeping(
     addrs: &HashMap<u64, String>,
     catchup: u64,
 ) -> Node {
-    let groups = LocalGroups::default();
+    start_with(id, dir, listener, addrs, catchup, LocalGroups::default()).await
+}
+
+/// [`start_keeping`], its replicas reached through `groups`.
+async fn start_with(
+    id: u64,
+    dir: &Path,
+    listener: TcpListener,
+    addrs: &HashMap<u64, String>,
+    catchup: u64,
+    groups: LocalGroups,
+) -> Node {
     let (stop, stopped) = watch::channel(false);
     tokio::spawn(serve_peers(
         listener,
@@ -255,6 +267,71 @@ async fn a_replica_behind_by_fewer_entries_than_kept_catches_up_from_the_log() {
         "the learner was sent a snapshot: {status:?}"
     );
     assert!(!n2.snapshot_dir.join("shard0.snapshot").exists());
+    let leader = n1.replica.store().backend().dump().unwrap();
+    let learner = n2.replica.store().backend().dump().unwrap();
+    assert!(leader == learner, "the learner's tables differ");
+
+    n2.replica.shutdown().await;
+    n1.replica.shutdown().await;
+}
+
+/// A disk whose room for snapshots is switched by hand.
+#[derive(Default)]
+struct SwitchedRoom {
+    room: AtomicBool,
+    asked: AtomicU64,
+}
+
+impl SnapshotRoom for SwitchedRoom {
+    fn room_for_snapshot(&self, bytes: u64) -> Result<(), String> {
+        self.asked.fetch_add(1, Ordering::Relaxed);
+        match self.room.load(Ordering::Relaxed) {
+            true => Ok(()),
+            false => Err(format!("no room for {bytes} bytes")),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_without_room_writes_nothing_and_takes_the_snapshot_once_it_has_room() {
+    snapshot_transfer::set_chunk_bytes(CHUNK_BYTES);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut bound, addrs) = listeners(&[1, 2]).await;
+    let n1 = start(1, &dir.path().join("n1"), bound.remove(0), &addrs).await;
+    fill(&n1.replica, 200, 200, 50).await;
+    let purged = snapshot_and_purge(&n1.replica).await;
+
+    let room = Arc::new(SwitchedRoom::default());
+    let groups = LocalGroups::with_snapshot_room(room.clone());
+    let n2 = start_with(
+        2,
+        &dir.path().join("n2"),
+        bound.remove(0),
+        &addrs,
+        0,
+        groups,
+    )
+    .await;
+    n1.replica.add_learner(2, &addrs[&2], false).await.unwrap();
+    // Asked, refused, and asked again only after the sender's wait, not at openraft's
+    // backoff (200 ms): one offer, perhaps two, in 3 s.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while room.asked.load(Ordering::Relaxed) == 0 {
+        assert!(Instant::now() < deadline, "the snapshot was never offered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let offers = room.asked.load(Ordering::Relaxed);
+    assert!(offers <= 2, "offered {offers} times in 3 s");
+    // Nothing was written: no partial file, nothing applied.
+    assert_eq!(unfinished_files(&n2.snapshot_dir), Vec::<String>::new());
+    assert!(!n2.snapshot_dir.join("shard0.snapshot").exists());
+    assert_eq!(n2.replica.status().last_applied_index, None);
+
+    // Room again: the next offer is taken.
+    room.room.store(true, Ordering::Relaxed);
+    caught_up(&n1.replica, &n2.replica).await;
+    assert!(n2.replica.status().snapshot_index >= Some(purged));
     let leader = n1.replica.store().backend().dump().unwrap();
     let learner = n2.replica.store().backend().dump().unwrap();
     assert!(leader == learner, "the learner's tables differ");

@@ -6,6 +6,9 @@
 //! In a cluster, a node whose disk is low stops the writes that add data to every shard it
 //! holds a replica of, whichever node leads it, until it has room again.
 //!
+//! A replica that fell behind a purged log takes a snapshot only when its disk has room for
+//! it, and takes it once it has.
+//!
 //! The first two need root (they mount tmpfs filesystems).
 
 mod common;
@@ -16,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use common::{Cluster, FirnProcess, read_latest};
 use firn_client::{Client, ClientError, PutOptions, retry_transient};
+use firn_model::{ReadAt, ReadConsistency};
 
 /// Bounds: writes stop at the first refusal or failure, and never go past these.
 const WRITES_MAX: usize = 40_000;
@@ -289,4 +293,73 @@ async fn a_replica_low_on_disk_stops_writes_to_its_shards_at_every_leader() {
         Result::is_ok,
     )
     .await;
+}
+
+/// Shard 0 as node `i` sees it in the cluster view.
+fn shard0(cluster: &Cluster, i: usize) -> serde_json::Value {
+    cluster.cluster_json(i).expect("the cluster view")["shards"][0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_without_room_for_a_snapshot_refuses_it_and_takes_it_once_it_has_room() {
+    // Snapshots every 100 entries, the log purged up to each: a replica that was down
+    // catches up only through a snapshot.
+    let mut cluster = Cluster::start(
+        3,
+        &["--snapshot-every", "100", "--snapshot-catchup-entries", "0"],
+    );
+    cluster.wait_for_leaders(0, None);
+    let client = Client::connect(&cluster.resp_addr(0)).await.unwrap();
+    let key = common::key_in_shard(0, "snap");
+    retry_transient(|| client.put(key.as_bytes(), b"first", PutOptions::default()))
+        .await
+        .unwrap();
+    let applied = |c: &Cluster, i| shard0(c, i)["last_applied_index"].as_u64().unwrap_or(0);
+    let before = applied(&cluster, 2);
+    cluster.stop(2);
+    for i in 0..300 {
+        let k = format!("{key}-{i}");
+        retry_transient(|| client.put(k.as_bytes(), b"x", PutOptions::default()))
+            .await
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while shard0(&cluster, 0)["purged_index"].as_u64().unwrap_or(0) <= before {
+        assert!(Instant::now() < deadline, "node 1 did not purge its log");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Node 3 comes back with a reserve no disk has: no snapshot fits above it.
+    cluster.restart_with(2, &["--disk-reserve-bytes", "1000000000000000000"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cluster.counter(2, "firn_snapshots_refused_total") == 0.0 {
+        assert!(Instant::now() < deadline, "node 3 refused no snapshot");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        applied(&cluster, 2) < applied(&cluster, 0),
+        "node 3 applied shard 0 as far as node 1: {} and {}",
+        shard0(&cluster, 2),
+        shard0(&cluster, 0)
+    );
+
+    // With room, it takes the snapshot at the leader's next offer and has every write.
+    cluster.stop(2);
+    cluster.restart(2);
+    let at_node_3 = Client::connect(&cluster.resp_addr(2)).await.unwrap();
+    let last = format!("{key}-299");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = at_node_3
+            .get(last.as_bytes(), ReadAt::Latest, ReadConsistency::Local)
+            .await;
+        if matches!(&got, Ok(Some(v)) if v.value.as_deref() == Some(b"x".as_slice())) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node 3 did not catch up: {got:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
