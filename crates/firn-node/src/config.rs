@@ -74,6 +74,9 @@ pub struct NodeConfig {
     /// Stripes a new data directory gets (see `crate::replicas::Stripe`); `None`: 4 on a
     /// machine of 4 or more cores, else 1. An existing directory keeps its own.
     pub stripes: Option<usize>,
+    /// Appends of a replication stream sent before their answers (see
+    /// `firn_raft::pipeline`); `None`: [`crate::node::appends_in_flight_default`].
+    pub appends_in_flight: Option<usize>,
     /// How often blob files no version names are looked for (see `crate::blob::sweep`).
     pub blob_sweep_every: Duration,
     /// How old an unused blob file must be before the sweep deletes it.
@@ -142,6 +145,7 @@ impl Default for NodeConfig {
             follow_interval: crate::cluster::follow::FOLLOW_INTERVAL_DEFAULT,
             memory_checkpoint_every: MEMORY_CHECKPOINT_EVERY_DEFAULT,
             stripes: None,
+            appends_in_flight: None,
             advertise_host: None,
             blob_sweep_every: crate::blob::SWEEP_EVERY_DEFAULT,
             blob_grace: crate::blob::GRACE_DEFAULT,

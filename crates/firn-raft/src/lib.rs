@@ -10,6 +10,7 @@ pub mod log_store;
 mod log_tail;
 pub mod network;
 pub mod peer;
+pub mod pipeline;
 pub mod shard;
 pub mod snapshot;
 pub mod snapshot_transfer;

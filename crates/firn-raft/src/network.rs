@@ -3,15 +3,23 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use futures::Stream;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use openraft::errors::{RPCError, ReplicationClosed, StreamingError, Timeout, Unreachable};
 use openraft::network::{RPCOption, RPCTypes, RaftNetworkFactory};
+use openraft::raft::StreamAppendResult;
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
     TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::{BasicNode, OptionalSend, RaftNetworkV2};
 
+/// One append's answer in openraft's stream of them.
+type AppendAnswer = Result<StreamAppendResult<FirnRaft>, RPCError<FirnRaft>>;
+
 use crate::peer::{PeerError, PeerPool, PeerRequest, PeerResponse};
+use crate::pipeline::{self, Follower};
 use crate::snapshot::SnapshotFile;
 use crate::snapshot_transfer::{
     self, SNAPSHOT_CHUNK_TIMEOUT, SNAPSHOT_NO_ROOM_RETRY, SnapshotChunk, SnapshotChunkAnswer,
@@ -93,6 +101,8 @@ impl RaftNetworkFactory<FirnRaft> for PeerNetwork {
 impl RaftNetworkV2<FirnRaft> for PeerClient {
     type SnapshotData = SnapshotData;
 
+    /// One append on its own. openraft sends every append through [`Self::stream_append`]
+    /// (heartbeats too, as one-request streams); this stays for the trait.
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<FirnRaft>,
@@ -119,6 +129,26 @@ impl RaftNetworkV2<FirnRaft> for PeerClient {
                 "unexpected answer {other:?}"
             )))),
         }
+    }
+
+    /// Each append is sent as openraft produces it, not after the answer to the one before
+    /// (see [`crate::pipeline`]).
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
+        option: RPCOption,
+    ) -> BoxFuture<'s, Result<BoxStream<'s, AppendAnswer>, RPCError<FirnRaft>>>
+    where
+        S: Stream<Item = AppendEntriesRequest<FirnRaft>> + OptionalSend + Unpin + 'static,
+    {
+        let to = Follower {
+            me: self.me,
+            target: self.target,
+            shard: self.shard,
+            pool: self.pool.clone(),
+        };
+        let answers = pipeline::send_appends(to, input, option.hard_ttl());
+        Box::pin(std::future::ready(Ok(answers)))
     }
 
     async fn vote(

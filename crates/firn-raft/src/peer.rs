@@ -8,8 +8,8 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,18 +20,21 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use serde::{Deserialize, Serialize};
-use std::net::{IpAddr, SocketAddr};
 
-use tokio::net::{TcpListener, TcpSocket};
-use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
+use crate::pipeline::{AppendStreams, Reply};
 use crate::snapshot_transfer::{
     IncomingSnapshots, SnapshotChunk, SnapshotChunkAnswer, SnapshotRoom,
 };
 use crate::state_machine::ShardStateMachine;
 use crate::transport::{BoxedPeerStream, PeerTransport, PlainTcp};
 use crate::types::{FirnRaft, NodeId, ShardId};
+
+mod pool;
+pub use pool::{Lane, PeerPool, SentCall};
 
 /// Largest frame: an append of many large values fits. A snapshot travels in chunks far
 /// smaller than this (`snapshot_transfer::SNAPSHOT_CHUNK_BYTES_MAX`).
@@ -95,9 +98,9 @@ pub enum PeerResponse {
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-struct Envelope<T> {
-    id: u64,
-    body: T,
+pub(crate) struct Envelope<T> {
+    pub(crate) id: u64,
+    pub(crate) body: T,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -118,13 +121,13 @@ pub enum PeerError {
     Remote(NodeId, String),
 }
 
-fn codec() -> LengthDelimitedCodec {
+pub(crate) fn codec() -> LengthDelimitedCodec {
     LengthDelimitedCodec::builder()
         .max_frame_length(PEER_FRAME_BYTES_MAX)
         .new_codec()
 }
 
-fn encode<T: Serialize>(v: &T) -> Option<Bytes> {
+pub(crate) fn encode<T: Serialize>(v: &T) -> Option<Bytes> {
     postcard::to_stdvec(v).ok().map(Bytes::from)
 }
 
@@ -194,20 +197,18 @@ impl LocalGroups {
     }
 }
 
+fn missing(shard: ShardId) -> PeerResponse {
+    PeerResponse::Error(format!("no replica of shard {shard} on this node"))
+}
+
 async fn answer(
     groups: &LocalGroups,
     app: &Arc<dyn AppHandler>,
     request: PeerRequest,
 ) -> PeerResponse {
-    let missing = |shard| PeerResponse::Error(format!("no replica of shard {shard} on this node"));
     match request {
-        PeerRequest::Append { shard, rpc } => match groups.get(shard) {
-            Some(raft) => raft
-                .append_entries(rpc)
-                .await
-                .map_or_else(|e| PeerResponse::Error(e.to_string()), PeerResponse::Append),
-            None => missing(shard),
-        },
+        // `serve_connection` hands appends to their group's stream, in order; never here.
+        PeerRequest::Append { shard, .. } => missing(shard),
         PeerRequest::Vote { shard, rpc } => match groups.group(shard) {
             // Viewstamped Replication's recovery rule: a replica that may have lost what it
             // acknowledged from memory grants no vote until it has caught up. The answer
@@ -322,6 +323,19 @@ async fn serve_connection(
             }
         }
     });
+    let reply: Reply = {
+        let tx = tx.clone();
+        Arc::new(move |id, body| {
+            let tx = tx.clone();
+            Box::pin(async move {
+                if let Some(bytes) = encode(&Envelope { id, body }) {
+                    let _ = tx.send(bytes).await;
+                }
+            })
+        })
+    };
+    // Appends go to their group's stream, in the order they arrived (see `crate::pipeline`).
+    let mut appends = AppendStreams::default();
     loop {
         let frame = tokio::select! {
             f = frames.next() => f,
@@ -332,6 +346,20 @@ async fn serve_connection(
         else {
             tracing::warn!("peer sent an undecodable frame; closing the connection");
             break;
+        };
+        let body = match body {
+            PeerRequest::Append { shard, rpc } => {
+                match groups.get(shard) {
+                    Some(raft) => appends.take(&raft, shard, id, rpc, &reply),
+                    None => {
+                        let missing = missing(shard);
+                        let reply = reply.clone();
+                        tokio::spawn(async move { reply(id, missing).await });
+                    }
+                }
+                continue;
+            }
+            body => body,
         };
         // An App request takes a place before it gets a task; with none left it is
         // answered busy at once, and the reader goes on to the next frame (maybe a Raft
@@ -370,317 +398,7 @@ async fn serve_connection(
             }
         });
     }
-    drop(tx);
+    // The streams' answer tasks hold the writer's sender until their last answer is out.
+    drop((appends, reply, tx));
     let _ = writer.await;
-}
-
-/// One outgoing connection with its calls in flight.
-struct PeerConn {
-    tx: mpsc::Sender<Bytes>,
-    pending: Arc<Mutex<HashMap<u64, oneshot::Sender<PeerResponse>>>>,
-    alive: Arc<AtomicBool>,
-    /// When the last frame arrived: a connection silent this long while calls time out is
-    /// stalled (a partition drops packets without resetting the connection) and is replaced.
-    last_frame_at: Arc<Mutex<std::time::Instant>>,
-}
-
-impl PeerConn {
-    /// Connects to `addr`, from `local_ip` when given, so that a node's peer traffic carries
-    /// its own address (which is what lets a test cut one node off with firewall rules).
-    async fn connect(
-        addr: &str,
-        local_ip: Option<IpAddr>,
-        transport: &dyn PeerTransport,
-    ) -> std::io::Result<PeerConn> {
-        let connect = async {
-            let target = tokio::net::lookup_host(addr)
-                .await?
-                .next()
-                .ok_or_else(|| std::io::Error::other(format!("{addr} resolves to nothing")))?;
-            let socket = if target.is_ipv4() {
-                TcpSocket::new_v4()?
-            } else {
-                TcpSocket::new_v6()?
-            };
-            if let Some(ip) =
-                local_ip.filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == target.is_ipv4())
-            {
-                // An address announced for the node (`--advertise-host`) need not be one of
-                // this machine's (a NAT's, say): then the system picks the source.
-                if let Err(e) = socket.bind(SocketAddr::new(ip, 0))
-                    && e.kind() != std::io::ErrorKind::AddrNotAvailable
-                {
-                    return Err(e);
-                }
-            }
-            let stream = socket.connect(target).await?;
-            let _ = stream.set_nodelay(true);
-            transport.connect(stream, addr).await
-        };
-        let stream = tokio::time::timeout(CONNECT_TIMEOUT, connect)
-            .await
-            .map_err(|_| {
-                std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")
-            })??;
-        let (mut sink, mut frames) = Framed::new(stream, codec()).split();
-        let (tx, mut rx) = mpsc::channel::<Bytes>(PEER_SEND_QUEUE);
-        let pending: Arc<Mutex<HashMap<u64, oneshot::Sender<PeerResponse>>>> = Arc::default();
-        let alive = Arc::new(AtomicBool::new(true));
-        let writer_alive = alive.clone();
-        tokio::spawn(async move {
-            while let Some(frame) = rx.recv().await {
-                if sink.send(frame).await.is_err() {
-                    break;
-                }
-            }
-            writer_alive.store(false, Ordering::Release);
-        });
-        let (reader_pending, reader_alive) = (pending.clone(), alive.clone());
-        let last_frame_at = Arc::new(Mutex::new(std::time::Instant::now()));
-        let reader_last = last_frame_at.clone();
-        tokio::spawn(async move {
-            while let Some(Ok(frame)) = frames.next().await {
-                *reader_last.lock().unwrap_or_else(|p| p.into_inner()) = std::time::Instant::now();
-                let Ok(Envelope { id, body }) =
-                    postcard::from_bytes::<Envelope<PeerResponse>>(&frame)
-                else {
-                    break;
-                };
-                if let Some(waiter) = reader_pending
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&id)
-                {
-                    let _ = waiter.send(body);
-                }
-            }
-            reader_alive.store(false, Ordering::Release);
-            // Every call still waiting learns the connection is gone.
-            reader_pending
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clear();
-        });
-        Ok(PeerConn {
-            tx,
-            pending,
-            alive,
-            last_frame_at,
-        })
-    }
-}
-
-/// Which of a node's connections to a peer a call goes over. Frames on one connection go
-/// out one after the other, so a frame waits for every frame queued before it to cross the
-/// link: 4 MiB take 3 s at 10 Mbit/s, and a heartbeat behind them would be late for every
-/// follower's election timeout (300–600 ms).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Lane {
-    /// Raft's messages and the node's own requests: small, and waited for.
-    Messages,
-    /// Large transfers: snapshot chunks, and the chunks of large values and their reads.
-    Bulk,
-}
-
-impl Lane {
-    /// The lane a request of this crate's goes over ([`PeerRequest::App`] requests say
-    /// their own, see [`PeerPool::call_on`]).
-    fn of(request: &PeerRequest) -> Lane {
-        match request {
-            PeerRequest::SnapshotChunk(_) => Lane::Bulk,
-            _ => Lane::Messages,
-        }
-    }
-}
-
-/// A peer's connection, if made; locked while (re)connecting.
-type ConnSlot = Arc<tokio::sync::Mutex<Option<Arc<PeerConn>>>>;
-
-/// Connections to every peer, made on first use and remade after a failure.
-pub struct PeerPool {
-    /// The address this node's outgoing peer connections come from.
-    local_ip: Option<IpAddr>,
-    /// What connections run over (plain TCP unless [`PeerPool::with_transport`] says).
-    transport: Arc<dyn PeerTransport>,
-    addrs: RwLock<HashMap<NodeId, String>>,
-    /// One slot per peer and lane; connecting to one never blocks calls over another.
-    conns: Mutex<HashMap<(NodeId, Lane), ConnSlot>>,
-    next_id: AtomicU64,
-}
-
-impl PeerPool {
-    pub fn new(node_id: NodeId, addrs: HashMap<NodeId, String>) -> Self {
-        let local_ip = addrs
-            .get(&node_id)
-            .and_then(|a| a.parse::<SocketAddr>().ok())
-            .map(|a| a.ip());
-        PeerPool {
-            local_ip,
-            transport: Arc::new(PlainTcp),
-            addrs: RwLock::new(addrs),
-            conns: Default::default(),
-            next_id: AtomicU64::new(1),
-        }
-    }
-
-    /// The pool with its connections made over `transport`.
-    pub fn with_transport(self, transport: Arc<dyn PeerTransport>) -> Self {
-        PeerPool { transport, ..self }
-    }
-
-    /// Sets (or changes) where `node` is reached; a changed address drops the old connection.
-    pub fn set_addr(&self, node: NodeId, addr: &str) {
-        let changed = {
-            let mut addrs = self.addrs.write().unwrap_or_else(|p| p.into_inner());
-            addrs
-                .insert(node, addr.to_string())
-                .is_some_and(|old| old != addr)
-        };
-        if changed {
-            self.conns
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .retain(|(n, _), _| *n != node);
-        }
-    }
-
-    /// One request to a node known only by its address (a node joining asks a member):
-    /// a connection made for this call alone.
-    pub async fn call_addr(
-        &self,
-        addr: &str,
-        request: PeerRequest,
-        timeout: Duration,
-    ) -> Result<PeerResponse, PeerError> {
-        let unreachable = |e: String| PeerError::Contact(addr.to_string(), e);
-        let conn = tokio::time::timeout(
-            timeout,
-            PeerConn::connect(addr, self.local_ip, &*self.transport),
-        )
-        .await
-        .map_err(|_| unreachable("connect timed out".into()))?
-        .map_err(|e| unreachable(e.to_string()))?;
-        let bytes = encode(&Envelope {
-            id: 1,
-            body: request,
-        })
-        .ok_or_else(|| unreachable("request could not be encoded".into()))?;
-        let (done, answer) = oneshot::channel();
-        conn.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(1, done);
-        conn.tx
-            .send(bytes)
-            .await
-            .map_err(|_| unreachable("connection closed".into()))?;
-        match tokio::time::timeout(timeout, answer).await {
-            Ok(Ok(PeerResponse::Error(e))) => Err(unreachable(format!("refused: {e}"))),
-            Ok(Ok(response)) => Ok(response),
-            Ok(Err(_)) => Err(unreachable(
-                "the connection dropped before an answer".into(),
-            )),
-            Err(_) => Err(unreachable(format!("no answer within {timeout:?}"))),
-        }
-    }
-
-    async fn conn(&self, target: NodeId, lane: Lane) -> Result<Arc<PeerConn>, PeerError> {
-        let slot = self
-            .conns
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry((target, lane))
-            .or_default()
-            .clone();
-        let mut slot = slot.lock().await;
-        if let Some(c) = slot.as_ref()
-            && c.alive.load(Ordering::Acquire)
-        {
-            return Ok(c.clone());
-        }
-        let addr = self
-            .addrs
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&target)
-            .cloned()
-            .ok_or_else(|| PeerError::Unreachable(target, "no address known".into()))?;
-        let conn = Arc::new(
-            PeerConn::connect(&addr, self.local_ip, &*self.transport)
-                .await
-                .map_err(|e| PeerError::Unreachable(target, format!("{addr}: {e}")))?,
-        );
-        *slot = Some(conn.clone());
-        Ok(conn)
-    }
-
-    /// Sends one request over the lane its kind goes by and waits for its answer, at most
-    /// `timeout`.
-    pub async fn call(
-        &self,
-        target: NodeId,
-        request: PeerRequest,
-        timeout: Duration,
-    ) -> Result<PeerResponse, PeerError> {
-        self.call_on(Lane::of(&request), target, request, timeout)
-            .await
-    }
-
-    /// Sends one request over `lane` (the answer comes back over it too) and waits for its
-    /// answer, at most `timeout`.
-    pub async fn call_on(
-        &self,
-        lane: Lane,
-        target: NodeId,
-        request: PeerRequest,
-        timeout: Duration,
-    ) -> Result<PeerResponse, PeerError> {
-        // The connect counts against the call's time too.
-        let started = std::time::Instant::now();
-        let conn = tokio::time::timeout(timeout, self.conn(target, lane))
-            .await
-            .map_err(|_| {
-                PeerError::Unreachable(target, format!("could not connect within {timeout:?}"))
-            })??;
-        let timeout = timeout.saturating_sub(started.elapsed());
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let bytes = encode(&Envelope { id, body: request })
-            .ok_or_else(|| PeerError::Unreachable(target, "request could not be encoded".into()))?;
-        let (done, answer) = oneshot::channel();
-        conn.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, done);
-        if conn.tx.send(bytes).await.is_err() {
-            conn.pending
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
-            return Err(PeerError::Unreachable(target, "connection closed".into()));
-        }
-        match tokio::time::timeout(timeout, answer).await {
-            // Not handled: safe to retry, like a request that never left.
-            Ok(Ok(PeerResponse::Error(e))) if e.starts_with(PEER_BUSY) => {
-                Err(PeerError::Unreachable(target, e))
-            }
-            Ok(Ok(PeerResponse::Error(e))) => Err(PeerError::Remote(target, e)),
-            Ok(Ok(response)) => Ok(response),
-            Ok(Err(_)) => Err(PeerError::Lost(target)),
-            Err(_) => {
-                conn.pending
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&id);
-                let silent = conn
-                    .last_frame_at
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .elapsed();
-                if silent > STALLED_AFTER {
-                    conn.alive.store(false, Ordering::Release);
-                }
-                Err(PeerError::Timeout(target, timeout))
-            }
-        }
-    }
 }

@@ -1,0 +1,476 @@
+//! Pipelined replication: both ends of openraft's stream of AppendEntries to one follower.
+//!
+//! openraft produces a group's appends to a follower as a stream, the next one as soon as
+//! the leader has new entries ([`openraft::RaftNetworkV2::stream_append`]). Its default
+//! transport sends one and waits for its answer before the next, so an entry proposed while
+//! an append is out waits a whole round trip (the follower's append and fsync included)
+//! before it is even sent. [`send_appends`] sends each as it comes, up to the pool's
+//! [`PeerPool::appends_in_flight`] unanswered (at most [`APPENDS_IN_FLIGHT_MAX`]), and
+//! yields the answers in order. One in flight is openraft's default behaviour again.
+//!
+//! The follower must take them in the order sent. One connection's frames arrive in order,
+//! and [`AppendStreams`] hands every append of a group arriving on a connection to one
+//! [`openraft::Raft::stream_append`], which submits them to the Raft core in that order and
+//! answers each once its entries are durable. A task per append, as other requests get,
+//! could reach the core out of order.
+//!
+//! Nothing here decides what is safe: openraft's log-matching check refuses an append whose
+//! previous entry the follower lacks, whatever the order of arrival. Order only decides
+//! whether the pipeline goes on or starts again from a conflict.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use futures::stream::{BoxStream, FuturesOrdered};
+use futures::{FutureExt, Stream, StreamExt};
+use openraft::Raft;
+use openraft::errors::{RPCError, Timeout, Unreachable};
+use openraft::network::RPCTypes;
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, StreamAppendResult};
+use tokio::sync::mpsc;
+
+use crate::peer::{Lane, PeerError, PeerPool, PeerRequest, PeerResponse};
+use crate::stages::{self, STAGES};
+use crate::state_machine::ShardStateMachine;
+use crate::types::{FirnRaft, LogId, NodeId, ShardId};
+
+/// Most appends of one stream a node may keep sent and not yet answered
+/// (`--appends-in-flight`): each carries every entry submitted since the one before, so a
+/// few cover a round trip at any rate; the bound keeps a follower's queue
+/// ([`FOLLOWER_QUEUE_MAX`]) from ever filling.
+pub const APPENDS_IN_FLIGHT_MAX: usize = 32;
+
+/// Appends of one group a follower's connection holds for its Raft stream before it
+/// refuses more (a leader keeps at most [`APPENDS_IN_FLIGHT_MAX`] a stream out, plus its
+/// heartbeat). A connection's reader never waits on one group.
+const FOLLOWER_QUEUE_MAX: usize = 2 * APPENDS_IN_FLIGHT_MAX;
+
+/// The range an append covers: `(prev, last]`, `last` being `prev` for a heartbeat.
+#[derive(Clone, Debug, PartialEq)]
+struct Covers {
+    prev: Option<LogId>,
+    last: Option<LogId>,
+}
+
+impl Covers {
+    fn of(rpc: &AppendEntriesRequest<FirnRaft>) -> Covers {
+        let prev = rpc.prev_log_id;
+        Covers {
+            last: rpc.entries.last().map(|e| e.log_id).or(prev),
+            prev,
+        }
+    }
+}
+
+/// Who the leader's end of a stream talks to.
+pub(crate) struct Follower {
+    pub me: NodeId,
+    pub target: NodeId,
+    pub shard: ShardId,
+    pub pool: Arc<PeerPool>,
+}
+
+/// One append's answer as openraft takes it, or why there is none.
+type Answered = Result<StreamAppendResult<FirnRaft>, RPCError<FirnRaft>>;
+
+/// The leader's end: each request of `input` is sent to `to` as it comes (while fewer than
+/// the pool's [`PeerPool::appends_in_flight`] are unanswered), and the answers are yielded in the order of
+/// the requests, each within `timeout` of its sending. The stream ends after the input
+/// does and every answer is in, or at the first answer that stops the pipeline (an error,
+/// a conflict, a newer vote, a partial success), as openraft's sequential default does.
+pub(crate) fn send_appends<S>(
+    to: Follower,
+    input: S,
+    timeout: Duration,
+) -> BoxStream<'static, Answered>
+where
+    S: Stream<Item = AppendEntriesRequest<FirnRaft>> + Send + Unpin + 'static,
+{
+    let sending = Sending {
+        in_flight_max: to.pool.appends_in_flight(),
+        to: Arc::new(to),
+        input,
+        input_done: false,
+        in_flight: FuturesOrdered::new(),
+        stopped: false,
+        timeout,
+    };
+    futures::stream::unfold(sending, |mut s| async move {
+        let answered = s.next_answer().await?;
+        Some((answered, s))
+    })
+    .boxed()
+}
+
+struct Sending<S> {
+    to: Arc<Follower>,
+    in_flight_max: usize,
+    input: S,
+    input_done: bool,
+    in_flight: FuturesOrdered<BoxFuture<'static, Answered>>,
+    stopped: bool,
+    timeout: Duration,
+}
+
+impl<S> Sending<S>
+where
+    S: Stream<Item = AppendEntriesRequest<FirnRaft>> + Send + Unpin + 'static,
+{
+    /// Sends what the input offers while waiting for the oldest answer; `None` at the end.
+    async fn next_answer(&mut self) -> Option<Answered> {
+        if self.stopped {
+            return None;
+        }
+        loop {
+            let may_send = !self.input_done && self.in_flight.len() < self.in_flight_max;
+            if self.input_done && self.in_flight.is_empty() {
+                return None;
+            }
+            tokio::select! {
+                // An answer first: openraft learns of progress as early as it can.
+                biased;
+                Some(answered) = self.in_flight.next(), if !self.in_flight.is_empty() => {
+                    if !goes_on(&answered) {
+                        self.stopped = true;
+                    }
+                    return Some(answered);
+                }
+                next = self.input.next(), if may_send => match next {
+                    None => self.input_done = true,
+                    // Sent before the next request is taken: the frames go out in order.
+                    Some(rpc) => {
+                        let sent = send(self.to.clone(), rpc, self.timeout).await;
+                        self.in_flight.push_back(sent);
+                    }
+                },
+            }
+        }
+    }
+}
+
+/// Queues `rpc` on the connection to `to` and returns the wait for its answer.
+async fn send(
+    to: Arc<Follower>,
+    rpc: AppendEntriesRequest<FirnRaft>,
+    timeout: Duration,
+) -> BoxFuture<'static, Answered> {
+    let covers = Covers::of(&rpc);
+    // Heartbeats carry no entries: only the replication of writes is a stage of one.
+    let started = (!rpc.entries.is_empty()).then(Instant::now);
+    let request = PeerRequest::Append {
+        shard: to.shard,
+        rpc,
+    };
+    let sent = to
+        .pool
+        .send_on(Lane::Messages, to.target, request, timeout)
+        .await;
+    async move {
+        let answer = match sent {
+            Ok(call) => call.answer().await,
+            Err(e) => Err(e),
+        };
+        if let (Some(started), Ok(_)) = (started, &answer) {
+            stages::since(&STAGES.replicate, started);
+        }
+        match answer {
+            Ok(PeerResponse::Append(r)) => Ok(r.into_stream_result(covers.prev, covers.last)),
+            Ok(other) => Err(RPCError::Unreachable(Unreachable::from_string(format!(
+                "unexpected answer {other:?}"
+            )))),
+            Err(e) => Err(rpc_error(RPCTypes::AppendEntries, &to, timeout, e)),
+        }
+    }
+    .boxed()
+}
+
+/// Whether the pipeline goes on after this answer: only a full success lets it.
+fn goes_on(answered: &Answered) -> bool {
+    matches!(answered, Ok(Ok(_)))
+}
+
+/// What openraft makes of a peer call that failed: a timeout it retries at once, anything
+/// else (no connection, lost, refused) a peer it backs off from.
+pub(crate) fn rpc_error(
+    action: RPCTypes,
+    to: &Follower,
+    timeout: Duration,
+    e: PeerError,
+) -> RPCError<FirnRaft> {
+    match e {
+        PeerError::Timeout(..) => RPCError::Timeout(Timeout {
+            action,
+            id: to.me,
+            target: to.target,
+            timeout,
+        }),
+        e => RPCError::Unreachable(Unreachable::from_string(e.to_string())),
+    }
+}
+
+/// The follower's end, one per connection: every append of a group that arrives on it goes
+/// to one `Raft::stream_append` of that group, in arrival order, and each answer goes back
+/// under its request's id, in the same order.
+#[derive(Default)]
+pub(crate) struct AppendStreams {
+    by_shard: HashMap<ShardId, GroupStream>,
+}
+
+/// One group's stream on one connection.
+struct GroupStream {
+    requests: mpsc::Sender<AppendEntriesRequest<FirnRaft>>,
+    waiting: Waiting,
+}
+
+/// The ids of the requests a group's stream handed to Raft and that are not yet answered,
+/// oldest first, with what each covered; `None` once the stream has ended (nothing more is
+/// taken).
+type Waiting = Arc<Mutex<Option<VecDeque<(u64, Covers)>>>>;
+
+/// Where an answer goes: the connection's writer, by request id.
+pub(crate) type Reply = Arc<dyn Fn(u64, PeerResponse) -> BoxFuture<'static, ()> + Send + Sync>;
+
+impl AppendStreams {
+    /// Hands the append `id` to its group's stream (opening one if there is none, or the
+    /// last has ended). Never waits: an append that cannot be taken is answered at once
+    /// with an error, which the leader takes as a failed append.
+    pub(crate) fn take(
+        &mut self,
+        raft: &Raft<FirnRaft, ShardStateMachine>,
+        shard: ShardId,
+        id: u64,
+        rpc: AppendEntriesRequest<FirnRaft>,
+        reply: &Reply,
+    ) {
+        let covers = Covers::of(&rpc);
+        let stream = self
+            .by_shard
+            .entry(shard)
+            .or_insert_with(|| GroupStream::open(raft, reply.clone()));
+        let refused = match stream.offer(id, covers.clone(), rpc) {
+            Ok(()) => return,
+            Err(Offer::Ended(rpc)) => {
+                // The stream ended (a conflict, a newer vote, the group stopped): this
+                // append starts the next one.
+                *stream = GroupStream::open(raft, reply.clone());
+                match stream.offer(id, covers, rpc) {
+                    Ok(()) => return,
+                    Err(_) => "its group's append stream could not take it",
+                }
+            }
+            Err(Offer::Full) => "too many appends of its group are waiting on this connection",
+        };
+        let reply = reply.clone();
+        tokio::spawn(async move {
+            reply(
+                id,
+                PeerResponse::Error(format!("append not taken: {refused}")),
+            )
+            .await
+        });
+    }
+}
+
+enum Offer {
+    Ended(AppendEntriesRequest<FirnRaft>),
+    Full,
+}
+
+impl GroupStream {
+    fn open(raft: &Raft<FirnRaft, ShardStateMachine>, reply: Reply) -> GroupStream {
+        let (requests, rx) = mpsc::channel(FOLLOWER_QUEUE_MAX);
+        let waiting = Arc::new(Mutex::new(Some(VecDeque::new())));
+        let input =
+            futures::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|rpc| (rpc, rx)) },
+            );
+        let answers = raft.stream_append(input);
+        tokio::spawn(answer(answers, waiting.clone(), reply));
+        GroupStream { requests, waiting }
+    }
+
+    /// Queues the append unless the stream has ended or is full; its id goes into
+    /// `waiting` under the same lock, so the answer task never misses it.
+    fn offer(
+        &self,
+        id: u64,
+        covers: Covers,
+        rpc: AppendEntriesRequest<FirnRaft>,
+    ) -> Result<(), Offer> {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(ids) = waiting.as_mut() else {
+            return Err(Offer::Ended(rpc));
+        };
+        match self.requests.try_send(rpc) {
+            Ok(()) => {
+                ids.push_back((id, covers));
+                Ok(())
+            }
+            Err(mpsc::error::TrySendError::Full(_)) => Err(Offer::Full),
+            Err(mpsc::error::TrySendError::Closed(rpc)) => Err(Offer::Ended(rpc)),
+        }
+    }
+}
+
+/// Sends each of Raft's answers back under the id of the request it answers (they come in
+/// the order of the requests). When Raft's stream ends, the stream takes nothing more, and
+/// every request still waiting is answered with an error.
+async fn answer<A>(answers: A, waiting: Waiting, reply: Reply)
+where
+    A: Stream<Item = Result<StreamAppendResult<FirnRaft>, openraft::errors::Fatal<FirnRaft>>>,
+{
+    let mut answers = std::pin::pin!(answers);
+    while let Some(result) = answers.next().await {
+        let next = waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+            .and_then(VecDeque::pop_front);
+        let Some((id, covers)) = next else {
+            // Raft answers only what it was handed, and each was recorded first.
+            tracing::error!("an append answer with no request waiting for it");
+            break;
+        };
+        let body = match result {
+            Ok(r) => PeerResponse::Append(response(r, &covers)),
+            Err(fatal) => PeerResponse::Error(fatal.to_string()),
+        };
+        reply(id, body).await;
+    }
+    let left = waiting
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+        .unwrap_or_default();
+    for (id, _) in left {
+        let ended = "the group's append stream ended before this append (a conflict or a \
+                     newer vote answered an earlier one); send it again";
+        reply(id, PeerResponse::Error(ended.into())).await;
+    }
+}
+
+/// The wire's answer to an append that covered `covers`, from what Raft's stream said:
+/// the leader turns it back with `into_stream_result` over the same range.
+fn response(
+    result: StreamAppendResult<FirnRaft>,
+    covers: &Covers,
+) -> AppendEntriesResponse<FirnRaft> {
+    match result {
+        Ok(matched) if matched == covers.last => AppendEntriesResponse::Success,
+        Ok(matched) => AppendEntriesResponse::PartialSuccess(matched),
+        Err(openraft::raft::StreamAppendError::Conflict(_)) => AppendEntriesResponse::Conflict,
+        Err(openraft::raft::StreamAppendError::HigherVote(vote)) => {
+            AppendEntriesResponse::HigherVote(vote)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peer::{Envelope, codec, encode};
+    use futures::SinkExt;
+    use openraft::entry::EntryPayload;
+    use openraft::raft::StreamAppendError;
+    use openraft::vote::RaftLeaderId;
+    use tokio::net::TcpListener;
+    use tokio_util::codec::Framed;
+
+    fn log_id(index: u64) -> LogId {
+        let leader = openraft::alias::CommittedLeaderIdOf::<FirnRaft>::new(1, 1);
+        LogId::new(leader, index)
+    }
+
+    /// The append of entry `index`, after entry `index - 1`.
+    fn append(index: u64) -> AppendEntriesRequest<FirnRaft> {
+        AppendEntriesRequest {
+            vote: crate::types::Vote::new_committed(1, 1),
+            prev_log_id: Some(log_id(index - 1)),
+            leader_commit: None,
+            entries: vec![crate::types::Entry {
+                log_id: log_id(index),
+                payload: EntryPayload::Blank,
+            }],
+        }
+    }
+
+    /// A follower that takes `holds` appends before answering any, then answers them in
+    /// order with `answer(i)` for the i-th; each append must come within 2 s.
+    async fn follower(
+        holds: usize,
+        answer: fn(usize) -> AppendEntriesResponse<FirnRaft>,
+    ) -> (String, tokio::task::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let task = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            let (mut sink, mut frames) = Framed::new(stream, codec()).split();
+            let mut held = Vec::new();
+            while held.len() < holds {
+                let frame = tokio::time::timeout(Duration::from_secs(2), frames.next())
+                    .await
+                    .unwrap_or_else(|_| {
+                        panic!("append {} not sent before an answer", held.len() + 1)
+                    })
+                    .unwrap()
+                    .unwrap();
+                let request: Envelope<PeerRequest> = postcard::from_bytes(&frame).unwrap();
+                held.push(request.id);
+            }
+            for (i, id) in held.into_iter().enumerate() {
+                let body = PeerResponse::Append(answer(i));
+                sink.send(encode(&Envelope { id, body }).unwrap())
+                    .await
+                    .unwrap();
+            }
+        });
+        (addr, task)
+    }
+
+    fn leader_to(addr: String, in_flight: usize) -> Follower {
+        let pool = PeerPool::new(1, HashMap::from([(2, addr)])).with_appends_in_flight(in_flight);
+        Follower {
+            me: 1,
+            target: 2,
+            shard: 0,
+            pool: Arc::new(pool),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn appends_go_out_before_the_answers_to_those_before_them() {
+        let (addr, follower) = follower(3, |_| AppendEntriesResponse::Success).await;
+        let input = futures::stream::iter((1..=3).map(append));
+        let answers: Vec<Answered> =
+            send_appends(leader_to(addr, 4), input, Duration::from_secs(5))
+                .collect()
+                .await;
+        let matched: Vec<_> = answers.into_iter().map(|a| a.unwrap().unwrap()).collect();
+        assert_eq!(matched, [1, 2, 3].map(|i| Some(log_id(i))));
+        follower.await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_pipeline_stops_at_a_conflict() {
+        let answer = |i| match i {
+            0 => AppendEntriesResponse::Success,
+            _ => AppendEntriesResponse::Conflict,
+        };
+        let (addr, follower) = follower(3, answer).await;
+        let input = futures::stream::iter((1..=3).map(append));
+        let answers: Vec<Answered> =
+            send_appends(leader_to(addr, 4), input, Duration::from_secs(5))
+                .collect()
+                .await;
+        assert_eq!(answers.len(), 2, "{answers:?}");
+        assert_eq!(answers[0].as_ref().unwrap(), &Ok(Some(log_id(1))));
+        assert_eq!(
+            answers[1].as_ref().unwrap(),
+            &Err(StreamAppendError::Conflict(log_id(1)))
+        );
+        follower.await.unwrap();
+    }
+}
