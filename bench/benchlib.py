@@ -296,18 +296,19 @@ def measured(pids, requests, run):
 
 
 WRITE_STAGES = ("propose", "log_append", "fsync_wait", "fsync", "replicate", "apply", "commit")
-WRITE_BATCHES = ("firn_log_fsync_appends", "firn_apply_batch_entries")
+WRITE_BATCHES = ("firn_log_fsync_appends", "firn_apply_batch_entries", "firn_replication_appends_in_flight")
 
 
 def write_stages(http_port):
     """Where a node's writes waited: {(metric, stage or None): {quantile: value}} of the
     write-stage summaries on its /metrics (`firn_write_stage_seconds{stage}` in seconds, and
-    the fsync and apply batch sizes; see docs/api.md), and under "count" and "sum" how many
+    the fsync and apply batch sizes, the appends in flight to a follower; see docs/api.md), and under "count" and "sum" how many
     were recorded and their total."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10).read().decode()
     out = collections.defaultdict(dict)
     for line in text.splitlines():
-        if line.startswith("#") or not line.startswith(("firn_write_stage", "firn_log_fsync", "firn_apply_batch")):
+        if line.startswith("#") or not line.startswith(("firn_write_stage", "firn_log_fsync", "firn_apply_batch",
+                                                                 "firn_replication_appends")):
             continue
         head, value = line.rsplit(" ", 1)
         name, _, labels = head.partition("{")

@@ -141,8 +141,12 @@ where
                     None => self.input_done = true,
                     // Sent before the next request is taken: the frames go out in order.
                     Some(rpc) => {
+                        let carries_entries = !rpc.entries.is_empty();
                         let sent = send(self.to.clone(), rpc, self.timeout).await;
                         self.in_flight.push_back(sent);
+                        if carries_entries {
+                            STAGES.appends_in_flight.record(self.in_flight.len() as f64);
+                        }
                     }
                 },
             }

@@ -29,6 +29,9 @@ pub(crate) struct Stages {
     pub fsync_appends: Histogram,
     /// Entries applied in one batch.
     pub apply_entries: Histogram,
+    /// Appends of one replication stream unanswered as one more with entries goes out (it
+    /// included): how far the pipeline is used (see `crate::pipeline`).
+    pub appends_in_flight: Histogram,
     /// One background fsync of the memory groups' log (`firn_memory_checkpoint_seconds`).
     pub checkpoint: Histogram,
 }
@@ -51,6 +54,11 @@ pub(crate) static STAGES: LazyLock<Stages> = LazyLock::new(|| {
         "Raft entries applied to the store in one batch"
     );
     metrics::describe_histogram!(
+        "firn_replication_appends_in_flight",
+        "appends of one replication stream to a follower unanswered as one more with entries \
+         is sent (it included)"
+    );
+    metrics::describe_histogram!(
         "firn_memory_checkpoint_seconds",
         metrics::Unit::Seconds,
         "one background fsync of the memory-durability groups' log"
@@ -65,6 +73,7 @@ pub(crate) static STAGES: LazyLock<Stages> = LazyLock::new(|| {
         commit: metrics::histogram!(STAGE, "stage" => "commit"),
         fsync_appends: metrics::histogram!("firn_log_fsync_appends"),
         apply_entries: metrics::histogram!("firn_apply_batch_entries"),
+        appends_in_flight: metrics::histogram!("firn_replication_appends_in_flight"),
         checkpoint: metrics::histogram!("firn_memory_checkpoint_seconds"),
     }
 });

@@ -672,3 +672,56 @@ async fn a_malformed_read_is_refused_before_any_barrier() {
         started.elapsed()
     );
 }
+
+/// With `--appends-in-flight` above 1, a leader sends a follower the next append before the
+/// answer to the one before whenever writes keep coming (`crate::pipeline` in firn-raft);
+/// `/metrics` counts how many were out at each send. Every write still reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_keep_several_appends_in_flight_to_each_follower() {
+    let cluster = tokio::task::spawn_blocking(|| {
+        let c = Cluster::start(3, &["--appends-in-flight", "8"]);
+        c.wait_for_leaders(0, None);
+        c
+    })
+    .await
+    .unwrap();
+    const WRITERS: usize = 32;
+    const PUTS_EACH: usize = 40;
+    let keys = common::keys_in_shard(0, "pipelined-", WRITERS);
+    let mut writers = Vec::new();
+    for key in keys.clone() {
+        let client = Client::connect(&cluster.resp_addr(0)).await.unwrap();
+        writers.push(tokio::spawn(async move {
+            for i in 0..PUTS_EACH {
+                put(&client, key.as_bytes(), i.to_string().as_bytes()).await;
+            }
+        }));
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    // Each send with entries records how many of its stream's appends were then out (it
+    // included): with one in flight the sum equals the count.
+    let sum: f64 = (0..3)
+        .map(|i| cluster.counter(i, "firn_replication_appends_in_flight_sum"))
+        .sum();
+    let count: f64 = (0..3)
+        .map(|i| cluster.counter(i, "firn_replication_appends_in_flight_count"))
+        .sum();
+    assert!(count > 0.0, "no append with entries was counted");
+    assert!(
+        sum > count,
+        "never more than one append in flight: sum {sum}, count {count}"
+    );
+    let reader = Client::connect(&cluster.resp_addr(1)).await.unwrap();
+    let last = (PUTS_EACH - 1).to_string();
+    for key in &keys {
+        assert_eq!(
+            value(&reader, key, ReadConsistency::Linearizable)
+                .await
+                .as_deref(),
+            Some(last.as_str()),
+            "{key}"
+        );
+    }
+}
