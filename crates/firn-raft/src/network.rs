@@ -49,18 +49,36 @@ pub struct PeerClient {
     pool: Arc<PeerPool>,
 }
 
-fn unreachable(e: impl std::fmt::Display) -> Unreachable<FirnRaft> {
+pub(crate) fn unreachable(e: impl std::fmt::Display) -> Unreachable<FirnRaft> {
     Unreachable::from_string(e.to_string())
 }
 
+/// What openraft makes of a call of `me`'s to `target` that failed: a target that did not
+/// answer within the RPC's time is a timeout, which openraft sends again at once, and slows
+/// the replication to it only after many in a row. Any other failure (no connection, the
+/// connection lost, a refusal) is unreachable: openraft backs off (200 ms a try) until a
+/// request succeeds. A follower slower than the heartbeat interval for a moment (a memtable
+/// flush on a small machine) is not gone: taken for one, the replication to it paused for
+/// the backoff on top of the delay.
+pub(crate) fn rpc_error(
+    action: RPCTypes,
+    me: NodeId,
+    target: NodeId,
+    e: PeerError,
+) -> RPCError<FirnRaft> {
+    match e {
+        PeerError::Timeout(_, timeout) => RPCError::Timeout(Timeout {
+            action,
+            id: me,
+            target,
+            timeout,
+        }),
+        e => RPCError::Unreachable(unreachable(e)),
+    }
+}
+
 impl PeerClient {
-    /// One request of Raft's to the target. A target that did not answer within the RPC's
-    /// time is a timeout: openraft sends again at once, and slows the replication to it only
-    /// after many in a row. Any other failure (no connection, the connection lost) is
-    /// unreachable: openraft backs off (200 ms a try) until a request succeeds. A follower
-    /// slower than the heartbeat interval for a moment (a memtable flush on a small
-    /// machine) is not gone: taken for one, the replication to it paused for the backoff on
-    /// top of the delay.
+    /// One request of Raft's to the target (its failures as [`rpc_error`] says).
     async fn call(
         &self,
         action: RPCTypes,
@@ -70,15 +88,7 @@ impl PeerClient {
         self.pool
             .call(self.target, request, option.hard_ttl())
             .await
-            .map_err(|e| match e {
-                PeerError::Timeout(_, timeout) => RPCError::Timeout(Timeout {
-                    action,
-                    id: self.me,
-                    target: self.target,
-                    timeout,
-                }),
-                e => RPCError::Unreachable(unreachable(e)),
-            })
+            .map_err(|e| rpc_error(action, self.me, self.target, e))
     }
 }
 

@@ -26,12 +26,13 @@ use futures::future::BoxFuture;
 use futures::stream::{BoxStream, FuturesOrdered};
 use futures::{FutureExt, Stream, StreamExt};
 use openraft::Raft;
-use openraft::errors::{RPCError, Timeout, Unreachable};
+use openraft::errors::RPCError;
 use openraft::network::RPCTypes;
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, StreamAppendResult};
 use tokio::sync::mpsc;
 
-use crate::peer::{Lane, PeerError, PeerPool, PeerRequest, PeerResponse};
+use crate::network::{rpc_error, unreachable};
+use crate::peer::{Lane, PeerPool, PeerRequest, PeerResponse};
 use crate::stages::{self, STAGES};
 use crate::state_machine::ShardStateMachine;
 use crate::types::{FirnRaft, LogId, NodeId, ShardId};
@@ -109,7 +110,8 @@ struct Sending<S> {
     in_flight_max: usize,
     input: S,
     input_done: bool,
-    in_flight: FuturesOrdered<BoxFuture<'static, Answered>>,
+    /// Each answer to come, with whether the pipeline goes on after it.
+    in_flight: FuturesOrdered<BoxFuture<'static, (Answered, bool)>>,
     stopped: bool,
     timeout: Duration,
 }
@@ -131,10 +133,8 @@ where
             tokio::select! {
                 // An answer first: openraft learns of progress as early as it can.
                 biased;
-                Some(answered) = self.in_flight.next(), if !self.in_flight.is_empty() => {
-                    if !goes_on(&answered) {
-                        self.stopped = true;
-                    }
+                Some((answered, goes_on)) = self.in_flight.next(), if !self.in_flight.is_empty() => {
+                    self.stopped = !goes_on;
                     return Some(answered);
                 }
                 next = self.input.next(), if may_send => match next {
@@ -154,12 +154,13 @@ where
     }
 }
 
-/// Queues `rpc` on the connection to `to` and returns the wait for its answer.
+/// Queues `rpc` on the connection to `to` and returns the wait for its answer, with whether
+/// the pipeline goes on after it: only when the follower took the whole append.
 async fn send(
     to: Arc<Follower>,
     rpc: AppendEntriesRequest<FirnRaft>,
     timeout: Duration,
-) -> BoxFuture<'static, Answered> {
+) -> BoxFuture<'static, (Answered, bool)> {
     let covers = Covers::of(&rpc);
     // Heartbeats carry no entries: only the replication of writes is a stage of one.
     let started = (!rpc.entries.is_empty()).then(Instant::now);
@@ -179,39 +180,17 @@ async fn send(
         if let (Some(started), Ok(_)) = (started, &answer) {
             stages::since(&STAGES.replicate, started);
         }
-        match answer {
+        let answered = match answer {
             Ok(PeerResponse::Append(r)) => Ok(r.into_stream_result(covers.prev, covers.last)),
-            Ok(other) => Err(RPCError::Unreachable(Unreachable::from_string(format!(
+            Ok(other) => Err(RPCError::Unreachable(unreachable(format!(
                 "unexpected answer {other:?}"
             )))),
-            Err(e) => Err(rpc_error(RPCTypes::AppendEntries, &to, timeout, e)),
-        }
+            Err(e) => Err(rpc_error(RPCTypes::AppendEntries, to.me, to.target, e)),
+        };
+        let goes_on = matches!(&answered, Ok(Ok(matched)) if *matched == covers.last);
+        (answered, goes_on)
     }
     .boxed()
-}
-
-/// Whether the pipeline goes on after this answer: only a full success lets it.
-fn goes_on(answered: &Answered) -> bool {
-    matches!(answered, Ok(Ok(_)))
-}
-
-/// What openraft makes of a peer call that failed: a timeout it retries at once, anything
-/// else (no connection, lost, refused) a peer it backs off from.
-pub(crate) fn rpc_error(
-    action: RPCTypes,
-    to: &Follower,
-    timeout: Duration,
-    e: PeerError,
-) -> RPCError<FirnRaft> {
-    match e {
-        PeerError::Timeout(..) => RPCError::Timeout(Timeout {
-            action,
-            id: to.me,
-            target: to.target,
-            timeout,
-        }),
-        e => RPCError::Unreachable(Unreachable::from_string(e.to_string())),
-    }
 }
 
 /// The follower's end, one per connection: every append of a group that arrives on it goes
@@ -475,6 +454,23 @@ mod tests {
             answers[1].as_ref().unwrap(),
             &Err(StreamAppendError::Conflict(log_id(1)))
         );
+        follower.await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_pipeline_stops_at_a_partial_success() {
+        let answer = |i| match i {
+            0 => AppendEntriesResponse::Success,
+            _ => AppendEntriesResponse::PartialSuccess(Some(log_id(1))),
+        };
+        let (addr, follower) = follower(3, answer).await;
+        let input = futures::stream::iter((1..=3).map(append));
+        let answers: Vec<Answered> =
+            send_appends(leader_to(addr, 4), input, Duration::from_secs(5))
+                .collect()
+                .await;
+        let matched: Vec<_> = answers.into_iter().map(|a| a.unwrap().unwrap()).collect();
+        assert_eq!(matched, [Some(log_id(1)), Some(log_id(1))]);
         follower.await.unwrap();
     }
 }
