@@ -413,64 +413,58 @@ mod tests {
         (addr, task)
     }
 
-    fn leader_to(addr: String, in_flight: usize) -> Follower {
+    /// Appends 1, 2 and 3 sent with `in_flight` at most out to a follower that holds
+    /// three before it answers them with `answer`: what the leader's end yielded.
+    async fn three_appends(
+        in_flight: usize,
+        answer: fn(usize) -> AppendEntriesResponse<FirnRaft>,
+    ) -> Vec<Answered> {
+        let (addr, follower) = follower(3, answer).await;
         let pool = PeerPool::new(1, HashMap::from([(2, addr)])).with_appends_in_flight(in_flight);
-        Follower {
+        let to = Follower {
             me: 1,
             target: 2,
             shard: 0,
             pool: Arc::new(pool),
-        }
+        };
+        let input = futures::stream::iter((1..=3).map(append));
+        let answers = send_appends(to, input, Duration::from_secs(5))
+            .collect()
+            .await;
+        follower.await.unwrap();
+        answers
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn appends_go_out_before_the_answers_to_those_before_them() {
-        let (addr, follower) = follower(3, |_| AppendEntriesResponse::Success).await;
-        let input = futures::stream::iter((1..=3).map(append));
-        let answers: Vec<Answered> =
-            send_appends(leader_to(addr, 4), input, Duration::from_secs(5))
-                .collect()
-                .await;
+        let answers = three_appends(4, |_| AppendEntriesResponse::Success).await;
         let matched: Vec<_> = answers.into_iter().map(|a| a.unwrap().unwrap()).collect();
         assert_eq!(matched, [1, 2, 3].map(|i| Some(log_id(i))));
-        follower.await.unwrap();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_pipeline_stops_at_a_conflict() {
-        let answer = |i| match i {
+        let answers = three_appends(4, |i| match i {
             0 => AppendEntriesResponse::Success,
             _ => AppendEntriesResponse::Conflict,
-        };
-        let (addr, follower) = follower(3, answer).await;
-        let input = futures::stream::iter((1..=3).map(append));
-        let answers: Vec<Answered> =
-            send_appends(leader_to(addr, 4), input, Duration::from_secs(5))
-                .collect()
-                .await;
+        })
+        .await;
         assert_eq!(answers.len(), 2, "{answers:?}");
         assert_eq!(answers[0].as_ref().unwrap(), &Ok(Some(log_id(1))));
         assert_eq!(
             answers[1].as_ref().unwrap(),
             &Err(StreamAppendError::Conflict(log_id(1)))
         );
-        follower.await.unwrap();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_pipeline_stops_at_a_partial_success() {
-        let answer = |i| match i {
+        let answers = three_appends(4, |i| match i {
             0 => AppendEntriesResponse::Success,
             _ => AppendEntriesResponse::PartialSuccess(Some(log_id(1))),
-        };
-        let (addr, follower) = follower(3, answer).await;
-        let input = futures::stream::iter((1..=3).map(append));
-        let answers: Vec<Answered> =
-            send_appends(leader_to(addr, 4), input, Duration::from_secs(5))
-                .collect()
-                .await;
+        })
+        .await;
         let matched: Vec<_> = answers.into_iter().map(|a| a.unwrap().unwrap()).collect();
         assert_eq!(matched, [Some(log_id(1)), Some(log_id(1))]);
-        follower.await.unwrap();
     }
 }
