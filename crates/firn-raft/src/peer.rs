@@ -25,7 +25,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
-use crate::pipeline::{AppendStreams, Reply};
+use crate::pipeline::AppendStreams;
 use crate::snapshot_transfer::{
     IncomingSnapshots, SnapshotChunk, SnapshotChunkAnswer, SnapshotRoom,
 };
@@ -197,6 +197,20 @@ impl LocalGroups {
     }
 }
 
+/// Where a connection's answers go: its writer's queue, each under its request's id. A
+/// send waits only while that queue is full.
+#[derive(Clone)]
+pub(crate) struct Replies(mpsc::Sender<Bytes>);
+
+impl Replies {
+    pub(crate) async fn send(&self, id: u64, body: PeerResponse) {
+        if let Some(bytes) = encode(&Envelope { id, body }) {
+            // A closed queue: the connection is gone, and the answer with it.
+            let _ = self.0.send(bytes).await;
+        }
+    }
+}
+
 fn missing(shard: ShardId) -> PeerResponse {
     PeerResponse::Error(format!("no replica of shard {shard} on this node"))
 }
@@ -323,17 +337,7 @@ async fn serve_connection(
             }
         }
     });
-    let reply: Reply = {
-        let tx = tx.clone();
-        Arc::new(move |id, body| {
-            let tx = tx.clone();
-            Box::pin(async move {
-                if let Some(bytes) = encode(&Envelope { id, body }) {
-                    let _ = tx.send(bytes).await;
-                }
-            })
-        })
-    };
+    let replies = Replies(tx);
     // Appends go to their group's stream, in the order they arrived (see `crate::pipeline`).
     let mut appends = AppendStreams::default();
     loop {
@@ -348,14 +352,14 @@ async fn serve_connection(
             break;
         };
         let body = match body {
+            // Refusals are queued by the reader itself, as a busy answer is below.
             PeerRequest::Append { shard, rpc } => {
-                match groups.get(shard) {
-                    Some(raft) => appends.take(&raft, shard, id, rpc, &reply),
-                    None => {
-                        let missing = missing(shard);
-                        let reply = reply.clone();
-                        tokio::spawn(async move { reply(id, missing).await });
-                    }
+                let taken = match groups.get(shard) {
+                    Some(raft) => appends.take(&raft, shard, id, rpc, &replies),
+                    None => Err(missing(shard)),
+                };
+                if let Err(refused) = taken {
+                    replies.send(id, refused).await;
                 }
                 continue;
             }
@@ -375,15 +379,13 @@ async fn serve_connection(
                     ));
                     // Queued by the reader itself (no task per refusal): it waits only
                     // when the writer's queue is full, as every answer then does.
-                    if let Some(bytes) = encode(&Envelope { id, body: busy }) {
-                        let _ = tx.send(bytes).await;
-                    }
+                    replies.send(id, busy).await;
                     continue;
                 }
             },
             _ => None,
         };
-        let (groups, app, tx) = (groups.clone(), app.clone(), tx.clone());
+        let (groups, app, replies) = (groups.clone(), app.clone(), replies.clone());
         let running = limits.running.clone();
         tokio::spawn(async move {
             // Both places are held until the answer is queued (the semaphores are never
@@ -392,13 +394,10 @@ async fn serve_connection(
                 Some(_) => Some(running.acquire_owned().await),
                 None => None,
             };
-            let body = answer(&groups, &app, body).await;
-            if let Some(bytes) = encode(&Envelope { id, body }) {
-                let _ = tx.send(bytes).await;
-            }
+            replies.send(id, answer(&groups, &app, body).await).await;
         });
     }
     // The streams' answer tasks hold the writer's sender until their last answer is out.
-    drop((appends, reply, tx));
+    drop((appends, replies));
     let _ = writer.await;
 }

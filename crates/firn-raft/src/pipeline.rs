@@ -32,7 +32,7 @@ use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, StreamAppendRe
 use tokio::sync::mpsc;
 
 use crate::network::{rpc_error, unreachable};
-use crate::peer::{Lane, PeerPool, PeerRequest, PeerResponse};
+use crate::peer::{Lane, PeerPool, PeerRequest, PeerResponse, Replies};
 use crate::stages::{self, STAGES};
 use crate::state_machine::ShardStateMachine;
 use crate::types::{FirnRaft, LogId, NodeId, ShardId};
@@ -212,47 +212,37 @@ struct GroupStream {
 /// taken).
 type Waiting = Arc<Mutex<Option<VecDeque<(u64, Covers)>>>>;
 
-/// Where an answer goes: the connection's writer, by request id.
-pub(crate) type Reply = Arc<dyn Fn(u64, PeerResponse) -> BoxFuture<'static, ()> + Send + Sync>;
-
 impl AppendStreams {
     /// Hands the append `id` to its group's stream (opening one if there is none, or the
-    /// last has ended). Never waits: an append that cannot be taken is answered at once
-    /// with an error, which the leader takes as a failed append.
+    /// last has ended). Never waits: an append that cannot be taken comes back as the error
+    /// to answer at once, which the leader takes as a failed append.
     pub(crate) fn take(
         &mut self,
         raft: &Raft<FirnRaft, ShardStateMachine>,
         shard: ShardId,
         id: u64,
         rpc: AppendEntriesRequest<FirnRaft>,
-        reply: &Reply,
-    ) {
+        replies: &Replies,
+    ) -> Result<(), PeerResponse> {
         let covers = Covers::of(&rpc);
         let stream = self
             .by_shard
             .entry(shard)
-            .or_insert_with(|| GroupStream::open(raft, reply.clone()));
+            .or_insert_with(|| GroupStream::open(raft, replies.clone()));
         let refused = match stream.offer(id, covers.clone(), rpc) {
-            Ok(()) => return,
+            Ok(()) => return Ok(()),
             Err(Offer::Ended(rpc)) => {
                 // The stream ended (a conflict, a newer vote, the group stopped): this
                 // append starts the next one.
-                *stream = GroupStream::open(raft, reply.clone());
+                *stream = GroupStream::open(raft, replies.clone());
                 match stream.offer(id, covers, rpc) {
-                    Ok(()) => return,
+                    Ok(()) => return Ok(()),
                     Err(_) => "its group's append stream could not take it",
                 }
             }
             Err(Offer::Full) => "too many appends of its group are waiting on this connection",
         };
-        let reply = reply.clone();
-        tokio::spawn(async move {
-            reply(
-                id,
-                PeerResponse::Error(format!("append not taken: {refused}")),
-            )
-            .await
-        });
+        Err(PeerResponse::Error(format!("append not taken: {refused}")))
     }
 }
 
@@ -262,7 +252,7 @@ enum Offer {
 }
 
 impl GroupStream {
-    fn open(raft: &Raft<FirnRaft, ShardStateMachine>, reply: Reply) -> GroupStream {
+    fn open(raft: &Raft<FirnRaft, ShardStateMachine>, replies: Replies) -> GroupStream {
         let (requests, rx) = mpsc::channel(FOLLOWER_QUEUE_MAX);
         let waiting = Arc::new(Mutex::new(Some(VecDeque::new())));
         let input =
@@ -271,7 +261,7 @@ impl GroupStream {
                 |mut rx| async move { rx.recv().await.map(|rpc| (rpc, rx)) },
             );
         let answers = raft.stream_append(input);
-        tokio::spawn(answer(answers, waiting.clone(), reply));
+        tokio::spawn(answer(answers, waiting.clone(), replies));
         GroupStream { requests, waiting }
     }
 
@@ -301,7 +291,7 @@ impl GroupStream {
 /// Sends each of Raft's answers back under the id of the request it answers (they come in
 /// the order of the requests). When Raft's stream ends, the stream takes nothing more, and
 /// every request still waiting is answered with an error.
-async fn answer<A>(answers: A, waiting: Waiting, reply: Reply)
+async fn answer<A>(answers: A, waiting: Waiting, replies: Replies)
 where
     A: Stream<Item = Result<StreamAppendResult<FirnRaft>, openraft::errors::Fatal<FirnRaft>>>,
 {
@@ -321,7 +311,7 @@ where
             Ok(r) => PeerResponse::Append(response(r, &covers)),
             Err(fatal) => PeerResponse::Error(fatal.to_string()),
         };
-        reply(id, body).await;
+        replies.send(id, body).await;
     }
     let left = waiting
         .lock()
@@ -331,7 +321,7 @@ where
     for (id, _) in left {
         let ended = "the group's append stream ended before this append (a conflict or a \
                      newer vote answered an earlier one); send it again";
-        reply(id, PeerResponse::Error(ended.into())).await;
+        replies.send(id, PeerResponse::Error(ended.into())).await;
     }
 }
 
