@@ -22,8 +22,8 @@ use crate::peer::{PeerError, PeerPool, PeerRequest, PeerResponse};
 use crate::pipeline::{self, Follower};
 use crate::snapshot::SnapshotFile;
 use crate::snapshot_transfer::{
-    self, SNAPSHOT_CHUNK_TIMEOUT, SNAPSHOT_NO_ROOM_RETRY, SnapshotChunk, SnapshotChunkAnswer,
-    Transfer,
+    self, SNAPSHOT_CHUNK_TIMEOUT, SNAPSHOT_NO_ROOM_RETRY, Sending, SentSoFar, SnapshotChunk,
+    SnapshotChunkAnswer, Transfer,
 };
 use crate::stages::{self, STAGES};
 use crate::types::{FirnRaft, NodeId, ShardId, Snapshot, SnapshotData, SnapshotMeta, Vote};
@@ -34,11 +34,18 @@ pub struct PeerNetwork {
     me: NodeId,
     shard: ShardId,
     pool: Arc<PeerPool>,
+    /// How far each follower got with a snapshot transfer cut off part-way.
+    sent: SentSoFar,
 }
 
 impl PeerNetwork {
     pub fn new(me: NodeId, shard: ShardId, pool: Arc<PeerPool>) -> Self {
-        PeerNetwork { me, shard, pool }
+        PeerNetwork {
+            me,
+            shard,
+            pool,
+            sent: SentSoFar::default(),
+        }
     }
 }
 
@@ -47,6 +54,7 @@ pub struct PeerClient {
     shard: ShardId,
     target: NodeId,
     pool: Arc<PeerPool>,
+    sent: SentSoFar,
 }
 
 pub(crate) fn unreachable(e: impl std::fmt::Display) -> Unreachable<FirnRaft> {
@@ -104,6 +112,7 @@ impl RaftNetworkFactory<FirnRaft> for PeerNetwork {
             shard: self.shard,
             target,
             pool: self.pool.clone(),
+            sent: self.sent.clone(),
         }
     }
 }
@@ -209,7 +218,8 @@ impl RaftNetworkV2<FirnRaft> for PeerClient {
 
     /// Sends the snapshot file in chunks of [`snapshot_transfer::chunk_bytes`], one request
     /// each, waiting for each to be stored before reading the next: one chunk in memory.
-    /// Any failure ends the transfer; openraft sends the snapshot again from the start.
+    /// Any failure ends the transfer and openraft sends the snapshot again; a transfer cut
+    /// off part-way goes on from the receiver's last acknowledged chunk ([`SentSoFar`]).
     async fn full_snapshot(
         &mut self,
         vote: Vote,
@@ -224,10 +234,16 @@ impl RaftNetworkV2<FirnRaft> for PeerClient {
             file = snapshot_file(snapshot, &meta) => file?,
         };
         let total_bytes = snapshot.bytes();
+        let sending = Sending {
+            vote,
+            meta: meta.clone(),
+            total_bytes,
+        };
         let chunk_bytes = snapshot_transfer::chunk_bytes() as u64;
         let peer = format!("node {}", self.target);
-        let mut transfer = Transfer::start(true, self.shard, peer, total_bytes);
-        let mut offset = 0;
+        let mut offset = self.sent.resume_at(self.target, &sending);
+        let mut going_on = offset > 0;
+        let mut transfer = Transfer::start(true, self.shard, peer.clone(), total_bytes, offset);
         loop {
             let len = chunk_bytes.min(total_bytes - offset);
             let bytes = read_chunk(&snapshot, offset, len).await?;
@@ -245,19 +261,43 @@ impl RaftNetworkV2<FirnRaft> for PeerClient {
                 true => snapshot_transfer::last_chunk_timeout(total_bytes),
                 false => SNAPSHOT_CHUNK_TIMEOUT,
             };
-            let option = RPCOption::new(timeout);
-            let answer = tokio::select! {
+            let called = tokio::select! {
                 closed = &mut cancel => return Err(StreamingError::Closed(closed)),
-                answer = self.call(RPCTypes::InstallSnapshot, PeerRequest::SnapshotChunk(chunk), &option) => answer?,
+                answer = self.pool.call(self.target, PeerRequest::SnapshotChunk(chunk), timeout) => answer,
             };
+            let answer = match called {
+                Ok(answer) => answer,
+                Err(PeerError::Remote(_, why)) if going_on => {
+                    // The receiver no longer holds the transfer this one went on from (it
+                    // restarted, or dropped it as idle): from 0, at once.
+                    transfer.finish(&format!("the receiver no longer had it: {why}"));
+                    self.sent.forget(self.target);
+                    (offset, going_on) = (0, false);
+                    transfer = Transfer::start(true, self.shard, peer.clone(), total_bytes, 0);
+                    continue;
+                }
+                Err(e) => {
+                    // A refusal ends the transfer for good; a timeout or a lost connection
+                    // leaves the mark, and the next transfer goes on from it.
+                    if matches!(e, PeerError::Remote(..)) {
+                        self.sent.forget(self.target);
+                    }
+                    let action = RPCTypes::InstallSnapshot;
+                    return Err(rpc_error(action, self.me, self.target, e).into());
+                }
+            };
+            going_on = false;
             match answer {
+                // Usually the next chunk; further on when the receiver already had this one.
                 PeerResponse::SnapshotChunk(SnapshotChunkAnswer::Continue { next_offset })
-                    if !last && next_offset == offset + len =>
+                    if !last && next_offset > offset && next_offset < total_bytes =>
                 {
-                    transfer.add(len);
+                    transfer.add(next_offset - offset);
+                    self.sent.acknowledged(self.target, &sending, next_offset);
                     offset = next_offset;
                 }
                 PeerResponse::SnapshotChunk(SnapshotChunkAnswer::Done(response)) => {
+                    self.sent.forget(self.target);
                     let outcome = match last {
                         true => {
                             transfer.add(len);
@@ -269,6 +309,7 @@ impl RaftNetworkV2<FirnRaft> for PeerClient {
                     return Ok(response);
                 }
                 PeerResponse::SnapshotChunk(SnapshotChunkAnswer::NoRoom(why)) => {
+                    self.sent.forget(self.target);
                     // Offered again later, not at openraft's next backoff (200 ms): the
                     // receiver's disk will not have changed by then.
                     transfer.finish(&format!(
@@ -281,6 +322,7 @@ impl RaftNetworkV2<FirnRaft> for PeerClient {
                     return Err(StreamingError::Unreachable(unreachable(why)));
                 }
                 other => {
+                    self.sent.forget(self.target);
                     return Err(StreamingError::Unreachable(unreachable(format!(
                         "unexpected answer to the snapshot chunk at {offset}: {other:?}"
                     ))));

@@ -184,6 +184,12 @@ impl LocalGroups {
         self.incoming.discard(shard);
     }
 
+    /// How many snapshot transfers this node has begun receiving, from offset 0 (a transfer
+    /// that goes on where it was cut off is not a new one).
+    pub fn snapshot_transfers_begun(&self) -> u64 {
+        self.incoming.begun()
+    }
+
     fn get(&self, shard: ShardId) -> Option<Raft<FirnRaft, ShardStateMachine>> {
         self.group(shard).map(|g| g.raft)
     }

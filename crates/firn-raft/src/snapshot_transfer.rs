@@ -6,11 +6,19 @@
 //! [`crate::snapshot`]'s.
 //!
 //! A receiver keeps at most one transfer per group. A chunk at offset 0 starts a transfer
-//! and discards one in progress (a new leader, or a retry); any other chunk must continue
-//! the transfer in progress at exactly the offset received so far, else it is refused with
-//! an error the sender sees, the partial file is discarded, and openraft sends the snapshot
-//! again from the start. A transfer that receives nothing for
-//! [`SNAPSHOT_ABANDONED_AFTER`] is discarded when the next chunk of any group arrives.
+//! and discards one in progress (a new leader, or a new snapshot); any other chunk must
+//! continue the transfer in progress (the same vote, snapshot and size) at the offset
+//! received so far, else it is refused with an error the sender sees, the partial file is
+//! discarded, and the sender starts again from 0. A chunk the receiver already stored (its
+//! answer was lost) is answered with the offset to go on from. A transfer that receives
+//! nothing for [`SNAPSHOT_ABANDONED_AFTER`] is discarded when the next chunk of any group
+//! arrives.
+//!
+//! A transfer cut off part-way (the connection dropped, a chunk timed out) goes on where it
+//! stopped: the sender remembers, for each follower, how far the receiver acknowledged
+//! ([`SentSoFar`]), and when openraft sends the same snapshot again it starts there. A
+//! receiver that no longer has the transfer refuses that chunk, and the sender starts again
+//! from 0 at once.
 //!
 //! A transfer starts only if the receiver's disk has room for it ([`SnapshotRoom`]): else
 //! the first chunk is answered [`SnapshotChunkAnswer::NoRoom`], nothing is written, and the
@@ -32,7 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::snapshot::SnapshotFile;
 use crate::state_machine::ShardStateMachine;
-use crate::types::{FirnRaft, ShardId, Snapshot, SnapshotData, SnapshotMeta, Vote};
+use crate::types::{FirnRaft, NodeId, ShardId, Snapshot, SnapshotData, SnapshotMeta, Vote};
 
 /// How long a sender waits before offering a snapshot again to a receiver that had no room
 /// for it: long enough that a replica short of disk costs its leader little (one chunk read
@@ -146,6 +154,44 @@ static DESCRIBED: LazyLock<()> = LazyLock::new(|| {
     );
 });
 
+/// What a transfer sends: one leader's (its vote) snapshot, of its size.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Sending {
+    pub(crate) vote: Vote,
+    pub(crate) meta: SnapshotMeta,
+    pub(crate) total_bytes: u64,
+}
+
+/// On a group's leader, how far each follower acknowledged the last transfer to it that was
+/// cut off part-way, so that sending the same snapshot again goes on from there. One mark
+/// a follower, dropped when a transfer ends (installed, superseded, refused) or another
+/// snapshot is sent.
+#[derive(Clone, Default)]
+pub(crate) struct SentSoFar(Arc<Mutex<HashMap<NodeId, (Sending, u64)>>>);
+
+impl SentSoFar {
+    /// The offset a transfer of `sending` to `to` starts at: where the last one stopped, if
+    /// it sent the same; else 0.
+    pub(crate) fn resume_at(&self, to: NodeId, sending: &Sending) -> u64 {
+        let marks = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match marks.get(&to) {
+            Some((sent, acknowledged)) if sent == sending => *acknowledged,
+            _ => 0,
+        }
+    }
+
+    /// `to` has stored `sending` up to `acknowledged`.
+    pub(crate) fn acknowledged(&self, to: NodeId, sending: &Sending, acknowledged: u64) {
+        let mut marks = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        marks.insert(to, (sending.clone(), acknowledged));
+    }
+
+    /// The next transfer to `to` starts from 0.
+    pub(crate) fn forget(&self, to: NodeId) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(&to);
+    }
+}
+
 /// One transfer's progress: logged when it starts and ends, counted on `/metrics`.
 pub(crate) struct Transfer {
     direction: &'static str,
@@ -153,6 +199,8 @@ pub(crate) struct Transfer {
     /// Who the transfer is with, for the log.
     peer: String,
     total_bytes: u64,
+    /// Bytes already at the receiver when this transfer started.
+    from: u64,
     done_bytes: u64,
     started: Instant,
     metrics: TransferMetrics,
@@ -160,20 +208,36 @@ pub(crate) struct Transfer {
 }
 
 impl Transfer {
-    pub(crate) fn start(sent: bool, shard: ShardId, peer: String, total_bytes: u64) -> Self {
+    /// A transfer of `total_bytes`, of which the first `from` are already at the receiver
+    /// (a transfer cut off part-way going on).
+    pub(crate) fn start(
+        sent: bool,
+        shard: ShardId,
+        peer: String,
+        total_bytes: u64,
+        from: u64,
+    ) -> Self {
         LazyLock::force(&DESCRIBED);
         let (direction, counter) = match sent {
             true => ("sent", "firn_snapshot_sent_bytes_total"),
             false => ("received", "firn_snapshot_received_bytes_total"),
         };
         let label = shard.to_string();
-        tracing::info!(shard, %peer, total_bytes, chunk_bytes = chunk_bytes(), "snapshot transfer ({direction}) starts");
+        match from {
+            0 => {
+                tracing::info!(shard, %peer, total_bytes, chunk_bytes = chunk_bytes(), "snapshot transfer ({direction}) starts")
+            }
+            from => {
+                tracing::info!(shard, %peer, total_bytes, from, chunk_bytes = chunk_bytes(), "snapshot transfer ({direction}) goes on where it was cut off")
+            }
+        }
         Transfer {
             direction,
             shard,
             peer,
             total_bytes,
-            done_bytes: 0,
+            from,
+            done_bytes: from,
             started: Instant::now(),
             metrics: TransferMetrics {
                 bytes: metrics::counter!(counter, "shard" => label.clone()),
@@ -188,14 +252,16 @@ impl Transfer {
         self.metrics.bytes.increment(bytes);
     }
 
-    /// Ends the transfer: logs its size and rate, and records its time when it completed.
+    /// Ends the transfer: logs its size and rate, and records its time when it sent the
+    /// whole snapshot.
     pub(crate) fn finish(mut self, outcome: &str) {
         self.finished = true;
         let seconds = self.started.elapsed().as_secs_f64();
-        if self.done_bytes == self.total_bytes {
+        if self.from == 0 && self.done_bytes == self.total_bytes {
             self.metrics.seconds.record(seconds);
         }
-        let mib_per_s = self.done_bytes as f64 / (1024.0 * 1024.0) / seconds.max(1e-9);
+        let mib_per_s =
+            (self.done_bytes - self.from) as f64 / (1024.0 * 1024.0) / seconds.max(1e-9);
         tracing::info!(
             shard = self.shard,
             peer = %self.peer,
@@ -266,6 +332,11 @@ impl IncomingSnapshots {
         }
     }
 
+    /// How many transfers this node has begun receiving (each a new file from offset 0).
+    pub fn begun(&self) -> u64 {
+        self.next_id.load(Ordering::Relaxed)
+    }
+
     fn take(&self, shard: ShardId) -> Option<Incoming> {
         let mut transfers = self.transfers.lock().unwrap_or_else(|p| p.into_inner());
         // Abandoned transfers of any group go too (their files are removed on drop).
@@ -332,6 +403,15 @@ impl IncomingSnapshots {
                          progress ({}); both are discarded, start again at offset 0",
                         chunk.meta, incoming.meta
                     ));
+                }
+                if offset < received {
+                    // A chunk already stored: the answer to it was lost, and a sender going
+                    // on from where it last heard sent it again. It is told where to go on.
+                    let mut transfers = self.transfers.lock().unwrap_or_else(|p| p.into_inner());
+                    transfers.entry(shard).or_insert(incoming);
+                    return Ok(SnapshotChunkAnswer::Continue {
+                        next_offset: received,
+                    });
                 }
                 if received != offset {
                     return Err(format!(
@@ -410,7 +490,7 @@ impl IncomingSnapshots {
             total_bytes: chunk.total_bytes,
             received: IncomingFile { path, file },
             last_chunk_at: Instant::now(),
-            transfer: Transfer::start(false, chunk.shard, peer, chunk.total_bytes),
+            transfer: Transfer::start(false, chunk.shard, peer, chunk.total_bytes, 0),
         })
     }
 

@@ -1,6 +1,8 @@
 //! Large transfers go to a peer over a connection of their own: on a slow link, a small
 //! message sent while a large one is crossing is not held up behind it.
 
+mod link;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
@@ -12,7 +14,7 @@ use std::time::Duration;
 
 use firn_raft::peer::{AppHandler, Lane, PeerPool, PeerRequest, PeerResponse, serve_peers};
 use firn_raft::transport::{BoxedPeerStream, PeerTransport, Wrapping};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use link::{Gate, Link};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::Sleep;
@@ -22,52 +24,25 @@ const LINK_BYTES_PER_SEC: u64 = 4 << 20;
 /// Most bytes one write hands the link before it waits for their time.
 const WRITE_BYTES_MAX: usize = 64 << 10;
 
-/// A connection over a slow link, counting what it has sent.
-struct SlowLink {
-    tcp: TcpStream,
+/// A slow link's gate, counting what it has let through.
+struct Slow {
     wait: Option<Pin<Box<Sleep>>>,
     sent: Arc<AtomicU64>,
 }
 
-impl AsyncWrite for SlowLink {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
+impl Gate for Slow {
+    fn before(&mut self, cx: &mut Context<'_>, len: usize) -> Poll<io::Result<usize>> {
         if let Some(wait) = self.wait.as_mut() {
-            if wait.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
-            }
+            std::task::ready!(wait.as_mut().poll(cx));
             self.wait = None;
         }
-        let take = buf.len().min(WRITE_BYTES_MAX);
-        let written = match Pin::new(&mut self.tcp).poll_write(cx, &buf[..take]) {
-            Poll::Ready(Ok(n)) => n,
-            other => return other,
-        };
+        Poll::Ready(Ok(len.min(WRITE_BYTES_MAX)))
+    }
+
+    fn after(&mut self, written: usize) {
         self.sent.fetch_add(written as u64, Ordering::SeqCst);
         let time = Duration::from_secs_f64(written as f64 / LINK_BYTES_PER_SEC as f64);
         self.wait = Some(Box::pin(tokio::time::sleep(time)));
-        Poll::Ready(Ok(written))
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.tcp).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.tcp).poll_shutdown(cx)
-    }
-}
-
-impl AsyncRead for SlowLink {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.tcp).poll_read(cx, buf)
     }
 }
 
@@ -80,11 +55,8 @@ impl PeerTransport for SlowLinks {
     fn connect(&self, tcp: TcpStream, _addr: &str) -> Wrapping {
         let sent = self.sent.clone();
         Box::pin(async move {
-            Ok(Box::new(SlowLink {
-                tcp,
-                wait: None,
-                sent,
-            }) as BoxedPeerStream)
+            let gate = Slow { wait: None, sent };
+            Ok(Box::new(Link { tcp, gate }) as BoxedPeerStream)
         })
     }
 

@@ -1,14 +1,19 @@
-//! A new replica catches up through a snapshot sent in many chunks, a receiver refuses
-//! chunks that do not continue its transfer, and a replica that fell less far behind than
+//! A new replica catches up through a snapshot sent in many chunks, a transfer cut off
+//! part-way goes on where it stopped, a receiver refuses chunks that do not continue its
+//! transfer, and a replica that fell less far behind than
 //! the entries kept behind a snapshot catches up from the log. The chunk size is scaled down so that a small
 //! snapshot travels in hundreds of chunks (it is process-wide: this file's tests all use it).
 
+mod link;
+
 use std::collections::HashMap;
 use std::future::Future;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -19,11 +24,13 @@ use firn_raft::peer::{
 };
 use firn_raft::snapshot::SnapshotFile;
 use firn_raft::snapshot_transfer::{self, SnapshotChunk, SnapshotChunkAnswer, SnapshotRoom};
+use firn_raft::transport::{BoxedPeerStream, PeerTransport, Wrapping};
 use firn_raft::types::{SnapshotMeta, Vote};
 use firn_raft::{ShardConfig, ShardReplica};
 use firn_store::{FjallBackend, Op};
+use link::{Gate, Link};
 use openraft::raft::VoteRequest;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 const CHUNK_BYTES: usize = 4 * 1024;
@@ -70,17 +77,28 @@ async fn start_keeping(
     addrs: &HashMap<u64, String>,
     catchup: u64,
 ) -> Node {
-    start_with(id, dir, listener, addrs, catchup, LocalGroups::default()).await
+    let pool = PeerPool::new(id, addrs.clone());
+    start_on(
+        id,
+        dir,
+        listener,
+        addrs,
+        catchup,
+        LocalGroups::default(),
+        pool,
+    )
+    .await
 }
 
-/// [`start_keeping`], its replicas reached through `groups`.
-async fn start_with(
+/// [`start_keeping`], its replicas reached through `groups`, its peers through `pool`.
+async fn start_on(
     id: u64,
     dir: &Path,
     listener: TcpListener,
     addrs: &HashMap<u64, String>,
     catchup: u64,
     groups: LocalGroups,
+    pool: PeerPool,
 ) -> Node {
     let (stop, stopped) = watch::channel(false);
     tokio::spawn(serve_peers(
@@ -89,7 +107,7 @@ async fn start_with(
         Arc::new(NoApp),
         stopped,
     ));
-    let pool = Arc::new(PeerPool::new(id, addrs.clone()));
+    let pool = Arc::new(pool);
     let log_db = fjall::Database::builder(dir.join("log")).open().unwrap();
     let state_db = fjall::Database::builder(dir.join("state")).open().unwrap();
     let snapshot_dir = dir.join("snapshots");
@@ -303,13 +321,15 @@ async fn a_replica_without_room_writes_nothing_and_takes_the_snapshot_once_it_ha
 
     let room = Arc::new(SwitchedRoom::default());
     let groups = LocalGroups::with_snapshot_room(room.clone());
-    let n2 = start_with(
+    let pool = PeerPool::new(2, addrs.clone());
+    let n2 = start_on(
         2,
         &dir.path().join("n2"),
         bound.remove(0),
         &addrs,
         0,
         groups,
+        pool,
     )
     .await;
     n1.replica.add_learner(2, &addrs[&2], false).await.unwrap();
@@ -335,6 +355,99 @@ async fn a_replica_without_room_writes_nothing_and_takes_the_snapshot_once_it_ha
     let leader = n1.replica.store().backend().dump().unwrap();
     let learner = n2.replica.store().backend().dump().unwrap();
     assert!(leader == learner, "the learner's tables differ");
+
+    n2.replica.shutdown().await;
+    n1.replica.shutdown().await;
+}
+
+/// Bytes one connection sends before the link drops it, once.
+const CUT_AFTER: u64 = 256 * 1024;
+
+/// Connections whose link drops once: the first to have sent more than [`CUT_AFTER`] bytes
+/// fails its next write (a snapshot transfer is then part-way through).
+struct CutOnce {
+    cut: Arc<AtomicBool>,
+}
+
+/// The gate of one of [`CutOnce`]'s connections.
+struct Cut {
+    sent: u64,
+    cut: Arc<AtomicBool>,
+}
+
+impl Gate for Cut {
+    fn before(&mut self, _cx: &mut Context<'_>, len: usize) -> Poll<io::Result<usize>> {
+        if self.sent + len as u64 > CUT_AFTER && !self.cut.swap(true, Ordering::SeqCst) {
+            return Poll::Ready(Err(io::ErrorKind::ConnectionReset.into()));
+        }
+        Poll::Ready(Ok(len))
+    }
+
+    fn after(&mut self, written: usize) {
+        self.sent += written as u64;
+    }
+}
+
+impl PeerTransport for CutOnce {
+    fn connect(&self, tcp: TcpStream, _addr: &str) -> Wrapping {
+        let cut = self.cut.clone();
+        let gate = Cut { sent: 0, cut };
+        Box::pin(async move { Ok(Box::new(Link { tcp, gate }) as BoxedPeerStream) })
+    }
+
+    fn accept(&self, tcp: TcpStream) -> Wrapping {
+        Box::pin(async move { Ok(Box::new(tcp) as BoxedPeerStream) })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_cut_off_part_way_goes_on_where_it_stopped() {
+    snapshot_transfer::set_chunk_bytes(CHUNK_BYTES);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut bound, addrs) = listeners(&[1, 2]).await;
+    let cut = Arc::new(AtomicBool::new(false));
+    let pool =
+        PeerPool::new(1, addrs.clone()).with_transport(Arc::new(CutOnce { cut: cut.clone() }));
+    let n1 = start_on(
+        1,
+        &dir.path().join("n1"),
+        bound.remove(0),
+        &addrs,
+        0,
+        LocalGroups::default(),
+        pool,
+    )
+    .await;
+    fill(&n1.replica, 2_000, 600, 100).await;
+    let purged = snapshot_and_purge(&n1.replica).await;
+
+    let groups = LocalGroups::default();
+    let pool = PeerPool::new(2, addrs.clone());
+    let n2 = start_on(
+        2,
+        &dir.path().join("n2"),
+        bound.remove(0),
+        &addrs,
+        0,
+        groups.clone(),
+        pool,
+    )
+    .await;
+    n1.replica.add_learner(2, &addrs[&2], false).await.unwrap();
+    caught_up(&n1.replica, &n2.replica).await;
+
+    assert!(cut.load(Ordering::SeqCst), "the link never dropped");
+    // One transfer, gone on with after the drop: a second would have started from 0.
+    assert_eq!(
+        groups.snapshot_transfers_begun(),
+        1,
+        "the transfer started again from 0"
+    );
+    assert!(n2.replica.status().snapshot_index >= Some(purged));
+    let leader = n1.replica.store().backend().dump().unwrap();
+    let learner = n2.replica.store().backend().dump().unwrap();
+    assert!(leader == learner, "the learner's tables differ");
+    assert_eq!(unfinished_files(&n2.snapshot_dir), Vec::<String>::new());
 
     n2.replica.shutdown().await;
     n1.replica.shutdown().await;
@@ -400,12 +513,21 @@ async fn a_chunk_that_does_not_continue_the_transfer_is_refused_and_the_partial_
     let second = unfinished_files(&n2.snapshot_dir);
     assert_eq!(second.len(), 1);
     assert_ne!(first, second);
-    // And the old transfer's next chunk no longer fits.
+    // A chunk it already has (its answer lost) is answered with where to go on.
     pool.call(2, chunk(&meta, &whole, CHUNK_BYTES), Duration::from_secs(5))
         .await
         .unwrap();
-    let why = refusal(pool, chunk(&meta, &whole, CHUNK_BYTES)).await;
-    assert!(why.contains("start again at offset 0"), "{why}");
+    match pool
+        .call(2, chunk(&meta, &whole, CHUNK_BYTES), Duration::from_secs(5))
+        .await
+        .unwrap()
+    {
+        PeerResponse::SnapshotChunk(SnapshotChunkAnswer::Continue { next_offset }) => {
+            assert_eq!(next_offset, 2 * CHUNK_BYTES as u64)
+        }
+        other => panic!("a chunk sent again was answered {other:?}"),
+    }
+    assert_eq!(unfinished_files(&n2.snapshot_dir), second);
 
     // Once the receiver has voted in a later term, the old leader's chunks are answered with
     // that vote (the sender steps down) and its transfer is dropped.
