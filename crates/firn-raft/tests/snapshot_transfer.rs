@@ -5,140 +5,30 @@
 //! snapshot travels in hundreds of chunks (it is process-wide: this file's tests all use it).
 
 mod link;
+mod nodes;
 
-use std::collections::HashMap;
-use std::future::Future;
 use std::io;
-use std::path::{Path, PathBuf};
-use std::pin::Pin;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use firn_model::{HybridClock, Key, PutRequest, Response};
-use firn_raft::log_store::{Flush, Fsync, GroupCommit};
-use firn_raft::peer::{
-    AppHandler, LocalGroups, PeerError, PeerPool, PeerRequest, PeerResponse, serve_peers,
-};
+use firn_model::{Key, PutRequest, Response};
+use firn_raft::ShardReplica;
+use firn_raft::peer::{LocalGroups, PeerError, PeerPool, PeerRequest, PeerResponse};
 use firn_raft::snapshot::SnapshotFile;
 use firn_raft::snapshot_transfer::{self, SnapshotChunk, SnapshotChunkAnswer, SnapshotRoom};
 use firn_raft::transport::{BoxedPeerStream, PeerTransport, Wrapping};
 use firn_raft::types::{SnapshotMeta, Vote};
-use firn_raft::{ShardConfig, ShardReplica};
-use firn_store::{FjallBackend, Op};
+use firn_store::Op;
 use link::{Gate, Link};
+use nodes::{listeners, start, start_keeping, start_on};
 use openraft::raft::VoteRequest;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
 
 const CHUNK_BYTES: usize = 4 * 1024;
-
-struct NoApp;
-
-impl AppHandler for NoApp {
-    fn handle(&self, payload: Vec<u8>) -> Pin<Box<dyn Future<Output = Vec<u8>> + Send>> {
-        Box::pin(async move { payload })
-    }
-}
-
-/// A node with a peer server, holding one replica of shard 0.
-struct Node {
-    replica: ShardReplica,
-    snapshot_dir: PathBuf,
-    pool: Arc<PeerPool>,
-    _stop: watch::Sender<bool>,
-}
-
-/// Binds a peer listener for each of `ids`: (id, listener, address).
-async fn listeners(ids: &[u64]) -> (Vec<TcpListener>, HashMap<u64, String>) {
-    let mut bound = Vec::new();
-    let mut addrs = HashMap::new();
-    for id in ids {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        addrs.insert(*id, l.local_addr().unwrap().to_string());
-        bound.push(l);
-    }
-    (bound, addrs)
-}
-
-/// Starts node `id` in `dir`; node 1 forms the group alone, any other waits to be added.
-/// Its purges keep nothing behind a snapshot, so that a replica behind it needs one.
-async fn start(id: u64, dir: &Path, listener: TcpListener, addrs: &HashMap<u64, String>) -> Node {
-    start_keeping(id, dir, listener, addrs, 0).await
-}
-
-/// [`start`], keeping `catchup` log entries behind each snapshot.
-async fn start_keeping(
-    id: u64,
-    dir: &Path,
-    listener: TcpListener,
-    addrs: &HashMap<u64, String>,
-    catchup: u64,
-) -> Node {
-    let pool = PeerPool::new(id, addrs.clone());
-    start_on(
-        id,
-        dir,
-        listener,
-        addrs,
-        catchup,
-        LocalGroups::default(),
-        pool,
-    )
-    .await
-}
-
-/// [`start_keeping`], its replicas reached through `groups`, its peers through `pool`.
-async fn start_on(
-    id: u64,
-    dir: &Path,
-    listener: TcpListener,
-    addrs: &HashMap<u64, String>,
-    catchup: u64,
-    groups: LocalGroups,
-    pool: PeerPool,
-) -> Node {
-    let (stop, stopped) = watch::channel(false);
-    tokio::spawn(serve_peers(
-        listener,
-        groups.clone(),
-        Arc::new(NoApp),
-        stopped,
-    ));
-    let pool = Arc::new(pool);
-    let log_db = fjall::Database::builder(dir.join("log")).open().unwrap();
-    let state_db = fjall::Database::builder(dir.join("state")).open().unwrap();
-    let snapshot_dir = dir.join("snapshots");
-    let cfg = ShardConfig {
-        shard_id: 0,
-        node_id: id,
-        node_addr: addrs[&id].clone(),
-        backend: Arc::new(FjallBackend::open(state_db, &dir.join("state"), "shard0").unwrap()),
-        members: Default::default(),
-        initialize: id == 1,
-        pool: pool.clone(),
-        groups,
-        flush: Flush::Fsync(
-            GroupCommit::start(log_db.clone(), &dir.join("log"), Fsync::Never).unwrap(),
-        ),
-        db: log_db,
-        snapshot_dir: snapshot_dir.clone(),
-        snapshot_every_entries: 1_000_000,
-        snapshot_catchup_entries: catchup,
-        closing: None,
-    };
-    let replica = ShardReplica::open(cfg, Arc::new(HybridClock::system()))
-        .await
-        .unwrap();
-    Node {
-        replica,
-        snapshot_dir,
-        pool,
-        _stop: stop,
-    }
-}
 
 /// Writes `keys` keys of `value_bytes` each, `concurrency` at a time.
 async fn fill(replica: &ShardReplica, keys: usize, value_bytes: usize, concurrency: usize) {
