@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -151,7 +151,13 @@ struct LocalGroup {
     /// Set while the replica recovers what it held only in memory: it refuses every vote
     /// (see `ShardReplica::is_recovering`).
     recovering: Arc<AtomicBool>,
+    /// Tells this replica from one of the same group held here before it (removed, then
+    /// added again): a connection's append stream goes to the replica it was opened for.
+    incarnation: u64,
 }
+
+/// Numbers the replicas added to any node's groups in this process.
+static INCARNATIONS: AtomicU64 = AtomicU64::new(0);
 
 impl LocalGroups {
     /// Groups whose replicas take a snapshot only when `room` says the disk can hold it.
@@ -171,7 +177,14 @@ impl LocalGroups {
         self.groups
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(shard, LocalGroup { raft, recovering });
+            .insert(
+                shard,
+                LocalGroup {
+                    raft,
+                    recovering,
+                    incarnation: INCARNATIONS.fetch_add(1, Ordering::Relaxed),
+                },
+            );
     }
 
     /// Forgets a replica this node no longer holds (its messages are refused from now on,
@@ -360,8 +373,8 @@ async fn serve_connection(
         let body = match body {
             // Refusals are queued by the reader itself, as a busy answer is below.
             PeerRequest::Append { shard, rpc } => {
-                let taken = match groups.get(shard) {
-                    Some(raft) => appends.take(&raft, shard, id, rpc, &replies),
+                let taken = match groups.group(shard) {
+                    Some(g) => appends.take(&g.raft, g.incarnation, shard, id, rpc, &replies),
                     None => Err(missing(shard)),
                 };
                 if let Err(refused) = taken {

@@ -205,6 +205,8 @@ pub(crate) struct AppendStreams {
 struct GroupStream {
     requests: mpsc::Sender<AppendEntriesRequest<FirnRaft>>,
     waiting: Waiting,
+    /// The replica it hands appends to (see `LocalGroup::incarnation`).
+    incarnation: u64,
 }
 
 /// The ids of the requests a group's stream handed to Raft and that are not yet answered,
@@ -213,28 +215,33 @@ struct GroupStream {
 type Waiting = Arc<Mutex<Option<VecDeque<(u64, Covers)>>>>;
 
 impl AppendStreams {
-    /// Hands the append `id` to its group's stream (opening one if there is none, or the
-    /// last has ended). Never waits: an append that cannot be taken comes back as the error
-    /// to answer at once, which the leader takes as a failed append.
+    /// Hands the append `id` to its group's stream (opening one if there is none, the last
+    /// has ended, or it went to a replica `raft` has replaced). Never waits: an append that
+    /// cannot be taken comes back as the error to answer at once, which the leader takes as
+    /// a failed append.
     pub(crate) fn take(
         &mut self,
         raft: &Raft<FirnRaft, ShardStateMachine>,
+        incarnation: u64,
         shard: ShardId,
         id: u64,
         rpc: AppendEntriesRequest<FirnRaft>,
         replies: &Replies,
     ) -> Result<(), PeerResponse> {
         let covers = Covers::of(&rpc);
-        let stream = self
-            .by_shard
-            .entry(shard)
-            .or_insert_with(|| GroupStream::open(raft, replies.clone()));
+        let open = || GroupStream::open(raft, incarnation, replies.clone());
+        let stream = self.by_shard.entry(shard).or_insert_with(open);
+        if stream.incarnation != incarnation {
+            // The replica was removed and added again: the old one's stream ends (dropping
+            // its sender), and the new one gets its own.
+            *stream = open();
+        }
         let refused = match stream.offer(id, covers.clone(), rpc) {
             Ok(()) => return Ok(()),
             Err(Offer::Ended(rpc)) => {
                 // The stream ended (a conflict, a newer vote, the group stopped): this
                 // append starts the next one.
-                *stream = GroupStream::open(raft, replies.clone());
+                *stream = open();
                 match stream.offer(id, covers, rpc) {
                     Ok(()) => return Ok(()),
                     Err(_) => "its group's append stream could not take it",
@@ -252,7 +259,11 @@ enum Offer {
 }
 
 impl GroupStream {
-    fn open(raft: &Raft<FirnRaft, ShardStateMachine>, replies: Replies) -> GroupStream {
+    fn open(
+        raft: &Raft<FirnRaft, ShardStateMachine>,
+        incarnation: u64,
+        replies: Replies,
+    ) -> GroupStream {
         let (requests, rx) = mpsc::channel(FOLLOWER_QUEUE_MAX);
         let waiting = Arc::new(Mutex::new(Some(VecDeque::new())));
         let input =
@@ -262,7 +273,11 @@ impl GroupStream {
             );
         let answers = raft.stream_append(input);
         tokio::spawn(answer(answers, waiting.clone(), replies));
-        GroupStream { requests, waiting }
+        GroupStream {
+            requests,
+            waiting,
+            incarnation,
+        }
     }
 
     /// Queues the append unless the stream has ended or is full; its id goes into
