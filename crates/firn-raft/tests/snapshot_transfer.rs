@@ -7,11 +7,9 @@
 mod link;
 mod nodes;
 
-use std::io;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -20,13 +18,12 @@ use firn_raft::ShardReplica;
 use firn_raft::peer::{LocalGroups, PeerError, PeerPool, PeerRequest, PeerResponse};
 use firn_raft::snapshot::SnapshotFile;
 use firn_raft::snapshot_transfer::{self, SnapshotChunk, SnapshotChunkAnswer, SnapshotRoom};
-use firn_raft::transport::{BoxedPeerStream, PeerTransport, Wrapping};
 use firn_raft::types::{SnapshotMeta, Vote};
 use firn_store::Op;
-use link::{Gate, Link};
+use link::Dropping;
 use nodes::{listeners, start, start_keeping, start_on};
 use openraft::raft::VoteRequest;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 const CHUNK_BYTES: usize = 4 * 1024;
 
@@ -250,54 +247,19 @@ async fn a_replica_without_room_writes_nothing_and_takes_the_snapshot_once_it_ha
     n1.replica.shutdown().await;
 }
 
-/// Bytes one connection sends before the link drops it, once.
-const CUT_AFTER: u64 = 256 * 1024;
-
-/// Connections whose link drops once: the first to have sent more than [`CUT_AFTER`] bytes
-/// fails its next write (a snapshot transfer is then part-way through).
-struct CutOnce {
-    cut: Arc<AtomicBool>,
-}
-
-/// The gate of one of [`CutOnce`]'s connections.
-struct Cut {
-    sent: u64,
-    cut: Arc<AtomicBool>,
-}
-
-impl Gate for Cut {
-    fn before(&mut self, _cx: &mut Context<'_>, len: usize) -> Poll<io::Result<usize>> {
-        if self.sent + len as u64 > CUT_AFTER && !self.cut.swap(true, Ordering::SeqCst) {
-            return Poll::Ready(Err(io::ErrorKind::ConnectionReset.into()));
-        }
-        Poll::Ready(Ok(len))
-    }
-
-    fn after(&mut self, written: usize) {
-        self.sent += written as u64;
-    }
-}
-
-impl PeerTransport for CutOnce {
-    fn connect(&self, tcp: TcpStream, _addr: &str) -> Wrapping {
-        let cut = self.cut.clone();
-        let gate = Cut { sent: 0, cut };
-        Box::pin(async move { Ok(Box::new(Link { tcp, gate }) as BoxedPeerStream) })
-    }
-
-    fn accept(&self, tcp: TcpStream) -> Wrapping {
-        Box::pin(async move { Ok(Box::new(tcp) as BoxedPeerStream) })
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transfer_cut_off_part_way_goes_on_where_it_stopped() {
     snapshot_transfer::set_chunk_bytes(CHUNK_BYTES);
     let dir = tempfile::tempdir().unwrap();
     let (mut bound, addrs) = listeners(&[1, 2]).await;
-    let cut = Arc::new(AtomicBool::new(false));
-    let pool =
-        PeerPool::new(1, addrs.clone()).with_transport(Arc::new(CutOnce { cut: cut.clone() }));
+    // The leader's connection drops once, 256 KiB into the transfer.
+    let drops = Arc::new(AtomicU64::new(0));
+    let link = Dropping {
+        after: 256 * 1024,
+        times: 1,
+        drops: drops.clone(),
+    };
+    let pool = link.pool(1, &addrs);
     let n1 = start_on(
         1,
         &dir.path().join("n1"),
@@ -326,7 +288,7 @@ async fn a_transfer_cut_off_part_way_goes_on_where_it_stopped() {
     n1.replica.add_learner(2, &addrs[&2], false).await.unwrap();
     caught_up(&n1.replica, &n2.replica).await;
 
-    assert!(cut.load(Ordering::SeqCst), "the link never dropped");
+    assert_eq!(drops.load(Ordering::SeqCst), 1, "the link never dropped");
     // One transfer, gone on with after the drop: a second would have started from 0.
     assert_eq!(
         groups.snapshot_transfers_begun(),
@@ -464,8 +426,9 @@ fn rss_mib() -> f64 {
 }
 
 /// The figure in docs/benchmarks.md, "Snapshot transfer": a learner catches up with a shard
-/// of 300 MiB (or BENCH_MIB) through a snapshot in default-sized chunks, over loopback. Run alone (it
-/// sets the process-wide chunk size back to the default):
+/// of 300 MiB (or BENCH_MIB) through a snapshot in default-sized chunks, over loopback; with
+/// BENCH_DROP_EVERY_MIB, over connections that drop each time they have sent that much. Run
+/// alone (it sets the process-wide chunk size back to the default):
 /// `cargo test --release -p firn-raft --test snapshot_transfer -- --ignored --nocapture`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a bench: writes ~1.5 GB to disk and takes tens of seconds"]
@@ -481,7 +444,25 @@ async fn bench_a_new_replica_catches_up_through_a_large_snapshot() {
     snapshot_transfer::set_chunk_bytes(snapshot_transfer::SNAPSHOT_CHUNK_BYTES);
     let dir = tempfile::tempdir_in(std::env::var("BENCH_DIR").unwrap_or(".".into())).unwrap();
     let (mut bound, addrs) = listeners(&[1, 2]).await;
-    let n1 = start(1, &dir.path().join("n1"), bound.remove(0), &addrs).await;
+    // BENCH_DROP_EVERY_MIB: the leader's connections drop each time one has sent that much.
+    let drops = Arc::new(AtomicU64::new(0));
+    let link = Dropping {
+        after: std::env::var("BENCH_DROP_EVERY_MIB")
+            .map_or(u64::MAX, |m| m.parse::<u64>().unwrap() << 20),
+        times: u64::MAX,
+        drops: drops.clone(),
+    };
+    let pool = link.pool(1, &addrs);
+    let n1 = start_on(
+        1,
+        &dir.path().join("n1"),
+        bound.remove(0),
+        &addrs,
+        0,
+        LocalGroups::default(),
+        pool,
+    )
+    .await;
     fill(&n1.replica, keys, VALUE_BYTES, 16).await;
     let built = Instant::now();
     snapshot_and_purge(&n1.replica).await;
@@ -514,9 +495,11 @@ async fn bench_a_new_replica_catches_up_through_a_large_snapshot() {
     println!(
         "snapshot of {mib:.0} MiB: built (held) in {build_s:.2} s; written out, sent, checked \
          and installed in {transfer_s:.1} s ({:.0} MiB/s); resident memory {rss_before:.0} MiB \
-         before, at most {peak:.0} MiB during the transfer (+{:.0} MiB)",
+         before, at most {peak:.0} MiB during the transfer (+{:.0} MiB); the leader's \
+         connections dropped {} times",
         mib / transfer_s,
-        peak - rss_before
+        peak - rss_before,
+        drops.load(Ordering::SeqCst)
     );
     assert!(n2.replica.status().snapshot_index.is_some());
     n2.replica.shutdown().await;
