@@ -75,6 +75,10 @@ impl PeerConn {
         let pending: Arc<Mutex<HashMap<u64, oneshot::Sender<PeerResponse>>>> = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
         let writer_alive = alive.clone();
+        // Dropped when the writer stops (a failed write, or the connection no longer used):
+        // the reader then stops too, so the calls waiting on it fail at once, and the socket
+        // closes, which ends the peer's end of it.
+        let (writer_running, mut writer_stopped) = oneshot::channel::<()>();
         tokio::spawn(async move {
             while let Some(frame) = rx.recv().await {
                 if sink.send(frame).await.is_err() {
@@ -82,12 +86,18 @@ impl PeerConn {
                 }
             }
             writer_alive.store(false, Ordering::Release);
+            drop(writer_running);
         });
         let (reader_pending, reader_alive) = (pending.clone(), alive.clone());
         let last_frame_at = Arc::new(Mutex::new(std::time::Instant::now()));
         let reader_last = last_frame_at.clone();
         tokio::spawn(async move {
-            while let Some(Ok(frame)) = frames.next().await {
+            loop {
+                let frame = tokio::select! {
+                    frame = frames.next() => frame,
+                    _ = &mut writer_stopped => None,
+                };
+                let Some(Ok(frame)) = frame else { break };
                 *reader_last.lock().unwrap_or_else(|p| p.into_inner()) = std::time::Instant::now();
                 let Ok(Envelope { id, body }) =
                     postcard::from_bytes::<Envelope<PeerResponse>>(&frame)

@@ -1,0 +1,117 @@
+//! A peer connection that fails: the calls waiting on it learn so at once (not at their
+//! timeout), the next call opens a new connection, and the failed one is closed at both
+//! ends.
+
+mod link;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use firn_raft::peer::{AppHandler, Lane, PeerError, PeerRequest, PeerResponse, serve_peers_over};
+use firn_raft::transport::{BoxedPeerStream, PeerTransport, Wrapping};
+use link::{Dropping, Gate, Link};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// Answers every request with its payload.
+struct Echo;
+
+impl AppHandler for Echo {
+    fn handle(&self, payload: Vec<u8>) -> Pin<Box<dyn Future<Output = Vec<u8>> + Send>> {
+        Box::pin(async move { payload })
+    }
+}
+
+/// The server's connections, counting those still open.
+struct Counted {
+    open: Arc<AtomicU64>,
+}
+
+/// Counts one open connection for as long as it lives.
+struct Open(Arc<AtomicU64>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Gate for Open {
+    fn before(&mut self, _cx: &mut Context<'_>, len: usize) -> Poll<io::Result<usize>> {
+        Poll::Ready(Ok(len))
+    }
+
+    fn after(&mut self, _written: usize) {}
+}
+
+impl PeerTransport for Counted {
+    fn connect(&self, tcp: TcpStream, _addr: &str) -> Wrapping {
+        Box::pin(async move { Ok(Box::new(tcp) as BoxedPeerStream) })
+    }
+
+    fn accept(&self, tcp: TcpStream) -> Wrapping {
+        self.open.fetch_add(1, Ordering::SeqCst);
+        let gate = Open(self.open.clone());
+        Box::pin(async move { Ok(Box::new(Link { tcp, gate }) as BoxedPeerStream) })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_on_a_connection_whose_write_fails_is_lost_at_once_and_the_next_reconnects() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let open = Arc::new(AtomicU64::new(0));
+    let (_stop, stopped) = watch::channel(false);
+    let server = Arc::new(Counted { open: open.clone() });
+    tokio::spawn(serve_peers_over(
+        listener,
+        server,
+        Default::default(),
+        Arc::new(Echo),
+        stopped,
+    ));
+    // The first connection fails the write that takes it past 1 KiB.
+    let drops = Arc::new(AtomicU64::new(0));
+    let link = Dropping {
+        after: 1024,
+        times: 1,
+        drops: drops.clone(),
+    };
+    let pool = link.pool(1, &HashMap::from([(2, addr)]));
+    let call = |bytes: usize| {
+        // Far longer than the test: a call that waits for it has missed the failure.
+        pool.call_on(
+            Lane::Messages,
+            2,
+            PeerRequest::App(vec![7; bytes]),
+            Duration::from_secs(120),
+        )
+    };
+    assert!(matches!(call(10).await, Ok(PeerResponse::App(_))));
+
+    match call(4096).await {
+        Err(PeerError::Lost(2)) => {}
+        other => panic!("a call whose write failed was answered {other:?}"),
+    }
+    assert_eq!(drops.load(Ordering::SeqCst), 1);
+    match call(4096).await {
+        Ok(PeerResponse::App(echo)) => assert_eq!(echo.len(), 4096),
+        other => panic!("the call after the failure was answered {other:?}"),
+    }
+    // The failed connection is closed at the server too: one is left, the new one.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while open.load(Ordering::SeqCst) != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "{} connections open at the server",
+            open.load(Ordering::SeqCst)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
