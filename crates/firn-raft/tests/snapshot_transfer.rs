@@ -7,6 +7,7 @@
 mod link;
 mod nodes;
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,7 +22,7 @@ use firn_raft::snapshot_transfer::{self, SnapshotChunk, SnapshotChunkAnswer, Sna
 use firn_raft::types::{SnapshotMeta, Vote};
 use firn_store::Op;
 use link::Dropping;
-use nodes::{listeners, start, start_keeping, start_on};
+use nodes::{Node, listeners, start, start_keeping, start_on};
 use openraft::raft::VoteRequest;
 use tokio::net::TcpListener;
 
@@ -247,29 +248,34 @@ async fn a_replica_without_room_writes_nothing_and_takes_the_snapshot_once_it_ha
     n1.replica.shutdown().await;
 }
 
+/// Starts node 1 (see [`start`]), its connections to peers dropping each time one has sent
+/// `after` bytes, `times` in all; with the count of drops so far.
+async fn start_dropping(
+    dir: &Path,
+    listener: TcpListener,
+    addrs: &HashMap<u64, String>,
+    after: u64,
+    times: u64,
+) -> (Node, Arc<AtomicU64>) {
+    let drops = Arc::new(AtomicU64::new(0));
+    let link = Dropping {
+        after,
+        times,
+        drops: drops.clone(),
+    };
+    let pool = link.pool(1, addrs);
+    let node = start_on(1, dir, listener, addrs, 0, LocalGroups::default(), pool).await;
+    (node, drops)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transfer_cut_off_part_way_goes_on_where_it_stopped() {
     snapshot_transfer::set_chunk_bytes(CHUNK_BYTES);
     let dir = tempfile::tempdir().unwrap();
     let (mut bound, addrs) = listeners(&[1, 2]).await;
     // The leader's connection drops once, 256 KiB into the transfer.
-    let drops = Arc::new(AtomicU64::new(0));
-    let link = Dropping {
-        after: 256 * 1024,
-        times: 1,
-        drops: drops.clone(),
-    };
-    let pool = link.pool(1, &addrs);
-    let n1 = start_on(
-        1,
-        &dir.path().join("n1"),
-        bound.remove(0),
-        &addrs,
-        0,
-        LocalGroups::default(),
-        pool,
-    )
-    .await;
+    let n1_dir = dir.path().join("n1");
+    let (n1, drops) = start_dropping(&n1_dir, bound.remove(0), &addrs, 256 * 1024, 1).await;
     fill(&n1.replica, 2_000, 600, 100).await;
     let purged = snapshot_and_purge(&n1.replica).await;
 
@@ -445,24 +451,10 @@ async fn bench_a_new_replica_catches_up_through_a_large_snapshot() {
     let dir = tempfile::tempdir_in(std::env::var("BENCH_DIR").unwrap_or(".".into())).unwrap();
     let (mut bound, addrs) = listeners(&[1, 2]).await;
     // BENCH_DROP_EVERY_MIB: the leader's connections drop each time one has sent that much.
-    let drops = Arc::new(AtomicU64::new(0));
-    let link = Dropping {
-        after: std::env::var("BENCH_DROP_EVERY_MIB")
-            .map_or(u64::MAX, |m| m.parse::<u64>().unwrap() << 20),
-        times: u64::MAX,
-        drops: drops.clone(),
-    };
-    let pool = link.pool(1, &addrs);
-    let n1 = start_on(
-        1,
-        &dir.path().join("n1"),
-        bound.remove(0),
-        &addrs,
-        0,
-        LocalGroups::default(),
-        pool,
-    )
-    .await;
+    let drop_after =
+        std::env::var("BENCH_DROP_EVERY_MIB").map_or(u64::MAX, |m| m.parse::<u64>().unwrap() << 20);
+    let n1_dir = dir.path().join("n1");
+    let (n1, drops) = start_dropping(&n1_dir, bound.remove(0), &addrs, drop_after, u64::MAX).await;
     fill(&n1.replica, keys, VALUE_BYTES, 16).await;
     let built = Instant::now();
     snapshot_and_purge(&n1.replica).await;
