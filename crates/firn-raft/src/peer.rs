@@ -22,7 +22,7 @@ use openraft::raft::{
 use serde::{Deserialize, Serialize};
 
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use crate::pipeline::AppendStreams;
@@ -349,12 +349,16 @@ async fn serve_connection(
 ) {
     let (mut sink, mut frames) = Framed::new(stream, codec()).split();
     let (tx, mut rx) = mpsc::channel::<Bytes>(PEER_SEND_QUEUE);
+    // Dropped when the writer stops: a connection whose answers cannot be sent is closed,
+    // so that the calls waiting on it at the other end fail at once.
+    let (writer_running, mut writer_stopped) = oneshot::channel::<()>();
     let writer = tokio::spawn(async move {
         while let Some(frame) = rx.recv().await {
             if sink.send(frame).await.is_err() {
-                return;
+                break;
             }
         }
+        drop(writer_running);
     });
     let replies = Replies(tx);
     // Appends go to their group's stream, in the order they arrived (see `crate::pipeline`).
@@ -363,6 +367,7 @@ async fn serve_connection(
         let frame = tokio::select! {
             f = frames.next() => f,
             _ = stop.changed() => None,
+            _ = &mut writer_stopped => None,
         };
         let Some(Ok(frame)) = frame else { break };
         let Ok(Envelope { id, body }) = postcard::from_bytes::<Envelope<PeerRequest>>(&frame)

@@ -1,6 +1,6 @@
-//! A peer connection that fails: the calls waiting on it learn so at once (not at their
-//! timeout), the next call opens a new connection, and the failed one is closed at both
-//! ends.
+//! A peer connection that fails, at either end: the calls waiting on it learn so at once
+//! (not at their timeout), the next call opens a new connection, and the failed one is
+//! closed at both ends.
 
 mod link;
 
@@ -13,9 +13,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use firn_raft::peer::{AppHandler, Lane, PeerError, PeerRequest, PeerResponse, serve_peers_over};
+use firn_raft::peer::{
+    AppHandler, Lane, PeerError, PeerPool, PeerRequest, PeerResponse, serve_peers_over,
+};
 use firn_raft::transport::{BoxedPeerStream, PeerTransport, Wrapping};
-use link::{Dropping, Gate, Link};
+use link::{Dropping, DroppingAccepted, Gate, Link};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -62,28 +64,38 @@ impl PeerTransport for Counted {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_on_a_connection_whose_write_fails_is_lost_at_once_and_the_next_reconnects() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+/// Serves peers over `transport`, answering every request with its payload; its address.
+fn serve(transport: Arc<dyn PeerTransport>) -> (String, watch::Sender<bool>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    let open = Arc::new(AtomicU64::new(0));
-    let (_stop, stopped) = watch::channel(false);
-    let server = Arc::new(Counted { open: open.clone() });
+    let listener = TcpListener::from_std(listener).unwrap();
+    let (stop, stopped) = watch::channel(false);
+    let groups = Default::default();
     tokio::spawn(serve_peers_over(
         listener,
-        server,
-        Default::default(),
+        transport,
+        groups,
         Arc::new(Echo),
         stopped,
     ));
-    // The first connection fails the write that takes it past 1 KiB.
+    (addr, stop)
+}
+
+/// A link that drops once, at the write that takes a connection past 1 KiB.
+fn drops_once() -> (Dropping, Arc<AtomicU64>) {
     let drops = Arc::new(AtomicU64::new(0));
     let link = Dropping {
         after: 1024,
         times: 1,
         drops: drops.clone(),
     };
-    let pool = link.pool(1, &HashMap::from([(2, addr)]));
+    (link, drops)
+}
+
+/// A small call goes through; the next, large enough to reach the drop, is lost at once;
+/// the one after goes through on a new connection.
+async fn lost_at_once_then_reconnects(pool: &PeerPool, drops: &AtomicU64) {
     let call = |bytes: usize| {
         // Far longer than the test: a call that waits for it has missed the failure.
         pool.call_on(
@@ -94,16 +106,25 @@ async fn a_call_on_a_connection_whose_write_fails_is_lost_at_once_and_the_next_r
         )
     };
     assert!(matches!(call(10).await, Ok(PeerResponse::App(_))));
-
     match call(4096).await {
         Err(PeerError::Lost(2)) => {}
-        other => panic!("a call whose write failed was answered {other:?}"),
+        other => panic!("a call on the connection that dropped was answered {other:?}"),
     }
     assert_eq!(drops.load(Ordering::SeqCst), 1);
     match call(4096).await {
         Ok(PeerResponse::App(echo)) => assert_eq!(echo.len(), 4096),
-        other => panic!("the call after the failure was answered {other:?}"),
+        other => panic!("the call after the drop was answered {other:?}"),
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_on_a_connection_whose_write_fails_is_lost_at_once_and_the_next_reconnects() {
+    let open = Arc::new(AtomicU64::new(0));
+    let (addr, _stop) = serve(Arc::new(Counted { open: open.clone() }));
+    // The calling end's connection fails a write.
+    let (link, drops) = drops_once();
+    let pool = link.pool(1, &HashMap::from([(2, addr)]));
+    lost_at_once_then_reconnects(&pool, &drops).await;
     // The failed connection is closed at the server too: one is left, the new one.
     let deadline = Instant::now() + Duration::from_secs(30);
     while open.load(Ordering::SeqCst) != 1 {
@@ -114,4 +135,13 @@ async fn a_call_on_a_connection_whose_write_fails_is_lost_at_once_and_the_next_r
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_answer_cannot_be_sent_is_lost_at_once_and_the_next_reconnects() {
+    // The answering end's connection fails a write (an answer).
+    let (link, drops) = drops_once();
+    let (addr, _stop) = serve(Arc::new(DroppingAccepted(link)));
+    let pool = PeerPool::new(1, HashMap::from([(2, addr)]));
+    lost_at_once_then_reconnects(&pool, &drops).await;
 }

@@ -106,8 +106,8 @@ impl Gate for DropGate {
     }
 }
 
-impl PeerTransport for Dropping {
-    fn connect(&self, tcp: TcpStream, _addr: &str) -> Wrapping {
+impl Dropping {
+    fn link(&self, tcp: TcpStream) -> Wrapping {
         let gate = DropGate {
             sent: 0,
             after: self.after,
@@ -116,8 +116,28 @@ impl PeerTransport for Dropping {
         };
         Box::pin(async move { Ok(Box::new(Link { tcp, gate }) as BoxedPeerStream) })
     }
+}
+
+/// The connections a node makes drop.
+impl PeerTransport for Dropping {
+    fn connect(&self, tcp: TcpStream, _addr: &str) -> Wrapping {
+        self.link(tcp)
+    }
 
     fn accept(&self, tcp: TcpStream) -> Wrapping {
         Box::pin(async move { Ok(Box::new(tcp) as BoxedPeerStream) })
+    }
+}
+
+/// The connections a node accepts drop (the answers it sends).
+pub struct DroppingAccepted(pub Dropping);
+
+impl PeerTransport for DroppingAccepted {
+    fn connect(&self, tcp: TcpStream, _addr: &str) -> Wrapping {
+        Box::pin(async move { Ok(Box::new(tcp) as BoxedPeerStream) })
+    }
+
+    fn accept(&self, tcp: TcpStream) -> Wrapping {
+        self.0.link(tcp)
     }
 }
