@@ -33,6 +33,7 @@ use crate::state_machine::ShardStateMachine;
 use crate::transport::{BoxedPeerStream, PeerTransport, PlainTcp};
 use crate::types::{FirnRaft, NodeId, ShardId};
 
+mod counts;
 mod pool;
 pub use pool::{Lane, PeerPool, SentCall};
 

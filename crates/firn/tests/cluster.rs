@@ -175,6 +175,10 @@ async fn a_killed_leader_is_replaced_and_catches_up_after_restart() {
     }
     let failover = killed_at.elapsed();
     eprintln!("failover: first write to the killed leader's shard after {failover:?}");
+    // The survivors count their calls to the dead node that failed.
+    let to_victim = |metric: &str| format!("{metric}{{peer=\"{}\"", victim + 1);
+    let failed = cluster.counter(survivor, &to_victim("firn_peer_calls_failed_total"));
+    assert!(failed > 0.0, "no failed call to the killed node counted");
     assert_eq!(
         value(&client, &key, ReadConsistency::Linearizable)
             .await
@@ -214,6 +218,12 @@ async fn a_killed_leader_is_replaced_and_catches_up_after_restart() {
     eprintln!(
         "catch-up: restarted node had the 300 writes it missed after {:?}",
         restart_at.elapsed()
+    );
+    // One connection to it before the kill, and another since it came back.
+    let connects = cluster.counter(survivor, &to_victim("firn_peer_connects_total"));
+    assert!(
+        connects >= 2.0,
+        "{connects} connections to the restarted node counted"
     );
     assert_eq!(
         value(&back, &key, ReadConsistency::Linearizable)

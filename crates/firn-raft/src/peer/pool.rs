@@ -14,6 +14,7 @@ use tokio::net::TcpSocket;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::Framed;
 
+use super::counts;
 use super::{
     CONNECT_TIMEOUT, Envelope, PEER_BUSY, PEER_SEND_QUEUE, PeerError, PeerRequest, PeerResponse,
     STALLED_AFTER, codec, encode,
@@ -286,6 +287,7 @@ impl PeerPool {
                 .await
                 .map_err(|e| PeerError::Unreachable(target, format!("{addr}: {e}")))?,
         );
+        counts::connected(target, lane);
         *slot = Some(conn.clone());
         Ok(conn)
     }
@@ -321,6 +323,20 @@ impl PeerPool {
     /// its answer: requests sent one after the other reach the peer in that order. The
     /// answer is due within `timeout` of this call (the connect counts too).
     pub async fn send_on(
+        &self,
+        lane: Lane,
+        target: NodeId,
+        request: PeerRequest,
+        timeout: Duration,
+    ) -> Result<SentCall, PeerError> {
+        let sent = self.send(lane, target, request, timeout).await;
+        if let Err(e) = &sent {
+            counts::failed(target, e);
+        }
+        sent
+    }
+
+    async fn send(
         &self,
         lane: Lane,
         target: NodeId,
@@ -372,6 +388,15 @@ pub struct SentCall {
 impl SentCall {
     /// The peer's answer, or why there is none by the call's deadline.
     pub async fn answer(self) -> Result<PeerResponse, PeerError> {
+        let target = self.target;
+        let answer = self.wait().await;
+        if let Err(e) = &answer {
+            counts::failed(target, e);
+        }
+        answer
+    }
+
+    async fn wait(self) -> Result<PeerResponse, PeerError> {
         let (target, conn, id, timeout) = (self.target, self.conn, self.id, self.timeout);
         match tokio::time::timeout_at(self.deadline, self.answer).await {
             // Not handled: safe to retry, like a request that never left.

@@ -1,0 +1,50 @@
+//! What a node's calls to its peers count on `/metrics`: the connections it made, and the
+//! calls the transport failed, by peer. On a link that drops or stalls now and then, these
+//! say how often, and to which peer.
+
+use std::sync::LazyLock;
+
+use super::pool::Lane;
+use super::{PEER_BUSY, PeerError};
+use crate::types::NodeId;
+
+const CONNECTS: &str = "firn_peer_connects_total";
+const FAILED: &str = "firn_peer_calls_failed_total";
+
+static DESCRIBED: LazyLock<()> = LazyLock::new(|| {
+    metrics::describe_counter!(
+        CONNECTS,
+        "connections this node opened to a peer, by peer and lane (messages, bulk): the \
+         first, and one after each that failed or stalled"
+    );
+    metrics::describe_counter!(
+        FAILED,
+        "calls to a peer that the transport failed, by peer and reason: unreachable (no \
+         connection), busy (the peer had no room for it), lost (the connection dropped before \
+         the answer), timeout (no answer in time)"
+    );
+});
+
+/// A connection to `peer` over `lane` was made.
+pub(super) fn connected(peer: NodeId, lane: Lane) {
+    LazyLock::force(&DESCRIBED);
+    let lane = match lane {
+        Lane::Messages => "messages",
+        Lane::Bulk => "bulk",
+    };
+    metrics::counter!(CONNECTS, "peer" => peer.to_string(), "lane" => lane).increment(1);
+}
+
+/// A call to `peer` failed with `error`; a peer's refusal is its answer, not a failure of
+/// the transport, and is not counted.
+pub(super) fn failed(peer: NodeId, error: &PeerError) {
+    let reason = match error {
+        PeerError::Unreachable(_, why) if why.starts_with(PEER_BUSY) => "busy",
+        PeerError::Unreachable(..) => "unreachable",
+        PeerError::Lost(_) => "lost",
+        PeerError::Timeout(..) => "timeout",
+        PeerError::Remote(..) | PeerError::Contact(..) => return,
+    };
+    LazyLock::force(&DESCRIBED);
+    metrics::counter!(FAILED, "peer" => peer.to_string(), "reason" => reason).increment(1);
+}
