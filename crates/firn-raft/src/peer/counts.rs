@@ -35,9 +35,16 @@ pub(super) fn connected(peer: NodeId, lane: Lane) {
     metrics::counter!(CONNECTS, "peer" => peer.to_string(), "lane" => lane).increment(1);
 }
 
-/// A call to `peer` failed with `error`; a peer's refusal is its answer, not a failure of
-/// the transport, and is not counted.
-pub(super) fn failed(peer: NodeId, error: &PeerError) {
+/// What a call to `peer` came to, counted if the transport failed it; a peer's refusal is
+/// its answer, not a failure of the transport, and is not counted.
+pub(super) fn counted<T>(peer: NodeId, outcome: Result<T, PeerError>) -> Result<T, PeerError> {
+    if let Err(e) = &outcome {
+        failed(peer, e);
+    }
+    outcome
+}
+
+fn failed(peer: NodeId, error: &PeerError) {
     let reason = match error {
         PeerError::Unreachable(_, why) if why.starts_with(PEER_BUSY) => "busy",
         PeerError::Unreachable(..) => "unreachable",

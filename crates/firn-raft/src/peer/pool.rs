@@ -329,49 +329,40 @@ impl PeerPool {
         request: PeerRequest,
         timeout: Duration,
     ) -> Result<SentCall, PeerError> {
-        let sent = self.send(lane, target, request, timeout).await;
-        if let Err(e) = &sent {
-            counts::failed(target, e);
-        }
-        sent
-    }
-
-    async fn send(
-        &self,
-        lane: Lane,
-        target: NodeId,
-        request: PeerRequest,
-        timeout: Duration,
-    ) -> Result<SentCall, PeerError> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        let conn = tokio::time::timeout_at(deadline, self.conn(target, lane))
-            .await
-            .map_err(|_| {
-                PeerError::Unreachable(target, format!("could not connect within {timeout:?}"))
-            })??;
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let bytes = encode(&Envelope { id, body: request })
-            .ok_or_else(|| PeerError::Unreachable(target, "request could not be encoded".into()))?;
-        let (done, answer) = oneshot::channel();
-        conn.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, done);
-        if conn.tx.send(bytes).await.is_err() {
+        let sent = async {
+            let deadline = tokio::time::Instant::now() + timeout;
+            let conn = tokio::time::timeout_at(deadline, self.conn(target, lane))
+                .await
+                .map_err(|_| {
+                    let why = format!("could not connect within {timeout:?}");
+                    PeerError::Unreachable(target, why)
+                })??;
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let bytes = encode(&Envelope { id, body: request }).ok_or_else(|| {
+                PeerError::Unreachable(target, "request could not be encoded".into())
+            })?;
+            let (done, answer) = oneshot::channel();
             conn.pending
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
-            return Err(PeerError::Unreachable(target, "connection closed".into()));
-        }
-        Ok(SentCall {
-            target,
-            conn,
-            id,
-            answer,
-            deadline,
-            timeout,
-        })
+                .insert(id, done);
+            if conn.tx.send(bytes).await.is_err() {
+                conn.pending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
+                return Err(PeerError::Unreachable(target, "connection closed".into()));
+            }
+            Ok(SentCall {
+                target,
+                conn,
+                id,
+                answer,
+                deadline,
+                timeout,
+            })
+        };
+        counts::counted(target, sent.await)
     }
 }
 
@@ -389,11 +380,7 @@ impl SentCall {
     /// The peer's answer, or why there is none by the call's deadline.
     pub async fn answer(self) -> Result<PeerResponse, PeerError> {
         let target = self.target;
-        let answer = self.wait().await;
-        if let Err(e) = &answer {
-            counts::failed(target, e);
-        }
-        answer
+        counts::counted(target, self.wait().await)
     }
 
     async fn wait(self) -> Result<PeerResponse, PeerError> {
