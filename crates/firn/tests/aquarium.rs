@@ -12,13 +12,7 @@ use firn_aquarium::{Config, Reads, check, render_png, run, shards_spanned};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshots_of_the_aquarium_are_never_torn() {
-    let cluster = tokio::task::spawn_blocking(|| {
-        let c = Cluster::start(3, &[]);
-        c.wait_for_leaders(0, None);
-        c
-    })
-    .await
-    .unwrap();
+    let cluster = Cluster::ready(3, &[]).await;
     let nodes: Vec<String> = (0..3).map(|i| cluster.resp_addr(i)).collect();
     let mut config = Config::new(nodes, 6, Duration::from_secs(3));
     // Two cameras per shard; each odd camera's neighbour is in another shard.

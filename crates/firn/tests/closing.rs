@@ -40,13 +40,7 @@ async fn entries_over(cluster: &Cluster, i: usize, span: Duration) -> Vec<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_cluster_closes_time_rarely_and_at_once_when_a_read_asks() {
     // 5 s when nobody asks: a read at now that waited for it would run past its 2 s wait.
-    let cluster = tokio::task::spawn_blocking(|| {
-        let c = Cluster::start(3, &["--close-time-idle-every", "5s"]);
-        c.wait_for_leaders(0, None);
-        c
-    })
-    .await
-    .unwrap();
+    let cluster = Cluster::ready(3, &["--close-time-idle-every", "5s"]).await;
     let key = key_in_shard(0, "idle");
     let writer = Client::connect(&cluster.resp_addr(0)).await.unwrap();
     settled(|| writer.put(key.as_bytes(), b"v", PutOptions::default()))

@@ -9,17 +9,6 @@ use common::{Cluster, key_in_shard, settled};
 use firn_client::{Client, PutOptions, WriteAck};
 use firn_model::{ReadAt, ReadConsistency};
 
-/// Three nodes started with `extra` flags, once node 1 knows every shard's leader.
-async fn three_nodes(extra: &'static [&'static str]) -> Cluster {
-    tokio::task::spawn_blocking(move || {
-        let c = Cluster::start(3, extra);
-        c.wait_for_leaders(0, None);
-        c
-    })
-    .await
-    .unwrap()
-}
-
 /// A put through `client`, tried again while the cluster answers that it cannot take it now.
 async fn put(client: &Client, key: &[u8], value: &[u8]) -> WriteAck {
     settled(|| client.put(key, value, PutOptions::default()))
@@ -37,7 +26,7 @@ async fn value(client: &Client, key: &str, consistency: ReadConsistency) -> Opti
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_at_any_node_are_read_linearizably_at_every_node() {
-    let cluster = three_nodes(&[]).await;
+    let cluster = Cluster::ready(3, &[]).await;
     let clients: Vec<Client> = futures_connect(&cluster).await;
     for (i, c) in clients.iter().enumerate() {
         for j in 0..20 {
@@ -129,16 +118,11 @@ async fn futures_connect(cluster: &Cluster) -> Vec<Client> {
 async fn a_killed_leader_is_replaced_and_catches_up_after_restart() {
     // Snapshots every 100 entries, the log purged up to each: while the node is down the
     // others purge the log it needs, so it catches up by installing a snapshot.
-    let mut cluster = tokio::task::spawn_blocking(|| {
-        let c = Cluster::start(
-            3,
-            &["--snapshot-every", "100", "--snapshot-catchup-entries", "0"],
-        );
-        c.wait_for_leaders(0, None);
-        c
-    })
-    .await
-    .unwrap();
+    let mut cluster = Cluster::ready(
+        3,
+        &["--snapshot-every", "100", "--snapshot-catchup-entries", "0"],
+    )
+    .await;
     let leader = cluster.wait_for_leaders(0, None)[0];
     let victim = (leader - 1) as usize;
     let survivor = (victim + 1) % 3;
@@ -310,7 +294,7 @@ async fn cluster_aware_clients_route_straight_to_shard_leaders() {
 async fn a_watch_follows_shards_held_on_other_nodes() {
     // One replica per shard: each node holds one shard, so a prefix watch at node 1 follows
     // two shards through other nodes.
-    let cluster = three_nodes(&["--replication", "1"]).await;
+    let cluster = Cluster::ready(3, &["--replication", "1"]).await;
     let keys: Vec<String> = (0..3).map(|s| key_in_shard(s, "w/")).collect();
     let client = Client::connect(&cluster.resp_addr(1)).await.unwrap();
     put(&client, keys[2].as_bytes(), b"before").await;
@@ -355,7 +339,7 @@ async fn a_watch_follows_shards_held_on_other_nodes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_local_read_says_how_far_behind_it_may_be() {
-    let cluster = three_nodes(&[]).await;
+    let cluster = Cluster::ready(3, &[]).await;
     let key = key_in_shard(0, "stale");
     let writer = Client::connect(&cluster.resp_addr(0)).await.unwrap();
     let ack = put(&writer, key.as_bytes(), b"v").await;
@@ -441,7 +425,7 @@ async fn reads_at_a_time_are_the_same_at_every_replica_and_every_time() {
     use firn_model::CommitTs;
     use std::collections::BTreeMap;
 
-    let cluster = three_nodes(&[]).await;
+    let cluster = Cluster::ready(3, &[]).await;
     let clients: Vec<Client> = futures_connect(&cluster).await;
     let keys: Vec<String> = (0..24).map(|i| format!("cut/{i}")).collect();
     // Every acknowledged write, in the order made: (key, commit_ts, value).
@@ -594,7 +578,7 @@ async fn reads_at_a_time_are_the_same_at_every_replica_and_every_time() {
 /// write after a token is stamped above it, even a token ahead of every clock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn causality_tokens_carry_a_session_across_nodes() {
-    let cluster = three_nodes(&[]).await;
+    let cluster = Cluster::ready(3, &[]).await;
     let clients: Vec<Client> = futures_connect(&cluster).await;
     for i in 0..60 {
         let k = format!("tok/{i}");
@@ -661,7 +645,7 @@ async fn causality_tokens_carry_a_session_across_nodes() {
 /// quorum that never comes, while one with a bad limit is refused before any wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_read_is_refused_before_any_barrier() {
-    let mut cluster = three_nodes(&["--shards", "1"]).await;
+    let mut cluster = Cluster::ready(3, &["--shards", "1"]).await;
     let addr = cluster.resp_addr(0);
     cluster.kill_9(1);
     cluster.kill_9(2);

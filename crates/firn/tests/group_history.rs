@@ -113,13 +113,7 @@ async fn roundrobin_ackwait_group_history_under_crashes_and_a_leader_kill_redeli
 /// checks the history; what it held.
 async fn run_history(redelivery: Redelivery) -> Summary {
     let seed = seed(&format!("group history ({redelivery:?})"));
-    let cluster = tokio::task::spawn_blocking(|| {
-        let c = Cluster::start(3, &[]);
-        c.wait_for_leaders(0, None);
-        c
-    })
-    .await
-    .unwrap();
+    let cluster = Cluster::ready(3, &[]).await;
     let run = Arc::new(Run {
         t0: Instant::now(),
         addrs: (0..3).map(|i| cluster.resp_addr(i)).collect(),

@@ -94,13 +94,7 @@ fn pending(v: &Value) -> Vec<(String, String, i64)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn group_state_survives_a_leader_kill_and_delivery_goes_on_after_the_last_id() {
-    let mut cluster = tokio::task::spawn_blocking(|| {
-        let c = Cluster::start(3, &[]);
-        c.wait_for_leaders(0, None);
-        c
-    })
-    .await
-    .unwrap();
+    let mut cluster = Cluster::ready(3, &[]).await;
     let key = key_in_shard(0, "orders");
     let leader = cluster.wait_for_leaders(0, None)[0];
     // Two nodes that are not the stream's leader: one to write through, one to read from.

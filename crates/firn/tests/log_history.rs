@@ -56,13 +56,7 @@ const READS_RECORD_MIN: usize = 200;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn log_history_under_leader_kills_keeps_order_no_skips_and_stability() {
     let seed = seed("log history");
-    let cluster = tokio::task::spawn_blocking(|| {
-        let c = Cluster::start(3, &["--shards", "3"]);
-        c.wait_for_leaders(0, None);
-        c
-    })
-    .await
-    .unwrap();
+    let cluster = Cluster::ready(3, &["--shards", "3"]).await;
     let tags: Vec<String> = (0..SHARDS)
         .flat_map(|shard| keys_in_shard(shard, "tag", TAGS_PER_SHARD))
         .collect();

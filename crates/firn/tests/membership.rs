@@ -102,23 +102,18 @@ fn wait_for_placement(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_join_and_leave_under_load_without_losing_acknowledged_writes() {
     // Small snapshots: a joining replica catches up through a snapshot, not only the log.
-    let cluster = tokio::task::spawn_blocking(|| {
-        let c = Cluster::start(
-            3,
-            &[
-                "--snapshot-every",
-                "500",
-                "--snapshot-catchup-entries",
-                "0",
-                "--shards",
-                "4",
-            ],
-        );
-        c.wait_for_leaders(0, None);
-        c
-    })
-    .await
-    .unwrap();
+    let cluster = Cluster::ready(
+        3,
+        &[
+            "--snapshot-every",
+            "500",
+            "--snapshot-catchup-entries",
+            "0",
+            "--shards",
+            "4",
+        ],
+    )
+    .await;
     let addrs: Vec<String> = (0..3).map(|i| cluster.resp_addr(i)).collect();
     // A keyspace defined before the changes holds on the replicas that move.
     let two = Client::connect(&cluster.resp_addr(1)).await.unwrap();

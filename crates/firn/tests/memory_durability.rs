@@ -21,13 +21,7 @@ use firn_model::{Durability, KeyspaceDef, KeyspaceSpec};
 async fn memory_cluster(extra: &'static [&'static str]) -> (Cluster, Client) {
     let mut args = vec!["--shards", "1"];
     args.extend_from_slice(extra);
-    let cluster = tokio::task::spawn_blocking(move || {
-        let c = Cluster::start(3, &args);
-        c.wait_for_leaders(0, None);
-        c
-    })
-    .await
-    .unwrap();
+    let cluster = Cluster::ready(3, &args).await;
     let client = Client::connect(&cluster.resp_addr(0)).await.unwrap();
     let spec = KeyspaceSpec {
         prefix: "m/".into(),

@@ -13,13 +13,7 @@ use firn_model::{ReadAt, ReadConsistency};
 /// `/metrics` counts how many were out at each send. Every write still reads back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writes_keep_several_appends_in_flight_to_each_follower() {
-    let cluster = tokio::task::spawn_blocking(|| {
-        let c = Cluster::start(3, &["--appends-in-flight", "8"]);
-        c.wait_for_leaders(0, None);
-        c
-    })
-    .await
-    .unwrap();
+    let cluster = Cluster::ready(3, &["--appends-in-flight", "8"]).await;
     const WRITERS: usize = 32;
     const PUTS_EACH: usize = 40;
     let keys = common::keys_in_shard(0, "pipelined-", WRITERS);

@@ -21,13 +21,7 @@ async fn publish(c: &mut redis::aio::MultiplexedConnection, channel: &str, messa
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_published_at_one_node_reaches_subscribers_at_the_others() {
-    let cluster = tokio::task::spawn_blocking(|| {
-        let c = Cluster::start(3, &[]);
-        c.wait_for_leaders(0, None);
-        c
-    })
-    .await
-    .unwrap();
+    let cluster = Cluster::ready(3, &[]).await;
     let client =
         |i: usize| redis::Client::open(format!("redis://{}/", cluster.resp_addr(i))).unwrap();
 

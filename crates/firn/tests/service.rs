@@ -49,13 +49,7 @@ async fn reply(c: &mut MultiplexedConnection, id: &[u8], payload: &str) -> i64 {
 }
 
 async fn start_cluster() -> Cluster {
-    tokio::task::spawn_blocking(|| {
-        let c = Cluster::start(3, &[]);
-        c.wait_for_leaders(0, None);
-        c
-    })
-    .await
-    .unwrap()
+    Cluster::ready(3, &[]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -170,6 +170,20 @@ impl Cluster {
         Self::start_on(n, extra, None)
     }
 
+    /// [`Cluster::start`] from async code (off its workers: starting waits on processes),
+    /// once the first node knows a leader for every shard.
+    pub async fn ready(n: usize, extra: &[&str]) -> Cluster {
+        let extra: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
+        tokio::task::spawn_blocking(move || {
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            let c = Cluster::start(n, &extra);
+            c.wait_for_leaders(0, None);
+            c
+        })
+        .await
+        .unwrap()
+    }
+
     /// Like [`Cluster::start`], with node `i`'s peer traffic on its own loopback address
     /// `127.0.0.{first_ip + i}`, so that firewall rules can cut one node off.
     pub fn start_on(n: usize, extra: &[&str], first_ip: Option<u8>) -> Cluster {
