@@ -109,10 +109,14 @@ pub enum PeerError {
     /// A node known only by its address (a joining node's contact) could not be asked.
     #[error("{0}: {1}")]
     Contact(String, String),
-    /// The request was not handled: the node could not be reached, or it answered that it
-    /// was too busy to take the request ([`PEER_BUSY`]). Nothing happened; retrying is safe.
+    /// The request was not handled: no connection to the node, or the connection closed
+    /// before the request was written to it. Nothing happened; retrying is safe.
     #[error("node {0} is unreachable: {1}")]
     Unreachable(NodeId, String),
+    /// The node answered that it was too busy to take the request ([`PEER_BUSY`]). Nothing
+    /// happened; retrying is safe, after a pause.
+    #[error("node {0} is busy: {1}")]
+    Busy(NodeId, String),
     /// The request was sent but the connection dropped before the answer came.
     #[error("the connection to node {0} dropped before it answered")]
     Lost(NodeId),

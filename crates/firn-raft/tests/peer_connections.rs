@@ -145,3 +145,117 @@ async fn a_call_whose_answer_cannot_be_sent_is_lost_at_once_and_the_next_reconne
     let pool = PeerPool::new(1, HashMap::from([(2, addr)]));
     lost_at_once_then_reconnects(&pool, &drops).await;
 }
+
+/// The first connection's first write waits until `fail` is set, then fails; later
+/// connections pass everything.
+struct HeldThenFailed {
+    state: Arc<std::sync::Mutex<Held>>,
+}
+
+#[derive(Default)]
+struct Held {
+    connections: u64,
+    /// A write is waiting at the gate.
+    waiting: bool,
+    fail: bool,
+    waker: Option<std::task::Waker>,
+}
+
+/// The gate of one of [`HeldThenFailed`]'s connections (only the first holds).
+struct HoldGate {
+    state: Arc<std::sync::Mutex<Held>>,
+    holds: bool,
+}
+
+impl Gate for HoldGate {
+    fn before(&mut self, cx: &mut Context<'_>, len: usize) -> Poll<io::Result<usize>> {
+        if !self.holds {
+            return Poll::Ready(Ok(len));
+        }
+        let mut held = self.state.lock().unwrap();
+        if held.fail {
+            return Poll::Ready(Err(io::ErrorKind::ConnectionReset.into()));
+        }
+        held.waiting = true;
+        held.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    fn after(&mut self, _written: usize) {}
+}
+
+impl PeerTransport for HeldThenFailed {
+    fn connect(&self, tcp: TcpStream, _addr: &str) -> Wrapping {
+        let holds = {
+            let mut held = self.state.lock().unwrap();
+            held.connections += 1;
+            held.connections == 1
+        };
+        let gate = HoldGate {
+            state: self.state.clone(),
+            holds,
+        };
+        Box::pin(async move { Ok(Box::new(Link { tcp, gate }) as BoxedPeerStream) })
+    }
+
+    fn accept(&self, tcp: TcpStream) -> Wrapping {
+        Box::pin(async move { Ok(Box::new(tcp) as BoxedPeerStream) })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_still_queued_when_a_connection_fails_never_left_and_are_safe_to_retry() {
+    let (addr, _stop) = serve(Arc::new(Counted {
+        open: Arc::new(AtomicU64::new(0)),
+    }));
+    let state = Arc::new(std::sync::Mutex::new(Held::default()));
+    let pool =
+        PeerPool::new(1, HashMap::from([(2, addr)])).with_transport(Arc::new(HeldThenFailed {
+            state: state.clone(),
+        }));
+    let request = |n: u8| PeerRequest::App(vec![n; 16]);
+    let long = Duration::from_secs(120);
+    // The first call's request is being written when the link fails.
+    let writing = pool
+        .send_on(Lane::Messages, 2, request(1), long)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !state.lock().unwrap().waiting {
+        assert!(Instant::now() < deadline, "the first write never began");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Two more wait behind it, queued.
+    let queued = [
+        pool.send_on(Lane::Messages, 2, request(2), long)
+            .await
+            .unwrap(),
+        pool.send_on(Lane::Messages, 2, request(3), long)
+            .await
+            .unwrap(),
+    ];
+    {
+        let mut held = state.lock().unwrap();
+        held.fail = true;
+        held.waker.take().unwrap().wake();
+    }
+    // The request being written may have reached the peer: lost. Those behind it never
+    // left: unreachable, which a caller may retry.
+    match tokio::time::timeout(Duration::from_secs(30), writing.answer()).await {
+        Ok(Err(PeerError::Lost(2))) => {}
+        other => panic!("the call being written was answered {other:?}"),
+    }
+    for call in queued {
+        match tokio::time::timeout(Duration::from_secs(30), call.answer()).await {
+            Ok(Err(PeerError::Unreachable(2, why))) => {
+                assert!(why.contains("before the request was sent"), "{why}")
+            }
+            other => panic!("a call queued behind it was answered {other:?}"),
+        }
+    }
+    // The next call goes over a new connection.
+    match pool.call_on(Lane::Messages, 2, request(4), long).await {
+        Ok(PeerResponse::App(echo)) => assert_eq!(echo, vec![4; 16]),
+        other => panic!("the call after the failure was answered {other:?}"),
+    }
+}

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use firn_raft::peer::{
-    AppHandler, PEER_APP_CONCURRENCY_MAX, PEER_APP_WAITING_MAX, PEER_BUSY, PeerError, PeerPool,
-    PeerRequest, PeerResponse, serve_peers,
+    AppHandler, PEER_APP_CONCURRENCY_MAX, PEER_APP_WAITING_MAX, PeerError, PeerPool, PeerRequest,
+    PeerResponse, serve_peers,
 };
 use firn_raft::types::Vote;
 use openraft::raft::VoteRequest;
@@ -143,7 +143,7 @@ async fn with_every_app_place_taken_raft_messages_are_answered_and_more_app_requ
         .await
         .expect("an App request past the bound waited");
     match refused {
-        Err(PeerError::Unreachable(2, e)) => assert!(e.starts_with(PEER_BUSY), "{e}"),
+        Err(PeerError::Busy(2, e)) => assert!(e.contains("requests already run or wait"), "{e}"),
         other => panic!("an App request past the bound answered {other:?}"),
     }
 

@@ -142,23 +142,17 @@ async fn a_killed_leader_is_replaced_and_catches_up_after_restart() {
     let victim_applied = shard0(victim)["last_applied_index"].as_u64().unwrap_or(0);
     cluster.kill_9(victim);
     let killed_at = Instant::now();
-    let deadline = killed_at + Duration::from_secs(30);
-    loop {
-        if client
-            .put(key.as_bytes(), b"after", PutOptions::default())
-            .await
-            .is_ok()
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no new leader for shard 0 within 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // The survivor the client writes at waits for the shard's new leader: the client sees a
+    // delay, not an error (it heard TRYAGAIN for about a second before).
+    let written = client
+        .put(key.as_bytes(), b"after", PutOptions::default())
+        .await;
     let failover = killed_at.elapsed();
-    eprintln!("failover: first write to the killed leader's shard after {failover:?}");
+    assert!(
+        written.is_ok(),
+        "the first write after the leader was killed answered {written:?} after {failover:?}"
+    );
+    eprintln!("failover: the first write to the killed leader's shard took {failover:?}");
     // The survivors count their calls to the dead node that failed.
     let to_victim = |metric: &str| format!("{metric}{{peer=\"{}\"", victim + 1);
     let failed = cluster.counter(survivor, &to_victim("firn_peer_calls_failed_total"));

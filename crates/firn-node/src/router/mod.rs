@@ -1,6 +1,7 @@
 //! The router: where a request runs. It checks a request against the stated limits, plans
 //! it over the shards ([`plan`]), and runs each part where it can be served: a write is
-//! proposed here if this node leads the shard, else forwarded to the leader; a read is
+//! proposed here if this node leads the shard, else forwarded to the leader ([`write`]:
+//! waiting for a moving leadership to settle); a read is
 //! served by a replica here ([`read`]: closed-time wait, then a barrier), else forwarded.
 //! Parts on several shards run concurrently and their answers are merged ([`merge`]).
 //! Admin requests go to the meta group ([`admin`]); watches follow shards ([`watch`]).
@@ -20,6 +21,7 @@ mod read;
 mod request_metrics;
 pub mod service;
 mod watch;
+mod write;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -44,14 +46,16 @@ use crate::log_index::{Forget, LogIndex};
 use crate::pubsub::PubSub;
 use crate::replicas::Replicas;
 use crate::reply::ReplySlots;
-use crate::rpc::{Execute, PeerClient, ShardPart};
+use crate::rpc::{CallError, Execute, PEER_CALL_TIMEOUT, PeerClient, ShardPart};
 
 /// A request's outcome, possibly still in flight (a proposed write).
 pub type Pending = Pin<Box<dyn Future<Output = Result<Answer, FirnError>> + Send>>;
 
-/// Forwarding stops after this many hops (a leader change in flight): the client retries.
+/// Forwarding stops after this many hops (a leader change in flight): a write is tried again
+/// by the node its client reached (`write.rs`), a read by the client.
 const FORWARD_HOPS_MAX: u8 = 2;
-/// How long a read waits before asking again after the leader it asked stepped down.
+/// How long a read or write waits before asking again after the leader it asked stepped
+/// down or could not be reached.
 const LEADER_CHANGE_PAUSE: Duration = Duration::from_millis(50);
 
 fn ready(result: Result<Answer, FirnError>) -> Pending {
@@ -412,33 +416,7 @@ impl Router {
         Box::pin(async move {
             let local = self.replicas.get(shard);
             match (part, local) {
-                (ShardPart::Write(op), local) => {
-                    let leader = match self.leader_of(shard).await {
-                        Ok(l) => l,
-                        Err(e) => return ready(Err(e)),
-                    };
-                    match local.filter(|_| leader == self.node_id) {
-                        Some(replica) => {
-                            if op.adds_data()
-                                && let Err(e) = self.disk_allows(shard)
-                            {
-                                return ready(Err(e));
-                            }
-                            // A write after a token is stamped above it.
-                            if let Some(t) = ctx.after {
-                                replica.observe(t);
-                            }
-                            match replica.propose(op).await {
-                                Ok(p) => Box::pin(async move { p.await.map(Answer::new) }),
-                                Err(e) => ready(Err(e)),
-                            }
-                        }
-                        None => ready(
-                            self.forward(leader, shard, ShardPart::Write(op), ctx, hops)
-                                .await,
-                        ),
-                    }
-                }
+                (ShardPart::Write(op), _) => self.write(shard, op, ctx, hops).await,
                 (ShardPart::Close(t), Some(replica)) if replica.leader() == Some(self.node_id) => {
                     ready(
                         replica
@@ -472,12 +450,14 @@ impl Router {
                         Ok(l) => l,
                         Err(e) => return ready(Err(e)),
                     };
-                    ready(self.forward(target, shard, part, ctx, hops).await)
+                    let answer = self.forward(target, shard, part, ctx, hops).await;
+                    ready(answer.unwrap_or_else(|e| Err(e.into())))
                 }
             }
         })
     }
 
+    /// Sends a part to `target` to run there: its answer, or why there is none.
     async fn forward(
         &self,
         target: NodeId,
@@ -485,24 +465,20 @@ impl Router {
         part: ShardPart,
         ctx: CallContext,
         hops: u8,
-    ) -> Result<Answer, FirnError> {
+    ) -> Result<Result<Answer, FirnError>, CallError> {
         if hops >= FORWARD_HOPS_MAX || target == self.node_id {
-            return Err(FirnError::TryAgain(format!(
+            return Ok(Err(FirnError::TryAgain(format!(
                 "shard {shard} is changing leader; retry"
-            )));
+            ))));
         }
         metrics::counter!("firn_forwarded_total", "to" => target.to_string()).increment(1);
-        self.peers
-            .call(
-                target,
-                Execute {
-                    shard,
-                    part,
-                    ctx,
-                    hops: hops + 1,
-                },
-            )
-            .await?
+        let call = Execute {
+            shard,
+            part,
+            ctx,
+            hops: hops + 1,
+        };
+        self.peers.try_call(target, call, PEER_CALL_TIMEOUT).await
     }
 
     /// Answers a peer's forwarded part.

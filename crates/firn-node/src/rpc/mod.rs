@@ -260,6 +260,18 @@ impl PeerClient {
         call: R,
         timeout: Duration,
     ) -> Result<R::Reply, FirnError> {
+        self.try_call(target, call, timeout)
+            .await
+            .map_err(FirnError::from)
+    }
+
+    /// Calls node `target`, saying whether a call without a reply ever reached it.
+    pub async fn try_call<R: Rpc>(
+        &self,
+        target: NodeId,
+        call: R,
+        timeout: Duration,
+    ) -> Result<R::Reply, CallError> {
         let call = call.into();
         let lane = call.lane();
         let payload = encode(call)?;
@@ -277,7 +289,32 @@ impl PeerClient {
             .pool
             .call_addr(addr, PeerRequest::App(payload), PEER_CALL_TIMEOUT)
             .await;
-        decode::<R>(addr, answer)
+        Ok(decode::<R>(addr, answer)?)
+    }
+}
+
+/// Why a call to another node has no reply.
+#[derive(Debug)]
+pub enum CallError {
+    /// The call never reached the node: no connection to it, or the connection ended before
+    /// the call was written. Nothing happened there; trying again is safe.
+    NotSent(FirnError),
+    /// Anything else: the node too busy to take it (nothing happened, but it asked for a
+    /// pause), its outcome unknown, its answer unreadable.
+    Failed(FirnError),
+}
+
+impl From<CallError> for FirnError {
+    fn from(e: CallError) -> Self {
+        match e {
+            CallError::NotSent(e) | CallError::Failed(e) => e,
+        }
+    }
+}
+
+impl From<FirnError> for CallError {
+    fn from(e: FirnError) -> Self {
+        CallError::Failed(e)
     }
 }
 
@@ -288,16 +325,21 @@ fn encode(call: NodeRpc) -> Result<Vec<u8>, FirnError> {
 fn decode<R: Rpc>(
     who: &str,
     answer: Result<PeerResponse, PeerError>,
-) -> Result<R::Reply, FirnError> {
+) -> Result<R::Reply, CallError> {
+    let failed = |e| Err(CallError::Failed(e));
     match answer {
         Ok(PeerResponse::App(bytes)) => postcard::from_bytes(&bytes)
-            .map_err(|e| FirnError::Internal(format!("{who} answered garbage: {e}"))),
-        Ok(PeerResponse::Error(e)) => Err(FirnError::TryAgain(format!("{who}: {e}"))),
-        Ok(other) => Err(FirnError::Internal(format!("{who} answered {other:?}"))),
+            .or_else(|e| failed(FirnError::Internal(format!("{who} answered garbage: {e}")))),
+        Ok(PeerResponse::Error(e)) => failed(FirnError::TryAgain(format!("{who}: {e}"))),
+        Ok(other) => failed(FirnError::Internal(format!("{who} answered {other:?}"))),
         // Never sent: nothing happened.
-        Err(e @ PeerError::Unreachable(..)) => Err(FirnError::TryAgain(format!("{e}"))),
+        Err(e @ PeerError::Unreachable(..)) => {
+            Err(CallError::NotSent(FirnError::TryAgain(format!("{e}"))))
+        }
+        // Not taken: nothing happened, but the node asks for a pause.
+        Err(e @ PeerError::Busy(..)) => failed(FirnError::TryAgain(format!("{e}"))),
         // Sent, but no answer: a write may have been applied.
-        Err(e) => Err(FirnError::Indeterminate(format!(
+        Err(e) => failed(FirnError::Indeterminate(format!(
             "{e}; the request may or may not have been applied"
         ))),
     }

@@ -4,8 +4,8 @@
 
 use std::sync::LazyLock;
 
+use super::PeerError;
 use super::pool::Lane;
-use super::{PEER_BUSY, PeerError};
 use crate::types::NodeId;
 
 const CONNECTS: &str = "firn_peer_connects_total";
@@ -46,8 +46,8 @@ pub(super) fn counted<T>(peer: NodeId, outcome: Result<T, PeerError>) -> Result<
 
 fn failed(peer: NodeId, error: &PeerError) {
     let reason = match error {
-        PeerError::Unreachable(_, why) if why.starts_with(PEER_BUSY) => "busy",
         PeerError::Unreachable(..) => "unreachable",
+        PeerError::Busy(..) => "busy",
         PeerError::Lost(_) => "lost",
         PeerError::Timeout(..) => "timeout",
         PeerError::Remote(..) | PeerError::Contact(..) => return,

@@ -13,6 +13,7 @@ use futures::{SinkExt, StreamExt};
 use tokio::net::TcpSocket;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::Framed;
+use tokio_util::sync::CancellationToken;
 
 use super::counts;
 use super::{
@@ -23,10 +24,23 @@ use crate::pipeline::APPENDS_IN_FLIGHT_MAX;
 use crate::transport::{PeerTransport, PlainTcp};
 use crate::types::NodeId;
 
+/// What a call waiting on a connection hears: the peer's answer, or that its request never
+/// left (the connection ended with the request still queued), which makes the call safe to
+/// retry. A call whose request did leave and that hears nothing is lost: the peer may have
+/// handled it.
+enum Heard {
+    Answer(PeerResponse),
+    NotSent,
+}
+
+/// The calls waiting on a connection, by id.
+type Waiting = Arc<Mutex<HashMap<u64, oneshot::Sender<Heard>>>>;
+
 /// One outgoing connection with its calls in flight.
 struct PeerConn {
-    tx: mpsc::Sender<Bytes>,
-    pending: Arc<Mutex<HashMap<u64, oneshot::Sender<PeerResponse>>>>,
+    /// Requests to write, with their calls' ids.
+    tx: mpsc::Sender<(u64, Bytes)>,
+    pending: Waiting,
     alive: Arc<AtomicBool>,
     /// When the last frame arrived: a connection silent this long while calls time out is
     /// stalled (a partition drops packets without resetting the connection) and is replaced.
@@ -72,21 +86,47 @@ impl PeerConn {
                 std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")
             })??;
         let (mut sink, mut frames) = Framed::new(stream, codec()).split();
-        let (tx, mut rx) = mpsc::channel::<Bytes>(PEER_SEND_QUEUE);
-        let pending: Arc<Mutex<HashMap<u64, oneshot::Sender<PeerResponse>>>> = Arc::default();
+        let (tx, mut rx) = mpsc::channel::<(u64, Bytes)>(PEER_SEND_QUEUE);
+        let pending: Waiting = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
-        let writer_alive = alive.clone();
-        // Dropped when the writer stops (a failed write, or the connection no longer used):
-        // the reader then stops too, so the calls waiting on it fail at once, and the socket
-        // closes, which ends the peer's end of it.
-        let (writer_running, mut writer_stopped) = oneshot::channel::<()>();
+        // Cancelled when either half stops (a failed write, the connection no longer used, the
+        // peer gone): the other half then stops too, so the calls waiting on it fail at once,
+        // and the socket closes, which ends the peer's end of it.
+        let ended = CancellationToken::new();
+        let (writer_pending, writer_alive, writer_ended) =
+            (pending.clone(), alive.clone(), ended.clone());
+        // Dropped when the writer has told the calls whose requests never left.
+        let (writer_running, writer_stopped) = oneshot::channel::<()>();
         tokio::spawn(async move {
-            while let Some(frame) = rx.recv().await {
-                if sink.send(frame).await.is_err() {
+            loop {
+                let next = tokio::select! {
+                    biased;
+                    _ = writer_ended.cancelled() => None,
+                    next = rx.recv() => next,
+                };
+                let Some((_, frame)) = next else { break };
+                // A write cut short may have left part of the request, or all of it: its
+                // call is lost, not unsent.
+                let written = tokio::select! {
+                    written = sink.send(frame) => written.is_ok(),
+                    _ = writer_ended.cancelled() => false,
+                };
+                if !written {
                     break;
                 }
             }
             writer_alive.store(false, Ordering::Release);
+            writer_ended.cancel();
+            rx.close();
+            while let Ok((id, _)) = rx.try_recv() {
+                let waiter = writer_pending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
+                if let Some(waiter) = waiter {
+                    let _ = waiter.send(Heard::NotSent);
+                }
+            }
             drop(writer_running);
         });
         let (reader_pending, reader_alive) = (pending.clone(), alive.clone());
@@ -96,7 +136,7 @@ impl PeerConn {
             loop {
                 let frame = tokio::select! {
                     frame = frames.next() => frame,
-                    _ = &mut writer_stopped => None,
+                    _ = ended.cancelled() => None,
                 };
                 let Some(Ok(frame)) = frame else { break };
                 *reader_last.lock().unwrap_or_else(|p| p.into_inner()) = std::time::Instant::now();
@@ -110,11 +150,14 @@ impl PeerConn {
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&id)
                 {
-                    let _ = waiter.send(body);
+                    let _ = waiter.send(Heard::Answer(body));
                 }
             }
             reader_alive.store(false, Ordering::Release);
-            // Every call still waiting learns the connection is gone.
+            ended.cancel();
+            // Once the writer has told the calls whose requests never left, every call still
+            // waiting learns its request was lost.
+            let _ = writer_stopped.await;
             reader_pending
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -248,12 +291,15 @@ impl PeerPool {
             .unwrap_or_else(|p| p.into_inner())
             .insert(1, done);
         conn.tx
-            .send(bytes)
+            .send((1, bytes))
             .await
             .map_err(|_| unreachable("connection closed".into()))?;
         match tokio::time::timeout(timeout, answer).await {
-            Ok(Ok(PeerResponse::Error(e))) => Err(unreachable(format!("refused: {e}"))),
-            Ok(Ok(response)) => Ok(response),
+            Ok(Ok(Heard::Answer(PeerResponse::Error(e)))) => {
+                Err(unreachable(format!("refused: {e}")))
+            }
+            Ok(Ok(Heard::Answer(response))) => Ok(response),
+            Ok(Ok(Heard::NotSent)) => Err(unreachable("connection closed".into())),
             Ok(Err(_)) => Err(unreachable(
                 "the connection dropped before an answer".into(),
             )),
@@ -346,7 +392,7 @@ impl PeerPool {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(id, done);
-            if conn.tx.send(bytes).await.is_err() {
+            if conn.tx.send((id, bytes)).await.is_err() {
                 conn.pending
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -371,7 +417,7 @@ pub struct SentCall {
     target: NodeId,
     conn: Arc<PeerConn>,
     id: u64,
-    answer: oneshot::Receiver<PeerResponse>,
+    answer: oneshot::Receiver<Heard>,
     deadline: tokio::time::Instant,
     timeout: Duration,
 }
@@ -387,11 +433,16 @@ impl SentCall {
         let (target, conn, id, timeout) = (self.target, self.conn, self.id, self.timeout);
         match tokio::time::timeout_at(self.deadline, self.answer).await {
             // Not handled: safe to retry, like a request that never left.
-            Ok(Ok(PeerResponse::Error(e))) if e.starts_with(PEER_BUSY) => {
-                Err(PeerError::Unreachable(target, e))
+            Ok(Ok(Heard::Answer(PeerResponse::Error(e)))) if e.starts_with(PEER_BUSY) => {
+                let why = e[PEER_BUSY.len()..].trim_start_matches(':').trim_start();
+                Err(PeerError::Busy(target, why.to_string()))
             }
-            Ok(Ok(PeerResponse::Error(e))) => Err(PeerError::Remote(target, e)),
-            Ok(Ok(response)) => Ok(response),
+            Ok(Ok(Heard::Answer(PeerResponse::Error(e)))) => Err(PeerError::Remote(target, e)),
+            Ok(Ok(Heard::Answer(response))) => Ok(response),
+            Ok(Ok(Heard::NotSent)) => Err(PeerError::Unreachable(
+                target,
+                "the connection closed before the request was sent".into(),
+            )),
             Ok(Err(_)) => Err(PeerError::Lost(target)),
             Err(_) => {
                 conn.pending

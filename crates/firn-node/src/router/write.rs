@@ -1,0 +1,86 @@
+//! Where a shard's write runs: proposed here when this node leads the shard, else forwarded
+//! to its leader. At the node its client reached, a write the leader never took (it could
+//! not be reached, or it no longer led the shard, while leadership moves) waits for the
+//! shard's leadership to settle and is tried again, for at most [`LEADER_WAIT`]: a client
+//! writing at any node sees its leader's failure as a delay, not an error. A write whose
+//! outcome is unknown (sent, and no answer) is never tried again, and neither is one a
+//! leader here took and then gave up (its `TRYAGAIN` comes after later pipelined writes
+//! were proposed, which a second try would overtake).
+
+use std::time::Instant;
+
+use firn_model::{Answer, CallContext, FirnError};
+use firn_raft::ShardId;
+use firn_store::Op;
+
+use super::{LEADER_CHANGE_PAUSE, Pending, Router, ready};
+use crate::replicas::LEADER_WAIT;
+use crate::rpc::{CallError, ShardPart};
+
+/// One try of a write.
+enum Tried {
+    /// Proposed here (its outcome to come), or answered.
+    Done(Pending),
+    /// Not taken by the shard's leader: nothing happened. The write comes back, to be tried
+    /// again.
+    NotTaken(FirnError, Box<Op>),
+}
+
+impl Router {
+    /// Runs a write on its shard's leader. The future finishes once the write is proposed in
+    /// order; the `Pending` it yields finishes with the answer (see `on_shard`).
+    pub(super) async fn write(
+        &self,
+        shard: ShardId,
+        mut op: Op,
+        ctx: CallContext,
+        hops: u8,
+    ) -> Pending {
+        let since = Instant::now();
+        loop {
+            match self.try_write(shard, op, &ctx, hops).await {
+                Tried::Done(pending) => return pending,
+                // A write forwarded here by another node is tried once: the node its client
+                // reached does the waiting.
+                Tried::NotTaken(e, _) if hops > 0 || since.elapsed() >= LEADER_WAIT => {
+                    return ready(Err(e));
+                }
+                Tried::NotTaken(_, again) => {
+                    tokio::time::sleep(LEADER_CHANGE_PAUSE).await;
+                    op = *again;
+                }
+            }
+        }
+    }
+
+    async fn try_write(&self, shard: ShardId, op: Op, ctx: &CallContext, hops: u8) -> Tried {
+        let leader = match self.leader_of(shard).await {
+            Ok(l) => l,
+            Err(e) => return Tried::Done(ready(Err(e))),
+        };
+        let Some(replica) = self.replicas.get(shard).filter(|_| leader == self.node_id) else {
+            let again = Box::new(op.clone());
+            let part = ShardPart::Write(op);
+            return match self.forward(leader, shard, part, ctx.clone(), hops).await {
+                Ok(Err(e @ FirnError::TryAgain(_))) | Err(CallError::NotSent(e)) => {
+                    Tried::NotTaken(e, again)
+                }
+                Ok(answer) => Tried::Done(ready(answer)),
+                Err(CallError::Failed(e)) => Tried::Done(ready(Err(e))),
+            };
+        };
+        if op.adds_data()
+            && let Err(e) = self.disk_allows(shard)
+        {
+            return Tried::Done(ready(Err(e)));
+        }
+        // A write after a token is stamped above it.
+        if let Some(t) = ctx.after {
+            replica.observe(t);
+        }
+        Tried::Done(match replica.propose(op).await {
+            Ok(p) => Box::pin(async move { p.await.map(Answer::new) }),
+            Err(e) => ready(Err(e)),
+        })
+    }
+}
