@@ -64,3 +64,17 @@ def test_missing_or_wrong_credentials_are_refused(users_node: Node) -> None:
         with pytest.raises(firn.AuthError) as refused:
             next(iter(bad_token.watch("sensor/1", from_version=1, idle_timeout_s=10)))
         assert refused.value.code == "WRONGPASS"
+
+
+def test_put_many_applies_every_write_the_user_may_make_and_says_which_were_refused(users_node: Node) -> None:
+    with users_node.client(username="alice", password="wonderland") as alice:
+        items = [("sensor/many/1", "a"), ("cfg:many", "b"), ("sensor/many/2", "c")]
+        with pytest.raises(firn.PermissionDeniedError) as refused:
+            alice.put_many(items)
+        results = refused.value.results  # type: ignore[attr-defined]
+        assert [type(r) for r in results] == [firn.WriteResult, firn.PermissionDeniedError, firn.WriteResult]
+        assert [r.key for r in (results[0], results[2])] == [b"sensor/many/1", b"sensor/many/2"]
+        # The writes around the refused one were applied; the refused one was not.
+        assert alice.get("sensor/many/1").text == "a" and alice.get("sensor/many/2").text == "c"
+    with users_node.client(username="ops", password="hunter2") as ops:
+        assert ops.get("cfg:many") is None

@@ -26,6 +26,20 @@ def test_put_then_get_answers_the_value_with_its_version_and_stamp(client: firn.
     assert abs(got.commit_time - datetime.now(timezone.utc)) < timedelta(minutes=1)
 
 
+def test_put_many_writes_each_item_as_its_own_version_in_one_round_trip(client: firn.Client, ns: str) -> None:
+    first = client.put_many({ns + f"m{i}": str(i) for i in range(50)})
+    assert [w.key for w in first] == [(ns + f"m{i}").encode() for i in range(50)]
+    assert all(w.version == 1 for w in first)
+    # Pairs work too, the same key twice included: applied in the order given.
+    again = client.put_many([(ns + "m0", "x"), (ns + "m0", "y")])
+    assert [w.version for w in again] == [2, 3] and again[1].commit_ts > again[0].commit_ts
+    assert client.get(ns + "m0").text == "y" and client.get(ns + "m49").text == "49"
+    # Each result's stamp is the session's: a read after it sees the write.
+    assert client.token >= again[1].commit_ts
+    with pytest.raises(ValueError):
+        client.put_many([])
+
+
 def test_get_at_an_old_version_or_time_answers_the_old_value(client: firn.Client, ns: str) -> None:
     w1 = client.put(ns + "k", "old")
     time.sleep(0.01)

@@ -147,9 +147,13 @@ class Session:
         block that long on the server (a blocking read), so wait that much longer."""
         return self.pipeline([args], wait_s=wait_s)[0]
 
-    def pipeline(self, commands: Sequence[Sequence[Arg]], wait_s: Optional[float] = None) -> List[Any]:
+    def pipeline(
+        self, commands: Sequence[Sequence[Arg]], wait_s: Optional[float] = None, errors_in_place: bool = False
+    ) -> List[Any]:
         """Commands sent together, replies read in order (one round trip). The first error
-        reply is raised after every reply has been read, so the connection stays in step."""
+        reply is raised after every reply has been read, so the connection stays in step;
+        with ``errors_in_place`` each error reply is returned as a :class:`FirnError` in its
+        command's place instead."""
         with self._lock:
             conn = self._conn
             try:
@@ -169,14 +173,15 @@ class Session:
                     try:
                         replies.append(conn.read_response())
                     except ResponseError as e:
-                        replies.append(None)
+                        failed = error_from_resp(str(e))
+                        replies.append(failed if errors_in_place else None)
                         if error is None:
-                            error = error_from_resp(str(e))
+                            error = failed
                 if after:
                     if not isinstance(replies[0], Exception):
                         self._told = max(self._told, token)
                     replies = replies[1:]
-                if error is not None:
+                if error is not None and not errors_in_place:
                     raise error
                 return replies
             except (RedisTimeoutError, socket.timeout) as e:

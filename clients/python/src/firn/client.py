@@ -12,7 +12,20 @@ import json
 import os
 import shutil
 import urllib.parse
-from typing import TYPE_CHECKING, Any, BinaryIO, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    BinaryIO,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 from ._session import STREAM_BLOCK_BYTES, Session, as_bytes, check_positive, opt_int, parse_map, split_addr, text
 from .errors import FirnError, NotFoundError
@@ -25,12 +38,14 @@ from .watch import Watch
 if TYPE_CHECKING:  # pragma: no cover
     from .local.client import LocalClient
 
-__all__ = ["Client", "KeyLike", "CONSISTENCIES"]
+__all__ = ["Client", "KeyLike", "CONSISTENCIES", "PUT_MANY_MAX"]
 
 KeyLike = Union[str, bytes]
 CONSISTENCIES = ("linearizable", "lease", "local")
 KEY_BYTES_MAX = 8192
 HISTORY_LIMIT_MAX = 10_000
+# Most writes in one put_many: one round trip's commands, all held in memory at once.
+PUT_MANY_MAX = 10_000
 
 
 def key_bytes(key: KeyLike, what: str = "key") -> bytes:
@@ -191,6 +206,40 @@ class Client:
         ts = CommitTs.parse(stamp)
         self._session.seen_over_resp(ts)
         return WriteResult(k, int(version), ts)
+
+    def put_many(
+        self,
+        items: Union[Mapping[KeyLike, Union[str, bytes]], Iterable[Tuple[KeyLike, Union[str, bytes]]]],
+        *,
+        event_time: Optional[TimeLike] = None,
+    ) -> List[WriteResult]:
+        """Writes several keys in one round trip: a ``FIRN.PUT`` each, pipelined, in the
+        order given (1 to :data:`PUT_MANY_MAX` items). Each is a version of its own, as
+        from :meth:`put`, but the cluster pays far less for each than for one ``put`` at a
+        time (docs/benchmarks.md measures a put pipelined 16 deep at about half the CPU).
+        Not atomic: when a write fails, every reply is still read and the first failure is
+        raised, its ``results`` attribute holding each item's :class:`WriteResult` or
+        :class:`FirnError` in order (the others were applied)."""
+        pairs = list(items.items()) if isinstance(items, Mapping) else list(items)
+        if not 1 <= len(pairs) <= PUT_MANY_MAX:
+            raise ValueError(f"put_many takes 1 to {PUT_MANY_MAX} items; got {len(pairs)}")
+        words = _write_words(None, event_time)
+        keys = [key_bytes(k) for k, _ in pairs]
+        commands = [["FIRN.PUT", k, as_bytes(v, "value")] + words for k, (_, v) in zip(keys, pairs)]
+        results: List[Union[WriteResult, FirnError]] = []
+        for k, reply in zip(keys, self._session.pipeline(commands, errors_in_place=True)):
+            if isinstance(reply, FirnError):
+                results.append(reply)
+                continue
+            version, stamp = reply
+            ts = CommitTs.parse(stamp)
+            self._session.seen_over_resp(ts)
+            results.append(WriteResult(k, int(version), ts))
+        failed = next((r for r in results if isinstance(r, FirnError)), None)
+        if failed is not None:
+            failed.results = results  # type: ignore[attr-defined]
+            raise failed
+        return results  # type: ignore[return-value]
 
     def get(
         self,
