@@ -153,6 +153,8 @@ async fn a_killed_leader_is_replaced_and_catches_up_after_restart() {
         "the first write after the leader was killed answered {written:?} after {failover:?}"
     );
     eprintln!("failover: the first write to the killed leader's shard took {failover:?}");
+    let retries = cluster.counter(survivor, "firn_write_retries_total");
+    assert!(retries > 0.0, "the survivor counted no write tried again");
     // The survivors count their calls to the dead node that failed.
     let to_victim = |metric: &str| format!("{metric}{{peer=\"{}\"", victim + 1);
     let failed = cluster.counter(survivor, &to_victim("firn_peer_calls_failed_total"));

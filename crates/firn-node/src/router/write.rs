@@ -46,6 +46,7 @@ impl Router {
                     return ready(Err(e));
                 }
                 Tried::NotTaken(_, again) => {
+                    metrics::counter!("firn_write_retries_total").increment(1);
                     tokio::time::sleep(LEADER_CHANGE_PAUSE).await;
                     op = *again;
                 }
