@@ -180,6 +180,9 @@ class Session:
                 if after:
                     if not isinstance(replies[0], Exception):
                         self._told = max(self._told, token)
+                    elif errors_in_place:
+                        # The session's token was not passed on: not a command's own error.
+                        raise replies[0]
                     replies = replies[1:]
                 if error is not None and not errors_in_place:
                     raise error

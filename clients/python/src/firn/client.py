@@ -219,7 +219,8 @@ class Client:
         time (docs/benchmarks.md measures a put pipelined 16 deep at about half the CPU).
         Not atomic: when a write fails, every reply is still read and the first failure is
         raised, its ``results`` attribute holding each item's :class:`WriteResult` or
-        :class:`FirnError` in order (the others were applied)."""
+        :class:`FirnError` in order (the others were applied). An error passing the
+        session's token on (``FIRN.AFTER``) is raised as it is, without ``results``."""
         pairs = list(items.items()) if isinstance(items, Mapping) else list(items)
         if not 1 <= len(pairs) <= PUT_MANY_MAX:
             raise ValueError(f"put_many takes 1 to {PUT_MANY_MAX} items; got {len(pairs)}")

@@ -22,8 +22,8 @@ enum Tried {
     /// Proposed here (its outcome to come), or answered.
     Done(Pending),
     /// Not taken by the shard's leader: nothing happened. The write comes back, to be tried
-    /// again.
-    NotTaken(FirnError, Box<Op>),
+    /// again (at the node its client reached; elsewhere it is not kept).
+    NotTaken(FirnError, Option<Box<Op>>),
 }
 
 impl Router {
@@ -40,16 +40,14 @@ impl Router {
         loop {
             match self.try_write(shard, op, &ctx, hops).await {
                 Tried::Done(pending) => return pending,
-                // A write forwarded here by another node is tried once: the node its client
-                // reached does the waiting.
-                Tried::NotTaken(e, _) if hops > 0 || since.elapsed() >= LEADER_WAIT => {
-                    return ready(Err(e));
-                }
-                Tried::NotTaken(_, again) => {
+                // Sent again only by the node its client reached (only there is `again`
+                // kept): a write forwarded here is tried once, so waits do not stack.
+                Tried::NotTaken(_, Some(again)) if since.elapsed() < LEADER_WAIT => {
                     metrics::counter!("firn_write_retries_total").increment(1);
                     tokio::time::sleep(LEADER_CHANGE_PAUSE).await;
                     op = *again;
                 }
+                Tried::NotTaken(e, _) => return ready(Err(e)),
             }
         }
     }
@@ -60,7 +58,7 @@ impl Router {
             Err(e) => return Tried::Done(ready(Err(e))),
         };
         let Some(replica) = self.replicas.get(shard).filter(|_| leader == self.node_id) else {
-            let again = Box::new(op.clone());
+            let again = (hops == 0).then(|| Box::new(op.clone()));
             let part = ShardPart::Write(op);
             return match self.forward(leader, shard, part, ctx.clone(), hops).await {
                 Ok(Err(e @ FirnError::TryAgain(_))) | Err(CallError::NotSent(e)) => {
