@@ -27,6 +27,7 @@ use crate::stages::{self, STAGES};
 use crate::state_machine::ShardStateMachine;
 use crate::types::{FirnRaft, LogCommand, NodeId, ShardId};
 
+mod leadership;
 mod refused;
 use refused::write_refused;
 
@@ -504,28 +505,6 @@ impl ShardReplica {
             }
         }
         Ok(())
-    }
-
-    /// The current leader's node id, if one is known.
-    pub fn leader(&self) -> Option<NodeId> {
-        self.raft.metrics().borrow_watched().current_leader
-    }
-
-    /// Waits (at most `timeout`) until the group knows a leader.
-    pub async fn wait_for_leader(&self, timeout: Duration) -> Result<NodeId, FirnError> {
-        let m = self
-            .raft
-            .wait(Some(timeout))
-            .metrics(|m| m.current_leader.is_some(), "a leader is known")
-            .await
-            .map_err(|_| {
-                FirnError::Unavailable(format!(
-                    "shard {} has no leader (no quorum?)",
-                    self.shard_id
-                ))
-            })?;
-        m.current_leader
-            .ok_or_else(|| FirnError::Unavailable(format!("shard {} has no leader", self.shard_id)))
     }
 
     /// On the leader: confirms leadership with a quorum (or, with `lease`, from its lease

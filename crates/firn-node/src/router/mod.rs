@@ -54,6 +54,11 @@ pub type Pending = Pin<Box<dyn Future<Output = Result<Answer, FirnError>> + Send
 /// Forwarding stops after this many hops (a leader change in flight): a write is tried again
 /// by the node its client reached (`write.rs`), a read by the client.
 const FORWARD_HOPS_MAX: u8 = 2;
+/// How long a call forwarded to a shard's leader may still be answered once this node's
+/// replica knows another leader: an answer already on its way (the old leader's, sent as it
+/// stepped down) comes within it; past it, none is coming (the old leader is cut off or
+/// gone), and the call is abandoned rather than left to its timeout ([`PEER_CALL_TIMEOUT`]).
+const MOVED_ANSWER_GRACE: Duration = Duration::from_millis(500);
 /// How long a read or write waits before asking again after the leader it asked stepped
 /// down or could not be reached.
 const LEADER_CHANGE_PAUSE: Duration = Duration::from_millis(50);
@@ -472,13 +477,32 @@ impl Router {
             ))));
         }
         metrics::counter!("firn_forwarded_total", "to" => target.to_string()).increment(1);
+        let is_write = matches!(part, ShardPart::Write(_));
         let call = Execute {
             shard,
             part,
             ctx,
             hops: hops + 1,
         };
-        self.peers.try_call(target, call, PEER_CALL_TIMEOUT).await
+        let call = self.peers.try_call(target, call, PEER_CALL_TIMEOUT);
+        // A replica here sees the shard's leadership move; without one, the call's
+        // timeout is the only bound.
+        let Some(replica) = self.replicas.get(shard) else {
+            return call.await;
+        };
+        let moved = async {
+            let to = replica.leader_moved_from(target).await;
+            tokio::time::sleep(MOVED_ANSWER_GRACE).await;
+            to
+        };
+        tokio::select! {
+            biased;
+            answer = call => answer,
+            to = moved => {
+                metrics::counter!("firn_forwards_abandoned_total").increment(1);
+                Err(CallError::Failed(abandoned(shard, target, to, is_write)))
+            }
+        }
     }
 
     /// Answers a peer's forwarded part.
@@ -491,6 +515,24 @@ impl Router {
     pub async fn shutdown(&self) {
         self.replicas.shutdown().await;
         self.meta.meta().replica().shutdown().await;
+    }
+}
+
+/// What a forwarded call abandoned because its shard's leadership moved means for the
+/// client: a write may have committed through the old leader before it lost the majority
+/// (and then survives in the new leader's log), so its outcome is unknown; a read changed
+/// nothing, and is tried again at the new leader.
+fn abandoned(shard: ShardId, from: NodeId, to: NodeId, is_write: bool) -> FirnError {
+    if is_write {
+        FirnError::Indeterminate(format!(
+            "shard {shard}'s leadership moved from node {from} to node {to} while the write \
+             sent to node {from} was unanswered; it may or may not be applied"
+        ))
+    } else {
+        FirnError::TryAgain(format!(
+            "shard {shard}'s leadership moved from node {from} to node {to} while the request \
+             sent to node {from} was unanswered; retry"
+        ))
     }
 }
 
