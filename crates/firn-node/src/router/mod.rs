@@ -485,10 +485,23 @@ impl Router {
             hops: hops + 1,
         };
         let call = self.peers.try_call(target, call, PEER_CALL_TIMEOUT);
-        // A replica here sees the shard's leadership move; without one, the call's
-        // timeout is the only bound.
+        self.unless_leader_moves(shard, target, call)
+            .await
+            .unwrap_or_else(|to| Err(CallError::Failed(abandoned(shard, target, to, is_write))))
+    }
+
+    /// Runs `call`, a request about `shard` sent to its leader `target`, unless this node's
+    /// replica of the shard learns of another leader first: the call then has
+    /// [`MOVED_ANSWER_GRACE`] more and is given up, `Err` with the new leader. Without a
+    /// replica here, nothing is seen to move and the call's own timeout is the only bound.
+    async fn unless_leader_moves<T>(
+        &self,
+        shard: ShardId,
+        target: NodeId,
+        call: impl Future<Output = T>,
+    ) -> Result<T, NodeId> {
         let Some(replica) = self.replicas.get(shard) else {
-            return call.await;
+            return Ok(call.await);
         };
         let moved = async {
             let to = replica.leader_moved_from(target).await;
@@ -497,10 +510,10 @@ impl Router {
         };
         tokio::select! {
             biased;
-            answer = call => answer,
+            answer = call => Ok(answer),
             to = moved => {
-                metrics::counter!("firn_forwards_abandoned_total").increment(1);
-                Err(CallError::Failed(abandoned(shard, target, to, is_write)))
+                metrics::counter!("firn_leader_calls_abandoned_total").increment(1);
+                Err(to)
             }
         }
     }

@@ -142,11 +142,18 @@ impl Router {
         if leader == self.node_id {
             return replica.linearizable_barrier(lease).await;
         }
-        // A read changes nothing: an unanswered call only means this replica cannot serve now.
+        // A read changes nothing: an unanswered call only means this replica cannot serve now,
+        // and one the leader's move cut short is asked again of the new leader.
+        let asked = self.peers.call(leader, ReadIndex { shard, lease });
         let index = self
-            .peers
-            .call(leader, ReadIndex { shard, lease })
+            .unless_leader_moves(shard, leader, asked)
             .await
+            .map_err(|to| {
+                FirnError::TryAgain(format!(
+                    "shard {shard}'s leadership moved from node {leader} to node {to} while \
+                     its read index was asked"
+                ))
+            })?
             .map_err(|e| match e {
                 FirnError::Indeterminate(m) => {
                     FirnError::Unavailable(format!("cannot reach the leader of shard {shard}: {m}"))
