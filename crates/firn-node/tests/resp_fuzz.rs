@@ -1,0 +1,357 @@
+//! Random commands, built from every command the node names in `COMMAND` and from words and
+//! values its commands take, each answered — a reply or an error — on a connection that goes
+//! on: the node never panics or drops a client on what it sends. proptest makes them and, on
+//! a failure, shrinks it to the smallest command that still fails. Seeded: the seed is
+//! printed, and `FIRN_TEST_SEED=<seed>` replays a run; `FIRN_FUZZ_COMMANDS` sets how many
+//! commands are sent (3,000 by default).
+
+mod common;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::*;
+use proptest::prelude::*;
+use proptest::sample::select;
+use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
+use redis::Value;
+use redis::aio::MultiplexedConnection;
+
+/// Commands left out: they change what the connection is (a subscriber, a watcher, a
+/// service worker, RESP3, closed, authenticated) or wait by design (for a reply, a record, a
+/// token). Each has its own tests.
+const LEFT_OUT: &[&str] = &[
+    "quit",
+    "hello",
+    "reset",
+    "auth",
+    "client",
+    "subscribe",
+    "psubscribe",
+    "ssubscribe",
+    "unsubscribe",
+    "punsubscribe",
+    "sunsubscribe",
+    "firn.watch",
+    "firn.unwatch",
+    "firn.serve",
+    "firn.request",
+    "firn.reply",
+    "firn.after",
+];
+
+/// Words the commands take (options, subcommands, modes), and `BLOCK`'s kin left out.
+const WORDS: &[&str] = &[
+    "EX",
+    "PX",
+    "EXAT",
+    "PXAT",
+    "NX",
+    "XX",
+    "GET",
+    "KEEPTTL",
+    "VERSION",
+    "ASOF",
+    "EVENTTIME",
+    "IFVERSION",
+    "COUNT",
+    "MATCH",
+    "TYPE",
+    "LIMIT",
+    "MAXLEN",
+    "MINID",
+    "NOMKSTREAM",
+    "STREAMS",
+    "GROUP",
+    "CREATE",
+    "DESTROY",
+    "SETID",
+    "CREATECONSUMER",
+    "DELCONSUMER",
+    "MKSTREAM",
+    "ENTRIESREAD",
+    "IDLE",
+    "TIME",
+    "RETRYCOUNT",
+    "FORCE",
+    "JUSTID",
+    "LASTID",
+    "NOACK",
+    "CONSUMERS",
+    "GROUPS",
+    "STREAM",
+    "FULL",
+    "HELP",
+    "LIST",
+    "DROP",
+    "MODE",
+    "versioned",
+    "latest",
+    "notify",
+    "MAXVERSIONS",
+    "MAXAGE",
+    "DURABILITY",
+    "disk",
+    "memory",
+    "LOCAL",
+    "FOLLOW",
+    "on",
+    "off",
+    "APPEND",
+    "NEXT",
+    "READ",
+    "TAGS",
+    "INFO",
+    "TRIM",
+    "FROM",
+    "TO",
+    "BEFORE",
+    "AFTER",
+    "REV",
+    "CONSISTENCY",
+    "linearizable",
+    "lease",
+    "local",
+    "NODES",
+    "SLOTS",
+    "SHARDS",
+    "MYID",
+    "KEYSLOT",
+    "DOCS",
+    "GETKEYS",
+    "SET",
+    "RESETSTAT",
+    "PREFIX",
+    "KEYS",
+    "VALUES",
+    "TAG",
+    "SEQ",
+    "FIELDS",
+    "ALL",
+    "STATUS",
+    "POLICY",
+    "ACK",
+    "CLAIM",
+    "~",
+    "=",
+    "*",
+    "$",
+    ">",
+    "-",
+    "+",
+    "0",
+    "0-0",
+    "1-1",
+];
+
+const NUMBERS: &[&str] = &[
+    "0",
+    "1",
+    "-1",
+    "2",
+    "7",
+    "100",
+    "10001",
+    "65536",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "18446744073709551615",
+    "18446744073709551616",
+    "99999999999999999999999",
+    "1.5",
+    "-0",
+    "nan",
+    "inf",
+    "1e309",
+    "0x10",
+    " 1",
+];
+
+const TIMES: &[&str] = &[
+    "2026-11-22T10:00:00Z",
+    "2026-11-22T10:00:00.123456+02:00",
+    "1970-01-01T00:00:00Z",
+    "9999-12-31T23:59:59Z",
+    "2026-13-45T99:99:99Z",
+    "1795319950123456-0",
+    "1795319950123456-4294967295",
+    "18446744073709551615-18446744073709551615",
+    "1-",
+    "-5",
+    "90s",
+    "15m",
+    "7d",
+    "0s",
+    "99999999999d",
+];
+
+const KEYS: &[&str] = &[
+    "k", "k2", "sensor/7", "s/", "{t}a", "{t}b", "stream", "log", "", "a b", "é", "*", "?",
+];
+
+/// One word of a command: a word the commands take, a number, a time, a key, random bytes,
+/// or a key or value past its limit (a key over 8 KiB, a value over the node's 64 KiB).
+fn word() -> impl Strategy<Value = Vec<u8>> {
+    let text = |words: &'static [&'static str]| select(words).prop_map(|w| w.as_bytes().to_vec());
+    prop_oneof![
+        3 => text(WORDS),
+        2 => text(NUMBERS),
+        1 => text(TIMES),
+        2 => text(KEYS),
+        1 => proptest::collection::vec(any::<u8>(), 0..24),
+        1 => select(&[8_193usize, 70_000][..]).prop_map(|n| vec![b'x'; n]),
+    ]
+}
+
+fn shown(name: &str, args: &[Vec<u8>]) -> String {
+    let mut s = name.to_string();
+    for a in args {
+        s.push(' ');
+        if a.len() > 64 {
+            s.push_str(&format!("<{} bytes>", a.len()));
+        } else {
+            s.push_str(&format!("{:?}", String::from_utf8_lossy(a)));
+        }
+    }
+    s
+}
+
+/// The commands the node says it has (`COMMAND`: each entry's first element is its name).
+async fn commands(c: &mut MultiplexedConnection) -> Vec<String> {
+    let Value::Array(entries) = ok(c, &["COMMAND"]).await else {
+        panic!("COMMAND is not an array");
+    };
+    let names: Vec<String> = entries
+        .iter()
+        .filter_map(|e| match e {
+            Value::Array(fields) => match fields.first() {
+                Some(Value::BulkString(b)) => Some(String::from_utf8_lossy(b).to_lowercase()),
+                Some(Value::SimpleString(s)) => Some(s.to_lowercase()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .filter(|n| !LEFT_OUT.contains(&n.as_str()))
+        .collect();
+    assert!(
+        names.len() >= 40,
+        "COMMAND named only {} commands: {names:?}",
+        names.len()
+    );
+    names
+}
+
+/// A seed of its own for each run (std's hasher keys are random per process).
+fn rand_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+}
+
+#[test]
+fn random_commands_are_each_answered_and_the_connection_goes_on() {
+    let env_number = |name: &str| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
+    let seed = env_number("FIRN_TEST_SEED").unwrap_or_else(rand_seed);
+    let cases = env_number("FIRN_FUZZ_COMMANDS").map_or(3_000, |n| n as u32);
+    eprintln!("resp fuzz seed: FIRN_TEST_SEED={seed}");
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let node = rt.block_on(start_node(true));
+    let (names, conn) = rt.block_on(async {
+        let mut c = redis_conn_patient(&node).await;
+        let names = commands(&mut c).await;
+        // Something for the reads to find: a key, a stream with a group.
+        ok(&mut c, &["SET", "k", "v"]).await;
+        ok(&mut c, &["XADD", "stream", "*", "f", "v"]).await;
+        ok(&mut c, &["XGROUP", "CREATE", "stream", "g", "0"]).await;
+        (names, c)
+    });
+    // A connection the node dropped fails its case; the next case (shrinking goes on after
+    // a failure) gets a new one.
+    let conn = Mutex::new(Some(conn));
+    let outcomes = Mutex::new((0u32, 0u32));
+
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        rng_seed: RngSeed::Fixed(seed),
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(config);
+    // Most commands take a key first: one in two commands starts with one.
+    let key = select(KEYS).prop_map(|k| k.as_bytes().to_vec());
+    let args = prop_oneof![
+        proptest::collection::vec(word(), 0..8),
+        (key, proptest::collection::vec(word(), 0..7)).prop_map(|(k, mut rest)| {
+            rest.insert(0, k);
+            rest
+        }),
+    ];
+    let command = (select(names), args);
+    let result = runner.run(&command, |(name, args)| {
+        rt.block_on(async {
+            let kept = conn.lock().unwrap().take();
+            let mut c = match kept {
+                Some(c) => c,
+                None => redis_conn_patient(&node).await,
+            };
+            let mut cmd = redis::cmd(&name);
+            for a in &args {
+                cmd.arg(a);
+            }
+            let outcome =
+                tokio::time::timeout(Duration::from_secs(30), cmd.query_async::<Value>(&mut c))
+                    .await;
+            let verdict = match outcome {
+                Err(_) => Err(format!("not answered within 30 s: {}", shown(&name, &args))),
+                Ok(Ok(_)) => {
+                    outcomes.lock().unwrap().0 += 1;
+                    Ok(())
+                }
+                // A refusal from the server has its code; anything else (the connection
+                // closed, a reply the client could not read) fails the case.
+                Ok(Err(e)) if e.code().is_some() => {
+                    outcomes.lock().unwrap().1 += 1;
+                    Ok(())
+                }
+                Ok(Err(e)) => Err(format!("{e}: {}", shown(&name, &args))),
+            };
+            // And the connection must still take a command: a node that answered and then
+            // closed it fails this case, not the next.
+            let verdict = match verdict {
+                Ok(()) => redis::cmd("PING")
+                    .query_async::<Value>(&mut c)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| {
+                        format!("the connection failed after {}: {e}", shown(&name, &args))
+                    }),
+                failed => failed,
+            };
+            if verdict.is_ok() {
+                *conn.lock().unwrap() = Some(c);
+            }
+            verdict.map_err(TestCaseError::fail)
+        })
+    });
+    if let Err(e) = result {
+        panic!("{e} (seed {seed})");
+    }
+    let (answered, refused) = *outcomes.lock().unwrap();
+    eprintln!("resp fuzz: {cases} commands, {answered} answered, {refused} refused");
+    // Both outcomes must be common, or the words miss what the commands take.
+    assert!(answered > cases / 20, "only {answered} of {cases} answered");
+    assert!(refused > cases / 20, "only {refused} of {cases} refused");
+    // The node still serves: a connection, a write and a read through Raft.
+    rt.block_on(async {
+        let mut c = redis_conn_patient(&node).await;
+        assert_usable(&mut c).await;
+        ok(&mut c, &["SET", "after-fuzz", "yes"]).await;
+        assert_eq!(bulk_text(&ok(&mut c, &["GET", "after-fuzz"]).await), "yes");
+    });
+}
