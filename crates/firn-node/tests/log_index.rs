@@ -2,49 +2,23 @@
 //! by it (its hit counter moves, on `/metrics` too) with the answers the shards give, and a
 //! trim or FLUSHALL through another node makes every node's index forget what went.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::start_cluster;
 use firn_model::{
     CallContext, CommitTs, FirnError, Key, KvWrite, LogQuery, LogRead, LogRecord, LogSeq, LogWrite,
     NewRecord, Request, Response,
 };
-use firn_node::{NodeConfig, RunningNode};
-
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-fn config(node_id: u64, peers: &BTreeMap<u64, String>, shards: u32) -> NodeConfig {
-    NodeConfig {
-        resp_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        peer_addr: peers[&node_id].parse().unwrap(),
-        in_memory: true,
-        allow_flushall: true,
-        node_id,
-        peers: peers.clone(),
-        shards,
-        replication: 1,
-        ..NodeConfig::default()
-    }
-}
+use firn_node::RunningNode;
 
 /// `n` nodes of one cluster with `shards` shards, one replica each, once every shard takes
 /// writes through every node.
 async fn cluster(n: u64, shards: u32) -> Vec<RunningNode> {
-    let peers: BTreeMap<u64, String> = (1..=n).map(|i| (i, free_addr().to_string())).collect();
-    let starts = (1..=n).map(|i| RunningNode::start(config(i, &peers, shards)));
-    let nodes: Vec<RunningNode> = futures::future::join_all(starts)
-        .await
-        .into_iter()
-        .map(|r| r.expect("node starts"))
-        .collect();
+    let nodes = start_cluster(n, shards).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     for node in &nodes {
         let layout = node.router().layout();

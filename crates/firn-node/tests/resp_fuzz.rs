@@ -249,21 +249,60 @@ fn rand_seed() -> u64 {
         .finish()
 }
 
-#[test]
-fn random_commands_are_each_answered_and_the_connection_goes_on() {
-    let env_number = |name: &str| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
-    let seed = env_number("FIRN_TEST_SEED").unwrap_or_else(rand_seed);
-    let cases = env_number("FIRN_FUZZ_COMMANDS").map_or(3_000, |n| n as u32);
-    eprintln!("resp fuzz seed: FIRN_TEST_SEED={seed}");
-
-    let rt = tokio::runtime::Builder::new_multi_thread()
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+/// The run's seed and command count: `FIRN_TEST_SEED` and `FIRN_FUZZ_COMMANDS`, or a seed
+/// of its own and `default_cases`.
+fn settings(what: &str, default_cases: u32) -> (u64, u32) {
+    let env_number = |name: &str| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
+    let seed = env_number("FIRN_TEST_SEED").unwrap_or_else(rand_seed);
+    let cases = env_number("FIRN_FUZZ_COMMANDS").map_or(default_cases, |n| n as u32);
+    eprintln!("resp fuzz ({what}) seed: FIRN_TEST_SEED={seed}");
+    (seed, cases)
+}
+
+#[test]
+fn random_commands_are_each_answered_and_the_connection_goes_on() {
+    let (seed, cases) = settings("one node", 3_000);
+    let rt = runtime();
     let node = rt.block_on(start_node(true));
+    fuzz(&rt, &node, seed, cases);
+}
+
+/// The same on one node of two with four shards: commands of keys on several shards are
+/// split, forwarded to the other node and merged.
+#[test]
+fn random_commands_across_shards_and_nodes_are_each_answered() {
+    let (seed, cases) = settings("two nodes", 1_500);
+    let rt = runtime();
+    let nodes = rt.block_on(async {
+        let nodes = start_cluster(2, 4).await;
+        // Every shard has a leader once a write to each of many keys went through node 1.
+        let mut c = redis_conn_patient(&nodes[0]).await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        for i in 0..32 {
+            let key = format!("warm-{i}");
+            while let Err(e) = run(&mut c, &["SET", &key, "x"]).await {
+                assert!(std::time::Instant::now() < deadline, "no leader: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        nodes
+    });
+    fuzz(&rt, &nodes[0], seed, cases);
+}
+
+/// Sends `cases` random commands to `node`, each of which must be answered, the connection
+/// going on; then the node must still take a write and read it back.
+fn fuzz(rt: &tokio::runtime::Runtime, node: &firn_node::RunningNode, seed: u64, cases: u32) {
     let (names, conn) = rt.block_on(async {
-        let mut c = redis_conn_patient(&node).await;
+        let mut c = redis_conn_patient(node).await;
         let names = commands(&mut c).await;
         // Something for the reads to find: a key, a stream with a group.
         ok(&mut c, &["SET", "k", "v"]).await;
@@ -298,7 +337,7 @@ fn random_commands_are_each_answered_and_the_connection_goes_on() {
             let kept = conn.lock().unwrap().take();
             let mut c = match kept {
                 Some(c) => c,
-                None => redis_conn_patient(&node).await,
+                None => redis_conn_patient(node).await,
             };
             let mut cmd = redis::cmd(&name);
             for a in &args {
@@ -349,7 +388,7 @@ fn random_commands_are_each_answered_and_the_connection_goes_on() {
     assert!(refused > cases / 20, "only {refused} of {cases} refused");
     // The node still serves: a connection, a write and a read through Raft.
     rt.block_on(async {
-        let mut c = redis_conn_patient(&node).await;
+        let mut c = redis_conn_patient(node).await;
         assert_usable(&mut c).await;
         ok(&mut c, &["SET", "after-fuzz", "yes"]).await;
         assert_eq!(bulk_text(&ok(&mut c, &["GET", "after-fuzz"]).await), "yes");

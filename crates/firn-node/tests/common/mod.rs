@@ -4,7 +4,8 @@
 
 pub mod http;
 
-use std::net::SocketAddr;
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
 use firn_node::{NodeConfig, RunningNode};
@@ -23,6 +24,37 @@ pub async fn start_node(allow_flushall: bool) -> RunningNode {
         ..NodeConfig::default()
     };
     RunningNode::start(config).await.expect("node starts")
+}
+
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// `n` in-process nodes of one cluster with `shards` shards, one replica each (in memory,
+/// FLUSHALL allowed), as soon as each has started: leaders may still be being elected.
+pub async fn start_cluster(n: u64, shards: u32) -> Vec<RunningNode> {
+    let peers: BTreeMap<u64, String> = (1..=n).map(|i| (i, free_addr().to_string())).collect();
+    let config = |node_id: u64| NodeConfig {
+        resp_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        peer_addr: peers[&node_id].parse().unwrap(),
+        in_memory: true,
+        allow_flushall: true,
+        node_id,
+        peers: peers.clone(),
+        shards,
+        replication: 1,
+        ..NodeConfig::default()
+    };
+    let starts = (1..=n).map(|i| RunningNode::start(config(i)));
+    futures::future::join_all(starts)
+        .await
+        .into_iter()
+        .map(|r| r.expect("node starts"))
+        .collect()
 }
 
 pub async fn redis_conn(node: &RunningNode) -> redis::aio::MultiplexedConnection {
