@@ -240,9 +240,9 @@ impl Replicas {
         let replica = self.require(shard)?;
         if replica.leader() != Some(self.node_id) {
             return Err(FirnError::TryAgain(format!(
-                "node {} does not lead shard {shard} (leader: {:?})",
+                "node {} does not lead shard {shard} ({})",
                 self.node_id,
-                replica.leader()
+                firn_raft::leader_named(replica.leader())
             )));
         }
         Ok(replica)

@@ -20,5 +20,5 @@ pub mod transport;
 pub mod types;
 
 pub use closer::ClosePolicy;
-pub use shard::{ProposalOutcome, ShardConfig, ShardReplica, ShardStatus};
+pub use shard::{ProposalOutcome, ShardConfig, ShardReplica, ShardStatus, leader_named};
 pub use types::{FirnRaft, META_GROUP, NodeId, ShardId, group_name};

@@ -28,6 +28,7 @@ use crate::state_machine::ShardStateMachine;
 use crate::types::{FirnRaft, LogCommand, NodeId, ShardId};
 
 mod leadership;
+pub use leadership::leader_named;
 mod refused;
 use refused::write_refused;
 
@@ -182,8 +183,8 @@ fn read_index_error(
     match e {
         RaftError::APIError(LinearizableReadError::ForwardToLeader(f)) => {
             FirnError::TryAgain(format!(
-                "this replica is not the leader of shard {shard_id} (leader: {:?})",
-                f.leader_id
+                "this replica is not the leader of shard {shard_id} ({})",
+                leader_named(f.leader_id)
             ))
         }
         e => unavailable(e),
@@ -612,8 +613,9 @@ impl ShardReplica {
         match e {
             RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
                 FirnError::TryAgain(format!(
-                    "this replica is not the leader of group {} (leader: {:?})",
-                    self.shard_id, f.leader_id
+                    "this replica is not the leader of group {} ({})",
+                    self.shard_id,
+                    leader_named(f.leader_id)
                 ))
             }
             other => FirnError::TryAgain(format!(

@@ -8,6 +8,14 @@ use openraft::async_runtime::watch::WatchReceiver;
 use super::ShardReplica;
 use crate::types::NodeId;
 
+/// A leader as an error message names it: `leader: node 2`, or `no leader known yet`.
+pub fn leader_named(leader: Option<NodeId>) -> String {
+    match leader {
+        Some(node) => format!("leader: node {node}"),
+        None => "no leader known yet".to_string(),
+    }
+}
+
 impl ShardReplica {
     /// The current leader's node id, if one is known.
     pub fn leader(&self) -> Option<NodeId> {

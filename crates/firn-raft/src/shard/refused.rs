@@ -3,6 +3,7 @@
 use firn_model::FirnError;
 use openraft::errors::ClientWriteError;
 
+use super::leader_named;
 use crate::types::{FirnRaft, ShardId};
 
 /// What a write openraft did not complete means for the client. Refused before its entry
@@ -13,13 +14,13 @@ use crate::types::{FirnRaft, ShardId};
 pub(super) fn write_refused(shard_id: ShardId, e: ClientWriteError<FirnRaft>) -> FirnError {
     match e {
         ClientWriteError::ForwardToLeader(f) => FirnError::TryAgain(format!(
-            "this replica is not the leader of shard {shard_id} (leader: {:?})",
-            f.leader_id
+            "this replica is not the leader of shard {shard_id} ({})",
+            leader_named(f.leader_id)
         )),
         ClientWriteError::LogEntryDiscarded(f) => FirnError::Indeterminate(format!(
-            "shard {shard_id} changed leader (now {:?}) before the write committed here; \
+            "shard {shard_id} changed leader ({}) before the write committed here; \
              it may or may not be applied",
-            f.leader_id
+            leader_named(f.leader_id)
         )),
         e @ (ClientWriteError::ChangeMembershipError(_)
         | ClientWriteError::PreconditionFailed(_)) => {
@@ -54,6 +55,19 @@ mod tests {
         assert!(
             matches!(not_leader, FirnError::TryAgain(_)),
             "{not_leader:?}"
+        );
+        // The leader is named in words a user reads, not as a Rust `Option`.
+        assert!(
+            not_leader.to_string().contains("(no leader known yet)"),
+            "{not_leader}"
+        );
+        let elsewhere = write_refused(
+            3,
+            ClientWriteError::ForwardToLeader(ForwardToLeader::new(2, Default::default())),
+        );
+        assert!(
+            elsewhere.to_string().contains("(leader: node 2)"),
+            "{elsewhere}"
         );
     }
 }
