@@ -485,9 +485,15 @@ impl Router {
             hops: hops + 1,
         };
         let call = self.peers.try_call(target, call, PEER_CALL_TIMEOUT);
-        self.unless_leader_moves(shard, target, call)
-            .await
-            .unwrap_or_else(|to| Err(CallError::Failed(abandoned(shard, target, to, is_write))))
+        let why = match self.unless_leader_moves(shard, target, call).await {
+            Ok(Err(CallError::Unanswered(why))) => why,
+            Ok(answered) => return answered,
+            Err(to) => format!(
+                "shard {shard}'s leadership moved from node {target} to node {to} while the \
+                 request sent to node {target} was unanswered"
+            ),
+        };
+        Err(CallError::Failed(unanswered(why, is_write)))
     }
 
     /// Runs `call`, a request about `shard` sent to its leader `target`, unless this node's
@@ -531,21 +537,16 @@ impl Router {
     }
 }
 
-/// What a forwarded call abandoned because its shard's leadership moved means for the
-/// client: a write may have committed through the old leader before it lost the majority
-/// (and then survives in the new leader's log), so its outcome is unknown; a read changed
-/// nothing, and is tried again at the new leader.
-fn abandoned(shard: ShardId, from: NodeId, to: NodeId, is_write: bool) -> FirnError {
+/// What a forwarded call that got no answer (it timed out, its connection dropped, or it
+/// was given up when the shard's leadership moved) means for the client: a write may have
+/// been applied there (and, through a leader that then lost its majority, survive in the
+/// new leader's log), so its outcome is unknown; a read changed nothing and may be sent
+/// again.
+fn unanswered(why: String, is_write: bool) -> FirnError {
     if is_write {
-        FirnError::Indeterminate(format!(
-            "shard {shard}'s leadership moved from node {from} to node {to} while the write \
-             sent to node {from} was unanswered; it may or may not be applied"
-        ))
+        FirnError::Indeterminate(format!("{why}; it may or may not be applied"))
     } else {
-        FirnError::TryAgain(format!(
-            "shard {shard}'s leadership moved from node {from} to node {to} while the request \
-             sent to node {from} was unanswered; retry"
-        ))
+        FirnError::TryAgain(format!("{why}; nothing was changed, retry"))
     }
 }
 
@@ -601,5 +602,22 @@ pub fn validate_read(read: &KvRead) -> Result<(), FirnError> {
             }
         },
         KvRead::Get { .. } | KvRead::DbSize => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A forwarded read that got no answer changed nothing and is retried (`TRYAGAIN`); a
+    /// write's outcome is unknown (`UNCERTAIN`), never retried.
+    #[test]
+    fn an_unanswered_read_may_be_retried_and_an_unanswered_write_is_uncertain() {
+        let why = || "node 3 did not answer within 5s".to_string();
+        assert!(matches!(unanswered(why(), false), FirnError::TryAgain(_)));
+        assert!(matches!(
+            unanswered(why(), true),
+            FirnError::Indeterminate(_)
+        ));
     }
 }

@@ -65,7 +65,9 @@ impl Router {
                     Tried::NotTaken(e, again)
                 }
                 Ok(answer) => Tried::Done(ready(answer)),
-                Err(CallError::Failed(e)) => Tried::Done(ready(Err(e))),
+                Err(e @ (CallError::Failed(_) | CallError::Unanswered(_))) => {
+                    Tried::Done(ready(Err(e.into())))
+                }
             };
         };
         if op.adds_data()

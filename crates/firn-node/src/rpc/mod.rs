@@ -299,8 +299,11 @@ pub enum CallError {
     /// The call never reached the node: no connection to it, or the connection ended before
     /// the call was written. Nothing happened there; trying again is safe.
     NotSent(FirnError),
+    /// Sent, and no answer came (the connection dropped, or the call's time ran out): what
+    /// the call did there is unknown. Says why.
+    Unanswered(String),
     /// Anything else: the node too busy to take it (nothing happened, but it asked for a
-    /// pause), its outcome unknown, its answer unreadable.
+    /// pause), its answer unreadable.
     Failed(FirnError),
 }
 
@@ -308,6 +311,10 @@ impl From<CallError> for FirnError {
     fn from(e: CallError) -> Self {
         match e {
             CallError::NotSent(e) | CallError::Failed(e) => e,
+            // A request that changes something may have done so.
+            CallError::Unanswered(why) => FirnError::Indeterminate(format!(
+                "{why}; the request may or may not have been applied"
+            )),
         }
     }
 }
@@ -339,9 +346,7 @@ fn decode<R: Rpc>(
         // Not taken: nothing happened, but the node asks for a pause.
         Err(e @ PeerError::Busy(..)) => failed(FirnError::TryAgain(format!("{e}"))),
         // Sent, but no answer: a write may have been applied.
-        Err(e) => failed(FirnError::Indeterminate(format!(
-            "{e}; the request may or may not have been applied"
-        ))),
+        Err(e) => Err(CallError::Unanswered(e.to_string())),
     }
 }
 
@@ -372,5 +377,33 @@ mod tests {
         };
         assert_eq!(NodeRpc::from(index).lane(), Lane::Messages);
         assert_eq!(NodeRpc::from(Describe).lane(), Lane::Messages);
+    }
+
+    /// What a call without a reply says: never sent (retry), not taken (retry after a
+    /// pause), or sent and unanswered (unknown: the caller decides what that means).
+    #[test]
+    fn a_call_without_a_reply_says_whether_it_was_sent() {
+        let no_reply = |e| decode::<ReadIndex>("node 3", Err(e));
+        assert!(matches!(
+            no_reply(PeerError::Unreachable(3, "refused".into())),
+            Err(CallError::NotSent(FirnError::TryAgain(_)))
+        ));
+        assert!(matches!(
+            no_reply(PeerError::Busy(3, "full".into())),
+            Err(CallError::Failed(FirnError::TryAgain(_)))
+        ));
+        for sent in [
+            PeerError::Lost(3),
+            PeerError::Timeout(3, std::time::Duration::from_secs(5)),
+        ] {
+            let Err(CallError::Unanswered(why)) = no_reply(sent) else {
+                panic!("a sent call without an answer must be unanswered");
+            };
+            // To a caller that does not tell reads from writes, its outcome is unknown.
+            assert!(matches!(
+                FirnError::from(CallError::Unanswered(why)),
+                FirnError::Indeterminate(_)
+            ));
+        }
     }
 }
