@@ -523,18 +523,18 @@ impl ShardReplica {
     }
 
     /// Waits (at most `timeout`) until this replica has applied `index`.
+    /// Watches the apply progress alone: a waiter wakes when an apply lands, not on every
+    /// change of the group's metrics, and copies no metrics when it does.
     pub async fn wait_applied(&self, index: u64, timeout: Duration) -> Result<(), FirnError> {
-        self.raft
-            .wait(Some(timeout))
-            .applied_index_at_least(Some(index), "catching up for a read")
-            .await
-            .map(|_| ())
-            .map_err(|_| {
-                FirnError::TryAgain(format!(
-                    "replica of shard {} is still catching up",
-                    self.shard_id
-                ))
-            })
+        let mut applied = self.raft.watch_apply_progress();
+        let reached = applied.wait_until(|a| a.as_ref().is_some_and(|l| l.index() >= index));
+        match tokio::time::timeout(timeout, reached).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(FirnError::TryAgain(format!(
+                "replica of shard {} is still catching up",
+                self.shard_id
+            ))),
+        }
     }
 
     /// The group's voters and learners, from the newest membership this replica knows.
