@@ -211,7 +211,7 @@ impl MetaClient {
     pub async fn keyspaces(&self) -> Result<Vec<KeyspaceDef>, FirnError> {
         let leader = self.leader()?;
         if leader != self.meta.node_id {
-            return self.peers.call(leader, ListKeyspaces).await?;
+            return self.peers.call_read(leader, ListKeyspaces).await?;
         }
         self.meta.replica.linearizable_barrier(false).await?;
         let (_, layout) = self.meta.stored_layout().await?;

@@ -46,7 +46,7 @@ use crate::log_index::{Forget, LogIndex};
 use crate::pubsub::PubSub;
 use crate::replicas::Replicas;
 use crate::reply::ReplySlots;
-use crate::rpc::{CallError, Execute, PEER_CALL_TIMEOUT, PeerClient, ShardPart};
+use crate::rpc::{CallError, Execute, PEER_CALL_TIMEOUT, PeerClient, ShardPart, read_unanswered};
 
 /// A request's outcome, possibly still in flight (a proposed write).
 pub type Pending = Pin<Box<dyn Future<Output = Result<Answer, FirnError>> + Send>>;
@@ -485,15 +485,14 @@ impl Router {
             hops: hops + 1,
         };
         let call = self.peers.try_call(target, call, PEER_CALL_TIMEOUT);
-        let why = match self.unless_leader_moves(shard, target, call).await {
-            Ok(Err(CallError::Unanswered(why))) => why,
-            Ok(answered) => return answered,
-            Err(to) => format!(
-                "shard {shard}'s leadership moved from node {target} to node {to} while the \
-                 request sent to node {target} was unanswered"
-            ),
-        };
-        Err(CallError::Failed(unanswered(why, is_write)))
+        match self.unless_leader_moves(shard, target, call).await {
+            // A write's stays unanswered: UNCERTAIN, where its caller turns it into an error.
+            Ok(Err(CallError::Unanswered(why))) if !is_write => {
+                Err(CallError::Failed(read_unanswered(&why)))
+            }
+            Ok(answered) => answered,
+            Err(to) => Err(CallError::Failed(moved_away(shard, target, to, is_write))),
+        }
     }
 
     /// Runs `call`, a request about `shard` sent to its leader `target`, unless this node's
@@ -537,16 +536,19 @@ impl Router {
     }
 }
 
-/// What a forwarded call that got no answer (it timed out, its connection dropped, or it
-/// was given up when the shard's leadership moved) means for the client: a write may have
-/// been applied there (and, through a leader that then lost its majority, survive in the
-/// new leader's log), so its outcome is unknown; a read changed nothing and may be sent
-/// again.
-fn unanswered(why: String, is_write: bool) -> FirnError {
+/// What a forwarded call given up because its shard's leadership moved means for the
+/// client: a write may have been applied by the old leader (and, committed with a follower
+/// just before it lost its majority, survive in the new leader's log), so its outcome is
+/// unknown; a read changed nothing and goes to the new leader when sent again.
+fn moved_away(shard: ShardId, from: NodeId, to: NodeId, is_write: bool) -> FirnError {
+    let why = format!(
+        "shard {shard}'s leadership moved from node {from} to node {to} while the request sent \
+         to node {from} was unanswered"
+    );
     if is_write {
         FirnError::Indeterminate(format!("{why}; it may or may not be applied"))
     } else {
-        FirnError::TryAgain(format!("{why}; nothing was changed, retry"))
+        FirnError::TryAgain(format!("{why}; retry"))
     }
 }
 
@@ -609,14 +611,13 @@ pub fn validate_read(read: &KvRead) -> Result<(), FirnError> {
 mod tests {
     use super::*;
 
-    /// A forwarded read that got no answer changed nothing and is retried (`TRYAGAIN`); a
-    /// write's outcome is unknown (`UNCERTAIN`), never retried.
+    /// A forwarded read given up when its shard's leadership moved changed nothing and is
+    /// sent again (`TRYAGAIN`); a write's outcome is unknown (`UNCERTAIN`), never retried.
     #[test]
-    fn an_unanswered_read_may_be_retried_and_an_unanswered_write_is_uncertain() {
-        let why = || "node 3 did not answer within 5s".to_string();
-        assert!(matches!(unanswered(why(), false), FirnError::TryAgain(_)));
+    fn a_read_cut_short_by_a_move_may_be_retried_and_a_write_is_uncertain() {
+        assert!(matches!(moved_away(2, 3, 1, false), FirnError::TryAgain(_)));
         assert!(matches!(
-            unanswered(why(), true),
+            moved_away(2, 3, 1, true),
             FirnError::Indeterminate(_)
         ));
     }

@@ -144,7 +144,7 @@ impl Router {
         }
         // A read changes nothing: an unanswered call only means this replica cannot serve now,
         // and one the leader's move cut short is asked again of the new leader.
-        let asked = self.peers.call(leader, ReadIndex { shard, lease });
+        let asked = self.peers.call_read(leader, ReadIndex { shard, lease });
         let index = self
             .unless_leader_moves(shard, leader, asked)
             .await
@@ -155,7 +155,7 @@ impl Router {
                 ))
             })?
             .map_err(|e| match e {
-                FirnError::Indeterminate(m) => {
+                FirnError::Unavailable(m) => {
                     FirnError::Unavailable(format!("cannot reach the leader of shard {shard}: {m}"))
                 }
                 other => other,

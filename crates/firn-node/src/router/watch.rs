@@ -111,7 +111,7 @@ impl Router {
         if leader == self.node_id {
             return self.watch_poll(call).await;
         }
-        self.peers.call(leader, call).await?
+        self.peers.call_read(leader, call).await?
     }
 
     /// Answers a remote watch's poll from this node's replica: the versions from `from` on,

@@ -265,6 +265,18 @@ impl PeerClient {
             .map_err(FirnError::from)
     }
 
+    /// Calls node `target` with a call that changes nothing there (a read index, a watch's
+    /// poll, a listing): one sent and unanswered is `CLUSTERDOWN` ([`read_unanswered`]),
+    /// never `UNCERTAIN`.
+    pub async fn call_read<R: Rpc>(&self, target: NodeId, call: R) -> Result<R::Reply, FirnError> {
+        self.try_call(target, call, PEER_CALL_TIMEOUT)
+            .await
+            .map_err(|e| match e {
+                CallError::Unanswered(why) => read_unanswered(&why),
+                other => other.into(),
+            })
+    }
+
     /// Calls node `target`, saying whether a call without a reply ever reached it.
     pub async fn try_call<R: Rpc>(
         &self,
@@ -323,6 +335,13 @@ impl From<FirnError> for CallError {
     fn from(e: FirnError) -> Self {
         CallError::Failed(e)
     }
+}
+
+/// What a read whose call to another node went unanswered tells its client: it cannot be
+/// served now (the node it needs does not answer), and it changed nothing, so it may be sent
+/// again.
+pub fn read_unanswered(why: &str) -> FirnError {
+    FirnError::Unavailable(format!("{why}; a read changes nothing: retry"))
 }
 
 fn encode(call: NodeRpc) -> Result<Vec<u8>, FirnError> {
@@ -399,11 +418,13 @@ mod tests {
             let Err(CallError::Unanswered(why)) = no_reply(sent) else {
                 panic!("a sent call without an answer must be unanswered");
             };
-            // To a caller that does not tell reads from writes, its outcome is unknown.
+            // To a caller that does not tell reads from writes, its outcome is unknown; to a
+            // read, it is a refusal to try again.
             assert!(matches!(
-                FirnError::from(CallError::Unanswered(why)),
+                FirnError::from(CallError::Unanswered(why.clone())),
                 FirnError::Indeterminate(_)
             ));
+            assert!(matches!(read_unanswered(&why), FirnError::Unavailable(_)));
         }
     }
 }
