@@ -16,6 +16,7 @@ use proptest::sample::select;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 use redis::Value;
 use redis::aio::MultiplexedConnection;
+use redis_protocol::resp3::types::Resp3Frame;
 
 /// Commands left out: they change what the connection is (a subscriber, a watcher, a
 /// service worker, RESP3, closed, authenticated) or wait by design (for a reply, a record, a
@@ -393,4 +394,132 @@ fn fuzz(rt: &tokio::runtime::Runtime, node: &firn_node::RunningNode, seed: u64, 
         ok(&mut c, &["SET", "after-fuzz", "yes"]).await;
         assert_eq!(bulk_text(&ok(&mut c, &["GET", "after-fuzz"]).await), "yes");
     });
+}
+
+/// The commands that change what a connection is — subscriptions, the protocol version,
+/// `RESET` — in random sequences, with commands of every other kind among them.
+fn mode_command() -> impl Strategy<Value = Vec<Vec<u8>>> {
+    let channel = select(&["a", "b", "news.*", "*", "", "a b"][..]);
+    let channels = proptest::collection::vec(channel, 0..3);
+    let words = |name: &'static str, args: Vec<&'static str>| -> Vec<Vec<u8>> {
+        std::iter::once(name)
+            .chain(args)
+            .map(|w| w.as_bytes().to_vec())
+            .collect()
+    };
+    prop_oneof![
+        channels.clone().prop_map(move |c| words("SUBSCRIBE", c)),
+        channels.clone().prop_map(move |c| words("PSUBSCRIBE", c)),
+        channels.clone().prop_map(move |c| words("SSUBSCRIBE", c)),
+        channels.clone().prop_map(move |c| words("UNSUBSCRIBE", c)),
+        channels.clone().prop_map(move |c| words("PUNSUBSCRIBE", c)),
+        channels.clone().prop_map(move |c| words("SUNSUBSCRIBE", c)),
+        channels.clone().prop_map(move |c| words("PUBLISH", c)),
+        select(&["2", "3", "4", "x", ""][..]).prop_map(move |v| words("HELLO", vec![v])),
+        Just(words("HELLO", vec![])),
+        Just(words("RESET", vec![])),
+        Just(words("PING", vec![])),
+        Just(words("PING", vec!["hi"])),
+        Just(words("GET", vec!["k"])),
+        Just(words("SET", vec!["k", "v"])),
+        Just(words("FIRN.TOKEN", vec![])),
+        Just(words("XADD", vec!["stream", "*", "f", "v"])),
+        Just(words("PUBSUB", vec!["CHANNELS"])),
+        Just(words("INFO", vec![])),
+    ]
+}
+
+/// Sends `commands` on a new connection, then `RESET` and `ECHO <end>`, and reads until the
+/// echo comes back: every reply must be readable (RESP2 or RESP3) and the node must never
+/// close the connection.
+async fn run_modes(node: &firn_node::RunningNode, commands: &[Vec<Vec<u8>>]) -> Result<(), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let end = b"end-of-sequence".to_vec();
+    let mut sent = Vec::new();
+    for words in commands
+        .iter()
+        .cloned()
+        .chain([vec![b"RESET".to_vec()], vec![b"ECHO".to_vec(), end.clone()]])
+    {
+        sent.extend_from_slice(format!("*{}\r\n", words.len()).as_bytes());
+        for w in words {
+            sent.extend_from_slice(format!("${}\r\n", w.len()).as_bytes());
+            sent.extend_from_slice(&w);
+            sent.extend_from_slice(b"\r\n");
+        }
+    }
+    let mut stream = tokio::net::TcpStream::connect(node.resp_addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    stream.write_all(&sent).await.map_err(|e| e.to_string())?;
+    let mut buf: Vec<u8> = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        // Whole frames first: the last one wanted is the echo.
+        while let Some((bytes, used)) = next_frame(&buf)? {
+            buf.drain(..used);
+            if bytes.as_deref() == Some(&end[..]) {
+                return Ok(());
+            }
+        }
+        let mut chunk = [0u8; 4096];
+        let read = tokio::time::timeout_at(deadline, stream.read(&mut chunk))
+            .await
+            .map_err(|_| "no echo within 10 s".to_string())?
+            .map_err(|e| e.to_string())?;
+        if read == 0 {
+            return Err("the node closed the connection".into());
+        }
+        buf.extend_from_slice(&chunk[..read]);
+    }
+}
+
+/// A whole frame read off the connection: its bytes if it is a string, and its length.
+type Frame = (Option<Vec<u8>>, usize);
+
+/// The first whole frame of `buf`, in RESP2 or (after `HELLO 3`) RESP3; an error if it is
+/// neither.
+fn next_frame(buf: &[u8]) -> Result<Option<Frame>, String> {
+    use redis_protocol::resp2::types::Resp2Frame;
+    match redis_protocol::resp2::decode::decode(buf) {
+        Ok(Some((frame, used))) => return Ok(Some((frame.as_bytes().map(<[u8]>::to_vec), used))),
+        Ok(None) => return Ok(None),
+        Err(_) => {}
+    }
+    match redis_protocol::resp3::decode::complete::decode(buf) {
+        Ok(Some((frame, used))) => Ok(Some((frame.as_bytes().map(<[u8]>::to_vec), used))),
+        Ok(None) => Ok(None),
+        Err(e) => Err(format!(
+            "an unreadable reply ({e:?}): {:?}",
+            String::from_utf8_lossy(&buf[..buf.len().min(200)])
+        )),
+    }
+}
+
+#[test]
+fn sequences_that_change_the_connections_mode_never_lose_it() {
+    let (seed, cases) = settings("connection modes", 300);
+    let rt = runtime();
+    let node = rt.block_on(start_node(true));
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        rng_seed: RngSeed::Fixed(seed),
+        ..Config::default()
+    };
+    let result = TestRunner::new(config).run(
+        &proptest::collection::vec(mode_command(), 1..16),
+        |commands| {
+            rt.block_on(run_modes(&node, &commands)).map_err(|e| {
+                let shown: Vec<String> = commands
+                    .iter()
+                    .map(|c| String::from_utf8_lossy(&c.join(&b' ')).into_owned())
+                    .collect();
+                TestCaseError::fail(format!("{e}: {shown:?}"))
+            })
+        },
+    );
+    if let Err(e) = result {
+        panic!("{e} (seed {seed})");
+    }
 }
