@@ -1,5 +1,6 @@
-//! RESP connections: a node holds at most its stated number, and a stopping node ends them
-//! (watches included) within a stated bound.
+//! RESP connections: a node holds at most its stated number, a stopping node ends them
+//! (watches included) within a stated bound, and a watching connection answers what was
+//! pipelined behind its FIRN.WATCH.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -125,4 +126,22 @@ async fn shutdown_with_a_watch_open_ends_the_watch_within_the_bound() {
             "the {what} connection is still open after shutdown: {read:?}"
         );
     }
+}
+
+/// Commands pipelined behind FIRN.WATCH, in the same write, are answered: the watch takes
+/// FIRN.UNWATCH at once, and the commands after it run as on any connection. (They waited
+/// for the client's next bytes, forever for a client that waits for their answers.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_pipelined_behind_a_watch_are_answered() {
+    let node = node_with_connections_max(16).await;
+    let mut c = TcpStream::connect(node.resp_addr).await.unwrap();
+    let want = "*2\r\n$8\r\nwatching\r\n$6\r\ncamera\r\n+PONG\r\n+OK\r\n$3\r\nend\r\n";
+    let got = exchange(
+        &mut c,
+        b"*2\r\n$10\r\nFIRN.WATCH\r\n$6\r\ncamera\r\n*1\r\n$4\r\nPING\r\n\
+          *1\r\n$12\r\nFIRN.UNWATCH\r\n*2\r\n$4\r\nECHO\r\n$3\r\nend\r\n",
+        want.len(),
+    )
+    .await;
+    assert_eq!(got, want);
 }

@@ -396,8 +396,8 @@ fn fuzz(rt: &tokio::runtime::Runtime, node: &firn_node::RunningNode, seed: u64, 
     });
 }
 
-/// The commands that change what a connection is — subscriptions, the protocol version,
-/// `RESET` — in random sequences, with commands of every other kind among them.
+/// The commands that change what a connection is — subscriptions, a watch, the protocol
+/// version, `RESET` — in random sequences, with commands of every other kind among them.
 fn mode_command() -> impl Strategy<Value = Vec<Vec<u8>>> {
     let channel = select(&["a", "b", "news.*", "*", "", "a b"][..]);
     let channels = proptest::collection::vec(channel, 0..3);
@@ -426,21 +426,25 @@ fn mode_command() -> impl Strategy<Value = Vec<Vec<u8>>> {
         Just(words("XADD", vec!["stream", "*", "f", "v"])),
         Just(words("PUBSUB", vec!["CHANNELS"])),
         Just(words("INFO", vec![])),
+        Just(words("FIRN.WATCH", vec!["k"])),
+        Just(words("FIRN.WATCH", vec!["s/", "PREFIX"])),
+        Just(words("FIRN.UNWATCH", vec![])),
     ]
 }
 
-/// Sends `commands` on a new connection, then `RESET` and `ECHO <end>`, and reads until the
+/// Sends `commands` on a new connection, then `FIRN.UNWATCH`, `RESET` and `ECHO <end>`, and reads until the
 /// echo comes back: every reply must be readable (RESP2 or RESP3) and the node must never
 /// close the connection.
 async fn run_modes(node: &firn_node::RunningNode, commands: &[Vec<Vec<u8>>]) -> Result<(), String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let end = b"end-of-sequence".to_vec();
     let mut sent = Vec::new();
-    for words in commands
-        .iter()
-        .cloned()
-        .chain([vec![b"RESET".to_vec()], vec![b"ECHO".to_vec(), end.clone()]])
-    {
+    for words in commands.iter().cloned().chain([
+        // A watch takes only FIRN.UNWATCH, PING and QUIT; RESET ends the rest.
+        vec![b"FIRN.UNWATCH".to_vec()],
+        vec![b"RESET".to_vec()],
+        vec![b"ECHO".to_vec(), end.clone()],
+    ]) {
         sent.extend_from_slice(format!("*{}\r\n", words.len()).as_bytes());
         for w in words {
             sent.extend_from_slice(format!("${}\r\n", w.len()).as_bytes());

@@ -13,6 +13,7 @@ pub mod command;
 pub mod registry;
 pub mod reply;
 mod subscribed;
+mod watching;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -605,59 +606,6 @@ impl Connection {
                         self.closing = true;
                         return Ok(None);
                     }
-                }
-            }
-        }
-    }
-
-    /// Streams events until the client sends FIRN.UNWATCH or QUIT, the watch ends, or the
-    /// node stops (then the connection closes).
-    async fn watch_loop(&mut self, stream: &mut crate::watch::WatchStream) -> std::io::Result<()> {
-        loop {
-            tokio::select! {
-                event = stream.next() => match event {
-                    Some(Ok(e)) => {
-                        firn_watch::event_reply(&e).encode(self.proto, &mut self.output);
-                        self.flush().await?;
-                    }
-                    Some(Err(e)) => {
-                        Reply::error(&e).encode(self.proto, &mut self.output);
-                        self.flush().await?;
-                        return Ok(());
-                    }
-                    None => return Ok(()),
-                },
-                _ = self.stop.changed() => {
-                    self.closing = true;
-                    return Ok(());
-                }
-                n = self.stream.read_buf(&mut self.input) => {
-                    if n? == 0 {
-                        self.closing = true;
-                        return Ok(());
-                    }
-                    while let Some(frame) = self.next_frame() {
-                        let reply = match frame {
-                            Ok((name, _)) => match name.as_str() {
-                                "FIRN.UNWATCH" => {
-                                    Reply::Ok.encode(self.proto, &mut self.output);
-                                    self.flush().await?;
-                                    return Ok(());
-                                }
-                                "QUIT" => {
-                                    self.closing = true;
-                                    Reply::Ok.encode(self.proto, &mut self.output);
-                                    self.flush().await?;
-                                    return Ok(());
-                                }
-                                "PING" => Reply::Simple("PONG".into()),
-                                _ => Reply::Error("ERR only FIRN.UNWATCH, PING and QUIT are allowed while watching".into()),
-                            },
-                            Err(r) => r,
-                        };
-                        reply.encode(self.proto, &mut self.output);
-                    }
-                    self.flush().await?;
                 }
             }
         }
