@@ -26,7 +26,6 @@ const LEFT_OUT: &[&str] = &[
     "hello",
     "reset",
     "auth",
-    "client",
     "subscribe",
     "psubscribe",
     "ssubscribe",
@@ -426,6 +425,19 @@ fn mode_command() -> impl Strategy<Value = Vec<Vec<u8>>> {
         Just(words("XADD", vec!["stream", "*", "f", "v"])),
         Just(words("PUBSUB", vec!["CHANNELS"])),
         Just(words("INFO", vec![])),
+        Just(words(
+            "XREAD",
+            vec!["BLOCK", "10", "STREAMS", "stream", "$"]
+        )),
+        Just(words(
+            "XREADGROUP",
+            vec!["GROUP", "g", "c", "BLOCK", "10", "STREAMS", "stream", ">"]
+        )),
+        Just(words("FIRN.SERVE", vec!["svc", "BLOCK", "10"])),
+        Just(words("FIRN.REQUEST", vec!["svc", "p", "TIMEOUT", "10"])),
+        Just(words("CLIENT", vec!["SETNAME", "fuzz"])),
+        Just(words("CLIENT", vec!["GETNAME"])),
+        Just(words("SELECT", vec!["1"])),
         Just(words("FIRN.WATCH", vec!["k"])),
         Just(words("FIRN.WATCH", vec!["s/", "PREFIX"])),
         Just(words("FIRN.UNWATCH", vec![])),
