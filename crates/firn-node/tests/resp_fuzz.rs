@@ -267,6 +267,22 @@ fn settings(what: &str, default_cases: u32) -> (u64, u32) {
     (seed, cases)
 }
 
+/// Two in-process nodes with four shards, once every shard has a leader (writes to many
+/// keys went through node 1).
+async fn two_nodes() -> Vec<firn_node::RunningNode> {
+    let nodes = start_cluster(2, 4).await;
+    let mut c = redis_conn_patient(&nodes[0]).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    for i in 0..32 {
+        let key = format!("warm-{i}");
+        while let Err(e) = run(&mut c, &["SET", &key, "x"]).await {
+            assert!(std::time::Instant::now() < deadline, "no leader: {e}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    nodes
+}
+
 #[test]
 fn random_commands_are_each_answered_and_the_connection_goes_on() {
     let (seed, cases) = settings("one node", 3_000);
@@ -281,20 +297,7 @@ fn random_commands_are_each_answered_and_the_connection_goes_on() {
 fn random_commands_across_shards_and_nodes_are_each_answered() {
     let (seed, cases) = settings("two nodes", 1_500);
     let rt = runtime();
-    let nodes = rt.block_on(async {
-        let nodes = start_cluster(2, 4).await;
-        // Every shard has a leader once a write to each of many keys went through node 1.
-        let mut c = redis_conn_patient(&nodes[0]).await;
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        for i in 0..32 {
-            let key = format!("warm-{i}");
-            while let Err(e) = run(&mut c, &["SET", &key, "x"]).await {
-                assert!(std::time::Instant::now() < deadline, "no leader: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-        nodes
-    });
+    let nodes = rt.block_on(two_nodes());
     fuzz(&rt, &nodes[0], seed, cases);
 }
 
@@ -517,6 +520,20 @@ fn sequences_that_change_the_connections_mode_never_lose_it() {
     let (seed, cases) = settings("connection modes", 300);
     let rt = runtime();
     let node = rt.block_on(start_node(true));
+    mode_fuzz(&rt, &node, seed, cases);
+}
+
+/// The same on one node of two with four shards: watches of shards led by the other node,
+/// messages published across nodes.
+#[test]
+fn sequences_that_change_the_connections_mode_never_lose_it_on_a_cluster() {
+    let (seed, cases) = settings("connection modes, two nodes", 150);
+    let rt = runtime();
+    let nodes = rt.block_on(two_nodes());
+    mode_fuzz(&rt, &nodes[0], seed, cases);
+}
+
+fn mode_fuzz(rt: &tokio::runtime::Runtime, node: &firn_node::RunningNode, seed: u64, cases: u32) {
     let config = Config {
         cases,
         failure_persistence: None,
@@ -526,7 +543,7 @@ fn sequences_that_change_the_connections_mode_never_lose_it() {
     let result = TestRunner::new(config).run(
         &proptest::collection::vec(mode_command(), 1..16),
         |commands| {
-            rt.block_on(run_modes(&node, &commands)).map_err(|e| {
+            rt.block_on(run_modes(node, &commands)).map_err(|e| {
                 let shown: Vec<String> = commands
                     .iter()
                     .map(|c| String::from_utf8_lossy(&c.join(&b' ')).into_owned())
