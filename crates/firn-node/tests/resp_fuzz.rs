@@ -267,6 +267,25 @@ fn settings(what: &str, default_cases: u32) -> (u64, u32) {
     (seed, cases)
 }
 
+/// A fuzz run: the runtime, the node to send to, the seed and how many cases.
+type Run = fn(&tokio::runtime::Runtime, &firn_node::RunningNode, u64, u32);
+
+/// `run` against one in-process node.
+fn on_one_node(what: &str, default_cases: u32, run: Run) {
+    let (seed, cases) = settings(what, default_cases);
+    let rt = runtime();
+    let node = rt.block_on(start_node(true));
+    run(&rt, &node, seed, cases);
+}
+
+/// `run` against the first of [`two_nodes`].
+fn on_two_nodes(what: &str, default_cases: u32, run: Run) {
+    let (seed, cases) = settings(what, default_cases);
+    let rt = runtime();
+    let nodes = rt.block_on(two_nodes());
+    run(&rt, &nodes[0], seed, cases);
+}
+
 /// Two in-process nodes with four shards, once every shard has a leader (writes to many
 /// keys went through node 1).
 async fn two_nodes() -> Vec<firn_node::RunningNode> {
@@ -285,20 +304,14 @@ async fn two_nodes() -> Vec<firn_node::RunningNode> {
 
 #[test]
 fn random_commands_are_each_answered_and_the_connection_goes_on() {
-    let (seed, cases) = settings("one node", 3_000);
-    let rt = runtime();
-    let node = rt.block_on(start_node(true));
-    fuzz(&rt, &node, seed, cases);
+    on_one_node("one node", 3_000, fuzz);
 }
 
 /// The same on one node of two with four shards: commands of keys on several shards are
 /// split, forwarded to the other node and merged.
 #[test]
 fn random_commands_across_shards_and_nodes_are_each_answered() {
-    let (seed, cases) = settings("two nodes", 1_500);
-    let rt = runtime();
-    let nodes = rt.block_on(two_nodes());
-    fuzz(&rt, &nodes[0], seed, cases);
+    on_two_nodes("two nodes", 1_500, fuzz);
 }
 
 /// Sends `cases` random commands to `node`, each of which must be answered, the connection
@@ -517,20 +530,14 @@ fn next_frame(buf: &[u8]) -> Result<Option<Frame>, String> {
 
 #[test]
 fn sequences_that_change_the_connections_mode_never_lose_it() {
-    let (seed, cases) = settings("connection modes", 300);
-    let rt = runtime();
-    let node = rt.block_on(start_node(true));
-    mode_fuzz(&rt, &node, seed, cases);
+    on_one_node("connection modes", 300, mode_fuzz);
 }
 
 /// The same on one node of two with four shards: watches of shards led by the other node,
 /// messages published across nodes.
 #[test]
 fn sequences_that_change_the_connections_mode_never_lose_it_on_a_cluster() {
-    let (seed, cases) = settings("connection modes, two nodes", 150);
-    let rt = runtime();
-    let nodes = rt.block_on(two_nodes());
-    mode_fuzz(&rt, &nodes[0], seed, cases);
+    on_two_nodes("connection modes, two nodes", 150, mode_fuzz);
 }
 
 fn mode_fuzz(rt: &tokio::runtime::Runtime, node: &firn_node::RunningNode, seed: u64, cases: u32) {
