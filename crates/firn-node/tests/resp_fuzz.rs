@@ -267,6 +267,16 @@ fn settings(what: &str, default_cases: u32) -> (u64, u32) {
     (seed, cases)
 }
 
+/// proptest's runner for `cases` cases from `seed`, remembering no failures on disk.
+fn runner(seed: u64, cases: u32) -> TestRunner {
+    TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        rng_seed: RngSeed::Fixed(seed),
+        ..Config::default()
+    })
+}
+
 /// A fuzz run: the runtime, the node to send to, the seed and how many cases.
 type Run = fn(&tokio::runtime::Runtime, &firn_node::RunningNode, u64, u32);
 
@@ -331,13 +341,7 @@ fn fuzz(rt: &tokio::runtime::Runtime, node: &firn_node::RunningNode, seed: u64, 
     let conn = Mutex::new(Some(conn));
     let outcomes = Mutex::new((0u32, 0u32));
 
-    let config = Config {
-        cases,
-        failure_persistence: None,
-        rng_seed: RngSeed::Fixed(seed),
-        ..Config::default()
-    };
-    let mut runner = TestRunner::new(config);
+    let mut runner = runner(seed, cases);
     // Most commands take a key first: one in two commands starts with one.
     let key = select(KEYS).prop_map(|k| k.as_bytes().to_vec());
     let args = prop_oneof![
@@ -541,13 +545,7 @@ fn sequences_that_change_the_connections_mode_never_lose_it_on_a_cluster() {
 }
 
 fn mode_fuzz(rt: &tokio::runtime::Runtime, node: &firn_node::RunningNode, seed: u64, cases: u32) {
-    let config = Config {
-        cases,
-        failure_persistence: None,
-        rng_seed: RngSeed::Fixed(seed),
-        ..Config::default()
-    };
-    let result = TestRunner::new(config).run(
+    let result = runner(seed, cases).run(
         &proptest::collection::vec(mode_command(), 1..16),
         |commands| {
             rt.block_on(run_modes(node, &commands)).map_err(|e| {
