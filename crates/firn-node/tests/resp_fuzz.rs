@@ -1,9 +1,11 @@
 //! Random commands, built from every command the node names in `COMMAND` and from words and
 //! values its commands take, each answered — a reply or an error — on a connection that goes
-//! on: the node never panics or drops a client on what it sends. proptest makes them and, on
-//! a failure, shrinks it to the smallest command that still fails. Seeded: the seed is
-//! printed, and `FIRN_TEST_SEED=<seed>` replays a run; `FIRN_FUZZ_COMMANDS` sets how many
-//! commands are sent (3,000 by default).
+//! on: the node never panics or drops a client on what it sends. And random sequences of the
+//! commands left out of that (those that change what a connection is or make it wait),
+//! pipelined in one write: every reply readable, the connection never lost. proptest makes
+//! them and, on a failure, shrinks it to the smallest input that still fails. Seeded: the
+//! seed is printed, and `FIRN_TEST_SEED=<seed>` replays a run; `FIRN_FUZZ_COMMANDS` sets how
+//! many commands (or sequences) a test sends.
 
 mod common;
 
@@ -20,7 +22,7 @@ use redis_protocol::resp3::types::Resp3Frame;
 
 /// Commands left out: they change what the connection is (a subscriber, a watcher, a
 /// service worker, RESP3, closed, authenticated) or wait by design (for a reply, a record, a
-/// token). Each has its own tests.
+/// token). The sequences below and their own tests cover them.
 const LEFT_OUT: &[&str] = &[
     "quit",
     "hello",
