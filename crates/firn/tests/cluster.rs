@@ -213,6 +213,46 @@ async fn a_killed_leader_is_replaced_and_catches_up_after_restart() {
     );
 }
 
+/// On four nodes, a node without a replica of a shard sends its writes to one of the
+/// shard's replicas. Killed, that replica refuses connections: the node finds the shard's
+/// leader among the others, and its client sees a delay, not an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_a_replica_writes_on_when_the_replica_it_asks_is_killed() {
+    let mut cluster = Cluster::ready(4, &[]).await;
+    let (shard, replicas, outsider) = cluster.shard_missing_from_a_node();
+    let asked = replicas[0];
+    let key = key_in_shard(shard as u32, "outside");
+    let client = Client::connect(&cluster.resp_addr(outsider as usize - 1))
+        .await
+        .unwrap();
+    put(&client, key.as_bytes(), b"before").await;
+    cluster.kill_9(asked as usize - 1);
+    let killed_at = Instant::now();
+    for i in 0..5 {
+        let wanted = format!("after {i}");
+        let written = client
+            .put(key.as_bytes(), wanted.as_bytes(), PutOptions::default())
+            .await;
+        assert!(
+            written.is_ok(),
+            "write {i} through node {outsider} to shard {shard}, whose replica node {asked} \
+             was killed, answered {written:?} {:?} after the kill",
+            killed_at.elapsed()
+        );
+        assert_eq!(
+            value(&client, &key, ReadConsistency::Linearizable)
+                .await
+                .as_deref(),
+            Some(wanted.as_str())
+        );
+    }
+    eprintln!(
+        "outsider: five writes to shard {shard} through node {outsider} {:?} after node {asked} \
+         was killed",
+        killed_at.elapsed()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_aware_clients_route_straight_to_shard_leaders() {
     let cluster = tokio::task::spawn_blocking(|| {

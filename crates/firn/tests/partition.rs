@@ -289,3 +289,86 @@ async fn minority_refuses_majority_goes_on_and_replicas_converge_after_healing()
     }
     drop(cluster);
 }
+
+/// With more nodes than a shard has replicas, a node that holds none of the shard sends its
+/// requests to one of the shard's replicas. When that replica is cut off, the node must find
+/// the shard's leader among the others, and keep sending there: not wait out the 5 s call
+/// timeout on every request while the partition lasts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_a_replica_stops_asking_a_replica_that_is_cut_off() {
+    let cluster = tokio::task::spawn_blocking(|| {
+        let c = Cluster::start_on(4, &[], Some(31));
+        for i in 0..4 {
+            c.wait_for_leaders(i, None);
+        }
+        c
+    })
+    .await
+    .unwrap();
+    // A shard and a node without a replica of it; the replica that node asks first.
+    let (shard, replicas, outsider) = cluster.shard_missing_from_a_node();
+    let asked = replicas[0];
+    let index = |node: u64| node as usize - 1;
+    let key = key_in_shard(shard as u32, "outside");
+    let client = Client::connect(&cluster.resp_addr(index(outsider)))
+        .await
+        .unwrap();
+    client
+        .put(key.as_bytes(), b"before", PutOptions::default())
+        .await
+        .unwrap();
+
+    let others: Vec<String> = (1..=4u64)
+        .filter(|n| *n != asked)
+        .map(|n| ip(&cluster.peer_addr(index(n))))
+        .collect();
+    let others: Vec<&str> = others.iter().map(String::as_str).collect();
+    let partition = Partition::isolate(&ip(&cluster.peer_addr(index(asked))), &others);
+    let cut_at = Instant::now();
+
+    // The first write may be UNCERTAIN (node `asked` may have taken it before the cut), but
+    // none may wait for the silent replica until the call's timeout.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let sent = Instant::now();
+        let Err(e) = client
+            .put(key.as_bytes(), b"during", PutOptions::default())
+            .await
+        else {
+            break;
+        };
+        assert!(
+            !e.to_string().contains("did not answer within"),
+            "node {outsider} waited {:?} for node {asked}, cut off, to answer a write to shard \
+             {shard}: {e}",
+            sent.elapsed()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "node {outsider} could not write to shard {shard} within 20 s of the cut: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "partition: node {outsider} wrote to shard {shard} {:?} after node {asked} was cut off",
+        cut_at.elapsed()
+    );
+    // From then on it goes to the leader it found: every request is answered, at once.
+    for i in 0..5 {
+        let sent = Instant::now();
+        let value = format!("during {i}");
+        client
+            .put(key.as_bytes(), value.as_bytes(), PutOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("write {i} after the first: {e}"));
+        let read = get(&client, &key, ReadConsistency::Linearizable).await;
+        assert_eq!(read.unwrap().as_deref(), Some(value.as_str()));
+        assert!(
+            sent.elapsed() < Duration::from_secs(2),
+            "a write and a read took {:?}",
+            sent.elapsed()
+        );
+    }
+    drop(partition);
+    drop(cluster);
+}

@@ -18,6 +18,7 @@ mod origin;
 mod plan;
 mod publish;
 mod read;
+mod remote;
 mod request_metrics;
 pub mod service;
 mod watch;
@@ -95,6 +96,8 @@ pub struct Router {
     /// This node's data disk: the shards it leads refuse writes that add data while it is
     /// low on space.
     disk: Arc<DiskSpace>,
+    /// Where requests for shards not held here go.
+    remote: remote::RemoteShards,
 }
 
 /// What a router is built from.
@@ -142,6 +145,7 @@ impl Router {
             pubsub: Arc::default(),
             reply_slots: ReplySlots::default(),
             origins: origin::OriginCounter::default(),
+            remote: remote::RemoteShards::default(),
         }
     }
 
@@ -218,12 +222,12 @@ impl Router {
         if let Some(leader) = self.replicas.leader_of(shard).await {
             return leader;
         }
-        // Not held here: its first replica is the likeliest leader; it forwards if not.
+        // Not held here: the leader last found, or a replica that forwards to it.
         self.layout()
             .shards
             .iter()
             .find(|s| s.id == shard)
-            .and_then(|s| s.replicas.first().copied())
+            .and_then(|s| self.remote.target(s))
             .ok_or_else(|| FirnError::Unavailable(format!("shard {shard} is unknown here")))
     }
 
@@ -485,31 +489,38 @@ impl Router {
             hops: hops + 1,
         };
         let call = self.peers.try_call(target, call, PEER_CALL_TIMEOUT);
-        match self.unless_leader_moves(shard, target, call).await {
+        let answer = match self.unless_leader_moves(shard, target, call).await {
             // A write's stays unanswered: UNCERTAIN, where its caller turns it into an error.
             Ok(Err(CallError::Unanswered(why))) if !is_write => {
                 Err(CallError::Failed(read_unanswered(&why)))
             }
             Ok(answered) => answered,
             Err(to) => Err(CallError::Failed(moved_away(shard, target, to, is_write))),
+        };
+        if matches!(answer, Err(CallError::NotSent(_))) && self.replicas.get(shard).is_none() {
+            // Not held here, and `target` could not be reached: the shard's replicas say who
+            // leads, so that the write sent again (or the next request) goes there.
+            self.find_remote_leader(shard).await;
         }
+        answer
     }
 
     /// Runs `call`, a request about `shard` sent to its leader `target`, unless this node's
-    /// replica of the shard learns of another leader first: the call then has
-    /// [`MOVED_ANSWER_GRACE`] more and is given up, `Err` with the new leader. Without a
-    /// replica here, nothing is seen to move and the call's own timeout is the only bound.
+    /// replica of the shard learns of another leader first (without a replica here: unless
+    /// `target` is silent and another replica names a leader, see [`remote`]): the call then
+    /// has [`MOVED_ANSWER_GRACE`] more and is given up, `Err` with the new leader.
     async fn unless_leader_moves<T>(
         &self,
         shard: ShardId,
         target: NodeId,
         call: impl Future<Output = T>,
     ) -> Result<T, NodeId> {
-        let Some(replica) = self.replicas.get(shard) else {
-            return Ok(call.await);
-        };
+        let replica = self.replicas.get(shard);
         let moved = async {
-            let to = replica.leader_moved_from(target).await;
+            let to = match &replica {
+                Some(replica) => replica.leader_moved_from(target).await,
+                None => self.silent_and_led_elsewhere(shard, target).await,
+            };
             tokio::time::sleep(MOVED_ANSWER_GRACE).await;
             to
         };
@@ -536,14 +547,15 @@ impl Router {
     }
 }
 
-/// What a forwarded call given up because its shard's leadership moved means for the
-/// client: a write may have been applied by the old leader (and, committed with a follower
-/// just before it lost its majority, survive in the new leader's log), so its outcome is
-/// unknown; a read changed nothing and goes to the new leader when sent again.
+/// What a forwarded call given up because its shard's leadership moved (or, for a shard not
+/// held here, because the replica it went to fell silent) means for the client: a write may
+/// have been applied by the old leader (and, committed with a follower just before it lost
+/// its majority, survive in the new leader's log), so its outcome is unknown; a read changed
+/// nothing and goes to the new leader when sent again.
 fn moved_away(shard: ShardId, from: NodeId, to: NodeId, is_write: bool) -> FirnError {
     let why = format!(
-        "shard {shard}'s leadership moved from node {from} to node {to} while the request sent \
-         to node {from} was unanswered"
+        "shard {shard} is led by node {to} now, and node {from}, sent the request, did not \
+         answer"
     );
     if is_write {
         FirnError::Indeterminate(format!("{why}; it may or may not be applied"))

@@ -344,6 +344,27 @@ impl Cluster {
             .ok()
     }
 
+    /// A shard that some node holds no replica of (a cluster of more nodes than a shard has
+    /// replicas): its id, its replicas in the layout's order, and that node's id.
+    pub fn shard_missing_from_a_node(&self) -> (u64, Vec<u64>, u64) {
+        let view = self.cluster_json(0).expect("node 1 describes the cluster");
+        let nodes = self.nodes.len() as u64;
+        view["cluster"]["shards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find_map(|s| {
+                let replicas: Vec<u64> = s["replicas"]
+                    .as_array()?
+                    .iter()
+                    .filter_map(|r| r.as_u64())
+                    .collect();
+                let outsider = (1..=nodes).find(|n| !replicas.contains(n))?;
+                Some((s["shard_id"].as_u64()?, replicas, outsider))
+            })
+            .unwrap_or_else(|| panic!("every node holds every shard: {view}"))
+    }
+
     /// Leader of each shard as node index `i` sees it.
     pub fn leaders(&self, i: usize) -> Vec<Option<u64>> {
         self.cluster_json(i)
