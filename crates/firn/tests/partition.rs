@@ -95,17 +95,23 @@ fn assert_refused<T: std::fmt::Debug>(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn minority_refuses_majority_goes_on_and_replicas_converge_after_healing() {
-    let cluster = tokio::task::spawn_blocking(|| {
-        let c = Cluster::start_on(3, &[], Some(21));
-        for i in 0..3 {
+/// `n` nodes, node `i`'s peer traffic on `127.0.0.{first_ip + i}`, once every node knows every
+/// shard's leader.
+async fn cluster_on(n: usize, first_ip: u8) -> Cluster {
+    tokio::task::spawn_blocking(move || {
+        let c = Cluster::start_on(n, &[], Some(first_ip));
+        for i in 0..n {
             c.wait_for_leaders(i, None);
         }
         c
     })
     .await
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minority_refuses_majority_goes_on_and_replicas_converge_after_healing() {
+    let cluster = cluster_on(3, 21).await;
     let keys: Vec<String> = (0..3).map(|s| key_in_shard(s, "part")).collect();
     let gone: Vec<String> = (0..3).map(|s| key_in_shard(s, "gone")).collect();
     let majority = Client::connect(&cluster.resp_addr(0)).await.unwrap();
@@ -296,15 +302,7 @@ async fn minority_refuses_majority_goes_on_and_replicas_converge_after_healing()
 /// timeout on every request while the partition lasts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_without_a_replica_stops_asking_a_replica_that_is_cut_off() {
-    let cluster = tokio::task::spawn_blocking(|| {
-        let c = Cluster::start_on(4, &[], Some(31));
-        for i in 0..4 {
-            c.wait_for_leaders(i, None);
-        }
-        c
-    })
-    .await
-    .unwrap();
+    let cluster = cluster_on(4, 31).await;
     // A shard and a node without a replica of it; the replica that node asks first.
     let (shard, replicas, outsider) = cluster.shard_missing_from_a_node();
     let asked = replicas[0];
