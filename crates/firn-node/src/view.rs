@@ -67,6 +67,13 @@ pub struct ReplicaView {
     pub closed_lag_ms: Option<u64>,
 }
 
+/// How far behind `now_us` a replica whose newest applied stamp is at `closed_wall_us` is, in
+/// milliseconds; `None` for a replica that has applied no stamp yet (a new group), which no
+/// read at a time is answered by without waiting (not a lag of 56 years since 1970).
+pub fn closed_lag_ms(now_us: u64, closed_wall_us: u64) -> Option<u64> {
+    (closed_wall_us > 0).then(|| now_us.saturating_sub(closed_wall_us) / 1000)
+}
+
 /// The whole cluster as one node sees it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ClusterView {
@@ -167,5 +174,18 @@ impl ClusterView {
     /// Whether every shard has a leader.
     pub fn healthy(&self) -> bool {
         self.shards.iter().all(|s| s.leader.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replica_that_closed_no_time_has_no_lag_to_show() {
+        assert_eq!(closed_lag_ms(5_000_000, 0), None);
+        assert_eq!(closed_lag_ms(5_000_000, 4_000_000), Some(1_000));
+        // A stamp ahead of this node's clock (another node's clock runs ahead): no lag.
+        assert_eq!(closed_lag_ms(5_000_000, 6_000_000), Some(0));
     }
 }

@@ -40,10 +40,9 @@ impl Router {
                     term: s.term,
                     last_applied_index: s.last_applied_index,
                     recovering: s.recovering,
-                    closed_lag_ms: self
-                        .replicas
-                        .get(s.shard_id)
-                        .map(|r| now_us.saturating_sub(r.store().last_commit_ts().wall_us) / 1000),
+                    closed_lag_ms: self.replicas.get(s.shard_id).and_then(|r| {
+                        crate::view::closed_lag_ms(now_us, r.store().last_commit_ts().wall_us)
+                    }),
                 })
                 .collect(),
             disk: Some(self.disk.view()),
