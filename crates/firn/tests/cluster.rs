@@ -228,6 +228,20 @@ async fn a_node_without_a_replica_writes_on_when_the_replica_it_asks_is_killed()
     put(&client, key.as_bytes(), b"before").await;
     cluster.kill_9(asked as usize - 1);
     let killed_at = Instant::now();
+    // A read sent at once is not refused for the dead replica either (sent once, no retry).
+    let read = client
+        .get(
+            key.as_bytes(),
+            ReadAt::Latest,
+            ReadConsistency::Linearizable,
+        )
+        .await;
+    assert!(
+        matches!(&read, Ok(Some(item)) if item.value.as_deref() == Some(&b"before"[..])),
+        "a read through node {outsider} of shard {shard}, whose replica node {asked} was \
+         killed, answered {read:?} {:?} after the kill",
+        killed_at.elapsed()
+    );
     for i in 0..5 {
         let wanted = format!("after {i}");
         let written = client

@@ -45,7 +45,7 @@ use crate::cluster::meta::MetaClient;
 use crate::disk::DiskSpace;
 use crate::log_index::{Forget, LogIndex};
 use crate::pubsub::PubSub;
-use crate::replicas::Replicas;
+use crate::replicas::{LEADER_WAIT, Replicas};
 use crate::reply::ReplySlots;
 use crate::rpc::{CallError, Execute, PEER_CALL_TIMEOUT, PeerClient, ShardPart, read_unanswered};
 
@@ -454,16 +454,38 @@ impl Router {
                         .map(|()| Answer::new(Response::Keyspaces(replica.store().keyspaces()))),
                 ),
                 // Not held here, or a part that must run on the leader.
-                (part, _) => {
-                    let target = match self.leader_of(shard).await {
-                        Ok(l) => l,
-                        Err(e) => return ready(Err(e)),
-                    };
-                    let answer = self.forward(target, shard, part, ctx, hops).await;
-                    ready(answer.unwrap_or_else(|e| Err(e.into())))
-                }
+                (part, _) => ready(self.forward_to_leader(shard, part, ctx, hops).await),
             }
         })
+    }
+
+    /// Runs a part that is no write on the shard's leader (or a replica of a shard not held
+    /// here). At the node its client reached (`hops` 0), one that could not be sent (no
+    /// connection: nothing happened there) is sent again every [`LEADER_CHANGE_PAUSE`] for
+    /// at most [`LEADER_WAIT`], to whichever node leads by then — as a write is (`write`).
+    async fn forward_to_leader(
+        &self,
+        shard: ShardId,
+        mut part: ShardPart,
+        ctx: CallContext,
+        hops: u8,
+    ) -> Result<Answer, FirnError> {
+        let since = std::time::Instant::now();
+        loop {
+            let target = self.leader_of(shard).await?;
+            let again = (hops == 0).then(|| part.clone());
+            match (
+                self.forward(target, shard, part, ctx.clone(), hops).await,
+                again,
+            ) {
+                (Err(CallError::NotSent(_)), Some(again)) if since.elapsed() < LEADER_WAIT => {
+                    metrics::counter!("firn_forward_retries_total").increment(1);
+                    tokio::time::sleep(LEADER_CHANGE_PAUSE).await;
+                    part = again;
+                }
+                (answer, _) => return answer.unwrap_or_else(|e| Err(e.into())),
+            }
+        }
     }
 
     /// Sends a part to `target` to run there: its answer, or why there is none.
