@@ -111,7 +111,13 @@ impl Router {
         if leader == self.node_id {
             return self.watch_poll(call).await;
         }
-        self.peers.call_read(leader, call).await?
+        let polled = self.peers.call_read(leader, call).await;
+        if polled.is_err() && self.replicas.get(shard).is_none() {
+            // The replica polled is gone or cut off: the next poll goes to the leader the
+            // shard's other replicas name (see `remote`).
+            self.find_remote_leader(shard).await;
+        }
+        polled?
     }
 
     /// Answers a remote watch's poll from this node's replica: the versions from `from` on,
