@@ -465,3 +465,33 @@ async fn keys_that_are_not_utf8_are_listed_in_base64_and_paged_exactly() {
     .unwrap();
     node.shutdown().await;
 }
+
+/// A path no endpoint has, and a method a path does not take, answer in the one error shape
+/// like everything else (they had empty bodies); the 405 still names the methods it takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_paths_and_methods_answer_json_errors() {
+    let node = start_node(false).await;
+    let base = format!("http://{}", node.http_addr);
+    tokio::task::spawn_blocking(move || {
+        let a = agent();
+        let (code, r) = call(a.get(&format!("{base}/v1/nope")), None);
+        assert_eq!(code, 404);
+        let body = json(r);
+        assert_eq!(body["error"], "ERR", "{body}");
+        assert!(
+            body["message"].as_str().unwrap().contains("openapi"),
+            "{body}"
+        );
+        let (code, r) = call(a.request("PATCH", &format!("{base}/v1/kv/k")), None);
+        assert_eq!(code, 405);
+        assert_eq!(r.header("allow"), Some("GET,HEAD,PUT,DELETE"));
+        let body = json(r);
+        assert_eq!(body["error"], "ERR", "{body}");
+        assert!(
+            body["message"].as_str().unwrap().contains("Allow"),
+            "{body}"
+        );
+    })
+    .await
+    .unwrap();
+}

@@ -12,10 +12,11 @@ mod common;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use common::fuzz::{on_one_node, on_two_nodes, runner};
 use common::*;
 use proptest::prelude::*;
 use proptest::sample::select;
-use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use redis::Value;
 use redis::aio::MultiplexedConnection;
 use redis_protocol::resp3::types::Resp3Frame;
@@ -243,87 +244,16 @@ async fn commands(c: &mut MultiplexedConnection) -> Vec<String> {
     names
 }
 
-/// A seed of its own for each run (std's hasher keys are random per process).
-fn rand_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish()
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// The run's seed and command count: `FIRN_TEST_SEED` and `FIRN_FUZZ_COMMANDS`, or a seed
-/// of its own and `default_cases`.
-fn settings(what: &str, default_cases: u32) -> (u64, u32) {
-    let env_number = |name: &str| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
-    let seed = env_number("FIRN_TEST_SEED").unwrap_or_else(rand_seed);
-    let cases = env_number("FIRN_FUZZ_COMMANDS").map_or(default_cases, |n| n as u32);
-    eprintln!("resp fuzz ({what}) seed: FIRN_TEST_SEED={seed}");
-    (seed, cases)
-}
-
-/// proptest's runner for `cases` cases from `seed`, remembering no failures on disk.
-fn runner(seed: u64, cases: u32) -> TestRunner {
-    TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        rng_seed: RngSeed::Fixed(seed),
-        ..Config::default()
-    })
-}
-
-/// A fuzz run: the runtime, the node to send to, the seed and how many cases.
-type Run = fn(&tokio::runtime::Runtime, &firn_node::RunningNode, u64, u32);
-
-/// `run` against one in-process node.
-fn on_one_node(what: &str, default_cases: u32, run: Run) {
-    let (seed, cases) = settings(what, default_cases);
-    let rt = runtime();
-    let node = rt.block_on(start_node(true));
-    run(&rt, &node, seed, cases);
-}
-
-/// `run` against the first of [`two_nodes`].
-fn on_two_nodes(what: &str, default_cases: u32, run: Run) {
-    let (seed, cases) = settings(what, default_cases);
-    let rt = runtime();
-    let nodes = rt.block_on(two_nodes());
-    run(&rt, &nodes[0], seed, cases);
-}
-
-/// Two in-process nodes with four shards, once every shard has a leader (writes to many
-/// keys went through node 1).
-async fn two_nodes() -> Vec<firn_node::RunningNode> {
-    let nodes = start_cluster(2, 4).await;
-    let mut c = redis_conn_patient(&nodes[0]).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    for i in 0..32 {
-        let key = format!("warm-{i}");
-        while let Err(e) = run(&mut c, &["SET", &key, "x"]).await {
-            assert!(std::time::Instant::now() < deadline, "no leader: {e}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-    nodes
-}
-
 #[test]
 fn random_commands_are_each_answered_and_the_connection_goes_on() {
-    on_one_node("one node", 3_000, fuzz);
+    on_one_node("resp fuzz (one node)", 3_000, fuzz);
 }
 
 /// The same on one node of two with four shards: commands of keys on several shards are
 /// split, forwarded to the other node and merged.
 #[test]
 fn random_commands_across_shards_and_nodes_are_each_answered() {
-    on_two_nodes("two nodes", 1_500, fuzz);
+    on_two_nodes("resp fuzz (two nodes)", 1_500, fuzz);
 }
 
 /// Sends `cases` random commands to `node`, each of which must be answered, the connection
@@ -536,14 +466,14 @@ fn next_frame(buf: &[u8]) -> Result<Option<Frame>, String> {
 
 #[test]
 fn sequences_that_change_the_connections_mode_never_lose_it() {
-    on_one_node("connection modes", 300, mode_fuzz);
+    on_one_node("resp fuzz (connection modes)", 300, mode_fuzz);
 }
 
 /// The same on one node of two with four shards: watches of shards led by the other node,
 /// messages published across nodes.
 #[test]
 fn sequences_that_change_the_connections_mode_never_lose_it_on_a_cluster() {
-    on_two_nodes("connection modes, two nodes", 150, mode_fuzz);
+    on_two_nodes("resp fuzz (connection modes, two nodes)", 150, mode_fuzz);
 }
 
 fn mode_fuzz(rt: &tokio::runtime::Runtime, node: &firn_node::RunningNode, seed: u64, cases: u32) {

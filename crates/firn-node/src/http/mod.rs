@@ -245,23 +245,35 @@ fn refused(e: FirnError) -> HttpResponse {
 }
 
 /// An error answer that axum or hyper wrote as plain text (a path segment that is not UTF-8,
-/// say) in the one error shape every endpoint answers: `{"error": "ERR", "message": …}`.
+/// say) or with no body at all (a path no endpoint has: 404; a method the path does not take:
+/// 405) in the one error shape every endpoint answers: `{"error": "ERR", "message": …}`.
 async fn as_json_error(response: HttpResponse) -> HttpResponse {
-    let plain = response
-        .headers()
-        .get(axum::http::header::CONTENT_TYPE)
-        .is_some_and(|t| t.as_bytes().starts_with(b"text/plain"));
-    if !(response.status().is_client_error() || response.status().is_server_error()) || !plain {
+    use axum::http::{StatusCode, header};
+    let status = response.status();
+    let kind = response.headers().get(header::CONTENT_TYPE);
+    let plain = kind.is_some_and(|t| t.as_bytes().starts_with(b"text/plain"));
+    if !(status.is_client_error() || status.is_server_error()) || !(plain || kind.is_none()) {
         return response;
     }
-    let status = response.status();
     let text = axum::body::to_bytes(response.into_body(), 64 * 1024)
         .await
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default();
+    let message = match (text.is_empty(), status) {
+        (false, _) => text,
+        (true, StatusCode::NOT_FOUND) => {
+            "no such endpoint (every endpoint is in /v1/openapi.json)".to_string()
+        }
+        // axum adds the `Allow` header after this layer.
+        (true, StatusCode::METHOD_NOT_ALLOWED) => {
+            "this endpoint does not take that method (its Allow header says which it takes)"
+                .to_string()
+        }
+        (true, s) => s.canonical_reason().unwrap_or("refused").to_string(),
+    };
     (
         status,
-        axum::Json(json!({ "error": "ERR", "message": text })),
+        axum::Json(json!({ "error": "ERR", "message": message })),
     )
         .into_response()
 }

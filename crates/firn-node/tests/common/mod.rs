@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod fuzz;
 pub mod http;
 
 use std::collections::BTreeMap;
