@@ -77,6 +77,32 @@ async fn get(
         .map(|v| String::from_utf8_lossy(&v).into_owned()))
 }
 
+/// Writes `during` to `key` until a write is taken, within `within`; each refusal in between
+/// must come before the peer call's 5 s timeout (UNCERTAIN or TRYAGAIN once the node sees the
+/// cut, never `did not answer within`).
+async fn write_without_waiting_out_the_cut(client: &Client, key: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let sent = Instant::now();
+        let Err(e) = client
+            .put(key.as_bytes(), b"during", PutOptions::default())
+            .await
+        else {
+            return;
+        };
+        assert!(
+            !e.to_string().contains("did not answer within"),
+            "a write to {key} waited {:?} for a node that was cut off: {e}",
+            sent.elapsed()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "{key} could not be written within {within:?} of the cut: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The minority must answer, and with an error: success or silence both fail the test.
 fn assert_refused<T: std::fmt::Debug>(
     what: &str,
@@ -171,26 +197,7 @@ async fn minority_refuses_majority_goes_on_and_replicas_converge_after_healing()
     // shard knows the new leader, it stops waiting for node 3 (UNCERTAIN: node 3 may have
     // committed it just before the cut) instead of waiting out the peer call's 5 s timeout.
     for k in &keys {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let sent = Instant::now();
-            let Err(e) = majority
-                .put(k.as_bytes(), b"during", PutOptions::default())
-                .await
-            else {
-                break;
-            };
-            assert!(
-                !e.to_string().contains("did not answer within"),
-                "a write to {k} waited {:?} for the cut-off leader: {e}",
-                sent.elapsed()
-            );
-            assert!(
-                Instant::now() < deadline,
-                "the majority could not write {k} within 30 s"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        write_without_waiting_out_the_cut(&majority, k, Duration::from_secs(30)).await;
     }
     eprintln!(
         "partition: the majority wrote to every shard {:?} after the cut",
@@ -326,27 +333,7 @@ async fn a_node_without_a_replica_stops_asking_a_replica_that_is_cut_off() {
 
     // The first write may be UNCERTAIN (node `asked` may have taken it before the cut), but
     // none may wait for the silent replica until the call's timeout.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let sent = Instant::now();
-        let Err(e) = client
-            .put(key.as_bytes(), b"during", PutOptions::default())
-            .await
-        else {
-            break;
-        };
-        assert!(
-            !e.to_string().contains("did not answer within"),
-            "node {outsider} waited {:?} for node {asked}, cut off, to answer a write to shard \
-             {shard}: {e}",
-            sent.elapsed()
-        );
-        assert!(
-            Instant::now() < deadline,
-            "node {outsider} could not write to shard {shard} within 20 s of the cut: {e}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    write_without_waiting_out_the_cut(&client, &key, Duration::from_secs(20)).await;
     eprintln!(
         "partition: node {outsider} wrote to shard {shard} {:?} after node {asked} was cut off",
         cut_at.elapsed()
