@@ -4,12 +4,37 @@
 //! `Firn-Token`; and whom it acts for ([`Principal`]), which every request is checked
 //! against before it runs.
 
+use std::time::Instant;
+
 use bytes::Bytes;
 use firn_model::{Access, Answer, CallContext, CommitTs, FirnError, Request};
 
 use crate::auth::Principal;
 
 use crate::router::{Pending, Router};
+
+/// A request started in a session, its answer to come. A write keeps what it takes to send
+/// it again should it be refused for now (see [`Started::answer`]).
+pub struct Started {
+    pending: Pending,
+    /// For a write: its context, itself, and when it was first submitted.
+    again: Option<Box<(CallContext, Request, Instant)>>,
+}
+
+impl Started {
+    /// Its answer. `last`: the session submitted nothing after it, so a write refused for
+    /// now may be sent again without overtaking a later one (`Router::again_while_refused`).
+    pub async fn answer(self, router: &Router, last: bool) -> Result<Answer, FirnError> {
+        let result = self.pending.await;
+        match self.again {
+            Some(again) if last => {
+                let (ctx, write, since) = *again;
+                router.again_while_refused(&ctx, write, since, result).await
+            }
+            _ => result,
+        }
+    }
+}
 
 #[derive(Clone, Debug, Default)]
 pub struct Session {
@@ -98,8 +123,15 @@ impl Session {
     }
 
     /// Starts `request` after this session's token (see [`Router::submit`]).
-    pub async fn submit(&self, router: &Router, request: Request) -> Pending {
-        router.submit(&self.context(), request).await
+    pub async fn submit(&self, router: &Router, request: Request) -> Started {
+        let ctx = self.context();
+        let again = request
+            .is_write()
+            .then(|| Box::new((ctx.clone(), request.clone(), Instant::now())));
+        Started {
+            pending: router.submit(&ctx, request).await,
+            again,
+        }
     }
 
     /// Runs `request` in this session to its answer.

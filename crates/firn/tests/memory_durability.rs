@@ -211,3 +211,133 @@ async fn a_majority_killed_at_once_loses_no_acknowledged_write() {
         &lost[..lost.len().min(3)]
     );
 }
+
+/// A write at a node that has not yet learned of a new memory keyspace (a layout poll, at
+/// most 200 ms) goes to a disk shard, which refuses it: `TRYAGAIN`, nothing applied. The
+/// node its client reached plans it again (`Router::again_while_refused`), routed right by
+/// then, so the client — over RESP and over HTTP — sees the write taken, not the refusal.
+/// Before, a client writing at the disk shard's leader heard the `TRYAGAIN` at once, and one
+/// writing at another node heard it after 5 s of tries sent to the same disk shard (and an
+/// HTTP `PUT` skipped the retry at first: it runs the write itself). Most
+/// definitions are learned everywhere before they are answered (every shard applies them
+/// first), so the test defines several and writes at once after each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_routed_before_its_keyspace_was_learned_is_sent_again_not_refused() {
+    let cluster = Cluster::ready(3, &["--shards", "1"]).await;
+    let mut clients = Vec::new();
+    for i in 0..3 {
+        clients.push(Client::connect(&cluster.resp_addr(i)).await.unwrap());
+    }
+    let mut keys = Vec::new();
+    let mut piped = Vec::new();
+    for round in 0..9 {
+        let spec = KeyspaceSpec {
+            prefix: format!("m{round}/"),
+            durability: Durability::Memory,
+            ..KeyspaceSpec::default_keyspace()
+        };
+        let def = KeyspaceDef::new(spec);
+        retry_transient(|| clients[round % 3].keyspace_create(&def))
+            .await
+            .unwrap();
+        // At once, at every node (some may not have polled the new layout yet), one write
+        // each, a different kind at each node in turn.
+        for (i, client) in clients.iter().enumerate() {
+            match (round + i) % 3 {
+                0 => {
+                    let key = format!("m{round}/resp-{i}");
+                    let written = client
+                        .put(key.as_bytes(), b"v", PutOptions::default())
+                        .await;
+                    assert!(
+                        written.is_ok(),
+                        "RESP write of {key} at node {i}: {written:?}"
+                    );
+                    keys.push(key);
+                }
+                1 => {
+                    let key = format!("m{round}/http-{i}");
+                    let url = format!("http://{}/v1/kv/{key}", cluster.http_addr(i));
+                    match ureq::put(&url).send_bytes(b"v") {
+                        Ok(r) => assert_eq!(r.status(), 200, "HTTP write of {key} at node {i}"),
+                        Err(ureq::Error::Status(code, r)) => panic!(
+                            "HTTP write of {key} at node {i}: {code} {}",
+                            r.into_string().unwrap()
+                        ),
+                        Err(e) => panic!("HTTP write of {key} at node {i}: {e}"),
+                    }
+                    keys.push(key);
+                }
+                _ => {
+                    // Two writes of one key pipelined in one segment: a refused first one is
+                    // not sent again behind the second (it would overtake it), so the value
+                    // is the second's whenever the second was taken, with one version per
+                    // write taken.
+                    let key = format!("m{round}/piped-{i}");
+                    let answers = set_twice_pipelined(&cluster.resp_addr(i), &key).await;
+                    piped.push((key, answers));
+                }
+            }
+        }
+    }
+    for (key, answers) in piped {
+        let taken = answers.iter().filter(|a| a.as_str() == "+OK").count();
+        // The value of the last write taken ("1" or "2"), at one version per write taken.
+        let expected = answers
+            .iter()
+            .rposition(|a| a.as_str() == "+OK")
+            .map(|last_taken| (taken as u64, format!("{}", last_taken + 1)));
+        assert_eq!(
+            latest(&clients[0], &key).await,
+            expected,
+            "{key} after the pipelined answers {answers:?}"
+        );
+    }
+    // Each applied once: one version of each key.
+    for key in keys {
+        let version = latest(&clients[0], &key).await.map(|(version, _)| version);
+        assert_eq!(version, Some(1), "{key}");
+    }
+}
+
+/// The newest version of `key` and its value, read linearizably.
+async fn latest(client: &Client, key: &str) -> Option<(u64, String)> {
+    let got = client
+        .get(
+            key.as_bytes(),
+            firn_model::ReadAt::Latest,
+            firn_model::ReadConsistency::Linearizable,
+        )
+        .await
+        .unwrap()?;
+    let value = String::from_utf8_lossy(&got.value.unwrap_or_default()).into_owned();
+    Some((got.version, value))
+}
+
+/// `SET key 1` and `SET key 2` sent in one write on a new connection; their two answers'
+/// first lines (`+OK`, `-TRYAGAIN …`).
+async fn set_twice_pipelined(addr: &str, key: &str) -> Vec<String> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let set = |v: &str| {
+        format!(
+            "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n$1\r\n{v}\r\n",
+            key.len()
+        )
+    };
+    stream
+        .write_all(format!("{}{}", set("1"), set("2")).as_bytes())
+        .await
+        .unwrap();
+    let mut lines = BufReader::new(stream).lines();
+    let mut answers = Vec::new();
+    while answers.len() < 2 {
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("an answer within 30 s")
+            .unwrap()
+            .expect("the connection open");
+        answers.push(line);
+    }
+    answers
+}

@@ -37,8 +37,8 @@ use self::cmd::scan::CursorTable;
 use self::cmd::{cluster, connection, firn_watch, server};
 use self::command::{Action, Render};
 use self::reply::Reply;
-use crate::router::{Pending, Router};
-use crate::session::Session;
+use crate::router::Router;
+use crate::session::{Session, Started};
 use crate::tls::{ClientListener, ClientStream, ClientTls};
 
 /// Most replies a connection holds before it writes them out (a bound on pipelining memory).
@@ -179,7 +179,7 @@ async fn refuse(stream: TcpStream, tls: ClientTls, _permit: OwnedSemaphorePermit
 /// One queued answer: ready, or a write still in flight.
 enum Queued {
     Ready(Reply),
-    Pending(Render, Pending),
+    Pending(Render, Started),
 }
 
 struct Connection {
@@ -349,8 +349,11 @@ impl Connection {
         while let Some(q) = self.queue.pop_front() {
             let reply = match q {
                 Queued::Ready(r) => r,
-                Queued::Pending(how, pending) => {
-                    let result = self.shared.router.with_blob_values(pending.await).await;
+                Queued::Pending(how, started) => {
+                    // Refused for now, a write is sent again unless later ones wait behind it.
+                    let last = !self.has_pending_writes();
+                    let result = started.answer(&self.shared.router, last).await;
+                    let result = self.shared.router.with_blob_values(result).await;
                     let result = self.saw(result);
                     how.show(result.map(|a| a.response))
                 }

@@ -71,10 +71,9 @@ impl Router {
                         value: head.freeze(),
                         ..put
                     };
-                    return self
-                        .submit_kv(ctx, KvRequest::Write(KvWrite::Put(put)))
-                        .await
-                        .await;
+                    // A small value: a write like any other (sent again if refused for
+                    // now, see `execute`).
+                    return self.execute(ctx, KvWrite::Put(put).into()).await;
                 }
             }
         }

@@ -28,12 +28,14 @@ impl Merge {
         parts: Vec<(Pending, Vec<usize>)>,
         n: usize,
     ) -> Result<Answer, FirnError> {
+        let (pendings, positions): (Vec<Pending>, Vec<Vec<usize>>) = parts.into_iter().unzip();
+        let answers = self.answers(pendings).await?;
         let mut values = vec![None; n];
         let mut written: Vec<Option<Written>> = vec![None; n];
         let mut count = 0u64;
         let mut seen = Seen::default();
-        for (pending, positions) in parts {
-            match seen.take(pending.await?) {
+        for (answer, positions) in answers.into_iter().zip(positions) {
+            match seen.take(answer) {
                 Response::Values(vs) => {
                     for (v, i) in vs.into_iter().zip(positions) {
                         values[i] = v;
@@ -63,10 +65,12 @@ impl Merge {
     /// Combines the answers of a request every shard ran.
     pub(super) async fn all(self, parts: Vec<Pending>) -> Result<Answer, FirnError> {
         let mut seen = Seen::default();
-        let mut answers = Vec::with_capacity(parts.len());
-        for p in parts {
-            answers.push(seen.take(p.await?));
-        }
+        let answers: Vec<Response> = self
+            .answers(parts)
+            .await?
+            .into_iter()
+            .map(|a| seen.take(a))
+            .collect();
         let merged = match self {
             Merge::Scan => merge_scan(answers),
             Merge::Count => Response::Count(
@@ -95,6 +99,45 @@ impl Merge {
         };
         Ok(seen.answer(merged))
     }
+
+    /// Whether the parts are a write's (see [`write_parts`]).
+    fn merges_writes(self) -> bool {
+        matches!(self, Merge::Written | Merge::Truncated)
+    }
+
+    /// Every part's answer: for a read, the first error if any; for a write, as
+    /// [`write_parts`] says.
+    async fn answers(self, parts: Vec<Pending>) -> Result<Vec<Answer>, FirnError> {
+        let answers = futures::future::join_all(parts).await;
+        if self.merges_writes() {
+            write_parts(answers)
+        } else {
+            answers.into_iter().collect()
+        }
+    }
+}
+
+/// The answers of a write's parts, each run on its own shard. A part refused for now
+/// (`TRYAGAIN`: nothing applied there) is the whole write's answer only when no other part
+/// applied: `TRYAGAIN` tells the client to send the write again — and the node its client
+/// reached sends it again itself (`Router::again_while_refused`) — which would apply the
+/// applied parts a second time. Then the write is `UNCERTAIN`, saying how much of it
+/// applied.
+pub(super) fn write_parts(
+    answers: Vec<Result<Answer, FirnError>>,
+) -> Result<Vec<Answer>, FirnError> {
+    let n = answers.len();
+    let applied = answers.iter().filter(|a| a.is_ok()).count();
+    answers
+        .into_iter()
+        .map(|a| match a {
+            Err(FirnError::TryAgain(why)) if applied > 0 => Err(FirnError::Indeterminate(format!(
+                "the write applied on {applied} of the {n} shards it spans and was refused \
+                     on another ({why}); sending it again would apply those parts twice"
+            ))),
+            a => a,
+        })
+        .collect()
 }
 
 /// What the parts observed, and the weakest staleness bound among them.
@@ -155,5 +198,60 @@ fn merge_scan(answers: Vec<Response>) -> Response {
     Response::Scan {
         keys,
         next_cursor: stop,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn written() -> Result<Answer, FirnError> {
+        Ok(Answer::new(Response::Written(Vec::new())))
+    }
+
+    fn refused() -> Result<Answer, FirnError> {
+        Err(FirnError::TryAgain(
+            "this replica is not the leader of shard 1".into(),
+        ))
+    }
+
+    /// `TRYAGAIN` promises nothing was applied: a write refused on one shard after another
+    /// shard applied its part must not say it.
+    #[test]
+    fn a_write_refused_on_one_shard_after_another_applied_is_uncertain() {
+        let e = write_parts(vec![written(), refused()]).unwrap_err();
+        assert!(matches!(e, FirnError::Indeterminate(_)), "{e:?}");
+        assert!(
+            e.to_string().contains("applied on 1 of the 2 shards"),
+            "{e}"
+        );
+        let e = write_parts(vec![refused(), written(), written()]).unwrap_err();
+        assert!(
+            e.to_string().contains("applied on 2 of the 3 shards"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_write_refused_on_every_shard_it_spans_may_be_sent_again() {
+        let e = write_parts(vec![refused(), refused()]).unwrap_err();
+        assert!(matches!(e, FirnError::TryAgain(_)), "{e:?}");
+        assert_eq!(write_parts(vec![written(), written()]).unwrap().len(), 2);
+    }
+
+    /// The parts are all awaited: a read's refusal stays `TRYAGAIN` (reading again is
+    /// harmless), a split write's is `UNCERTAIN` once another part answered.
+    #[tokio::test]
+    async fn every_part_is_awaited_and_only_a_write_turns_a_refusal_uncertain() {
+        let parts = || -> Vec<(Pending, Vec<usize>)> {
+            vec![
+                (super::super::ready(refused()), vec![0]),
+                (super::super::ready(written()), vec![1]),
+            ]
+        };
+        let read = Merge::Values.split(parts(), 2).await.unwrap_err();
+        assert!(matches!(read, FirnError::TryAgain(_)), "{read:?}");
+        let write = Merge::Written.split(parts(), 2).await.unwrap_err();
+        assert!(matches!(write, FirnError::Indeterminate(_)), "{write:?}");
     }
 }

@@ -27,7 +27,7 @@ mod write;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use firn_model::limits::{
     KEY_BYTES_MAX, KEYS_PER_REQUEST_MAX, PAGE_ITEMS_MAX, RESP_VALUE_BYTES_MAX,
@@ -301,9 +301,16 @@ impl Router {
         }
     }
 
-    /// Runs a request after `ctx` to its answer.
+    /// Runs a request after `ctx` to its answer; a write refused for now is sent again
+    /// (`again_while_refused`: nothing else of the caller's was submitted after it).
     pub async fn execute(&self, ctx: &CallContext, request: Request) -> Result<Answer, FirnError> {
-        self.submit(ctx, request).await.await
+        let since = Instant::now();
+        let again = request.is_write().then(|| request.clone());
+        let result = self.submit(ctx, request).await.await;
+        match again {
+            Some(write) => self.again_while_refused(ctx, write, since, result).await,
+            None => result,
+        }
     }
 
     /// A snapshot: one time T for every shard, then the read of each at T (each waits until
@@ -470,7 +477,7 @@ impl Router {
         ctx: CallContext,
         hops: u8,
     ) -> Result<Answer, FirnError> {
-        let since = std::time::Instant::now();
+        let since = Instant::now();
         loop {
             let target = self.leader_of(shard).await?;
             let again = (hops == 0).then(|| part.clone());

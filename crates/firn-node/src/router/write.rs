@@ -3,13 +3,16 @@
 //! not be reached, or it no longer led the shard, while leadership moves) waits for the
 //! shard's leadership to settle and is tried again, for at most [`LEADER_WAIT`]: a client
 //! writing at any node sees its leader's failure as a delay, not an error. A write whose
-//! outcome is unknown (sent, and no answer) is never tried again, and neither is one a
-//! leader here took and then gave up (its `TRYAGAIN` comes after later pipelined writes
-//! were proposed, which a second try would overtake).
+//! outcome is unknown (sent, and no answer) is never tried again. One a leader here took and
+//! then refused (it stepped down before appending it: `TRYAGAIN`, nothing applied) is sent
+//! again once its answer is awaited, by a caller that submitted nothing after it
+//! ([`Router::again_while_refused`]); a connection that pipelined later writes behind it
+//! gets its `TRYAGAIN`, since a second try would overtake them.
 
+use std::sync::Arc;
 use std::time::Instant;
 
-use firn_model::{Answer, CallContext, FirnError};
+use firn_model::{Answer, CallContext, FirnError, Request};
 use firn_raft::ShardId;
 use firn_store::Op;
 
@@ -37,12 +40,19 @@ impl Router {
         hops: u8,
     ) -> Pending {
         let since = Instant::now();
+        let planned_by = self.layout();
         loop {
             match self.try_write(shard, op, &ctx, hops).await {
                 Tried::Done(pending) => return pending,
                 // Sent again only by the node its client reached (only there is `again`
-                // kept): a write forwarded here is tried once, so waits do not stack.
-                Tried::NotTaken(_, Some(again)) if since.elapsed() < LEADER_WAIT => {
+                // kept): a write forwarded here is tried once, so waits do not stack. Not
+                // to the same shard once the layout changed: the write may belong to
+                // another shard now (a keyspace defined meanwhile), and its refusal goes
+                // back to be planned again (`again_while_refused`).
+                Tried::NotTaken(_, Some(again))
+                    if since.elapsed() < LEADER_WAIT
+                        && Arc::ptr_eq(&planned_by, &self.layout()) =>
+                {
                     metrics::counter!("firn_write_retries_total").increment(1);
                     tokio::time::sleep(LEADER_CHANGE_PAUSE).await;
                     op = *again;
@@ -50,6 +60,26 @@ impl Router {
                 Tried::NotTaken(e, _) => return ready(Err(e)),
             }
         }
+    }
+
+    /// A write answered `TRYAGAIN` (nothing applied: say a leader here stepped down before it
+    /// appended the write) is submitted again every [`LEADER_CHANGE_PAUSE`] until
+    /// [`LEADER_WAIT`] after `since`, when it was first submitted. Only for a caller that
+    /// submitted nothing after the write: a second try would overtake a later write. A write
+    /// spanning shards is `TRYAGAIN` only when no part of it applied (`merge::write_parts`).
+    pub async fn again_while_refused(
+        &self,
+        ctx: &CallContext,
+        write: Request,
+        since: Instant,
+        mut result: Result<Answer, FirnError>,
+    ) -> Result<Answer, FirnError> {
+        while matches!(result, Err(FirnError::TryAgain(_))) && since.elapsed() < LEADER_WAIT {
+            metrics::counter!("firn_write_retries_total").increment(1);
+            tokio::time::sleep(LEADER_CHANGE_PAUSE).await;
+            result = self.submit(ctx, write.clone()).await.await;
+        }
+        result
     }
 
     async fn try_write(&self, shard: ShardId, op: Op, ctx: &CallContext, hops: u8) -> Tried {

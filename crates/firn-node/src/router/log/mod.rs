@@ -124,10 +124,11 @@ impl Router {
                 }
                 Ok(Box::pin(async move {
                     let answers = futures::future::join_all(started).await;
+                    let answers = super::merge::write_parts(answers)?;
                     let total = order.iter().map(Vec::len).sum();
                     let mut out = vec![None; total];
                     for (answer, positions) in answers.into_iter().zip(order) {
-                        let Response::Appended(appended) = answer?.response else {
+                        let Response::Appended(appended) = answer.response else {
                             return Err(FirnError::Internal("an append answered no seqs".into()));
                         };
                         for (p, a) in positions.into_iter().zip(appended) {
