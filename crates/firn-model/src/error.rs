@@ -83,6 +83,9 @@ pub enum FirnError {
         permission: String,
         scope: String,
     },
+    /// An HTTP request body over the most the endpoint reads (a JSON body: 16 MiB).
+    #[error("the request body is over the {max} bytes a request body may be here")]
+    BodyTooLarge { max: usize },
 }
 
 impl FirnError {
@@ -112,7 +115,9 @@ impl FirnError {
     /// The HTTP status code for this error.
     pub fn http_status(&self) -> u16 {
         match self {
-            FirnError::KeyTooLarge { .. } | FirnError::ValueTooLarge { .. } => 413,
+            FirnError::KeyTooLarge { .. }
+            | FirnError::ValueTooLarge { .. }
+            | FirnError::BodyTooLarge { .. } => 413,
             FirnError::Conflict { .. } => 409,
             FirnError::Compacted { .. } => 410,
             FirnError::KeyspaceNotFound(_) | FirnError::LogNotFound(_) | FirnError::NoGroup(_) => {

@@ -22,6 +22,7 @@ use crate::cluster::layout::ClusterLayout;
 use crate::cluster::meta::{Meta, MetaClient};
 use crate::config::{LocalRegionSetting, NodeConfig};
 use crate::disk::DiskSpace;
+use crate::http::linger::Lingering;
 use crate::local::LocalRegion;
 use crate::replicas::{ReplicaFactory, Replicas, Stripe};
 use crate::router::{Router, RouterParts};
@@ -505,9 +506,9 @@ impl RunningNode {
         tasks.push(if tls.clients.is_on() {
             let listener = crate::tls::TlsHttpListener::new(http_listener, tls.clients)
                 .map_err(|e| startup("HTTP listener", e))?;
-            tokio::spawn(serve_http(listener, app, stop_rx.clone()))
+            tokio::spawn(serve_http(Lingering(listener), app, stop_rx.clone()))
         } else {
-            tokio::spawn(serve_http(http_listener, app, stop_rx.clone()))
+            tokio::spawn(serve_http(Lingering(http_listener), app, stop_rx.clone()))
         });
         if let Some(local) = local {
             tasks.push(tokio::spawn(

@@ -495,3 +495,36 @@ async fn unknown_paths_and_methods_answer_json_errors() {
     .await
     .unwrap();
 }
+
+/// A body refused before it is read to its end — over the most a JSON body may be — gets its
+/// answer, not a broken pipe or a reset while the client still sends: the node reads such a
+/// connection to its end before closing it (`http/linger.rs`). The node answers on after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_refused_before_it_is_read_gets_its_answer_not_a_broken_pipe() {
+    let node = start_node(false).await;
+    let base = format!("http://{}", node.http_addr);
+    tokio::task::spawn_blocking(move || {
+        let big = vec![b' '; 40 << 20];
+        for _ in 0..3 {
+            let sent = agent()
+                .post(&format!("{base}/v1/keyspaces"))
+                .set("content-type", "application/json")
+                .send_bytes(&big);
+            match sent {
+                Err(ureq::Error::Status(code, r)) => {
+                    assert_eq!(code, 413);
+                    let body = json(r);
+                    assert_eq!(body["error"], "ERR", "{body}");
+                    let message = body["message"].as_str().unwrap();
+                    assert!(message.contains("16777217 bytes"), "{message}");
+                }
+                Ok(r) => panic!("a 40 MiB keyspace definition answered {}", r.status()),
+                Err(e) => panic!("a transport error instead of the refusal: {e}"),
+            }
+        }
+        let (code, _) = call(agent().get(&format!("{base}/healthz")), None);
+        assert_eq!(code, 200);
+    })
+    .await
+    .unwrap();
+}

@@ -9,6 +9,7 @@ mod group_events;
 mod groups;
 mod json;
 mod kv;
+pub(crate) mod linger;
 mod log;
 mod openapi;
 mod params;
@@ -55,6 +56,11 @@ pub const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(2)
 #[derive(Clone)]
 struct Stopping(tokio::sync::watch::Receiver<bool>);
 
+/// The most an endpoint reads of a body it takes whole (JSON, a service's payload): one byte
+/// over the values' ceiling, so that a value over it reaches the router, which states the
+/// configured limit.
+const BODY_BYTES_MAX: usize = VALUE_BYTES_MAX_CEILING + 1;
+
 pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> HttpRouter {
     HttpRouter::new()
         .route("/v1/kv/{*key}", get(get_kv).put(put_kv).delete(delete_kv))
@@ -98,8 +104,7 @@ pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> 
         .route("/", get(ui::index))
         .route("/ui/app.js", get(ui::app_js))
         .route("/ui/style.css", get(ui::style_css))
-        // Bodies up to the ceiling reach the router, which states the configured limit.
-        .layer(DefaultBodyLimit::max(VALUE_BYTES_MAX_CEILING + 1))
+        .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .layer(axum::middleware::from_fn_with_state(
             router.clone(),
             sessions,
@@ -304,8 +309,14 @@ impl IntoResponse for ApiError {
 
 type ApiResult<T> = Result<T, ApiError>;
 
-/// A body that is not the JSON an endpoint takes: the same error shape as every other.
+/// A body that is not the JSON an endpoint takes: the same error shape as every other. One
+/// over the bodies' limit (`DefaultBodyLimit` in `routes`) is 413, naming the limit.
 fn bad_json(rejection: JsonRejection) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        return ApiError(FirnError::BodyTooLarge {
+            max: BODY_BYTES_MAX,
+        });
+    }
     ApiError(FirnError::BadArgument(format!(
         "request body: {}",
         rejection.body_text()
