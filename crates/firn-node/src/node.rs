@@ -502,6 +502,9 @@ impl RunningNode {
             config.resp_connections_max,
             tls.clients.clone(),
         )));
+        tasks.push(tokio::spawn(
+            router.clone().follow_remote_leaders(stop_rx.clone()),
+        ));
         let app = crate::http::routes(router.clone(), stop_rx.clone());
         tasks.push(if tls.clients.is_on() {
             let listener = crate::tls::TlsHttpListener::new(http_listener, tls.clients)

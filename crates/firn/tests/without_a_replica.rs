@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Cluster, key_in_shard, read_latest, settled};
+use common::{Cluster, key_in_shard, read_latest, settled, wait_until};
 use firn_client::{Client, PutOptions};
 use firn_model::{ReadAt, ReadConsistency};
 
@@ -144,4 +144,78 @@ async fn a_watch_at_a_node_without_a_replica_goes_on_when_the_replica_it_polls_i
          was killed",
         killed_at.elapsed()
     );
+}
+
+/// A node without a replica of a shard first sends the shard's requests to the replica it
+/// knows, which relays them to the leader — one more hop each. It looks the leader up every
+/// 2 s while it has such requests (`Router::follow_remote_leaders`), and then sends them to
+/// the leader itself: before, only trouble (a replica that did not answer) made it look.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_a_replica_sends_to_the_leader_itself_once_it_looked_it_up() {
+    let mut o = Outsider::start().await;
+    let (shard, node, asked) = (o.shard, o.node, o.asked);
+    // The leader must not be the replica asked first, or nothing tells the two apart: if it
+    // is, it is killed until another replica leads, then started again.
+    let leader_seen_by = |cluster: &Cluster, i: u64| -> Option<u64> {
+        let view = cluster.cluster_json(i as usize - 1)?;
+        view["cluster"]["shards"]
+            .as_array()?
+            .iter()
+            .find(|s| s["shard_id"].as_u64() == Some(shard))?["leader"]
+            .as_u64()
+    };
+    let holder = (1..=4).find(|n| *n != node && *n != asked).unwrap();
+    let mut leader = None;
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            leader = leader_seen_by(&o.cluster, holder);
+            leader.is_some()
+        }),
+        "shard {shard} has no leader"
+    );
+    if leader == Some(asked) {
+        o.kill_asked();
+        assert!(
+            wait_until(Duration::from_secs(20), || {
+                leader = leader_seen_by(&o.cluster, holder);
+                leader.is_some_and(|l| l != asked)
+            }),
+            "shard {shard} elected no leader after node {asked} was killed"
+        );
+        tokio::task::block_in_place(|| o.cluster.restart(asked as usize - 1));
+    }
+    let leader = leader.unwrap();
+    let sent_to = |to: u64| {
+        o.cluster.counter(
+            node as usize - 1,
+            &format!("firn_forwarded_total{{to=\"{to}\"}}"),
+        )
+    };
+    // Writes (of the one key: the shard's) until one goes to the leader itself; the first
+    // ones go through `asked`.
+    let started = Instant::now();
+    let before = sent_to(leader);
+    let mut i = 0;
+    while sent_to(leader) == before {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "node {node} still sends shard {shard}'s writes to node {asked}, not to its leader \
+             node {leader}, {:?} on",
+            started.elapsed()
+        );
+        put(&o.client, &o.key, format!("v{i}").as_bytes()).await;
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "outsider: node {node} sent shard {shard}'s writes to its leader {:?} on",
+        started.elapsed()
+    );
+    // And the following ones too, none through the replica it asked first.
+    let (to_leader, to_asked) = (sent_to(leader), sent_to(asked));
+    for i in 0..10 {
+        put(&o.client, &o.key, format!("then {i}").as_bytes()).await;
+    }
+    assert_eq!(sent_to(leader), to_leader + 10.0);
+    assert_eq!(sent_to(asked), to_asked);
 }

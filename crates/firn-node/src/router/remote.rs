@@ -5,13 +5,18 @@
 //! either and another replica names a leader, the request is given up (as a request to a
 //! leader that moved is, see `Router::unless_leader_moves`), and the next goes to that leader.
 //! Without this, a replica cut off from the others by a partition that drops its packets
-//! would hold every request of this node for the shard until the call's timeout.
+//! would hold every request of this node for the shard until the call's timeout. And every
+//! [`REFRESH_EVERY`] the node looks again at the shards it sent requests for lately
+//! ([`Router::follow_remote_leaders`]), so that their requests go to the leader itself, not
+//! through a replica that relays them (one more hop each), and follow the leader when it
+//! moves.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use firn_raft::{NodeId, ShardId};
+use tokio::sync::watch;
 
 use super::Router;
 use crate::cluster::layout::ShardLayout;
@@ -27,6 +32,11 @@ const CHECK_TIMEOUT: Duration = Duration::from_millis(800);
 /// share it, so a silent node is asked about once per this at most, however many wait.
 const CHECK_EVERY: Duration = Duration::from_millis(500);
 
+/// How often the leaders of the shards this node sent requests for lately are looked up.
+const REFRESH_EVERY: Duration = Duration::from_secs(2);
+/// How long after its last request a shard's leader is still looked up.
+const REFRESH_WHILE_USED: Duration = Duration::from_secs(30);
+
 /// What this node knows of the shards it holds no replica of.
 #[derive(Default)]
 pub(super) struct RemoteShards {
@@ -37,6 +47,8 @@ pub(super) struct RemoteShards {
 struct RemoteShard {
     /// The leader the last look found.
     leader: Mutex<Option<NodeId>>,
+    /// When a request for the shard was last routed.
+    used: Mutex<Option<Instant>>,
     /// The last look, shared by the requests that wait meanwhile.
     last: tokio::sync::Mutex<Option<Look>>,
 }
@@ -68,18 +80,43 @@ impl RemoteShards {
     /// Where a request for `shard` goes: the leader last found, while it is one of the
     /// shard's replicas, else the first replica.
     pub(super) fn target(&self, shard: &ShardLayout) -> Option<NodeId> {
-        let found = *self
-            .shard(shard.id)
-            .leader
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let remote = self.shard(shard.id);
+        *remote.used.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        let found = *remote.leader.lock().unwrap_or_else(|p| p.into_inner());
         found
             .filter(|l| shard.replicas.contains(l))
             .or_else(|| shard.replicas.first().copied())
     }
+
+    /// The shards a request was routed for within the last `within`.
+    fn used_within(&self, within: Duration) -> Vec<ShardId> {
+        let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        shards
+            .iter()
+            .filter(|(_, s)| {
+                let used = *s.used.lock().unwrap_or_else(|p| p.into_inner());
+                used.is_some_and(|u| u.elapsed() < within)
+            })
+            .map(|(id, _)| *id)
+            .collect()
+    }
 }
 
 impl Router {
+    /// Every [`REFRESH_EVERY`] until `stop`: looks up the leaders of the shards this node
+    /// holds no replica of and routed requests for within [`REFRESH_WHILE_USED`], so that
+    /// their next requests go straight to the leader.
+    pub async fn follow_remote_leaders(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(REFRESH_EVERY) => {}
+                _ = stop.changed() => return,
+            }
+            let shards = self.remote.used_within(REFRESH_WHILE_USED);
+            futures::future::join_all(shards.into_iter().map(|s| self.look_at(s))).await;
+        }
+    }
+
     /// Resolves when `target`, sent a request about `shard` (held nowhere here), does not
     /// answer the shard's check and another replica names a leader: that leader. Never
     /// resolves while `target` answers or no other leader is known.
