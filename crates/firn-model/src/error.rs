@@ -83,6 +83,12 @@ pub enum FirnError {
         permission: String,
         scope: String,
     },
+    /// A node (this one, or a peer the request needed) at one of its stated limits: nothing
+    /// was applied; the client retries after a pause. RESP `TRYAGAIN` and HTTP 503, as
+    /// [`FirnError::TryAgain`]; unlike it, never sent again by the node itself (that would add
+    /// load where the limit asks for less).
+    #[error("{0}")]
+    Busy(String),
     /// An HTTP request body over the most the endpoint reads (a JSON body: 16 MiB).
     #[error("the request body is over the {max} bytes a request body may be here")]
     BodyTooLarge { max: usize },
@@ -100,7 +106,7 @@ impl FirnError {
             FirnError::BusyGroup => "BUSYGROUP",
             FirnError::CrossSlot => "CROSSSLOT",
             FirnError::NoReply { .. } => "TIMEOUT",
-            FirnError::TryAgain(_) => "TRYAGAIN",
+            FirnError::TryAgain(_) | FirnError::Busy(_) => "TRYAGAIN",
             FirnError::Indeterminate(_) => "UNCERTAIN",
             FirnError::Unavailable(_) => "CLUSTERDOWN",
             FirnError::NoSpace(_) => "NOSPACE",
@@ -127,7 +133,7 @@ impl FirnError {
             FirnError::Trimmed { .. } => 410,
             FirnError::Refused(_) | FirnError::NoPerm { .. } => 403,
             FirnError::NoAuth | FirnError::WrongPass => 401,
-            FirnError::TryAgain(_) | FirnError::Unavailable(_) => 503,
+            FirnError::TryAgain(_) | FirnError::Busy(_) | FirnError::Unavailable(_) => 503,
             FirnError::Indeterminate(_) | FirnError::NoReply { .. } => 504,
             FirnError::Internal(_) => 500,
             FirnError::NoSpace(_) => 507,

@@ -63,7 +63,7 @@ impl ReplySlots {
         let (tx, rx) = oneshot::channel();
         let mut waiting = self.lock();
         if waiting.len() >= WAITING_REQUESTS_MAX {
-            return Err(FirnError::TryAgain(format!(
+            return Err(FirnError::Busy(format!(
                 "{WAITING_REQUESTS_MAX} requests already wait for replies on this node; \
                  the limit is {WAITING_REQUESTS_MAX}"
             )));
@@ -119,7 +119,7 @@ mod tests {
         let held: Vec<_> = (0..WAITING_REQUESTS_MAX)
             .map(|_| slots.open().unwrap())
             .collect();
-        assert!(matches!(slots.open(), Err(FirnError::TryAgain(_))));
+        assert!(matches!(slots.open(), Err(FirnError::Busy(_))));
         drop(held);
         assert!(slots.open().is_ok());
     }

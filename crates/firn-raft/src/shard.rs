@@ -462,7 +462,7 @@ impl ShardReplica {
         let start = {
             let mut r = ReadRounds::lock(&self.read_rounds);
             if r.waiting.len() >= READ_ROUND_WAITERS_MAX {
-                return Err(FirnError::TryAgain(format!(
+                return Err(FirnError::Busy(format!(
                     "shard {}: {READ_ROUND_WAITERS_MAX} linearizable reads already wait for \
                      the next read-index round here, the limit; retry",
                     self.shard_id

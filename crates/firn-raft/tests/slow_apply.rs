@@ -152,7 +152,7 @@ async fn reads_past_the_waiting_bound_of_a_stuck_read_round_are_told_to_try_agai
 
     let refused = burst
         .iter()
-        .filter(|r| matches!(r, Err(FirnError::TryAgain(_))))
+        .filter(|r| matches!(r, Err(FirnError::Busy(_))))
         .count();
     let served = burst.iter().filter(|r| r.is_ok()).count();
     assert_eq!(refused, extra, "reads past the bound must be told to retry");

@@ -139,7 +139,7 @@ pub(super) async fn events(
         }
     };
     let permit = streams.0.try_acquire_owned().map_err(|_| {
-        FirnError::TryAgain(format!(
+        FirnError::Busy(format!(
             "this node serves {GROUP_EVENT_STREAMS_MAX} group event streams, its limit; \
              close one or use another node"
         ))

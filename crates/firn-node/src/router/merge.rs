@@ -118,7 +118,7 @@ impl Merge {
 }
 
 /// The answers of a write's parts, each run on its own shard. A part refused for now
-/// (`TRYAGAIN`: nothing applied there) is the whole write's answer only when no other part
+/// (`TRYAGAIN`, `CLUSTERDOWN`: nothing applied there) is the whole write's answer only when no other part
 /// applied: `TRYAGAIN` tells the client to send the write again — and the node its client
 /// reached sends it again itself (`Router::again_while_refused`) — which would apply the
 /// applied parts a second time. Then the write is `UNCERTAIN`, saying how much of it
@@ -131,10 +131,14 @@ pub(super) fn write_parts(
     answers
         .into_iter()
         .map(|a| match a {
-            Err(FirnError::TryAgain(why)) if applied > 0 => Err(FirnError::Indeterminate(format!(
-                "the write applied on {applied} of the {n} shards it spans and was refused \
-                     on another ({why}); sending it again would apply those parts twice"
-            ))),
+            Err(e @ (FirnError::TryAgain(_) | FirnError::Busy(_) | FirnError::Unavailable(_)))
+                if applied > 0 =>
+            {
+                Err(FirnError::Indeterminate(format!(
+                    "the write applied on {applied} of the {n} shards it spans and was refused \
+                     on another ({e}); sending it again would apply those parts twice"
+                )))
+            }
             a => a,
         })
         .collect()
@@ -230,6 +234,14 @@ mod tests {
             e.to_string().contains("applied on 2 of the 3 shards"),
             "{e}"
         );
+        // So with a node at its limit, or a shard without a leader: both say "retry".
+        for e in [
+            FirnError::Busy("node 2 is busy".into()),
+            FirnError::Unavailable("no leader".into()),
+        ] {
+            let e = write_parts(vec![written(), Err(e)]).unwrap_err();
+            assert!(matches!(e, FirnError::Indeterminate(_)), "{e:?}");
+        }
     }
 
     #[test]

@@ -74,7 +74,7 @@ impl Router {
         since: Instant,
         mut result: Result<Answer, FirnError>,
     ) -> Result<Answer, FirnError> {
-        while matches!(result, Err(FirnError::TryAgain(_))) && since.elapsed() < LEADER_WAIT {
+        while refused_for_now(&result) && since.elapsed() < LEADER_WAIT {
             metrics::counter!("firn_write_retries_total").increment(1);
             tokio::time::sleep(LEADER_CHANGE_PAUSE).await;
             result = self.submit(ctx, write.clone()).await.await;
@@ -113,5 +113,41 @@ impl Router {
             Ok(p) => Box::pin(async move { p.await.map(Answer::new) }),
             Err(e) => ready(Err(e)),
         })
+    }
+}
+
+/// Whether a write's answer is a refusal the node its client reached sends the write again
+/// after: `TRYAGAIN` (nothing applied), but not a node at its limit (`Busy`: it asks for a
+/// pause, which is the client's to make) nor anything whose outcome is unknown.
+fn refused_for_now(result: &Result<Answer, FirnError>) -> bool {
+    matches!(result, Err(FirnError::TryAgain(_)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_refusal_for_now_is_sent_again_not_a_node_at_its_limit() {
+        let err = |e: FirnError| -> Result<Answer, FirnError> { Err(e) };
+        assert!(refused_for_now(&err(FirnError::TryAgain(
+            "not the leader".into()
+        ))));
+        assert!(!refused_for_now(&err(FirnError::Busy(
+            "node 2 is busy".into()
+        ))));
+        assert!(!refused_for_now(&err(FirnError::Indeterminate(
+            "no answer".into()
+        ))));
+        assert!(!refused_for_now(&Ok(Answer::new(
+            firn_model::Response::Done
+        ))));
+        // A client sees both as TRYAGAIN, 503.
+        for e in [
+            FirnError::TryAgain(String::new()),
+            FirnError::Busy(String::new()),
+        ] {
+            assert_eq!((e.resp_code(), e.http_status()), ("TRYAGAIN", 503));
+        }
     }
 }

@@ -363,7 +363,7 @@ fn decode<R: Rpc>(
             Err(CallError::NotSent(FirnError::TryAgain(format!("{e}"))))
         }
         // Not taken: nothing happened, but the node asks for a pause.
-        Err(e @ PeerError::Busy(..)) => failed(FirnError::TryAgain(format!("{e}"))),
+        Err(e @ PeerError::Busy(..)) => failed(FirnError::Busy(format!("{e}"))),
         // Sent, but no answer: a write may have been applied.
         Err(e) => Err(CallError::Unanswered(e.to_string())),
     }
@@ -409,7 +409,7 @@ mod tests {
         ));
         assert!(matches!(
             no_reply(PeerError::Busy(3, "full".into())),
-            Err(CallError::Failed(FirnError::TryAgain(_)))
+            Err(CallError::Failed(FirnError::Busy(_)))
         ));
         for sent in [
             PeerError::Lost(3),
