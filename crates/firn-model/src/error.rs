@@ -89,7 +89,7 @@ pub enum FirnError {
     /// load where the limit asks for less).
     #[error("{0}")]
     Busy(String),
-    /// An HTTP request body over the most the endpoint reads (a JSON body: 16 MiB).
+    /// An HTTP request body over the most the endpoint reads (a JSON body: 16 MiB and a byte).
     #[error("the request body is over the {max} bytes a request body may be here")]
     BodyTooLarge { max: usize },
 }
