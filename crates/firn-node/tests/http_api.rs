@@ -494,6 +494,7 @@ async fn unknown_paths_and_methods_answer_json_errors() {
     })
     .await
     .unwrap();
+    node.shutdown().await;
 }
 
 /// A body refused before it is read to its end — over the most a JSON body may be — gets its
@@ -527,4 +528,5 @@ async fn a_body_refused_before_it_is_read_gets_its_answer_not_a_broken_pipe() {
     })
     .await
     .unwrap();
+    node.shutdown().await;
 }
