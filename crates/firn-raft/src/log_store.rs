@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use firn_store::journal_sync::JournalSync;
+use firn_store::memtable_reaper::{self, MemtableWatch};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use openraft::alias::OneshotOf;
 use openraft::async_runtime::Oneshot;
@@ -72,6 +73,8 @@ pub struct FjallLogStore {
     /// The committed log id openraft last reported and no append has written yet (see
     /// [`RaftLogStorage::save_committed`] below).
     unsaved_committed: Option<Option<LogId>>,
+    /// The log's memtables are freed off fjall's locks while a clone of this store lives.
+    _memtables: Arc<MemtableWatch>,
 }
 
 /// When a group's appends count as flushed (and so may be acknowledged).
@@ -239,6 +242,7 @@ impl FjallLogStore {
                 KeyspaceCreateOptions::default,
             )
             .map_err(fjall_err)?;
+        let _memtables = Arc::new(memtable_reaper::watch([log.clone(), meta.clone()]));
         Ok(FjallLogStore {
             db,
             log,
@@ -246,6 +250,7 @@ impl FjallLogStore {
             flush,
             tail: Arc::default(),
             unsaved_committed: None,
+            _memtables,
         })
     }
 

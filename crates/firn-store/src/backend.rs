@@ -14,6 +14,7 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions, Readable};
 use serde::{Deserialize, Serialize};
 
 use crate::journal_sync::JournalSync;
+use crate::memtable_reaper::{self, MemtableWatch};
 
 /// The state machine's tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -341,6 +342,8 @@ pub struct FjallBackend {
     keyspaces: [Keyspace; TABLES],
     /// Makes the database's journal durable (see [`JournalSync`]).
     journal: Mutex<JournalSync>,
+    /// The tables' memtables are freed off fjall's locks while this lives.
+    _memtables: MemtableWatch,
 }
 
 /// Largest memtable of one table before fjall writes it out (its default is 64 MiB; a node
@@ -373,10 +376,12 @@ impl FjallBackend {
             open(Table::GroupKeys)?,
         ];
         let journal = Mutex::new(JournalSync::new(db.clone(), dir));
+        let _memtables = memtable_reaper::watch(keyspaces.iter().cloned());
         Ok(FjallBackend {
             db,
             keyspaces,
             journal,
+            _memtables,
         })
     }
 

@@ -10,6 +10,7 @@ pub mod command;
 pub mod dump;
 pub mod glob;
 pub mod journal_sync;
+pub mod memtable_reaper;
 pub mod record;
 pub mod sink;
 pub mod store;
