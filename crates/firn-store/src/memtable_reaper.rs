@@ -6,7 +6,8 @@
 //! 16 MiB memtable is a skiplist of about 100,000 entries; freeing it took 27–127 ms on the
 //! busy 2-core machine (measured with uprobes around `maintenance`), and each time every
 //! write into the tree waited it out — and, as fjall inserts into memtables with its journal
-//! lock held, every write into the database (docs/benchmarks.md, 2026-11-28 (18)).
+//! lock held, every write into the database (docs/benchmarks.md, "The longest waits were
+//! memtables freed under a lock").
 //!
 //! So a reaper thread keeps a handle on each memtable of the keyspaces it watches, taken
 //! while the memtable is the active one, and lets go of it once it is the last holder: the
