@@ -38,7 +38,6 @@ struct Watched {
 #[derive(Default)]
 struct Reaper {
     watched: Mutex<Vec<Watched>>,
-    held: Mutex<Vec<Held>>,
 }
 
 static REAPER: OnceLock<Arc<Reaper>> = OnceLock::new();
@@ -51,9 +50,11 @@ fn reaper() -> &'static Arc<Reaper> {
         std::thread::Builder::new()
             .name("memtable-reaper".into())
             .spawn(move || {
+                // The memtables taken, each until the reaper is its last holder.
+                let mut held = Vec::new();
                 loop {
                     std::thread::sleep(TICK);
-                    looked_after.tick();
+                    looked_after.tick(&mut held);
                 }
             })
             .expect("spawning the memtable reaper");
@@ -62,8 +63,7 @@ fn reaper() -> &'static Arc<Reaper> {
 }
 
 impl Reaper {
-    fn tick(&self) {
-        let mut taken = Vec::new();
+    fn tick(&self, held: &mut Vec<Held>) {
         for w in self
             .watched
             .lock()
@@ -73,20 +73,11 @@ impl Reaper {
             let active: Held = w.keyspace.tree.active_memtable();
             if !std::ptr::addr_eq(w.active.as_ptr(), Arc::as_ptr(&active)) {
                 w.active = Arc::downgrade(&active);
-                taken.push(active);
+                held.push(active);
             }
         }
-        let freed = {
-            let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-            held.extend(taken);
-            let (free, keep) = std::mem::take(&mut *held)
-                .into_iter()
-                .partition(|m| Arc::strong_count(m) == 1);
-            *held = keep;
-            free
-        };
-        // Dropped here, holding no lock.
-        drop::<Vec<Held>>(freed);
+        // The frees happen here, outside every lock (the reaper's too).
+        held.retain(|m| Arc::strong_count(m) > 1);
     }
 }
 
