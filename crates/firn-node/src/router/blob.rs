@@ -3,6 +3,7 @@
 //! then is its manifest proposed: a version whose upload did not finish never exists.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use firn_model::blob::BLOB_CHUNK_BYTES;
@@ -16,6 +17,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::Router;
+use super::write::resend_while_refused;
 use crate::blob::files::digest;
 use crate::blob::{BlobChunk, Blobs};
 
@@ -192,10 +194,23 @@ impl Router {
             value: Bytes::new(),
             ..put
         };
-        let answer = self
-            .submit_kv(ctx, KvRequest::Write(KvWrite::PutBlob { put, blob }))
-            .await
-            .await;
+        // A manifest the shard's leader refused for now (it stepped down before appending
+        // it: nothing applied) is sent again, as any write is (`again_while_refused`), while
+        // the key is still in the shard the value went to: else the whole put is the
+        // client's to send again (`check_manifest` refuses it with `TRYAGAIN`).
+        let manifest = KvRequest::Write(KvWrite::PutBlob { put, blob });
+        let since = Instant::now();
+        let first = self.submit_kv(ctx, manifest.clone()).await.await;
+        let answer = resend_while_refused(
+            since,
+            first,
+            || {
+                self.routable_layout()
+                    .is_ok_and(|l| l.shard_of_key(&key) == shard)
+            },
+            || async { self.submit_kv(ctx, manifest.clone()).await.await },
+        )
+        .await;
         match &answer {
             Ok(_) => {
                 metrics::counter!("firn_blob_uploads_total", "outcome" => "written").increment(1);

@@ -72,14 +72,15 @@ impl Router {
         ctx: &CallContext,
         write: Request,
         since: Instant,
-        mut result: Result<Answer, FirnError>,
+        result: Result<Answer, FirnError>,
     ) -> Result<Answer, FirnError> {
-        while refused_for_now(&result) && since.elapsed() < LEADER_WAIT {
-            metrics::counter!("firn_write_retries_total").increment(1);
-            tokio::time::sleep(LEADER_CHANGE_PAUSE).await;
-            result = self.submit(ctx, write.clone()).await.await;
-        }
-        result
+        resend_while_refused(
+            since,
+            result,
+            || true,
+            || async { self.submit(ctx, write.clone()).await.await },
+        )
+        .await
     }
 
     async fn try_write(&self, shard: ShardId, op: Op, ctx: &CallContext, hops: u8) -> Tried {
@@ -116,6 +117,27 @@ impl Router {
     }
 }
 
+/// Sends a write again with `send` every [`LEADER_CHANGE_PAUSE`] while its answer is a
+/// refusal for now ([`refused_for_now`]), until [`LEADER_WAIT`] after `since` or until
+/// `still_fits` says the write no longer fits what it was planned for; then the last answer.
+pub(super) async fn resend_while_refused<F, Fut>(
+    since: Instant,
+    mut result: Result<Answer, FirnError>,
+    mut still_fits: impl FnMut() -> bool,
+    mut send: F,
+) -> Result<Answer, FirnError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Answer, FirnError>>,
+{
+    while refused_for_now(&result) && since.elapsed() < LEADER_WAIT && still_fits() {
+        metrics::counter!("firn_write_retries_total").increment(1);
+        tokio::time::sleep(LEADER_CHANGE_PAUSE).await;
+        result = send().await;
+    }
+    result
+}
+
 /// Whether a write's answer is a refusal the node its client reached sends the write again
 /// after: `TRYAGAIN` (nothing applied), but not a node at its limit (`Busy`: it asks for a
 /// pause, which is the client's to make) nor anything whose outcome is unknown.
@@ -126,6 +148,64 @@ fn refused_for_now(result: &Result<Answer, FirnError>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn refused() -> Result<Answer, FirnError> {
+        Err(FirnError::TryAgain("not the leader".into()))
+    }
+
+    /// Refused twice, then taken: sent three times in all, and the answer is the last one.
+    #[tokio::test]
+    async fn a_write_refused_for_now_is_sent_until_it_is_taken() {
+        let sent = std::cell::Cell::new(0);
+        let answer = resend_while_refused(
+            Instant::now(),
+            refused(),
+            || true,
+            || {
+                sent.set(sent.get() + 1);
+                let n = sent.get();
+                async move {
+                    if n < 3 {
+                        refused()
+                    } else {
+                        Ok(Answer::new(firn_model::Response::Done))
+                    }
+                }
+            },
+        )
+        .await;
+        assert!(answer.is_ok(), "{answer:?}");
+        assert_eq!(sent.get(), 3);
+    }
+
+    /// A write that no longer fits its plan (say a large value's key left the shard its value
+    /// was uploaded to) is not sent again: its refusal is the answer. Nor is a write past
+    /// `LEADER_WAIT`, nor one that was not refused for now.
+    #[tokio::test]
+    async fn a_write_is_not_sent_again_once_it_no_longer_fits_or_waited_enough() {
+        let sent = std::cell::Cell::new(0);
+        let send = || {
+            sent.set(sent.get() + 1);
+            async { refused() }
+        };
+        let answer = resend_while_refused(Instant::now(), refused(), || false, send).await;
+        assert!(refused_for_now(&answer));
+        assert_eq!(sent.get(), 0);
+        let long_ago = Instant::now() - LEADER_WAIT;
+        let answer = resend_while_refused(long_ago, refused(), || true, send).await;
+        assert!(refused_for_now(&answer));
+        assert_eq!(sent.get(), 0);
+        let busy = Err(FirnError::Busy("node 2 is busy".into()));
+        let answer = resend_while_refused(Instant::now(), busy, || true, send).await;
+        assert!(matches!(answer, Err(FirnError::Busy(_))), "{answer:?}");
+        assert_eq!(sent.get(), 0);
+        // Fits for one more try only: sent once, still refused, and that is the answer.
+        let fits = std::cell::Cell::new(1);
+        let answer =
+            resend_while_refused(Instant::now(), refused(), || fits.replace(0) > 0, send).await;
+        assert!(refused_for_now(&answer));
+        assert_eq!(sent.get(), 1);
+    }
 
     #[test]
     fn only_a_refusal_for_now_is_sent_again_not_a_node_at_its_limit() {
