@@ -259,3 +259,97 @@ async fn calls_still_queued_when_a_connection_fails_never_left_and_are_safe_to_r
         other => panic!("the call after the failure was answered {other:?}"),
     }
 }
+
+/// A connection whose reads are held back once `hold` is set: its reader task never sees
+/// what the peer sent, its close included.
+struct ReadsHeld {
+    tcp: TcpStream,
+    hold: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl tokio::io::AsyncRead for ReadsHeld {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.hold.load(Ordering::SeqCst) {
+            // Never woken: the test ends with the reads still held.
+            return Poll::Pending;
+        }
+        Pin::new(&mut self.tcp).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for ReadsHeld {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.tcp).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+}
+
+struct HoldsReads(Arc<std::sync::atomic::AtomicBool>);
+
+impl PeerTransport for HoldsReads {
+    fn connect(&self, tcp: TcpStream, _addr: &str) -> Wrapping {
+        let hold = self.0.clone();
+        Box::pin(async move { Ok(Box::new(ReadsHeld { tcp, hold }) as BoxedPeerStream) })
+    }
+
+    fn accept(&self, tcp: TcpStream) -> Wrapping {
+        Box::pin(async move { Ok(Box::new(tcp) as BoxedPeerStream) })
+    }
+}
+
+/// A peer that closed its connection (it died, say) before a request was written to it
+/// never read the request, even when the calling end has not yet read the close: the call
+/// is unreachable, safe to retry — not lost (which a forwarded write would answer
+/// `UNCERTAIN`), nor left to its timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_written_after_the_peer_closed_is_not_sent_even_before_the_close_is_read() {
+    let open = Arc::new(AtomicU64::new(0));
+    let (addr, stop) = serve(Arc::new(Counted { open: open.clone() }));
+    let hold = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pool = PeerPool::new(1, HashMap::from([(2, addr)]))
+        .with_transport(Arc::new(HoldsReads(hold.clone())));
+    let call = || {
+        pool.call_on(
+            Lane::Messages,
+            2,
+            PeerRequest::App(vec![5; 16]),
+            Duration::from_secs(60),
+        )
+    };
+    assert!(matches!(call().await, Ok(PeerResponse::App(_))));
+    // The calling end stops reading; the peer closes the connection.
+    hold.store(true, Ordering::SeqCst);
+    stop.send(true).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while open.load(Ordering::SeqCst) != 0 {
+        assert!(Instant::now() < deadline, "the server kept its connection");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Its close reaches this end's socket (loopback: at once; a margin all the same).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    match call().await {
+        Err(PeerError::Unreachable(2, _)) => {}
+        other => panic!("a request written after the peer closed was answered {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the call waited {:?}",
+        started.elapsed()
+    );
+}

@@ -33,6 +33,50 @@ enum Heard {
     NotSent,
 }
 
+/// The TCP socket under a connection (under TLS, if any), to ask the kernel whether the
+/// peer has closed it: its FIN arrives before the reader task gets to run and see it.
+#[derive(Clone, Copy)]
+struct PeerSocket(#[cfg(target_os = "linux")] std::os::fd::RawFd);
+
+impl PeerSocket {
+    fn of(stream: &tokio::net::TcpStream) -> Self {
+        #[cfg(target_os = "linux")]
+        return PeerSocket(std::os::fd::AsRawFd::as_raw_fd(stream));
+        #[cfg(not(target_os = "linux"))]
+        return PeerSocket();
+    }
+
+    /// Whether the peer has closed its end: the socket is in `CLOSE_WAIT` (its FIN came) or
+    /// `CLOSE` (reset). A peer closes a connection only whole (`serve_connection` drops it;
+    /// it never shuts down one direction), so a request written after that is never read.
+    /// Asked only while the connection's writer holds the socket open.
+    fn peer_closed(self) -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            // linux/tcp_states.h
+            const TCP_CLOSE: u8 = 7;
+            const TCP_CLOSE_WAIT: u8 = 8;
+            // SAFETY: `tcp_info` is plain integers, valid zeroed; `getsockopt` writes at
+            // most `len` bytes into it. The descriptor is the connection's socket, open for
+            // as long as the writer task asking holds its half of the stream.
+            let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+            let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+            let rc = unsafe {
+                libc::getsockopt(
+                    self.0,
+                    libc::IPPROTO_TCP,
+                    libc::TCP_INFO,
+                    (&mut info as *mut libc::tcp_info).cast(),
+                    &mut len,
+                )
+            };
+            rc == 0 && matches!(info.tcpi_state, TCP_CLOSE | TCP_CLOSE_WAIT)
+        }
+        #[cfg(not(target_os = "linux"))]
+        false
+    }
+}
+
 /// The calls waiting on a connection, by id.
 type Waiting = Arc<Mutex<HashMap<u64, oneshot::Sender<Heard>>>>;
 
@@ -78,9 +122,10 @@ impl PeerConn {
             }
             let stream = socket.connect(target).await?;
             let _ = stream.set_nodelay(true);
-            transport.connect(stream, addr).await
+            let socket = PeerSocket::of(&stream);
+            Ok((transport.connect(stream, addr).await?, socket))
         };
-        let stream = tokio::time::timeout(CONNECT_TIMEOUT, connect)
+        let (stream, socket) = tokio::time::timeout(CONNECT_TIMEOUT, connect)
             .await
             .map_err(|_| {
                 std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")
@@ -104,7 +149,20 @@ impl PeerConn {
                     _ = writer_ended.cancelled() => None,
                     next = rx.recv() => next,
                 };
-                let Some((_, frame)) = next else { break };
+                let Some((id, frame)) = next else { break };
+                // The peer closed the connection before this request left: it is never read
+                // there, so its call may be retried (a peer that died a moment ago, its
+                // close not yet seen by the reader below, is not a lost call).
+                if socket.peer_closed() {
+                    if let Some(waiter) = writer_pending
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&id)
+                    {
+                        let _ = waiter.send(Heard::NotSent);
+                    }
+                    break;
+                }
                 // A write cut short may have left part of the request, or all of it: its
                 // call is lost, not unsent.
                 let written = tokio::select! {
