@@ -143,6 +143,8 @@ impl PeerConn {
         // Dropped when the writer has told the calls whose requests never left.
         let (writer_running, writer_stopped) = oneshot::channel::<()>();
         tokio::spawn(async move {
+            // A request taken from the queue that never left, if any.
+            let mut unsent = None;
             loop {
                 let next = tokio::select! {
                     biased;
@@ -154,13 +156,7 @@ impl PeerConn {
                 // there, so its call may be retried (a peer that died a moment ago, its
                 // close not yet seen by the reader below, is not a lost call).
                 if socket.peer_closed() {
-                    if let Some(waiter) = writer_pending
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .remove(&id)
-                    {
-                        let _ = waiter.send(Heard::NotSent);
-                    }
+                    unsent = Some(id);
                     break;
                 }
                 // A write cut short may have left part of the request, or all of it: its
@@ -176,7 +172,8 @@ impl PeerConn {
             writer_alive.store(false, Ordering::Release);
             writer_ended.cancel();
             rx.close();
-            while let Ok((id, _)) = rx.try_recv() {
+            let queued = std::iter::from_fn(|| rx.try_recv().ok().map(|(id, _)| id));
+            for id in unsent.into_iter().chain(queued) {
                 let waiter = writer_pending
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
