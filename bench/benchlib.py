@@ -107,6 +107,23 @@ def thread_cpu(pid):
     return out
 
 
+def process_events(pid):
+    """(write calls, context switches) of process `pid` so far: `syscw` of /proc/PID/io (every
+    write, writev and send of a socket or file) and the voluntary and involuntary switches of
+    each of its threads (/proc/PID/task/*/status; a thread that ends while this reads is left
+    out, as are the switches of threads already gone)."""
+    with open(f"/proc/{pid}/io") as fh:
+        writes = next(int(line.split()[1]) for line in fh if line.startswith("syscw:"))
+    switches = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as fh:
+                switches += sum(int(line.split()[1]) for line in fh if "ctxt_switches" in line)
+        except OSError:
+            continue
+    return writes, switches
+
+
 def busiest_threads(before, after, seconds, top=4):
     """The `top` threads that used the most CPU between two thread_cpu readings of a set of
     processes ({pid: reading}), as "name NN%" (of one core, over `seconds`): a thread near 100%
