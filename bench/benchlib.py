@@ -108,8 +108,9 @@ def thread_cpu(pid):
 
 
 def process_events(pid):
-    """(write calls, context switches) of process `pid` so far: `syscw` of /proc/PID/io (every
-    write, writev and send of a socket or file) and the voluntary and involuntary switches of
+    """(write calls, context switches) of process `pid` so far: `syscw` of /proc/PID/io (its
+    write and writev calls: a Firn node's log writes and its messages to peers; a reply to a
+    client goes out with send, which is not counted) and the voluntary and involuntary switches of
     each of its threads (/proc/PID/task/*/status; a thread that ends while this reads is left
     out, as are the switches of threads already gone)."""
     with open(f"/proc/{pid}/io") as fh:
