@@ -10,7 +10,7 @@ use firn_raft::log_store::{Checkpoints, Fsync, GroupCommit};
 use firn_raft::peer::{LocalGroups, PeerPool, serve_peers_over};
 use firn_raft::transport::{PeerTransport, PlainTcp};
 use firn_raft::{META_GROUP, NodeId};
-use firn_store::journal_sync::Writeback;
+use firn_store::journal_sync::{self, Writeback};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -292,11 +292,9 @@ impl RunningNode {
         // persisted the state it covers, so a crash replays the log onto the state.
         // Neither database writes its journal out on each batch (`manual_journal_persist`):
         // the log's is written and fsync'd once per group commit, the state's when a
-        // snapshot persists it.
+        // snapshot persists it; each keeps at most `JOURNAL_BYTES_MAX` of journal.
         let open_db = |name: &str| {
-            fjall::Database::builder(data_dir.join(name))
-                .manual_journal_persist(true)
-                .open()
+            journal_sync::open_database(&data_dir.join(name))
                 .map_err(|e| startup(&format!("opening storage in {}", data_dir.display()), e))
         };
         let mut databases = Vec::with_capacity(stripes);
