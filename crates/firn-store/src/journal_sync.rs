@@ -27,12 +27,13 @@ use fjall::{Database, PersistMode};
 /// Most bytes of journal a database keeps (fjall's default is 512 MiB). fjall deletes a
 /// journal file (64 MB) only once every keyspace written in it has written out its memtable,
 /// and a node's small tables (a group's vote and commit, a shard's applied position) fill
-/// theirs rarely: the files piled up to the bound in every database, up to 4 GiB on a node of
-/// 4 stripes. A restart reads them all back, from the oldest: a node of 2.4M puts took 11.2 s
-/// from a cold page cache to its first write with 512 MiB of journals, 4.7 s with this bound
-/// (1.5 s with 128 MiB, but then the versions table's memtables were written out early too,
-/// and puts cost up to 9% more CPU; at 256 MiB they cost what they did: docs/benchmarks.md,
-/// "Journals"). Past the bound, fjall writes out the memtables that hold the oldest file.
+/// theirs rarely: the files piled up to the bound in every database, up to 4.5 GiB on a node
+/// of 4 stripes. A restart reads them all back, from the oldest: a node of 2.4M puts took
+/// 11.2 s from a cold page cache to its first write with 512 MiB of journals, 4.7 s with this
+/// bound (1.5 s with 128 MiB, but then the versions table's memtables were written out early
+/// too, and puts cost up to 9% more CPU; at 256 MiB the first 1.2M puts cost what they did,
+/// and later ones are not settled: docs/benchmarks.md, "Journals"). Past the bound, fjall
+/// writes out the memtables that hold the oldest file.
 pub const JOURNAL_BYTES_MAX: u64 = 256 << 20;
 
 /// Opens (or creates) the fjall database at `path` the way a node keeps its logs and states:
