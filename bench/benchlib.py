@@ -6,10 +6,12 @@ process started here is stopped by its owner."""
 import atexit
 import collections
 import csv
+import datetime
 import io
 import itertools
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -137,13 +139,22 @@ def busiest_threads(before, after, seconds, top=4):
     return ", ".join(f"{name} {100 * cpu / seconds:.0f}%" for cpu, name in used[:top])
 
 
+# lsm-tree's debug lines that end a flush or a compaction, with how long it took.
+STORAGE_WORK = re.compile(r"(Flushed memtable\(s\)|Compaction done) in ([\d.]+)(ns|µs|ms|s)\b")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+DURATION_UNITS = {"ns": 1e-9, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
 class FirnCluster:
     """N `firn serve` processes on 127.0.0.1 (disk durability), formed with --peers; with
     `cores` (a CPU list a node), node i runs pinned to cores[i]. `{node}` in an `extra`
     argument becomes the node's id."""
 
-    def __init__(self, binary, n=3, extra=(), cores=None):
+    def __init__(self, binary, n=3, extra=(), cores=None, storage_log=False):
         self.binary, self.n, self.extra = binary, n, list(extra)
+        # With storage_log, each node writes fjall's flushes and compactions to node{i}.log in
+        # the cluster's folder (see storage_work).
+        self.storage_log = storage_log
         self.cores = list(cores) if cores else [None] * n
         self.dir = tempfile.mkdtemp(prefix="firn-bench-")
         ports = free_ports(3 * n)
@@ -167,7 +178,37 @@ class FirnCluster:
              "--resp-addr", f"127.0.0.1:{resp}", "--http-addr", f"127.0.0.1:{http}", "--peer-addr", f"127.0.0.1:{peer}",
              "--data-dir", os.path.join(self.dir, f"node{i + 1}"), *(a.replace("{node}", str(i + 1)) for a in self.extra)],
             self.cores[i]),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "RUST_LOG": "warn"})
+            **self.log_to(i))
+
+    def log_to(self, i):
+        """Where node i's log goes, and at what level: nowhere unless storage_log."""
+        if not self.storage_log:
+            return dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "RUST_LOG": "warn"})
+        log = open(self.log_path(i), "a")
+        return dict(stdout=log, stderr=log, env={**os.environ, "RUST_LOG": "warn,lsm_tree=debug"})
+
+    def log_path(self, i):
+        return os.path.join(self.dir, f"node{i + 1}.log")
+
+    def storage_work(self, since, until):
+        """[(kind, seconds)] of the flushes and compactions the nodes logged between the
+        datetimes `since` and `until` (UTC); needs storage_log."""
+        work = []
+        for i in range(self.n):
+            with open(self.log_path(i), errors="replace") as fh:
+                for line in fh:
+                    line = ANSI.sub("", line)
+                    m = STORAGE_WORK.search(line)
+                    if not m:
+                        continue
+                    try:
+                        at = datetime.datetime.fromisoformat(line.split()[0].rstrip("Z"))
+                    except ValueError:
+                        continue
+                    if since <= at < until:
+                        work.append(("flush" if m[1] == "Flushed memtable(s)" else "compaction",
+                                     float(m[2]) * DURATION_UNITS[m[3]]))
+        return work
 
     def resp_port(self, i=0):
         return self.ports[i][0]
