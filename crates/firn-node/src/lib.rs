@@ -27,6 +27,7 @@ pub mod resp;
 pub mod router;
 pub mod rpc;
 pub mod session;
+pub mod storage_stats;
 pub mod tls;
 pub mod view;
 pub mod watch;

@@ -49,6 +49,32 @@ fn describe() {
         "the share (0-1) of a shard's following requests sent by its busiest origin node, \
          over the last 5 s; set by the meta leader's steward"
     );
+    describe_gauge!(
+        "firn_storage_write_buffer_bytes",
+        Unit::Bytes,
+        "bytes in the memtables of a database (label db) not yet written out, the active one included"
+    );
+    describe_gauge!(
+        "firn_storage_flushes_queued",
+        "memtables of a database waiting to be written out"
+    );
+    describe_gauge!(
+        "firn_storage_compactions_running",
+        "compactions of a database's tables running now"
+    );
+    describe_counter!(
+        "firn_storage_compactions_total",
+        "compactions of a database's tables done since the node started"
+    );
+    describe_counter!(
+        "firn_storage_compaction_microseconds_total",
+        Unit::Microseconds,
+        "time a database's compactions took since the node started, all of them together"
+    );
+    describe_gauge!(
+        "firn_storage_journals",
+        "journal files a database keeps (each up to 64 MiB; see JOURNAL_BYTES_MAX)"
+    );
     describe_counter!(
         "firn_pubsub_messages_dropped_total",
         "published messages a subscriber of this node lost because its queue was full \

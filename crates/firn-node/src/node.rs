@@ -27,6 +27,7 @@ use crate::local::LocalRegion;
 use crate::replicas::{ReplicaFactory, Replicas, Stripe};
 use crate::router::{Router, RouterParts};
 use crate::rpc::PeerClient;
+use crate::storage_stats::StorageStats;
 
 pub struct RunningNode {
     pub resp_addr: SocketAddr,
@@ -305,6 +306,19 @@ impl RunningNode {
             ));
         }
         let memory_db = open_db(MEMORY_LOG_DB)?;
+        let storage_stats = StorageStats::new(
+            databases
+                .iter()
+                .enumerate()
+                .flat_map(|(i, (log, state))| {
+                    [
+                        (stripe_db(LOG_DB, i), log.clone()),
+                        (stripe_db(STATE_DB, i), state.clone()),
+                    ]
+                })
+                .chain([(MEMORY_LOG_DB.to_string(), memory_db.clone())])
+                .collect(),
+        );
 
         // Peers can reach this node's groups as soon as each is registered.
         let (stop, stop_rx) = watch::channel(false);
@@ -443,6 +457,7 @@ impl RunningNode {
             users: config.users.clone(),
             disk: disk.clone(),
         }));
+        tasks.push(tokio::spawn(storage_stats.run(stop_rx.clone())));
         tasks.push(tokio::spawn(disk.clone().run(
             crate::disk::tell_peers(peers.clone(), config.node_id, router.layout_watch()),
             stop_rx.clone(),

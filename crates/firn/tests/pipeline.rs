@@ -1,6 +1,6 @@
 //! Pipelined replication in a running cluster: with `--appends-in-flight` above 1, a leader
 //! keeps several appends out to each follower while writes keep coming, and every write
-//! still reads back.
+//! still reads back, and the storage engine's work shows in `/metrics`.
 
 mod common;
 
@@ -45,6 +45,23 @@ async fn concurrent_writes_keep_several_appends_in_flight_to_each_follower() {
         sum > count,
         "never more than one append in flight: sum {sum}, count {count}"
     );
+    // The writes sit in every node's state memtables, which `/metrics` shows with the rest
+    // of the storage engine's work (`firn_storage_*`, refreshed every second).
+    for i in 0..3 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let buffered = loop {
+            let bytes = cluster.counter(i, "firn_storage_write_buffer_bytes{db=\"state\"}");
+            if bytes > 0.0 || std::time::Instant::now() > deadline {
+                break bytes;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        };
+        assert!(
+            buffered > 0.0,
+            "node {i}: no state memtable bytes in /metrics"
+        );
+        assert!(cluster.counter(i, "firn_storage_journals{db=\"log\"}") >= 1.0);
+    }
     let reader = Client::connect(&cluster.resp_addr(1)).await.unwrap();
     let last = (PUTS_EACH - 1).to_string();
     for key in &keys {

@@ -1,0 +1,120 @@
+//! The storage engine's background work in `/metrics`: for each of the node's fjall databases
+//! (label `db`: `log`, `state`, `log-1`, … `memlog`, as their folders are named), its
+//! memtables' bytes, the flushes queued, the compactions running, and counters of the
+//! compactions done and the time they took. Under sustained writes a small machine's put
+//! latency dips while compactions run (docs/benchmarks.md, section (21)); these say when.
+//!
+//! fjall counts all of it itself with atomics; [`StorageStats::run`] copies the counts into
+//! the metrics every [`STORAGE_STATS_EVERY`]. Reading them takes no lock a write takes.
+
+use std::time::Duration;
+
+use fjall::Database;
+use tokio::sync::watch;
+
+/// How often the storage metrics are refreshed.
+pub const STORAGE_STATS_EVERY: Duration = Duration::from_secs(1);
+
+/// The node's databases, each under the name its metrics carry.
+pub struct StorageStats {
+    databases: Vec<(String, Database)>,
+}
+
+impl StorageStats {
+    pub fn new(databases: Vec<(String, Database)>) -> Self {
+        StorageStats { databases }
+    }
+
+    /// Sets every database's metrics from its counts now.
+    pub fn observe(&self) {
+        for (name, db) in &self.databases {
+            let db_name = name.clone();
+            metrics::gauge!("firn_storage_write_buffer_bytes", "db" => db_name.clone())
+                .set(db.write_buffer_size() as f64);
+            metrics::gauge!("firn_storage_flushes_queued", "db" => db_name.clone())
+                .set(db.outstanding_flushes() as f64);
+            metrics::gauge!("firn_storage_compactions_running", "db" => db_name.clone())
+                .set(db.active_compactions() as f64);
+            metrics::counter!("firn_storage_compactions_total", "db" => db_name.clone())
+                .absolute(db.compactions_completed() as u64);
+            metrics::counter!("firn_storage_compaction_microseconds_total", "db" => db_name.clone())
+                .absolute(db.time_compacting().as_micros() as u64);
+            metrics::gauge!("firn_storage_journals", "db" => db_name)
+                .set(db.journal_count() as f64);
+        }
+    }
+
+    /// Observes every [`STORAGE_STATS_EVERY`] until `stop`.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        loop {
+            self.observe();
+            tokio::select! {
+                _ = tokio::time::sleep(STORAGE_STATS_EVERY) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fjall::KeyspaceCreateOptions;
+
+    /// `name`'s value of the series `metric` in the rendered metrics.
+    fn series(rendered: &str, metric: &str, name: &str) -> Option<f64> {
+        let prefix = format!("{metric}{{db=\"{name}\"}} ");
+        rendered
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map(|v| v.trim().parse().unwrap())
+    }
+
+    #[test]
+    fn a_databases_memtables_and_compactions_show_in_the_metrics() {
+        let handle = crate::metrics::handle();
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::builder(dir.path()).open().unwrap();
+        let table = db.keyspace("t", KeyspaceCreateOptions::default).unwrap();
+        let name = "storage-stats-test";
+        let stats = StorageStats::new(vec![(name.to_string(), db.clone())]);
+
+        stats.observe();
+        let before = handle.render();
+        let buffered = |r: &str| series(r, "firn_storage_write_buffer_bytes", name).unwrap();
+        assert_eq!(buffered(&before), 0.0, "{before}");
+
+        for i in 0..1_000u32 {
+            table.insert(i.to_be_bytes(), [7u8; 100]).unwrap();
+        }
+        stats.observe();
+        let written = handle.render();
+        assert!(buffered(&written) >= 100_000.0, "{written}");
+        assert_eq!(
+            series(&written, "firn_storage_compactions_running", name),
+            Some(0.0)
+        );
+        assert_eq!(
+            series(&written, "firn_storage_flushes_queued", name),
+            Some(0.0)
+        );
+        assert_eq!(series(&written, "firn_storage_journals", name), Some(1.0));
+
+        // Written out, then merged: the counters follow fjall's.
+        table.rotate_memtable_and_wait().unwrap();
+        table.major_compact().unwrap();
+        stats.observe();
+        let compacted = handle.render();
+        let done = series(&compacted, "firn_storage_compactions_total", name).unwrap();
+        assert_eq!(done, db.compactions_completed() as f64, "{compacted}");
+        assert!(done >= 1.0, "{compacted}");
+        assert_eq!(
+            series(
+                &compacted,
+                "firn_storage_compaction_microseconds_total",
+                name
+            ),
+            Some(db.time_compacting().as_micros() as f64)
+        );
+    }
+}
