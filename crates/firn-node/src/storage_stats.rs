@@ -4,8 +4,9 @@
 //! compactions done and the time they took. Under sustained writes a small machine's put
 //! latency dips while compactions run (docs/benchmarks.md, section (21)); these say when.
 //!
-//! fjall counts all of it itself with atomics; [`StorageStats::run`] copies the counts into
-//! the metrics every [`STORAGE_STATS_EVERY`]. Reading them takes no lock a write takes.
+//! fjall counts all of it itself, with atomics and a channel's length; [`StorageStats::run`]
+//! copies the counts into the metrics every [`STORAGE_STATS_EVERY`]. The only lock it takes
+//! is the journal list's read lock, for a moment (a memtable's rotation takes it to write).
 
 use std::time::Duration;
 
