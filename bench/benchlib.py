@@ -382,6 +382,14 @@ def write_stages(http_port):
     return out
 
 
+def compaction_seconds(http_port):
+    """The time a node's storage compactions have taken so far, all its databases together
+    (`firn_storage_compaction_microseconds_total`; 0 from a build before it)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("firn_storage_compaction_microseconds_total{")) / 1e6
+
+
 def redis_benchmark_command(port, command, clients, requests, keyspace=100_000, cores=None):
     """(ops/s, p50 ms, p99 ms) of redis-benchmark sending one custom command (a list of
     words; `__rand_int__` in it becomes a random number below `keyspace`); with `cores`, it
