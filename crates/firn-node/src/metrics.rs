@@ -73,7 +73,7 @@ fn describe() {
     );
     describe_gauge!(
         "firn_storage_journals",
-        "journal files a database keeps (each up to 64 MiB; see JOURNAL_BYTES_MAX)"
+        "journal files a database keeps (about 64 MiB each; see JOURNAL_BYTES_MAX)"
     );
     describe_counter!(
         "firn_pubsub_messages_dropped_total",
