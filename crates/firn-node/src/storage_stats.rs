@@ -29,18 +29,17 @@ impl StorageStats {
     /// Sets every database's metrics from its counts now.
     pub fn observe(&self) {
         for (name, db) in &self.databases {
-            let db_name = name.clone();
-            metrics::gauge!("firn_storage_write_buffer_bytes", "db" => db_name.clone())
+            metrics::gauge!("firn_storage_write_buffer_bytes", "db" => name.clone())
                 .set(db.write_buffer_size() as f64);
-            metrics::gauge!("firn_storage_flushes_queued", "db" => db_name.clone())
+            metrics::gauge!("firn_storage_flushes_queued", "db" => name.clone())
                 .set(db.outstanding_flushes() as f64);
-            metrics::gauge!("firn_storage_compactions_running", "db" => db_name.clone())
+            metrics::gauge!("firn_storage_compactions_running", "db" => name.clone())
                 .set(db.active_compactions() as f64);
-            metrics::counter!("firn_storage_compactions_total", "db" => db_name.clone())
+            metrics::counter!("firn_storage_compactions_total", "db" => name.clone())
                 .absolute(db.compactions_completed() as u64);
-            metrics::counter!("firn_storage_compaction_microseconds_total", "db" => db_name.clone())
+            metrics::counter!("firn_storage_compaction_microseconds_total", "db" => name.clone())
                 .absolute(db.time_compacting().as_micros() as u64);
-            metrics::gauge!("firn_storage_journals", "db" => db_name)
+            metrics::gauge!("firn_storage_journals", "db" => name.clone())
                 .set(db.journal_count() as f64);
         }
     }
