@@ -390,6 +390,18 @@ def compaction_seconds(http_port):
                if line.startswith("firn_storage_compaction_microseconds_total{")) / 1e6
 
 
+def replication_appends(http_port):
+    """(with entries, without) appends a node has sent to its followers so far
+    (`firn_replication_appends_total`; 0 from a build before it)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10).read().decode()
+    counts = {"some": 0.0, "none": 0.0}
+    for line in text.splitlines():
+        for kind in counts:
+            if line.startswith(f'firn_replication_appends_total{{entries="{kind}"}}'):
+                counts[kind] += float(line.rsplit(" ", 1)[1])
+    return counts["some"], counts["none"]
+
+
 def redis_benchmark_command(port, command, clients, requests, keyspace=100_000, cores=None):
     """(ops/s, p50 ms, p99 ms) of redis-benchmark sending one custom command (a list of
     words; `__rand_int__` in it becomes a random number below `keyspace`); with `cores`, it

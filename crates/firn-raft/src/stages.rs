@@ -1,7 +1,8 @@
 //! How long each stage of a write takes on this node, recorded as histograms that `/metrics`
 //! shows (`firn_write_stage_seconds{stage=…}`), with how many appends each fsync covers and
-//! how many entries each apply batch holds. Together with the request's whole time
-//! (`firn_request_seconds{op="put"}`) they show where a write waits.
+//! how many entries each apply batch holds, and how many appends went to followers with
+//! entries and without (`firn_replication_appends_total{entries=some|none}`). Together with
+//! the request's whole time (`firn_request_seconds{op="put"}`) they show where a write waits.
 //!
 //! A write on its shard's leader, in order: `propose` (the proposal handed to openraft's
 //! core), `log_append` (the entries into the log database), `fsync_wait` (queued for the
@@ -13,7 +14,7 @@
 use std::sync::LazyLock;
 use std::time::Instant;
 
-use metrics::Histogram;
+use metrics::{Counter, Histogram};
 
 /// The handles, registered once with the process's recorder (a node installs it before it
 /// opens any group; without one they record nothing).
@@ -32,11 +33,16 @@ pub(crate) struct Stages {
     /// Appends of one replication stream unanswered as one more with entries goes out (it
     /// included): how far the pipeline is used (see `crate::pipeline`).
     pub appends_in_flight: Histogram,
+    /// Appends sent to a follower that carry entries, and those that carry none (a new
+    /// commit index on its own, or a heartbeat): how many rounds the writes take.
+    pub appends_with_entries: Counter,
+    pub appends_without_entries: Counter,
     /// One background fsync of the memory groups' log (`firn_memory_checkpoint_seconds`).
     pub checkpoint: Histogram,
 }
 
 const STAGE: &str = "firn_write_stage_seconds";
+const APPENDS: &str = "firn_replication_appends_total";
 
 pub(crate) static STAGES: LazyLock<Stages> = LazyLock::new(|| {
     metrics::describe_histogram!(
@@ -58,6 +64,12 @@ pub(crate) static STAGES: LazyLock<Stages> = LazyLock::new(|| {
         "appends of one replication stream to a follower unanswered as one more with entries \
          is sent (it included)"
     );
+    metrics::describe_counter!(
+        APPENDS,
+        "appends this node sent to a follower, by whether they carried entries (`some`) or \
+         only the leader's commit index and term (`none`: a heartbeat, or a commit that no \
+         entry was there to carry)"
+    );
     metrics::describe_histogram!(
         "firn_memory_checkpoint_seconds",
         metrics::Unit::Seconds,
@@ -74,6 +86,8 @@ pub(crate) static STAGES: LazyLock<Stages> = LazyLock::new(|| {
         fsync_appends: metrics::histogram!("firn_log_fsync_appends"),
         apply_entries: metrics::histogram!("firn_apply_batch_entries"),
         appends_in_flight: metrics::histogram!("firn_replication_appends_in_flight"),
+        appends_with_entries: metrics::counter!(APPENDS, "entries" => "some"),
+        appends_without_entries: metrics::counter!(APPENDS, "entries" => "none"),
         checkpoint: metrics::histogram!("firn_memory_checkpoint_seconds"),
     }
 });

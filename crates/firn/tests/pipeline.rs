@@ -45,6 +45,25 @@ async fn concurrent_writes_keep_several_appends_in_flight_to_each_follower() {
         sum > count,
         "never more than one append in flight: sum {sum}, count {count}"
     );
+    // Every append a leader sends is counted by whether it carried entries: those with
+    // entries are the sends the histogram above counted (read before, so at most as many),
+    // and the heartbeats that went meanwhile carried none.
+    let appends = |entries: &str| -> f64 {
+        (0..3)
+            .map(|i| {
+                cluster.counter(
+                    i,
+                    &format!("firn_replication_appends_total{{entries=\"{entries}\"}}"),
+                )
+            })
+            .sum()
+    };
+    let with_entries = appends("some");
+    assert!(
+        with_entries >= count,
+        "{with_entries} appends with entries counted, {count} in the in-flight histogram"
+    );
+    assert!(appends("none") > 0.0, "no append without entries counted");
     // The writes sit in every node's state memtables, which `/metrics` shows with the rest
     // of the storage engine's work (`firn_storage_*`, refreshed every second).
     for i in 0..3 {
