@@ -385,21 +385,15 @@ def write_stages(http_port):
 def compaction_seconds(http_port):
     """The time a node's storage compactions have taken so far, all its databases together
     (`firn_storage_compaction_microseconds_total`; 0 from a build before it)."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10).read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("firn_storage_compaction_microseconds_total{")) / 1e6
+    return sum(v for k, v in prometheus(http_port).items()
+               if k.startswith("firn_storage_compaction_microseconds_total{")) / 1e6
 
 
 def replication_appends(http_port):
     """(with entries, without) appends a node has sent to its followers so far
     (`firn_replication_appends_total`; 0 from a build before it)."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10).read().decode()
-    counts = {"some": 0.0, "none": 0.0}
-    for line in text.splitlines():
-        for kind in counts:
-            if line.startswith(f'firn_replication_appends_total{{entries="{kind}"}}'):
-                counts[kind] += float(line.rsplit(" ", 1)[1])
-    return counts["some"], counts["none"]
+    metrics = prometheus(http_port)
+    return tuple(metrics.get(f'firn_replication_appends_total{{entries="{kind}"}}', 0.0) for kind in ("some", "none"))
 
 
 def redis_benchmark_command(port, command, clients, requests, keyspace=100_000, cores=None):
