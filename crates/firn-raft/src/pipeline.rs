@@ -162,13 +162,14 @@ async fn send(
     timeout: Duration,
 ) -> BoxFuture<'static, (Answered, bool)> {
     let covers = Covers::of(&rpc);
-    if rpc.entries.is_empty() {
-        STAGES.appends_without_entries.increment(1);
-    } else {
+    let carries_entries = !rpc.entries.is_empty();
+    if carries_entries {
         STAGES.appends_with_entries.increment(1);
+    } else {
+        STAGES.appends_without_entries.increment(1);
     }
     // Heartbeats carry no entries: only the replication of writes is a stage of one.
-    let started = (!rpc.entries.is_empty()).then(Instant::now);
+    let started = carries_entries.then(Instant::now);
     let request = PeerRequest::Append {
         shard: to.shard,
         rpc,

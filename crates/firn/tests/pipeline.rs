@@ -1,6 +1,6 @@
 //! Pipelined replication in a running cluster: with `--appends-in-flight` above 1, a leader
 //! keeps several appends out to each follower while writes keep coming, and every write
-//! still reads back, and the storage engine's work shows in `/metrics`.
+//! still reads back; `/metrics` counts the appends and shows the storage engine's work.
 
 mod common;
 
