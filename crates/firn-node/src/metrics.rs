@@ -64,12 +64,14 @@ fn describe() {
     );
     describe_counter!(
         "firn_storage_compactions_total",
-        "compactions of a database's tables done since the node started"
+        "compaction runs of a database's workers since the node started (each flush queues \
+         some; a run that finds nothing to merge counts too)"
     );
     describe_counter!(
         "firn_storage_compaction_microseconds_total",
         Unit::Microseconds,
-        "time a database's compactions took since the node started, all of them together"
+        "time a database's compaction runs took since the node started, all of them together \
+         (a run that merges nothing takes about 1 ms)"
     );
     describe_gauge!(
         "firn_storage_journals",
