@@ -6,8 +6,9 @@
 //!
 //! - **Caught up**: a leader other than itself answers its read index (everything committed,
 //!   so everything acknowledged, before the ask) and this replica has applied it.
-//! - **A majority is recovering too**: no leader can be found and a majority of the group's
-//!   voters (this one included) say they are recovering. The group then goes on from what
+//! - **A majority is recovering too**: no leader answers (none is known, or the one known —
+//!   after a restart, the leader from before it — cannot serve a read index) and a majority
+//!   of the group's voters (this one included) say they are recovering. The group then goes on from what
 //!   its disks hold; writes since the last checkpoint that no surviving replica still holds
 //!   are lost. This is the documented loss of a majority crash.
 
@@ -58,25 +59,48 @@ pub async fn run(replica: Weak<ShardReplica>, peers: PeerClient) {
 }
 
 /// One look: how the replica recovered, if it has.
+///
+/// The leader this replica knows may be no leader at all: right after a restart it is the
+/// one its stored vote names, the leader from before the restart, which may be restarting
+/// too (recovering, or a candidate whose votes the recovering refuse) and can answer no read
+/// index. So a leader that does not answer is no reason to stop looking: the majority count
+/// runs next, whatever `leader()` says. Waiting only on that leader deadlocked a group whose
+/// every replica restarted — the old leader ended its recovery by the count and stood for
+/// election; its followers, asking it for a read index, never counted and refused its votes.
 async fn step(replica: &Arc<ShardReplica>, peers: &PeerClient) -> Option<&'static str> {
+    if caught_up_with_leader(replica, peers).await {
+        return Some("caught_up");
+    }
+    majority_recovering(replica, peers)
+        .await
+        .then_some("majority_recovering")
+}
+
+/// Whether a leader other than this replica answered its read index and the replica has
+/// applied it.
+async fn caught_up_with_leader(replica: &Arc<ShardReplica>, peers: &PeerClient) -> bool {
+    let Some(leader) = replica.leader().filter(|l| *l != replica.node_id()) else {
+        return false;
+    };
+    let asked = peers.call_within(
+        leader,
+        ReadIndex {
+            shard: replica.shard_id(),
+            lease: false,
+        },
+        ASK_WAIT,
+    );
+    match asked.await {
+        Ok(Ok(index)) => replica.wait_applied(index, CATCH_UP_WAIT).await.is_ok(),
+        _ => false,
+    }
+}
+
+/// Whether a majority of the group's voters, this replica included, say they are
+/// recovering: a majority restarted, and no replica can vouch for more than the disks hold.
+async fn majority_recovering(replica: &Arc<ShardReplica>, peers: &PeerClient) -> bool {
     let shard = replica.shard_id();
     let me = replica.node_id();
-    if let Some(leader) = replica.leader().filter(|l| *l != me) {
-        let asked = peers.call_within(
-            leader,
-            ReadIndex {
-                shard,
-                lease: false,
-            },
-            ASK_WAIT,
-        );
-        if let Ok(Ok(index)) = asked.await
-            && replica.wait_applied(index, CATCH_UP_WAIT).await.is_ok()
-        {
-            return Some("caught_up");
-        }
-        return None;
-    }
     let (voters, _) = replica.members();
     let mut recovering = usize::from(voters.contains(&me));
     for voter in voters.iter().filter(|v| **v != me) {
@@ -87,5 +111,5 @@ async fn step(replica: &Arc<ShardReplica>, peers: &PeerClient) -> Option<&'stati
             recovering += 1;
         }
     }
-    (recovering > voters.len() / 2).then_some("majority_recovering")
+    recovering > voters.len() / 2
 }

@@ -341,3 +341,113 @@ async fn set_twice_pipelined(addr: &str, key: &str) -> Vec<String> {
     }
     answers
 }
+
+/// Longest a memory keyspace may take, after its nodes restart, to take a write again: an
+/// election or two (300–600 ms each) after the recovering replicas have counted each other
+/// (a look every 200 ms, each ask at most 2 s). Measured here: about 1–3 s.
+const BACK_WITHIN: Duration = Duration::from_secs(30);
+
+/// How the test takes nodes down.
+#[derive(Clone, Copy, Debug)]
+enum Down {
+    /// SIGTERM, every node: a clean stop.
+    StopAll,
+    /// SIGKILL, every node at once.
+    KillAll,
+    /// SIGKILL, the memory shard's leader and one follower at once.
+    KillTwo,
+}
+
+/// Takes nodes down as `down` says and starts them again; returns how long after the starts
+/// the memory keyspace took a write (through node index 0), or panics past [`BACK_WITHIN`].
+async fn down_and_back(cluster: Cluster, down: Down, probe: &str) -> (Cluster, Duration) {
+    let cluster = tokio::task::spawn_blocking(move || {
+        let mut cluster = cluster;
+        match down {
+            Down::StopAll => (0..3).for_each(|i| cluster.stop(i)),
+            Down::KillAll => (0..3).for_each(|i| cluster.kill_9(i)),
+            Down::KillTwo => {
+                let l = (settled_memory_leader(&cluster) - 1) as usize;
+                cluster.kill_9(l);
+                cluster.kill_9((l + 1) % 3);
+            }
+        }
+        for i in 0..3 {
+            if cluster.nodes[i].is_none() {
+                cluster.restart(i);
+            }
+        }
+        cluster
+    })
+    .await
+    .unwrap();
+    let began = Instant::now();
+    let mut last_error = String::from("no answer yet");
+    while began.elapsed() < BACK_WITHIN {
+        match Client::connect(&cluster.resp_addr(0)).await {
+            Ok(client) => match client.put(probe.as_bytes(), b"p", PutOptions::default()).await {
+                Ok(_) => return (cluster, began.elapsed()),
+                Err(e) => last_error = e.to_string(),
+            },
+            Err(e) => last_error = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "after {down:?} the memory keyspace took no write within {BACK_WITHIN:?}; \
+         the last answer: {last_error}"
+    );
+}
+
+/// Every node of a memory shard's group restarts — a clean stop of all, a kill of all, a
+/// kill of two at once — and each time the keyspace takes writes again within
+/// [`BACK_WITHIN`], with every write acknowledged before still there. The leader from before
+/// a restart used to end its recovery by the majority count while its followers, asking it
+/// (the leader their stored vote named) for a read index, never counted and refused its
+/// votes: the shard stayed leaderless for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_keyspace_serves_again_with_every_acknowledged_write_after_all_nodes_restart() {
+    let (mut cluster, client) = memory_cluster(&[]).await;
+    let mut acked: Vec<String> = Vec::new();
+    let write_batch = |client: Client, round: usize| async move {
+        let mut keys = Vec::new();
+        for i in 0..40 {
+            let key = format!("m/{round}/{i}");
+            retry_transient(|| client.put(key.as_bytes(), b"v", PutOptions::default()))
+                .await
+                .unwrap_or_else(|e| panic!("writing {key} before restart {round}: {e}"));
+            keys.push(key);
+        }
+        keys
+    };
+    acked.extend(write_batch(client, 0).await);
+    for (round, down) in [Down::StopAll, Down::KillAll, Down::KillTwo]
+        .into_iter()
+        .enumerate()
+    {
+        let probe = format!("m/probe/{round}");
+        let (back, took) = down_and_back(cluster, down, &probe).await;
+        cluster = back;
+        eprintln!("{down:?}: the memory keyspace took a write {took:?} after the restarts");
+        acked.push(probe);
+        let reader = Client::connect(&cluster.resp_addr(1)).await.unwrap();
+        let lost: Vec<&String> = {
+            let mut lost = Vec::new();
+            for key in &acked {
+                if common::read_latest(&reader, key.as_bytes()).await.is_none() {
+                    lost.push(key);
+                }
+            }
+            lost
+        };
+        assert!(
+            lost.is_empty(),
+            "after {down:?}, {} of {} acknowledged writes were lost, e.g. {:?}",
+            lost.len(),
+            acked.len(),
+            &lost[..lost.len().min(3)]
+        );
+        let writer = Client::connect(&cluster.resp_addr(2)).await.unwrap();
+        acked.extend(write_batch(writer, round + 1).await);
+    }
+}
