@@ -152,6 +152,19 @@ async fn a_memory_groups_vote_waits_for_the_checkpoints_sync() {
     );
 }
 
+/// A clean stop's last checkpoint syncs at once, without waiting for the thread's next
+/// round, whatever was appended.
+#[test]
+fn the_last_checkpoint_syncs_now() {
+    let (syncs, sync) = counting_sync();
+    let checkpoints = Checkpoints::start_with(Duration::from_secs(3_600), sync).unwrap();
+    // Nothing appended: the thread never syncs, only the calls below do.
+    checkpoints.checkpoint().unwrap();
+    assert_eq!(syncs.load(Ordering::SeqCst), 1);
+    checkpoints.checkpoint().unwrap();
+    assert_eq!(syncs.load(Ordering::SeqCst), 2);
+}
+
 /// Checkpoints run a thread only where there is something to make durable: on an in-memory
 /// node (`Fsync::Never`) none runs, so none times a checkpoint that synced nothing.
 #[test]
