@@ -4,8 +4,8 @@
 //! compaction runs done and the time they took (fjall counts a run of its compaction worker,
 //! which each flush queues, whether or not it found tables to merge; one that merges nothing
 //! takes about a millisecond, a real merge of a large table seconds). Under sustained writes
-//! a small machine's put latency dips while compactions run (docs/benchmarks.md, section
-//! (21)); these say when.
+//! a small machine's put latency dips while compactions run (docs/benchmarks.md, "The dips
+//! of a cluster under sustained puts are compactions"); these say when.
 //!
 //! fjall counts all of it itself, with atomics and a channel's length; [`StorageStats::run`]
 //! copies the counts into the metrics every [`STORAGE_STATS_EVERY`]. The only lock it takes

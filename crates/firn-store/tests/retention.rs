@@ -185,8 +185,8 @@ fn flushall_drops_every_key_but_keeps_keyspaces() {
 
 /// A key's next version follows what storage holds of it: a flush starts it over, a
 /// truncation does not (versions are never reused), a refused write changes nothing. (Any
-/// memory apply keeps of keys it wrote must not outlive these; a cache of key metadata
-/// tried for issue 14 failed this test until it was emptied on them.)
+/// memory apply keeps of keys it wrote must not outlive these; a cache of key metadata,
+/// once tried for apply, failed this test until it was emptied on them.)
 #[test]
 fn writes_after_a_flush_or_truncation_number_versions_from_what_is_stored() {
     let store = mem_store();
