@@ -126,7 +126,7 @@ impl Session {
     pub async fn submit(&self, router: &Router, request: Request) -> Started {
         let ctx = self.context();
         let again = request
-            .is_write()
+            .resent_when_refused()
             .then(|| Box::new((ctx.clone(), request.clone(), Instant::now())));
         Started {
             pending: router.submit(&ctx, request).await,

@@ -517,3 +517,48 @@ async fn resp3_shows_xreadgroup_as_a_map_of_streams() {
     };
     assert!(matches!(groups[0], Value::Map(_)));
 }
+
+/// Group and stream requests record their time and their errors as every other request
+/// does (`firn_request_seconds`, `firn_request_errors_total`): a group request, an
+/// XREADGROUP and an append each add one timed request, a failed one an error too.
+#[tokio::test]
+async fn group_and_stream_requests_record_their_time_and_errors() {
+    let node = start_node(false).await;
+    let mut c = redis_conn(&node).await;
+    let metrics_url = format!("http://{}/metrics", node.http_addr);
+    let page = move || {
+        ureq::get(&metrics_url)
+            .call()
+            .expect("the metrics page")
+            .into_string()
+            .unwrap()
+    };
+    let value = |text: &str, line: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(line))
+            .map_or(0.0, |v| v.trim().parse().unwrap())
+    };
+    let page_task = page.clone();
+    let before = tokio::task::spawn_blocking(page_task).await.unwrap();
+    ok(&mut c, &["XADD", "m", "1-0", "n", "1"]).await;
+    ok(&mut c, &["XGROUP", "CREATE", "m", "g", "0"]).await;
+    ok(&mut c, &["XREADGROUP", "GROUP", "g", "a", "STREAMS", "m", ">"]).await;
+    // A group that exists already: a request that fails.
+    error_line(&mut c, &["XGROUP", "CREATE", "m", "g", "0"]).await;
+    let after = tokio::task::spawn_blocking(page).await.unwrap();
+    let seconds = |op: &str| format!("firn_request_seconds_count{{op=\"{op}\"}} ");
+    let errors = |op: &str| format!("firn_request_errors_total{{op=\"{op}\"}} ");
+    for (line, grew) in [
+        (seconds("group_create"), 2.0),
+        (errors("group_create"), 1.0),
+        (seconds("group_read"), 1.0),
+        (seconds("stream_add"), 1.0),
+    ] {
+        assert!(
+            value(&after, &line) >= value(&before, &line) + grew,
+            "{line}: {} before, {} after",
+            value(&before, &line),
+            value(&after, &line)
+        );
+    }
+}

@@ -217,6 +217,20 @@ impl Request {
         )
     }
 
+    /// Whether the node its client reached sends this request again, whole, when it is
+    /// refused for now (`TRYAGAIN`: nothing applied). Every write but XREADGROUP: it is one
+    /// change per stream, and a refusal of a later stream's comes after earlier streams'
+    /// deliveries applied — sent again whole, it would deliver those streams' next entries
+    /// and drop the answer holding the first ones. It sends each stream's change again
+    /// itself.
+    pub fn resent_when_refused(&self) -> bool {
+        self.is_write()
+            && !matches!(
+                self,
+                Request::Group(GroupRequest::Write(GroupWrite::ReadGroup { .. }))
+            )
+    }
+
     /// A short name for metrics and logs.
     pub fn name(&self) -> &'static str {
         match self {
@@ -391,4 +405,39 @@ pub struct LogPage {
     pub homes: Vec<u32>,
     /// Whether the log exists here (the shard that owns the log name's slot knows).
     pub log_known: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refused write is sent again whole, except XREADGROUP (its streams before the refused
+    /// one have delivered); reads are never writes to send again.
+    #[test]
+    fn every_write_but_xreadgroup_is_sent_again_whole_when_refused() {
+        let key = Key::new("s").unwrap();
+        let ack: Request = GroupWrite::Change {
+            key: key.clone(),
+            group: Bytes::from_static(b"g"),
+            change: GroupChange::Ack { ids: Vec::new() },
+        }
+        .into();
+        assert!(ack.resent_when_refused());
+        let read_group: Request = GroupWrite::ReadGroup {
+            group: Bytes::from_static(b"g"),
+            consumer: Bytes::from_static(b"c"),
+            streams: vec![(key.clone(), None)],
+            count: 1,
+            noack: false,
+            block_ms: None,
+        }
+        .into();
+        assert!(read_group.is_write());
+        assert!(!read_group.resent_when_refused());
+        let pending: Request = Request::Group(GroupRequest::Read(GroupRead::PendingSummary {
+            key,
+            group: Bytes::from_static(b"g"),
+        }));
+        assert!(!pending.resent_when_refused());
+    }
 }

@@ -130,7 +130,11 @@ impl Router {
             GroupRequest::Read(r) => r.name(),
             GroupRequest::Write(w) => w.name(),
         };
-        super::request_metrics::request(name);
+        let metered = super::request_metrics::request(name);
+        metered.around(self.start_group(ctx, request).await)
+    }
+
+    async fn start_group(&self, ctx: &CallContext, request: GroupRequest) -> Pending {
         let layout = match self.routable_layout() {
             Ok(l) => l,
             Err(e) => return ready(Err(e)),
@@ -165,6 +169,27 @@ impl Router {
                     .await
             }
         }
+    }
+
+    /// One stream's change of an XREADGROUP, on its stream's shard, sent again while it is
+    /// refused for now (nothing applied), as [`Router::again_while_refused`] sends a whole
+    /// write: XREADGROUP is not sent again whole (`Request::resent_when_refused`), since
+    /// the streams before this one have delivered already.
+    async fn change_one_stream(
+        &self,
+        ctx: &CallContext,
+        key: &Key,
+        op: Op,
+    ) -> Result<Answer, FirnError> {
+        let since = Instant::now();
+        let send = || async {
+            let shard = self.routable_layout()?.shard_of_name(key.as_bytes());
+            self.on_shard(shard, ShardPart::Write(op.clone()), ctx.clone(), 0)
+                .await
+                .await
+        };
+        let first = send().await;
+        super::write::resend_while_refused(since, first, || true, send).await
     }
 
     /// XREADGROUP: one change per stream, in order; with `BLOCK`, while `>` delivered
@@ -221,11 +246,7 @@ impl Router {
                     group: group.clone(),
                     change,
                 };
-                let shard = layout.shard_of_name(key.as_bytes());
-                let answer = self
-                    .on_shard(shard, ShardPart::Write(op), ctx.clone(), 0)
-                    .await
-                    .await?;
+                let answer = self.change_one_stream(&ctx, key, op).await?;
                 let Response::GroupEntries {
                     entries,
                     at,

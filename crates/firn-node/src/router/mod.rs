@@ -305,7 +305,7 @@ impl Router {
     /// (`again_while_refused`: nothing else of the caller's was submitted after it).
     pub async fn execute(&self, ctx: &CallContext, request: Request) -> Result<Answer, FirnError> {
         let since = Instant::now();
-        let again = request.is_write().then(|| request.clone());
+        let again = request.resent_when_refused().then(|| request.clone());
         let result = self.submit(ctx, request).await.await;
         match again {
             Some(write) => self.again_while_refused(ctx, write, since, result).await,
@@ -408,14 +408,13 @@ impl Router {
                 Box::pin(merge.all(started))
             }
         };
-        Box::pin(async move {
+        metered.around(Box::pin(async move {
             let result = outcome.await;
             if let Some(forgetting) = forgetting {
                 forgetting.await;
             }
-            metered.finished(result.is_ok());
             result
-        })
+        }))
     }
 
     /// Runs one shard's part where it can be served. The outer future finishes once the

@@ -11,6 +11,8 @@ use std::time::Instant;
 
 use metrics::{Counter, Histogram};
 
+use super::Pending;
+
 /// One operation's handles.
 pub(super) struct OpMetrics {
     requests: Counter,
@@ -68,6 +70,16 @@ impl Request {
         if !ok {
             self.count_error();
         }
+    }
+
+    /// `pending`, recording this request's time and outcome when it finishes: what every
+    /// request whose answer is still to come is wrapped in, so none goes unrecorded.
+    pub(super) fn around(self, pending: Pending) -> Pending {
+        Box::pin(async move {
+            let result = pending.await;
+            self.finished(result.is_ok());
+            result
+        })
     }
 
     /// Counts an error without a time (a request refused before it was served).

@@ -62,15 +62,14 @@ impl Router {
             LogRequest::Write(w) => w.name(),
         };
         let metered = super::request_metrics::request(name);
-        let result = match request {
-            LogRequest::Write(w) => match self.log_write(ctx, w).await {
-                Ok(pending) => return pending,
-                Err(e) => Err(e),
-            },
-            LogRequest::Read(r) => self.log_read(ctx, r).await,
+        let pending = match request {
+            LogRequest::Write(w) => self
+                .log_write(ctx, w)
+                .await
+                .unwrap_or_else(|e| ready(Err(e))),
+            LogRequest::Read(r) => ready(self.log_read(ctx, r).await),
         };
-        metered.finished(result.is_ok());
-        ready(result)
+        metered.around(pending)
     }
 
     // ---- writes ------------------------------------------------------------------------
