@@ -84,7 +84,7 @@ impl Answerer {
                 router
                     .replicas()
                     .get(c.shard)
-                    .is_some_and(|r| r.is_recovering()),
+                    .is_some_and(|r| r.restarted_without_leader()),
             ),
             NodeRpc::Describe(_) => reply::<crate::rpc::Describe>(router.describe()),
             NodeRpc::MetaChange(c) => reply::<crate::rpc::MetaChange>(self.meta.change(c).await),

@@ -8,7 +8,8 @@
 //!   so everything acknowledged, before the ask) and this replica has applied it.
 //! - **A majority is recovering too**: no leader answers (none is known, or the one known —
 //!   after a restart, the leader from before it — cannot serve a read index) and a majority
-//!   of the group's voters (this one included) say they are recovering. The group then goes on from what
+//!   of the group's voters (this one included) say they restarted and have seen no leader
+//!   since: recovering, or recovered by this same count. The group then goes on from what
 //!   its disks hold; writes since the last checkpoint that no surviving replica still holds
 //!   are lost. This is the documented loss of a majority crash.
 
@@ -49,8 +50,10 @@ pub async fn run(replica: Weak<ShardReplica>, peers: PeerClient) {
                          from what their disks hold; writes acknowledged since the last \
                          checkpoint that no running replica holds are lost"
                     );
+                    replica.recovered_by_count();
+                } else {
+                    replica.recovered();
                 }
-                replica.recovered();
                 return;
             }
             None => continue,
@@ -96,8 +99,10 @@ async fn caught_up_with_leader(replica: &Arc<ShardReplica>, peers: &PeerClient) 
     }
 }
 
-/// Whether a majority of the group's voters, this replica included, say they are
-/// recovering: a majority restarted, and no replica can vouch for more than the disks hold.
+/// Whether a majority of the group's voters, this replica included, say they restarted
+/// and have seen no leader since (recovering, or recovered by this same count: see
+/// `ShardReplica::restarted_without_leader`): a majority restarted, and no replica can
+/// vouch for more than the disks hold.
 async fn majority_recovering(replica: &Arc<ShardReplica>, peers: &PeerClient) -> bool {
     let shard = replica.shard_id();
     let me = replica.node_id();

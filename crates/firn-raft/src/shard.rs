@@ -122,6 +122,14 @@ pub struct ShardReplica {
     /// it refuses votes and does not stand for election until it has caught up (see
     /// [`recovered`](Self::recovered)).
     recovering: Arc<AtomicBool>,
+    /// Set when the replica ended its recovery by the majority count (see
+    /// [`recovered_by_count`](Self::recovered_by_count)) and cleared once it has seen a
+    /// leader elected after its restart: meanwhile it still counts as restarted for the
+    /// group's other recovering replicas.
+    counted_out: AtomicBool,
+    /// The term of the vote the replica found stored when it opened: a leader of a later
+    /// term was elected after the restart.
+    opened_in_term: u64,
 }
 
 /// Most linearizable reads waiting for the next ReadIndex round of a replica, and so the
@@ -294,6 +302,7 @@ impl ShardReplica {
                 .await
                 .map_err(unavailable)?;
         }
+        let opened_in_term = raft.metrics().borrow_watched().current_term;
         let demand = Arc::new(Demand::default());
         let closer = cfg.closing.clone().map(|policy| {
             tokio::spawn(crate::closer::run(
@@ -318,6 +327,8 @@ impl ShardReplica {
             closing: tokio::sync::Mutex::new(()),
             durability,
             recovering,
+            counted_out: AtomicBool::new(false),
+            opened_in_term,
         })
     }
 
@@ -338,6 +349,40 @@ impl ShardReplica {
     /// Ends recovery: the replica has applied everything its leader had committed after it
     /// restarted (or a majority of the group is recovering too, and the group goes on from
     /// what its disks hold). It votes and stands for election again.
+    /// Ends recovery because a majority of the group's voters had restarted
+    /// ([`recovered`](Self::recovered)); until the replica has seen a leader elected since
+    /// its restart, [`restarted_without_leader`](Self::restarted_without_leader) still says
+    /// so to the others.
+    pub fn recovered_by_count(&self) {
+        self.counted_out.store(true, Ordering::Release);
+        self.recovered();
+    }
+
+    /// Whether this replica restarted and can vouch for no more than its disk holds: it is
+    /// recovering, or it ended its recovery by the majority count and no leader has been
+    /// elected since. What the group's recovering replicas count. A replica that ended its
+    /// recovery by the count must go on counting: were it to say "no", the replicas after it
+    /// could miss the majority and stay recovering — refusing its votes — so that with a
+    /// voter missing (say two of three back after every node restarted) no leader could
+    /// ever be elected.
+    pub fn restarted_without_leader(&self) -> bool {
+        if self.is_recovering() {
+            return true;
+        }
+        if !self.counted_out.load(Ordering::Acquire) {
+            return false;
+        }
+        let led_since = {
+            let m = self.raft.metrics();
+            let m = m.borrow_watched();
+            m.current_leader.is_some() && m.current_term > self.opened_in_term
+        };
+        if led_since {
+            self.counted_out.store(false, Ordering::Release);
+        }
+        !led_since
+    }
+
     pub fn recovered(&self) {
         if self.recovering.swap(false, Ordering::AcqRel) {
             self.raft.runtime_config().elect(true);

@@ -356,6 +356,9 @@ enum Down {
     KillAll,
     /// SIGKILL, the memory shard's leader and one follower at once.
     KillTwo,
+    /// SIGKILL, every node at once; then two of them start, a second apart, and the third
+    /// stays down: the first to count a majority must go on counting for the second.
+    KillAllTwoBack,
 }
 
 /// Takes nodes down as `down` says and starts them again; returns how long after the starts
@@ -370,6 +373,13 @@ async fn down_and_back(cluster: Cluster, down: Down, probe: &str) -> (Cluster, D
                 let l = (settled_memory_leader(&cluster) - 1) as usize;
                 cluster.kill_9(l);
                 cluster.kill_9((l + 1) % 3);
+            }
+            Down::KillAllTwoBack => {
+                (0..3).for_each(|i| cluster.kill_9(i));
+                cluster.restart(0);
+                std::thread::sleep(Duration::from_secs(1));
+                cluster.restart(1);
+                return cluster;
             }
         }
         for i in 0..3 {
@@ -400,11 +410,14 @@ async fn down_and_back(cluster: Cluster, down: Down, probe: &str) -> (Cluster, D
 }
 
 /// Every node of a memory shard's group restarts — a clean stop of all, a kill of all, a
-/// kill of two at once — and each time the keyspace takes writes again within
-/// [`BACK_WITHIN`], with every write acknowledged before still there. The leader from before
-/// a restart used to end its recovery by the majority count while its followers, asking it
-/// (the leader their stored vote named) for a read index, never counted and refused its
-/// votes: the shard stayed leaderless for good.
+/// kill of two at once, a kill of all with two of three back — and each time the keyspace
+/// takes writes again within [`BACK_WITHIN`], with every write acknowledged before still
+/// there; the third node, back last, ends its recovery. The leader from before a restart
+/// used to end its recovery by the majority count while its followers, asking it (the
+/// leader their stored vote named) for a read index, never counted and refused its votes:
+/// the shard stayed leaderless for good. And a replica that ended its recovery by the count
+/// used to stop counting as restarted, so that with one voter missing the replica after it
+/// never reached a majority and refused every vote.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_keyspace_serves_again_with_every_acknowledged_write_after_all_nodes_restart() {
     let (mut cluster, client) = memory_cluster(&[]).await;
@@ -421,9 +434,14 @@ async fn a_memory_keyspace_serves_again_with_every_acknowledged_write_after_all_
         keys
     };
     acked.extend(write_batch(client, 0).await);
-    for (round, down) in [Down::StopAll, Down::KillAll, Down::KillTwo]
-        .into_iter()
-        .enumerate()
+    for (round, down) in [
+        Down::StopAll,
+        Down::KillAll,
+        Down::KillTwo,
+        Down::KillAllTwoBack,
+    ]
+    .into_iter()
+    .enumerate()
     {
         let probe = format!("m/probe/{round}");
         let (back, took) = down_and_back(cluster, down, &probe).await;
@@ -447,7 +465,37 @@ async fn a_memory_keyspace_serves_again_with_every_acknowledged_write_after_all_
             acked.len(),
             &lost[..lost.len().min(3)]
         );
-        let writer = Client::connect(&cluster.resp_addr(2)).await.unwrap();
+        let writer = Client::connect(&cluster.resp_addr(0)).await.unwrap();
         acked.extend(write_batch(writer, round + 1).await);
     }
+    // The node left down comes back and catches up from the leader.
+    let cluster = tokio::task::spawn_blocking(move || {
+        let mut cluster = cluster;
+        cluster.restart(2);
+        assert!(
+            wait_until(BACK_WITHIN, || memory_replica_recovered(&cluster, 2)),
+            "the memory replica of the node started last did not end its recovery"
+        );
+        cluster
+    })
+    .await
+    .unwrap();
+    let reader = Client::connect(&cluster.resp_addr(2)).await.unwrap();
+    for key in &acked {
+        assert!(
+            common::read_latest(&reader, key.as_bytes()).await.is_some(),
+            "{key}, acknowledged, is not there after the last node came back"
+        );
+    }
+}
+
+/// Whether node index `i` answers and its memory replica is not recovering.
+fn memory_replica_recovered(cluster: &Cluster, i: usize) -> bool {
+    cluster.cluster_json(i).is_some_and(|view| {
+        view["shards"].as_array().is_some_and(|shards| {
+            shards
+                .iter()
+                .any(|s| s["durability"] == "memory" && s["recovering"] == false)
+        })
+    })
 }

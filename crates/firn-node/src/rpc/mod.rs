@@ -172,6 +172,8 @@ pub struct ReadIndex {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Describe;
 
+/// Whether the node's replica of a memory shard restarted and has seen no leader elected
+/// since (`ShardReplica::restarted_without_leader`): what a recovering replica counts.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Recovering {
     pub shard: ShardId,
