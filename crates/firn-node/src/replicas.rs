@@ -3,7 +3,7 @@
 //! meta group and the shard replicas, each with its log and its state in the log and state
 //! databases of its [`Stripe`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -357,20 +357,27 @@ impl Replicas {
         result
     }
 
-    /// As the leader of `shard`: makes `voters` its voters, new ones caught up first.
+    /// As the leader of `shard`: makes `voters` its voters, new ones caught up first, and
+    /// its only members: a shard's group has learners only while a move adds one, so a
+    /// learner left from an abandoned move (its node removed before it caught up) goes.
     pub async fn set_voters(
         &self,
         shard: ShardId,
         voters: BTreeMap<NodeId, String>,
     ) -> Result<(), FirnError> {
         let replica = self.require_leader(shard)?;
-        let (current, _) = replica.members();
+        let (current, learners) = replica.members();
         for (id, addr) in voters.iter().filter(|(id, _)| !current.contains(id)) {
             replica.add_learner(*id, addr, true).await?;
         }
-        replica
-            .set_voters(voters.into_keys().collect(), false)
-            .await
+        let voters: BTreeSet<NodeId> = voters.into_keys().collect();
+        replica.set_voters(voters.clone(), false).await?;
+        // Learners from before this change that it did not make voters.
+        let strays: BTreeSet<NodeId> = learners.difference(&voters).copied().collect();
+        if strays.is_empty() {
+            return Ok(());
+        }
+        replica.remove_learners(strays).await
     }
 
     /// As the leader of `shard`: hands leadership to `to`.

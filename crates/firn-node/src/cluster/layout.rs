@@ -279,6 +279,20 @@ impl ClusterLayout {
         self.shards.iter().filter(|s| self.holds(s, node)).count()
     }
 
+    /// A move in progress that adds a replica on a node no longer active (being removed, or
+    /// gone): it can never finish — its new replica cannot catch up on a node that is down
+    /// for good — and, first in [`next_move`](Self::next_move)'s order, it would hold back
+    /// every move after it, the removal of that very node included. The steward abandons it.
+    pub fn stranded_move(&self) -> Option<(ShardId, Move)> {
+        let active = self.active();
+        self.shards.iter().find_map(|s| {
+            let step = s.moving?;
+            step.add
+                .is_some_and(|n| !active.contains(&n))
+                .then_some((s.id, step))
+        })
+    }
+
     /// The next replica change, if the layout is not yet where it should be: a move in
     /// progress first; then replicas off leaving (or unknown) nodes; then shards below the
     /// replication factor; then a move from the most to the least loaded node while they

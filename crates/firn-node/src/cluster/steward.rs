@@ -52,6 +52,9 @@ pub async fn steward(
     if follow_round(router, meta, &layout, follow).await? {
         return Ok(());
     }
+    if let Some((shard, step)) = layout.stranded_move() {
+        return abandon_move(router, meta, &layout, shard, step).await;
+    }
     match layout.next_move() {
         Some((shard, step)) => move_replica(router, meta, &layout, shard, step).await,
         None if layout.spread_leaders => {
@@ -177,12 +180,7 @@ pub(super) async fn move_replica(
         voters.push(a);
     }
     voters.retain(|n| Some(*n) != step.remove);
-    let with_addrs: BTreeMap<NodeId, String> = voters
-        .iter()
-        .filter_map(|n| layout.nodes.get(n).map(|a| (*n, a.clone())))
-        .collect();
-    let leader = shard_leader(router, shard).await?;
-    router.set_voters(leader, shard, with_addrs).await?;
+    set_shard_voters(router, layout, shard, &voters).await?;
     meta.update(|l| {
         let s = &mut l.shards[shard as usize];
         if s.moving != Some(step) {
@@ -196,6 +194,51 @@ pub(super) async fn move_replica(
     .await?;
     tracing::info!(shard, replicas = ?voters, "replica move done");
     Ok(())
+}
+
+/// Abandons a move whose new replica's node is no longer active ([`ClusterLayout::
+/// stranded_move`]): the shard's leader sets the group's voters back to the layout's
+/// replicas (the leader may have added the new one already), then the layout forgets the
+/// move. Needs the shard's leader, as every move does; a round that fails is retried.
+async fn abandon_move(
+    router: &dyn ShardHost,
+    meta: &Meta,
+    layout: &ClusterLayout,
+    shard: u32,
+    step: Move,
+) -> Result<(), FirnError> {
+    tracing::warn!(
+        shard,
+        add = ?step.add,
+        "abandoning a replica move: the node it adds a replica on is being removed"
+    );
+    set_shard_voters(router, layout, shard, &layout.shard(shard).replicas).await?;
+    meta.update(|l| {
+        let s = &mut l.shards[shard as usize];
+        if s.moving != Some(step) {
+            return Ok(false);
+        }
+        s.moving = None;
+        Ok(true)
+    })
+    .await?;
+    Ok(())
+}
+
+/// Has the shard's leader make `voters` (with their addresses from the layout) its group's
+/// voters and only members.
+async fn set_shard_voters(
+    router: &dyn ShardHost,
+    layout: &ClusterLayout,
+    shard: u32,
+    voters: &[NodeId],
+) -> Result<(), FirnError> {
+    let with_addrs: BTreeMap<NodeId, String> = voters
+        .iter()
+        .filter_map(|n| layout.nodes.get(n).map(|a| (*n, a.clone())))
+        .collect();
+    let leader = shard_leader(router, shard).await?;
+    router.set_voters(leader, shard, with_addrs).await
 }
 
 /// The leader of `shard`, as its replicas report it.

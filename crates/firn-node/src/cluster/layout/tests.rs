@@ -90,6 +90,28 @@ fn a_joining_node_takes_an_even_share() {
     assert!(layout.shards.iter().all(|s| s.replicas.len() == 3));
 }
 
+/// A move that adds a replica on a node then removed can never finish; it is the one
+/// stranded move, and once abandoned the node drains. Before, the move came first in every
+/// round's order and the removed node never drained.
+#[test]
+fn a_move_onto_a_removed_node_is_stranded_and_once_abandoned_the_node_drains() {
+    let mut layout = ClusterLayout::new(three(), 6, 3).unwrap();
+    layout.nodes.insert(4, "d:4".into());
+    let (shard, step) = layout.next_move().expect("node 4 gets a replica");
+    assert_eq!(step.add, Some(4));
+    layout.shards[shard as usize].moving = Some(step);
+    assert_eq!(layout.stranded_move(), None, "node 4 is still active");
+    layout.leaving.insert(4);
+    assert_eq!(layout.stranded_move(), Some((shard, step)));
+    assert!(layout.drained().is_empty(), "node 4 still holds the move's replica");
+    // What the steward does: the move is forgotten.
+    layout.shards[shard as usize].moving = None;
+    assert_eq!(layout.stranded_move(), None);
+    settle(&mut layout);
+    assert_eq!(layout.drained(), vec![4]);
+    assert!(layout.shards.iter().all(|s| s.replicas.len() == 3));
+}
+
 #[test]
 fn a_leaving_node_is_drained_and_replication_is_kept() {
     let mut four = three();
