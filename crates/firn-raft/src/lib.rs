@@ -11,6 +11,7 @@ mod log_tail;
 pub mod network;
 pub mod peer;
 pub mod pipeline;
+mod rpc_failure;
 pub mod shard;
 pub mod snapshot;
 pub mod snapshot_transfer;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use futures::Stream;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use openraft::errors::{RPCError, ReplicationClosed, StreamingError, Timeout, Unreachable};
+use openraft::errors::{RPCError, ReplicationClosed, StreamingError};
 use openraft::network::{RPCOption, RPCTypes, RaftNetworkFactory};
 use openraft::raft::StreamAppendResult;
 use openraft::raft::{
@@ -20,13 +20,14 @@ type AppendAnswer = Result<StreamAppendResult<FirnRaft>, RPCError<FirnRaft>>;
 
 use crate::peer::{PeerError, PeerPool, PeerRequest, PeerResponse};
 use crate::pipeline::{self, Follower};
-use crate::snapshot::SnapshotFile;
+use crate::rpc_failure::{rpc_error, unreachable};
+use crate::snapshot::{Snapshot, SnapshotData, SnapshotFile};
 use crate::snapshot_transfer::{
     self, SNAPSHOT_CHUNK_TIMEOUT, SNAPSHOT_NO_ROOM_RETRY, Sending, SentSoFar, SnapshotChunk,
     SnapshotChunkAnswer, Transfer,
 };
 use crate::stages::{self, STAGES};
-use crate::types::{FirnRaft, NodeId, ShardId, Snapshot, SnapshotData, SnapshotMeta, Vote};
+use crate::types::{FirnRaft, NodeId, ShardId, SnapshotMeta, Vote};
 
 #[derive(Clone)]
 pub struct PeerNetwork {
@@ -55,34 +56,6 @@ pub struct PeerClient {
     target: NodeId,
     pool: Arc<PeerPool>,
     sent: SentSoFar,
-}
-
-pub(crate) fn unreachable(e: impl std::fmt::Display) -> Unreachable<FirnRaft> {
-    Unreachable::from_string(e.to_string())
-}
-
-/// What openraft makes of a call of `me`'s to `target` that failed: a target that did not
-/// answer within the RPC's time is a timeout, which openraft sends again at once, and slows
-/// the replication to it only after many in a row. Any other failure (no connection, the
-/// connection lost, a refusal) is unreachable: openraft backs off (200 ms a try) until a
-/// request succeeds. A follower slower than the heartbeat interval for a moment (a memtable
-/// flush on a small machine) is not gone: taken for one, the replication to it paused for
-/// the backoff on top of the delay.
-pub(crate) fn rpc_error(
-    action: RPCTypes,
-    me: NodeId,
-    target: NodeId,
-    e: PeerError,
-) -> RPCError<FirnRaft> {
-    match e {
-        PeerError::Timeout(_, timeout) => RPCError::Timeout(Timeout {
-            action,
-            id: me,
-            target,
-            timeout,
-        }),
-        e => RPCError::Unreachable(unreachable(e)),
-    }
 }
 
 impl PeerClient {

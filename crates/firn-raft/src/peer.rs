@@ -4,6 +4,9 @@
 //! values' chunks), so that a 4 MiB frame on a slow link never holds a heartbeat up. Frames
 //! are length-delimited postcard messages tagged with a request id, so many calls are in
 //! flight on one connection at once.
+//!
+//! The serving side hands each group's appends to its Raft in the order a connection
+//! delivered them (`appends`, the follower's end of [`crate::pipeline`]).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -25,7 +28,6 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
-use crate::pipeline::AppendStreams;
 use crate::snapshot_transfer::{
     IncomingSnapshots, SnapshotChunk, SnapshotChunkAnswer, SnapshotRoom,
 };
@@ -33,9 +35,12 @@ use crate::state_machine::ShardStateMachine;
 use crate::transport::{BoxedPeerStream, PeerTransport, PlainTcp};
 use crate::types::{FirnRaft, NodeId, ShardId};
 
+mod appends;
 mod counts;
 mod pool;
-pub use pool::{Lane, PeerPool, SentCall};
+use appends::AppendStreams;
+pub(crate) use appends::Covers;
+pub use pool::{APPENDS_IN_FLIGHT_MAX, Lane, PeerPool, SentCall};
 
 /// Largest frame: an append of many large values fits. A snapshot travels in chunks far
 /// smaller than this (`snapshot_transfer::SNAPSHOT_CHUNK_BYTES_MAX`).
@@ -366,7 +371,7 @@ async fn serve_connection(
         drop(writer_running);
     });
     let replies = Replies(tx);
-    // Appends go to their group's stream, in the order they arrived (see `crate::pipeline`).
+    // Appends go to their group's stream, in the order they arrived (see `appends`).
     let mut appends = AppendStreams::default();
     loop {
         let frame = tokio::select! {

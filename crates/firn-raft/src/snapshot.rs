@@ -1,7 +1,8 @@
 //! A shard's snapshot: a held cut of its tables, or a file built from one, opened after a
 //! restart, checked, and loaded into the store — each by streaming, so memory stays at a few
 //! buffers ([`SNAPSHOT_BUFFER_BYTES`]) whatever the shard's size. How a snapshot travels
-//! between nodes is [`crate::snapshot_transfer`]'s.
+//! between nodes is [`crate::snapshot_transfer`]'s. openraft's [`Snapshot`] of this data is
+//! declared here too, since the data is this module's.
 //!
 //! A state on disk (fjall) is its own snapshot: building one holds a cut of the tables and
 //! makes the state durable ([`hold`]); the file is written from the cut only when the
@@ -29,7 +30,7 @@ use firn_store::StorageBackend;
 use firn_store::backend::{Batch, Table, TableCut};
 use firn_store::dump::{self, DumpReader, DumpWriter};
 
-use crate::types::{LogId, SnapshotMeta, StoredMembership};
+use crate::types::{FirnRaft, LogId, SnapshotMeta, StoredMembership};
 
 /// The bytes that end every snapshot file.
 pub const TRAILER_MAGIC: &[u8; 8] = b"FIRNSNAP";
@@ -58,7 +59,11 @@ pub(crate) fn decode<T: for<'de> serde::Deserialize<'de>>(b: &[u8]) -> io::Resul
     postcard::from_bytes(b).map_err(|e| invalid(e.to_string()))
 }
 
-/// A snapshot's data as openraft holds it.
+/// A snapshot as openraft holds it: its meta and its [`SnapshotData`].
+pub type Snapshot = openraft::alias::SnapshotOf<FirnRaft, SnapshotData>;
+
+/// A snapshot's data as openraft holds it: an open snapshot file or a held cut (never its
+/// contents in memory).
 #[derive(Clone, Debug)]
 pub enum SnapshotData {
     /// A complete snapshot file: built from a state in memory, or received from a leader.

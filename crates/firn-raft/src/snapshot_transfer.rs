@@ -38,9 +38,9 @@ use openraft::async_runtime::watch::WatchReceiver;
 use openraft::raft::SnapshotResponse;
 use serde::{Deserialize, Serialize};
 
-use crate::snapshot::SnapshotFile;
+use crate::snapshot::{Snapshot, SnapshotData, SnapshotFile};
 use crate::state_machine::ShardStateMachine;
-use crate::types::{FirnRaft, NodeId, ShardId, Snapshot, SnapshotData, SnapshotMeta, Vote};
+use crate::types::{FirnRaft, NodeId, ShardId, SnapshotMeta, Vote};
 
 /// How long a sender waits before offering a snapshot again to a receiver that had no room
 /// for it: long enough that a replica short of disk costs its leader little (one chunk read

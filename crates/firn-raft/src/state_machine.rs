@@ -14,12 +14,11 @@ use openraft::storage::{ApplyResponder, EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 
 use crate::snapshot::{
-    self, SYS_APPLIED, SYS_MEMBERSHIP, SnapshotFile, UNFINISHED_SUFFIXES, decode, encode,
+    self, SYS_APPLIED, SYS_MEMBERSHIP, Snapshot, SnapshotData, SnapshotFile, UNFINISHED_SUFFIXES,
+    decode, encode,
 };
 use crate::stages::{self, STAGES};
-use crate::types::{
-    FirnRaft, LogCommand, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership,
-};
+use crate::types::{FirnRaft, LogCommand, LogId, SnapshotMeta, StoredMembership};
 
 /// Most log entries applied in one storage batch: bounds the batch's memory and how long
 /// proposers wait for the first of them to be answered.

@@ -56,6 +56,3 @@ pub type LogId = openraft::alias::LogIdOf<FirnRaft>;
 pub type Vote = openraft::alias::VoteOf<FirnRaft>;
 pub type StoredMembership = openraft::alias::StoredMembershipOf<FirnRaft>;
 pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<FirnRaft>;
-/// A snapshot's data: an open snapshot file (never its contents in memory).
-pub type SnapshotData = crate::snapshot::SnapshotData;
-pub type Snapshot = openraft::alias::SnapshotOf<FirnRaft, SnapshotData>;

@@ -20,9 +20,14 @@ use super::{
     CONNECT_TIMEOUT, Envelope, PEER_BUSY, PEER_SEND_QUEUE, PeerError, PeerRequest, PeerResponse,
     STALLED_AFTER, codec, encode,
 };
-use crate::pipeline::APPENDS_IN_FLIGHT_MAX;
 use crate::transport::{PeerTransport, PlainTcp};
 use crate::types::NodeId;
+
+/// Most appends of one stream a node may keep sent and not yet answered
+/// (`--appends-in-flight`): each carries every entry submitted since the one before, so a
+/// few cover a round trip at any rate; the bound keeps a follower's queue
+/// (`FOLLOWER_QUEUE_MAX`) from ever filling.
+pub const APPENDS_IN_FLIGHT_MAX: usize = 32;
 
 /// What a call waiting on a connection hears: the peer's answer, or that its request never
 /// left (the connection ended with the request still queued), which makes the call safe to
