@@ -56,6 +56,10 @@ pub struct DiskNotice {
     pub reserve: u64,
 }
 
+crate::rpc::rpc! {
+    DiskNotice => ();
+}
+
 /// A peer that said its disk is low, until when that holds.
 struct PeerLow {
     free: u64,
@@ -186,8 +190,8 @@ impl DiskSpace {
     }
 
     /// The disk as the last look found it, for the cluster view.
-    pub fn view(&self) -> crate::view::DiskView {
-        crate::view::DiskView {
+    pub fn view(&self) -> crate::cluster::view::DiskView {
+        crate::cluster::view::DiskView {
             free_bytes: self.free.load(Ordering::Relaxed),
             reserve_bytes: self.reserve.load(Ordering::Relaxed),
             low: self.low.load(Ordering::Relaxed),

@@ -14,9 +14,17 @@ use firn_model::FirnError;
 use firn_raft::peer::AppHandler;
 use tokio::sync::watch;
 
+use crate::blob::{BlobChunk, BlobDiscard, BlobRead, BlobSeal};
+use crate::cluster::follow::OriginCounts;
 use crate::cluster::meta::MetaClient;
+use crate::cluster::view::Describe;
+use crate::disk::DiskNotice;
+use crate::log_index::ForgetLog;
 use crate::router::Router;
-use crate::rpc::{NodeRpc, Rpc};
+use crate::rpc::{
+    Call, Execute, ListKeyspaces, MetaChange, Publish, ReadIndex, Recovering, Rpc, ServiceReply,
+    SetReplicas, TransferLeader, WatchPoll, decode_tag,
+};
 
 /// Where the peer transport leaves calls for this node.
 pub struct Inbox(watch::Receiver<Option<Arc<Answerer>>>);
@@ -41,26 +49,29 @@ impl AppHandler for Inbox {
     fn handle(&self, payload: Vec<u8>) -> Pin<Box<dyn Future<Output = Vec<u8>> + Send>> {
         let mut ready = self.0.clone();
         Box::pin(async move {
-            let call = match postcard::from_bytes::<NodeRpc>(&payload) {
+            let (call, body) = match decode_tag(&payload) {
                 Ok(c) => c,
-                // Every reply that can fail is a `Result`, whose `Err` encodes alike.
-                Err(e) => {
-                    let e: Result<(), FirnError> = Err(FirnError::Internal(format!(
-                        "undecodable peer request: {e}"
-                    )));
-                    return postcard::to_stdvec(&e).unwrap_or_default();
-                }
+                Err(e) => return undecodable(&e),
             };
             let answerer = match ready.wait_for(Option::is_some).await {
                 Ok(a) => a.clone(),
                 Err(_) => None, // the node stopped before it started
             };
             match answerer {
-                Some(a) => a.answer(call).await,
+                Some(a) => a.answer(call, body).await,
                 None => Vec::new(),
             }
         })
     }
+}
+
+/// The answer to a call that cannot be read. Every reply that can fail is a `Result`,
+/// whose `Err` encodes alike.
+fn undecodable(why: &str) -> Vec<u8> {
+    let e: Result<(), FirnError> = Err(FirnError::Internal(format!(
+        "undecodable peer request: {why}"
+    )));
+    postcard::to_stdvec(&e).unwrap_or_default()
 }
 
 pub struct Answerer {
@@ -74,57 +85,55 @@ fn reply<R: Rpc>(reply: R::Reply) -> Vec<u8> {
     postcard::to_stdvec(&reply).unwrap_or_default()
 }
 
+/// Decodes the body of a call of type `$ty` and answers it with `$answer`, in which `$c`
+/// is the call: the compiler checks that the answer is the reply type the call names.
+macro_rules! serve {
+    ($body:expr, $ty:ty, |$c:pat_param| $answer:expr) => {
+        match postcard::from_bytes::<$ty>($body) {
+            Ok($c) => reply::<$ty>($answer),
+            Err(e) => undecodable(&e.to_string()),
+        }
+    };
+}
+
 impl Answerer {
-    async fn answer(&self, call: NodeRpc) -> Vec<u8> {
+    /// The one place where every call meets what answers it.
+    async fn answer(&self, call: Call, body: &[u8]) -> Vec<u8> {
         let router = &self.router;
         match call {
-            NodeRpc::Execute(c) => reply::<crate::rpc::Execute>(router.execute_part(c).await),
-            NodeRpc::ReadIndex(c) => reply::<crate::rpc::ReadIndex>(router.read_index(c).await),
-            NodeRpc::Recovering(c) => reply::<crate::rpc::Recovering>(
-                router
-                    .replicas()
-                    .get(c.shard)
-                    .is_some_and(|r| r.restarted_without_leader()),
-            ),
-            NodeRpc::Describe(_) => reply::<crate::rpc::Describe>(router.describe()),
-            NodeRpc::MetaChange(c) => reply::<crate::rpc::MetaChange>(self.meta.change(c).await),
-            NodeRpc::ListKeyspaces(_) => {
-                reply::<crate::rpc::ListKeyspaces>(self.meta.keyspaces().await)
-            }
-            NodeRpc::SetReplicas(c) => reply::<crate::rpc::SetReplicas>(
-                router.replicas().set_voters(c.shard, c.voters).await,
-            ),
-            NodeRpc::TransferLeader(c) => reply::<crate::rpc::TransferLeader>(
-                router.replicas().transfer_leader(c.shard, c.to).await,
-            ),
-            NodeRpc::WatchPoll(c) => reply::<crate::rpc::WatchPoll>(router.watch_poll(c).await),
-            NodeRpc::DiskNotice(c) => {
-                router.disk().note_peer(c);
-                reply::<crate::rpc::DiskNotice>(())
-            }
-            NodeRpc::ForgetLog(c) => {
-                router.log_index().forget(&c.0);
-                reply::<crate::rpc::ForgetLog>(())
-            }
-            NodeRpc::Publish(c) => {
-                reply::<crate::rpc::Publish>(router.pubsub().deliver(&c.channel, &c.message) as u64)
-            }
-            NodeRpc::ServiceReply(c) => {
-                reply::<crate::rpc::ServiceReply>(router.reply_slots().complete(c.token, c.payload))
-            }
-            NodeRpc::OriginCounts(_) => reply::<crate::rpc::OriginCounts>(router.origin_report()),
-            NodeRpc::BlobChunk(c) => {
-                reply::<crate::rpc::BlobChunk>(router.blobs().serve_chunk(c).await)
-            }
-            NodeRpc::BlobSeal(c) => {
-                reply::<crate::rpc::BlobSeal>(router.blobs().serve_seal(c).await)
-            }
-            NodeRpc::BlobRead(c) => {
-                reply::<crate::rpc::BlobRead>(router.blobs().serve_read(c).await)
-            }
-            NodeRpc::BlobDiscard(c) => {
-                router.blobs().serve_discard(c).await;
-                reply::<crate::rpc::BlobDiscard>(())
+            Call::Execute => serve!(body, Execute, |c| router.execute_part(c).await),
+            Call::ReadIndex => serve!(body, ReadIndex, |c| router.read_index(c).await),
+            Call::Recovering => serve!(body, Recovering, |c| router
+                .replicas()
+                .get(c.shard)
+                .is_some_and(|r| r.restarted_without_leader())),
+            Call::Describe => serve!(body, Describe, |_| router.describe()),
+            Call::MetaChange => serve!(body, MetaChange, |c| self.meta.change(c).await),
+            Call::ListKeyspaces => serve!(body, ListKeyspaces, |_| self.meta.keyspaces().await),
+            Call::SetReplicas => serve!(body, SetReplicas, |c| router
+                .replicas()
+                .set_voters(c.shard, c.voters)
+                .await),
+            Call::TransferLeader => serve!(body, TransferLeader, |c| router
+                .replicas()
+                .transfer_leader(c.shard, c.to)
+                .await),
+            Call::WatchPoll => serve!(body, WatchPoll, |c| router.watch_poll(c).await),
+            Call::DiskNotice => serve!(body, DiskNotice, |c| router.disk().note_peer(c)),
+            Call::ForgetLog => serve!(body, ForgetLog, |c| router.log_index().forget(&c.0)),
+            Call::Publish => serve!(body, Publish, |c| router
+                .pubsub()
+                .deliver(&c.channel, &c.message)
+                as u64),
+            Call::ServiceReply => serve!(body, ServiceReply, |c| router
+                .reply_slots()
+                .complete(c.token, c.payload)),
+            Call::OriginCounts => serve!(body, OriginCounts, |_| router.origin_report()),
+            Call::BlobChunk => serve!(body, BlobChunk, |c| router.blobs().serve_chunk(c).await),
+            Call::BlobSeal => serve!(body, BlobSeal, |c| router.blobs().serve_seal(c).await),
+            Call::BlobRead => serve!(body, BlobRead, |c| router.blobs().serve_read(c).await),
+            Call::BlobDiscard => {
+                serve!(body, BlobDiscard, |c| router.blobs().serve_discard(c).await)
             }
         }
     }

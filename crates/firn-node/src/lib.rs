@@ -29,7 +29,6 @@ pub mod rpc;
 pub mod session;
 pub mod storage_stats;
 pub mod tls;
-pub mod view;
 pub mod watch;
 
 pub use config::NodeConfig;

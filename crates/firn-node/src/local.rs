@@ -293,7 +293,7 @@ impl LocalRegion {
     /// follower's would).
     pub async fn run_leases(
         self: Arc<Self>,
-        replicas: Arc<crate::replicas::Replicas>,
+        held: impl Fn() -> Vec<Arc<ShardReplica>> + Send + 'static,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
         let mut publishing = self.publishing.subscribe();
@@ -312,7 +312,7 @@ impl LocalRegion {
                 }
                 _ = stop.changed() => return,
             }
-            for replica in replicas.all() {
+            for replica in held() {
                 let lease = replica.confirmed_lease().await;
                 self.set_lease(replica.shard_id(), lease);
             }

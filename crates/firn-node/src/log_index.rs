@@ -76,7 +76,7 @@ use firn_model::{CommitTs, Key, LogQuery, LogRecord, LogSeq, ReadConsistency, Ta
 use firn_raft::NodeId;
 use serde::{Deserialize, Serialize};
 
-use crate::rpc::{ForgetLog, PeerClient};
+use crate::rpc::PeerClient;
 
 /// Bytes a cached tag costs beyond its records and names: its map slot, its place in the
 /// use order, its bounds.
@@ -97,6 +97,14 @@ pub enum Forget {
     },
     /// FLUSHALL: every log is gone.
     Everything,
+}
+
+/// The peer call that tells a node to forget what a committed write removed.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ForgetLog(pub Forget);
+
+crate::rpc::rpc! {
+    ForgetLog => ();
 }
 
 /// Why the tier's answer is final below some seq (see the module doc).

@@ -77,7 +77,7 @@ const STRIPES_CORES_MIN: usize = 4;
 /// Most stripes a `FORMAT` file may name.
 const STRIPES_MAX: usize = 64;
 
-pub use firn_raft::pipeline::APPENDS_IN_FLIGHT_MAX;
+pub use firn_raft::peer::APPENDS_IN_FLIGHT_MAX;
 
 /// Appends of one replication stream a node sends before their answers, unless
 /// `--appends-in-flight` says (see `firn_raft::pipeline`): 16 on a machine of at least
@@ -527,9 +527,13 @@ impl RunningNode {
             tokio::spawn(serve_http(Lingering(http_listener), app, stop_rx.clone()))
         });
         if let Some(local) = local {
-            tasks.push(tokio::spawn(
-                local.run_leases(replicas.clone(), stop_rx.clone()),
-            ));
+            tasks.push(tokio::spawn(local.run_leases(
+                {
+                    let replicas = replicas.clone();
+                    move || replicas.all()
+                },
+                stop_rx.clone(),
+            )));
         }
         let retention = replicas;
         let mut retention_stop = stop_rx;

@@ -182,6 +182,12 @@ pub struct Replicas {
     blob_repairs: crate::blob::repair::RepairIntake,
 }
 
+impl crate::blob::HeldReplicas for Replicas {
+    fn held(&self, shard: ShardId) -> Option<Arc<ShardReplica>> {
+        self.get(shard)
+    }
+}
+
 impl Replicas {
     pub fn new(
         factory: ReplicaFactory,

@@ -542,7 +542,11 @@ async fn group_and_stream_requests_record_their_time_and_errors() {
     let before = tokio::task::spawn_blocking(page_task).await.unwrap();
     ok(&mut c, &["XADD", "m", "1-0", "n", "1"]).await;
     ok(&mut c, &["XGROUP", "CREATE", "m", "g", "0"]).await;
-    ok(&mut c, &["XREADGROUP", "GROUP", "g", "a", "STREAMS", "m", ">"]).await;
+    ok(
+        &mut c,
+        &["XREADGROUP", "GROUP", "g", "a", "STREAMS", "m", ">"],
+    )
+    .await;
     // A group that exists already: a request that fails.
     error_line(&mut c, &["XGROUP", "CREATE", "m", "g", "0"]).await;
     let after = tokio::task::spawn_blocking(page).await.unwrap();

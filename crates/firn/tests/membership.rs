@@ -103,7 +103,14 @@ fn wait_for_placement(
 /// replicas have moved and it has left; panics if it fails.
 fn cluster_remove(cluster: &Cluster, node: u64, timeout: &str) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_firn"))
-        .args(["cluster", "remove", &node.to_string(), "--timeout", timeout, "--addr"])
+        .args([
+            "cluster",
+            "remove",
+            &node.to_string(),
+            "--timeout",
+            timeout,
+            "--addr",
+        ])
         .arg(cluster.resp_addr(0))
         .output()
         .unwrap();

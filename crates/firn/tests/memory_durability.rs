@@ -395,7 +395,10 @@ async fn down_and_back(cluster: Cluster, down: Down, probe: &str) -> (Cluster, D
     let mut last_error = String::from("no answer yet");
     while began.elapsed() < BACK_WITHIN {
         match Client::connect(&cluster.resp_addr(0)).await {
-            Ok(client) => match client.put(probe.as_bytes(), b"p", PutOptions::default()).await {
+            Ok(client) => match client
+                .put(probe.as_bytes(), b"p", PutOptions::default())
+                .await
+            {
                 Ok(_) => return (cluster, began.elapsed()),
                 Err(e) => last_error = e.to_string(),
             },

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use firn_model::{BlobRef, FirnError};
-use firn_raft::{NodeId, ShardId};
+use firn_raft::{NodeId, ShardId, ShardReplica};
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -23,8 +23,8 @@ use tokio::sync::watch;
 use self::files::{BlobFiles, digest};
 use crate::cluster::layout::ClusterLayout;
 use crate::disk::DiskSpace;
-use crate::replicas::Replicas;
-use crate::rpc::PeerClient;
+use crate::rpc::{Call, PeerClient, Rpc};
+use firn_raft::peer::Lane;
 
 /// How long a peer may take to write or read one chunk, or to seal a blob (an fsync of
 /// what the last few chunks left unsynced).
@@ -48,7 +48,8 @@ pub struct BlobConfig {
 pub const SWEEP_EVERY_DEFAULT: Duration = Duration::from_secs(60);
 pub const GRACE_DEFAULT: Duration = Duration::from_secs(3600);
 
-/// Calls between nodes for blobs (see `crate::rpc`).
+/// Calls between nodes for blobs (see `crate::rpc`): chunks and reads of them on the bulk
+/// lane, behind which nothing small waits.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct BlobChunk {
     pub shard: ShardId,
@@ -76,12 +77,38 @@ pub struct BlobDiscard {
     pub id: u128,
 }
 
+impl Rpc for BlobChunk {
+    const CALL: Call = Call::BlobChunk;
+    const LANE: Lane = Lane::Bulk;
+    type Reply = Result<(), FirnError>;
+}
+
+impl Rpc for BlobRead {
+    const CALL: Call = Call::BlobRead;
+    // Its answer is a chunk.
+    const LANE: Lane = Lane::Bulk;
+    type Reply = Result<Bytes, FirnError>;
+}
+
+crate::rpc::rpc! {
+    BlobSeal => Result<(), FirnError>;
+    BlobDiscard => ();
+}
+
+/// The replicas this node holds, as blobs look them up: a blob's versions are read from its
+/// shard's replica here. `crate::replicas::Replicas` is the one; blobs name only this, so
+/// that the replicas, which hand blobs what they apply, can depend on blobs and not the
+/// other way round.
+pub trait HeldReplicas: Send + Sync {
+    fn held(&self, shard: ShardId) -> Option<Arc<ShardReplica>>;
+}
+
 pub struct Blobs {
     node_id: NodeId,
     files: Arc<BlobFiles>,
     peers: PeerClient,
     layout: watch::Receiver<Arc<ClusterLayout>>,
-    replicas: Arc<Replicas>,
+    replicas: Arc<dyn HeldReplicas>,
     config: BlobConfig,
     /// This node's data disk: an upload's chunks are refused here while it is low.
     disk: Arc<DiskSpace>,
@@ -95,11 +122,11 @@ impl Blobs {
         files: Arc<BlobFiles>,
         peers: PeerClient,
         layout: watch::Receiver<Arc<ClusterLayout>>,
-        replicas: Arc<Replicas>,
+        (node_id, replicas): (NodeId, Arc<dyn HeldReplicas>),
         disk: Arc<DiskSpace>,
     ) -> Self {
         Blobs {
-            node_id: replicas.node_id(),
+            node_id,
             files,
             peers,
             layout,
@@ -143,7 +170,7 @@ impl Blobs {
     }
 
     fn holds_here(&self, shard: ShardId) -> bool {
-        self.replicas.get(shard).is_some() || self.holders(shard).contains(&self.node_id)
+        self.replicas.held(shard).is_some() || self.holders(shard).contains(&self.node_id)
     }
 
     /// Runs a blocking file operation off the async threads.
@@ -351,11 +378,29 @@ impl Blobs {
         &self.config
     }
 
-    pub fn replicas(&self) -> &Arc<Replicas> {
-        &self.replicas
+    /// This node's replica of `shard`, if it holds one.
+    pub fn replica(&self, shard: ShardId) -> Option<Arc<ShardReplica>> {
+        self.replicas.held(shard)
     }
 
     pub fn node_id(&self) -> NodeId {
         self.node_id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_of_large_values_take_the_bulk_lane_and_nothing_else_does() {
+        assert_eq!(<BlobChunk as Rpc>::LANE, Lane::Bulk);
+        assert_eq!(<BlobRead as Rpc>::LANE, Lane::Bulk);
+        assert_eq!(<BlobSeal as Rpc>::LANE, Lane::Messages);
+        assert_eq!(<BlobDiscard as Rpc>::LANE, Lane::Messages);
+        assert_eq!(
+            <crate::cluster::view::Describe as Rpc>::LANE,
+            Lane::Messages
+        );
     }
 }

@@ -198,7 +198,7 @@ async fn until(due: Option<Instant>) {
 
 /// Every blob a replica here of `shard` names, to fetch the missing ones.
 async fn shard_blobs(blobs: &Blobs, shard: ShardId) -> Vec<(Bytes, BlobRef, Duration)> {
-    let Some(replica) = blobs.replicas().get(shard) else {
+    let Some(replica) = blobs.replica(shard) else {
         return Vec::new();
     };
     let (store, files) = (replica.store().clone(), blobs.files().clone());
@@ -233,7 +233,7 @@ async fn shard_blobs(blobs: &Blobs, shard: ShardId) -> Vec<(Bytes, BlobRef, Dura
 /// (or uploads to this node) cut short, to go on with. A part file whose blob no version
 /// names is an upload that never finished: the sweep's.
 async fn unfinished(blobs: &Arc<Blobs>, shard: ShardId) -> Vec<(Bytes, BlobRef, Duration)> {
-    let Some(replica) = blobs.replicas().get(shard) else {
+    let Some(replica) = blobs.replica(shard) else {
         return Vec::new();
     };
     let (store, files) = (replica.store().clone(), blobs.files().clone());
@@ -273,7 +273,7 @@ async fn due(
         let Some(r) = retries.remove(&id) else {
             continue;
         };
-        let Some(replica) = blobs.replicas().get(r.blob.shard) else {
+        let Some(replica) = blobs.replica(r.blob.shard) else {
             continue;
         };
         let (store, key, blob_id) = (replica.store().clone(), r.key.clone(), r.blob.id);

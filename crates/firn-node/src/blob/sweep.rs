@@ -43,7 +43,7 @@ pub fn sweep(blobs: &Blobs) -> usize {
     let files = blobs.files();
     let mut removed = 0;
     for shard in files.shards() {
-        let Some(replica) = blobs.replicas().get(shard) else {
+        let Some(replica) = blobs.replica(shard) else {
             if blobs.moved_away(shard) {
                 removed += remove_shard(blobs, shard);
             }

@@ -10,6 +10,7 @@ pub mod follower;
 pub mod layout;
 pub mod meta;
 pub mod steward;
+pub mod view;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -20,8 +21,8 @@ use firn_raft::{NodeId, ShardId};
 
 use self::follow::OriginReport;
 use self::layout::ClusterLayout;
+use crate::cluster::view::ClusterView;
 use crate::rpc::ShardPart;
-use crate::view::ClusterView;
 
 /// A future the host answers with.
 pub type HostFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -11,6 +11,14 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::follow::FollowMove;
 use crate::cluster::layout::{ClusterLayout, Move};
 
+/// The peer call that asks a node for its [`NodeView`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Describe;
+
+crate::rpc::rpc! {
+    Describe => NodeView;
+}
+
 /// One node's own account of itself: where clients reach it and the replicas it holds.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct NodeView {

@@ -9,11 +9,13 @@ use firn_model::{CallContext, FirnError, Response};
 use firn_raft::{NodeId, ShardId};
 
 use super::Router;
+use crate::cluster::follow::OriginCounts;
 use crate::cluster::follow::OriginReport;
 use crate::cluster::layout::ClusterLayout;
+use crate::cluster::view::Describe;
+use crate::cluster::view::{ClusterView, NodeView, ReplicaView};
 use crate::cluster::{HostFuture, ShardHost};
-use crate::rpc::{Describe, OriginCounts, Rpc, SetReplicas, ShardPart, TransferLeader};
-use crate::view::{ClusterView, NodeView, ReplicaView};
+use crate::rpc::{Rpc, SetReplicas, ShardPart, TransferLeader};
 
 /// How long a node waits for a peer to describe itself (or report its origin counts):
 /// describing is a glance, and a node that does not answer at once is shown down.
@@ -41,7 +43,10 @@ impl Router {
                     last_applied_index: s.last_applied_index,
                     recovering: s.recovering,
                     closed_lag_ms: self.replicas.get(s.shard_id).and_then(|r| {
-                        crate::view::closed_lag_ms(now_us, r.store().last_commit_ts().wall_us)
+                        crate::cluster::view::closed_lag_ms(
+                            now_us,
+                            r.store().last_commit_ts().wall_us,
+                        )
                     }),
                 })
                 .collect(),

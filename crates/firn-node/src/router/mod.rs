@@ -125,7 +125,7 @@ impl Router {
             parts.blob_files,
             parts.peers.clone(),
             parts.layout.clone(),
-            parts.replicas.clone(),
+            (parts.replicas.node_id(), parts.replicas.clone()),
             parts.disk.clone(),
         ));
         Router {

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 
 use super::Router;
 use crate::cluster::layout::ShardLayout;
-use crate::rpc::Describe;
+use crate::cluster::view::Describe;
 
 /// How long a request to another node about a shard not held here runs before the shard's
 /// replicas are asked about it: well past a healthy answer (milliseconds), well short of the

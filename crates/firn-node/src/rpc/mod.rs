@@ -14,94 +14,132 @@ use firn_store::Op;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::view::NodeView;
-
 /// How long a call may take unless it says otherwise. A healthy peer answers in
 /// milliseconds; past this the peer is probably gone, and the client hears UNCERTAIN (a
 /// write) or CLUSTERDOWN (a read) rather than waiting longer.
 pub const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A request one node sends another, and the type of its reply.
-pub trait Rpc: Serialize + Into<NodeRpc> {
+/// A request one node sends another: its place in the table of calls, the peer connection
+/// it goes over, and the type of its reply. A call's type is declared beside what it is for
+/// (a large value's chunk in `blob`, a node's description in `view`, …), with its `Rpc`
+/// impl; this module knows the calls only by [`Call`], so it depends on none of them.
+pub trait Rpc: Serialize {
+    const CALL: Call;
+    /// A large value's chunk (or a read, whose answer is one) goes over the bulk lane,
+    /// behind which nothing small waits.
+    const LANE: Lane = Lane::Messages;
     type Reply: Serialize + DeserializeOwned;
 }
 
-/// Declares the calls: each becomes a variant of [`NodeRpc`] and an [`Rpc`] with its reply.
-macro_rules! calls {
-    ($($(#[$doc:meta])* $name:ident => $reply:ty;)*) => {
-        /// Every call, as it travels. Built once per call and serialized at once, so the
-        /// size of its largest variant (an `Execute`) costs nothing worth a box.
-        #[derive(Debug, Serialize, Deserialize)]
-        #[allow(clippy::large_enum_variant)]
-        pub enum NodeRpc {
-            $($(#[$doc])* $name($name),)*
-        }
-        $(
-            impl From<$name> for NodeRpc {
-                fn from(call: $name) -> Self {
-                    NodeRpc::$name(call)
-                }
-            }
-            impl Rpc for $name {
-                type Reply = $reply;
-            }
-        )*
-    };
-}
-
-calls! {
+/// Every call between nodes, by the number it travels under (its tag on the wire, before
+/// the call itself). The numbers are the wire format: a new call takes the next one, and
+/// none is ever reused. `crate::inbound` answers each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Call {
     /// Execute a part of a request on this node's replica of a shard (proposing if it leads).
-    Execute => Result<Answer, FirnError>;
+    Execute = 0,
     /// As the shard's leader, confirm leadership and return the read index.
-    ReadIndex => Result<u64, FirnError>;
+    ReadIndex = 1,
     /// Describe yourself.
-    Describe => NodeView;
+    Describe = 2,
     /// A change of the cluster's layout, run on the meta leader.
-    MetaChange => Result<(), FirnError>;
+    MetaChange = 3,
     /// As the meta leader, the keyspace definitions the layout holds.
-    ListKeyspaces => Result<Vec<KeyspaceDef>, FirnError>;
+    ListKeyspaces = 4,
     /// As the shard's leader, make `voters` the group's voters.
-    SetReplicas => Result<(), FirnError>;
+    SetReplicas = 5,
     /// As the shard's leader, hand leadership to another replica.
-    TransferLeader => Result<(), FirnError>;
+    TransferLeader = 6,
     /// A remote watch's long poll.
-    WatchPoll => Result<(Vec<WatchEvent>, CommitTs), FirnError>;
+    WatchPoll = 7,
     /// Forget, in the local log index, what a committed trim or FLUSHALL removed.
-    ForgetLog => ();
+    ForgetLog = 8,
     /// Deliver a published message to this node's subscribers; answers how many there were.
-    Publish => u64;
+    Publish = 9,
     /// Hand a service's reply to the request waiting here under a token; answers whether one
     /// was waiting.
-    ServiceReply => bool;
+    ServiceReply = 10,
     /// Where this node's clients sent requests lately (for leaders that follow them).
-    OriginCounts => crate::cluster::follow::OriginReport;
-    /// Whether this node's replica of a memory shard is recovering (see `crate::recovery`).
-    Recovering => bool;
+    OriginCounts = 11,
+    /// Whether this node's replica of a memory shard restarted and has seen no leader since
+    /// (see `crate::recovery`).
+    Recovering = 12,
     /// A chunk of a large value for this node's replica of a shard (see `crate::blob`).
-    BlobChunk => Result<(), FirnError>;
+    BlobChunk = 13,
     /// Seal an uploaded blob: check it against its manifest, fsync it, make it readable.
-    BlobSeal => Result<(), FirnError>;
+    BlobSeal = 14,
     /// A chunk of a blob sealed here.
-    BlobRead => Result<bytes::Bytes, FirnError>;
+    BlobRead = 15,
     /// Drop an upload whose manifest will not be proposed.
-    BlobDiscard => ();
+    BlobDiscard = 16,
     /// The sender's data disk went low, is still low, or has room again (see `crate::disk`).
-    DiskNotice => ();
+    DiskNotice = 17,
 }
 
-pub use crate::disk::DiskNotice;
+impl Call {
+    const ALL: [Call; 18] = [
+        Call::Execute,
+        Call::ReadIndex,
+        Call::Describe,
+        Call::MetaChange,
+        Call::ListKeyspaces,
+        Call::SetReplicas,
+        Call::TransferLeader,
+        Call::WatchPoll,
+        Call::ForgetLog,
+        Call::Publish,
+        Call::ServiceReply,
+        Call::OriginCounts,
+        Call::Recovering,
+        Call::BlobChunk,
+        Call::BlobSeal,
+        Call::BlobRead,
+        Call::BlobDiscard,
+        Call::DiskNotice,
+    ];
 
-pub use crate::blob::{BlobChunk, BlobDiscard, BlobRead, BlobSeal};
-
-impl NodeRpc {
-    /// The peer connection the call goes over: a large value's chunk (or a read, whose
-    /// answer is one) on the bulk lane, behind which nothing small waits.
-    fn lane(&self) -> Lane {
-        match self {
-            NodeRpc::BlobChunk(_) | NodeRpc::BlobRead(_) => Lane::Bulk,
-            _ => Lane::Messages,
-        }
+    /// The call a tag names, if any.
+    pub fn from_tag(tag: u32) -> Option<Call> {
+        Call::ALL.into_iter().find(|c| *c as u32 == tag)
     }
+}
+
+/// A call as it travels: its tag, then the call. postcard writes the tag as a varint, as it
+/// writes an enum's variant, so these are the bytes an enum of every call would make.
+pub fn encode_call<R: Rpc>(call: &R) -> Result<Vec<u8>, FirnError> {
+    postcard::to_stdvec(&(R::CALL as u32, call)).map_err(|e| FirnError::Internal(e.to_string()))
+}
+
+/// A call's tag and the bytes of the call after it.
+pub fn decode_tag(payload: &[u8]) -> Result<(Call, &[u8]), String> {
+    let (tag, rest) = postcard::take_from_bytes::<u32>(payload).map_err(|e| e.to_string())?;
+    let call = Call::from_tag(tag).ok_or_else(|| format!("unknown call {tag}"))?;
+    Ok((call, rest))
+}
+
+/// Declares each call type's [`Rpc`]: its [`Call`] and its reply.
+macro_rules! rpc {
+    ($($name:ident => $reply:ty;)*) => {
+        $(impl $crate::rpc::Rpc for $name {
+            const CALL: $crate::rpc::Call = $crate::rpc::Call::$name;
+            type Reply = $reply;
+        })*
+    };
+}
+pub(crate) use rpc;
+
+rpc! {
+    Execute => Result<Answer, FirnError>;
+    ReadIndex => Result<u64, FirnError>;
+    MetaChange => Result<(), FirnError>;
+    ListKeyspaces => Result<Vec<KeyspaceDef>, FirnError>;
+    SetReplicas => Result<(), FirnError>;
+    TransferLeader => Result<(), FirnError>;
+    WatchPoll => Result<(Vec<WatchEvent>, CommitTs), FirnError>;
+    Publish => u64;
+    ServiceReply => bool;
+    Recovering => bool;
 }
 
 /// What one shard is asked: a read, or a write as the log operation it becomes.
@@ -169,9 +207,6 @@ pub struct ReadIndex {
     pub lease: bool,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Describe;
-
 /// Whether the node's replica of a memory shard restarted and has seen no leader elected
 /// since (`ShardReplica::restarted_without_leader`): what a recovering replica counts.
 #[derive(Debug, Serialize, Deserialize)]
@@ -215,9 +250,6 @@ pub struct WatchPoll {
     pub from: WatchFrom,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-pub struct ForgetLog(pub crate::log_index::Forget);
-
 /// A PUBLISH made at another node (see `router/publish.rs`).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Publish {
@@ -231,9 +263,6 @@ pub struct ServiceReply {
     pub token: u64,
     pub payload: bytes::Bytes,
 }
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct OriginCounts;
 
 /// Sends typed calls to other nodes.
 #[derive(Clone)]
@@ -286,19 +315,17 @@ impl PeerClient {
         call: R,
         timeout: Duration,
     ) -> Result<R::Reply, CallError> {
-        let call = call.into();
-        let lane = call.lane();
-        let payload = encode(call)?;
+        let payload = encode_call(&call)?;
         let answer = self
             .pool
-            .call_on(lane, target, PeerRequest::App(payload), timeout)
+            .call_on(R::LANE, target, PeerRequest::App(payload), timeout)
             .await;
         decode::<R>(&format!("node {target}"), answer)
     }
 
     /// Calls whichever node listens at `addr` (a joining node knows no ids yet).
     pub async fn call_addr<R: Rpc>(&self, addr: &str, call: R) -> Result<R::Reply, FirnError> {
-        let payload = encode(call.into())?;
+        let payload = encode_call(&call)?;
         let answer = self
             .pool
             .call_addr(addr, PeerRequest::App(payload), PEER_CALL_TIMEOUT)
@@ -346,10 +373,6 @@ pub fn read_unanswered(why: &str) -> FirnError {
     FirnError::Unavailable(format!("{why}; a read changes nothing: retry"))
 }
 
-fn encode(call: NodeRpc) -> Result<Vec<u8>, FirnError> {
-    postcard::to_stdvec(&call).map_err(|e| FirnError::Internal(e.to_string()))
-}
-
 fn decode<R: Rpc>(
     who: &str,
     answer: Result<PeerResponse, PeerError>,
@@ -375,29 +398,35 @@ fn decode<R: Rpc>(
 mod tests {
     use super::*;
 
+    /// A call travels as its tag then itself, the bytes an enum of every call would make;
+    /// a tag no call has is refused, not misread.
     #[test]
-    fn chunks_of_large_values_take_the_bulk_lane_and_nothing_else_does() {
-        let chunk = BlobChunk {
-            shard: 0,
-            id: 1,
-            key: bytes::Bytes::from_static(b"k"),
-            offset: 0,
-            data: bytes::Bytes::from(vec![0u8; 4 << 20]),
-        };
-        let read = BlobRead {
-            shard: 0,
-            id: 1,
-            offset: 0,
-            len: 4 << 20,
-        };
-        assert_eq!(NodeRpc::from(chunk).lane(), Lane::Bulk);
-        assert_eq!(NodeRpc::from(read).lane(), Lane::Bulk);
+    fn a_call_travels_under_its_tag_and_an_unknown_tag_is_refused() {
+        for call in Call::ALL {
+            assert_eq!(Call::from_tag(call as u32), Some(call));
+        }
+        assert_eq!(
+            Call::ALL.len(),
+            Call::DiskNotice as usize + 1,
+            "tags are 0, 1, 2, …"
+        );
         let index = ReadIndex {
-            shard: 0,
-            lease: false,
+            shard: 7,
+            lease: true,
         };
-        assert_eq!(NodeRpc::from(index).lane(), Lane::Messages);
-        assert_eq!(NodeRpc::from(Describe).lane(), Lane::Messages);
+        let bytes = encode_call(&index).unwrap();
+        assert_eq!(bytes, [1, 7, 1], "tag 1 (a varint), shard 7, lease");
+        let (call, rest) = decode_tag(&bytes).unwrap();
+        assert_eq!(call, Call::ReadIndex);
+        let back: ReadIndex = postcard::from_bytes(rest).unwrap();
+        assert_eq!((back.shard, back.lease), (7, true));
+        assert!(
+            decode_tag(&[200, 1])
+                .unwrap_err()
+                .contains("unknown call 200")
+        );
+        assert!(decode_tag(&[]).is_err());
+        assert_eq!(<ReadIndex as Rpc>::LANE, Lane::Messages);
     }
 
     /// What a call without a reply says: never sent (retry), not taken (retry after a

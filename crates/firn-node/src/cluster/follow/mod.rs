@@ -38,6 +38,14 @@ impl Pull {
     }
 }
 
+/// The peer call that asks a node for its [`OriginReport`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct OriginCounts;
+
+crate::rpc::rpc! {
+    OriginCounts => OriginReport;
+}
+
 /// One node's counts: the requests it received from clients over its last `window_ms`, per
 /// shard and pull.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -103,7 +103,10 @@ fn a_move_onto_a_removed_node_is_stranded_and_once_abandoned_the_node_drains() {
     assert_eq!(layout.stranded_move(), None, "node 4 is still active");
     layout.leaving.insert(4);
     assert_eq!(layout.stranded_move(), Some((shard, step)));
-    assert!(layout.drained().is_empty(), "node 4 still holds the move's replica");
+    assert!(
+        layout.drained().is_empty(),
+        "node 4 still holds the move's replica"
+    );
     // What the steward does: the move is forgotten.
     layout.shards[shard as usize].moving = None;
     assert_eq!(layout.stranded_move(), None);

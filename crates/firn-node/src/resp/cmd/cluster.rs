@@ -7,10 +7,10 @@ use bytes::Bytes;
 use firn_model::FirnError;
 
 use super::{exact_arity, unknown_subcommand};
+use crate::cluster::view::{ClusterView, ShardView};
 use crate::resp::args::Args;
 use crate::resp::command::{Action, CommandSpec, FIRST_RELEASE, Flag, Group, KeyPositions};
 use crate::resp::reply::Reply;
-use crate::view::{ClusterView, ShardView};
 
 pub const CLUSTER: CommandSpec = CommandSpec {
     name: "cluster",
