@@ -6,10 +6,11 @@
 use std::collections::HashMap;
 use std::ops::Bound;
 
+use bytes::Bytes;
 use firn_model::limits::KEYSPACES_MAX;
 use firn_model::{
-    CommitTs, FirnError, Key, KeyRange, KeyspaceMode, Response, TruncateBefore, Version,
-    WatchEvent, WriteCondition, Written,
+    CommitTs, FirnError, Key, KeyRange, KeyspaceMode, KeyspaceSpec, PutRequest, Response,
+    TruncateBefore, Version, WatchEvent, WriteCondition, Written,
 };
 
 use super::{BULK_BATCH_WRITES_MAX, VersionedStore, WALK_PAGE, io_err, prefix_end};
@@ -71,141 +72,16 @@ impl<'a> Txn<'a> {
     pub(super) fn run(&mut self, op: &Op) -> Result<Response, FirnError> {
         self.paged = is_bulk(op);
         // Every key first: a refusal must come before anything is written.
+        self.check_lanes(op)?;
         match op {
-            Op::Put(p) | Op::PutBlob { put: p, .. } => self.store.in_lane(p.key.as_bytes())?,
-            Op::MSet { items } => {
-                for (key, _) in items {
-                    self.store.in_lane(key.as_bytes())?;
-                }
-            }
-            Op::Delete { keys } => {
-                for key in keys {
-                    self.store.in_lane(key.as_bytes())?;
-                }
-            }
-            _ => {}
-        }
-        match op {
-            Op::Put(p) => {
-                let w = self.write_version(
-                    &p.key,
-                    Stored::Inline(p.value.clone()),
-                    p.event_time_us,
-                    p.condition,
-                    p.return_previous,
-                )?;
-                Ok(Response::Written(vec![w]))
-            }
-            Op::PutBlob { put, blob } => {
-                let w = self.write_version(
-                    &put.key,
-                    Stored::Blob(blob.clone()),
-                    put.event_time_us,
-                    put.condition,
-                    put.return_previous,
-                )?;
-                Ok(Response::Written(vec![w]))
-            }
-            Op::MSet { items } => {
-                let mut out = Vec::with_capacity(items.len());
-                for (key, value) in items {
-                    out.push(self.write_version(
-                        key,
-                        Stored::Inline(value.clone()),
-                        None,
-                        WriteCondition::Always,
-                        false,
-                    )?);
-                }
-                Ok(Response::Written(out))
-            }
-            Op::Delete { keys } => {
-                let mut out = Vec::with_capacity(keys.len());
-                for key in keys {
-                    // Deleting an absent key writes nothing (Redis DEL semantics).
-                    if !self.meta(key.as_bytes())?.is_live() {
-                        let meta = self.meta(key.as_bytes())?;
-                        out.push(Written {
-                            key: key.clone(),
-                            version: meta.latest,
-                            commit_ts: meta.latest_ts,
-                            existed: false,
-                            previous: None,
-                            durability: self.store.keyspace_durability(key.as_bytes()),
-                        });
-                        continue;
-                    }
-                    out.push(self.write_version(
-                        key,
-                        Stored::Tombstone,
-                        None,
-                        WriteCondition::Always,
-                        false,
-                    )?);
-                }
-                Ok(Response::Written(out))
-            }
-            Op::Truncate { target, before } => {
-                let removed = match target {
-                    KeyRange::Key(k) => self.truncate_key(k.as_bytes(), *before)?,
-                    KeyRange::Prefix(p) => {
-                        self.walk_keys_under(p, |txn, key| txn.truncate_key(key, *before))?
-                    }
-                };
-                Ok(Response::Truncated {
-                    versions_removed: removed,
-                })
-            }
-            Op::ExpireByAge => {
-                let mut removed = 0;
-                for spec in self.store.keyspaces() {
-                    let Some(max_age) = spec.max_age_us else {
-                        continue;
-                    };
-                    let cutoff = CommitTs::new(self.ts.wall_us.saturating_sub(max_age), 0);
-                    removed += self.walk_keys_under(spec.prefix.as_bytes(), |txn, key| {
-                        if txn.store.keyspace_for(key).prefix != spec.prefix {
-                            return Ok(0);
-                        }
-                        txn.truncate_key(key, TruncateBefore::Time(cutoff))
-                    })?;
-                }
-                Ok(Response::Truncated {
-                    versions_removed: removed,
-                })
-            }
-            Op::KeyspaceCreate(spec) => {
-                spec.validate()?;
-                let existing = self.store.keyspaces();
-                if !existing.iter().any(|s| s.prefix == spec.prefix)
-                    && existing.len() >= KEYSPACES_MAX
-                {
-                    return Err(FirnError::Refused(format!(
-                        "there are already {KEYSPACES_MAX} keyspaces, the limit"
-                    )));
-                }
-                self.batch.put(
-                    Table::Keyspaces,
-                    spec.prefix.as_bytes().to_vec(),
-                    encode(spec),
-                );
-                self.keyspaces_changed = true;
-                Ok(Response::Done)
-            }
-            Op::KeyspaceDrop { prefix } => {
-                if prefix.is_empty() {
-                    return Err(FirnError::Refused(
-                        "the default keyspace \"\" cannot be dropped".into(),
-                    ));
-                }
-                if !self.store.keyspaces().iter().any(|s| &s.prefix == prefix) {
-                    return Err(FirnError::KeyspaceNotFound(prefix.clone()));
-                }
-                self.batch
-                    .remove(Table::Keyspaces, prefix.as_bytes().to_vec());
-                self.keyspaces_changed = true;
-                Ok(Response::Done)
-            }
+            Op::Put(p) => self.put(p, Stored::Inline(p.value.clone())),
+            Op::PutBlob { put, blob } => self.put(put, Stored::Blob(blob.clone())),
+            Op::MSet { items } => self.mset(items),
+            Op::Delete { keys } => self.delete(keys),
+            Op::Truncate { target, before } => self.truncate(target, *before),
+            Op::ExpireByAge => self.expire_by_age(),
+            Op::KeyspaceCreate(spec) => self.create_keyspace(spec),
+            Op::KeyspaceDrop { prefix } => self.drop_keyspace(prefix),
             Op::CloseTime => Ok(Response::Done),
             Op::LogAppend {
                 log,
@@ -218,42 +94,194 @@ impl<'a> Txn<'a> {
             Op::StreamTrim { key, trim } => self.stream_trim(key, *trim),
             Op::StreamDel { key, ids } => self.stream_del(key, ids),
             Op::Group { key, group, change } => self.group_change(key, group, change),
-            Op::FlushAll => {
-                // Metadata first: a key without it is gone for every read, and versions a
-                // crash leaves behind are removed when the entry is applied again. The
-                // log's records go too, as Redis's FLUSHALL drops streams; what survives is
-                // in `super::log::after_flush`.
-                for table in [
-                    Table::KeyMeta,
-                    Table::Versions,
-                    Table::LogEntries,
-                    Table::LogTags,
-                    Table::Logs,
-                    Table::Groups,
-                    Table::GroupPending,
-                    Table::GroupConsumers,
-                    Table::GroupKeys,
-                ] {
-                    let mut after: Option<Vec<u8>> = None;
-                    loop {
-                        let lower = after.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-                        let page = self
-                            .store
-                            .backend
-                            .range(table, lower, Bound::Unbounded, false, WALK_PAGE)
-                            .map_err(io_err)?;
-                        let Some((last, _)) = page.last() else { break };
-                        after = Some(last.clone());
-                        for (k, v) in page {
-                            self.make_room(1)?;
-                            match super::log::after_flush(table, &v)? {
-                                Some(kept) => self.batch.put(table, k, kept),
-                                None => self.batch.remove(table, k),
-                            }
-                        }
-                    }
+            Op::FlushAll => self.flush_all(),
+        }
+    }
+
+    /// Refuses the command if any key it writes is routed to the wrong shard lane (see
+    /// [`VersionedStore::in_lane`]).
+    fn check_lanes(&self, op: &Op) -> Result<(), FirnError> {
+        match op {
+            Op::Put(p) | Op::PutBlob { put: p, .. } => self.store.in_lane(p.key.as_bytes()),
+            Op::MSet { items } => items
+                .iter()
+                .try_for_each(|(key, _)| self.store.in_lane(key.as_bytes())),
+            Op::Delete { keys } => keys
+                .iter()
+                .try_for_each(|key| self.store.in_lane(key.as_bytes())),
+            _ => Ok(()),
+        }
+    }
+
+    /// SET: one version of one key, under the request's condition.
+    fn put(&mut self, put: &PutRequest, value: Stored) -> Result<Response, FirnError> {
+        let w = self.write_version(
+            &put.key,
+            value,
+            put.event_time_us,
+            put.condition,
+            put.return_previous,
+        )?;
+        Ok(Response::Written(vec![w]))
+    }
+
+    /// MSET: a version of each key, unconditionally.
+    fn mset(&mut self, items: &[(Key, Bytes)]) -> Result<Response, FirnError> {
+        let mut out = Vec::with_capacity(items.len());
+        for (key, value) in items {
+            out.push(self.write_version(
+                key,
+                Stored::Inline(value.clone()),
+                None,
+                WriteCondition::Always,
+                false,
+            )?);
+        }
+        Ok(Response::Written(out))
+    }
+
+    /// DEL: a tombstone for each live key.
+    fn delete(&mut self, keys: &[Key]) -> Result<Response, FirnError> {
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            // Deleting an absent key writes nothing (Redis DEL semantics).
+            let meta = self.meta(key.as_bytes())?;
+            if !meta.is_live() {
+                out.push(Written {
+                    key: key.clone(),
+                    version: meta.latest,
+                    commit_ts: meta.latest_ts,
+                    existed: false,
+                    previous: None,
+                    durability: self.store.keyspace_durability(key.as_bytes()),
+                });
+                continue;
+            }
+            out.push(self.write_version(
+                key,
+                Stored::Tombstone,
+                None,
+                WriteCondition::Always,
+                false,
+            )?);
+        }
+        Ok(Response::Written(out))
+    }
+
+    /// Drops the versions before `before` of one key or of every key under a prefix.
+    fn truncate(
+        &mut self,
+        target: &KeyRange,
+        before: TruncateBefore,
+    ) -> Result<Response, FirnError> {
+        let removed = match target {
+            KeyRange::Key(k) => self.truncate_key(k.as_bytes(), before)?,
+            KeyRange::Prefix(p) => {
+                self.walk_keys_under(p, |txn, key| txn.truncate_key(key, before))?
+            }
+        };
+        Ok(Response::Truncated {
+            versions_removed: removed,
+        })
+    }
+
+    /// Retention by age: in each keyspace with a `max_age`, the versions older than it at
+    /// the entry's stamp.
+    fn expire_by_age(&mut self) -> Result<Response, FirnError> {
+        let mut removed = 0;
+        for spec in self.store.keyspaces() {
+            let Some(max_age) = spec.max_age_us else {
+                continue;
+            };
+            let cutoff = CommitTs::new(self.ts.wall_us.saturating_sub(max_age), 0);
+            removed += self.walk_keys_under(spec.prefix.as_bytes(), |txn, key| {
+                if txn.store.keyspace_for(key).prefix != spec.prefix {
+                    return Ok(0);
                 }
-                Ok(Response::Done)
+                txn.truncate_key(key, TruncateBefore::Time(cutoff))
+            })?;
+        }
+        Ok(Response::Truncated {
+            versions_removed: removed,
+        })
+    }
+
+    /// Defines a keyspace, or redefines one, within [`KEYSPACES_MAX`].
+    fn create_keyspace(&mut self, spec: &KeyspaceSpec) -> Result<Response, FirnError> {
+        spec.validate()?;
+        let existing = self.store.keyspaces();
+        if !existing.iter().any(|s| s.prefix == spec.prefix) && existing.len() >= KEYSPACES_MAX {
+            return Err(FirnError::Refused(format!(
+                "there are already {KEYSPACES_MAX} keyspaces, the limit"
+            )));
+        }
+        self.batch.put(
+            Table::Keyspaces,
+            spec.prefix.as_bytes().to_vec(),
+            encode(spec),
+        );
+        self.keyspaces_changed = true;
+        Ok(Response::Done)
+    }
+
+    /// Drops a keyspace's definition (never the default one); its keys stay.
+    fn drop_keyspace(&mut self, prefix: &str) -> Result<Response, FirnError> {
+        if prefix.is_empty() {
+            return Err(FirnError::Refused(
+                "the default keyspace \"\" cannot be dropped".into(),
+            ));
+        }
+        if !self.store.keyspaces().iter().any(|s| s.prefix == prefix) {
+            return Err(FirnError::KeyspaceNotFound(prefix.to_owned()));
+        }
+        self.batch
+            .remove(Table::Keyspaces, prefix.as_bytes().to_vec());
+        self.keyspaces_changed = true;
+        Ok(Response::Done)
+    }
+
+    /// FLUSHALL. Metadata first: a key without it is gone for every read, and versions a
+    /// crash leaves behind are removed when the entry is applied again. The log's records
+    /// go too, as Redis's FLUSHALL drops streams; what survives is in
+    /// `super::log::after_flush`.
+    fn flush_all(&mut self) -> Result<Response, FirnError> {
+        for table in [
+            Table::KeyMeta,
+            Table::Versions,
+            Table::LogEntries,
+            Table::LogTags,
+            Table::Logs,
+            Table::Groups,
+            Table::GroupPending,
+            Table::GroupConsumers,
+            Table::GroupKeys,
+        ] {
+            self.flush_table(table)?;
+        }
+        Ok(Response::Done)
+    }
+
+    /// Removes every row of `table` (or rewrites what `super::log::after_flush` keeps), a
+    /// page at a time.
+    fn flush_table(&mut self, table: Table) -> Result<(), FirnError> {
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let lower = after.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            let page = self
+                .store
+                .backend
+                .range(table, lower, Bound::Unbounded, false, WALK_PAGE)
+                .map_err(io_err)?;
+            let Some((last, _)) = page.last() else {
+                return Ok(());
+            };
+            after = Some(last.clone());
+            for (k, v) in page {
+                self.make_room(1)?;
+                match super::log::after_flush(table, &v)? {
+                    Some(kept) => self.batch.put(table, k, kept),
+                    None => self.batch.remove(table, k),
+                }
             }
         }
     }

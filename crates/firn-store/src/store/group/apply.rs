@@ -2,13 +2,13 @@
 
 use bytes::Bytes;
 use firn_model::{
-    ClaimOptions, FirnError, GroupChange, GroupEntry, Key, LogRecord, LogSeq, Response,
+    FirnError, GroupChange, GroupEntry, GroupOptions, GroupStart, Key, LogRecord, LogSeq, Response,
 };
 
 use super::deal::Holders;
 use super::{
-    GroupMeta, PendingEntry, claimed, consumer_key, group_key, idle, key_required,
-    no_consumer_group, no_group, pending_key, start_at,
+    GroupMeta, PendingEntry, consumer_key, group_key, key_required, no_consumer_group, no_group,
+    pending_key, start_at,
 };
 use crate::backend::Table;
 use crate::record::encode;
@@ -83,6 +83,19 @@ impl Txn<'_> {
         Ok(self.store.entries(k, k, seq, seq, false, 1)?.pop())
     }
 
+    /// Takes `seq` off the group's pending list, and off its holder's count.
+    pub(super) fn forget_pending(
+        &mut self,
+        key: &Key,
+        group: &Bytes,
+        seq: LogSeq,
+        entry: &PendingEntry,
+        holders: &mut Holders,
+    ) -> Result<(), FirnError> {
+        self.drop_pending(key, group, seq);
+        holders.release(self, key, group, entry)
+    }
+
     pub(in crate::store) fn group_change(
         &mut self,
         key: &Key,
@@ -95,6 +108,8 @@ impl Txn<'_> {
         Ok(response)
     }
 
+    /// CREATE makes the group; every other change needs the stream and the group to exist,
+    /// and is answered as Redis does when either is missing.
     fn change_group(
         &mut self,
         key: &Key,
@@ -105,286 +120,291 @@ impl Txn<'_> {
         let k = key.as_bytes();
         let stream = self.tag_meta(k, k)?;
         let meta = self.store.group(key, group)?;
-        let now = self.now_ms();
+        if let GroupChange::Create {
+            start,
+            mkstream,
+            options,
+        } = change
+        {
+            let exists = meta.is_some();
+            return self.create_group(key, group, stream, exists, *start, *mkstream, options);
+        }
+        match (stream, meta) {
+            (Some(stream), Some(meta)) => {
+                self.change_existing_group(key, group, &stream, meta, change, holders)
+            }
+            (stream, _) => missing_group(key, group, change, stream.is_some()),
+        }
+    }
+
+    /// One change other than CREATE, to a group that exists on a stream that exists.
+    fn change_existing_group(
+        &mut self,
+        key: &Key,
+        group: &Bytes,
+        stream: &TagMeta,
+        meta: GroupMeta,
+        change: &GroupChange,
+        holders: &mut Holders,
+    ) -> Result<Response, FirnError> {
         match change {
-            GroupChange::Create {
-                start,
-                mkstream,
-                options,
-            } => {
-                options.check(key)?;
-                let stream = match stream {
-                    Some(s) => s,
-                    None if *mkstream => {
-                        self.note_log(key)?;
-                        self.set_tag_meta(k, k, TagMeta::default());
-                        TagMeta::default()
-                    }
-                    None => return Err(key_required()),
-                };
-                if meta.is_some() {
-                    return Err(FirnError::BusyGroup);
-                }
-                let meta = GroupMeta {
-                    options: options.clone(),
-                    ..GroupMeta::default()
-                };
-                let meta = start_at(*start, &stream, meta);
-                self.set_group(key, group, &meta);
-                Ok(Response::Done)
-            }
-            _ if stream.is_none() => match change {
-                GroupChange::Deliver { .. } | GroupChange::Pending { .. } => {
-                    Err(no_group(key, group, " in XREADGROUP with GROUP option"))
-                }
-                GroupChange::Ack { .. } => Ok(Response::Count(0)),
-                GroupChange::Claim { .. } | GroupChange::AutoClaim { .. } => {
-                    Err(no_group(key, group, ""))
-                }
-                _ => Err(key_required()),
-            },
-            GroupChange::Configure { options } => {
-                let Some(mut meta) = meta else {
-                    return Err(no_consumer_group(key, group));
-                };
-                options.check(key)?;
-                meta.options = options.clone();
-                self.set_group(key, group, &meta);
-                Ok(Response::Done)
-            }
-            GroupChange::Destroy => {
-                if meta.is_none() {
-                    return Ok(Response::Count(0));
-                }
-                self.batch.remove(Table::Groups, group_key(k, group));
-                let store = self.store;
-                for table in [Table::GroupPending, Table::GroupConsumers, Table::GroupKeys] {
-                    store.walk_prefix(table, &group_key(k, group), |row, _| {
-                        self.batch.remove(table, row);
-                        Ok(())
-                    })?;
-                }
-                Ok(Response::Count(1))
-            }
-            GroupChange::SetId { start } => {
-                let Some(meta) = meta else {
-                    return Err(no_consumer_group(key, group));
-                };
-                let stream = stream.unwrap_or_default();
-                self.set_group(key, group, &start_at(*start, &stream, meta));
-                Ok(Response::Done)
-            }
-            GroupChange::CreateConsumer { consumer } => {
-                if meta.is_none() {
-                    return Err(no_consumer_group(key, group));
-                }
-                if self.store.consumer(key, group, consumer)?.is_some() {
-                    return Ok(Response::Count(0));
-                }
-                self.touch_consumer(key, group, consumer, false)?;
-                Ok(Response::Count(1))
-            }
+            GroupChange::Create { .. } => unreachable!("change_group answers CREATE"),
+            GroupChange::Configure { options } => self.configure_group(key, group, meta, options),
+            GroupChange::Destroy => self.destroy_group(key, group),
+            GroupChange::SetId { start } => self.set_group_id(key, group, meta, *start, stream),
+            GroupChange::CreateConsumer { consumer } => self.create_consumer(key, group, consumer),
             GroupChange::DelConsumer { consumer } => {
-                if meta.is_none() {
-                    return Err(no_consumer_group(key, group));
-                }
-                if self.store.consumer(key, group, consumer)?.is_none() {
-                    return Ok(Response::Count(0));
-                }
-                let floor = meta.as_ref().map_or(LogSeq::ZERO, |m| m.pending_floor);
-                let mut gone = Vec::new();
-                self.store.walk_pending(key, group, floor, |seq, entry| {
-                    if entry.consumer == *consumer {
-                        gone.push((seq, entry));
-                    }
-                    Ok(true)
-                })?;
-                let had = gone.len() as u64;
-                for (seq, entry) in gone {
-                    self.drop_pending(key, group, seq);
-                    holders.release(self, key, group, &entry)?;
-                }
-                self.batch
-                    .remove(Table::GroupConsumers, consumer_key(k, group, consumer));
-                Ok(Response::Count(had))
+                self.delete_consumer(key, group, &meta, consumer, holders)
             }
             GroupChange::Deliver {
                 consumer,
                 count,
                 noack,
-            } => {
-                let Some(meta) = meta else {
-                    return Err(no_group(key, group, " in XREADGROUP with GROUP option"));
-                };
-                self.deliver(key, group, meta, consumer, *count, *noack, holders)
-            }
+            } => self.deliver(key, group, meta, consumer, *count, *noack, holders),
             GroupChange::Pending {
                 consumer,
                 after,
                 count,
-            } => {
-                let Some(meta) = meta else {
-                    return Err(no_group(key, group, " in XREADGROUP with GROUP option"));
-                };
-                let mut entries = Vec::new();
-                let mut own = Vec::new();
-                if let Some(from) = after.successor() {
-                    self.store.walk_pending(
-                        key,
-                        group,
-                        from.max(meta.pending_floor),
-                        |seq, entry| {
-                            if entry.consumer == *consumer {
-                                own.push((seq, entry));
-                            }
-                            Ok(own.len() < *count)
-                        },
-                    )?;
-                }
-                for (seq, mut entry) in own {
-                    // Reading a pending entry again is a delivery, as in Redis.
-                    entry.delivered_ms = now;
-                    entry.deliveries += 1;
-                    entry.waiting = false;
-                    self.set_pending(key, group, seq, &entry);
-                    let record = self.stream_entry(key, seq)?;
-                    entries.push(GroupEntry { seq, record });
-                }
-                self.touch_consumer(key, group, consumer, false)?;
-                Ok(Response::GroupEntries {
-                    entries,
-                    at: self.ts,
-                    last_delivered: meta.last_delivered,
-                })
-            }
-            GroupChange::Ack { ids } => {
-                if meta.is_none() {
-                    return Ok(Response::Count(0));
-                }
-                let mut distinct = ids.clone();
-                distinct.sort_unstable();
-                distinct.dedup();
-                let mut acked = 0;
-                for id in distinct {
-                    if let Some(entry) = self.store.pending_entry(key, group, id)? {
-                        self.drop_pending(key, group, id);
-                        holders.release(self, key, group, &entry)?;
-                        acked += 1;
-                    }
-                }
-                Ok(Response::Count(acked))
-            }
+            } => self.read_own_pending(key, group, &meta, consumer, *after, *count),
+            GroupChange::Ack { ids } => self.ack(key, group, ids, holders),
             GroupChange::Claim {
                 consumer,
                 min_idle_ms,
                 ids,
                 options,
-            } => {
-                let Some(mut meta) = meta else {
-                    return Err(no_group(key, group, ""));
-                };
-                let mut entries = Vec::new();
-                let mut distinct = ids.clone();
-                distinct.dedup();
-                for id in distinct {
-                    let record = self.stream_entry(key, id)?;
-                    let entry = match self.store.pending_entry(key, group, id)? {
-                        Some(e) => e,
-                        // FORCE adds an entry the stream holds to the list.
-                        None if options.force && record.is_some() => PendingEntry {
-                            consumer: consumer.clone(),
-                            delivered_ms: now,
-                            deliveries: 0,
-                            key_hash: None,
-                            waiting: false,
-                        },
-                        None => continue,
-                    };
-                    let Some(record) = record else {
-                        // Deleted from the stream: Redis 7 drops it from the list.
-                        self.drop_pending(key, group, id);
-                        holders.release(self, key, group, &entry)?;
-                        continue;
-                    };
-                    if idle(now, entry.delivered_ms) < *min_idle_ms {
-                        continue;
-                    }
-                    let claimed = claimed(entry, consumer, now, options);
-                    self.set_pending(key, group, id, &claimed);
-                    if id < meta.pending_floor {
-                        // FORCE put an entry below the list's floor.
-                        meta.pending_floor = id;
-                        self.set_group(key, group, &meta);
-                    }
-                    entries.push(GroupEntry {
-                        seq: id,
-                        record: Some(record),
-                    });
-                }
-                self.touch_consumer(key, group, consumer, !entries.is_empty())?;
-                if options.just_id {
-                    return Ok(Response::Ids(entries.iter().map(|e| e.seq).collect()));
-                }
-                Ok(Response::GroupEntries {
-                    entries,
-                    at: self.ts,
-                    last_delivered: meta.last_delivered,
-                })
-            }
+            } => self.claim(
+                key,
+                group,
+                meta,
+                consumer,
+                *min_idle_ms,
+                ids,
+                options,
+                holders,
+            ),
             GroupChange::AutoClaim {
                 consumer,
                 min_idle_ms,
                 start,
                 count,
                 just_id,
-            } => {
-                let Some(meta) = &meta else {
-                    return Err(no_group(key, group, ""));
-                };
-                // Redis looks at no more than ten times COUNT entries per call.
-                let attempts = count.saturating_mul(10);
-                let mut page = Vec::new();
-                let from = (*start).max(meta.pending_floor);
-                self.store.walk_pending(key, group, from, |seq, entry| {
-                    page.push((seq, entry));
-                    Ok(page.len() <= attempts)
-                })?;
-                let mut next = page.get(attempts).map_or(LogSeq::ZERO, |(seq, _)| *seq);
-                let options = ClaimOptions {
-                    just_id: *just_id,
-                    ..ClaimOptions::default()
-                };
-                let (mut entries, mut deleted) = (Vec::new(), Vec::new());
-                for (seq, entry) in page.into_iter().take(attempts) {
-                    if entries.len() == *count {
-                        next = seq;
-                        break;
-                    }
-                    if idle(now, entry.delivered_ms) < *min_idle_ms {
-                        continue;
-                    }
-                    let Some(record) = self.stream_entry(key, seq)? else {
-                        self.drop_pending(key, group, seq);
-                        holders.release(self, key, group, &entry)?;
-                        deleted.push(seq);
-                        continue;
-                    };
-                    let claimed = claimed(entry, consumer, now, &options);
-                    self.set_pending(key, group, seq, &claimed);
-                    entries.push(GroupEntry {
-                        seq,
-                        record: (!just_id).then_some(record),
-                    });
+            } => self.autoclaim(
+                key,
+                group,
+                &meta,
+                consumer,
+                *min_idle_ms,
+                *start,
+                *count,
+                *just_id,
+                holders,
+            ),
+        }
+    }
+
+    /// XGROUP CREATE, with MKSTREAM making an empty stream when there is none.
+    #[allow(clippy::too_many_arguments)]
+    fn create_group(
+        &mut self,
+        key: &Key,
+        group: &Bytes,
+        stream: Option<TagMeta>,
+        exists: bool,
+        start: GroupStart,
+        mkstream: bool,
+        options: &GroupOptions,
+    ) -> Result<Response, FirnError> {
+        options.check(key)?;
+        let k = key.as_bytes();
+        let stream = match stream {
+            Some(s) => s,
+            None if mkstream => {
+                self.note_log(key)?;
+                self.set_tag_meta(k, k, TagMeta::default());
+                TagMeta::default()
+            }
+            None => return Err(key_required()),
+        };
+        if exists {
+            return Err(FirnError::BusyGroup);
+        }
+        let meta = GroupMeta {
+            options: options.clone(),
+            ..GroupMeta::default()
+        };
+        let meta = start_at(start, &stream, meta);
+        self.set_group(key, group, &meta);
+        Ok(Response::Done)
+    }
+
+    /// XGROUP CONFIGURE (Firn's): the group's delivery options replaced.
+    fn configure_group(
+        &mut self,
+        key: &Key,
+        group: &Bytes,
+        mut meta: GroupMeta,
+        options: &GroupOptions,
+    ) -> Result<Response, FirnError> {
+        options.check(key)?;
+        meta.options = options.clone();
+        self.set_group(key, group, &meta);
+        Ok(Response::Done)
+    }
+
+    /// XGROUP DESTROY: the group's meta and every row under it (pending list, consumers,
+    /// key holders).
+    fn destroy_group(&mut self, key: &Key, group: &Bytes) -> Result<Response, FirnError> {
+        let k = key.as_bytes();
+        self.batch.remove(Table::Groups, group_key(k, group));
+        let store = self.store;
+        for table in [Table::GroupPending, Table::GroupConsumers, Table::GroupKeys] {
+            store.walk_prefix(table, &group_key(k, group), |row, _| {
+                self.batch.remove(table, row);
+                Ok(())
+            })?;
+        }
+        Ok(Response::Count(1))
+    }
+
+    /// XGROUP SETID: the id the group has delivered up to.
+    fn set_group_id(
+        &mut self,
+        key: &Key,
+        group: &Bytes,
+        meta: GroupMeta,
+        start: GroupStart,
+        stream: &TagMeta,
+    ) -> Result<Response, FirnError> {
+        self.set_group(key, group, &start_at(start, stream, meta));
+        Ok(Response::Done)
+    }
+
+    /// XGROUP CREATECONSUMER: 1 if the consumer is new, 0 if it was there.
+    fn create_consumer(
+        &mut self,
+        key: &Key,
+        group: &Bytes,
+        consumer: &Bytes,
+    ) -> Result<Response, FirnError> {
+        if self.store.consumer(key, group, consumer)?.is_some() {
+            return Ok(Response::Count(0));
+        }
+        self.touch_consumer(key, group, consumer, false)?;
+        Ok(Response::Count(1))
+    }
+
+    /// XGROUP DELCONSUMER: the consumer and its pending entries go; answers how many it had.
+    fn delete_consumer(
+        &mut self,
+        key: &Key,
+        group: &Bytes,
+        meta: &GroupMeta,
+        consumer: &Bytes,
+        holders: &mut Holders,
+    ) -> Result<Response, FirnError> {
+        if self.store.consumer(key, group, consumer)?.is_none() {
+            return Ok(Response::Count(0));
+        }
+        let mut gone = Vec::new();
+        self.store
+            .walk_pending(key, group, meta.pending_floor, |seq, entry| {
+                if entry.consumer == *consumer {
+                    gone.push((seq, entry));
                 }
-                self.touch_consumer(key, group, consumer, !entries.is_empty())?;
-                Ok(Response::AutoClaimed {
-                    next,
-                    entries,
-                    deleted,
-                    just_id: *just_id,
-                    at: self.ts,
-                })
+                Ok(true)
+            })?;
+        let had = gone.len() as u64;
+        for (seq, entry) in gone {
+            self.forget_pending(key, group, seq, &entry, holders)?;
+        }
+        self.batch.remove(
+            Table::GroupConsumers,
+            consumer_key(key.as_bytes(), group, consumer),
+        );
+        Ok(Response::Count(had))
+    }
+
+    /// XREADGROUP with an id: up to `count` of the consumer's own pending entries after
+    /// `after`, each delivered again.
+    fn read_own_pending(
+        &mut self,
+        key: &Key,
+        group: &Bytes,
+        meta: &GroupMeta,
+        consumer: &Bytes,
+        after: LogSeq,
+        count: usize,
+    ) -> Result<Response, FirnError> {
+        let now = self.now_ms();
+        let mut entries = Vec::new();
+        let mut own = Vec::new();
+        if let Some(from) = after.successor() {
+            self.store
+                .walk_pending(key, group, from.max(meta.pending_floor), |seq, entry| {
+                    if entry.consumer == *consumer {
+                        own.push((seq, entry));
+                    }
+                    Ok(own.len() < count)
+                })?;
+        }
+        for (seq, mut entry) in own {
+            // Reading a pending entry again is a delivery, as in Redis.
+            entry.delivered_ms = now;
+            entry.deliveries += 1;
+            entry.waiting = false;
+            self.set_pending(key, group, seq, &entry);
+            let record = self.stream_entry(key, seq)?;
+            entries.push(GroupEntry { seq, record });
+        }
+        self.touch_consumer(key, group, consumer, false)?;
+        Ok(Response::GroupEntries {
+            entries,
+            at: self.ts,
+            last_delivered: meta.last_delivered,
+        })
+    }
+
+    /// XACK: each distinct id taken off the pending list; answers how many were on it.
+    fn ack(
+        &mut self,
+        key: &Key,
+        group: &Bytes,
+        ids: &[LogSeq],
+        holders: &mut Holders,
+    ) -> Result<Response, FirnError> {
+        let mut distinct = ids.to_vec();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let mut acked = 0;
+        for id in distinct {
+            if let Some(entry) = self.store.pending_entry(key, group, id)? {
+                self.forget_pending(key, group, id, &entry, holders)?;
+                acked += 1;
             }
         }
+        Ok(Response::Count(acked))
+    }
+}
+
+/// The answer to `change` when the stream (`stream_exists` false) or its group is missing.
+fn missing_group(
+    key: &Key,
+    group: &Bytes,
+    change: &GroupChange,
+    stream_exists: bool,
+) -> Result<Response, FirnError> {
+    match change {
+        GroupChange::Deliver { .. } | GroupChange::Pending { .. } => {
+            Err(no_group(key, group, " in XREADGROUP with GROUP option"))
+        }
+        GroupChange::Ack { .. } => Ok(Response::Count(0)),
+        GroupChange::Claim { .. } | GroupChange::AutoClaim { .. } => Err(no_group(key, group, "")),
+        _ if !stream_exists => Err(key_required()),
+        GroupChange::Destroy => Ok(Response::Count(0)),
+        GroupChange::Create { .. }
+        | GroupChange::Configure { .. }
+        | GroupChange::SetId { .. }
+        | GroupChange::CreateConsumer { .. }
+        | GroupChange::DelConsumer { .. } => Err(no_consumer_group(key, group)),
     }
 }

@@ -3,8 +3,8 @@
 //! group's meta, its pending entries list (by id) and its consumers are rows of their own
 //! tables under `(stream, group)`. Apply takes its clock from the entry's stamp — delivery
 //! times and idle times never come from a node's clock — so every replica holds the same
-//! pending list; only a read's idle times use the reader's clock. Apply is in [`apply`],
-//! the reads in [`read`].
+//! pending list; only a read's idle times use the reader's clock. Apply is in [`apply`]
+//! (XCLAIM and XAUTOCLAIM in [`claim`], XREADGROUP `>` in [`deal`]), the reads in [`read`].
 
 use bytes::Bytes;
 use firn_model::{ClaimOptions, FirnError, GroupOptions, GroupStart, Key, LogSeq};
@@ -14,6 +14,7 @@ use super::log::{TagMeta, push_name};
 use crate::record::decode;
 
 mod apply;
+mod claim;
 mod deal;
 mod read;
 
