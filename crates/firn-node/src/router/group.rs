@@ -100,6 +100,43 @@ fn instant_at(ms: u64) -> Instant {
     Instant::now() + Duration::from_millis(ms.saturating_sub(now_ms()))
 }
 
+/// What an XREADGROUP asks, beside its streams.
+struct GroupReading {
+    group: Bytes,
+    consumer: Bytes,
+    count: usize,
+    noack: bool,
+    /// `None`: no `BLOCK`; `Some(None)`: `BLOCK 0`, for ever; else until then.
+    deadline: Option<Option<Instant>>,
+}
+
+impl GroupReading {
+    /// Whether the read answers now with what it has: without `BLOCK`, at once.
+    fn timed_out(&self) -> bool {
+        self.deadline
+            .is_none_or(|d| d.is_some_and(|d| Instant::now() >= d))
+    }
+}
+
+/// One pass of an XREADGROUP over its streams.
+#[derive(Default)]
+struct GroupRound {
+    found: Vec<(Key, Vec<GroupEntry>)>,
+    /// The newest stamp a stream's change was applied at.
+    newest: Option<CommitTs>,
+    /// Streams that delivered nothing, with their group's last delivered id.
+    waiting: Vec<(Key, LogSeq)>,
+}
+
+impl GroupRound {
+    fn answer(self) -> Answer {
+        Answer::new(Response::GroupStreams {
+            streams: self.found,
+            at: self.newest,
+        })
+    }
+}
+
 /// Why a blocked XREADGROUP should propose again, from its group's state: an entry dealt to
 /// it, or the instant its group's earliest entry falls due (`tried`: dues already proposed
 /// for, which the leader's clock has not reached yet — retried after a short pause).
@@ -214,115 +251,144 @@ impl Router {
                 "XREADGROUP reads 1 to {KEYS_PER_REQUEST_MAX} streams"
             )));
         }
+        let read = GroupReading {
+            group,
+            consumer,
+            count,
+            noack,
+            deadline: deadline(block_ms),
+        };
         let layout = self.routable_layout()?;
-        let deadline = deadline(block_ms);
         let mut ctx = ctx.clone();
         // Due times already proposed for (see `wake_for`).
         let mut tried: Vec<u64> = Vec::new();
         loop {
-            let mut due_seen: Vec<u64> = Vec::new();
-            let mut applied = streams
+            let applied = streams
                 .iter()
                 .find_map(|(k, _)| self.replicas.get(layout.shard_of_name(k.as_bytes())))
                 .map(|r| r.store().applied_watch());
-            let mut found: Vec<(Key, Vec<GroupEntry>)> = Vec::new();
-            let mut newest: Option<CommitTs> = None;
-            let mut waiting: Vec<(Key, LogSeq)> = Vec::new();
-            for (key, id) in &streams {
-                let change = match id {
-                    None => GroupChange::Deliver {
-                        consumer: consumer.clone(),
-                        count,
-                        noack,
-                    },
-                    Some(after) => GroupChange::Pending {
-                        consumer: consumer.clone(),
-                        after: *after,
-                        count,
-                    },
-                };
-                let op = Op::Group {
-                    key: key.clone(),
-                    group: group.clone(),
-                    change,
-                };
-                let answer = self.change_one_stream(&ctx, key, op).await?;
-                let Response::GroupEntries {
-                    entries,
-                    at,
-                    last_delivered,
-                } = answer.response
-                else {
-                    return Err(FirnError::Internal(
-                        "a group read answered no entries".into(),
-                    ));
-                };
-                newest = newest.max(Some(at));
-                ctx.after = ctx.after.max(Some(at));
-                if id.is_some() || !entries.is_empty() {
-                    found.push((key.clone(), entries));
-                } else {
-                    waiting.push((key.clone(), last_delivered));
-                }
+            let round = self.read_group_round(&mut ctx, &read, &streams).await?;
+            if !round.found.is_empty() || read.timed_out() {
+                return Ok(round.answer());
             }
-            let timed_out = || deadline.is_none_or(|d| d.is_some_and(|d| Instant::now() >= d));
-            if !found.is_empty() || timed_out() {
-                return Ok(Answer::new(Response::GroupStreams {
-                    streams: found,
-                    at: newest,
-                }));
+            match self
+                .wait_to_read_again(&ctx, &read, &round.waiting, &tried, applied)
+                .await?
+            {
+                Some(due_seen) => tried = due_seen,
+                None => return Ok(round.answer()),
             }
-            // Wait for a reason to propose again: reads, never a proposal.
-            let proposed = Instant::now();
-            // Streams whose group follows Redis alone (no policy, no ACKWAIT): nothing but a
-            // new entry wakes a read of them, so their group's state is read once.
-            let mut plain = vec![false; waiting.len()];
-            'wait: loop {
-                due_seen.clear();
-                let mut wake = deadline.flatten();
-                for (i, (key, last)) in waiting.iter().enumerate() {
-                    if let Some(from) = last.successor() {
-                        let q = LogQuery::stream(key.clone(), from, LogSeq::MAX, 1, false);
-                        if !self.query(&ctx, &q).await?.is_empty() {
-                            break 'wait;
-                        }
-                    }
-                    if plain[i] {
-                        continue;
-                    }
-                    let Some(info) = self.group_wake(&ctx, key, &group).await? else {
-                        continue;
-                    };
-                    plain[i] = info.options.policy == DeliveryPolicy::First
-                        && info.options.ack_wait_ms.is_none();
-                    let (dealt, due) = wake_for(&info, &consumer, &tried);
-                    if dealt {
+        }
+    }
+
+    /// One change per stream, in order: what each delivered (or, for an id, the consumer's
+    /// pending entries after it), and the streams that delivered nothing, with their
+    /// group's last delivered id.
+    async fn read_group_round(
+        &self,
+        ctx: &mut CallContext,
+        read: &GroupReading,
+        streams: &[(Key, Option<LogSeq>)],
+    ) -> Result<GroupRound, FirnError> {
+        let mut round = GroupRound::default();
+        for (key, id) in streams {
+            let change = match id {
+                None => GroupChange::Deliver {
+                    consumer: read.consumer.clone(),
+                    count: read.count,
+                    noack: read.noack,
+                },
+                Some(after) => GroupChange::Pending {
+                    consumer: read.consumer.clone(),
+                    after: *after,
+                    count: read.count,
+                },
+            };
+            let op = Op::Group {
+                key: key.clone(),
+                group: read.group.clone(),
+                change,
+            };
+            let answer = self.change_one_stream(ctx, key, op).await?;
+            let Response::GroupEntries {
+                entries,
+                at,
+                last_delivered,
+            } = answer.response
+            else {
+                return Err(FirnError::Internal(
+                    "a group read answered no entries".into(),
+                ));
+            };
+            round.newest = round.newest.max(Some(at));
+            ctx.after = ctx.after.max(Some(at));
+            if id.is_some() || !entries.is_empty() {
+                round.found.push((key.clone(), entries));
+            } else {
+                round.waiting.push((key.clone(), last_delivered));
+            }
+        }
+        Ok(round)
+    }
+
+    /// Waits for a reason to propose again — reads, never a proposal: an entry past a
+    /// waiting stream's last delivered id, an entry dealt to the consumer, or a due time.
+    /// Answers the due times it saw (to try again), or `None` once the read's time is up.
+    async fn wait_to_read_again(
+        &self,
+        ctx: &CallContext,
+        read: &GroupReading,
+        waiting: &[(Key, LogSeq)],
+        tried: &[u64],
+        mut applied: Option<tokio::sync::watch::Receiver<CommitTs>>,
+    ) -> Result<Option<Vec<u64>>, FirnError> {
+        let proposed = Instant::now();
+        // Streams whose group follows Redis alone (no policy, no ACKWAIT): nothing but a
+        // new entry wakes a read of them, so their group's state is read once.
+        let mut plain = vec![false; waiting.len()];
+        let mut due_seen: Vec<u64> = Vec::new();
+        'wait: loop {
+            due_seen.clear();
+            let mut wake = read.deadline.flatten();
+            for (i, (key, last)) in waiting.iter().enumerate() {
+                if let Some(from) = last.successor() {
+                    let q = LogQuery::stream(key.clone(), from, LogSeq::MAX, 1, false);
+                    if !self.query(ctx, &q).await?.is_empty() {
                         break 'wait;
                     }
-                    if let Some(d) = info.next_due_ms {
-                        due_seen.push(d);
-                    }
-                    let renote = renote_after(&info).map(|r| proposed + r);
-                    for at in [due, renote].into_iter().flatten() {
-                        wake = Some(wake.map_or(at, |w| w.min(at)));
-                    }
                 }
-                if timed_out() {
-                    return Ok(Answer::new(Response::GroupStreams {
-                        streams: Vec::new(),
-                        at: newest,
-                    }));
+                if plain[i] {
+                    continue;
                 }
-                if wake.is_some_and(|w| Instant::now() >= w) {
+                let Some(info) = self.group_wake(ctx, key, &read.group).await? else {
+                    continue;
+                };
+                plain[i] = info.options.policy == DeliveryPolicy::First
+                    && info.options.ack_wait_ms.is_none();
+                let (dealt, due) = wake_for(&info, &read.consumer, tried);
+                if dealt {
                     break 'wait;
                 }
-                wait_for_more(applied.as_mut(), wake).await;
-                if wake.is_some_and(|w| Instant::now() >= w) && !timed_out() {
-                    break 'wait;
+                if let Some(d) = info.next_due_ms {
+                    due_seen.push(d);
+                }
+                let renote = renote_after(&info).map(|r| proposed + r);
+                for at in [due, renote].into_iter().flatten() {
+                    wake = Some(wake.map_or(at, |w| w.min(at)));
                 }
             }
-            tried = due_seen;
+            if read.timed_out() {
+                return Ok(None);
+            }
+            if wake.is_some_and(|w| Instant::now() >= w) {
+                break 'wait;
+            }
+            wait_for_more(applied.as_mut(), wake).await;
+            if wake.is_some_and(|w| Instant::now() >= w) && !read.timed_out() {
+                break 'wait;
+            }
         }
+        Ok(Some(due_seen))
     }
 
     /// What a blocked read watches of a group (`None`: no such group or stream): from this
