@@ -416,144 +416,141 @@ impl Connection {
                 }
             };
         if let Action::Execute(request, how) = action {
-            match request {
-                Request::Kv(KvRequest::Read(read)) => self.reads.push((read, how)),
-                Request::Log(LogRequest::Read(read)) => {
-                    let blocks = match &read {
-                        LogRead::Query(q) => q.block_ms.is_some(),
-                        LogRead::Streams { block_ms, .. } => block_ms.is_some(),
-                        LogRead::Info { .. } | LogRead::Tags { .. } => false,
-                    };
-                    self.may_block(Request::Log(LogRequest::Read(read)), blocks, how)
-                        .await?
-                }
-                // XREADGROUP … BLOCK waits as a blocked XREAD does.
-                request @ Request::Group(GroupRequest::Write(GroupWrite::ReadGroup {
-                    block_ms: Some(_),
-                    ..
-                })) => self.may_block(request, true, how).await?,
-                // Reads sent before this write must not see it.
-                write => {
-                    self.flush_reads().await;
-                    let pending = self.session.submit(&self.shared.router, write).await;
-                    self.queue.push_back(Queued::Pending(how, pending));
-                }
-            }
-            return Ok(());
+            return self.execute(request, how).await;
         }
         // Everything else answers in order after the reads before it.
         self.flush_reads().await;
-        match action {
-            Action::Execute(..) => unreachable!("handled above"),
-            Action::Reply(r) => self.queue.push_back(Queued::Ready(r)),
+        self.act(action).await
+    }
+
+    /// A request for the router: reads batched, blocking reads waited for apart, writes
+    /// started in order behind the reads before them.
+    async fn execute(&mut self, request: Request, how: Render) -> std::io::Result<()> {
+        match request {
+            Request::Kv(KvRequest::Read(read)) => self.reads.push((read, how)),
+            Request::Log(LogRequest::Read(read)) => {
+                let blocks = match &read {
+                    LogRead::Query(q) => q.block_ms.is_some(),
+                    LogRead::Streams { block_ms, .. } => block_ms.is_some(),
+                    LogRead::Info { .. } | LogRead::Tags { .. } => false,
+                };
+                self.may_block(Request::Log(LogRequest::Read(read)), blocks, how)
+                    .await?
+            }
+            // XREADGROUP … BLOCK waits as a blocked XREAD does.
+            request @ Request::Group(GroupRequest::Write(GroupWrite::ReadGroup {
+                block_ms: Some(_),
+                ..
+            })) => self.may_block(request, true, how).await?,
+            // Reads sent before this write must not see it.
+            write => {
+                self.flush_reads().await;
+                let pending = self.session.submit(&self.shared.router, write).await;
+                self.queue.push_back(Queued::Pending(how, pending));
+            }
+        }
+        Ok(())
+    }
+
+    /// What the connection does itself, or asks the router for beside a request.
+    async fn act(&mut self, action: Action) -> std::io::Result<()> {
+        let reply = match action {
+            Action::Execute(request, how) => return self.execute(request, how).await,
+            Action::Reply(r) => r,
             Action::RedisScan(scan) => {
                 self.drain().await;
-                let reply = scan.run(&self.shared, &mut self.session).await;
-                self.queue.push_back(Queued::Ready(reply));
+                scan.run(&self.shared, &mut self.session).await
             }
             Action::Hello {
                 proto,
                 setname,
                 auth,
-            } => {
-                if let Some((user, password)) = auth
-                    && let Err(e) = self.sign_in(Some(user), &password)
-                {
-                    self.queue.push_back(Queued::Ready(Reply::error(&e)));
-                    return Ok(());
-                }
-                if let Some(p) = proto {
-                    self.proto = p;
-                }
-                if let Some(name) = setname {
-                    self.session.set_name(name);
-                }
-                let reply = connection::hello_reply(self.proto, self.id);
-                self.queue.push_back(Queued::Ready(reply));
-            }
-            Action::Auth { user, password } => {
-                let reply = match self.sign_in(user, &password) {
-                    Ok(()) => Reply::Ok,
-                    Err(e) => Reply::error(&e),
-                };
-                self.queue.push_back(Queued::Ready(reply));
-            }
-            Action::WhoAmI => {
-                let reply = match self.whoami() {
-                    Ok(name) => Reply::Bulk(name.into()),
-                    Err(e) => Reply::error(&e),
-                };
-                self.queue.push_back(Queued::Ready(reply));
-            }
+            } => self.hello(proto, setname, auth),
+            Action::Auth { user, password } => answered(self.sign_in(user, &password)),
+            Action::WhoAmI => match self.whoami() {
+                Ok(name) => Reply::Bulk(name.into()),
+                Err(e) => Reply::error(&e),
+            },
             Action::ClientSetName(n) => {
                 self.session.set_name(n);
-                self.queue.push_back(Queued::Ready(Reply::Ok));
+                Reply::Ok
             }
-            Action::ClientGetName => {
-                let r = self.session.name().cloned().map_or(Reply::Nil, Reply::Bulk);
-                self.queue.push_back(Queued::Ready(r));
-            }
-            Action::ClientId => self
-                .queue
-                .push_back(Queued::Ready(Reply::Int(self.id as i64))),
+            Action::ClientGetName => self.session.name().cloned().map_or(Reply::Nil, Reply::Bulk),
+            Action::ClientId => Reply::Int(self.id as i64),
             Action::Info(section) => {
-                let r = Reply::Bulk(server::info_text(&self.shared, section.as_deref()).into());
-                self.queue.push_back(Queued::Ready(r));
+                Reply::Bulk(server::info_text(&self.shared, section.as_deref()).into())
             }
             Action::Cluster(sub) => {
                 let view = self.shared.router.cluster_view().await;
-                let reply = cluster::cluster_reply(&sub, &view, self.shared.router.node_id());
-                self.queue.push_back(Queued::Ready(reply));
+                cluster::cluster_reply(&sub, &view, self.shared.router.node_id())
             }
-            Action::After(t) => {
-                let reply = match self.session.advance(t) {
-                    Ok(()) => Reply::Ok,
-                    Err(e) => Reply::error(&e),
-                };
-                self.queue.push_back(Queued::Ready(reply));
-            }
+            Action::After(t) => answered(self.session.advance(t)),
             Action::Token => {
-                let t = self.session.token().unwrap_or(CommitTs::ZERO);
-                self.queue
-                    .push_back(Queued::Ready(Reply::text(t.to_string())));
+                Reply::text(self.session.token().unwrap_or(CommitTs::ZERO).to_string())
             }
-            Action::ClusterRemove(node) => {
-                let reply = match self.shared.router.remove_node(node).await {
-                    Ok(()) => Reply::Ok,
-                    Err(e) => Reply::error(&e),
-                };
-                self.queue.push_back(Queued::Ready(reply));
+            Action::ClusterRemove(node) => answered(self.shared.router.remove_node(node).await),
+            Action::PubSub(action) => {
+                self.pubsub(action).await;
+                return Ok(());
             }
-            Action::PubSub(action) => self.pubsub(action).await,
-            Action::Service(action) => {
-                // It may wait long (a worker's BLOCK, a request's TIMEOUT): answers first.
-                self.drain().await;
-                self.flush().await?;
-                let router = self.shared.router.clone();
-                let ctx = self.session.context();
-                let consumer = format!("{}-{}", router.node_id(), self.id);
-                let run = cmd::service::run(&router, &ctx, action, consumer.into());
-                if let Some(reply) = self.unless_gone(run).await? {
-                    self.queue.push_back(Queued::Ready(reply));
-                }
-            }
+            Action::Service(action) => return self.service(action).await,
             Action::Quit => {
-                self.queue.push_back(Queued::Ready(Reply::Ok));
                 self.closing = true;
+                Reply::Ok
             }
-            Action::Unwatch => self
-                .queue
-                .push_back(Queued::Ready(Reply::Error("ERR not watching".into()))),
-            Action::Watch(request) => {
-                self.drain().await;
-                match self.shared.router.watch(request.clone()).await {
-                    Err(e) => self.queue.push_back(Queued::Ready(Reply::error(&e))),
-                    Ok(mut stream) => {
-                        firn_watch::watching_reply(&request).encode(self.proto, &mut self.output);
-                        self.flush().await?;
-                        self.watch_loop(&mut stream).await?;
-                    }
-                }
+            Action::Unwatch => Reply::Error("ERR not watching".into()),
+            Action::Watch(request) => return self.watch(request).await,
+        };
+        self.queue.push_back(Queued::Ready(reply));
+        Ok(())
+    }
+
+    /// HELLO: signs in first when it carries AUTH (a failed sign-in changes nothing else),
+    /// then the protocol and the name.
+    fn hello(
+        &mut self,
+        proto: Option<u8>,
+        setname: Option<Bytes>,
+        auth: Option<(Bytes, Bytes)>,
+    ) -> Reply {
+        if let Some((user, password)) = auth
+            && let Err(e) = self.sign_in(Some(user), &password)
+        {
+            return Reply::error(&e);
+        }
+        if let Some(p) = proto {
+            self.proto = p;
+        }
+        if let Some(name) = setname {
+            self.session.set_name(name);
+        }
+        connection::hello_reply(self.proto, self.id)
+    }
+
+    /// A service call: it may wait long (a worker's BLOCK, a request's TIMEOUT), so the
+    /// answers before it go first.
+    async fn service(&mut self, action: cmd::service::ServiceAction) -> std::io::Result<()> {
+        self.drain().await;
+        self.flush().await?;
+        let router = self.shared.router.clone();
+        let ctx = self.session.context();
+        let consumer = format!("{}-{}", router.node_id(), self.id);
+        let run = cmd::service::run(&router, &ctx, action, consumer.into());
+        if let Some(reply) = self.unless_gone(run).await? {
+            self.queue.push_back(Queued::Ready(reply));
+        }
+        Ok(())
+    }
+
+    /// FIRN.WATCH: the connection becomes the watch's, until it ends.
+    async fn watch(&mut self, request: firn_model::WatchRequest) -> std::io::Result<()> {
+        self.drain().await;
+        match self.shared.router.watch(request.clone()).await {
+            Err(e) => self.queue.push_back(Queued::Ready(Reply::error(&e))),
+            Ok(mut stream) => {
+                firn_watch::watching_reply(&request).encode(self.proto, &mut self.output);
+                self.flush().await?;
+                self.watch_loop(&mut stream).await?;
             }
         }
         Ok(())
@@ -638,4 +635,12 @@ fn frame_to_command(frame: resp2::types::BytesFrame) -> Result<Frame, Reply> {
         return Err(Reply::Error("ERR Protocol error: empty command".into()));
     };
     Ok((String::from_utf8_lossy(&name).to_ascii_uppercase(), items))
+}
+
+/// `OK`, or the error.
+fn answered(result: Result<(), FirnError>) -> Reply {
+    match result {
+        Ok(()) => Reply::Ok,
+        Err(e) => Reply::error(&e),
+    }
 }
