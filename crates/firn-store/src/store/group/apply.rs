@@ -148,7 +148,21 @@ impl Txn<'_> {
         holders: &mut Holders,
     ) -> Result<Response, FirnError> {
         match change {
-            GroupChange::Create { .. } => unreachable!("change_group answers CREATE"),
+            // `change_group` answers CREATE before it comes here; were it to, the group
+            // exists: BUSYGROUP, as CREATE answers then.
+            GroupChange::Create {
+                start,
+                mkstream,
+                options,
+            } => self.create_group(
+                key,
+                group,
+                Some(stream.clone()),
+                true,
+                *start,
+                *mkstream,
+                options,
+            ),
             GroupChange::Configure { options } => self.configure_group(key, group, meta, options),
             GroupChange::Destroy => self.destroy_group(key, group),
             GroupChange::SetId { start } => self.set_group_id(key, group, meta, *start, stream),
