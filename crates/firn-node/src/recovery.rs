@@ -70,20 +70,31 @@ pub async fn run(replica: Weak<ShardReplica>, peers: PeerClient) {
 /// runs next, whatever `leader()` says. Waiting only on that leader deadlocked a group whose
 /// every replica restarted — the old leader ended its recovery by the count and stood for
 /// election; its followers, asking it for a read index, never counted and refused its votes.
+/// A leader that answers leads: the replica catches up from it and does not count.
 async fn step(replica: &Arc<ShardReplica>, peers: &PeerClient) -> Option<&'static str> {
-    if caught_up_with_leader(replica, peers).await {
-        return Some("caught_up");
+    match ask_leader(replica, peers).await {
+        LeaderSays::CaughtUp => Some("caught_up"),
+        // A leader leads: catching up from it is the way; counting would not be.
+        LeaderSays::Behind => None,
+        LeaderSays::Nothing => majority_recovering(replica, peers)
+            .await
+            .then_some("majority_recovering"),
     }
-    majority_recovering(replica, peers)
-        .await
-        .then_some("majority_recovering")
 }
 
-/// Whether a leader other than this replica answered its read index and the replica has
-/// applied it.
-async fn caught_up_with_leader(replica: &Arc<ShardReplica>, peers: &PeerClient) -> bool {
+/// What asking the leader this replica knows for its read index came to.
+enum LeaderSays {
+    /// It answered, and this replica has applied its read index.
+    CaughtUp,
+    /// It answered, and this replica has not applied its read index yet.
+    Behind,
+    /// None is known other than this replica, or the one known did not answer.
+    Nothing,
+}
+
+async fn ask_leader(replica: &Arc<ShardReplica>, peers: &PeerClient) -> LeaderSays {
     let Some(leader) = replica.leader().filter(|l| *l != replica.node_id()) else {
-        return false;
+        return LeaderSays::Nothing;
     };
     let asked = peers.call_within(
         leader,
@@ -93,9 +104,12 @@ async fn caught_up_with_leader(replica: &Arc<ShardReplica>, peers: &PeerClient) 
         },
         ASK_WAIT,
     );
-    match asked.await {
-        Ok(Ok(index)) => replica.wait_applied(index, CATCH_UP_WAIT).await.is_ok(),
-        _ => false,
+    let Ok(Ok(index)) = asked.await else {
+        return LeaderSays::Nothing;
+    };
+    match replica.wait_applied(index, CATCH_UP_WAIT).await {
+        Ok(()) => LeaderSays::CaughtUp,
+        Err(_) => LeaderSays::Behind,
     }
 }
 
