@@ -19,7 +19,7 @@ use crate::cluster::follow::OriginCounts;
 use crate::cluster::meta::MetaClient;
 use crate::cluster::view::Describe;
 use crate::disk::DiskNotice;
-use crate::log_index::ForgetLog;
+use crate::log::index::ForgetLog;
 use crate::router::Router;
 use crate::rpc::{
     Call, Execute, ListKeyspaces, MetaChange, Publish, ReadIndex, Recovering, Rpc, ServiceReply,
@@ -101,39 +101,60 @@ impl Answerer {
     async fn answer(&self, call: Call, body: &[u8]) -> Vec<u8> {
         let router = &self.router;
         match call {
-            Call::Execute => serve!(body, Execute, |c| router.execute_part(c).await),
-            Call::ReadIndex => serve!(body, ReadIndex, |c| router.read_index(c).await),
+            Call::Execute => serve!(body, Execute, |c| router.kernel().execute_part(c).await),
+            Call::ReadIndex => serve!(body, ReadIndex, |c| router.kernel().read_index(c).await),
             Call::Recovering => serve!(body, Recovering, |c| router
+                .kernel()
                 .replicas()
                 .get(c.shard)
                 .is_some_and(|r| r.restarted_without_leader())),
-            Call::Describe => serve!(body, Describe, |_| router.describe()),
+            Call::Describe => serve!(body, Describe, |_| router.kernel().describe()),
             Call::MetaChange => serve!(body, MetaChange, |c| self.meta.change(c).await),
             Call::ListKeyspaces => serve!(body, ListKeyspaces, |_| self.meta.keyspaces().await),
             Call::SetReplicas => serve!(body, SetReplicas, |c| router
+                .kernel()
                 .replicas()
                 .set_voters(c.shard, c.voters)
                 .await),
             Call::TransferLeader => serve!(body, TransferLeader, |c| router
+                .kernel()
                 .replicas()
                 .transfer_leader(c.shard, c.to)
                 .await),
-            Call::WatchPoll => serve!(body, WatchPoll, |c| router.watch_poll(c).await),
-            Call::DiskNotice => serve!(body, DiskNotice, |c| router.disk().note_peer(c)),
-            Call::ForgetLog => serve!(body, ForgetLog, |c| router.log_index().forget(&c.0)),
+            Call::WatchPoll => serve!(body, WatchPoll, |c| router.watches().watch_poll(c).await),
+            Call::DiskNotice => serve!(body, DiskNotice, |c| router.kernel().disk().note_peer(c)),
+            Call::ForgetLog => serve!(body, ForgetLog, |c| router.log().index().forget(&c.0)),
             Call::Publish => serve!(body, Publish, |c| router
+                .publisher()
                 .pubsub()
                 .deliver(&c.channel, &c.message)
                 as u64),
             Call::ServiceReply => serve!(body, ServiceReply, |c| router
+                .services()
                 .reply_slots()
                 .complete(c.token, c.payload)),
-            Call::OriginCounts => serve!(body, OriginCounts, |_| router.origin_report()),
-            Call::BlobChunk => serve!(body, BlobChunk, |c| router.blobs().serve_chunk(c).await),
-            Call::BlobSeal => serve!(body, BlobSeal, |c| router.blobs().serve_seal(c).await),
-            Call::BlobRead => serve!(body, BlobRead, |c| router.blobs().serve_read(c).await),
+            Call::OriginCounts => serve!(body, OriginCounts, |_| router.kernel().origin_report()),
+            Call::BlobChunk => serve!(body, BlobChunk, |c| router
+                .large()
+                .blobs()
+                .serve_chunk(c)
+                .await),
+            Call::BlobSeal => serve!(body, BlobSeal, |c| router
+                .large()
+                .blobs()
+                .serve_seal(c)
+                .await),
+            Call::BlobRead => serve!(body, BlobRead, |c| router
+                .large()
+                .blobs()
+                .serve_read(c)
+                .await),
             Call::BlobDiscard => {
-                serve!(body, BlobDiscard, |c| router.blobs().serve_discard(c).await)
+                serve!(body, BlobDiscard, |c| router
+                    .large()
+                    .blobs()
+                    .serve_discard(c)
+                    .await)
             }
         }
     }

@@ -8,24 +8,28 @@
 //! group, steward, follower) and publishes it on a channel the router reads. A front end
 //! parses and renders; it never holds store logic.
 
+pub mod admin;
 pub mod auth;
 pub mod blob;
 pub mod cluster;
 pub mod config;
 pub mod disk;
+pub mod exec;
+pub mod groups;
 pub mod http;
 pub mod inbound;
+pub mod large;
 pub mod local;
-pub mod log_index;
+pub mod log;
 pub mod metrics;
 pub mod node;
 pub mod pubsub;
 pub mod recovery;
 pub mod replicas;
-pub mod reply;
 pub mod resp;
 pub mod router;
 pub mod rpc;
+pub mod services;
 pub mod session;
 pub mod storage_stats;
 pub mod tls;

@@ -11,7 +11,8 @@ use firn_model::{Access, Answer, CallContext, CommitTs, FirnError, Request};
 
 use crate::auth::Principal;
 
-use crate::router::{Pending, Router};
+use crate::exec::Pending;
+use crate::router::Router;
 
 /// A request started in a session, its answer to come. A write keeps what it takes to send
 /// it again should it be refused for now (see [`Started::answer`]).

@@ -19,7 +19,7 @@ async fn a_low_disk_refuses_writes_that_add_data_and_serves_the_rest() {
     ok(&mut c, &["SET", "old", "b"]).await;
     ok(&mut c, &["XADD", "events", "*", "f", "1"]).await;
 
-    let disk = node.router().disk().clone();
+    let disk = node.router().kernel().disk().clone();
     disk.set_reserve(u64::MAX).unwrap();
 
     // Writes that add data: refused, each with the same clear error.

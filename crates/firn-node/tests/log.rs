@@ -96,7 +96,7 @@ fn payloads(records: &[LogRecord]) -> Vec<String> {
 
 /// Two tags whose slots are in different shards.
 fn tags_on_two_shards(node: &RunningNode) -> (String, String) {
-    let layout = node.router().layout();
+    let layout = node.router().kernel().layout();
     let a = "tag-a".to_string();
     let b = (0..)
         .map(|i| format!("tag-b{i}"))

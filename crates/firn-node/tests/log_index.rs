@@ -21,7 +21,7 @@ async fn cluster(n: u64, shards: u32) -> Vec<RunningNode> {
     let nodes = start_cluster(n, shards).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     for node in &nodes {
-        let layout = node.router().layout();
+        let layout = node.router().kernel().layout();
         // One tag per shard: a first append to each succeeds once it has a leader.
         let mut tags: BTreeMap<u32, String> = BTreeMap::new();
         for i in 0.. {
@@ -84,7 +84,7 @@ async fn read(node: &RunningNode, q: &LogQuery) -> Result<Vec<LogRecord>, FirnEr
 
 /// Two tags whose slots are in different shards.
 fn tags_on_two_shards(node: &RunningNode) -> (String, String) {
-    let layout = node.router().layout();
+    let layout = node.router().kernel().layout();
     let shard = |t: &str| layout.shard_of_name(t.as_bytes());
     let a = "tag-a".to_string();
     let b = (0..)
@@ -146,7 +146,7 @@ async fn repeated_reads_are_served_by_the_index_with_the_shards_answers() {
         queries.push(LogQuery::tail(log.clone(), tag));
     }
 
-    let index = node.router().log_index();
+    let index = node.router().log().index();
     let before = index.stats();
     let metric_before = metric(node, "firn_log_index_hits_total");
     for q in &queries {
@@ -198,10 +198,10 @@ async fn a_trim_or_flushall_through_another_node_is_forgotten_by_this_nodes_inde
     let from_start = LogQuery::range(log.clone(), key("t"), seqs[0], seqs[5], 100);
     let all = read(two, &from_start).await.unwrap();
     assert_eq!(all.len(), 6);
-    let hits = two.router().log_index().stats().hits;
+    let hits = two.router().log().index().stats().hits;
     assert_eq!(read(two, &from_start).await.unwrap(), all);
     assert_eq!(
-        two.router().log_index().stats().hits,
+        two.router().log().index().stats().hits,
         hits + 1,
         "cached on node 2"
     );
@@ -231,7 +231,7 @@ async fn a_trim_or_flushall_through_another_node_is_forgotten_by_this_nodes_inde
         .execute(&CallContext::default(), flush)
         .await
         .unwrap();
-    assert_eq!(two.router().log_index().stats().tags, 0);
+    assert_eq!(two.router().log().index().stats().tags, 0);
     // No record is left (whether the log's name outlives FLUSHALL is the store's matter).
     match read(two, &kept).await {
         Ok(records) => assert_eq!(records, vec![]),

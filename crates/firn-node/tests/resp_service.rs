@@ -323,5 +323,5 @@ async fn late_duplicate_and_orphaned_replies_are_dropped() {
         0,
         "its slot went with it"
     );
-    assert_eq!(node.router().reply_slots().waiting(), 0);
+    assert_eq!(node.router().services().reply_slots().waiting(), 0);
 }

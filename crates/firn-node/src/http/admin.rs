@@ -133,9 +133,9 @@ pub(super) async fn drop_keyspace(
 /// This node's replicas (`shards`, as in /healthz) and the whole cluster as this node sees
 /// it (`nodes`, `cluster`).
 pub(super) async fn cluster(State(router): State<Arc<Router>>) -> axum::Json<Json> {
-    let view = router.cluster_view().await;
+    let view = router.kernel().cluster_view().await;
     axum::Json(
-        json!({ "node_id": router.node_id(), "shards": router.replicas().status(), "cluster": view }),
+        json!({ "node_id": router.kernel().node_id(), "shards": router.kernel().replicas().status(), "cluster": view }),
     )
 }
 
@@ -149,12 +149,12 @@ pub(super) async fn remove_node(
     let id = id
         .parse()
         .map_err(|_| FirnError::BadArgument(format!("node id '{id}' is not a number")))?;
-    router.remove_node(id).await?;
+    router.kernel().remove_node(id).await?;
     Ok(StatusCode::ACCEPTED)
 }
 
 pub(super) async fn healthz(State(router): State<Arc<Router>>) -> HttpResponse {
-    let status = router.replicas().status();
+    let status = router.kernel().replicas().status();
     let serving = status.iter().all(|s| s.leader.is_some());
     let code = if serving {
         StatusCode::OK

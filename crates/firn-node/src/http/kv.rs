@@ -57,7 +57,7 @@ pub(super) async fn get_kv(
                         axum::http::header::CONTENT_TYPE,
                         HeaderValue::from_static("application/octet-stream"),
                     );
-                    let body = axum::body::Body::from_stream(router.blobs().stream(blob));
+                    let body = axum::body::Body::from_stream(router.large().blobs().stream(blob));
                     Ok((headers, body).into_response())
                 }
                 None => Ok((headers, info.value.unwrap_or_default()).into_response()),

@@ -143,7 +143,7 @@ impl Session {
     ) -> Result<Answer, FirnError> {
         self.authorize(&[firn_model::Access::write_key(&put.key)])?;
         let ctx = self.lock().context();
-        let result = router.put_streamed(&ctx, put, body).await;
+        let result = router.large().put_streamed(&ctx, put, body).await;
         self.lock().saw_result(result)
     }
 
@@ -171,7 +171,7 @@ const OPEN_PATHS: &[&str] = &[
 /// `Authorization: Bearer TOKEN` — a request without one is answered 401 `NOAUTH`, a token
 /// no user has 401 `WRONGPASS`, before any endpoint runs (but the [`OPEN_PATHS`]).
 fn principal(router: &Router, request: &axum::extract::Request) -> Result<Principal, FirnError> {
-    let Some(users) = router.users() else {
+    let Some(users) = router.kernel().users() else {
         return Ok(Principal::Open);
     };
     let token = request

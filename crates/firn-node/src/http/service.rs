@@ -14,7 +14,7 @@ use firn_model::FirnError;
 use super::params::param_u64;
 use super::{ApiResult, Params, Session};
 use crate::router::Router;
-use crate::router::service::check_timeout_ms;
+use crate::services::check_timeout_ms;
 
 pub(super) async fn request(
     State(router): State<Arc<Router>>,
@@ -35,10 +35,11 @@ pub(super) async fn request(
     let timeout_ms = check_timeout_ms(param_u64(&params, "timeout_ms")?)?;
     let key = params.get("key").map(|k| Bytes::from(k.clone()));
     session.authorize(&[firn_model::Access::write_key(
-        &crate::router::service::service_stream(service.as_bytes())?,
+        &crate::services::service_stream(service.as_bytes())?,
     )])?;
     let ctx = session.lock().context();
     let reply = router
+        .services()
         .request(&ctx, Bytes::from(service), body, key, timeout_ms)
         .await?;
     Ok(([(header::CONTENT_TYPE, "application/octet-stream")], reply).into_response())

@@ -41,7 +41,7 @@ pub(super) async fn watch(
     };
     let request = WatchRequest { target, from };
     session.authorize(&request.access())?;
-    let stream = router.watch(request).await?;
+    let stream = router.watches().watch(request).await?;
     let events = futures::stream::unfold(stream, |mut stream| async move {
         let item = stream.next().await?;
         Some((Ok::<_, Infallible>(sse_event(item)), stream))

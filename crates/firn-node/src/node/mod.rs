@@ -18,6 +18,7 @@ use crate::cluster::follower::{LayoutFollower, join, steward_loop};
 use crate::cluster::layout::ClusterLayout;
 use crate::cluster::meta::{Meta, MetaClient};
 use crate::config::{LocalRegionSetting, NodeConfig};
+use crate::exec::KernelParts;
 use crate::http::linger::Lingering;
 use crate::local::LocalRegion;
 use crate::replicas::{ReplicaFactory, Replicas};
@@ -160,18 +161,22 @@ fn spawn_housekeeping(
     repair_queue: tokio::sync::mpsc::UnboundedReceiver<crate::blob::repair::Repair>,
     stop_rx: &watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
-    let disk = router.disk().clone();
-    let tell = crate::disk::tell_peers(peers.clone(), router.node_id(), router.layout_watch());
+    let disk = router.kernel().disk().clone();
+    let tell = crate::disk::tell_peers(
+        peers.clone(),
+        router.kernel().node_id(),
+        router.kernel().layout_watch(),
+    );
     vec![
         tokio::spawn(stats.run(stop_rx.clone())),
         tokio::spawn(disk.run(tell, stop_rx.clone())),
         tokio::spawn(crate::blob::repair::run(
-            router.blobs().clone(),
+            router.large().blobs().clone(),
             repair_queue,
             stop_rx.clone(),
         )),
         tokio::spawn(crate::blob::sweep::run(
-            router.blobs().clone(),
+            router.large().blobs().clone(),
             stop_rx.clone(),
         )),
     ]
@@ -193,7 +198,7 @@ async fn follow_cluster(
         &watch::Receiver<bool>,
     ),
 ) -> Result<Vec<JoinHandle<()>>, FirnError> {
-    let host: Arc<dyn ShardHost> = router.clone();
+    let host: Arc<dyn ShardHost> = router.kernel().clone();
     let mut follower = LayoutFollower::new(meta.clone(), host.clone(), publish);
     if let Some(layout) = formation.bootstrap.as_ref().filter(|l| l.nodes.len() == 1) {
         meta.create(layout).await?;
@@ -286,7 +291,10 @@ fn serve_clients(
         tls.clone(),
     ))];
     tasks.push(tokio::spawn(
-        router.clone().follow_remote_leaders(stop_rx.clone()),
+        router
+            .kernel()
+            .clone()
+            .follow_remote_leaders(stop_rx.clone()),
     ));
     let app = crate::http::routes(router.clone(), stop_rx.clone());
     tasks.push(if tls.is_on() {
@@ -379,23 +387,25 @@ impl RunningNode {
         };
         let replicas = Arc::new(Replicas::new(factory, local.clone(), intake));
         let (publish, layout) = watch::channel(Arc::new(ClusterLayout::empty()));
-        let router = Arc::new(Router::new(RouterParts {
-            replicas: replicas.clone(),
-            peers: peers.clone(),
-            meta: meta_client.clone(),
-            layout,
-            limits: config.limits.clone(),
-            allow_flushall: config.allow_flushall,
+        let router = Router::new(RouterParts {
+            kernel: KernelParts {
+                replicas: replicas.clone(),
+                peers: peers.clone(),
+                meta: meta_client.clone(),
+                layout,
+                limits: config.limits.clone(),
+                allow_flushall: config.allow_flushall,
+                client_addrs: (announced(resp_addr), announced(http_addr)),
+                users: config.users.clone(),
+                disk: disk.clone(),
+            },
             log_index_bytes: config.log_index_bytes,
-            client_addrs: (announced(resp_addr), announced(http_addr)),
             blobs: crate::blob::BlobConfig {
                 sweep_every: config.blob_sweep_every,
                 grace: config.blob_grace,
             },
             blob_files,
-            users: config.users.clone(),
-            disk: disk.clone(),
-        }));
+        });
         tasks.extend(spawn_housekeeping(
             &router,
             storage.stats,

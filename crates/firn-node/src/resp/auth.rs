@@ -39,7 +39,7 @@ impl Connection {
         user: Option<Bytes>,
         password: &[u8],
     ) -> Result<(), FirnError> {
-        let Some(users) = self.shared.router.users() else {
+        let Some(users) = self.shared.router.kernel().users() else {
             return Ok(());
         };
         let name = user.unwrap_or_else(|| Bytes::from_static(b"default"));

@@ -220,7 +220,7 @@ impl Connection {
         let _ = stream.set_nodelay(true);
         let mut session = Session::default();
         session.set_principal(crate::auth::Principal::unauthenticated(
-            shared.router.users(),
+            shared.router.kernel().users(),
         ));
         Connection {
             stream,
@@ -353,7 +353,7 @@ impl Connection {
                     // Refused for now, a write is sent again unless later ones wait behind it.
                     let last = !self.has_pending_writes();
                     let result = started.answer(&self.shared.router, last).await;
-                    let result = self.shared.router.with_blob_values(result).await;
+                    let result = self.shared.router.large().with_blob_values(result).await;
                     let result = self.saw(result);
                     how.show(result.map(|a| a.response))
                 }
@@ -373,10 +373,10 @@ impl Connection {
         }
         let (reads, renders): (Vec<KvRead>, Vec<Render>) = self.reads.drain(..).unzip();
         let ctx = self.session.context();
-        let results = self.shared.router.execute_reads(&ctx, reads).await;
+        let results = self.shared.router.kernel().execute_reads(&ctx, reads).await;
         for (how, result) in renders.into_iter().zip(results) {
             // RESP answers whole values: large ones are read from their blobs here.
-            let result = self.shared.router.with_blob_values(result).await;
+            let result = self.shared.router.large().with_blob_values(result).await;
             let result = self.saw(result);
             // A local read says how far behind it may be, when its command answers a map
             // (FIRN.GET; GET is never local).
@@ -481,14 +481,16 @@ impl Connection {
                 Reply::Bulk(server::info_text(&self.shared, section.as_deref()).into())
             }
             Action::Cluster(sub) => {
-                let view = self.shared.router.cluster_view().await;
-                cluster::cluster_reply(&sub, &view, self.shared.router.node_id())
+                let view = self.shared.router.kernel().cluster_view().await;
+                cluster::cluster_reply(&sub, &view, self.shared.router.kernel().node_id())
             }
             Action::After(t) => answered(self.session.advance(t)),
             Action::Token => {
                 Reply::text(self.session.token().unwrap_or(CommitTs::ZERO).to_string())
             }
-            Action::ClusterRemove(node) => answered(self.shared.router.remove_node(node).await),
+            Action::ClusterRemove(node) => {
+                answered(self.shared.router.kernel().remove_node(node).await)
+            }
             Action::PubSub(action) => {
                 self.pubsub(action).await;
                 return Ok(());
@@ -534,7 +536,7 @@ impl Connection {
         self.flush().await?;
         let router = self.shared.router.clone();
         let ctx = self.session.context();
-        let consumer = format!("{}-{}", router.node_id(), self.id);
+        let consumer = format!("{}-{}", router.kernel().node_id(), self.id);
         let run = cmd::service::run(&router, &ctx, action, consumer.into());
         if let Some(reply) = self.unless_gone(run).await? {
             self.queue.push_back(Queued::Ready(reply));
@@ -545,7 +547,7 @@ impl Connection {
     /// FIRN.WATCH: the connection becomes the watch's, until it ends.
     async fn watch(&mut self, request: firn_model::WatchRequest) -> std::io::Result<()> {
         self.drain().await;
-        match self.shared.router.watch(request.clone()).await {
+        match self.shared.router.watches().watch(request.clone()).await {
             Err(e) => self.queue.push_back(Queued::Ready(Reply::error(&e))),
             Ok(mut stream) => {
                 firn_watch::watching_reply(&request).encode(self.proto, &mut self.output);

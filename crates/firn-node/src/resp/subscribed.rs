@@ -43,7 +43,7 @@ impl Connection {
             PubSubAction::Subscribe(kind, names) => {
                 let subscriber = self
                     .subscriber
-                    .get_or_insert_with(|| self.shared.router.pubsub().subscriber());
+                    .get_or_insert_with(|| self.shared.router.publisher().pubsub().subscriber());
                 for name in names {
                     let reply = if subscriber.subscribe(kind, name.clone()) {
                         subscribe::subscribed_reply(kind, name, subscriber.count())
@@ -59,14 +59,20 @@ impl Connection {
             PubSubAction::Publish { channel, message } => {
                 // In order: the answers before it are sent first.
                 self.drain().await;
-                let reply = match self.shared.router.publish(channel, message).await {
+                let reply = match self
+                    .shared
+                    .router
+                    .publisher()
+                    .publish(channel, message)
+                    .await
+                {
                     Ok(receivers) => Reply::Int(receivers as i64),
                     Err(e) => Reply::error(&e),
                 };
                 self.queue.push_back(Queued::Ready(reply));
             }
             PubSubAction::Query(query) => {
-                let reply = publish::query_reply(query, self.shared.router.pubsub());
+                let reply = publish::query_reply(query, self.shared.router.publisher().pubsub());
                 self.queue.push_back(Queued::Ready(reply));
             }
             PubSubAction::Reset => {

@@ -151,7 +151,7 @@ fn info(mut args: Args) -> Result<Action, FirnError> {
 /// The INFO text: every section, or the one asked for.
 pub fn info_text(shared: &Shared, section: Option<&str>) -> String {
     let router = &shared.router;
-    let status = router.replicas().status();
+    let status = router.kernel().replicas().status();
     let shard = status.first();
     let mut sections: Vec<(&str, String)> = vec![
         (
@@ -190,7 +190,7 @@ pub fn info_text(shared: &Shared, section: Option<&str>) -> String {
                 )
             }),
         ),
-        ("keyspace", format!("db0:keys={},expires=0,avg_ttl=0\r\n", router.replicas().live_keys())),
+        ("keyspace", format!("db0:keys={},expires=0,avg_ttl=0\r\n", router.kernel().replicas().live_keys())),
     ];
     if let Some(wanted) = section.filter(|s| !matches!(*s, "all" | "default" | "everything")) {
         sections.retain(|(name, _)| *name == wanted);

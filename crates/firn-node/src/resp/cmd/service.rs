@@ -10,7 +10,7 @@ use crate::resp::args::Args;
 use crate::resp::command::{Action, CommandSpec, FIRST_RELEASE, Flag, Group, KeyPositions};
 use crate::resp::reply::Reply;
 use crate::router::Router;
-use crate::router::service::{
+use crate::services::{
     REQUEST_TIMEOUT_MS_MAX, ServeOptions, ServedRequest, ServicePolicy, check_timeout_ms,
 };
 
@@ -160,14 +160,17 @@ pub async fn run(
             key,
             timeout_ms,
         } => router
+            .services()
             .request(ctx, service, payload, key, timeout_ms)
             .await
             .map(Reply::Bulk),
         ServiceAction::Serve { service, options } => router
+            .services()
             .serve(ctx, service, consumer, options)
             .await
             .map(|served| served.map_or(Reply::Nil, served_reply)),
         ServiceAction::Reply { id, payload } => router
+            .services()
             .reply(ctx, &id, payload)
             .await
             .map(|delivered| Reply::Int(i64::from(delivered))),
@@ -191,12 +194,12 @@ impl ServiceAction {
         use firn_model::{Access, Scope};
         Ok(match self {
             ServiceAction::Request { service, .. } => {
-                vec![Access::write_key(&crate::router::service::service_stream(
+                vec![Access::write_key(&crate::services::service_stream(
                     service,
                 )?)]
             }
             ServiceAction::Serve { service, .. } => {
-                let stream = crate::router::service::service_stream(service)?;
+                let stream = crate::services::service_stream(service)?;
                 vec![Access::read_key(&stream), Access::write_key(&stream)]
             }
             ServiceAction::Reply { .. } => vec![Access::write(Scope::Prefix(Bytes::from_static(

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use firn_model::{
-    Answer, CallContext, CommitTs, FirnError, Key, KvRead, ReadAt, ReadConsistency, Response,
-    Staleness, VersionInfo,
+    Answer, CallContext, CommitTs, FirnError, Key, KvRead, KvRequest, ReadAt, ReadConsistency,
+    Response, Staleness, VersionInfo,
 };
 use firn_raft::{ShardId, ShardReplica};
 
-use super::{LEADER_CHANGE_PAUSE, Router, validate_read};
+use super::{Kernel, LEADER_CHANGE_PAUSE, validate_read};
 use crate::replicas::LEADER_WAIT;
 use crate::rpc::{ReadIndex, ShardPart};
 
@@ -22,9 +22,9 @@ const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
 /// further ahead than this is refused at once.
 const CLOSED_WAIT: Duration = Duration::from_secs(2);
 
-impl Router {
+impl Kernel {
     /// Serves `read` on this node's `replica`.
-    pub(super) async fn read_here(
+    pub(crate) async fn read_here(
         &self,
         replica: &Arc<ShardReplica>,
         read: KvRead,
@@ -59,7 +59,7 @@ impl Router {
             return futures::future::join_all(
                 reads
                     .into_iter()
-                    .map(|r| async move { self.submit(ctx, r.into()).await.await }),
+                    .map(|r| async move { self.submit_kv(ctx, KvRequest::Read(r)).await.await }),
             )
             .await;
         };
@@ -106,7 +106,7 @@ impl Router {
         results
     }
 
-    pub(super) async fn barrier_for(
+    pub(crate) async fn barrier_for(
         &self,
         shard: ShardId,
         consistency: ReadConsistency,
@@ -124,7 +124,7 @@ impl Router {
     /// committed in its term yet) it asks again, for at most `LEADER_WAIT`: a read changes
     /// nothing, so asking twice is safe. With `lease`, the leader answers from its lease
     /// (no quorum round trip) while the lease holds.
-    pub(super) async fn barrier(&self, shard: ShardId, lease: bool) -> Result<(), FirnError> {
+    pub(crate) async fn barrier(&self, shard: ShardId, lease: bool) -> Result<(), FirnError> {
         let since = Instant::now();
         loop {
             match self.barrier_once(shard, lease).await {
@@ -197,7 +197,7 @@ impl Router {
     /// further ahead of this node's clock than that. While it waits it asks the shard's leader
     /// to close `t` now (one ask an interval from this node, however many wait), so a shard
     /// whose closes have slowed for want of readers answers within a commit.
-    pub(super) async fn wait_closed(
+    pub(crate) async fn wait_closed(
         &self,
         replica: &ShardReplica,
         t: CommitTs,

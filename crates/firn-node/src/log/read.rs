@@ -11,8 +11,11 @@ use firn_model::{
 };
 use firn_raft::ShardId;
 
-use super::super::{Router, check_page};
-use crate::log_index::{Finality, Lookup, TierAnswer};
+use futures::future::BoxFuture;
+
+use super::Log;
+use super::index::{Finality, Lookup, TierAnswer};
+use crate::exec::check_page;
 use crate::rpc::{LogShardRead, ShardPart};
 
 /// How often a blocked read whose tag's shard is held elsewhere asks again.
@@ -20,7 +23,7 @@ const BLOCK_POLL: Duration = Duration::from_millis(20);
 /// Longest a blocked read waits on a local shard before it reads again anyway.
 const BLOCK_WAKE: Duration = Duration::from_millis(200);
 
-impl Router {
+impl Log {
     pub(super) async fn log_read(
         &self,
         ctx: &CallContext,
@@ -74,8 +77,8 @@ impl Router {
         if q.consistency != ReadConsistency::Local || q.at.is_some() {
             return None;
         }
-        let shard = self.layout().shard_of_name(q.tag.as_bytes());
-        let applied_through = self.replicas.get(shard)?.store().last_commit_ts();
+        let shard = self.kernel.layout().shard_of_name(q.tag.as_bytes());
+        let applied_through = self.kernel.replicas().get(shard)?.store().last_commit_ts();
         let now = firn_model::hlc::system_wall_us();
         Some(Staleness {
             applied_through,
@@ -90,9 +93,16 @@ impl Router {
         q: &LogQuery,
     ) -> Result<Vec<LogRecord>, FirnError> {
         let deadline = deadline(q.block_ms);
-        let shard = self.routable_layout()?.shard_of_name(q.tag.as_bytes());
+        let shard = self
+            .kernel
+            .routable_layout()?
+            .shard_of_name(q.tag.as_bytes());
         loop {
-            let mut applied = self.replicas.get(shard).map(|r| r.store().applied_watch());
+            let mut applied = self
+                .kernel
+                .replicas()
+                .get(shard)
+                .map(|r| r.store().applied_watch());
             let records = self.query(ctx, q).await?;
             if !records.is_empty()
                 || deadline.is_none_or(|d| d.is_some_and(|d| Instant::now() >= d))
@@ -105,12 +115,12 @@ impl Router {
 
     /// One query: from this node's log index when it knows the answer, else the tag's
     /// shard and every home its directory names, merged (and the index learns from it).
-    pub(in crate::router) async fn query(
+    pub(crate) async fn query(
         &self,
         ctx: &CallContext,
         q: &LogQuery,
     ) -> Result<Vec<LogRecord>, FirnError> {
-        let ticket = match self.log_index.lookup(q) {
+        let ticket = match self.index.lookup(q) {
             Lookup::Hit(records) => return Ok(records),
             Lookup::Miss(ticket) => Some(ticket),
             Lookup::Bypass => None,
@@ -152,7 +162,7 @@ impl Router {
                 first_kept,
                 finality,
             };
-            self.log_index.learn(ticket, q, answer);
+            self.index.learn(ticket, q, answer);
         }
         Ok(records)
     }
@@ -169,7 +179,7 @@ impl Router {
         shape: impl Fn(LogShardRead) -> LogShardRead,
         q: Option<&LogQuery>,
     ) -> Result<(Vec<(ShardId, LogPage)>, Option<CommitTs>), FirnError> {
-        let layout = self.routable_layout()?;
+        let layout = self.kernel.routable_layout()?;
         let primary = layout.shard_of_name(tag.as_bytes());
         let base = shape(LogShardRead {
             log: log.clone(),
@@ -224,7 +234,7 @@ impl Router {
 
     /// Whether anything was ever appended to `log` (its name's shard knows).
     pub(super) async fn log_known(&self, ctx: &CallContext, log: &Key) -> Result<bool, FirnError> {
-        let shard = self.routable_layout()?.shard_of_name(log.as_bytes());
+        let shard = self.kernel.routable_layout()?.shard_of_name(log.as_bytes());
         let probe = LogShardRead {
             log: log.clone(),
             tag: log.clone(),
@@ -248,6 +258,7 @@ impl Router {
         ctx: &CallContext,
     ) -> Result<LogPage, FirnError> {
         let answer = self
+            .kernel
             .on_shard(shard, ShardPart::LogRead(read), ctx.clone(), 0)
             .await
             .await?;
@@ -259,9 +270,23 @@ impl Router {
         }
     }
 
+    /// Serves a page of a tag on this node's replica (see [`Log::serve_page`]); a read
+    /// that closes its time runs on the shard's leader: the part goes back to be forwarded.
+    pub(crate) fn page_here<'a>(
+        &'a self,
+        replica: &'a Arc<firn_raft::ShardReplica>,
+        read: LogShardRead,
+        ctx: &'a CallContext,
+    ) -> Result<BoxFuture<'a, Result<Answer, FirnError>>, Box<ShardPart>> {
+        if read.close && replica.leader() != Some(self.kernel.node_id()) {
+            return Err(Box::new(ShardPart::LogRead(read)));
+        }
+        Ok(Box::pin(self.serve_page(replica, read, ctx)))
+    }
+
     /// Serves a page of a tag on this node's replica: at a closed time with no barrier, or
     /// after the barrier its consistency asks for.
-    pub(in crate::router) async fn log_page_here(
+    async fn serve_page(
         &self,
         replica: &Arc<firn_raft::ShardReplica>,
         read: LogShardRead,
@@ -272,15 +297,16 @@ impl Router {
                 if read.close {
                     replica.close_through(t).await?;
                 }
-                self.wait_closed(replica, t).await?
+                self.kernel.wait_closed(replica, t).await?
             }
             None => {
                 if let Some(t) = ctx.after
                     && read.consistency == ReadConsistency::Local
                 {
-                    self.wait_closed(replica, t).await?;
+                    self.kernel.wait_closed(replica, t).await?;
                 }
-                self.barrier_for(replica.shard_id(), read.consistency)
+                self.kernel
+                    .barrier_for(replica.shard_id(), read.consistency)
                     .await?;
             }
         }
@@ -326,12 +352,16 @@ impl Router {
             from.push((key, id));
         }
         let deadline = deadline(block_ms);
-        let layout = self.routable_layout()?;
+        let layout = self.kernel.routable_layout()?;
         loop {
             // Wake on the first local shard among them; others are polled.
             let mut applied = from
                 .iter()
-                .find_map(|(k, _)| self.replicas.get(layout.shard_of_name(k.as_bytes())))
+                .find_map(|(k, _)| {
+                    self.kernel
+                        .replicas()
+                        .get(layout.shard_of_name(k.as_bytes()))
+                })
                 .map(|r| r.store().applied_watch());
             let mut found = Vec::new();
             for (key, id) in &from {
@@ -363,13 +393,13 @@ fn others(page: &LogPage, primary: ShardId) -> Vec<ShardId> {
 }
 
 /// `None`: do not block; `Some(None)`: block without end; `Some(Some(t))`: until `t`.
-pub(in crate::router) fn deadline(block_ms: Option<u64>) -> Option<Option<Instant>> {
+pub(crate) fn deadline(block_ms: Option<u64>) -> Option<Option<Instant>> {
     block_ms.map(|ms| (ms > 0).then(|| Instant::now() + Duration::from_millis(ms)))
 }
 
 /// Waits until a local shard applies something (or a poll interval for remote ones), never
 /// past `deadline`.
-pub(in crate::router) async fn wait_for_more(
+pub(crate) async fn wait_for_more(
     applied: Option<&mut tokio::sync::watch::Receiver<CommitTs>>,
     deadline: Option<Instant>,
 ) {
@@ -387,7 +417,7 @@ pub(in crate::router) async fn wait_for_more(
     }
 }
 
-pub(in crate::router) fn check_block(block_ms: Option<u64>) -> Result<(), FirnError> {
+pub(crate) fn check_block(block_ms: Option<u64>) -> Result<(), FirnError> {
     if block_ms.is_some_and(|ms| ms > LOG_BLOCK_MS_MAX) {
         return Err(FirnError::BadArgument(format!(
             "BLOCK is at most {LOG_BLOCK_MS_MAX} ms (0 waits without end)"

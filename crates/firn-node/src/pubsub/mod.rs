@@ -3,6 +3,13 @@
 //! no retry; a node that does not answer within [`PUBLISH_PEER_TIMEOUT`] is skipped and its
 //! subscribers are not counted.
 
+mod subscribers;
+
+pub use subscribers::{
+    Delivery, Kind, PubSub, SUBSCRIBER_QUEUE_MESSAGES_MAX, SUBSCRIPTIONS_PER_CONNECTION_MAX,
+    Subscriber,
+};
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,18 +17,30 @@ use bytes::Bytes;
 use firn_model::FirnError;
 use firn_model::limits::KEY_BYTES_MAX;
 
-use super::Router;
-use crate::pubsub::PubSub;
+use crate::exec::Kernel;
 use crate::rpc::Publish;
 
 /// How long a PUBLISH waits for another node to take the message: a healthy peer answers
 /// in milliseconds, and a publisher should not wait on a node that is down.
 pub const PUBLISH_PEER_TIMEOUT: Duration = Duration::from_secs(1);
 
-impl Router {
+/// Publish/subscribe: this node's subscribers, and PUBLISH to every node's.
+pub struct Publisher {
+    kernel: Arc<Kernel>,
+    subscribers: Arc<PubSub>,
+}
+
+impl Publisher {
+    pub fn new(kernel: Arc<Kernel>) -> Self {
+        Publisher {
+            kernel,
+            subscribers: Arc::default(),
+        }
+    }
+
     /// This node's subscription registry.
     pub fn pubsub(&self) -> &Arc<PubSub> {
-        &self.pubsub
+        &self.subscribers
     }
 
     /// Delivers `message` on `channel` here and at every other node of the layout; answers
@@ -34,17 +53,21 @@ impl Router {
                 max: KEY_BYTES_MAX,
             });
         }
-        self.limits.check_value(message.len())?;
-        let local = self.pubsub.deliver(&channel, &message);
-        let layout = self.layout();
-        let others = layout.nodes.keys().filter(|&&id| id != self.node_id);
+        self.kernel.limits().check_value(message.len())?;
+        let local = self.subscribers.deliver(&channel, &message);
+        let layout = self.kernel.layout();
+        let others = layout
+            .nodes
+            .keys()
+            .filter(|&&id| id != self.kernel.node_id());
         let remote = futures::future::join_all(others.map(|&id| {
             let call = Publish {
                 channel: channel.clone(),
                 message: message.clone(),
             };
             async move {
-                self.peers
+                self.kernel
+                    .peers()
                     .call_within(id, call, PUBLISH_PEER_TIMEOUT)
                     .await
                     .unwrap_or_else(|e| {

@@ -1,11 +1,16 @@
-//! Request/response through the router: the one implementation both front ends call (see
+//! Request/response: the one implementation both front ends call (see
 //! docs/architecture.md, "Request/response"). A service S is the stream `firn.svc:{S}` with
-//! the consumer group `workers`. [`Router::request`] opens a reply slot here, appends the
-//! request and waits; [`Router::serve`] makes the group if it is missing and reads one
+//! the consumer group `workers`. [`Services::request`] opens a reply slot here, appends the
+//! request and waits; [`Services::serve`] makes the group if it is missing and reads one
 //! request through the XREADGROUP path, acking and deleting those whose deadline passed;
-//! [`Router::reply`] acks and deletes the request's entry and hands the reply to the
+//! [`Services::reply`] acks and deletes the request's entry and hands the reply to the
 //! requester's node — this one's slots, or one `ServiceReply` peer call, never retried.
 
+mod slots;
+
+pub use slots::{ReplySlot, ReplySlots, WAITING_REQUESTS_MAX};
+
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -16,8 +21,8 @@ use firn_model::{
 };
 use firn_raft::NodeId;
 
-use super::Router;
-use crate::reply::ReplySlots;
+use crate::exec::Kernel;
+use crate::log::Log;
 use crate::rpc::ServiceReply;
 
 /// Longest service name, in bytes (a group or consumer name's bound).
@@ -171,10 +176,28 @@ fn group_name() -> Bytes {
     Bytes::from_static(SERVICE_GROUP.as_bytes())
 }
 
-impl Router {
+/// Request/response services: a service's requests are a stream's entries, its workers a
+/// consumer group, its replies handed back through reply slots.
+pub struct Services {
+    kernel: Arc<Kernel>,
+    /// The services' streams.
+    log: Arc<Log>,
+    /// Requests waiting here for a service's reply.
+    slots: ReplySlots,
+}
+
+impl Services {
+    pub fn new(kernel: Arc<Kernel>, log: Arc<Log>) -> Self {
+        Services {
+            kernel,
+            log,
+            slots: ReplySlots::default(),
+        }
+    }
+
     /// This node's reply slots.
     pub fn reply_slots(&self) -> &ReplySlots {
-        &self.reply_slots
+        &self.slots
     }
 
     /// Sends `payload` to service `service` and waits up to `timeout_ms` for a worker's
@@ -190,11 +213,11 @@ impl Router {
         metrics::counter!("firn_requests_total", "op" => "service_request").increment(1);
         let stream = service_stream(&service)?;
         let timeout_ms = check_timeout_ms(Some(timeout_ms))?;
-        self.limits.check_value(payload.len())?;
+        self.kernel.limits().check_value(payload.len())?;
         if let Some(k) = &key {
-            self.limits.check_value(k.len())?;
+            self.kernel.limits().check_value(k.len())?;
         }
-        let slot = self.reply_slots.open()?;
+        let slot = self.slots.open()?;
         let deadline_ms = now_ms() + timeout_ms;
         let mut fields = vec![(Bytes::from_static(FIELD_PAYLOAD), payload)];
         if let Some(k) = key {
@@ -202,7 +225,7 @@ impl Router {
         }
         fields.push((
             Bytes::from_static(FIELD_REPLY),
-            Bytes::from(format!("{}/{}", self.node_id, slot.token)),
+            Bytes::from(format!("{}/{}", self.kernel.node_id(), slot.token)),
         ));
         fields.push((
             Bytes::from_static(FIELD_DEADLINE),
@@ -216,7 +239,7 @@ impl Router {
             no_create: false,
         };
         let waited = tokio::time::timeout(Duration::from_millis(timeout_ms), async move {
-            self.submit_log(ctx, LogRequest::Write(add)).await.await?;
+            self.log.submit(ctx, LogRequest::Write(add)).await.await?;
             let mut slot = slot;
             (&mut slot.reply)
                 .await
@@ -264,7 +287,7 @@ impl Router {
                 noack: false,
                 block_ms,
             };
-            let answer = match self.execute(ctx, read.into()).await {
+            let answer = match self.kernel.execute(ctx, read.into()).await {
                 // Made once per call: a group destroyed again at once is the caller's to see.
                 Err(FirnError::NoGroup(_)) if !made => {
                     self.create_service_group(ctx, &stream, &options).await?;
@@ -303,7 +326,7 @@ impl Router {
     ) -> Result<bool, FirnError> {
         metrics::counter!("firn_requests_total", "op" => "service_reply").increment(1);
         let id = RequestId::parse(id)?;
-        self.limits.check_value(payload.len())?;
+        self.kernel.limits().check_value(payload.len())?;
         let stream = service_stream(&id.service)?;
         // The entry is done with whatever becomes of the reply; both at once, as the
         // requester should not wait on the ack's commit.
@@ -324,10 +347,11 @@ impl Router {
     }
 
     async fn deliver_reply(&self, node: NodeId, token: u64, payload: Bytes) -> bool {
-        if node == self.node_id {
-            return self.reply_slots.complete(token, payload);
+        if node == self.kernel.node_id() {
+            return self.slots.complete(token, payload);
         }
-        self.peers
+        self.kernel
+            .peers()
             .call_within(node, ServiceReply { token, payload }, REPLY_PEER_TIMEOUT)
             .await
             .unwrap_or_else(|e| {
@@ -352,9 +376,11 @@ impl Router {
             key: stream.clone(),
             ids: vec![seq],
         };
-        let (acked, deleted) =
-            futures::future::join(self.execute(ctx, ack.into()), self.execute(ctx, del.into()))
-                .await;
+        let (acked, deleted) = futures::future::join(
+            self.kernel.execute(ctx, ack.into()),
+            self.kernel.execute(ctx, del.into()),
+        )
+        .await;
         acked.and(deleted).map(|_| ())
     }
 
@@ -384,7 +410,7 @@ impl Router {
                 },
             },
         };
-        match self.execute(ctx, create.into()).await {
+        match self.kernel.execute(ctx, create.into()).await {
             Ok(_) | Err(FirnError::BusyGroup) => Ok(()),
             Err(e) => Err(e),
         }

@@ -3,11 +3,11 @@
 //! This node sees nothing of the shard's elections, so when the replica it sent a request to
 //! stays silent, it asks the shard's replicas themselves: if that replica does not answer
 //! either and another replica names a leader, the request is given up (as a request to a
-//! leader that moved is, see `Router::unless_leader_moves`), and the next goes to that leader.
+//! leader that moved is, see `Kernel::unless_leader_moves`), and the next goes to that leader.
 //! Without this, a replica cut off from the others by a partition that drops its packets
 //! would hold every request of this node for the shard until the call's timeout. And every
 //! [`REFRESH_EVERY`] the node looks again at the shards it sent requests for lately
-//! ([`Router::follow_remote_leaders`]), so that their requests go to the leader itself, not
+//! ([`Kernel::follow_remote_leaders`]), so that their requests go to the leader itself, not
 //! through a replica that relays them (one more hop each), and follow the leader when it
 //! moves.
 
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use firn_raft::{NodeId, ShardId};
 use tokio::sync::watch;
 
-use super::Router;
+use super::Kernel;
 use crate::cluster::layout::ShardLayout;
 use crate::cluster::view::Describe;
 
@@ -102,7 +102,7 @@ impl RemoteShards {
     }
 }
 
-impl Router {
+impl Kernel {
     /// Every [`REFRESH_EVERY`] until `stop`: looks up the leaders of the shards this node
     /// holds no replica of and routed requests for within [`REFRESH_WHILE_USED`], so that
     /// their next requests go straight to the leader.
@@ -134,7 +134,7 @@ impl Router {
 
     /// Asks the replicas of `shard` (held nowhere here) who leads it, for the requests that
     /// follow: after its replica could not be reached at all.
-    pub(super) async fn find_remote_leader(&self, shard: ShardId) -> Option<NodeId> {
+    pub(crate) async fn find_remote_leader(&self, shard: ShardId) -> Option<NodeId> {
         self.look_at(shard).await?.leader
     }
 

@@ -14,7 +14,7 @@ use metrics::{Counter, Histogram};
 use super::Pending;
 
 /// One operation's handles.
-pub(super) struct OpMetrics {
+pub(crate) struct OpMetrics {
     requests: Counter,
     seconds: Histogram,
     errors: Counter,
@@ -26,13 +26,13 @@ static OPS: LazyLock<RwLock<HashMap<&'static str, Arc<OpMetrics>>>> =
 
 /// Counts a request of operation `op` as it arrives; its [`Request::finished`] records how
 /// it ended.
-pub(super) fn request(op: &'static str) -> Request {
+pub(crate) fn request(op: &'static str) -> Request {
     request_since(op, Instant::now())
 }
 
 /// Counts a request of operation `op` whose time runs from `started` (a read served in a
 /// batch counts from the batch's start).
-pub(super) fn request_since(op: &'static str, started: Instant) -> Request {
+pub(crate) fn request_since(op: &'static str, started: Instant) -> Request {
     let known = OPS
         .read()
         .unwrap_or_else(|p| p.into_inner())
@@ -56,14 +56,14 @@ pub(super) fn request_since(op: &'static str, started: Instant) -> Request {
 }
 
 /// A request being served.
-pub(super) struct Request {
+pub(crate) struct Request {
     metrics: Arc<OpMetrics>,
     started: Instant,
 }
 
 impl Request {
     /// Records the request's time and, if it failed, its error.
-    pub(super) fn finished(&self, ok: bool) {
+    pub(crate) fn finished(&self, ok: bool) {
         self.metrics
             .seconds
             .record(self.started.elapsed().as_secs_f64());
@@ -74,7 +74,7 @@ impl Request {
 
     /// `pending`, recording this request's time and outcome when it finishes: what every
     /// request whose answer is still to come is wrapped in, so none goes unrecorded.
-    pub(super) fn around(self, pending: Pending) -> Pending {
+    pub(crate) fn around(self, pending: Pending) -> Pending {
         Box::pin(async move {
             let result = pending.await;
             self.finished(result.is_ok());
@@ -83,7 +83,7 @@ impl Request {
     }
 
     /// Counts an error without a time (a request refused before it was served).
-    pub(super) fn count_error(&self) {
+    pub(crate) fn count_error(&self) {
         self.metrics.errors.increment(1);
     }
 }

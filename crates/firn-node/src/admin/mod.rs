@@ -10,8 +10,10 @@ use firn_model::{
 };
 use firn_store::Op;
 
-use super::Router;
+use std::sync::Arc;
+
 use crate::cluster::layout::keyspace_among;
+use crate::exec::Kernel;
 use crate::rpc::{MetaChange, ShardPart};
 
 /// Longest a keyspace definition waits for this node to follow it (the layout is polled
@@ -21,13 +23,23 @@ const PLACEMENT_FOLLOW_WAIT: std::time::Duration = std::time::Duration::from_sec
 /// their first leaders meanwhile); past it the steward finishes the fan-out.
 const SHARD_START_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-impl Router {
-    pub(super) async fn admin(&self, request: AdminRequest) -> Result<Answer, FirnError> {
+/// Admin requests: keyspace definitions and this node's local-read region.
+pub struct Admin {
+    kernel: Arc<Kernel>,
+}
+
+impl Admin {
+    pub fn new(kernel: Arc<Kernel>) -> Self {
+        Admin { kernel }
+    }
+
+    pub async fn run(&self, request: AdminRequest) -> Result<Answer, FirnError> {
         let name = request.name();
         metrics::counter!("firn_requests_total", "op" => name).increment(1);
         let result = match request {
             AdminRequest::KeyspaceList => self
-                .meta
+                .kernel
+                .meta()
                 .keyspaces()
                 .await
                 .map(|defs| Answer::new(Response::KeyspaceDefs(defs))),
@@ -36,7 +48,7 @@ impl Router {
                 let op = Op::KeyspaceCreate(def.spec.clone());
                 self.define(def, false, op).await
             }
-            AdminRequest::LocalRegion => match self.replicas.local_region() {
+            AdminRequest::LocalRegion => match self.kernel.replicas().local_region() {
                 Some(region) => Ok(Answer::new(Response::LocalRegion(region.info()))),
                 None => Err(FirnError::Refused(
                     "local reads are off on this node (it was started with --local-region off)"
@@ -60,15 +72,18 @@ impl Router {
 
     /// Records a definition in the layout, then has every shard apply it.
     async fn define(&self, def: KeyspaceDef, drop: bool, op: Op) -> Result<Answer, FirnError> {
-        self.routable_layout()?;
+        self.kernel.routable_layout()?;
         self.refuse_stranding(&def.spec, drop).await?;
         let (spec, placement) = (def.spec.clone(), def.placement);
         let memory = !drop && def.spec.durability == Durability::Memory;
-        self.meta.change(MetaChange::Keyspace { def, drop }).await?;
+        self.kernel
+            .meta()
+            .change(MetaChange::Keyspace { def, drop })
+            .await?;
         // This node follows the new layout before it answers (others within a layout poll):
         // its next request sees the definition, a client's next write here is published if
         // the keyspace is now local, and goes to the memory shards if it is now in memory.
-        let mut followed = self.layout.clone();
+        let mut followed = self.kernel.layout_watch();
         let _ = tokio::time::timeout(
             PLACEMENT_FOLLOW_WAIT,
             followed.wait_for(|l| {
@@ -83,7 +98,7 @@ impl Router {
             }),
         )
         .await;
-        let layout = self.routable_layout()?;
+        let layout = self.kernel.routable_layout()?;
         let ctx = firn_model::CallContext::default();
         let deadline = tokio::time::Instant::now() + SHARD_START_WAIT;
         let started = futures::future::join_all(layout.shard_ids().map(|shard| {
@@ -91,7 +106,12 @@ impl Router {
             async move {
                 loop {
                     let part = ShardPart::Write(op.clone());
-                    match self.on_shard(shard, part, ctx.clone(), 0).await.await {
+                    match self
+                        .kernel
+                        .on_shard(shard, part, ctx.clone(), 0)
+                        .await
+                        .await
+                    {
                         // A memory shard just added may still be electing its first leader.
                         Err(FirnError::TryAgain(_) | FirnError::Unavailable(_))
                             if tokio::time::Instant::now() < deadline =>
@@ -116,7 +136,8 @@ impl Router {
     /// being decided can still be left behind.
     async fn refuse_stranding(&self, spec: &KeyspaceSpec, drop: bool) -> Result<(), FirnError> {
         let before: Vec<KeyspaceSpec> = self
-            .meta
+            .kernel
+            .meta()
             .keyspaces()
             .await?
             .into_iter()
@@ -146,6 +167,7 @@ impl Router {
         };
         let ctx = firn_model::CallContext::default();
         match self
+            .kernel
             .submit_kv(&ctx, KvRequest::Read(scan))
             .await
             .await?

@@ -16,13 +16,12 @@ use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::Router;
-use super::write::resend_while_refused;
 use crate::blob::files::digest;
 use crate::blob::{BlobChunk, Blobs};
+use crate::exec::{Kernel, resend_while_refused};
 
 /// A body already in memory, as a stream.
-pub(crate) fn once(value: Bytes) -> impl Stream<Item = Result<Bytes, FirnError>> + Send + Unpin {
+fn once(value: Bytes) -> impl Stream<Item = Result<Bytes, FirnError>> + Send + Unpin {
     futures::stream::iter([Ok(value)])
 }
 
@@ -54,7 +53,35 @@ impl Target {
     }
 }
 
-impl Router {
+/// Large values beside the log: their uploads, and their reading into whole answers.
+pub struct LargeValues {
+    kernel: Arc<Kernel>,
+    blobs: Arc<Blobs>,
+}
+
+impl LargeValues {
+    pub fn new(kernel: Arc<Kernel>, blobs: Arc<Blobs>) -> Self {
+        LargeValues { kernel, blobs }
+    }
+
+    /// This node's blob files and the reading of blobs.
+    pub fn blobs(&self) -> &Arc<Blobs> {
+        &self.blobs
+    }
+
+    /// A put whose whole value is in memory and above the inline limit (RESP's SET): at
+    /// most [`RESP_VALUE_BYTES_MAX`], beside the log.
+    pub async fn put_whole(&self, ctx: &CallContext, put: PutRequest) -> Result<Answer, FirnError> {
+        if put.value.len() > RESP_VALUE_BYTES_MAX {
+            return Err(FirnError::ValueTooLarge {
+                len: put.value.len(),
+                max: RESP_VALUE_BYTES_MAX,
+            });
+        }
+        let value = put.value.clone();
+        self.put_large(ctx, put, once(value)).await
+    }
+
     /// A put whose value arrives as a stream (HTTP): inline when it ends within the inline
     /// limit, else beside the log.
     pub async fn put_streamed(
@@ -65,7 +92,7 @@ impl Router {
     ) -> Result<Answer, FirnError> {
         let mut body = body;
         let mut head = BytesMut::new();
-        while head.len() <= self.limits.value_bytes_max {
+        while head.len() <= self.kernel.limits().value_bytes_max {
             match body.next().await {
                 Some(chunk) => head.extend_from_slice(&chunk?),
                 None => {
@@ -75,7 +102,7 @@ impl Router {
                     };
                     // A small value: a write like any other (sent again if refused for
                     // now, see `execute`).
-                    return self.execute(ctx, KvWrite::Put(put).into()).await;
+                    return self.kernel.execute(ctx, KvWrite::Put(put).into()).await;
                 }
             }
         }
@@ -93,8 +120,8 @@ impl Router {
     ) -> Result<Answer, FirnError> {
         // Refused before any byte is sent when this node is low; each holder refuses its
         // chunks while its own disk is.
-        self.disk.check()?;
-        let layout = self.routable_layout()?;
+        self.kernel.disk().check()?;
+        let layout = self.kernel.routable_layout()?;
         let key = Bytes::copy_from_slice(put.key.as_bytes());
         let shard = layout.shard_of_key(&key);
         let need = layout.shard(shard).replicas.len() / 2 + 1;
@@ -200,15 +227,16 @@ impl Router {
         // client's to send again (`check_manifest` refuses it with `TRYAGAIN`).
         let manifest = KvRequest::Write(KvWrite::PutBlob { put, blob });
         let since = Instant::now();
-        let first = self.submit_kv(ctx, manifest.clone()).await.await;
+        let first = self.kernel.submit_kv(ctx, manifest.clone()).await.await;
         let answer = resend_while_refused(
             since,
             first,
             || {
-                self.routable_layout()
+                self.kernel
+                    .routable_layout()
                     .is_ok_and(|l| l.shard_of_key(&key) == shard)
             },
-            || async { self.submit_kv(ctx, manifest.clone()).await.await },
+            || async { self.kernel.submit_kv(ctx, manifest.clone()).await.await },
         )
         .await;
         match &answer {
@@ -222,28 +250,6 @@ impl Router {
             Err(_) => {}
         }
         answer
-    }
-
-    /// Checks a manifest before it is proposed: whole, within the limit, empty inline value,
-    /// and uploaded to the key's shard.
-    pub(super) fn check_manifest(&self, put: &PutRequest, blob: &BlobRef) -> Result<(), FirnError> {
-        if !blob.is_consistent() || !put.value.is_empty() || blob.size == 0 {
-            return Err(FirnError::BadArgument("a malformed blob manifest".into()));
-        }
-        if blob.size > BLOB_BYTES_MAX {
-            return Err(FirnError::ValueTooLarge {
-                len: blob.size as usize,
-                max: BLOB_BYTES_MAX as usize,
-            });
-        }
-        let shard = self.routable_layout()?.shard_of_key(put.key.as_bytes());
-        if shard != blob.shard {
-            return Err(FirnError::TryAgain(format!(
-                "the value was uploaded to shard {}, but the key is now in shard {shard}",
-                blob.shard
-            )));
-        }
-        Ok(())
     }
 
     /// Reads into the answer the large values it names, for a front end that answers whole

@@ -9,10 +9,10 @@ use bytes::Bytes;
 use firn_model::{Answer, CallContext, CommitTs, Durability, FirnError, Response, TagListing};
 use firn_store::store::log::tags::tag_cursor;
 
-use super::super::Router;
+use super::Log;
 use crate::rpc::{LogTagsRead, ShardPart};
 
-impl Router {
+impl Log {
     /// A page of every log's tags after `cursor`, at most `limit`, read at `at` (every
     /// shard closed it first) or after a barrier on each shard.
     pub(super) async fn log_tags(
@@ -22,7 +22,7 @@ impl Router {
         limit: usize,
         at: Option<CommitTs>,
     ) -> Result<Answer, FirnError> {
-        let layout = self.routable_layout()?;
+        let layout = self.kernel.routable_layout()?;
         let read = LogTagsRead {
             after: cursor,
             limit,
@@ -31,11 +31,10 @@ impl Router {
         // Logs live in the disk lane only (a record's home is the shard of its first tag's
         // slot there).
         let shards: Vec<_> = layout.lane(Durability::Disk).iter().map(|s| s.id).collect();
-        let pending = futures::future::join_all(
-            shards
-                .iter()
-                .map(|s| self.on_shard(*s, ShardPart::LogTags(read.clone()), ctx.clone(), 0)),
-        )
+        let pending = futures::future::join_all(shards.iter().map(|s| {
+            self.kernel
+                .on_shard(*s, ShardPart::LogTags(read.clone()), ctx.clone(), 0)
+        }))
         .await;
         let mut pages = Vec::with_capacity(pending.len());
         for answer in futures::future::join_all(pending).await {
@@ -53,14 +52,14 @@ impl Router {
     }
 
     /// Serves one shard's page of the listing on this node's replica.
-    pub(in crate::router) async fn log_tags_here(
+    pub(crate) async fn tags_here(
         &self,
         replica: &Arc<firn_raft::ShardReplica>,
         read: LogTagsRead,
     ) -> Result<Answer, FirnError> {
         match read.at {
-            Some(t) => self.wait_closed(replica, t).await?,
-            None => self.barrier(replica.shard_id(), false).await?,
+            Some(t) => self.kernel.wait_closed(replica, t).await?,
+            None => self.kernel.barrier(replica.shard_id(), false).await?,
         }
         let replica = replica.clone();
         let (tags, next_cursor) = tokio::task::spawn_blocking(move || {

@@ -1,52 +1,48 @@
-//! The router: where a request runs. It checks a request against the stated limits, plans
-//! it over the shards ([`plan`]), and runs each part where it can be served: a write is
-//! proposed here if this node leads the shard, else forwarded to the leader ([`write`]:
-//! waiting for a moving leadership to settle); a read is
-//! served by a replica here ([`read`]: closed-time wait, then a barrier), else forwarded.
-//! Parts on several shards run concurrently and their answers are merged ([`merge`]).
-//! Admin requests go to the meta group ([`admin`]); watches follow shards ([`watch`]).
-//! The cluster part reaches shards through this router as a [`crate::cluster::ShardHost`]
-//! ([`host`]).
+//! The execution kernel: where a part of a request runs. It checks a kv request against the
+//! stated limits, plans it over the shards ([`plan`]), and runs each part where it can be
+//! served: a write is proposed here if this node leads the shard, else forwarded to the
+//! leader ([`write`]: waiting for a moving leadership to settle); a read is served by a
+//! replica here ([`read`]: closed-time wait, then a barrier), else forwarded. Parts on
+//! several shards run concurrently and their answers are merged ([`merge`]). The cluster
+//! part reaches shards through the kernel as a [`crate::cluster::ShardHost`] ([`host`]).
+//!
+//! The kernel knows no subsystem above it (the log, consumer groups, services, pub/sub,
+//! watches, large values, admin): each of those holds an `Arc<Kernel>` and plans its own
+//! requests onto [`Kernel::on_shard`]; the few things the kernel needs from them (serving a
+//! subsystem's read part on a replica here, running any request to its answer) it asks
+//! through [`Subsystems`], which the router implements.
 
-mod admin;
-mod blob;
-mod group;
 mod host;
-mod log;
-mod merge;
+pub mod merge;
 mod origin;
 mod plan;
-mod publish;
 mod read;
 mod remote;
-mod request_metrics;
-pub mod service;
-mod watch;
+pub mod request_metrics;
 mod write;
+
+pub use write::resend_while_refused;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use firn_model::limits::{
-    KEY_BYTES_MAX, KEYS_PER_REQUEST_MAX, PAGE_ITEMS_MAX, RESP_VALUE_BYTES_MAX,
-};
+use firn_model::limits::BLOB_BYTES_MAX;
+use firn_model::limits::{KEY_BYTES_MAX, KEYS_PER_REQUEST_MAX, PAGE_ITEMS_MAX};
 use firn_model::{
-    Answer, CallContext, CommitTs, FirnError, KeyRange, KvRead, KvRequest, KvWrite, Limits,
-    Request, Response, SnapshotOf,
+    Answer, BlobRef, CallContext, CommitTs, FirnError, KeyRange, KvRead, KvRequest, KvWrite,
+    Limits, PutRequest, Request, Response, SnapshotOf,
 };
-use firn_raft::{NodeId, ShardId};
+use firn_raft::{NodeId, ShardId, ShardReplica};
+use futures::future::BoxFuture;
 use tokio::sync::watch as channel;
 
 use self::plan::Plan;
 use crate::cluster::layout::ClusterLayout;
 use crate::cluster::meta::MetaClient;
 use crate::disk::DiskSpace;
-use crate::log_index::{Forget, LogIndex};
-use crate::pubsub::PubSub;
 use crate::replicas::{LEADER_WAIT, Replicas};
-use crate::reply::ReplySlots;
 use crate::rpc::{CallError, Execute, PEER_CALL_TIMEOUT, PeerClient, ShardPart, read_unanswered};
 
 /// A request's outcome, possibly still in flight (a proposed write).
@@ -62,13 +58,35 @@ const FORWARD_HOPS_MAX: u8 = 2;
 const MOVED_ANSWER_GRACE: Duration = Duration::from_millis(500);
 /// How long a read or write waits before asking again after the leader it asked stepped
 /// down or could not be reached.
-const LEADER_CHANGE_PAUSE: Duration = Duration::from_millis(50);
+pub const LEADER_CHANGE_PAUSE: Duration = Duration::from_millis(50);
 
-fn ready(result: Result<Answer, FirnError>) -> Pending {
+pub fn ready(result: Result<Answer, FirnError>) -> Pending {
     Box::pin(std::future::ready(result))
 }
 
-pub struct Router {
+/// What the kernel asks of the subsystems above it; the router implements it.
+pub trait Subsystems: Send + Sync {
+    /// Serves a subsystem's part (a log page, a group's state, a log's tags) on this node's
+    /// replica; `Err(part)` when the part must run on the shard's leader instead (boxed: a
+    /// part is large beside a future).
+    fn serve_here<'a>(
+        &'a self,
+        replica: &'a Arc<ShardReplica>,
+        part: ShardPart,
+        ctx: &'a CallContext,
+    ) -> Result<BoxFuture<'a, Result<Answer, FirnError>>, Box<ShardPart>>;
+
+    /// Runs any request after `ctx` to its answer, as a client's would be (a service's
+    /// reads and acknowledgements are consumer-group requests; a large value's manifest is
+    /// a kv write).
+    fn execute<'a>(
+        &'a self,
+        ctx: &'a CallContext,
+        request: Request,
+    ) -> BoxFuture<'a, Result<Answer, FirnError>>;
+}
+
+pub struct Kernel {
     node_id: NodeId,
     /// Where clients reach this node: (RESP, HTTP).
     client_addrs: (String, String),
@@ -79,18 +97,8 @@ pub struct Router {
     layout: channel::Receiver<Arc<ClusterLayout>>,
     limits: Limits,
     allow_flushall: bool,
-    /// The log's notes this node knows are made.
-    log_notes: log::LogNotes,
-    /// The local log index in front of the shards that index tags.
-    log_index: Arc<LogIndex>,
-    /// This node's publish/subscribe subscribers.
-    pubsub: Arc<PubSub>,
-    /// Requests waiting here for a service's reply (`service.rs`).
-    reply_slots: ReplySlots,
     /// Where this node's clients send requests, for leaders that follow them.
     origins: origin::OriginCounter,
-    /// Large values beside the log.
-    blobs: Arc<crate::blob::Blobs>,
     /// Users and their permissions; none: nothing is checked.
     users: Option<Arc<crate::auth::Users>>,
     /// This node's data disk: the shards it leads refuse writes that add data while it is
@@ -98,38 +106,26 @@ pub struct Router {
     disk: Arc<DiskSpace>,
     /// Where requests for shards not held here go.
     remote: remote::RemoteShards,
+    /// The subsystems above, once the router that holds them is built.
+    subsystems: OnceLock<Weak<dyn Subsystems>>,
 }
 
-/// What a router is built from.
-pub struct RouterParts {
+/// What a kernel is built from.
+pub struct KernelParts {
     pub replicas: Arc<Replicas>,
     pub peers: PeerClient,
     pub meta: Arc<MetaClient>,
     pub layout: channel::Receiver<Arc<ClusterLayout>>,
     pub limits: Limits,
     pub allow_flushall: bool,
-    /// The local log index's bound (0: off).
-    pub log_index_bytes: usize,
     pub client_addrs: (String, String),
-    pub blobs: crate::blob::BlobConfig,
-    /// The node's blob files (shared with the replicas' repair sinks).
-    pub blob_files: Arc<crate::blob::files::BlobFiles>,
     pub users: Option<Arc<crate::auth::Users>>,
     pub disk: Arc<DiskSpace>,
 }
 
-impl Router {
-    pub fn new(parts: RouterParts) -> Self {
-        let blobs = Arc::new(crate::blob::Blobs::new(
-            parts.blobs,
-            parts.blob_files,
-            parts.peers.clone(),
-            parts.layout.clone(),
-            (parts.replicas.node_id(), parts.replicas.clone()),
-            parts.disk.clone(),
-        ));
-        Router {
-            blobs,
+impl Kernel {
+    pub fn new(parts: KernelParts) -> Self {
+        Kernel {
             users: parts.users,
             disk: parts.disk,
             node_id: parts.replicas.node_id(),
@@ -140,13 +136,27 @@ impl Router {
             layout: parts.layout,
             limits: parts.limits,
             allow_flushall: parts.allow_flushall,
-            log_notes: log::LogNotes::default(),
-            log_index: Arc::new(LogIndex::new(parts.log_index_bytes)),
-            pubsub: Arc::default(),
-            reply_slots: ReplySlots::default(),
             origins: origin::OriginCounter::default(),
             remote: remote::RemoteShards::default(),
+            subsystems: OnceLock::new(),
         }
+    }
+
+    /// Hands the kernel the subsystems above it (once, as the router is built).
+    pub fn set_subsystems(&self, subsystems: Weak<dyn Subsystems>) {
+        let _ = self.subsystems.set(subsystems);
+    }
+
+    fn subsystems(&self) -> Result<Arc<dyn Subsystems>, FirnError> {
+        self.subsystems
+            .get()
+            .and_then(Weak::upgrade)
+            .ok_or_else(|| FirnError::Unavailable("this node is starting or stopping".into()))
+    }
+
+    /// Runs any request after `ctx` to its answer, through the subsystem it belongs to.
+    pub async fn execute(&self, ctx: &CallContext, request: Request) -> Result<Answer, FirnError> {
+        self.subsystems()?.execute(ctx, request).await
     }
 
     /// The users file's users; none: nothing is checked.
@@ -167,18 +177,18 @@ impl Router {
         &self.replicas
     }
 
-    /// This node's blob files and the reading of blobs.
-    pub fn blobs(&self) -> &Arc<crate::blob::Blobs> {
-        &self.blobs
-    }
-
     pub fn meta(&self) -> &Arc<MetaClient> {
         &self.meta
     }
 
-    /// This node's local log index.
-    pub fn log_index(&self) -> &LogIndex {
-        &self.log_index
+    /// The node's stated limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The peers, reached by typed calls.
+    pub fn peers(&self) -> &PeerClient {
+        &self.peers
     }
 
     /// The layout this node follows.
@@ -193,7 +203,7 @@ impl Router {
 
     /// Whether a write that adds data may be proposed to `shard` here: not while this
     /// node's disk, or that of a node holding (or being given) a replica of it, is low.
-    fn disk_allows(&self, shard: ShardId) -> Result<(), FirnError> {
+    pub fn disk_allows(&self, shard: ShardId) -> Result<(), FirnError> {
         if !self.disk.any_peer_low() {
             return self.disk.check();
         }
@@ -207,7 +217,7 @@ impl Router {
     }
 
     /// The layout, or why requests cannot be routed yet.
-    fn routable_layout(&self) -> Result<Arc<ClusterLayout>, FirnError> {
+    pub fn routable_layout(&self) -> Result<Arc<ClusterLayout>, FirnError> {
         let layout = self.layout();
         if !layout.is_routable() {
             return Err(FirnError::Unavailable(
@@ -272,45 +282,26 @@ impl Router {
         }
     }
 
-    /// Validates and starts a request after `ctx`. A write this node proposes is proposed
-    /// before this returns, so requests submitted one after another apply in that order (a
-    /// forwarded write is awaited here for the same reason); a read is executed at once.
-    pub async fn submit(&self, ctx: &CallContext, request: Request) -> Pending {
-        match request {
-            // A value above the inline limit goes beside the log; the upload is over (and
-            // the manifest proposed) before this returns, keeping a connection's order.
-            Request::Kv(KvRequest::Write(KvWrite::Put(put)))
-                if put.value.len() > self.limits.value_bytes_max =>
-            {
-                if put.value.len() > RESP_VALUE_BYTES_MAX {
-                    return ready(Err(FirnError::ValueTooLarge {
-                        len: put.value.len(),
-                        max: RESP_VALUE_BYTES_MAX,
-                    }));
-                }
-                let value = put.value.clone();
-                ready(self.put_large(ctx, put, blob::once(value)).await)
-            }
-            Request::Kv(KvRequest::Read(KvRead::Snapshot { of, at })) => {
-                self.snapshot(ctx, of, at).await
-            }
-            Request::Kv(kv) => self.submit_kv(ctx, kv).await,
-            Request::Log(log) => self.submit_log(ctx, log).await,
-            Request::Admin(admin) => ready(self.admin(admin).await),
-            Request::Group(group) => self.submit_group(ctx, group).await,
+    /// Checks a manifest before it is proposed: whole, within the limit, empty inline value,
+    /// and uploaded to the key's shard.
+    fn check_manifest(&self, put: &PutRequest, blob: &BlobRef) -> Result<(), FirnError> {
+        if !blob.is_consistent() || !put.value.is_empty() || blob.size == 0 {
+            return Err(FirnError::BadArgument("a malformed blob manifest".into()));
         }
-    }
-
-    /// Runs a request after `ctx` to its answer; a write refused for now is sent again
-    /// (`again_while_refused`: nothing else of the caller's was submitted after it).
-    pub async fn execute(&self, ctx: &CallContext, request: Request) -> Result<Answer, FirnError> {
-        let since = Instant::now();
-        let again = request.resent_when_refused().then(|| request.clone());
-        let result = self.submit(ctx, request).await.await;
-        match again {
-            Some(write) => self.again_while_refused(ctx, write, since, result).await,
-            None => result,
+        if blob.size > BLOB_BYTES_MAX {
+            return Err(FirnError::ValueTooLarge {
+                len: blob.size as usize,
+                max: BLOB_BYTES_MAX as usize,
+            });
         }
+        let shard = self.routable_layout()?.shard_of_key(put.key.as_bytes());
+        if shard != blob.shard {
+            return Err(FirnError::TryAgain(format!(
+                "the value was uploaded to shard {}, but the key is now in shard {shard}",
+                blob.shard
+            )));
+        }
+        Ok(())
     }
 
     /// A snapshot: one time T for every shard, then the read of each at T (each waits until
@@ -326,7 +317,7 @@ impl Router {
         });
         // The read is at `at`: the client's token matters only for choosing it.
         let read = self
-            .submit_kv(&CallContext::default(), KvRequest::Read(of.read_at(at)))
+            .plan_and_start(&CallContext::default(), KvRequest::Read(of.read_at(at)))
             .await;
         Box::pin(async move {
             let answer = read.await?;
@@ -366,8 +357,17 @@ impl Router {
             .unwrap_or(now)
     }
 
+    /// Starts a kv request after `ctx`: a snapshot reads every shard at one time; anything
+    /// else is planned over the shards.
+    pub async fn submit_kv(&self, ctx: &CallContext, request: KvRequest) -> Pending {
+        match request {
+            KvRequest::Read(KvRead::Snapshot { of, at }) => self.snapshot(ctx, of, at).await,
+            request => self.plan_and_start(ctx, request).await,
+        }
+    }
+
     /// Plans a kv request over the shards and starts every part, concurrently.
-    async fn submit_kv(&self, ctx: &CallContext, request: KvRequest) -> Pending {
+    async fn plan_and_start(&self, ctx: &CallContext, request: KvRequest) -> Pending {
         let name = match &request {
             KvRequest::Read(r) => r.name(),
             KvRequest::Write(w) => w.name(),
@@ -384,9 +384,6 @@ impl Router {
             }
         };
         self.origins.count(&layout, &request);
-        // FLUSHALL drops every log too: every node's log index must forget them.
-        let forgetting = matches!(request, KvRequest::Write(KvWrite::FlushAll))
-            .then(|| self.forget_everywhere(Forget::Everything));
         let outcome = match plan::plan(&layout, request) {
             Plan::One(shard, part) => self.on_shard(shard, part, ctx.clone(), 0).await,
             Plan::Split { parts, merge, keys } => {
@@ -408,13 +405,7 @@ impl Router {
                 Box::pin(merge.all(started))
             }
         };
-        metered.around(Box::pin(async move {
-            let result = outcome.await;
-            if let Some(forgetting) = forgetting {
-                forgetting.await;
-            }
-            result
-        }))
+        metered.around(outcome)
     }
 
     /// Runs one shard's part where it can be served. The outer future finishes once the
@@ -443,17 +434,14 @@ impl Router {
                 (ShardPart::Read(read), Some(replica)) => {
                     ready(self.read_here(&replica, read, &ctx).await)
                 }
-                (ShardPart::LogRead(read), Some(replica))
-                    if !read.close || replica.leader() == Some(self.node_id) =>
-                {
-                    ready(self.log_page_here(&replica, read, &ctx).await)
-                }
-                (ShardPart::GroupRead(read), Some(replica)) => {
-                    ready(self.group_read_here(&replica, read).await)
-                }
-                (ShardPart::LogTags(read), Some(replica)) => {
-                    ready(self.log_tags_here(&replica, read).await)
-                }
+                (
+                    part
+                    @ (ShardPart::LogRead(_) | ShardPart::GroupRead(_) | ShardPart::LogTags(_)),
+                    Some(replica),
+                ) => match self.serve_here(&replica, part, &ctx).await {
+                    Ok(answer) => ready(answer),
+                    Err(part) => ready(self.forward_to_leader(shard, part, ctx, hops).await),
+                },
                 (ShardPart::Keyspaces, Some(replica)) => ready(
                     self.barrier(shard, false)
                         .await
@@ -463,6 +451,24 @@ impl Router {
                 (part, _) => ready(self.forward_to_leader(shard, part, ctx, hops).await),
             }
         })
+    }
+
+    /// A subsystem's part served by `replica`, or the part back when it must run on the
+    /// leader.
+    async fn serve_here(
+        &self,
+        replica: &Arc<ShardReplica>,
+        part: ShardPart,
+        ctx: &CallContext,
+    ) -> Result<Result<Answer, FirnError>, ShardPart> {
+        let subsystems = match self.subsystems() {
+            Ok(s) => s,
+            Err(e) => return Ok(Err(e)),
+        };
+        match subsystems.serve_here(replica, part, ctx) {
+            Ok(serving) => Ok(serving.await),
+            Err(part) => Err(*part),
+        }
     }
 
     /// Runs a part that is no write on the shard's leader (or a replica of a shard not held
@@ -592,7 +598,7 @@ fn moved_away(shard: ShardId, from: NodeId, to: NodeId, is_write: bool) -> FirnE
     }
 }
 
-fn check_key_count(n: usize) -> Result<(), FirnError> {
+pub fn check_key_count(n: usize) -> Result<(), FirnError> {
     if n == 0 {
         return Err(FirnError::BadArgument(
             "at least one key is required".into(),
@@ -606,7 +612,7 @@ fn check_key_count(n: usize) -> Result<(), FirnError> {
     Ok(())
 }
 
-fn check_page(n: usize) -> Result<(), FirnError> {
+pub fn check_page(n: usize) -> Result<(), FirnError> {
     if n == 0 || n > PAGE_ITEMS_MAX {
         return Err(FirnError::BadArgument(format!(
             "limit {n} is out of range 1..={PAGE_ITEMS_MAX}"
@@ -616,7 +622,7 @@ fn check_page(n: usize) -> Result<(), FirnError> {
 }
 
 /// A prefix is at most as long as a key: no longer one could match anything.
-fn check_prefix(prefix: &[u8]) -> Result<(), FirnError> {
+pub fn check_prefix(prefix: &[u8]) -> Result<(), FirnError> {
     if prefix.len() > KEY_BYTES_MAX {
         return Err(FirnError::BadArgument(format!(
             "prefix is {} bytes; the limit is {KEY_BYTES_MAX}",

@@ -1,4 +1,4 @@
-//! The router as the cluster part's [`ShardHost`]: this node's account of itself, the
+//! The kernel as the cluster part's [`ShardHost`]: this node's account of itself, the
 //! cluster view (every node asked concurrently), and the shard-side steps of replica and
 //! leader moves, run here or on the shard's leader.
 
@@ -8,7 +8,7 @@ use std::time::Duration;
 use firn_model::{CallContext, FirnError, Response};
 use firn_raft::{NodeId, ShardId};
 
-use super::Router;
+use super::Kernel;
 use crate::cluster::follow::OriginCounts;
 use crate::cluster::follow::OriginReport;
 use crate::cluster::layout::ClusterLayout;
@@ -21,7 +21,7 @@ use crate::rpc::{Rpc, SetReplicas, ShardPart, TransferLeader};
 /// describing is a glance, and a node that does not answer at once is shown down.
 const DESCRIBE_TIMEOUT: Duration = Duration::from_millis(500);
 
-impl Router {
+impl Kernel {
     /// This node's own view of itself.
     pub fn describe(&self) -> NodeView {
         let now_us = firn_model::hlc::system_wall_us();
@@ -108,7 +108,7 @@ impl Router {
     }
 }
 
-impl ShardHost for Router {
+impl ShardHost for Kernel {
     fn follow<'a>(&'a self, layout: &'a ClusterLayout) -> HostFuture<'a, Result<(), FirnError>> {
         Box::pin(self.replicas.follow(layout))
     }
@@ -132,7 +132,7 @@ impl ShardHost for Router {
     }
 
     fn cluster_view(&self) -> HostFuture<'_, ClusterView> {
-        Box::pin(Router::cluster_view(self))
+        Box::pin(Kernel::cluster_view(self))
     }
 
     fn origin_counts(&self) -> HostFuture<'_, Vec<OriginReport>> {

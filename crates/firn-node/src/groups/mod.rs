@@ -20,8 +20,8 @@ use firn_model::{
 use firn_store::Op;
 use firn_store::store::group::GroupWake;
 
-use super::log::{check_block, deadline, wait_for_more};
-use super::{Pending, Router, ready};
+use crate::exec::{Kernel, Pending, ready, request_metrics, resend_while_refused};
+use crate::log::{Log, check_block, deadline, wait_for_more};
 use crate::rpc::ShardPart;
 
 /// Longest group or consumer name, in bytes (names are stored behind a 16-bit length).
@@ -161,18 +161,30 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-impl Router {
-    pub(super) async fn submit_group(&self, ctx: &CallContext, request: GroupRequest) -> Pending {
+/// Consumer groups of streams: their changes (deliveries included) proposed on the stream's
+/// shard, their reads, and XREADGROUP's waits.
+pub struct Groups {
+    kernel: Arc<Kernel>,
+    /// The streams the groups read.
+    log: Arc<Log>,
+}
+
+impl Groups {
+    pub fn new(kernel: Arc<Kernel>, log: Arc<Log>) -> Self {
+        Groups { kernel, log }
+    }
+
+    pub async fn submit(&self, ctx: &CallContext, request: GroupRequest) -> Pending {
         let name = match &request {
             GroupRequest::Read(r) => r.name(),
             GroupRequest::Write(w) => w.name(),
         };
-        let metered = super::request_metrics::request(name);
+        let metered = request_metrics::request(name);
         metered.around(self.start_group(ctx, request).await)
     }
 
     async fn start_group(&self, ctx: &CallContext, request: GroupRequest) -> Pending {
-        let layout = match self.routable_layout() {
+        let layout = match self.kernel.routable_layout() {
             Ok(l) => l,
             Err(e) => return ready(Err(e)),
         };
@@ -186,7 +198,8 @@ impl Router {
                 }
                 let shard = layout.shard_of_name(key.as_bytes());
                 let op = Op::Group { key, group, change };
-                self.on_shard(shard, ShardPart::Write(op), ctx.clone(), 0)
+                self.kernel
+                    .on_shard(shard, ShardPart::Write(op), ctx.clone(), 0)
                     .await
             }
             GroupRequest::Write(GroupWrite::ReadGroup {
@@ -202,14 +215,15 @@ impl Router {
             ),
             GroupRequest::Read(read) => {
                 let shard = layout.shard_of_name(read.key().as_bytes());
-                self.on_shard(shard, ShardPart::GroupRead(read), ctx.clone(), 0)
+                self.kernel
+                    .on_shard(shard, ShardPart::GroupRead(read), ctx.clone(), 0)
                     .await
             }
         }
     }
 
     /// One stream's change of an XREADGROUP, on its stream's shard, sent again while it is
-    /// refused for now (nothing applied), as [`Router::again_while_refused`] sends a whole
+    /// refused for now (nothing applied), as [`crate::router::Router::again_while_refused`] sends a whole
     /// write: XREADGROUP is not sent again whole (`Request::resent_when_refused`), since
     /// the streams before this one have delivered already.
     async fn change_one_stream(
@@ -220,13 +234,14 @@ impl Router {
     ) -> Result<Answer, FirnError> {
         let since = Instant::now();
         let send = || async {
-            let shard = self.routable_layout()?.shard_of_name(key.as_bytes());
-            self.on_shard(shard, ShardPart::Write(op.clone()), ctx.clone(), 0)
+            let shard = self.kernel.routable_layout()?.shard_of_name(key.as_bytes());
+            self.kernel
+                .on_shard(shard, ShardPart::Write(op.clone()), ctx.clone(), 0)
                 .await
                 .await
         };
         let first = send().await;
-        super::write::resend_while_refused(since, first, || true, send).await
+        resend_while_refused(since, first, || true, send).await
     }
 
     /// XREADGROUP: one change per stream, in order; with `BLOCK`, while `>` delivered
@@ -258,14 +273,18 @@ impl Router {
             noack,
             deadline: deadline(block_ms),
         };
-        let layout = self.routable_layout()?;
+        let layout = self.kernel.routable_layout()?;
         let mut ctx = ctx.clone();
         // Due times already proposed for (see `wake_for`).
         let mut tried: Vec<u64> = Vec::new();
         loop {
             let applied = streams
                 .iter()
-                .find_map(|(k, _)| self.replicas.get(layout.shard_of_name(k.as_bytes())))
+                .find_map(|(k, _)| {
+                    self.kernel
+                        .replicas()
+                        .get(layout.shard_of_name(k.as_bytes()))
+                })
                 .map(|r| r.store().applied_watch());
             let round = self.read_group_round(&mut ctx, &read, &streams).await?;
             if !round.found.is_empty() || read.timed_out() {
@@ -353,7 +372,7 @@ impl Router {
             for (i, (key, last)) in waiting.iter().enumerate() {
                 if let Some(from) = last.successor() {
                     let q = LogQuery::stream(key.clone(), from, LogSeq::MAX, 1, false);
-                    if !self.query(ctx, &q).await?.is_empty() {
+                    if !self.log.query(ctx, &q).await?.is_empty() {
                         break 'wait;
                     }
                 }
@@ -400,9 +419,9 @@ impl Router {
         key: &Key,
         group: &Bytes,
     ) -> Result<Option<GroupWake>, FirnError> {
-        let layout = self.routable_layout()?;
+        let layout = self.kernel.routable_layout()?;
         let shard = layout.shard_of_name(key.as_bytes());
-        if let Some(replica) = self.replicas.get(shard) {
+        if let Some(replica) = self.kernel.replicas().get(shard) {
             let (key, group) = (key.clone(), group.clone());
             return tokio::task::spawn_blocking(move || replica.store().group_wake(&key, &group))
                 .await
@@ -410,6 +429,7 @@ impl Router {
         }
         let read = GroupRead::Groups { key: key.clone() };
         let answer = match self
+            .kernel
             .on_shard(shard, ShardPart::GroupRead(read), ctx.clone(), 0)
             .await
             .await
@@ -436,12 +456,12 @@ impl Router {
 
     /// A read of group state on this node's replica of the stream's shard, after the
     /// barrier; idle times are this node's clock's (a read changes nothing).
-    pub(super) async fn group_read_here(
+    pub(crate) async fn read_here(
         &self,
         replica: &Arc<firn_raft::ShardReplica>,
         read: GroupRead,
     ) -> Result<Answer, FirnError> {
-        self.barrier(replica.shard_id(), false).await?;
+        self.kernel.barrier(replica.shard_id(), false).await?;
         let replica = replica.clone();
         let response = tokio::task::spawn_blocking(move || {
             let store = replica.store();

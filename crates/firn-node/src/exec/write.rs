@@ -6,17 +6,17 @@
 //! outcome is unknown (sent, and no answer) is never tried again. One a leader here took and
 //! then refused (it stepped down before appending it: `TRYAGAIN`, nothing applied) is sent
 //! again once its answer is awaited, by a caller that submitted nothing after it
-//! ([`Router::again_while_refused`]); a connection that pipelined later writes behind it
+//! ([`Kernel::again_while_refused`]); a connection that pipelined later writes behind it
 //! gets its `TRYAGAIN`, since a second try would overtake them.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use firn_model::{Answer, CallContext, FirnError, Request};
+use firn_model::{Answer, CallContext, FirnError};
 use firn_raft::ShardId;
 use firn_store::Op;
 
-use super::{LEADER_CHANGE_PAUSE, Pending, Router, ready};
+use super::{Kernel, LEADER_CHANGE_PAUSE, Pending, ready};
 use crate::replicas::LEADER_WAIT;
 use crate::rpc::{CallError, ShardPart};
 
@@ -29,7 +29,7 @@ enum Tried {
     NotTaken(FirnError, Option<Box<Op>>),
 }
 
-impl Router {
+impl Kernel {
     /// Runs a write on its shard's leader. The future finishes once the write is proposed in
     /// order; the `Pending` it yields finishes with the answer (see `on_shard`).
     pub(super) async fn write(
@@ -60,27 +60,6 @@ impl Router {
                 Tried::NotTaken(e, _) => return ready(Err(e)),
             }
         }
-    }
-
-    /// A write answered `TRYAGAIN` (nothing applied: say a leader here stepped down before it
-    /// appended the write) is submitted again every [`LEADER_CHANGE_PAUSE`] until
-    /// [`LEADER_WAIT`] after `since`, when it was first submitted. Only for a caller that
-    /// submitted nothing after the write: a second try would overtake a later write. A write
-    /// spanning shards is `TRYAGAIN` only when no part of it applied (`merge::write_parts`).
-    pub async fn again_while_refused(
-        &self,
-        ctx: &CallContext,
-        write: Request,
-        since: Instant,
-        result: Result<Answer, FirnError>,
-    ) -> Result<Answer, FirnError> {
-        resend_while_refused(
-            since,
-            result,
-            || true,
-            || async { self.submit(ctx, write.clone()).await.await },
-        )
-        .await
     }
 
     async fn try_write(&self, shard: ShardId, op: Op, ctx: &CallContext, hops: u8) -> Tried {
@@ -120,7 +99,7 @@ impl Router {
 /// Sends a write again with `send` every [`LEADER_CHANGE_PAUSE`] while its answer is a
 /// refusal for now ([`refused_for_now`]), until [`LEADER_WAIT`] after `since` or until
 /// `still_fits` says the write no longer fits what it was planned for; then the last answer.
-pub(super) async fn resend_while_refused<F, Fut>(
+pub async fn resend_while_refused<F, Fut>(
     since: Instant,
     mut result: Result<Answer, FirnError>,
     mut still_fits: impl FnMut() -> bool,

@@ -9,10 +9,12 @@
 mod read;
 mod tags;
 
-pub(super) use read::{check_block, deadline, wait_for_more};
+pub(crate) use read::{check_block, deadline, wait_for_more};
+
+pub mod index;
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use firn_model::log::{LOG_BATCH_RECORDS_MAX, LOG_READ_RECORDS_MAX, LOG_SHARDS_MAX, LOG_TAGS_MAX};
 use firn_model::{
@@ -23,8 +25,8 @@ use firn_raft::ShardId;
 use firn_store::Op;
 use firn_store::command::StreamAppend;
 
-use super::{Pending, Router, ready};
-use crate::log_index::Forget;
+use self::index::{Forget, LogIndex};
+use crate::exec::{Kernel, Pending, merge, ready, request_metrics};
 use crate::rpc::ShardPart;
 
 /// Most notes a node remembers. Past it the memory is emptied and notes are made again as
@@ -55,13 +57,37 @@ impl LogNotes {
     }
 }
 
-impl Router {
-    pub(super) async fn submit_log(&self, ctx: &CallContext, request: LogRequest) -> Pending {
+/// The shared log: appends, reads of a tag (through the local index first), trims, the
+/// tags' listing, and the Redis streams on top.
+pub struct Log {
+    kernel: Arc<Kernel>,
+    /// The log's notes this node knows are made.
+    notes: LogNotes,
+    /// The local log index in front of the shards that index tags.
+    index: Arc<LogIndex>,
+}
+
+impl Log {
+    /// The log over `kernel`, with a local index of at most `index_bytes` (0: off).
+    pub fn new(kernel: Arc<Kernel>, index_bytes: usize) -> Self {
+        Log {
+            kernel,
+            notes: LogNotes::default(),
+            index: Arc::new(LogIndex::new(index_bytes)),
+        }
+    }
+
+    /// This node's local log index.
+    pub fn index(&self) -> &LogIndex {
+        &self.index
+    }
+
+    pub async fn submit(&self, ctx: &CallContext, request: LogRequest) -> Pending {
         let name = match &request {
             LogRequest::Read(r) => r.name(),
             LogRequest::Write(w) => w.name(),
         };
-        let metered = super::request_metrics::request(name);
+        let metered = request_metrics::request(name);
         let pending = match request {
             LogRequest::Write(w) => self
                 .log_write(ctx, w)
@@ -75,7 +101,7 @@ impl Router {
     // ---- writes ------------------------------------------------------------------------
 
     async fn log_write(&self, ctx: &CallContext, write: LogWrite) -> Result<Pending, FirnError> {
-        let layout = self.routable_layout()?;
+        let layout = self.kernel.routable_layout()?;
         if layout.lane(Durability::Disk).len() as u32 > LOG_SHARDS_MAX {
             return Err(FirnError::Refused(format!(
                 "the log supports at most {LOG_SHARDS_MAX} shards"
@@ -116,14 +142,15 @@ impl Router {
                         stream: None,
                     };
                     started.push(
-                        self.on_shard(home, ShardPart::Write(op), ctx.clone(), 0)
+                        self.kernel
+                            .on_shard(home, ShardPart::Write(op), ctx.clone(), 0)
                             .await,
                     );
                     order.push(positions);
                 }
                 Ok(Box::pin(async move {
                     let answers = futures::future::join_all(started).await;
-                    let answers = super::merge::write_parts(answers)?;
+                    let answers = merge::write_parts(answers)?;
                     let total = order.iter().map(Vec::len).sum();
                     let mut out = vec![None; total];
                     for (answer, positions) in answers.into_iter().zip(order) {
@@ -146,7 +173,7 @@ impl Router {
                 trim,
                 no_create,
             } => {
-                self.limits.check_value(payload.len())?;
+                self.kernel.limits().check_value(payload.len())?;
                 let home = layout.shard_of_name(key.as_bytes());
                 let op = Op::LogAppend {
                     log: key.clone(),
@@ -162,6 +189,7 @@ impl Router {
                     }),
                 };
                 Ok(self
+                    .kernel
                     .on_shard(home, ShardPart::Write(op), ctx.clone(), 0)
                     .await)
             }
@@ -169,6 +197,7 @@ impl Router {
                 let home = layout.shard_of_name(key.as_bytes());
                 let op = Op::StreamTrim { key, trim };
                 Ok(self
+                    .kernel
                     .on_shard(home, ShardPart::Write(op), ctx.clone(), 0)
                     .await)
             }
@@ -181,6 +210,7 @@ impl Router {
                 let home = layout.shard_of_name(key.as_bytes());
                 let op = Op::StreamDel { key, ids };
                 Ok(self
+                    .kernel
                     .on_shard(home, ShardPart::Write(op), ctx.clone(), 0)
                     .await)
             }
@@ -219,7 +249,8 @@ impl Router {
                         before,
                     };
                     started.push(
-                        self.on_shard(shard, ShardPart::Write(op), ctx.clone(), 0)
+                        self.kernel
+                            .on_shard(shard, ShardPart::Write(op), ctx.clone(), 0)
                             .await,
                     );
                 }
@@ -255,7 +286,7 @@ impl Router {
                     r.tags.len()
                 )));
             }
-            self.limits.check_value(r.payload.len())?;
+            self.kernel.limits().check_value(r.payload.len())?;
         }
         Ok(())
     }
@@ -268,7 +299,7 @@ impl Router {
         layout: &crate::cluster::layout::ClusterLayout,
         note: (Key, Option<Key>, ShardId),
     ) -> Result<Option<CommitTs>, FirnError> {
-        if self.log_notes.contains(&note) {
+        if self.notes.contains(&note) {
             return Ok(None);
         }
         let (log, tag, home) = note.clone();
@@ -291,24 +322,25 @@ impl Router {
             ),
         };
         let answer = self
+            .kernel
             .on_shard(shard, ShardPart::Write(op), CallContext::default(), 0)
             .await
             .await?;
-        self.log_notes.insert(note);
+        self.notes.insert(note);
         Ok(answer.response.newest_stamp())
     }
 
     /// Once a trim or FLUSHALL has committed: every node of the layout forgets in its log
-    /// index what the write removed (see [`crate::log_index`]).
-    pub(super) fn forget_everywhere(
+    /// index what the write removed (see [`index`]).
+    pub(crate) fn forget_everywhere(
         &self,
         forget: Forget,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let nodes = self.layout().nodes.keys().copied().collect();
-        crate::log_index::forget_everywhere(
-            self.log_index.clone(),
-            self.peers.clone(),
-            self.node_id,
+        let nodes = self.kernel.layout().nodes.keys().copied().collect();
+        index::forget_everywhere(
+            self.index.clone(),
+            self.kernel.peers().clone(),
+            self.kernel.node_id(),
             nodes,
             forget,
         )

@@ -8,20 +8,33 @@ use std::time::Duration;
 use firn_model::{CommitTs, FirnError, KeyRange, WatchEvent, WatchFrom, WatchRequest};
 use firn_raft::{ShardId, ShardReplica};
 
-use super::{LEADER_CHANGE_PAUSE, Router, check_prefix};
+mod stream;
+
+pub use stream::WatchStream;
+
+use crate::exec::{Kernel, LEADER_CHANGE_PAUSE, check_prefix};
 use crate::rpc::WatchPoll;
-use crate::watch::WatchStream;
 
 /// How long a remote watch's poll waits for a new version before answering empty.
 const WATCH_POLL_WAIT: Duration = Duration::from_secs(1);
 
-impl Router {
-    pub async fn watch(self: &Arc<Self>, request: WatchRequest) -> Result<WatchStream, FirnError> {
+/// Watches of a key or a prefix: replay, then every new version.
+#[derive(Clone)]
+pub struct Watches {
+    kernel: Arc<Kernel>,
+}
+
+impl Watches {
+    pub fn new(kernel: Arc<Kernel>) -> Self {
+        Watches { kernel }
+    }
+
+    pub async fn watch(&self, request: WatchRequest) -> Result<WatchStream, FirnError> {
         metrics::counter!("firn_requests_total", "op" => "watch").increment(1);
         if let KeyRange::Prefix(p) = &request.target {
             check_prefix(p)?;
         }
-        let layout = self.routable_layout()?;
+        let layout = self.kernel.routable_layout()?;
         let shards: Vec<ShardId> = match &request.target {
             KeyRange::Key(k) => vec![layout.shard_of_key(k.as_bytes())],
             KeyRange::Prefix(_) => layout.shard_ids().collect(),
@@ -30,7 +43,7 @@ impl Router {
             let mut held = Vec::new();
             let mut remote = Vec::new();
             for s in shards {
-                match self.replicas.get(s) {
+                match self.kernel.replicas().get(s) {
                     Some(r) => held.push(r),
                     None => remote.push(s),
                 }
@@ -41,7 +54,7 @@ impl Router {
         let mut live: Vec<_> = held.iter().map(|r| r.store().subscribe()).collect();
         let mut replay = Vec::new();
         for (feed, r) in held.iter().enumerate() {
-            self.barrier(r.shard_id(), false).await?;
+            self.kernel.barrier(r.shard_id(), false).await?;
             // A replay may walk many versions: off the async workers.
             let (store, target, from) = (r.store().clone(), request.target.clone(), request.from);
             let events = tokio::task::spawn_blocking(move || store.replay(&target, from))
@@ -59,7 +72,7 @@ impl Router {
     /// and passes what it gets on, until the watch is dropped. The first poll runs here, so
     /// a bad start (a truncated version) fails the watch at once.
     async fn remote_feed(
-        self: &Arc<Self>,
+        &self,
         shard: ShardId,
         request: &WatchRequest,
     ) -> Result<tokio::sync::broadcast::Receiver<WatchEvent>, FirnError> {
@@ -69,14 +82,14 @@ impl Router {
         for e in events {
             let _ = tx.send(e);
         }
-        let router = self.clone();
+        let watches = self.clone();
         tokio::spawn(async move {
             loop {
                 if tx.receiver_count() == 0 {
                     return; // the watch ended
                 }
                 let from = WatchFrom::Time(cursor.successor());
-                match router.poll_shard(shard, &target, from).await {
+                match watches.poll_shard(shard, &target, from).await {
                     Ok((events, c)) => {
                         cursor = cursor.max(c);
                         for e in events {
@@ -102,20 +115,20 @@ impl Router {
         target: &KeyRange,
         from: WatchFrom,
     ) -> Result<(Vec<WatchEvent>, CommitTs), FirnError> {
-        let leader = self.leader_of(shard).await?;
+        let leader = self.kernel.leader_of(shard).await?;
         let call = WatchPoll {
             shard,
             target: target.clone(),
             from,
         };
-        if leader == self.node_id {
+        if leader == self.kernel.node_id() {
             return self.watch_poll(call).await;
         }
-        let polled = self.peers.call_read(leader, call).await;
-        if polled.is_err() && self.replicas.get(shard).is_none() {
+        let polled = self.kernel.peers().call_read(leader, call).await;
+        if polled.is_err() && self.kernel.replicas().get(shard).is_none() {
             // The replica polled is gone or cut off: the next poll goes to the leader the
             // shard's other replicas name (see `remote`).
-            self.find_remote_leader(shard).await;
+            self.kernel.find_remote_leader(shard).await;
         }
         polled?
     }
@@ -131,7 +144,7 @@ impl Router {
             target,
             from,
         } = call;
-        let replica = self.replicas.require(shard)?;
+        let replica = self.kernel.replicas().require(shard)?;
         let store = replica.store();
         if from == WatchFrom::Now {
             // The start: everything committed from here on.

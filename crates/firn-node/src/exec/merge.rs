@@ -8,7 +8,7 @@ use super::Pending;
 
 /// How a request's part answers combine.
 #[derive(Clone, Copy, Debug)]
-pub(super) enum Merge {
+pub(crate) enum Merge {
     /// Values, back in the order of the request's keys.
     Values,
     /// What each write did, back in the order of the request's keys.
@@ -23,7 +23,7 @@ pub(super) enum Merge {
 
 impl Merge {
     /// Puts per-shard answers of a split request of `n` keys back in the order of its keys.
-    pub(super) async fn split(
+    pub(crate) async fn split(
         self,
         parts: Vec<(Pending, Vec<usize>)>,
         n: usize,
@@ -63,7 +63,7 @@ impl Merge {
     }
 
     /// Combines the answers of a request every shard ran.
-    pub(super) async fn all(self, parts: Vec<Pending>) -> Result<Answer, FirnError> {
+    pub(crate) async fn all(self, parts: Vec<Pending>) -> Result<Answer, FirnError> {
         let mut seen = Seen::default();
         let answers: Vec<Response> = self
             .answers(parts)
@@ -120,10 +120,10 @@ impl Merge {
 /// The answers of a write's parts, each run on its own shard. A part refused for now
 /// (`TRYAGAIN`, `CLUSTERDOWN`: nothing applied there) is the whole write's answer only when no other part
 /// applied: `TRYAGAIN` tells the client to send the write again — and the node its client
-/// reached sends it again itself (`Router::again_while_refused`) — which would apply the
+/// reached sends it again itself (`Kernel::again_while_refused`) — which would apply the
 /// applied parts a second time. Then the write is `UNCERTAIN`, saying how much of it
 /// applied.
-pub(super) fn write_parts(
+pub(crate) fn write_parts(
     answers: Vec<Result<Answer, FirnError>>,
 ) -> Result<Vec<Answer>, FirnError> {
     let n = answers.len();
