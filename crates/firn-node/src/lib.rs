@@ -1,12 +1,14 @@
 //! A Firn node: one `firn serve` process.
 //!
 //! The two front ends, [`resp`] (the Redis protocol) and [`http`] (HTTP/JSON), parse into one
-//! typed request and run it in a client's [`session`] through the [`router`], which plans it
-//! over the shard [`replicas`] held here and elsewhere (reaching other nodes through typed
-//! [`rpc`] calls, answered by [`inbound`]); reads of the shared log go through a bounded
-//! local index first ([`log_index`]). The [`cluster`] part keeps the layout (meta
-//! group, steward, follower) and publishes it on a channel the router reads. A front end
-//! parses and renders; it never holds store logic.
+//! typed request and run it in a client's [`session`] through the [`router`], which sends it
+//! to the subsystem it belongs to: the shared [`log`], consumer [`groups`], [`services`],
+//! [`pubsub`], [`watch`], [`large`] values, [`admin`]. Each subsystem plans its requests onto
+//! the execution kernel ([`exec`]), which runs each part on the shard [`replicas`] held here
+//! or forwards it elsewhere (reaching other nodes through typed [`rpc`] calls, answered by
+//! [`inbound`]); kv requests are the kernel's own. The [`cluster`] part keeps the layout
+//! (meta group, steward, follower) and publishes it on a channel the kernel reads. A front
+//! end parses and renders; it never holds store logic.
 
 pub mod admin;
 pub mod auth;

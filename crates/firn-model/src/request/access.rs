@@ -144,10 +144,14 @@ fn range_scope(range: &KeyRange) -> Scope {
 
 fn kv_read(read: &KvRead) -> Vec<Access> {
     match read {
-        KvRead::Get { key, .. } | KvRead::History { key, .. } => vec![Access::read_key(key)],
-        KvRead::MGet { keys, .. } | KvRead::Exists { keys, .. } => {
-            keys.iter().map(Access::read_key).collect()
-        }
+        KvRead::Get { .. }
+        | KvRead::History { .. }
+        | KvRead::MGet { .. }
+        | KvRead::Exists { .. }
+        | KvRead::Snapshot {
+            of: SnapshotOf::Keys(_),
+            ..
+        } => read.keys().map(Access::read_key).collect(),
         KvRead::Scan {
             prefix, pattern, ..
         } => {
@@ -160,19 +164,20 @@ fn kv_read(read: &KvRead) -> Vec<Access> {
                 narrowed.unwrap_or_else(|| prefix.clone()),
             ))]
         }
-        KvRead::Snapshot { of, .. } => match of {
-            SnapshotOf::Keys(keys) => keys.iter().map(Access::read_key).collect(),
-            SnapshotOf::Prefix { prefix, .. } => vec![Access::read(Scope::Prefix(prefix.clone()))],
-        },
+        KvRead::Snapshot {
+            of: SnapshotOf::Prefix { prefix, .. },
+            ..
+        } => vec![Access::read(Scope::Prefix(prefix.clone()))],
         KvRead::DbSize => vec![Access::read(Scope::everything())],
     }
 }
 
 fn kv_write(write: &KvWrite) -> Vec<Access> {
     match write {
-        KvWrite::Put(put) | KvWrite::PutBlob { put, .. } => vec![Access::write_key(&put.key)],
-        KvWrite::Delete { keys } => keys.iter().map(Access::write_key).collect(),
-        KvWrite::MSet { items } => items.iter().map(|(k, _)| Access::write_key(k)).collect(),
+        KvWrite::Put(_)
+        | KvWrite::PutBlob { .. }
+        | KvWrite::Delete { .. }
+        | KvWrite::MSet { .. } => write.keys().map(Access::write_key).collect(),
         KvWrite::Truncate { target, .. } => vec![Access::write(range_scope(target))],
         KvWrite::FlushAll => vec![Access::admin(Scope::everything())],
     }

@@ -1,6 +1,6 @@
 //! What travels beside a request ([`CallContext`]) and beside its answer ([`Answer`]): the
-//! causality token, who asks and from where, by when; and what a read observed and how
-//! stale it may be. Neither is wrapped around the request or the response.
+//! causality token; and what a read observed and how stale it may be. Who asks is checked
+//! where the request arrives (the session), before it runs, and does not travel. Neither is wrapped around the request or the response.
 
 use serde::{Deserialize, Serialize};
 
@@ -13,12 +13,6 @@ pub struct CallContext {
     /// The causality token: the request comes after it. A write is stamped above it; a read
     /// of consistency `local` waits until its replica has closed it.
     pub after: Option<CommitTs>,
-    /// Who asks (room for authentication; nothing checks it yet).
-    pub principal: Option<String>,
-    /// Wall-clock microseconds since the epoch after which the client no longer waits.
-    pub deadline_us: Option<u64>,
-    /// The node the client is connected to.
-    pub origin: Option<u64>,
 }
 
 impl CallContext {
@@ -26,7 +20,6 @@ impl CallContext {
     pub fn after(token: Option<CommitTs>) -> Self {
         CallContext {
             after: token.filter(|t| *t > CommitTs::ZERO),
-            ..CallContext::default()
         }
     }
 }

@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::{KeyRange, PutRequest, ReadAt, ReadConsistency, TruncateBefore};
+use super::{KeyRange, KvRequest, PutRequest, ReadAt, ReadConsistency, TruncateBefore};
 use crate::hlc::CommitTs;
 use crate::key::{Key, Version};
 
@@ -120,7 +120,41 @@ impl SnapshotOf {
     }
 }
 
+/// The keys a kv request names one by one, in its order: what access checks, origin
+/// counting and planning read (a scan, a prefix truncate, `DBSIZE` and `FLUSHALL` name a
+/// range or everything instead, and none here).
+pub type NamedKeys<'a> = Box<dyn Iterator<Item = &'a Key> + 'a>;
+
+impl KvRequest {
+    /// See [`NamedKeys`].
+    pub fn keys(&self) -> NamedKeys<'_> {
+        match self {
+            KvRequest::Read(r) => r.keys(),
+            KvRequest::Write(w) => w.keys(),
+        }
+    }
+}
+
 impl KvRead {
+    /// See [`NamedKeys`].
+    pub fn keys(&self) -> NamedKeys<'_> {
+        match self {
+            KvRead::Get { key, .. } | KvRead::History { key, .. } => Box::new(std::iter::once(key)),
+            KvRead::MGet { keys, .. }
+            | KvRead::Exists { keys, .. }
+            | KvRead::Snapshot {
+                of: SnapshotOf::Keys(keys),
+                ..
+            } => Box::new(keys.iter()),
+            KvRead::Scan { .. }
+            | KvRead::Snapshot {
+                of: SnapshotOf::Prefix { .. },
+                ..
+            }
+            | KvRead::DbSize => Box::new(std::iter::empty()),
+        }
+    }
+
     /// How fresh the read must be (a snapshot reads at a closed time: as fresh as that).
     pub fn consistency(&self) -> ReadConsistency {
         match self {
@@ -168,6 +202,20 @@ impl KvRead {
 }
 
 impl KvWrite {
+    /// See [`NamedKeys`].
+    pub fn keys(&self) -> NamedKeys<'_> {
+        match self {
+            KvWrite::Put(p) | KvWrite::PutBlob { put: p, .. } => Box::new(std::iter::once(&p.key)),
+            KvWrite::Delete { keys } => Box::new(keys.iter()),
+            KvWrite::MSet { items } => Box::new(items.iter().map(|(k, _)| k)),
+            KvWrite::Truncate {
+                target: KeyRange::Key(key),
+                ..
+            } => Box::new(std::iter::once(key)),
+            KvWrite::Truncate { .. } | KvWrite::FlushAll => Box::new(std::iter::empty()),
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             KvWrite::Put(_) | KvWrite::PutBlob { .. } => "put",

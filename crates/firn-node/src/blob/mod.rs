@@ -1,6 +1,6 @@
 //! Large values beside the log (SplitFT's bulk path). A value above the inline limit is
 //! streamed in chunks to every replica of its shard ([`files`]), sealed on a majority, and
-//! only then is its manifest proposed (`router/blob.rs`). Reads stream the blob from this
+//! only then is its manifest proposed (`large/`). Reads stream the blob from this
 //! node's file or, chunk by chunk, from another replica, checking every chunk's digest.
 //! A replica that lacks a blob a version names fetches it ([`repair`]); files no version
 //! names any more are deleted ([`sweep`]).

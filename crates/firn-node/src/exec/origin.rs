@@ -9,8 +9,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use bytes::Bytes;
-use firn_model::{Key, KeyRange, KvRead, KvRequest, KvWrite};
+use firn_model::{Key, KvRead, KvRequest};
 use firn_raft::{NodeId, ShardId};
 
 use crate::cluster::follow::{OriginReport, Pull, follows_any};
@@ -71,26 +70,19 @@ impl OriginCounter {
     /// Counts a client's `request` once for each (shard, pull) its keys fall in. Nothing is
     /// looked up when no keyspace follows or is pinned.
     pub fn count(&self, layout: &ClusterLayout, request: &KvRequest) {
-        match request {
-            KvRequest::Read(read) => self.count_read(layout, read),
-            KvRequest::Write(write) => self.count_keys(layout, write_keys(write)),
+        if counts_anything(layout) {
+            self.count_keys(layout, request.keys());
         }
     }
 
     /// [`OriginCounter::count`] for a read.
     pub fn count_read(&self, layout: &ClusterLayout, read: &KvRead) {
-        self.count_keys(layout, read_keys(read));
+        if counts_anything(layout) {
+            self.count_keys(layout, read.keys());
+        }
     }
 
-    fn count_keys(&self, layout: &ClusterLayout, keys: Keys<'_>) {
-        if layout.placements.is_empty() || !follows_any(layout) {
-            return;
-        }
-        let (one, many, items) = keys;
-        let keys = one
-            .into_iter()
-            .chain(many)
-            .chain(items.iter().map(|(k, _)| k));
+    fn count_keys<'a>(&self, layout: &ClusterLayout, keys: impl Iterator<Item = &'a Key>) {
         let mut pulls: Vec<(ShardId, Pull)> = Vec::new();
         for key in keys.take(KEYS_COUNTED_MAX) {
             let Some(pull) = Pull::of(layout.placement_for(key.as_bytes()).follow) else {
@@ -138,36 +130,17 @@ impl OriginCounter {
     }
 }
 
-/// The keys a request names one by one: one key, a list, or the keys of key-value pairs.
-type Keys<'a> = (Option<&'a Key>, &'a [Key], &'a [(Key, Bytes)]);
-
-/// A read's keys (none for a scan, a snapshot — counted as the read it becomes — or DBSIZE).
-fn read_keys(read: &KvRead) -> Keys<'_> {
-    match read {
-        KvRead::Get { key, .. } | KvRead::History { key, .. } => (Some(key), &[], &[]),
-        KvRead::MGet { keys, .. } | KvRead::Exists { keys, .. } => (None, keys, &[]),
-        KvRead::Scan { .. } | KvRead::Snapshot { .. } | KvRead::DbSize => (None, &[], &[]),
-    }
-}
-
-/// A write's keys (none for a prefix truncate or FLUSHALL).
-fn write_keys(write: &KvWrite) -> Keys<'_> {
-    match write {
-        KvWrite::Put(p) | KvWrite::PutBlob { put: p, .. } => (Some(&p.key), &[], &[]),
-        KvWrite::Delete { keys } => (None, keys, &[]),
-        KvWrite::MSet { items } => (None, &[], items),
-        KvWrite::Truncate {
-            target: KeyRange::Key(key),
-            ..
-        } => (Some(key), &[], &[]),
-        KvWrite::Truncate { .. } | KvWrite::FlushAll => (None, &[], &[]),
-    }
+/// Whether any keyspace follows its clients or is pinned: nothing is counted otherwise.
+fn counts_anything(layout: &ClusterLayout) -> bool {
+    !layout.placements.is_empty() && follows_any(layout)
 }
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
     use firn_model::{
-        Follow, KeyspaceDef, KeyspacePlacement, KeyspaceSpec, PutRequest, ReadAt, ReadConsistency,
+        Follow, KeyspaceDef, KeyspacePlacement, KeyspaceSpec, KvWrite, PutRequest, ReadAt,
+        ReadConsistency,
     };
 
     use super::*;

@@ -134,7 +134,7 @@ impl Session {
         self.lock().saw_result(result)
     }
 
-    /// A put whose value streams in (see [`Router::put_streamed`]), in this session.
+    /// A put whose value streams in (see [`LargeValues::put_streamed`]), in this session.
     async fn put_streamed(
         &self,
         router: &Router,

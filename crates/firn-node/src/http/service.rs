@@ -1,7 +1,7 @@
 //! `POST /v1/services/{name}?key=k&timeout_ms=N`: request/response over HTTP. The body is the
 //! request's payload and the answer's body is the worker's reply (raw bytes both ways); no
 //! reply within the timeout is `504` with the usual error body (`TIMEOUT`). The work is the
-//! router's (`router/service.rs`), as FIRN.REQUEST's is.
+//! router's (`services/`), as FIRN.REQUEST's is.
 
 use std::sync::Arc;
 

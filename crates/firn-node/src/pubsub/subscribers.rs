@@ -3,7 +3,7 @@
 //! Redis: nothing is stored, a message reaches the subscribers present when it arrives, and
 //! one whose queue is full loses it (counted in `firn_pubsub_messages_dropped_total`) rather
 //! than slow the publisher or grow without bound. It never touches Raft, the disk or the
-//! network: fanning a message out to other nodes is the router's (`router/publish.rs`).
+//! network: fanning a message out to other nodes is the router's (`pubsub/`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};

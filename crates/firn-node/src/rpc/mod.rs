@@ -250,14 +250,14 @@ pub struct WatchPoll {
     pub from: WatchFrom,
 }
 
-/// A PUBLISH made at another node (see `router/publish.rs`).
+/// A PUBLISH made at another node (see `pubsub/`).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Publish {
     pub channel: bytes::Bytes,
     pub message: bytes::Bytes,
 }
 
-/// A worker's reply for a request waiting at another node (see `router/service.rs`).
+/// A worker's reply for a request waiting at another node (see `services/`).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ServiceReply {
     pub token: u64,

@@ -2,7 +2,7 @@
 //! requests come from. It owns the rules — the dominant origin, how long it must hold, the
 //! minimum interval between moves, pins, the replica to add first — as pure functions of the
 //! counts, the layout, the leader and a time passed in; it never reads a clock, counts a
-//! request or moves anything (the router counts, `router/origin.rs`; the steward's
+//! request or moves anything (the router counts, `exec/origin.rs`; the steward's
 //! [`round`] gathers the counts and acts).
 
 pub mod round;

@@ -519,7 +519,7 @@ impl Model {
         }
     }
 
-    /// The tier's answer, as `Router::query` gives it: `None` for TRIMMED or an unknown tag.
+    /// The tier's answer, as `Log::query` gives it: `None` for TRIMMED or an unknown tag.
     fn answer(&self, tag: usize, q: &LogQuery) -> Option<Vec<LogRecord>> {
         let fk = self.first_kept.get(&tag).copied().unwrap_or_default();
         let below = if q.reverse {

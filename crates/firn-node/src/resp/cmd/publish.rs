@@ -1,4 +1,4 @@
-//! PUBLISH (this node's subscribers and every other node's, see `router/publish.rs`) and
+//! PUBLISH (this node's subscribers and every other node's, see `pubsub/`) and
 //! PUBSUB CHANNELS | NUMSUB | NUMPAT, which answer for this node alone.
 
 use bytes::Bytes;

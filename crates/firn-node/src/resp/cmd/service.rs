@@ -1,5 +1,5 @@
 //! FIRN.REQUEST, FIRN.SERVE and FIRN.REPLY: request/response over a service's consumer
-//! group (see `router/service.rs`, which does the work). They parse into a
+//! group (see `services/`, which does the work). They parse into a
 //! [`ServiceAction`] rather than a model request, because a worker's consumer name is its
 //! connection's, and the connection runs it (giving up when the client goes away).
 
