@@ -3,6 +3,7 @@
 //! meta group and the shard replicas, each with its log and its state in the log and state
 //! databases of its [`Stripe`]).
 
+use firn_store::SystemOp;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -407,7 +408,7 @@ impl Replicas {
                     .iter()
                     .any(|k| k.max_age_us.is_some())
             {
-                replica.write(Op::ExpireByAge).await?;
+                replica.write(Op::System(SystemOp::ExpireByAge)).await?;
             }
         }
         Ok(())

@@ -42,6 +42,9 @@ pub struct Session {
     token: Option<CommitTs>,
     name: Option<Bytes>,
     principal: Principal,
+    /// Whether its answers carry large values whole (RESP), rather than naming them for the
+    /// front end to stream (HTTP).
+    whole_values: bool,
 }
 
 /// How far ahead of this node's clock a token a client brings may be: stamps come from the
@@ -63,6 +66,14 @@ pub fn check_token(t: CommitTs) -> Result<CommitTs, FirnError> {
 }
 
 impl Session {
+    /// A session whose answers carry large values whole (a RESP connection's).
+    pub fn answering_whole_values() -> Self {
+        Session {
+            whole_values: true,
+            ..Session::default()
+        }
+    }
+
     /// A session that comes after `token` (checked by [`check_token`]).
     pub fn after(token: Option<CommitTs>) -> Result<Self, FirnError> {
         Ok(Session {
@@ -123,6 +134,45 @@ impl Session {
         result.map(|a| self.saw(a))
     }
 
+    /// Takes an outcome in as its client will see it: large values read into it if this
+    /// session answers them whole (up to `RESP_VALUE_BYTES_MAX`), and the token raised to
+    /// what it shows.
+    pub async fn take(
+        &mut self,
+        router: &Router,
+        result: Result<Answer, FirnError>,
+    ) -> Result<Answer, FirnError> {
+        let result = match self.whole_values {
+            true => router.large().with_blob_values(result).await,
+            false => result,
+        };
+        self.saw_result(result)
+    }
+
+    /// Runs `request` to its answer in this session: checked against whom it acts for, run
+    /// after its token, and taken in (see [`Session::take`]).
+    pub async fn run(&mut self, router: &Router, request: Request) -> Result<Answer, FirnError> {
+        self.authorize(&request.access())?;
+        let result = router.execute(&self.context(), request).await;
+        self.take(router, result).await
+    }
+
+    /// A put whose value streams in (HTTP; see `LargeValues::put_streamed`), run as
+    /// [`Session::run`] runs a request.
+    pub async fn put_streamed(
+        &mut self,
+        router: &Router,
+        put: firn_model::PutRequest,
+        body: impl futures::Stream<Item = Result<Bytes, FirnError>> + Send + Unpin,
+    ) -> Result<Answer, FirnError> {
+        self.authorize(&[Access::write_key(&put.key)])?;
+        let result = router
+            .large()
+            .put_streamed(&self.context(), put, body)
+            .await;
+        self.take(router, result).await
+    }
+
     /// Starts `request` after this session's token (see [`Router::submit`]).
     pub async fn submit(&self, router: &Router, request: Request) -> Started {
         let ctx = self.context();
@@ -133,15 +183,5 @@ impl Session {
             pending: router.submit(&ctx, request).await,
             again,
         }
-    }
-
-    /// Runs `request` in this session to its answer.
-    pub async fn execute(
-        &mut self,
-        router: &Router,
-        request: Request,
-    ) -> Result<Answer, FirnError> {
-        let result = router.execute(&self.context(), request).await;
-        self.saw_result(result)
     }
 }

@@ -10,6 +10,7 @@
 //! it at once ([`Demand`], `ShardReplica::close_through`), and closes go on every `every`
 //! again for a while.
 
+use firn_store::SystemOp;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -123,7 +124,7 @@ pub(crate) async fn run(
         }
         let close = LogCommand(Command {
             ts: now,
-            op: Op::CloseTime,
+            op: Op::System(SystemOp::CloseTime),
         });
         // Without a quorum the entry waits; the next tick tries again.
         if let Ok(Err(RaftError::Fatal(_))) =

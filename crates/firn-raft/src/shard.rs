@@ -1,5 +1,6 @@
 //! One replica of one shard: an openraft group over the fjall log and the versioned store.
 
+use firn_store::SystemOp;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::PathBuf;
@@ -70,7 +71,7 @@ pub struct ShardConfig {
     /// behind catches up from the log rather than by a snapshot transfer.
     pub snapshot_catchup_entries: u64,
     /// How this replica, when it leads a shard without writes, closes time
-    /// (`Op::CloseTime` entries; see [`crate::closer`]). `None`: never (the meta group, or
+    /// (`SystemOp::CloseTime` entries; see [`crate::closer`]). `None`: never (the meta group, or
     /// closing turned off).
     pub closing: Option<ClosePolicy>,
     /// The group's initial members (node id → peer address).
@@ -369,7 +370,9 @@ impl ShardReplica {
             return Ok(());
         }
         self.clock.observe(t);
-        self.write(Op::CloseTime).await.map(|_| ())
+        self.write(Op::System(SystemOp::CloseTime))
+            .await
+            .map(|_| ())
     }
 
     /// Whether a reader here that waits for time to close should ask the shard's leader to

@@ -3,6 +3,7 @@
 
 mod common;
 
+use firn_model::KvWrite;
 use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +29,7 @@ async fn put(replica: &ShardReplica, k: &str, v: &str) -> u64 {
         Key::new(Bytes::copy_from_slice(k.as_bytes())).unwrap(),
         Bytes::copy_from_slice(v.as_bytes()),
     );
-    match replica.write(Op::Put(req)).await.unwrap() {
+    match replica.write(Op::Kv(KvWrite::Put(req))).await.unwrap() {
         Response::Written(w) => w[0].version,
         other => panic!("{other:?}"),
     }

@@ -3,6 +3,7 @@
 
 mod common;
 
+use firn_model::KvWrite;
 use std::io;
 use std::ops::Bound;
 use std::sync::Arc;
@@ -96,7 +97,7 @@ async fn a_long_apply_leaves_the_async_worker_free_for_other_tasks() {
     let started = Instant::now();
     let write = tokio::spawn({
         let replica = replica.clone();
-        async move { replica.write(Op::FlushAll).await }
+        async move { replica.write(Op::Kv(KvWrite::FlushAll)).await }
     });
     let written = write.await.unwrap().unwrap();
     assert!(matches!(written, Response::Done), "{written:?}");
@@ -134,7 +135,7 @@ async fn reads_past_the_waiting_bound_of_a_stuck_read_round_are_told_to_try_agai
     backend.write_delay_ms.store(1_500, Ordering::Relaxed);
     let write = tokio::spawn({
         let replica = replica.clone();
-        async move { replica.write(Op::FlushAll).await }
+        async move { replica.write(Op::Kv(KvWrite::FlushAll)).await }
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     let first = tokio::spawn({

@@ -7,6 +7,7 @@
 mod link;
 mod nodes;
 
+use firn_model::KvWrite;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -34,7 +35,7 @@ async fn fill(replica: &ShardReplica, keys: usize, value_bytes: usize, concurren
         let writes = (start..keys.min(start + concurrency)).map(|i| {
             let value = Bytes::from(vec![(i % 251) as u8; value_bytes]);
             let key = Key::new(Bytes::from(format!("key{i:08}"))).unwrap();
-            replica.write(Op::Put(PutRequest::new(key, value)))
+            replica.write(Op::Kv(KvWrite::Put(PutRequest::new(key, value))))
         });
         for answer in futures::future::join_all(writes).await {
             assert!(matches!(answer.unwrap(), Response::Written(_)));

@@ -68,7 +68,7 @@ fn main() {
                     let key = Key::new(format!("key:{:012}", seed % keys)).unwrap();
                     Command {
                         ts: CommitTs::new(wall, 0),
-                        op: Op::Put(PutRequest::new(key, value.clone())),
+                        op: Op::Kv(KvWrite::Put(PutRequest::new(key, value.clone()))),
                     }
                 })
                 .collect();

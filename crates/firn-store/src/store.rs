@@ -9,6 +9,7 @@
 //! [`BULK_BATCH_WRITES_MAX`] writes, the bookkeeping in the last, so a crash part-way
 //! applies it again from the start — it is idempotent — and readers may see it half done.
 
+use firn_model::KvWrite;
 use std::io;
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, RwLock};
@@ -340,7 +341,7 @@ impl VersionedStore {
                     txn.events.truncate(mark.1);
                     txn.live_delta = mark.2;
                 }
-                Ok(_) => flushed_all |= matches!(cmd.op, Op::FlushAll),
+                Ok(_) => flushed_all |= matches!(cmd.op, Op::Kv(KvWrite::FlushAll)),
             }
             results.push(outcome);
         }

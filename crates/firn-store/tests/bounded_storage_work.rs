@@ -2,6 +2,8 @@
 //! most `BULK_BATCH_WRITES_MAX` writes, and replay a crash part-way through to the same state;
 //! walks over a whole history read at most `HISTORY_PAGE_VERSIONS` versions at a time.
 
+use firn_model::KvWrite;
+use firn_store::SystemOp;
 use std::io;
 use std::ops::Bound;
 use std::sync::Arc;
@@ -124,7 +126,12 @@ fn fill(store: &VersionedStore, prefix: &str, count: usize, versions: usize, wal
                     )
                 })
                 .collect();
-            apply(store, wall_us + round as u64, Op::MSet { items }).unwrap();
+            apply(
+                store,
+                wall_us + round as u64,
+                Op::Kv(KvWrite::MSet { items }),
+            )
+            .unwrap();
         }
     }
 }
@@ -143,7 +150,10 @@ fn flushall_writes_at_most_the_bulk_bound_per_batch_and_leaves_no_key() {
     fill(&store, "k", keys, 1, 1_000);
     backend.reset();
 
-    assert_eq!(apply(&store, 10_000, Op::FlushAll).unwrap(), Response::Done);
+    assert_eq!(
+        apply(&store, 10_000, Op::Kv(KvWrite::FlushAll)).unwrap(),
+        Response::Done
+    );
 
     let largest = backend.largest_batch.load(Ordering::SeqCst);
     assert!(
@@ -174,10 +184,10 @@ fn prefix_truncate_and_age_retention_write_bounded_batches_and_remove_the_same_v
     let removed = apply(
         &store,
         10_000,
-        Op::Truncate {
+        Op::Kv(KvWrite::Truncate {
             target: KeyRange::Prefix("p/".into()),
             before: TruncateBefore::Version(3),
-        },
+        }),
     )
     .unwrap();
     assert_eq!(
@@ -209,9 +219,9 @@ fn prefix_truncate_and_age_retention_write_bounded_batches_and_remove_the_same_v
         max_age_us: Some(1_000),
         ..KeyspaceSpec::default_keyspace()
     };
-    apply(&store, 10_001, Op::KeyspaceCreate(spec)).unwrap();
+    apply(&store, 10_001, Op::System(SystemOp::KeyspaceCreate(spec))).unwrap();
     backend.reset();
-    let removed = apply(&store, 20_000, Op::ExpireByAge).unwrap();
+    let removed = apply(&store, 20_000, Op::System(SystemOp::ExpireByAge)).unwrap();
     assert_eq!(
         removed,
         Response::Truncated {
@@ -233,9 +243,9 @@ fn truncating_one_long_history_writes_bounded_batches() {
         apply(
             &store,
             1_000 + i as u64,
-            Op::MSet {
+            Op::Kv(KvWrite::MSet {
                 items: vec![(key("long"), Bytes::from("v"))],
-            },
+            }),
         )
         .unwrap();
     }
@@ -243,10 +253,10 @@ fn truncating_one_long_history_writes_bounded_batches() {
     let removed = apply(
         &store,
         1_000_000,
-        Op::Truncate {
+        Op::Kv(KvWrite::Truncate {
             target: KeyRange::Key(key("long")),
             before: TruncateBefore::Time(CommitTs::new(1_000 + versions as u64 - 1, 0)),
-        },
+        }),
     )
     .unwrap();
     assert_eq!(
@@ -308,15 +318,15 @@ fn a_bulk_delete_cut_short_by_a_crash_applies_again_to_the_same_state() {
         fill(store, "p/", BULK_BATCH_WRITES_MAX, 3, 1_000);
         fill(store, "q/", 100, 2, 1_000);
     };
-    replay_after_crash_matches_one_clean_apply(setup, cmd(10_000, Op::FlushAll), 2);
+    replay_after_crash_matches_one_clean_apply(setup, cmd(10_000, Op::Kv(KvWrite::FlushAll)), 2);
     replay_after_crash_matches_one_clean_apply(
         setup,
         cmd(
             10_000,
-            Op::Truncate {
+            Op::Kv(KvWrite::Truncate {
                 target: KeyRange::Prefix("p/".into()),
                 before: TruncateBefore::Time(CommitTs::new(1_002, 0)),
-            },
+            }),
         ),
         2,
     );
@@ -326,9 +336,9 @@ fn a_bulk_delete_cut_short_by_a_crash_applies_again_to_the_same_state() {
             apply(
                 store,
                 1_000 + i,
-                Op::MSet {
+                Op::Kv(KvWrite::MSet {
                     items: vec![(key("long"), Bytes::from("v"))],
-                },
+                }),
             )
             .unwrap();
         }
@@ -337,13 +347,13 @@ fn a_bulk_delete_cut_short_by_a_crash_applies_again_to_the_same_state() {
         long,
         cmd(
             1_000_000,
-            Op::Truncate {
+            Op::Kv(KvWrite::Truncate {
                 target: KeyRange::Key(key("long")),
                 before: TruncateBefore::Time(CommitTs::new(
                     1_000 + 2 * BULK_BATCH_WRITES_MAX as u64 - 1,
                     0,
                 )),
-            },
+            }),
         ),
         2,
     );
@@ -368,7 +378,7 @@ fn walks_over_a_long_history_read_a_page_of_versions_at_a_time_and_answer_the_sa
     for v in 1..=versions {
         let mut put = PutRequest::new(key("h/long"), Bytes::from(format!("{v}")));
         put.event_time_us = Some(event_time(v));
-        apply(&store, 1_000 + v, Op::Put(put)).unwrap();
+        apply(&store, 1_000 + v, Op::Kv(KvWrite::Put(put))).unwrap();
     }
     let stamp = |v: u64| {
         store
@@ -413,10 +423,10 @@ fn walks_over_a_long_history_read_a_page_of_versions_at_a_time_and_answer_the_sa
     let removed = apply(
         &store,
         1_000_000,
-        Op::Truncate {
+        Op::Kv(KvWrite::Truncate {
             target: KeyRange::Key(key("h/long")),
             before: TruncateBefore::Time(cut),
-        },
+        }),
     )
     .unwrap();
     assert_eq!(

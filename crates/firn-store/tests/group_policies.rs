@@ -579,7 +579,7 @@ fn entries_dealt_before_a_configure_back_to_first_are_still_handed_and_setid_kee
 #[test]
 fn hrw_keytag_keys_entries_by_their_first_tag_other_than_the_stream() {
     use firn_model::StreamId;
-    use firn_store::command::{Op, StreamAppend};
+    use firn_store::command::{LogOp, Op, StreamAppend};
     let s = store();
     let options = policy(DeliveryPolicy::Hrw(GroupKey::Tag));
     create_with(&s, 1_000, options).unwrap();
@@ -592,7 +592,7 @@ fn hrw_keytag_keys_entries_by_their_first_tag_other_than_the_stream() {
         apply(
             &s,
             1_000,
-            Op::LogAppend {
+            Op::Log(LogOp::Append {
                 log: key(),
                 home: 0,
                 records: vec![firn_model::NewRecord {
@@ -604,7 +604,7 @@ fn hrw_keytag_keys_entries_by_their_first_tag_other_than_the_stream() {
                     trim: None,
                     no_create: false,
                 }),
-            },
+            }),
         )
         .unwrap();
     }

@@ -3,9 +3,11 @@
 //! applying the same entries hold the same groups.
 
 use bytes::Bytes;
+use firn_model::KvWrite;
 use firn_model::{
     ClaimOptions, FirnError, GroupChange, GroupEntry, GroupOptions, GroupStart, LogSeq, Response,
 };
+use firn_store::LogOp;
 use firn_store::backend::Table;
 use firn_store::command::Op;
 
@@ -106,10 +108,10 @@ fn reading_own_pending_entries_counts_a_delivery_and_shows_deleted_entries_as_no
     apply(
         &s,
         310,
-        Op::StreamDel {
+        Op::Log(LogOp::StreamDel {
             key: key(),
             ids: ids(&[2]),
-        },
+        }),
     )
     .unwrap();
     let r = change(
@@ -243,10 +245,10 @@ fn claims_move_idle_entries_and_count_deliveries() {
     apply(
         &s,
         5_010,
-        Op::StreamDel {
+        Op::Log(LogOp::StreamDel {
             key: key(),
             ids: ids(&[3]),
-        },
+        }),
     )
     .unwrap();
     let r = change(
@@ -312,7 +314,7 @@ fn a_missing_stream_or_group_answers_redis_errors_and_flushall_drops_groups() {
     assert_eq!(s.groups(&key()).unwrap().len(), 1);
     add(&s, 200, 1);
     deliver(&s, 201, "a", 1);
-    apply(&s, 300, Op::FlushAll).unwrap();
+    apply(&s, 300, Op::Kv(KvWrite::FlushAll)).unwrap();
     for table in [Table::Groups, Table::GroupPending, Table::GroupConsumers] {
         let rows = s
             .backend()

@@ -2,11 +2,13 @@
 //! truncation, FLUSHALL, and how versions are numbered after them.
 
 use bytes::Bytes;
+use firn_model::KvWrite;
 use firn_model::{
     CommitTs, FirnError, KeyRange, KeyspaceMode, KeyspaceSpec, PutRequest, ReadAt, Response,
     TruncateBefore, WatchFrom, WriteCondition,
 };
 use firn_store::Op;
+use firn_store::SystemOp;
 
 mod store_support;
 use store_support::*;
@@ -23,7 +25,7 @@ fn latest_and_notify_keyspaces_keep_only_the_newest_or_nothing() {
             mode,
             ..KeyspaceSpec::default_keyspace()
         };
-        apply(&store, 1, Op::KeyspaceCreate(spec)).unwrap();
+        apply(&store, 1, Op::System(SystemOp::KeyspaceCreate(spec))).unwrap();
     }
     let mut events = store.subscribe();
     put(&store, 2, "last/a", "1");
@@ -65,7 +67,7 @@ fn max_versions_retention_drops_the_oldest_at_apply() {
         max_versions: Some(2),
         ..KeyspaceSpec::default_keyspace()
     };
-    apply(&store, 1, Op::KeyspaceCreate(spec)).unwrap();
+    apply(&store, 1, Op::System(SystemOp::KeyspaceCreate(spec))).unwrap();
     for i in 0..5 {
         put(&store, 10 + i, "t/k", &i.to_string());
     }
@@ -90,12 +92,12 @@ fn expire_by_age_keeps_the_newest_version() {
         max_age_us: Some(1_000),
         ..KeyspaceSpec::default_keyspace()
     };
-    apply(&store, 1, Op::KeyspaceCreate(spec)).unwrap();
+    apply(&store, 1, Op::System(SystemOp::KeyspaceCreate(spec))).unwrap();
     put(&store, 100, "a/k", "old");
     put(&store, 200, "a/k", "older-but-newest");
     put(&store, 100, "other", "untouched");
     put(&store, 101, "other", "untouched2");
-    let removed = apply(&store, 10_000, Op::ExpireByAge).unwrap();
+    let removed = apply(&store, 10_000, Op::System(SystemOp::ExpireByAge)).unwrap();
     assert_eq!(
         removed,
         Response::Truncated {
@@ -115,10 +117,10 @@ fn truncate_by_version_and_time_never_drops_the_newest() {
     let r = apply(
         &store,
         200,
-        Op::Truncate {
+        Op::Kv(KvWrite::Truncate {
             target: KeyRange::Key(key("k")),
             before: TruncateBefore::Version(3),
-        },
+        }),
     );
     assert_eq!(
         r.unwrap(),
@@ -129,10 +131,10 @@ fn truncate_by_version_and_time_never_drops_the_newest() {
     let r = apply(
         &store,
         201,
-        Op::Truncate {
+        Op::Kv(KvWrite::Truncate {
             target: KeyRange::Key(key("k")),
             before: TruncateBefore::Time(ts[3]),
-        },
+        }),
     );
     assert_eq!(
         r.unwrap(),
@@ -143,10 +145,10 @@ fn truncate_by_version_and_time_never_drops_the_newest() {
     let r = apply(
         &store,
         202,
-        Op::Truncate {
+        Op::Kv(KvWrite::Truncate {
             target: KeyRange::Prefix("k".into()),
             before: TruncateBefore::Version(99),
-        },
+        }),
     );
     assert_eq!(
         r.unwrap(),
@@ -174,10 +176,10 @@ fn flushall_drops_every_key_but_keeps_keyspaces() {
         prefix: "x/".into(),
         ..KeyspaceSpec::default_keyspace()
     };
-    apply(&store, 1, Op::KeyspaceCreate(spec)).unwrap();
+    apply(&store, 1, Op::System(SystemOp::KeyspaceCreate(spec))).unwrap();
     put(&store, 2, "x/a", "1");
     put(&store, 3, "b", "1");
-    apply(&store, 4, Op::FlushAll).unwrap();
+    apply(&store, 4, Op::Kv(KvWrite::FlushAll)).unwrap();
     assert_eq!(store.live_keys(), 0);
     assert_eq!(value_at(&store, "b", ReadAt::Latest), None);
     assert_eq!(store.keyspaces().len(), 2);
@@ -192,7 +194,7 @@ fn writes_after_a_flush_or_truncation_number_versions_from_what_is_stored() {
     let store = mem_store();
     put(&store, 1, "k", "a");
     put(&store, 2, "k", "b");
-    apply(&store, 3, Op::FlushAll).unwrap();
+    apply(&store, 3, Op::Kv(KvWrite::FlushAll)).unwrap();
     assert_eq!(
         put(&store, 4, "k", "c").version,
         1,
@@ -207,10 +209,10 @@ fn writes_after_a_flush_or_truncation_number_versions_from_what_is_stored() {
     apply(
         &store,
         6,
-        Op::Truncate {
+        Op::Kv(KvWrite::Truncate {
             target: KeyRange::Key(key("k")),
             before: TruncateBefore::Version(3),
-        },
+        }),
     )
     .unwrap();
     let w = put(&store, 7, "k", "e");
@@ -224,10 +226,10 @@ fn writes_after_a_flush_or_truncation_number_versions_from_what_is_stored() {
     let refused = apply(
         &store,
         8,
-        Op::Put(PutRequest {
+        Op::Kv(KvWrite::Put(PutRequest {
             condition: WriteCondition::IfVersion(1),
             ..put_req("k", "f")
-        }),
+        })),
     );
     assert!(
         matches!(refused, Err(FirnError::Conflict { current: 3 })),

@@ -1,5 +1,7 @@
 //! Behaviour of the versioned state machine, on both backends.
 
+use firn_model::KvWrite;
+use firn_store::SystemOp;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -44,14 +46,14 @@ fn cput_with_stale_version_conflicts_and_writes_nothing() {
     put(&store, 2, "k", "b");
     let mut req = put_req("k", "stale");
     req.condition = WriteCondition::IfVersion(1);
-    let err = apply(&store, 3, Op::Put(req)).unwrap_err();
+    let err = apply(&store, 3, Op::Kv(KvWrite::Put(req))).unwrap_err();
     assert_eq!(err, FirnError::Conflict { current: 2 });
     assert_eq!(value_at(&store, "k", ReadAt::Latest).as_deref(), Some("b"));
     assert_eq!(store.history(b"k", 1, None, 100, None).unwrap().len(), 2);
 
     let mut req = put_req("k", "fresh");
     req.condition = WriteCondition::IfVersion(2);
-    apply(&store, 4, Op::Put(req)).unwrap();
+    apply(&store, 4, Op::Kv(KvWrite::Put(req))).unwrap();
     assert_eq!(
         value_at(&store, "k", ReadAt::Latest).as_deref(),
         Some("fresh")
@@ -59,9 +61,9 @@ fn cput_with_stale_version_conflicts_and_writes_nothing() {
 
     let mut absent = put_req("new", "x");
     absent.condition = WriteCondition::IfVersion(0);
-    apply(&store, 5, Op::Put(absent.clone())).unwrap();
+    apply(&store, 5, Op::Kv(KvWrite::Put(absent.clone()))).unwrap();
     assert_eq!(
-        apply(&store, 6, Op::Put(absent)).unwrap_err(),
+        apply(&store, 6, Op::Kv(KvWrite::Put(absent))).unwrap_err(),
         FirnError::Conflict { current: 1 }
     );
 }
@@ -73,9 +75,9 @@ fn delete_writes_a_tombstone_version_that_history_shows() {
     let Response::Written(w) = apply(
         &store,
         2,
-        Op::Delete {
+        Op::Kv(KvWrite::Delete {
             keys: vec![key("k"), key("absent")],
-        },
+        }),
     )
     .unwrap() else {
         panic!()
@@ -90,7 +92,7 @@ fn delete_writes_a_tombstone_version_that_history_shows() {
     // A deleted key counts as absent for if_version 0.
     let mut req = put_req("k", "again");
     req.condition = WriteCondition::IfVersion(0);
-    let Response::Written(w) = apply(&store, 3, Op::Put(req)).unwrap() else {
+    let Response::Written(w) = apply(&store, 3, Op::Kv(KvWrite::Put(req))).unwrap() else {
         panic!()
     };
     assert_eq!(w[0].version, 3);
@@ -134,7 +136,7 @@ fn event_time_reads_pick_the_greatest_event_time_not_after_t() {
     ] {
         let mut req = put_req("s", v);
         req.event_time_us = Some(ev);
-        apply(&store, wall, Op::Put(req)).unwrap();
+        apply(&store, wall, Op::Kv(KvWrite::Put(req))).unwrap();
     }
     assert_eq!(
         value_at(&store, "s", ReadAt::EventTime(250)).as_deref(),
@@ -199,9 +201,9 @@ fn scan_pages_by_cursor_and_filters_by_pattern_and_time() {
     let Response::Written(gone) = apply(
         &store,
         40,
-        Op::Delete {
+        Op::Kv(KvWrite::Delete {
             keys: vec![key("user:9")],
-        },
+        }),
     )
     .unwrap() else {
         panic!()
@@ -236,9 +238,9 @@ fn fjall_backend_keeps_versions_and_bookkeeping_across_reopen() {
             .apply(
                 &Command {
                     ts: CommitTs::new(3, 0),
-                    op: Op::Delete {
+                    op: Op::Kv(KvWrite::Delete {
                         keys: vec![key("k")],
-                    },
+                    }),
                 },
                 vec![(b"applied".to_vec(), b"7".to_vec())],
             )
@@ -294,8 +296,8 @@ proptest! {
         for (k, wall, value) in ops {
             let name = format!("k{k}");
             let op = match value {
-                Some(v) => Op::Put(put_req(&name, &v.to_string())),
-                None => Op::Delete { keys: vec![key(&name)] },
+                Some(v) => Op::Kv(KvWrite::Put(put_req(&name, &v.to_string()))),
+                None => Op::Kv(KvWrite::Delete { keys: vec![key(&name)] }),
             };
             let resp = apply(&store, wall, op).unwrap();
             let Response::Written(w) = resp else { panic!() };
@@ -330,10 +332,10 @@ proptest! {
         }
         let before = (cut % (stamps.len() + 1)) as u64;
         if before > 1 {
-            apply(&store, wall + 1, Op::Truncate {
+            apply(&store, wall + 1, Op::Kv(KvWrite::Truncate {
                 target: KeyRange::Key(key("k")),
                 before: TruncateBefore::Version(before),
-            }).unwrap();
+            })).unwrap();
         }
         let oldest = before.max(1);
         // Probe exactly at each stamp and just after it.
@@ -371,22 +373,22 @@ proptest! {
             let before = stored_latest(&k);
             let cmd = |op: Op| Command { ts: CommitTs::new(wall, 0), op };
             let written = match kind {
-                0 => Some(apply(&store, wall, Op::Put(put_req(&k, "v"))).unwrap()),
-                1 => Some(apply(&store, wall, Op::Delete { keys: vec![key(&k)] }).unwrap()),
+                0 => Some(apply(&store, wall, Op::Kv(KvWrite::Put(put_req(&k, "v")))).unwrap()),
+                1 => Some(apply(&store, wall, Op::Kv(KvWrite::Delete { keys: vec![key(&k)] })).unwrap()),
                 2 => {
                     let before = TruncateBefore::Version(n);
-                    apply(&store, wall, Op::Truncate { target: KeyRange::Key(key(&k)), before }).unwrap();
+                    apply(&store, wall, Op::Kv(KvWrite::Truncate { target: KeyRange::Key(key(&k)), before })).unwrap();
                     None
                 }
                 3 => {
-                    apply(&store, wall, Op::FlushAll).unwrap();
+                    apply(&store, wall, Op::Kv(KvWrite::FlushAll)).unwrap();
                     None
                 }
                 4 => {
                     // A refused put, then one that writes, in one storage batch.
                     let mut stale = put_req(&k, "stale");
                     stale.condition = WriteCondition::IfVersion(before + n);
-                    let cmds = [cmd(Op::Put(stale)), cmd(Op::Put(put_req(&k, "v")))];
+                    let cmds = [cmd(Op::Kv(KvWrite::Put(stale))), cmd(Op::Kv(KvWrite::Put(put_req(&k, "v"))))];
                     let refs: Vec<&Command> = cmds.iter().collect();
                     let mut results = store.apply_batch(&refs, Vec::new()).unwrap();
                     prop_assert!(results[0].is_err());
@@ -415,7 +417,7 @@ fn a_batch_of_commands_applies_in_order_and_a_rejected_one_changes_nothing() {
         p.condition = cond;
         Command {
             ts: CommitTs::new(wall, 0),
-            op: Op::Put(p),
+            op: Op::Kv(KvWrite::Put(p)),
         }
     };
     let cmds = [
@@ -425,9 +427,9 @@ fn a_batch_of_commands_applies_in_order_and_a_rejected_one_changes_nothing() {
         cmd(9, "c", WriteCondition::Always),
         Command {
             ts: CommitTs::new(9, 0),
-            op: Op::Delete {
+            op: Op::Kv(KvWrite::Delete {
                 keys: vec![key("k"), key("never")],
-            },
+            }),
         },
     ];
     let refs: Vec<&Command> = cmds.iter().collect();
@@ -467,12 +469,12 @@ fn a_store_serves_only_the_keys_of_its_lane_and_a_misrouted_write_changes_nothin
         durability: Durability::Memory,
         ..KeyspaceSpec::default_keyspace()
     };
-    apply(&store, 1, Op::KeyspaceCreate(memory)).unwrap();
+    apply(&store, 1, Op::System(SystemOp::KeyspaceCreate(memory))).unwrap();
     let w = put(&store, 10, "m/a", "1");
     assert_eq!(w.durability, Durability::Memory);
 
     // A key of the default (disk) keyspace was routed here by an old layout: refused.
-    let refused = apply(&store, 20, Op::Put(put_req("d/a", "x")));
+    let refused = apply(&store, 20, Op::Kv(KvWrite::Put(put_req("d/a", "x"))));
     assert!(
         matches!(refused, Err(FirnError::TryAgain(_))),
         "{refused:?}"
@@ -482,12 +484,12 @@ fn a_store_serves_only_the_keys_of_its_lane_and_a_misrouted_write_changes_nothin
         Err(FirnError::TryAgain(_))
     ));
     // One misrouted key in an MSET refuses the whole of it, before anything is written.
-    let mset = Op::MSet {
+    let mset = Op::Kv(KvWrite::MSet {
         items: vec![
             (key("m/b"), Bytes::from_static(b"2")),
             (key("d/b"), Bytes::from_static(b"2")),
         ],
-    };
+    });
     assert!(matches!(
         apply(&store, 30, mset),
         Err(FirnError::TryAgain(_))

@@ -55,8 +55,7 @@ pub enum KvRead {
     DbSize,
 }
 
-/// A write of keys: what a shard's log carries (see `firn_store::Op`, which every
-/// `KvWrite` becomes).
+/// A write of keys, as it travels into a shard's log too (`firn_store::Op::Kv`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum KvWrite {
     Put(PutRequest),

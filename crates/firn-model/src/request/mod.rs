@@ -231,6 +231,25 @@ impl Request {
             )
     }
 
+    /// How a front end that pipelines runs this request among the ones sent with it.
+    pub fn pipelining(&self) -> Pipelining {
+        match self {
+            Request::Kv(KvRequest::Read(_)) => Pipelining::Batched,
+            Request::Log(LogRequest::Read(LogRead::Query(q))) if q.block_ms.is_some() => {
+                Pipelining::Blocking
+            }
+            Request::Log(LogRequest::Read(LogRead::Streams {
+                block_ms: Some(_), ..
+            }))
+            | Request::Group(GroupRequest::Write(GroupWrite::ReadGroup {
+                block_ms: Some(_),
+                ..
+            })) => Pipelining::Blocking,
+            Request::Log(LogRequest::Read(_)) => Pipelining::AfterWrites,
+            _ => Pipelining::InOrder,
+        }
+    }
+
     /// A short name for metrics and logs.
     pub fn name(&self) -> &'static str {
         match self {
@@ -243,6 +262,22 @@ impl Request {
             Request::Group(GroupRequest::Write(w)) => w.name(),
         }
     }
+}
+
+/// How a request runs among the ones a client pipelined with it ([`Request::pipelining`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pipelining {
+    /// A kv read: gathered with the reads next to it and served behind one barrier, after
+    /// the writes sent before it have started.
+    Batched,
+    /// A read of the log: once the writes sent before it have answered.
+    AfterWrites,
+    /// A read that may wait for what it reads (`BLOCK`): after every answer before it, alone,
+    /// and given up if its client goes away.
+    Blocking,
+    /// Anything else: started in order (a write proposed before the next request starts),
+    /// its answer awaited in order.
+    InOrder,
 }
 
 impl Response {

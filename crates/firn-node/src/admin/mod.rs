@@ -9,6 +9,7 @@ use firn_model::{
     ReadAt, ReadConsistency, Response,
 };
 use firn_store::Op;
+use firn_store::SystemOp;
 
 use std::sync::Arc;
 
@@ -45,7 +46,7 @@ impl Admin {
                 .map(|defs| Answer::new(Response::KeyspaceDefs(defs))),
             AdminRequest::KeyspaceCreate(def) => {
                 def.spec.validate()?;
-                let op = Op::KeyspaceCreate(def.spec.clone());
+                let op = Op::System(SystemOp::KeyspaceCreate(def.spec.clone()));
                 self.define(def, false, op).await
             }
             AdminRequest::LocalRegion => match self.kernel.replicas().local_region() {
@@ -60,8 +61,12 @@ impl Admin {
                     prefix: prefix.clone(),
                     ..KeyspaceSpec::default_keyspace()
                 };
-                self.define(KeyspaceDef::new(spec), true, Op::KeyspaceDrop { prefix })
-                    .await
+                self.define(
+                    KeyspaceDef::new(spec),
+                    true,
+                    Op::System(SystemOp::KeyspaceDrop { prefix }),
+                )
+                .await
             }
         };
         if result.is_err() {

@@ -7,6 +7,7 @@
 //! [`ClusterLayout::next_move`] decides, one replica at a time, how replicas move so that
 //! every shard has its replication factor and every node holds an even share.
 
+use firn_store::SystemOp;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
@@ -509,13 +510,15 @@ pub fn keyspace_repairs(want: &[KeyspaceSpec], has: &[KeyspaceSpec]) -> Vec<Op> 
     let mut fixes: Vec<Op> = want
         .iter()
         .filter(|w| !has.contains(w))
-        .map(|w| Op::KeyspaceCreate(w.clone()))
+        .map(|w| Op::System(SystemOp::KeyspaceCreate(w.clone())))
         .collect();
     fixes.extend(
         has.iter()
             .filter(|h| !h.prefix.is_empty() && !want.iter().any(|w| w.prefix == h.prefix))
-            .map(|h| Op::KeyspaceDrop {
-                prefix: h.prefix.clone(),
+            .map(|h| {
+                Op::System(SystemOp::KeyspaceDrop {
+                    prefix: h.prefix.clone(),
+                })
             }),
     );
     fixes

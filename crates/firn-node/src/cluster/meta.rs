@@ -8,6 +8,7 @@
 //! layout is the JSON value of one key, changed by compare-and-set on its version. Its
 //! history is therefore the history of the cluster's shape.
 
+use firn_model::KvWrite;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -76,7 +77,10 @@ impl Meta {
         let value = serde_json::to_vec(layout).map_err(|e| FirnError::Internal(e.to_string()))?;
         let mut put = PutRequest::new(Key::new(Bytes::from_static(LAYOUT_KEY))?, value.into());
         put.condition = WriteCondition::IfVersion(if_version);
-        self.replica.write(Op::Put(put)).await.map(|_| ())
+        self.replica
+            .write(Op::Kv(KvWrite::Put(put)))
+            .await
+            .map(|_| ())
     }
 
     /// On the meta leader: stores the first layout, unless one exists already.

@@ -92,31 +92,34 @@ pub(super) fn plan(layout: &ClusterLayout, request: KvRequest) -> Plan {
             }
         },
         KvRequest::Write(write) => match write {
-            KvWrite::Put(p) => Plan::One(shard(&p.key), ShardPart::Write(Op::Put(p))),
+            KvWrite::Put(p) => Plan::One(shard(&p.key), ShardPart::Write(Op::Kv(KvWrite::Put(p)))),
             // The manifest goes where its blob was uploaded: the key's shard (checked).
-            KvWrite::PutBlob { put, blob } => {
-                Plan::One(blob.shard, ShardPart::Write(Op::PutBlob { put, blob }))
-            }
+            KvWrite::PutBlob { put, blob } => Plan::One(
+                blob.shard,
+                ShardPart::Write(Op::Kv(KvWrite::PutBlob { put, blob })),
+            ),
             KvWrite::Truncate {
                 target: KeyRange::Key(k),
                 before,
             } => Plan::One(
                 shard(&k),
-                ShardPart::Write(Op::Truncate {
+                ShardPart::Write(Op::Kv(KvWrite::Truncate {
                     target: KeyRange::Key(k),
                     before,
-                }),
+                })),
             ),
             KvWrite::Delete { keys } => split_keys(
                 keys,
-                &|keys| ShardPart::Write(Op::Delete { keys }),
+                &|keys| ShardPart::Write(Op::Kv(KvWrite::Delete { keys })),
                 Merge::Written,
             ),
             KvWrite::MSet { items } => {
                 let n = items.len();
                 let parts = split(items, |(k, _)| shard(k))
                     .into_iter()
-                    .map(|(s, (items, pos))| (s, ShardPart::Write(Op::MSet { items }), pos))
+                    .map(|(s, (items, pos))| {
+                        (s, ShardPart::Write(Op::Kv(KvWrite::MSet { items })), pos)
+                    })
                     .collect();
                 Plan::Split {
                     parts,
@@ -125,7 +128,7 @@ pub(super) fn plan(layout: &ClusterLayout, request: KvRequest) -> Plan {
                 }
             }
             write @ (KvWrite::Truncate { .. } | KvWrite::FlushAll) => {
-                everywhere(ShardPart::Write(Op::from(write)), Merge::Truncated)
+                everywhere(ShardPart::Write(Op::Kv(write)), Merge::Truncated)
             }
         },
     }

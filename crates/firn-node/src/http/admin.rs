@@ -145,7 +145,9 @@ pub(super) async fn remove_node(
     axum::Extension(session): axum::Extension<Session>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    session.authorize(&[firn_model::Access::admin(firn_model::Scope::everything())])?;
+    session
+        .authorize(&[firn_model::Access::admin(firn_model::Scope::everything())])
+        .await?;
     let id = id
         .parse()
         .map_err(|_| FirnError::BadArgument(format!("node id '{id}' is not a number")))?;

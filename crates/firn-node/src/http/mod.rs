@@ -119,41 +119,37 @@ pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> 
 const AFTER_HEADER: &str = "firn-after";
 const TOKEN_HEADER: &str = "firn-token";
 
-/// One HTTP request's session: it comes after the client's token, and its answer carries
-/// the newest stamp the client has now seen. HTTP has no connection state, so the client
-/// keeps the token between requests.
+/// One HTTP request's session (HTTP has no connection state, so the client keeps the token
+/// between requests): the one [`ClientSession`] both front ends run requests in, shared
+/// between the `sessions` layer, which makes it and writes its token on the answer, and
+/// the endpoint, which runs the request in it. It holds no logic of its own.
 #[derive(Clone)]
-struct Session(Arc<std::sync::Mutex<ClientSession>>);
+struct Session(Arc<tokio::sync::Mutex<ClientSession>>);
 
 impl Session {
-    /// Executes `request` after the client's token and raises the token to what it shows.
+    /// See [`ClientSession::run`].
     async fn execute(&self, router: &Router, request: Request) -> Result<Answer, FirnError> {
-        self.authorize(&request.access())?;
-        let ctx = self.lock().context();
-        let result = router.execute(&ctx, request).await;
-        self.lock().saw_result(result)
+        self.0.lock().await.run(router, request).await
     }
 
-    /// A put whose value streams in (see [`LargeValues::put_streamed`]), in this session.
+    /// See [`ClientSession::put_streamed`].
     async fn put_streamed(
         &self,
         router: &Router,
         put: firn_model::PutRequest,
         body: impl futures::Stream<Item = Result<axum::body::Bytes, FirnError>> + Send + Unpin,
     ) -> Result<Answer, FirnError> {
-        self.authorize(&[firn_model::Access::write_key(&put.key)])?;
-        let ctx = self.lock().context();
-        let result = router.large().put_streamed(&ctx, put, body).await;
-        self.lock().saw_result(result)
+        self.0.lock().await.put_streamed(router, put, body).await
     }
 
     /// Whether the request's user may do what `needs` names (see [`crate::auth`]).
-    fn authorize(&self, needs: &[firn_model::Access]) -> Result<(), FirnError> {
-        self.lock().authorize(needs)
+    async fn authorize(&self, needs: &[firn_model::Access]) -> Result<(), FirnError> {
+        self.0.lock().await.authorize(needs)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, ClientSession> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    /// The context of the session's next call.
+    async fn context(&self) -> firn_model::CallContext {
+        self.0.lock().await.context()
     }
 }
 
@@ -224,7 +220,7 @@ async fn sessions(
     let session = match ClientSession::after(after) {
         Ok(mut s) => {
             s.set_principal(principal);
-            Session(Arc::new(std::sync::Mutex::new(s)))
+            Session(Arc::new(tokio::sync::Mutex::new(s)))
         }
         Err(e) => return refused(e),
     };
@@ -232,7 +228,7 @@ async fn sessions(
     let mut response = as_json_error(next.run(request).await).await;
     // Every answer carries the token, `0-0` before the client has seen any stamp (as
     // `FIRN.TOKEN` answers).
-    let token = session.lock().token().unwrap_or(CommitTs::ZERO);
+    let token = session.0.lock().await.token().unwrap_or(CommitTs::ZERO);
     if let Ok(v) = HeaderValue::from_str(&token.to_string()) {
         response.headers_mut().insert(TOKEN_HEADER, v);
     }

@@ -34,10 +34,12 @@ pub(super) async fn request(
     }
     let timeout_ms = check_timeout_ms(param_u64(&params, "timeout_ms")?)?;
     let key = params.get("key").map(|k| Bytes::from(k.clone()));
-    session.authorize(&[firn_model::Access::write_key(
-        &crate::services::service_stream(service.as_bytes())?,
-    )])?;
-    let ctx = session.lock().context();
+    session
+        .authorize(&[firn_model::Access::write_key(
+            &crate::services::service_stream(service.as_bytes())?,
+        )])
+        .await?;
+    let ctx = session.context().await;
     let reply = router
         .services()
         .request(&ctx, Bytes::from(service), body, key, timeout_ms)

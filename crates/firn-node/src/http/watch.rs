@@ -40,7 +40,7 @@ pub(super) async fn watch(
         }
     };
     let request = WatchRequest { target, from };
-    session.authorize(&request.access())?;
+    session.authorize(&request.access()).await?;
     let stream = router.watches().watch(request).await?;
     let events = futures::stream::unfold(stream, |mut stream| async move {
         let item = stream.next().await?;

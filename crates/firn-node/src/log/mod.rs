@@ -13,6 +13,7 @@ pub(crate) use read::{check_block, deadline, wait_for_more};
 
 pub mod index;
 
+use firn_store::LogOp;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 
@@ -26,6 +27,7 @@ use firn_store::Op;
 use firn_store::command::StreamAppend;
 
 use self::index::{Forget, LogIndex};
+use crate::cluster::layout::ClusterLayout;
 use crate::exec::{Kernel, Pending, merge, ready, request_metrics};
 use crate::rpc::ShardPart;
 
@@ -108,64 +110,7 @@ impl Log {
             )));
         }
         match write {
-            LogWrite::Append { log, records } => {
-                self.check_records(&records)?;
-                let mut ctx = ctx.clone();
-                // Group by home, noting each home in the directory of the records' other
-                // tags first: a reader of such a tag then finds the home before any record
-                // there is committed, and the records are stamped above the note.
-                let mut homes: BTreeMap<ShardId, Vec<(usize, NewRecord)>> = BTreeMap::new();
-                let mut notes = vec![(log.clone(), None, layout.shard_of_name(log.as_bytes()))];
-                for (i, record) in records.into_iter().enumerate() {
-                    let home = layout.shard_of_name(record.tags[0].as_bytes());
-                    for tag in &record.tags[1..] {
-                        if layout.shard_of_name(tag.as_bytes()) != home {
-                            notes.push((log.clone(), Some(tag.clone()), home));
-                        }
-                    }
-                    homes.entry(home).or_default().push((i, record));
-                }
-                for note in notes {
-                    if let Some(at) = self.note(&layout, note).await? {
-                        ctx.after = ctx.after.max(Some(at));
-                    }
-                }
-                let mut started = Vec::with_capacity(homes.len());
-                let mut order = Vec::with_capacity(homes.len());
-                for (home, group) in homes {
-                    let (positions, records): (Vec<usize>, Vec<NewRecord>) =
-                        group.into_iter().unzip();
-                    let op = Op::LogAppend {
-                        log: log.clone(),
-                        home,
-                        records,
-                        stream: None,
-                    };
-                    started.push(
-                        self.kernel
-                            .on_shard(home, ShardPart::Write(op), ctx.clone(), 0)
-                            .await,
-                    );
-                    order.push(positions);
-                }
-                Ok(Box::pin(async move {
-                    let answers = futures::future::join_all(started).await;
-                    let answers = merge::write_parts(answers)?;
-                    let total = order.iter().map(Vec::len).sum();
-                    let mut out = vec![None; total];
-                    for (answer, positions) in answers.into_iter().zip(order) {
-                        let Response::Appended(appended) = answer.response else {
-                            return Err(FirnError::Internal("an append answered no seqs".into()));
-                        };
-                        for (p, a) in positions.into_iter().zip(appended) {
-                            out[p] = Some(a);
-                        }
-                    }
-                    let out: Option<Vec<Appended>> = out.into_iter().collect();
-                    out.map(|a| Answer::new(Response::Appended(a)))
-                        .ok_or_else(|| FirnError::Internal("an append lost a seq".into()))
-                }))
-            }
+            LogWrite::Append { log, records } => self.append(ctx, &layout, log, records).await,
             LogWrite::StreamAdd {
                 key,
                 id,
@@ -174,12 +119,11 @@ impl Log {
                 no_create,
             } => {
                 self.kernel.limits().check_value(payload.len())?;
-                let home = layout.shard_of_name(key.as_bytes());
-                let op = Op::LogAppend {
+                let op = LogOp::Append {
                     log: key.clone(),
-                    home,
+                    home: layout.shard_of_name(key.as_bytes()),
                     records: vec![NewRecord {
-                        tags: vec![key],
+                        tags: vec![key.clone()],
                         payload,
                     }],
                     stream: Some(StreamAppend {
@@ -188,18 +132,14 @@ impl Log {
                         no_create,
                     }),
                 };
-                Ok(self
-                    .kernel
-                    .on_shard(home, ShardPart::Write(op), ctx.clone(), 0)
-                    .await)
+                Ok(self.on_stream_shard(ctx, &layout, &key, op).await)
             }
             LogWrite::StreamTrim { key, trim } => {
-                let home = layout.shard_of_name(key.as_bytes());
-                let op = Op::StreamTrim { key, trim };
-                Ok(self
-                    .kernel
-                    .on_shard(home, ShardPart::Write(op), ctx.clone(), 0)
-                    .await)
+                let op = LogOp::StreamTrim {
+                    key: key.clone(),
+                    trim,
+                };
+                Ok(self.on_stream_shard(ctx, &layout, &key, op).await)
             }
             LogWrite::StreamDel { key, ids } => {
                 if ids.is_empty() || ids.len() > LOG_READ_RECORDS_MAX {
@@ -207,69 +147,160 @@ impl Log {
                         "XDEL takes 1 to {LOG_READ_RECORDS_MAX} ids"
                     )));
                 }
-                let home = layout.shard_of_name(key.as_bytes());
-                let op = Op::StreamDel { key, ids };
-                Ok(self
-                    .kernel
-                    .on_shard(home, ShardPart::Write(op), ctx.clone(), 0)
-                    .await)
-            }
-            LogWrite::Trim { log, tag, before } => {
-                // A trim of every tag notes its point in the log's own entry, which would
-                // make a log nothing was appended to known: refuse it instead.
-                if !self.log_known(ctx, &log).await? {
-                    return Err(FirnError::LogNotFound(log.to_string()));
-                }
-                let shards: Vec<ShardId> = match &tag {
-                    Some(tag) => {
-                        let (pages, _) = self.tag_pages(ctx, &log, tag, |r| r, None).await?;
-                        let tail = pages
-                            .iter()
-                            .filter_map(|(_, p)| p.info.as_ref().map(|i| i.last_seq))
-                            .max()
-                            .unwrap_or_default();
-                        check_trim(before, tail)?;
-                        pages.into_iter().map(|(s, _)| s).collect()
-                    }
-                    None => {
-                        // A whole log's tail is spread over every shard; its bound is now.
-                        let now = LogSeq::from_stamp(
-                            CommitTs::new(firn_model::hlc::system_wall_us(), u32::MAX),
-                            LOG_SHARDS_MAX - 1,
-                        );
-                        check_trim(before, now)?;
-                        layout.lane(Durability::Disk).iter().map(|s| s.id).collect()
-                    }
+                let op = LogOp::StreamDel {
+                    key: key.clone(),
+                    ids,
                 };
-                let mut started = Vec::with_capacity(shards.len());
-                for shard in shards {
-                    let op = Op::LogTrim {
-                        log: log.clone(),
-                        tag: tag.clone(),
-                        before,
-                    };
-                    started.push(
-                        self.kernel
-                            .on_shard(shard, ShardPart::Write(op), ctx.clone(), 0)
-                            .await,
-                    );
+                Ok(self.on_stream_shard(ctx, &layout, &key, op).await)
+            }
+            LogWrite::Trim { log, tag, before } => self.trim(ctx, &layout, log, tag, before).await,
+        }
+    }
+
+    /// A stream's write, on the shard of the stream's key.
+    async fn on_stream_shard(
+        &self,
+        ctx: &CallContext,
+        layout: &ClusterLayout,
+        key: &Key,
+        op: LogOp,
+    ) -> Pending {
+        let home = layout.shard_of_name(key.as_bytes());
+        self.kernel
+            .on_shard(home, ShardPart::Write(Op::Log(op)), ctx.clone(), 0)
+            .await
+    }
+
+    /// FIRN.LOG APPEND: the records grouped by home, each home noted in the directory of the
+    /// records' other tags first; one append per home, all at once; the seqs back in the
+    /// records' order.
+    async fn append(
+        &self,
+        ctx: &CallContext,
+        layout: &ClusterLayout,
+        log: Key,
+        records: Vec<NewRecord>,
+    ) -> Result<Pending, FirnError> {
+        self.check_records(&records)?;
+        let mut ctx = ctx.clone();
+        // Group by home, noting each home in the directory of the records' other
+        // tags first: a reader of such a tag then finds the home before any record
+        // there is committed, and the records are stamped above the note.
+        let mut homes: BTreeMap<ShardId, Vec<(usize, NewRecord)>> = BTreeMap::new();
+        let mut notes = vec![(log.clone(), None, layout.shard_of_name(log.as_bytes()))];
+        for (i, record) in records.into_iter().enumerate() {
+            let home = layout.shard_of_name(record.tags[0].as_bytes());
+            for tag in &record.tags[1..] {
+                if layout.shard_of_name(tag.as_bytes()) != home {
+                    notes.push((log.clone(), Some(tag.clone()), home));
                 }
-                let forgetting = self.forget_everywhere(Forget::Trim { log, tag, before });
-                Ok(Box::pin(async move {
-                    let answers = futures::future::join_all(started).await;
-                    // Also after a failure: some shard may have trimmed, and forgetting
-                    // is always safe.
-                    forgetting.await;
-                    let mut removed = 0;
-                    for answer in answers {
-                        if let Response::Count(n) = answer?.response {
-                            removed += n;
-                        }
-                    }
-                    Ok(Answer::new(Response::Count(removed)))
-                }))
+            }
+            homes.entry(home).or_default().push((i, record));
+        }
+        for note in notes {
+            if let Some(at) = self.note(layout, note).await? {
+                ctx.after = ctx.after.max(Some(at));
             }
         }
+        let mut started = Vec::with_capacity(homes.len());
+        let mut order = Vec::with_capacity(homes.len());
+        for (home, group) in homes {
+            let (positions, records): (Vec<usize>, Vec<NewRecord>) = group.into_iter().unzip();
+            let op = Op::Log(LogOp::Append {
+                log: log.clone(),
+                home,
+                records,
+                stream: None,
+            });
+            started.push(
+                self.kernel
+                    .on_shard(home, ShardPart::Write(op), ctx.clone(), 0)
+                    .await,
+            );
+            order.push(positions);
+        }
+        Ok(Box::pin(async move {
+            let answers = futures::future::join_all(started).await;
+            let answers = merge::write_parts(answers)?;
+            let total = order.iter().map(Vec::len).sum();
+            let mut out = vec![None; total];
+            for (answer, positions) in answers.into_iter().zip(order) {
+                let Response::Appended(appended) = answer.response else {
+                    return Err(FirnError::Internal("an append answered no seqs".into()));
+                };
+                for (p, a) in positions.into_iter().zip(appended) {
+                    out[p] = Some(a);
+                }
+            }
+            let out: Option<Vec<Appended>> = out.into_iter().collect();
+            out.map(|a| Answer::new(Response::Appended(a)))
+                .ok_or_else(|| FirnError::Internal("an append lost a seq".into()))
+        }))
+    }
+
+    /// FIRN.LOG TRIM: of one tag (checked against its tail) on the shards holding it, or of
+    /// every tag on every disk shard; the log index forgets what went, once the trims answer.
+    async fn trim(
+        &self,
+        ctx: &CallContext,
+        layout: &ClusterLayout,
+        log: Key,
+        tag: Option<Key>,
+        before: LogSeq,
+    ) -> Result<Pending, FirnError> {
+        // A trim of every tag notes its point in the log's own entry, which would
+        // make a log nothing was appended to known: refuse it instead.
+        if !self.log_known(ctx, &log).await? {
+            return Err(FirnError::LogNotFound(log.to_string()));
+        }
+        let shards: Vec<ShardId> = match &tag {
+            Some(tag) => {
+                let (pages, _) = self.tag_pages(ctx, &log, tag, |r| r, None).await?;
+                let tail = pages
+                    .iter()
+                    .filter_map(|(_, p)| p.info.as_ref().map(|i| i.last_seq))
+                    .max()
+                    .unwrap_or_default();
+                check_trim(before, tail)?;
+                pages.into_iter().map(|(s, _)| s).collect()
+            }
+            None => {
+                // A whole log's tail is spread over every shard; its bound is now.
+                let now = LogSeq::from_stamp(
+                    CommitTs::new(firn_model::hlc::system_wall_us(), u32::MAX),
+                    LOG_SHARDS_MAX - 1,
+                );
+                check_trim(before, now)?;
+                layout.lane(Durability::Disk).iter().map(|s| s.id).collect()
+            }
+        };
+        let mut started = Vec::with_capacity(shards.len());
+        for shard in shards {
+            let op = Op::Log(LogOp::Trim {
+                log: log.clone(),
+                tag: tag.clone(),
+                before,
+            });
+            started.push(
+                self.kernel
+                    .on_shard(shard, ShardPart::Write(op), ctx.clone(), 0)
+                    .await,
+            );
+        }
+        let forgetting = self.forget_everywhere(Forget::Trim { log, tag, before });
+        Ok(Box::pin(async move {
+            let answers = futures::future::join_all(started).await;
+            // Also after a failure: some shard may have trimmed, and forgetting
+            // is always safe.
+            forgetting.await;
+            let mut removed = 0;
+            for answer in answers {
+                if let Response::Count(n) = answer?.response {
+                    removed += n;
+                }
+            }
+            Ok(Answer::new(Response::Count(removed)))
+        }))
     }
 
     fn check_records(&self, records: &[NewRecord]) -> Result<(), FirnError> {
@@ -306,19 +337,19 @@ impl Log {
         let (shard, op) = match &tag {
             None => (
                 home,
-                Op::LogEnsure {
+                Op::Log(LogOp::Ensure {
                     log,
                     tag: None,
                     home: None,
-                },
+                }),
             ),
             Some(t) => (
                 layout.shard_of_name(t.as_bytes()),
-                Op::LogEnsure {
+                Op::Log(LogOp::Ensure {
                     log,
                     tag: tag.clone(),
                     home: Some(home),
-                },
+                }),
             ),
         };
         let answer = self

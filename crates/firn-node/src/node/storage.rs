@@ -23,9 +23,10 @@ const MEMORY_LOG_DB: &str = "memlog";
 /// Where large values are kept, beside the databases (see [`crate::blob`]).
 pub(super) const BLOB_DIR: &str = "blobs";
 /// Names the layout of a data directory; a node refuses a directory in another layout
-/// rather than reading it wrongly.
+/// rather than reading it wrongly. 3: the Raft log's entries carry one intent type
+/// (`firn_store::Op::{Kv, Log, Group, System}`); a log written as 2 cannot be read by it.
 const DATA_FORMAT_FILE: &str = "FORMAT";
-const DATA_FORMAT: &str = "firn-data 2\n";
+const DATA_FORMAT: &str = "firn-data 3\n";
 /// How many stripes a new data directory gets on a machine of at least
 /// [`STRIPES_CORES_MIN`] cores, unless `--stripes` says (see [`crate::replicas::Stripe`]): a
 /// log database and a state database each, a group's id picking its stripe. fjall makes
@@ -258,6 +259,25 @@ mod tests {
         );
         assert!(!old.path().join(DATA_FORMAT_FILE).exists());
 
+        // So is one of the layout before this build's log entries (its Raft log unreadable
+        // here), with or without its stripes.
+        for before in ["firn-data 2\n", "firn-data 2\nstripes 1\n"] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join(DATA_FORMAT_FILE), before).unwrap();
+            let e = check_data_format(dir.path(), None).unwrap_err().to_string();
+            assert!(
+                e.contains("firn-data 2")
+                    && e.contains("firn-data 3")
+                    && e.contains("empty --data-dir"),
+                "{e}"
+            );
+            assert_eq!(
+                std::fs::read_to_string(dir.path().join(DATA_FORMAT_FILE)).unwrap(),
+                before,
+                "a refused directory is left as it was"
+            );
+        }
+
         // So is one marked with a layout this build does not know.
         std::fs::write(fresh.path().join(DATA_FORMAT_FILE), "firn-data 9\n").unwrap();
         let e = check_data_format(fresh.path(), None)
@@ -272,7 +292,7 @@ mod tests {
         assert_eq!(check_data_format(dir.path(), Some(3)).unwrap(), 3);
         assert_eq!(
             std::fs::read_to_string(dir.path().join(DATA_FORMAT_FILE)).unwrap(),
-            "firn-data 2\nstripes 3\n"
+            "firn-data 3\nstripes 3\n"
         );
         // Later starts find the count, with or without the flag; a different one is refused.
         assert_eq!(check_data_format(dir.path(), None).unwrap(), 3);
@@ -295,7 +315,7 @@ mod tests {
             let refused = check_data_format(dir.path(), None).unwrap_err().to_string();
             assert!(refused.contains("another layout"), "{bad}: {refused}");
         }
-        std::fs::write(&format, "firn-data 3\n").unwrap();
+        std::fs::write(&format, "firn-data 4\n").unwrap();
         assert!(check_data_format(dir.path(), None).is_err());
     }
 

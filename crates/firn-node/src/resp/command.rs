@@ -4,7 +4,7 @@
 //! `cmd/`; the registry (`registry.rs`) lists them. Nothing here knows any single command.
 
 use bytes::Bytes;
-use firn_model::{CommitTs, FirnError, Request, Response, WatchRequest};
+use firn_model::{Answer, CommitTs, FirnError, Request, Response, WatchRequest};
 
 use super::args::Args;
 use super::cmd::scan::RedisScan;
@@ -179,11 +179,26 @@ impl Render {
         Render { error, ..self }
     }
 
-    pub fn show(self, result: Result<Response, FirnError>) -> Reply {
-        match result {
-            Ok(response) => (self.answer)(response),
-            Err(e) => (self.error)(e),
+    /// Shows an answer with the command's rendering; a `local` read whose command answers a
+    /// map (FIRN.GET; GET is never local) also says how far behind it may be.
+    pub fn show(self, result: Result<Answer, FirnError>) -> Reply {
+        let answer = match result {
+            Ok(answer) => answer,
+            Err(e) => return (self.error)(e),
+        };
+        let stale = answer.staleness;
+        let mut reply = (self.answer)(answer.response);
+        if let (Reply::Map(fields), Some(stale)) = (&mut reply, stale) {
+            fields.push((
+                Reply::text("applied_through"),
+                Reply::text(stale.applied_through.to_string()),
+            ));
+            fields.push((
+                Reply::text("stale_at_most_us"),
+                Reply::Int(stale.at_most_us as i64),
+            ));
         }
+        reply
     }
 }
 

@@ -23,10 +23,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use firn_model::limits::RESP_FRAME_BYTES_MAX;
-use firn_model::{
-    Answer, CommitTs, FirnError, GroupRequest, GroupWrite, KvRead, KvRequest, LogRead, LogRequest,
-    Request,
-};
+use firn_model::{CommitTs, FirnError, KvRead, KvRequest, Pipelining, Request};
 use redis_protocol::resp2;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -218,7 +215,8 @@ impl Connection {
         stop: watch::Receiver<bool>,
     ) -> Self {
         let _ = stream.set_nodelay(true);
-        let mut session = Session::default();
+        // RESP answers whole values: large ones are read into the answer.
+        let mut session = Session::answering_whole_values();
         session.set_principal(crate::auth::Principal::unauthenticated(
             shared.router.kernel().users(),
         ));
@@ -339,11 +337,6 @@ impl Connection {
         )))
     }
 
-    /// The answer as the client sees it, once the connection's token has risen to it.
-    fn saw(&mut self, result: Result<Answer, FirnError>) -> Result<Answer, FirnError> {
-        self.session.saw_result(result)
-    }
-
     /// Awaits every queued answer, in order, into the output buffer.
     async fn drain(&mut self) {
         while let Some(q) = self.queue.pop_front() {
@@ -353,9 +346,7 @@ impl Connection {
                     // Refused for now, a write is sent again unless later ones wait behind it.
                     let last = !self.has_pending_writes();
                     let result = started.answer(&self.shared.router, last).await;
-                    let result = self.shared.router.large().with_blob_values(result).await;
-                    let result = self.saw(result);
-                    how.show(result.map(|a| a.response))
+                    how.show(self.session.take(&self.shared.router, result).await)
                 }
             };
             reply.encode(self.proto, &mut self.output);
@@ -375,23 +366,7 @@ impl Connection {
         let ctx = self.session.context();
         let results = self.shared.router.kernel().execute_reads(&ctx, reads).await;
         for (how, result) in renders.into_iter().zip(results) {
-            // RESP answers whole values: large ones are read from their blobs here.
-            let result = self.shared.router.large().with_blob_values(result).await;
-            let result = self.saw(result);
-            // A local read says how far behind it may be, when its command answers a map
-            // (FIRN.GET; GET is never local).
-            let stale = result.as_ref().ok().and_then(|a| a.staleness);
-            let mut reply = how.show(result.map(|a| a.response));
-            if let (Reply::Map(fields), Some(stale)) = (&mut reply, stale) {
-                fields.push((
-                    Reply::text("applied_through"),
-                    Reply::text(stale.applied_through.to_string()),
-                ));
-                fields.push((
-                    Reply::text("stale_at_most_us"),
-                    Reply::Int(stale.at_most_us as i64),
-                ));
-            }
+            let reply = how.show(self.session.take(&self.shared.router, result).await);
             self.queue.push_back(Queued::Ready(reply));
         }
     }
@@ -423,27 +398,17 @@ impl Connection {
         self.act(action).await
     }
 
-    /// A request for the router: reads batched, blocking reads waited for apart, writes
-    /// started in order behind the reads before them.
+    /// A request for the router, run as it says it runs among its neighbours
+    /// ([`Request::pipelining`]).
     async fn execute(&mut self, request: Request, how: Render) -> std::io::Result<()> {
-        match request {
-            Request::Kv(KvRequest::Read(read)) => self.reads.push((read, how)),
-            Request::Log(LogRequest::Read(read)) => {
-                let blocks = match &read {
-                    LogRead::Query(q) => q.block_ms.is_some(),
-                    LogRead::Streams { block_ms, .. } => block_ms.is_some(),
-                    LogRead::Info { .. } | LogRead::Tags { .. } => false,
-                };
-                self.may_block(Request::Log(LogRequest::Read(read)), blocks, how)
-                    .await?
+        match (request.pipelining(), request) {
+            (Pipelining::Batched, Request::Kv(KvRequest::Read(read))) => {
+                self.reads.push((read, how))
             }
-            // XREADGROUP … BLOCK waits as a blocked XREAD does.
-            request @ Request::Group(GroupRequest::Write(GroupWrite::ReadGroup {
-                block_ms: Some(_),
-                ..
-            })) => self.may_block(request, true, how).await?,
+            (Pipelining::Blocking, request) => self.may_block(request, true, how).await?,
+            (Pipelining::AfterWrites, request) => self.may_block(request, false, how).await?,
             // Reads sent before this write must not see it.
-            write => {
+            (_, write) => {
                 self.flush_reads().await;
                 let pending = self.session.submit(&self.shared.router, write).await;
                 self.queue.push_back(Queued::Pending(how, pending));
@@ -582,9 +547,8 @@ impl Connection {
         let router = self.shared.router.clone();
         let ctx = self.session.context();
         if let Some(result) = self.unless_gone(router.execute(&ctx, request)).await? {
-            let result = self.saw(result);
-            self.queue
-                .push_back(Queued::Ready(how.show(result.map(|a| a.response))));
+            let reply = how.show(self.session.take(&router, result).await);
+            self.queue.push_back(Queued::Ready(reply));
         }
         Ok(())
     }

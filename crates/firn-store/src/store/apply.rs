@@ -3,6 +3,7 @@
 //! store and the command (never a clock, the network or randomness), so every replica
 //! reaches the same state.
 
+use firn_model::KvWrite;
 use std::collections::HashMap;
 use std::ops::Bound;
 
@@ -15,7 +16,7 @@ use firn_model::{
 
 use super::{BULK_BATCH_WRITES_MAX, VersionedStore, WALK_PAGE, io_err, prefix_end};
 use crate::backend::{Batch, Table};
-use crate::command::Op;
+use crate::command::{LogOp, Op, SystemOp};
 use crate::record::{KeyMeta, Stored, VersionRecord, encode, version_key};
 
 /// One command's changes, buffered until they commit as one batch.
@@ -74,27 +75,45 @@ impl<'a> Txn<'a> {
         // Every key first: a refusal must come before anything is written.
         self.check_lanes(op)?;
         match op {
-            Op::Put(p) => self.put(p, Stored::Inline(p.value.clone())),
-            Op::PutBlob { put, blob } => self.put(put, Stored::Blob(blob.clone())),
-            Op::MSet { items } => self.mset(items),
-            Op::Delete { keys } => self.delete(keys),
-            Op::Truncate { target, before } => self.truncate(target, *before),
-            Op::ExpireByAge => self.expire_by_age(),
-            Op::KeyspaceCreate(spec) => self.create_keyspace(spec),
-            Op::KeyspaceDrop { prefix } => self.drop_keyspace(prefix),
-            Op::CloseTime => Ok(Response::Done),
-            Op::LogAppend {
+            Op::Kv(write) => self.kv(write),
+            Op::Log(log) => self.log(log),
+            Op::Group { key, group, change } => self.group_change(key, group, change),
+            Op::System(system) => self.system(system),
+        }
+    }
+
+    fn kv(&mut self, write: &KvWrite) -> Result<Response, FirnError> {
+        match write {
+            KvWrite::Put(p) => self.put(p, Stored::Inline(p.value.clone())),
+            KvWrite::PutBlob { put, blob } => self.put(put, Stored::Blob(blob.clone())),
+            KvWrite::MSet { items } => self.mset(items),
+            KvWrite::Delete { keys } => self.delete(keys),
+            KvWrite::Truncate { target, before } => self.truncate(target, *before),
+            KvWrite::FlushAll => self.flush_all(),
+        }
+    }
+
+    fn log(&mut self, log: &LogOp) -> Result<Response, FirnError> {
+        match log {
+            LogOp::Append {
                 log,
                 home,
                 records,
                 stream,
             } => self.log_append(log, *home, records, stream.as_ref()),
-            Op::LogEnsure { log, tag, home } => self.log_ensure(log, tag.as_ref(), *home),
-            Op::LogTrim { log, tag, before } => self.log_trim(log, tag.as_ref(), *before),
-            Op::StreamTrim { key, trim } => self.stream_trim(key, *trim),
-            Op::StreamDel { key, ids } => self.stream_del(key, ids),
-            Op::Group { key, group, change } => self.group_change(key, group, change),
-            Op::FlushAll => self.flush_all(),
+            LogOp::Ensure { log, tag, home } => self.log_ensure(log, tag.as_ref(), *home),
+            LogOp::Trim { log, tag, before } => self.log_trim(log, tag.as_ref(), *before),
+            LogOp::StreamTrim { key, trim } => self.stream_trim(key, *trim),
+            LogOp::StreamDel { key, ids } => self.stream_del(key, ids),
+        }
+    }
+
+    fn system(&mut self, system: &SystemOp) -> Result<Response, FirnError> {
+        match system {
+            SystemOp::ExpireByAge => self.expire_by_age(),
+            SystemOp::KeyspaceCreate(spec) => self.create_keyspace(spec),
+            SystemOp::KeyspaceDrop { prefix } => self.drop_keyspace(prefix),
+            SystemOp::CloseTime => Ok(Response::Done),
         }
     }
 
@@ -102,12 +121,13 @@ impl<'a> Txn<'a> {
     /// [`VersionedStore::in_lane`]).
     fn check_lanes(&self, op: &Op) -> Result<(), FirnError> {
         match op {
-            Op::Put(p) | Op::PutBlob { put: p, .. } => self.store.in_lane(p.key.as_bytes()),
-            Op::MSet { items } => items
-                .iter()
-                .try_for_each(|(key, _)| self.store.in_lane(key.as_bytes())),
-            Op::Delete { keys } => keys
-                .iter()
+            Op::Kv(
+                write @ (KvWrite::Put(_)
+                | KvWrite::PutBlob { .. }
+                | KvWrite::MSet { .. }
+                | KvWrite::Delete { .. }),
+            ) => write
+                .keys()
                 .try_for_each(|key| self.store.in_lane(key.as_bytes())),
             _ => Ok(()),
         }
@@ -491,10 +511,10 @@ impl<'a> Txn<'a> {
 fn is_bulk(op: &Op) -> bool {
     matches!(
         op,
-        Op::FlushAll
-            | Op::Truncate { .. }
-            | Op::ExpireByAge
-            | Op::LogTrim { .. }
-            | Op::StreamTrim { .. }
+        Op::Kv(KvWrite::FlushAll)
+            | Op::Kv(KvWrite::Truncate { .. })
+            | Op::System(SystemOp::ExpireByAge)
+            | Op::Log(LogOp::Trim { .. })
+            | Op::Log(LogOp::StreamTrim { .. })
     )
 }

@@ -2,6 +2,7 @@
 //! group `g` changed by entries whose stamps the test chooses.
 #![allow(dead_code)]
 
+use firn_store::LogOp;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -45,7 +46,7 @@ pub fn add_fields(store: &VersionedStore, ms: u64, id: u64, fields: &[(&str, &st
     apply(
         store,
         ms,
-        Op::LogAppend {
+        Op::Log(LogOp::Append {
             log: key(),
             home: 0,
             records: vec![NewRecord {
@@ -57,7 +58,7 @@ pub fn add_fields(store: &VersionedStore, ms: u64, id: u64, fields: &[(&str, &st
                 trim: None,
                 no_create: false,
             }),
-        },
+        }),
     )
     .unwrap();
 }

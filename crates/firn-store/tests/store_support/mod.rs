@@ -2,6 +2,7 @@
 
 #![allow(dead_code)] // each test file uses its own part
 
+use firn_model::KvWrite;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -31,7 +32,7 @@ pub fn put_req(k: &str, v: &str) -> PutRequest {
 }
 
 pub fn put(store: &VersionedStore, wall_us: u64, k: &str, v: &str) -> Written {
-    match apply(store, wall_us, Op::Put(put_req(k, v))).unwrap() {
+    match apply(store, wall_us, Op::Kv(KvWrite::Put(put_req(k, v)))).unwrap() {
         Response::Written(mut w) => w.remove(0),
         other => panic!("unexpected {other:?}"),
     }

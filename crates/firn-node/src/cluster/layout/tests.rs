@@ -185,8 +185,8 @@ fn keyspaces_are_checked_like_a_shard_checks_them_and_repairs_are_exact() {
     extra.prefix = "old/".into();
     let fixes = keyspace_repairs(&want, &[root.clone(), extra]);
     assert_eq!(fixes.len(), 2, "{fixes:?}");
-    assert!(matches!(&fixes[0], Op::KeyspaceCreate(s) if s.prefix == "cam/"));
-    assert!(matches!(&fixes[1], Op::KeyspaceDrop { prefix } if prefix == "old/"));
+    assert!(matches!(&fixes[0], Op::System(SystemOp::KeyspaceCreate(s)) if s.prefix == "cam/"));
+    assert!(matches!(&fixes[1], Op::System(SystemOp::KeyspaceDrop { prefix }) if prefix == "old/"));
     assert!(keyspace_repairs(&want, &want).is_empty());
     let mut unadopted = layout.clone();
     unadopted.keyspaces = None;

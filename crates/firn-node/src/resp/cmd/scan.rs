@@ -109,7 +109,7 @@ impl RedisScan {
             consistency: ReadConsistency::Linearizable,
         };
         match session
-            .execute(&shared.router, request.into())
+            .run(&shared.router, request.into())
             .await
             .map(|a| a.response)
         {
