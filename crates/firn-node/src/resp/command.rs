@@ -3,10 +3,10 @@
 //! router's answer the way the command promises. Commands live one family to a file under
 //! `cmd/`; the registry (`registry.rs`) lists them. Nothing here knows any single command.
 
-use bytes::Bytes;
-use firn_model::{Answer, CommitTs, FirnError, Request, Response, WatchRequest};
+use firn_model::{Answer, FirnError, Request, Response, WatchRequest};
 
 use super::args::Args;
+use super::client::Client;
 use super::cmd::scan::RedisScan;
 use super::cmd::service::ServiceAction;
 use super::cmd::subscribe::PubSubAction;
@@ -125,36 +125,56 @@ pub enum Action {
     RedisScan(RedisScan),
     Watch(WatchRequest),
     Unwatch,
-    Hello {
-        proto: Option<u8>,
-        setname: Option<Bytes>,
-        /// `AUTH user password`: sign in first; the protocol switches only if it succeeds.
-        auth: Option<(Bytes, Bytes)>,
-    },
-    /// AUTH [user] password (no user: `default`).
-    Auth {
-        user: Option<Bytes>,
-        password: Bytes,
-    },
-    /// ACL WHOAMI.
-    WhoAmI,
-    ClientSetName(Bytes),
-    ClientGetName,
-    ClientId,
+    /// A connection-local command: it applies itself to the connection's client.
+    Client(ClientCommand),
     Info(Option<String>),
     /// CLUSTER subcommands that describe the cluster (upper-cased subcommand).
     Cluster(String),
     /// FIRN.CLUSTER REMOVE id: start removing a node.
     ClusterRemove(u64),
-    /// FIRN.AFTER token: what this connection sends from now on comes after the token.
-    After(CommitTs),
-    /// FIRN.TOKEN: this connection's causality token.
-    Token,
-    Quit,
     /// Publish/subscribe: publishing, this connection's subscriptions, PUBSUB, RESET.
     PubSub(PubSubAction),
     /// FIRN.REQUEST, FIRN.SERVE, FIRN.REPLY: run by the connection, whose id names its worker.
     Service(ServiceAction),
+}
+
+/// A command that acts on the connection's client alone ([`Client`]): its id, protocol,
+/// session, closing. Its file says what it does, as a function of the client.
+pub struct ClientCommand {
+    apply: Box<dyn FnOnce(&mut Client) -> Reply + Send>,
+    /// Answered before the connection has signed in (AUTH, HELLO with AUTH, QUIT).
+    before_sign_in: bool,
+}
+
+impl ClientCommand {
+    pub fn before_sign_in(&self) -> bool {
+        self.before_sign_in
+    }
+
+    /// Runs the command on `client`: its answer.
+    pub fn apply(self, client: &mut Client) -> Reply {
+        (self.apply)(client)
+    }
+}
+
+impl Action {
+    /// A command that acts on the connection's client alone.
+    pub fn client(apply: impl FnOnce(&mut Client) -> Reply + Send + 'static) -> Action {
+        Action::Client(ClientCommand {
+            apply: Box::new(apply),
+            before_sign_in: false,
+        })
+    }
+
+    /// [`Action::client`], answered before the connection has signed in too.
+    pub fn client_before_sign_in(
+        apply: impl FnOnce(&mut Client) -> Reply + Send + 'static,
+    ) -> Action {
+        Action::Client(ClientCommand {
+            apply: Box::new(apply),
+            before_sign_in: true,
+        })
+    }
 }
 
 /// How a command shows the router's answer: functions of the command's own file, so adding

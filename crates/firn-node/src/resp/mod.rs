@@ -8,6 +8,7 @@
 
 pub mod args;
 mod auth;
+mod client;
 pub mod cmd;
 pub mod command;
 pub mod registry;
@@ -23,19 +24,20 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use firn_model::limits::RESP_FRAME_BYTES_MAX;
-use firn_model::{CommitTs, FirnError, KvRead, KvRequest, Pipelining, Request};
+use firn_model::{FirnError, KvRead, KvRequest, Pipelining, Request};
 use redis_protocol::resp2;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
+use self::client::Client;
 use self::cmd::scan::CursorTable;
-use self::cmd::{cluster, connection, firn_watch, server};
+use self::cmd::{cluster, firn_watch, server};
 use self::command::{Action, Render};
-use self::reply::Reply;
+use self::reply::{Reply, answered};
 use crate::router::Router;
-use crate::session::{Session, Started};
+use crate::session::Started;
 use crate::tls::{ClientListener, ClientStream, ClientTls};
 
 /// Most replies a connection holds before it writes them out (a bound on pipelining memory).
@@ -183,19 +185,14 @@ struct Connection {
     stream: ClientStream,
     #[allow(dead_code)]
     peer: SocketAddr,
-    id: u64,
-    proto: u8,
+    /// What the connection-local commands act on: id, protocol, session, closing.
+    client: Client,
     shared: Arc<Shared>,
     input: BytesMut,
     output: BytesMut,
     queue: VecDeque<Queued>,
     /// Consecutive reads not yet executed: they share one read-index barrier.
     reads: Vec<(KvRead, Render)>,
-    /// The connection's session: its causality token (what it sends comes after what it
-    /// was shown or given: reads see at least what it saw, writes are stamped above it) and
-    /// its name.
-    session: Session,
-    closing: bool,
     /// Its subscriptions, while it has any (`subscribed.rs`).
     subscriber: Option<crate::pubsub::Subscriber>,
     /// Set when the node stops: the connection ends when it next waits for input, or at
@@ -215,23 +212,15 @@ impl Connection {
         stop: watch::Receiver<bool>,
     ) -> Self {
         let _ = stream.set_nodelay(true);
-        // RESP answers whole values: large ones are read into the answer.
-        let mut session = Session::answering_whole_values();
-        session.set_principal(crate::auth::Principal::unauthenticated(
-            shared.router.kernel().users(),
-        ));
         Connection {
             stream,
             peer,
-            id,
-            proto: 2,
+            client: Client::new(id, shared.clone()),
             shared,
             input: BytesMut::with_capacity(16 * 1024),
             output: BytesMut::with_capacity(16 * 1024),
             queue: VecDeque::new(),
             reads: Vec::new(),
-            session,
-            closing: false,
             subscriber: None,
             stop,
         }
@@ -245,10 +234,10 @@ impl Connection {
                     Err(reply) => {
                         self.flush_reads().await;
                         self.drain().await;
-                        reply.encode(self.proto, &mut self.output);
+                        reply.encode(self.client.proto, &mut self.output);
                     }
                 }
-                if self.closing {
+                if self.client.closing {
                     break;
                 }
                 if self.queue.len() + self.reads.len() >= PIPELINE_DEPTH_MAX {
@@ -259,14 +248,14 @@ impl Connection {
             self.flush_reads().await;
             self.drain().await;
             self.flush().await?;
-            if self.closing {
+            if self.client.closing {
                 return Ok(());
             }
             if self.input.len() > RESP_FRAME_BYTES_MAX {
                 let e = FirnError::BadArgument(format!(
                     "Protocol error: a request is larger than {RESP_FRAME_BYTES_MAX} bytes"
                 ));
-                Reply::error(&e).encode(self.proto, &mut self.output);
+                Reply::error(&e).encode(self.client.proto, &mut self.output);
                 self.flush().await?;
                 return Ok(());
             }
@@ -278,7 +267,7 @@ impl Connection {
                 }
                 _ = self.stop.changed() => return Ok(()),
                 d = subscribed::next_delivery(&mut self.subscriber) => {
-                    cmd::subscribe::delivery_reply(d).encode(self.proto, &mut self.output);
+                    cmd::subscribe::delivery_reply(d).encode(self.client.proto, &mut self.output);
                 }
             }
         }
@@ -346,10 +335,10 @@ impl Connection {
                     // Refused for now, a write is sent again unless later ones wait behind it.
                     let last = !self.has_pending_writes();
                     let result = started.answer(&self.shared.router, last).await;
-                    how.show(self.session.take(&self.shared.router, result).await)
+                    how.show(self.client.session.take(&self.shared.router, result).await)
                 }
             };
-            reply.encode(self.proto, &mut self.output);
+            reply.encode(self.client.proto, &mut self.output);
         }
     }
 
@@ -363,10 +352,10 @@ impl Connection {
             self.drain().await;
         }
         let (reads, renders): (Vec<KvRead>, Vec<Render>) = self.reads.drain(..).unzip();
-        let ctx = self.session.context();
+        let ctx = self.client.session.context();
         let results = self.shared.router.kernel().execute_reads(&ctx, reads).await;
         for (how, result) in renders.into_iter().zip(results) {
-            let reply = how.show(self.session.take(&self.shared.router, result).await);
+            let reply = how.show(self.client.session.take(&self.shared.router, result).await);
             self.queue.push_back(Queued::Ready(reply));
         }
     }
@@ -410,7 +399,7 @@ impl Connection {
             // Reads sent before this write must not see it.
             (_, write) => {
                 self.flush_reads().await;
-                let pending = self.session.submit(&self.shared.router, write).await;
+                let pending = self.client.session.submit(&self.shared.router, write).await;
                 self.queue.push_back(Queued::Pending(how, pending));
             }
         }
@@ -422,36 +411,17 @@ impl Connection {
         let reply = match action {
             Action::Execute(request, how) => return self.execute(request, how).await,
             Action::Reply(r) => r,
+            Action::Client(command) => command.apply(&mut self.client),
             Action::RedisScan(scan) => {
                 self.drain().await;
-                scan.run(&self.shared, &mut self.session).await
+                scan.run(&self.shared, &mut self.client.session).await
             }
-            Action::Hello {
-                proto,
-                setname,
-                auth,
-            } => self.hello(proto, setname, auth),
-            Action::Auth { user, password } => answered(self.sign_in(user, &password)),
-            Action::WhoAmI => match self.whoami() {
-                Ok(name) => Reply::Bulk(name.into()),
-                Err(e) => Reply::error(&e),
-            },
-            Action::ClientSetName(n) => {
-                self.session.set_name(n);
-                Reply::Ok
-            }
-            Action::ClientGetName => self.session.name().cloned().map_or(Reply::Nil, Reply::Bulk),
-            Action::ClientId => Reply::Int(self.id as i64),
             Action::Info(section) => {
                 Reply::Bulk(server::info_text(&self.shared, section.as_deref()).into())
             }
             Action::Cluster(sub) => {
                 let view = self.shared.router.kernel().cluster_view().await;
                 cluster::cluster_reply(&sub, &view, self.shared.router.kernel().node_id())
-            }
-            Action::After(t) => answered(self.session.advance(t)),
-            Action::Token => {
-                Reply::text(self.session.token().unwrap_or(CommitTs::ZERO).to_string())
             }
             Action::ClusterRemove(node) => {
                 answered(self.shared.router.kernel().remove_node(node).await)
@@ -461,37 +431,11 @@ impl Connection {
                 return Ok(());
             }
             Action::Service(action) => return self.service(action).await,
-            Action::Quit => {
-                self.closing = true;
-                Reply::Ok
-            }
             Action::Unwatch => Reply::Error("ERR not watching".into()),
             Action::Watch(request) => return self.watch(request).await,
         };
         self.queue.push_back(Queued::Ready(reply));
         Ok(())
-    }
-
-    /// HELLO: signs in first when it carries AUTH (a failed sign-in changes nothing else),
-    /// then the protocol and the name.
-    fn hello(
-        &mut self,
-        proto: Option<u8>,
-        setname: Option<Bytes>,
-        auth: Option<(Bytes, Bytes)>,
-    ) -> Reply {
-        if let Some((user, password)) = auth
-            && let Err(e) = self.sign_in(Some(user), &password)
-        {
-            return Reply::error(&e);
-        }
-        if let Some(p) = proto {
-            self.proto = p;
-        }
-        if let Some(name) = setname {
-            self.session.set_name(name);
-        }
-        connection::hello_reply(self.proto, self.id)
     }
 
     /// A service call: it may wait long (a worker's BLOCK, a request's TIMEOUT), so the
@@ -500,8 +444,8 @@ impl Connection {
         self.drain().await;
         self.flush().await?;
         let router = self.shared.router.clone();
-        let ctx = self.session.context();
-        let consumer = format!("{}-{}", router.kernel().node_id(), self.id);
+        let ctx = self.client.session.context();
+        let consumer = format!("{}-{}", router.kernel().node_id(), self.client.id);
         let run = cmd::service::run(&router, &ctx, action, consumer.into());
         if let Some(reply) = self.unless_gone(run).await? {
             self.queue.push_back(Queued::Ready(reply));
@@ -515,7 +459,7 @@ impl Connection {
         match self.shared.router.watches().watch(request.clone()).await {
             Err(e) => self.queue.push_back(Queued::Ready(Reply::error(&e))),
             Ok(mut stream) => {
-                firn_watch::watching_reply(&request).encode(self.proto, &mut self.output);
+                firn_watch::watching_reply(&request).encode(self.client.proto, &mut self.output);
                 self.flush().await?;
                 self.watch_loop(&mut stream).await?;
             }
@@ -538,16 +482,20 @@ impl Connection {
             self.drain().await;
         }
         if !blocks {
-            let pending = self.session.submit(&self.shared.router, request).await;
+            let pending = self
+                .client
+                .session
+                .submit(&self.shared.router, request)
+                .await;
             self.queue.push_back(Queued::Pending(how, pending));
             return Ok(());
         }
         self.drain().await;
         self.flush().await?;
         let router = self.shared.router.clone();
-        let ctx = self.session.context();
+        let ctx = self.client.session.context();
         if let Some(result) = self.unless_gone(router.execute(&ctx, request)).await? {
-            let reply = how.show(self.session.take(&router, result).await);
+            let reply = how.show(self.client.session.take(&router, result).await);
             self.queue.push_back(Queued::Ready(reply));
         }
         Ok(())
@@ -564,12 +512,12 @@ impl Connection {
             tokio::select! {
                 result = &mut work => return Ok(Some(result)),
                 _ = self.stop.changed() => {
-                    self.closing = true;
+                    self.client.closing = true;
                     return Ok(None);
                 }
                 n = self.stream.read_buf(&mut self.input), if self.input.len() <= RESP_FRAME_BYTES_MAX => {
                     if n? == 0 {
-                        self.closing = true;
+                        self.client.closing = true;
                         return Ok(None);
                     }
                 }
@@ -601,12 +549,4 @@ fn frame_to_command(frame: resp2::types::BytesFrame) -> Result<Frame, Reply> {
         return Err(Reply::Error("ERR Protocol error: empty command".into()));
     };
     Ok((String::from_utf8_lossy(&name).to_ascii_uppercase(), items))
-}
-
-/// `OK`, or the error.
-fn answered(result: Result<(), FirnError>) -> Reply {
-    match result {
-        Ok(()) => Reply::Ok,
-        Err(e) => Reply::error(&e),
-    }
 }

@@ -120,6 +120,14 @@ impl Reply {
     }
 }
 
+/// `OK`, or the error.
+pub fn answered(result: Result<(), FirnError>) -> Reply {
+    match result {
+        Ok(()) => Reply::Ok,
+        Err(e) => Reply::error(&e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

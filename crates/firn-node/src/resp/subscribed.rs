@@ -20,7 +20,7 @@ impl Connection {
         name: &str,
         items: &std::collections::VecDeque<Bytes>,
     ) -> Option<Reply> {
-        if self.proto >= 3 || self.subscriber.is_none() {
+        if self.client.proto >= 3 || self.subscriber.is_none() {
             return None;
         }
         if name == "PING" && items.len() <= 1 {
@@ -77,8 +77,8 @@ impl Connection {
             }
             PubSubAction::Reset => {
                 self.subscriber = None;
-                self.proto = 2;
-                self.session.set_name(Bytes::new());
+                self.client.proto = 2;
+                self.client.session.set_name(Bytes::new());
                 self.queue
                     .push_back(Queued::Ready(Reply::Simple("RESET".into())));
             }

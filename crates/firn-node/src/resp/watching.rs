@@ -24,23 +24,23 @@ impl Connection {
             tokio::select! {
                 event = stream.next() => match event {
                     Some(Ok(e)) => {
-                        firn_watch::event_reply(&e).encode(self.proto, &mut self.output);
+                        firn_watch::event_reply(&e).encode(self.client.proto, &mut self.output);
                         self.flush().await?;
                     }
                     Some(Err(e)) => {
-                        Reply::error(&e).encode(self.proto, &mut self.output);
+                        Reply::error(&e).encode(self.client.proto, &mut self.output);
                         self.flush().await?;
                         return Ok(());
                     }
                     None => return Ok(()),
                 },
                 _ = self.stop.changed() => {
-                    self.closing = true;
+                    self.client.closing = true;
                     return Ok(());
                 }
                 n = self.stream.read_buf(&mut self.input) => {
                     if n? == 0 {
-                        self.closing = true;
+                        self.client.closing = true;
                         return Ok(());
                     }
                     if self.watch_commands().await? {
@@ -58,13 +58,13 @@ impl Connection {
             let reply = match frame {
                 Ok((name, _)) => match name.as_str() {
                     "FIRN.UNWATCH" => {
-                        Reply::Ok.encode(self.proto, &mut self.output);
+                        Reply::Ok.encode(self.client.proto, &mut self.output);
                         self.flush().await?;
                         return Ok(true);
                     }
                     "QUIT" => {
-                        self.closing = true;
-                        Reply::Ok.encode(self.proto, &mut self.output);
+                        self.client.closing = true;
+                        Reply::Ok.encode(self.client.proto, &mut self.output);
                         self.flush().await?;
                         return Ok(true);
                     }
@@ -75,7 +75,7 @@ impl Connection {
                 },
                 Err(r) => r,
             };
-            reply.encode(self.proto, &mut self.output);
+            reply.encode(self.client.proto, &mut self.output);
         }
         self.flush().await?;
         Ok(false)

@@ -5,8 +5,9 @@ use firn_model::FirnError;
 
 use super::{REDIS_COMPAT_VERSION, exact_arity, unknown_subcommand};
 use crate::resp::args::Args;
+use crate::resp::client::Client;
 use crate::resp::command::{Action, CommandSpec, FIRST_RELEASE, Flag, Group, KeyPositions};
-use crate::resp::reply::Reply;
+use crate::resp::reply::{Reply, answered};
 
 pub const PING: CommandSpec = CommandSpec {
     name: "ping",
@@ -38,7 +39,7 @@ pub const QUIT: CommandSpec = CommandSpec {
     group: Group::Connection,
     since: FIRST_RELEASE,
     summary: "Answers OK and closes the connection.",
-    parse: |_| Ok(Action::Quit),
+    parse: |_| Ok(quit()),
 };
 
 pub const HELLO: CommandSpec = CommandSpec {
@@ -112,7 +113,7 @@ fn hello(mut args: Args) -> Result<Action, FirnError> {
         }
     };
     let mut setname = None;
-    let mut auth = None;
+    let mut auth: Option<(bytes::Bytes, bytes::Bytes)> = None;
     while !args.is_empty() {
         match args.keyword()?.as_str() {
             "AUTH" => auth = Some((args.bytes()?, args.bytes()?)),
@@ -124,10 +125,33 @@ fn hello(mut args: Args) -> Result<Action, FirnError> {
             }
         }
     }
-    Ok(Action::Hello {
-        proto,
-        setname,
-        auth,
+    let signs_in = auth.is_some();
+    // Signing in first: a failed sign-in changes nothing else.
+    let apply = move |client: &mut Client| {
+        if let Some((user, password)) = auth
+            && let Err(e) = client.sign_in(Some(user), &password)
+        {
+            return Reply::error(&e);
+        }
+        if let Some(p) = proto {
+            client.proto = p;
+        }
+        if let Some(name) = setname {
+            client.session.set_name(name);
+        }
+        hello_reply(client.proto, client.id)
+    };
+    Ok(match signs_in {
+        true => Action::client_before_sign_in(apply),
+        false => Action::client(apply),
+    })
+}
+
+/// QUIT: OK, and the connection closes once the answers before it are written.
+fn quit() -> Action {
+    Action::client_before_sign_in(|client| {
+        client.closing = true;
+        Reply::Ok
     })
 }
 
@@ -154,10 +178,10 @@ fn auth(mut args: Args) -> Result<Action, FirnError> {
         2 => Some(args.bytes()?),
         _ => return Err(FirnError::WrongArity("auth".into())),
     };
-    Ok(Action::Auth {
-        user,
-        password: args.bytes()?,
-    })
+    let password = args.bytes()?;
+    Ok(Action::client_before_sign_in(move |client| {
+        answered(client.sign_in(user, &password))
+    }))
 }
 
 pub const ACL: CommandSpec = CommandSpec {
@@ -176,7 +200,12 @@ fn acl(mut args: Args) -> Result<Action, FirnError> {
     match sub.as_str() {
         "WHOAMI" => {
             exact_arity(&args, 0)?;
-            Ok(Action::WhoAmI)
+            Ok(Action::client(|client| {
+                match client.session.principal().name() {
+                    Ok(name) => Reply::Bulk(name.to_string().into()),
+                    Err(e) => Reply::error(&e),
+                }
+            }))
         }
         _ => Err(unknown_subcommand("acl", &sub)),
     }
@@ -196,10 +225,20 @@ fn client(mut args: Args) -> Result<Action, FirnError> {
     match sub.as_str() {
         "SETNAME" => {
             exact_arity(&args, 1)?;
-            Ok(Action::ClientSetName(args.bytes()?))
+            let name = args.bytes()?;
+            Ok(Action::client(move |client| {
+                client.session.set_name(name);
+                Reply::Ok
+            }))
         }
-        "GETNAME" => Ok(Action::ClientGetName),
-        "ID" => Ok(Action::ClientId),
+        "GETNAME" => Ok(Action::client(|client| {
+            client
+                .session
+                .name()
+                .cloned()
+                .map_or(Reply::Nil, Reply::Bulk)
+        })),
+        "ID" => Ok(Action::client(|client| Reply::Int(client.id as i64))),
         // Client libraries announce themselves (redis-py, go-redis); nothing to keep.
         "SETINFO" => Ok(Action::Reply(Reply::Ok)),
         _ => Err(unknown_subcommand("client", &sub)),
