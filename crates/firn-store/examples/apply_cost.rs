@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use firn_model::{CommitTs, Key, PutRequest};
+use firn_model::{CommitTs, Key, KvWrite, PutRequest};
 use firn_store::{Command, FjallBackend, Op, VersionedStore};
 
 /// The allocator `firn` runs with.
