@@ -113,10 +113,11 @@ impl PubSub {
         r.channels.get(channel).map_or(0, HashMap::len)
     }
 
-    /// Pattern subscriptions here, over all connections.
-    pub fn pattern_subscriptions(&self) -> usize {
+    /// Patterns subscribed to here, each counted once however many connections subscribe
+    /// to it (Redis's `PUBSUB NUMPAT`).
+    pub fn patterns(&self) -> usize {
         let r = self.inner.lock().expect("pubsub registry lock");
-        r.patterns.values().map(HashMap::len).sum()
+        r.patterns.values().filter(|subs| !subs.is_empty()).count()
     }
 }
 
@@ -240,7 +241,7 @@ mod tests {
         assert_eq!(p.next().await.unwrap().pattern, Some(b("n*")));
         assert_eq!(ps.deliver(&b("other"), &b("x")), 0);
         assert_eq!(ps.subscribers(b"news"), 1);
-        assert_eq!(ps.pattern_subscriptions(), 1);
+        assert_eq!(ps.patterns(), 1);
     }
 
     #[tokio::test]
@@ -252,7 +253,7 @@ mod tests {
         drop(a);
         assert_eq!(ps.deliver(&b("c"), &b("m")), 0);
         assert!(ps.channels(None).is_empty());
-        assert_eq!(ps.pattern_subscriptions(), 0);
+        assert_eq!(ps.patterns(), 0);
     }
 
     #[tokio::test]

@@ -39,11 +39,18 @@ impl Client {
         }
     }
 
-    /// Signs in as `user` (none: `default`); on a node without users any credentials are
-    /// accepted, as before there were users.
+    /// Signs in as `user` (none: `default`). On a node without users, as on Redis without a
+    /// password: the default user takes any password, a password alone is an error (the
+    /// client believes in no sign-in that did not happen), and no other user exists.
     pub fn sign_in(&mut self, user: Option<Bytes>, password: &[u8]) -> Result<(), FirnError> {
         let Some(users) = self.shared.router.kernel().users() else {
-            return Ok(());
+            return match user.as_deref() {
+                None => Err(FirnError::BadArgument(
+                    "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?".into(),
+                )),
+                Some(b"default") => Ok(()),
+                Some(_) => Err(FirnError::WrongPass),
+            };
         };
         let name = user.unwrap_or_else(|| Bytes::from_static(b"default"));
         match users.login(&name, password) {

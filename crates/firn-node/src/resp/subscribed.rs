@@ -85,10 +85,18 @@ impl Connection {
         }
     }
 
+    /// Each name answers once (with the count left); no name and nothing subscribed to of
+    /// the kind answers once, with a nil name — as Redis does, subscribed or not.
     fn unsubscribe(&mut self, kind: Kind, names: Vec<Bytes>) {
         let Some(subscriber) = self.subscriber.as_mut() else {
-            let reply = subscribe::unsubscribed_reply(kind, None, 0);
-            self.queue.push_back(Queued::Ready(reply));
+            if names.is_empty() {
+                let reply = subscribe::unsubscribed_reply(kind, None, 0);
+                self.queue.push_back(Queued::Ready(reply));
+            }
+            for name in names {
+                let reply = subscribe::unsubscribed_reply(kind, Some(name), 0);
+                self.queue.push_back(Queued::Ready(reply));
+            }
             return;
         };
         let names = if names.is_empty() {

@@ -4,6 +4,7 @@
 
 pub mod fuzz;
 pub mod http;
+pub mod reference;
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};

@@ -82,6 +82,6 @@ pub fn query_reply(query: PubSubQuery, registry: &PubSub) -> Reply {
                 })
                 .collect(),
         ),
-        PubSubQuery::NumPat => Reply::Int(registry.pattern_subscriptions() as i64),
+        PubSubQuery::NumPat => Reply::Int(registry.patterns() as i64),
     }
 }
