@@ -204,6 +204,11 @@ impl Subscriber {
         }
     }
 
+    /// A message already queued for this connection, without waiting.
+    pub fn try_next(&mut self) -> Option<Delivery> {
+        self.rx.try_recv().ok()
+    }
+
     /// The next message for this connection (waits; never ends while the handle lives,
     /// since it holds a sender of its own queue).
     pub async fn next(&mut self) -> Option<Delivery> {

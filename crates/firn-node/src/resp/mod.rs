@@ -365,6 +365,7 @@ impl Connection {
     }
 
     async fn handle(&mut self, name: String, items: VecDeque<Bytes>) -> std::io::Result<()> {
+        self.take_delivered();
         if let Some(reply) = self.instead_while_subscribed(&name, &items) {
             self.flush_reads().await;
             self.queue.push_back(Queued::Ready(reply));

@@ -38,6 +38,19 @@ impl Connection {
         Some(subscribe::only_pubsub_error(name))
     }
 
+    /// Messages already queued for this connection go out before the answer to anything it
+    /// sends now: a message a PUBLISH counted is never lost to an UNSUBSCRIBE (or RESET)
+    /// the subscriber sends after it, nor shown after that command's answer.
+    pub(super) fn take_delivered(&mut self) {
+        let Some(subscriber) = self.subscriber.as_mut() else {
+            return;
+        };
+        while let Some(d) = subscriber.try_next() {
+            self.queue
+                .push_back(Queued::Ready(subscribe::delivery_reply(d)));
+        }
+    }
+
     pub(super) async fn pubsub(&mut self, action: PubSubAction) {
         match action {
             PubSubAction::Subscribe(kind, names) => {

@@ -122,7 +122,9 @@ fn stream_id(rule: StreamId, last: LogSeq, ts: CommitTs) -> Result<LogSeq, FirnE
         StreamId::Auto if ms > last.ms => Ok(LogSeq::new(ms, 0)),
         StreamId::Auto => last.successor().ok_or_else(too_small),
         StreamId::Ms(ms) if ms > last.ms => Ok(LogSeq::new(ms, 0)),
-        StreamId::Ms(ms) if ms == last.ms => last.successor().ok_or_else(too_small),
+        // Within the top entry's millisecond the sequence counts on, never into the next
+        // millisecond: `1-*` after `1-18446744073709551615` is refused, as Redis refuses it.
+        StreamId::Ms(ms) if ms == last.ms && last.n < u64::MAX => Ok(LogSeq::new(ms, last.n + 1)),
         StreamId::Ms(_) => Err(too_small()),
         StreamId::Exact(id) if id > last => Ok(id),
         StreamId::Exact(_) => Err(too_small()),
@@ -180,7 +182,7 @@ impl Txn<'_> {
                         }
                         let id = stream_id(s.id, LogSeq::ZERO, self.ts)?;
                         metas[0] = Some(TagMeta::default());
-                        self.push_entry(log, &tags, record, id, &mut metas);
+                        self.push_stream_entry(log, &tags, record, id, &mut metas, s);
                         out.push(Appended {
                             seq: id,
                             commit_ts: self.ts,
@@ -205,7 +207,10 @@ impl Txn<'_> {
                     LogSeq::from_stamp(self.ts, home)
                 }
             };
-            self.push_entry(log, &tags, record, seq, &mut metas);
+            match stream {
+                Some(s) => self.push_stream_entry(log, &tags, record, seq, &mut metas, s),
+                None => self.push_entry(log, &tags, record, seq, &mut metas),
+            }
             out.push(Appended {
                 seq,
                 commit_ts: self.ts,
@@ -219,6 +224,36 @@ impl Txn<'_> {
             self.stream_trim(tag, *trim)?;
         }
         Ok(Response::Appended(out))
+    }
+
+    /// A stream's new entry, unless the trim that follows it would drop the entry itself
+    /// (`MAXLEN 0`, or a `MINID` above its id): the stream then moves past its id (the id
+    /// answered, the next one above it, `entries-added` counting it) and holds nothing new,
+    /// as Redis's does.
+    fn push_stream_entry(
+        &mut self,
+        log: &Key,
+        tags: &[&Key],
+        record: &NewRecord,
+        seq: LogSeq,
+        metas: &mut [Option<TagMeta>],
+        stream: &StreamAppend,
+    ) {
+        let dropped_at_once = match stream.trim {
+            Some(StreamTrim::MaxLen(0)) => true,
+            Some(StreamTrim::MinId(min)) => seq < min,
+            _ => false,
+        };
+        if !dropped_at_once {
+            return self.push_entry(log, tags, record, seq, metas);
+        }
+        for (tag, meta) in tags.iter().zip(metas.iter_mut()) {
+            let mut m = meta.take().unwrap_or_default();
+            m.last = m.last.max(seq);
+            m.added += 1;
+            self.set_tag_meta(log.as_bytes(), tag.as_bytes(), m.clone());
+            *meta = Some(m);
+        }
     }
 
     fn push_entry(

@@ -247,6 +247,8 @@ pub fn group_entries(entries: &[GroupEntry]) -> Result<Reply, FirnError> {
 pub fn group_start(text: &str) -> Result<firn_model::GroupStart, FirnError> {
     match text {
         "$" => Ok(firn_model::GroupStart::Last),
+        // The smallest id, as Redis reads `-` here.
+        "-" => Ok(firn_model::GroupStart::Id(firn_model::LogSeq::ZERO)),
         id => stream_id(id, false).map(firn_model::GroupStart::Id),
     }
 }

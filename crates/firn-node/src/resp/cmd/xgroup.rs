@@ -44,10 +44,15 @@ fn xgroup(mut args: Args) -> Result<Action, FirnError> {
             while !args.is_empty() {
                 match args.keyword()?.as_str() {
                     "MKSTREAM" if sub == "CREATE" => mkstream = true,
-                    // Firn counts what a group has read itself; the hint is checked and
-                    // otherwise not needed.
+                    // Firn counts what a group has read itself; the hint is checked as
+                    // Redis checks it and otherwise not needed.
                     "ENTRIESREAD" if !args.is_empty() => {
-                        redis_integer(&mut args)?;
+                        let n = redis_integer(&mut args)?;
+                        if n < -1 {
+                            return Err(FirnError::BadArgument(
+                                "value for ENTRIESREAD must be positive or -1".into(),
+                            ));
+                        }
                     }
                     word if sub == "CREATE" => options.take(word, &mut args)?,
                     _ => return Err(syntax_error()),
