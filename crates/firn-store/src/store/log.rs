@@ -209,7 +209,7 @@ impl Txn<'_> {
             };
             match stream {
                 Some(s) => self.push_stream_entry(log, &tags, record, seq, &mut metas, s),
-                None => self.push_entry(log, &tags, record, seq, &mut metas),
+                None => self.add_entry(log, &tags, Some(record), seq, &mut metas),
             }
             out.push(Appended {
                 seq,
@@ -239,46 +239,43 @@ impl Txn<'_> {
         metas: &mut [Option<TagMeta>],
         stream: &StreamAppend,
     ) {
-        let dropped_at_once = match stream.trim {
-            Some(StreamTrim::MaxLen(0)) => true,
-            Some(StreamTrim::MinId(min)) => seq < min,
-            _ => false,
+        let kept = match stream.trim {
+            Some(StreamTrim::MaxLen(0)) => false,
+            Some(StreamTrim::MinId(min)) => seq >= min,
+            _ => true,
         };
-        if !dropped_at_once {
-            return self.push_entry(log, tags, record, seq, metas);
-        }
-        for (tag, meta) in tags.iter().zip(metas.iter_mut()) {
-            let mut m = meta.take().unwrap_or_default();
-            m.last = m.last.max(seq);
-            m.added += 1;
-            self.set_tag_meta(log.as_bytes(), tag.as_bytes(), m.clone());
-            *meta = Some(m);
-        }
+        self.add_entry(log, tags, kept.then_some(record), seq, metas);
     }
 
-    fn push_entry(
+    /// Counts an entry at `seq` under each of its tags, and stores `record` there unless
+    /// there is none to keep.
+    fn add_entry(
         &mut self,
         log: &Key,
         tags: &[&Key],
-        record: &NewRecord,
+        record: Option<&NewRecord>,
         seq: LogSeq,
         metas: &mut [Option<TagMeta>],
     ) {
-        let stored = encode(&StoredEntry {
-            tags: record.tags.clone(),
-            payload: record.payload.clone(),
-            commit_ts: self.ts,
+        let stored = record.map(|record| {
+            encode(&StoredEntry {
+                tags: record.tags.clone(),
+                payload: record.payload.clone(),
+                commit_ts: self.ts,
+            })
         });
         for (tag, meta) in tags.iter().zip(metas.iter_mut()) {
             let mut m = meta.take().unwrap_or_default();
             m.last = m.last.max(seq);
-            m.len += 1;
             m.added += 1;
-            self.batch.put(
-                Table::LogEntries,
-                entry_key(log.as_bytes(), tag.as_bytes(), seq),
-                stored.clone(),
-            );
+            if let Some(stored) = &stored {
+                m.len += 1;
+                self.batch.put(
+                    Table::LogEntries,
+                    entry_key(log.as_bytes(), tag.as_bytes(), seq),
+                    stored.clone(),
+                );
+            }
             self.set_tag_meta(log.as_bytes(), tag.as_bytes(), m.clone());
             *meta = Some(m);
         }
