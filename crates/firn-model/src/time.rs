@@ -24,7 +24,17 @@ pub fn parse_micros(text: &str) -> Result<u64, FirnError> {
 /// write stamped within that microsecond; `WALL_US-LOGICAL` is exact.
 pub fn parse_read_time(text: &str) -> Result<CommitTs, FirnError> {
     if text.contains('-') && !text.contains('T') && !text.starts_with('-') {
-        return text.parse::<CommitTs>().map_err(FirnError::BadTime);
+        // A single `-` between two numbers is a stamp; anything else (a date without its
+        // time, `2026-13-45`) is named as the time it tried to be, with every form accepted.
+        return text.parse::<CommitTs>().map_err(|why| match text.matches('-').count() {
+            1 if text.split('-').all(|p| p.chars().all(|c| c.is_ascii_digit())) => {
+                FirnError::BadTime(why)
+            }
+            _ => FirnError::BadTime(format!(
+                "'{text}' is not a time; use integer microseconds since the Unix epoch, RFC 3339 \
+                 (e.g. 2026-11-22T10:00:00Z) or a commit stamp WALL_US-LOGICAL (e.g. 1764000000000000-0)"
+            )),
+        });
     }
     parse_micros(text).map(CommitTs::end_of_micros)
 }
@@ -76,6 +86,17 @@ mod tests {
             let err = parse_read_time(bad).unwrap_err();
             assert!(matches!(err, FirnError::BadTime(_)), "{bad}: {err}");
         }
+        // A date that is no date is named as a time, with the forms a time may take; a stamp
+        // whose counter is too large is named as a stamp.
+        for bad in ["2026-13-45", "2026-11-22"] {
+            let err = parse_read_time(bad).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("'{bad}' is not a time")) && err.contains("RFC 3339"),
+                "{bad}: {err}"
+            );
+        }
+        let err = parse_read_time("7-99999999999").unwrap_err().to_string();
+        assert!(err.contains("logical counter"), "{err}");
     }
 
     #[test]

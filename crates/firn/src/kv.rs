@@ -334,8 +334,25 @@ pub async fn delete(args: DelArgs) -> Result<(), String> {
 }
 
 /// A version's value, after a line of its metadata when `meta` (a tombstone has no value:
-/// without `meta` it prints nothing).
+/// without `meta` it prints nothing). The value alone goes out as its exact bytes, so that
+/// `firn get k > file` holds the value, followed by a newline only on a terminal; after
+/// metadata lines it is shown as text.
 fn print_version(info: &VersionInfo, meta: bool) {
+    if !meta {
+        if let Some(v) = &info.value {
+            use std::io::{IsTerminal, Write};
+            let mut out = std::io::stdout().lock();
+            let wrote = out.write_all(v).and_then(|()| match out.is_terminal() {
+                true => out.write_all(b"\n"),
+                false => Ok(()),
+            });
+            if let Err(e) = wrote.and_then(|()| out.flush()) {
+                eprintln!("firn: writing the value: {e}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
     if meta {
         println!(
             "version {}  commit {} ({}){}{}",

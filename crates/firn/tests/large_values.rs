@@ -362,6 +362,19 @@ fn the_cli_puts_a_file_and_gets_it_back() {
         std::fs::read(&output).unwrap() == data,
         "the file read back differs"
     );
+    // Without --output, over RESP, the value is written as its exact bytes (it is not UTF-8).
+    assert!(std::str::from_utf8(&data).is_err());
+    let printed = std::process::Command::new(firn_bin())
+        .args(["get", "files/one two", "--addr", &cluster.resp_addr(0)])
+        .output()
+        .unwrap();
+    assert!(printed.status.success(), "{printed:?}");
+    assert!(
+        printed.stdout == data,
+        "firn get printed {} bytes for a value of {}",
+        printed.stdout.len(),
+        data.len()
+    );
     // A failed condition is reported and changes nothing.
     let (ok, said) = firn(&[
         "put",
