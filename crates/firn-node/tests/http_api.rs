@@ -497,6 +497,45 @@ async fn unknown_paths_and_methods_answer_json_errors() {
     node.shutdown().await;
 }
 
+/// A query parameter an endpoint does not take is refused and changes nothing: a misspelt
+/// `?ver=1` does not answer the latest value, `?x=1` on a DELETE deletes nothing; what the
+/// endpoint takes is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_query_parameter_is_refused() {
+    let node = start_node(false).await;
+    let base = format!("http://{}", node.http_addr);
+    tokio::task::spawn_blocking(move || {
+        let a = agent();
+        let (code, _) = call(a.put(&format!("{base}/v1/kv/k")), Some(b"one"));
+        assert_eq!(code, 200);
+        let (code, _) = call(a.put(&format!("{base}/v1/kv/k")), Some(b"two"));
+        assert_eq!(code, 200);
+        let (code, r) = call(a.get(&format!("{base}/v1/kv/k?ver=1")), None);
+        assert_eq!(code, 400);
+        let body = json(r);
+        let message = body["message"].as_str().unwrap();
+        assert!(
+            message.contains("unknown parameter 'ver'") && message.contains("version"),
+            "{body}"
+        );
+        let (code, r) = call(a.get(&format!("{base}/v1/kv/k?version=1")), None);
+        assert_eq!((code, r.into_string().unwrap()), (200, "one".to_string()));
+        let (code, r) = call(a.delete(&format!("{base}/v1/kv/k?x=1")), None);
+        assert_eq!(code, 400);
+        assert!(
+            json(r)["message"]
+                .as_str()
+                .unwrap()
+                .contains("takes no parameters")
+        );
+        let (code, r) = call(a.get(&format!("{base}/v1/kv/k")), None);
+        assert_eq!((code, r.into_string().unwrap()), (200, "two".to_string()));
+    })
+    .await
+    .unwrap();
+    node.shutdown().await;
+}
+
 /// A body refused before it is read to its end — over the most a JSON body may be — gets its
 /// answer, not a broken pipe or a reset while the client still sends: the node reads such a
 /// connection to its end before closing it (`http/linger.rs`). The node answers on after.

@@ -173,3 +173,56 @@ async fn a_counted_message_reaches_its_subscriber_before_it_unsubscribes() {
         }
     }
 }
+
+/// INFO carries the fields clients read, under Redis's names, with true values: a
+/// connection waiting in `XREAD … BLOCK` is a blocked client on both.
+#[tokio::test]
+async fn info_has_the_fields_clients_read() {
+    let (node, redis) = (start_node(false).await, RedisServer::start().await);
+    let mut waiting = Vec::new();
+    for port in [node.resp_addr.port(), redis.port] {
+        let mut c = Raw::connect(port).await;
+        c.send(&["XREAD", "BLOCK", "0", "STREAMS", "s", "$"]).await;
+        waiting.push(c);
+    }
+    let mut both = Both::connect(node.resp_addr.port(), &redis).await;
+    let mut fields = Vec::new();
+    for c in [&mut both.firn, &mut both.redis] {
+        let mut seen = std::collections::HashMap::new();
+        for _ in 0..100 {
+            c.send(&["INFO"]).await;
+            let text = common::reference::show(&c.read().await);
+            seen = text
+                .split("\\r\\n")
+                .filter_map(|l| l.split_once(':'))
+                .map(|(k, v)| (k.trim_start_matches("$\"").to_string(), v.to_string()))
+                .collect();
+            if seen.get("blocked_clients").map(String::as_str) == Some("1") {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        fields.push(seen);
+    }
+    for name in [
+        "redis_version",
+        "redis_mode",
+        "os",
+        "arch_bits",
+        "process_id",
+        "run_id",
+        "tcp_port",
+        "uptime_in_seconds",
+        "connected_clients",
+        "blocked_clients",
+        "maxclients",
+        "role",
+    ] {
+        assert!(fields[0].contains_key(name), "Firn's INFO has no {name}");
+        assert!(fields[1].contains_key(name), "Redis's INFO has no {name}");
+    }
+    for same in ["arch_bits", "blocked_clients", "role", "redis_mode"] {
+        assert_eq!(fields[0][same], fields[1][same], "{same}");
+    }
+    assert_eq!(fields[0]["run_id"].len(), 40);
+}

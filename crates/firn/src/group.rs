@@ -290,6 +290,18 @@ pub async fn run_group(action: GroupAction) -> Result<(), String> {
     Ok(())
 }
 
+/// What a consumer says when a call to its node fails: a broken connection means the node
+/// stopped or went away, and consuming can go on from where it was.
+fn broke(seen: u64, e: ClientError) -> String {
+    match e {
+        ClientError::Connection(why) => format!(
+            "the connection to the node broke after {seen} entries ({why}): it stopped or went \
+             away; run firn group consume again to go on (entries not acked come again)"
+        ),
+        e => e.to_string(),
+    }
+}
+
 /// Prints each entry of the consumer's event stream, then acks it (unless `no_ack`): an
 /// entry is acked only once it is printed, so one lost on the way comes again.
 async fn consume(
@@ -319,22 +331,30 @@ async fn consume(
     });
     let mut seen = 0u64;
     while let Some(next) = rx.recv().await {
-        let Some(entry) = next.map_err(show)? else {
-            break;
+        let entry = match next {
+            Ok(Some(entry)) => entry,
+            Ok(None) => break,
+            Err(e) => return Err(broke(seen, e)),
         };
         print_entry(&entry);
         if !no_ack {
             client
                 .ack(&on.stream, &on.group, &[entry.id])
                 .await
-                .map_err(show)?;
+                .map_err(|e| broke(seen, e))?;
         }
         seen += 1;
     }
+    // Without COUNT the stream has no end of its own: one that ends means the node stopped
+    // or went away, which a supervisor must hear of (a non-zero exit), not take for done.
     match count {
-        Some(n) if seen < n => Err(format!(
-            "the event stream ended after {seen} of {n} entries"
+        Some(n) if seen >= n => Ok(()),
+        Some(n) => Err(format!(
+            "the event stream ended after {seen} of {n} entries (the node stopped or went away)"
         )),
-        _ => Ok(()),
+        None => Err(format!(
+            "the node ended the event stream after {seen} entries (it stopped or went away); \
+             run firn group consume again to go on (entries not acked come again)"
+        )),
     }
 }

@@ -158,3 +158,63 @@ fn the_group_subcommands_create_read_ack_consume_and_report_errors() {
     let err = fails(&node, &["pending", "orders", "g"]);
     assert!(err.contains("NOGROUP"), "{err}");
 }
+
+/// `firn group consume` without `--count` follows the group until stopped; when its node goes
+/// away instead, it exits with a failing status and says so — a supervisor must not take it
+/// for finished.
+#[test]
+fn consume_fails_when_its_node_goes_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = FirnProcess::start(dir.path(), &["--in-memory"]);
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            firn_group(
+                &node,
+                &["create", "orders", "g", "--start", "0", "--mkstream"],
+            )
+            .status
+            .success()
+        }),
+        "the node never made the group"
+    );
+    let mut con = redis::Client::open(format!("redis://{}/", node.resp_addr()))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let added = xadd(&mut con, "a");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_firn"))
+        .args(["group", "consume", "orders", "g", "bob"])
+        .args(["--http-addr", &node.http_addr])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(20)),
+        Ok(format!("{added}  v=a"))
+    );
+    node.kill_9();
+    let exited = wait_until(Duration::from_secs(20), || {
+        child.try_wait().unwrap().is_some()
+    });
+    if !exited {
+        child.kill().unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(exited, "consume went on without its node");
+    assert!(
+        !out.status.success(),
+        "consume exited 0 without its node: {said}"
+    );
+    assert!(said.contains("stopped or went away"), "{said}");
+}

@@ -13,6 +13,7 @@ pub(crate) mod linger;
 mod log;
 mod openapi;
 mod params;
+mod query;
 mod service;
 mod ui;
 mod watch;
@@ -104,6 +105,7 @@ pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> 
         .route("/", get(ui::index))
         .route("/ui/app.js", get(ui::app_js))
         .route("/ui/style.css", get(ui::style_css))
+        .route_layer(axum::middleware::from_fn(query::known_parameters))
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .layer(axum::middleware::from_fn_with_state(
             router.clone(),

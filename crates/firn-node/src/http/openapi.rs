@@ -5,7 +5,7 @@
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use axum::response::IntoResponse;
 
-const DOCUMENT: &str = include_str!("openapi.json");
+pub(super) const DOCUMENT: &str = include_str!("openapi.json");
 
 pub(super) async fn document() -> impl IntoResponse {
     (

@@ -9,7 +9,6 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response as HttpResponse};
-use firn_model::FirnError;
 
 use super::params::param_u64;
 use super::{ApiResult, Params, Session};
@@ -23,15 +22,7 @@ pub(super) async fn request(
     params: Params,
     body: Bytes,
 ) -> ApiResult<HttpResponse> {
-    if let Some(other) = params
-        .keys()
-        .find(|k| !["key", "timeout_ms"].contains(&k.as_str()))
-    {
-        return Err(FirnError::BadArgument(format!(
-            "unknown parameter '{other}' (a service request takes key and timeout_ms)"
-        ))
-        .into());
-    }
+    // Parameters it does not take were refused before it ran (`query.rs`).
     let timeout_ms = check_timeout_ms(param_u64(&params, "timeout_ms")?)?;
     let key = params.get("key").map(|k| Bytes::from(k.clone()));
     session

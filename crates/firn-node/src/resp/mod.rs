@@ -65,6 +65,11 @@ pub struct Shared {
     connections_max: usize,
     started: Instant,
     resp_port: u16,
+    /// Connections waiting in a blocking command now (`BLOCK`, a service's wait): INFO's
+    /// `blocked_clients`.
+    blocked: AtomicU64,
+    /// This run of the node, as INFO's `run_id` names it: 40 hex digits, new at each start.
+    run_id: String,
 }
 
 impl Shared {
@@ -72,6 +77,40 @@ impl Shared {
     fn connected(&self) -> usize {
         self.connections_max - self.slots.available_permits()
     }
+}
+
+/// A connection counted as blocked while it lives.
+struct Blocked<'a>(&'a AtomicU64);
+
+impl<'a> Blocked<'a> {
+    fn new(count: &'a AtomicU64) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Blocked(count)
+    }
+}
+
+impl Drop for Blocked<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// 40 hex digits from the clock and the process: a run's id, as Redis's `run_id` is.
+fn new_run_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut out = String::with_capacity(40);
+    while out.len() < 40 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        h.write_u32(std::process::id());
+        out.push_str(&format!("{:016x}", h.finish()));
+    }
+    out.truncate(40);
+    out
 }
 
 /// Accepts RESP connections until `stop`, at most `connections_max` at once, then waits up
@@ -92,6 +131,8 @@ pub async fn serve(
         connections_max,
         started: Instant::now(),
         resp_port: listener.local_addr().map(|a| a.port()).unwrap_or(0),
+        blocked: AtomicU64::new(0),
+        run_id: new_run_id(),
     });
     let refusals = Arc::new(Semaphore::new(REFUSALS_IN_FLIGHT_MAX));
     // Connection tasks are kept so that shutdown can wait for them (and end stragglers).
@@ -448,6 +489,8 @@ impl Connection {
         let ctx = self.client.session.context();
         let consumer = format!("{}-{}", router.kernel().node_id(), self.client.id);
         let run = cmd::service::run(&router, &ctx, action, consumer.into());
+        let shared = self.shared.clone();
+        let _blocked = Blocked::new(&shared.blocked);
         if let Some(reply) = self.unless_gone(run).await? {
             self.queue.push_back(Queued::Ready(reply));
         }
@@ -495,6 +538,8 @@ impl Connection {
         self.flush().await?;
         let router = self.shared.router.clone();
         let ctx = self.client.session.context();
+        let shared = self.shared.clone();
+        let _blocked = Blocked::new(&shared.blocked);
         if let Some(result) = self.unless_gone(router.execute(&ctx, request)).await? {
             let reply = how.show(self.client.session.take(&router, result).await);
             self.queue.push_back(Queued::Ready(reply));

@@ -157,19 +157,25 @@ pub fn info_text(shared: &Shared, section: Option<&str>) -> String {
         (
             "server",
             format!(
-                "redis_version:{REDIS_COMPAT_VERSION}\r\nfirn_version:{}\r\nredis_mode:standalone\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\n",
+                "redis_version:{REDIS_COMPAT_VERSION}\r\nfirn_version:{}\r\nredis_mode:standalone\r\nos:{} {}\r\narch_bits:{}\r\nprocess_id:{}\r\nrun_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\n",
                 env!("CARGO_PKG_VERSION"),
+                std::env::consts::OS,
+                std::env::consts::ARCH,
+                usize::BITS,
                 std::process::id(),
+                shared.run_id,
                 shared.resp_port,
-                shared.started.elapsed().as_secs()
+                shared.started.elapsed().as_secs(),
+                shared.started.elapsed().as_secs() / 86_400
             ),
         ),
         (
             "clients",
             format!(
-                "connected_clients:{}\r\nmaxclients:{}\r\n",
+                "connected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n",
                 shared.connected(),
-                shared.connections_max
+                shared.connections_max,
+                shared.blocked.load(std::sync::atomic::Ordering::Relaxed)
             ),
         ),
         ("persistence", "aof_enabled:0\r\nfirn_durability:raft-log-fsync\r\n".to_string()),
