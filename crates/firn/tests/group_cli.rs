@@ -6,7 +6,7 @@
 mod common;
 
 use std::io::BufRead;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -49,18 +49,9 @@ fn xadd(con: &mut redis::Connection, value: &str) -> String {
         .unwrap()
 }
 
-/// The first word of each line: the ids a command printed.
-fn ids(stdout: &str) -> Vec<String> {
-    stdout
-        .lines()
-        .map(|l| l.split_whitespace().next().unwrap().to_string())
-        .collect()
-}
-
-#[test]
-fn the_group_subcommands_create_read_ack_consume_and_report_errors() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = FirnProcess::start(dir.path(), &["--in-memory"]);
+/// A node with the group `g` of the stream `orders` made, and a RESP connection to it.
+fn node_with_a_group(dir: &std::path::Path) -> (FirnProcess, redis::Connection) {
+    let node = FirnProcess::start(dir, &["--in-memory"]);
     // Ready when a create gets through.
     assert!(
         wait_until(Duration::from_secs(20), || {
@@ -73,12 +64,49 @@ fn the_group_subcommands_create_read_ack_consume_and_report_errors() {
         }),
         "the node never made the group"
     );
-    let err = fails(&node, &["create", "orders", "g"]);
-    assert!(err.contains("BUSYGROUP"), "{err}");
-    let mut con = redis::Client::open(format!("redis://{}/", node.resp_addr()))
+    let con = redis::Client::open(format!("redis://{}/", node.resp_addr()))
         .unwrap()
         .get_connection()
         .unwrap();
+    (node, con)
+}
+
+/// `firn group consume orders g CONSUMER ARGS…` started, and its stdout's lines as they come.
+fn consume(node: &FirnProcess, consumer: &str, args: &[&str]) -> (Child, mpsc::Receiver<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_firn"))
+        .args(["group", "consume", "orders", "g", consumer])
+        .args(args)
+        .args(["--http-addr", &node.http_addr])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// The first word of each line: the ids a command printed.
+fn ids(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_group_subcommands_create_read_ack_consume_and_report_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, mut con) = node_with_a_group(dir.path());
+    let err = fails(&node, &["create", "orders", "g"]);
+    assert!(err.contains("BUSYGROUP"), "{err}");
     let added: Vec<String> = ["a", "b", "c"].iter().map(|v| xadd(&mut con, v)).collect();
 
     let read = ok(&node, &["read", "orders", "g", "alice", "--count", "2"]);
@@ -119,22 +147,7 @@ fn the_group_subcommands_create_read_ack_consume_and_report_errors() {
     );
 
     // Consume two as bob: the third entry at once, then one added while it follows.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_firn"))
-        .args(["group", "consume", "orders", "g", "bob", "--count", "2"])
-        .args(["--http-addr", &node.http_addr])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            if tx.send(line.unwrap()).is_err() {
-                return;
-            }
-        }
-    });
+    let (mut child, rx) = consume(&node, "bob", &["--count", "2"]);
     let first = rx.recv_timeout(Duration::from_secs(20));
     let fourth = xadd(&mut con, "d");
     let second = rx.recv_timeout(Duration::from_secs(20));
@@ -165,39 +178,9 @@ fn the_group_subcommands_create_read_ack_consume_and_report_errors() {
 #[test]
 fn consume_fails_when_its_node_goes_away() {
     let dir = tempfile::tempdir().unwrap();
-    let node = FirnProcess::start(dir.path(), &["--in-memory"]);
-    assert!(
-        wait_until(Duration::from_secs(20), || {
-            firn_group(
-                &node,
-                &["create", "orders", "g", "--start", "0", "--mkstream"],
-            )
-            .status
-            .success()
-        }),
-        "the node never made the group"
-    );
-    let mut con = redis::Client::open(format!("redis://{}/", node.resp_addr()))
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let (node, mut con) = node_with_a_group(dir.path());
     let added = xadd(&mut con, "a");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_firn"))
-        .args(["group", "consume", "orders", "g", "bob"])
-        .args(["--http-addr", &node.http_addr])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            if tx.send(line.unwrap()).is_err() {
-                return;
-            }
-        }
-    });
+    let (mut child, rx) = consume(&node, "bob", &[]);
     assert_eq!(
         rx.recv_timeout(Duration::from_secs(20)),
         Ok(format!("{added}  v=a"))
