@@ -364,7 +364,10 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
         print_config(args.settings, config.node_id, host);
         return Ok(());
     }
+    // Colours only on a terminal: a log written to a file or a journal stays plain text.
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
+        .with_ansi(std::io::stdout().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
                 tracing_subscriber::EnvFilter::new("info,openraft=warn,fjall=warn,lsm_tree=warn")

@@ -697,3 +697,71 @@ fn pod_env(env: &[Yaml], pod: &str) -> Vec<(String, String)> {
     }
     out
 }
+
+/// A node's log written to a pipe or a file is plain text (no terminal colour codes), and a
+/// second node on the same data directory is refused at once, saying why.
+#[test]
+fn logs_off_a_terminal_are_plain_and_a_data_directory_serves_one_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap().to_string();
+    let addrs = [
+        "--resp-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--peer-addr",
+        "127.0.0.1:0",
+    ];
+    let mut child = Command::new(firn_bin())
+        .args(["serve", "--data-dir", &data])
+        .args(addrs)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn firn");
+    let first = Node {
+        child: {
+            let stdout = child.stdout.take().unwrap();
+            let (tx, rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    let _ = tx.send(line);
+                }
+            });
+            let deadline = Instant::now() + START_TIMEOUT;
+            let mut lines = Vec::new();
+            while Instant::now() < deadline {
+                let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) else {
+                    continue;
+                };
+                let serving = line.starts_with("firn serving:");
+                lines.push(line);
+                if serving {
+                    break;
+                }
+            }
+            assert!(
+                lines.iter().any(|l| l.starts_with("firn serving:")),
+                "the node did not start: {lines:?}"
+            );
+            assert!(
+                lines.len() > 1,
+                "no log line came before serving: {lines:?}"
+            );
+            let coloured: Vec<&String> = lines.iter().filter(|l| l.contains('\u{1b}')).collect();
+            assert!(
+                coloured.is_empty(),
+                "colour codes in a piped log: {coloured:?}"
+            );
+            child
+        },
+    };
+    let mut args = vec!["--data-dir", data.as_str()];
+    args.extend(addrs);
+    let (code, _, err) = Launch::new(&args).run();
+    assert_ne!(code, 0, "a second node started on the same data directory");
+    assert!(err.contains("in use by another firn process"), "{err}");
+    drop(first);
+}

@@ -44,6 +44,8 @@ pub struct RunningNode {
     tasks: Vec<JoinHandle<()>>,
     /// Holds an in-memory node's scratch directory until shutdown.
     _scratch: Option<tempfile::TempDir>,
+    /// The data directory's lock, held while the node runs.
+    _lock: std::fs::File,
 }
 
 /// How long shutdown waits for the node's tasks (listeners, connections, loops) to end
@@ -457,6 +459,7 @@ impl RunningNode {
             failed,
             tasks,
             _scratch: storage.scratch,
+            _lock: storage.lock,
         })
     }
 

@@ -41,6 +41,30 @@ pub(super) const STRIPES_CORES_MIN: usize = 4;
 /// Most stripes a `FORMAT` file may name.
 const STRIPES_MAX: usize = 64;
 
+/// Locks `<data-dir>/LOCK` (an exclusive `flock`, released when the process ends, however it
+/// ends): a second node started on the same directory is refused at once with a message
+/// that says so, before it touches a database.
+fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, FirnError> {
+    let path = dir.join("LOCK");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| startup(&format!("opening {}", path.display()), e))?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(
+        |_| {
+            FirnError::Refused(format!(
+                "the data directory {} is in use by another firn process (it holds {}); stop that \
+             one, or give this one another --data-dir",
+                dir.display(),
+                path.display()
+            ))
+        },
+    )?;
+    Ok(file)
+}
+
 /// Marks a new data directory with this build's layout and `wanted` stripes (by default
 /// [`STRIPES_DEFAULT`] or one, by the cores), or checks an existing one has it (and, if
 /// `wanted`, that many stripes); returns its stripe count.
@@ -107,6 +131,8 @@ fn stripe_db(base: &str, i: usize) -> String {
 pub(super) struct Storage {
     /// Holds an in-memory node's scratch directory until shutdown.
     pub scratch: Option<tempfile::TempDir>,
+    /// `<data-dir>/LOCK`, locked while the node runs (see [`lock_data_dir`]).
+    pub lock: std::fs::File,
     pub data_dir: std::path::PathBuf,
     pub disk: Arc<DiskSpace>,
     /// Each stripe's log and state databases, until [`Storage::start_syncing`] takes them.
@@ -133,6 +159,7 @@ impl Storage {
                 e,
             )
         })?;
+        let lock = lock_data_dir(&data_dir)?;
         let disk = Arc::new(DiskSpace::new(
             config.node_id,
             &data_dir,
@@ -177,6 +204,7 @@ impl Storage {
         );
         Ok(Storage {
             scratch,
+            lock,
             data_dir,
             disk,
             databases,
@@ -284,6 +312,16 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("firn-data 9"), "{e}");
+    }
+
+    #[test]
+    fn a_second_lock_on_a_data_directory_is_refused_until_the_first_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = lock_data_dir(dir.path()).unwrap();
+        let e = lock_data_dir(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("in use by another firn process"), "{e}");
+        drop(first);
+        lock_data_dir(dir.path()).unwrap();
     }
 
     #[test]
