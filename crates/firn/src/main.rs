@@ -128,7 +128,27 @@ fn main() -> ExitCode {
 async fn connect(target: &Target) -> Result<Client, String> {
     Client::connect_with(&target.addr, http::client_tls())
         .await
-        .map_err(|e| format!("cannot reach {}: {e}", target.addr))
+        .map_err(|e| unreachable_error(&target.addr, e))
+}
+
+/// "cannot reach ADDR: WHY", with a password in ADDR (`user:password@host:port`) shown as
+/// `***`, there and wherever the reason repeats it: an error message is read, pasted and
+/// logged.
+pub(crate) fn unreachable_error(addr: &str, e: impl std::fmt::Display) -> String {
+    let why = e.to_string();
+    let secret = addr
+        .rsplit_once('@')
+        .and_then(|(user, _)| user.split_once(':'))
+        .map(|(_, password)| password)
+        .filter(|p| !p.is_empty());
+    match secret {
+        Some(password) => format!(
+            "cannot reach {}: {}",
+            addr.replacen(&format!(":{password}@"), ":***@", 1),
+            why.replace(password, "***")
+        ),
+        None => format!("cannot reach {addr}: {why}"),
+    }
 }
 
 fn show(e: ClientError) -> String {
@@ -154,5 +174,24 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Group { action } => run_group(action).await,
         Command::Request(args) => run_request(args).await,
         Command::Cluster { action } => run_cluster(action).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unreachable_error;
+
+    #[test]
+    fn an_unreachable_address_is_shown_without_its_password() {
+        let said = unreachable_error(
+            "alice:s3cret@127.0.0.1:7379",
+            "WRONGPASS for alice:s3cret@127.0.0.1:7379",
+        );
+        assert!(!said.contains("s3cret"), "{said}");
+        assert!(said.contains("alice:***@127.0.0.1:7379"), "{said}");
+        assert_eq!(
+            unreachable_error("127.0.0.1:7379", "refused"),
+            "cannot reach 127.0.0.1:7379: refused"
+        );
     }
 }

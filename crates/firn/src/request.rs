@@ -32,7 +32,7 @@ pub async fn run_request(args: RequestArgs) -> Result<(), String> {
     let mut conn = client
         .get_multiplexed_async_connection_with_config(&config)
         .await
-        .map_err(|e| format!("cannot reach {addr}: {e}"))?;
+        .map_err(|e| crate::unreachable_error(addr, e))?;
     let mut cmd = redis::cmd("FIRN.REQUEST");
     cmd.arg(&args.service).arg(&args.payload);
     if let Some(k) = &args.key {
