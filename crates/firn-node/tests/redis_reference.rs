@@ -226,3 +226,35 @@ async fn info_has_the_fields_clients_read() {
     }
     assert_eq!(fields[0]["run_id"].len(), 40);
 }
+
+/// XINFO GROUPS has Redis's fields and no more (a client comparing replies sees nothing
+/// extra); Firn's delivery options are FIRN.GROUPS's.
+#[tokio::test]
+async fn xinfo_groups_has_redis_fields_only() {
+    let (node, redis) = (start_node(false).await, RedisServer::start().await);
+    let mut both = Both::connect(node.resp_addr.port(), &redis).await;
+    both.same(&[
+        (&["XADD", "s", "1-1", "a", "b"], 1),
+        (&["XGROUP", "CREATE", "s", "g", "0"], 1),
+    ])
+    .await;
+    let mut names = Vec::new();
+    for c in [&mut both.firn, &mut both.redis] {
+        c.send(&["XINFO", "GROUPS", "s"]).await;
+        let reply = c.read().await;
+        let redis_protocol::resp2::types::BytesFrame::Array(groups) = reply else {
+            panic!("XINFO GROUPS answers an array")
+        };
+        let redis_protocol::resp2::types::BytesFrame::Array(fields) = &groups[0] else {
+            panic!("a group is a flat array in RESP2")
+        };
+        names.push(
+            fields
+                .iter()
+                .step_by(2)
+                .map(common::reference::show)
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert_eq!(names[0], names[1]);
+}

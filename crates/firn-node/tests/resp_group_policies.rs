@@ -17,8 +17,8 @@ async fn group_fields(
     c: &mut redis::aio::MultiplexedConnection,
     key: &str,
 ) -> Vec<(String, Value)> {
-    let Value::Array(groups) = ok(c, &["XINFO", "GROUPS", key]).await else {
-        panic!("XINFO GROUPS answers an array")
+    let Value::Array(groups) = ok(c, &["FIRN.GROUPS", key]).await else {
+        panic!("FIRN.GROUPS answers an array")
     };
     let Value::Array(fields) = &groups[0] else {
         panic!("a group is a map")

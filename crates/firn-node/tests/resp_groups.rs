@@ -339,36 +339,44 @@ async fn xack_xpending_and_xinfo_show_the_pending_list_as_redis_does() {
     let Value::Array(groups) = ok(&mut c, &["XINFO", "GROUPS", "s"]).await else {
         panic!()
     };
-    assert_eq!(
-        groups,
-        vec![Value::Array(vec![
-            bulk("name"),
-            bulk("g"),
-            bulk("consumers"),
-            Value::Int(2),
-            bulk("pending"),
-            Value::Int(2),
-            bulk("last-delivered-id"),
-            bulk("3-0"),
-            bulk("entries-read"),
-            Value::Int(3),
-            bulk("lag"),
-            Value::Int(0),
-            // Firn's delivery options follow Redis's fields.
-            bulk("policy"),
-            bulk("first"),
-            bulk("key"),
-            Value::Nil,
-            bulk("ack-wait-ms"),
-            Value::Nil,
-            bulk("max-deliver"),
-            Value::Nil,
-            bulk("dead-letter"),
-            Value::Nil,
-            bulk("liveness-ms"),
-            Value::Int(30_000),
-        ])]
-    );
+    // Redis's six fields, no more.
+    let redis_fields = vec![Value::Array(vec![
+        bulk("name"),
+        bulk("g"),
+        bulk("consumers"),
+        Value::Int(2),
+        bulk("pending"),
+        Value::Int(2),
+        bulk("last-delivered-id"),
+        bulk("3-0"),
+        bulk("entries-read"),
+        Value::Int(3),
+        bulk("lag"),
+        Value::Int(0),
+    ])];
+    assert_eq!(groups, redis_fields);
+    // FIRN.GROUPS: the same, then Firn's delivery options.
+    let Value::Array(with_options) = ok(&mut c, &["FIRN.GROUPS", "s"]).await else {
+        panic!()
+    };
+    let Value::Array(mut fields) = redis_fields[0].clone() else {
+        panic!()
+    };
+    fields.extend([
+        bulk("policy"),
+        bulk("first"),
+        bulk("key"),
+        Value::Nil,
+        bulk("ack-wait-ms"),
+        Value::Nil,
+        bulk("max-deliver"),
+        Value::Nil,
+        bulk("dead-letter"),
+        Value::Nil,
+        bulk("liveness-ms"),
+        Value::Int(30_000),
+    ]);
+    assert_eq!(with_options, vec![Value::Array(fields)]);
     let Value::Array(stream) = ok(&mut c, &["XINFO", "STREAM", "s"]).await else {
         panic!()
     };

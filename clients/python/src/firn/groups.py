@@ -94,9 +94,10 @@ class Streams:
         return int(self._session.call("XLEN", as_bytes(stream, "stream")))
 
     def groups(self, stream: Bytesish) -> List[GroupInfo]:
-        """``XINFO GROUPS``: every group of the stream with its delivery options."""
+        """``FIRN.GROUPS``: every group of the stream (``XINFO GROUPS``'s fields) with its
+        delivery options."""
         out = []
-        for r in self._session.call("XINFO", "GROUPS", as_bytes(stream, "stream")):
+        for r in self._session.call("FIRN.GROUPS", as_bytes(stream, "stream")):
             m = parse_map(r)
             out.append(
                 GroupInfo(

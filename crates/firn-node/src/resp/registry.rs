@@ -61,6 +61,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     xread::XREAD,
     xinfo::XLEN,
     xinfo::XINFO,
+    xinfo::FIRN_GROUPS,
     xgroup::XGROUP,
     xreadgroup::XREADGROUP,
     xack::XACK,

@@ -61,7 +61,7 @@ fn items(v: Value) -> Result<Vec<Value>, String> {
     }
 }
 
-/// A group as XINFO GROUPS shows it: its name, last-delivered id and delivery options.
+/// A group as FIRN.GROUPS shows it: its name, last-delivered id and delivery options.
 fn group_of(v: &Value, stream: &[u8]) -> Result<GroupLine, String> {
     let fields = pairs(v)?;
     let get = |name: &str| {
@@ -71,12 +71,12 @@ fn group_of(v: &Value, stream: &[u8]) -> Result<GroupLine, String> {
             .map(|(_, v)| v.clone())
             .unwrap_or(Value::Nil)
     };
-    let bad = |what: &str| format!("XINFO GROUPS without its {what}: {v:?}");
+    let bad = |what: &str| format!("FIRN.GROUPS without its {what}: {v:?}");
     let key = get("key");
     let policy = match text_of(&get("policy")).as_deref() {
         Some("first") | None => DeliveryPolicy::First,
         Some("roundrobin") => DeliveryPolicy::RoundRobin,
-        // XINFO shows KEYTAG as that word, a field by its name.
+        // FIRN.GROUPS shows KEYTAG as that word, a field by its name.
         Some("hrw") if text_of(&key).as_deref() == Some("KEYTAG") => {
             DeliveryPolicy::Hrw(GroupKey::Tag)
         }
@@ -131,12 +131,12 @@ pub(super) async fn write_groups(
     let failed = |e: std::io::Error| e.to_string();
     for stream in streams {
         let key = stream.as_bytes();
-        let listed = run(client, redis::cmd("XINFO").arg("GROUPS").arg(key)).await;
+        let listed = run(client, redis::cmd("FIRN.GROUPS").arg(key)).await;
         let groups = match listed {
             Ok(v) => items(v)?,
             // Emptied and gone since the listing: nothing to keep.
             Err(e) if e.contains("no such key") => continue,
-            Err(e) => return Err(format!("stream {stream}: XINFO GROUPS: {e}")),
+            Err(e) => return Err(format!("stream {stream}: FIRN.GROUPS: {e}")),
         };
         for g in &groups {
             let mut group = group_of(g, key)?;

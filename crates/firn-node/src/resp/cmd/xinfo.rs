@@ -36,6 +36,22 @@ pub const XINFO: CommandSpec = CommandSpec {
     parse: xinfo,
 };
 
+pub const FIRN_GROUPS: CommandSpec = CommandSpec {
+    name: "firn.groups",
+    arity: 2,
+    flags: &[Flag::ReadOnly],
+    keys: KeyPositions::FIRST,
+    group: Group::Firn,
+    since: FIRST_RELEASE,
+    summary: "A stream's consumer groups as XINFO GROUPS gives them, with each group's delivery options (policy, key, ack-wait-ms, max-deliver, dead-letter, liveness-ms).",
+    parse: |mut args| {
+        Ok(Action::execute(
+            GroupRead::Groups { key: args.key()? },
+            Render::new(show_groups_with_options),
+        ))
+    },
+};
+
 fn xinfo(mut args: Args) -> Result<Action, FirnError> {
     let sub = args.keyword()?;
     match sub.as_str() {
@@ -143,9 +159,18 @@ fn option_fields(options: GroupOptions) -> Vec<(Reply, Reply)> {
     ]
 }
 
-/// One map per group: name, consumers, pending, last-delivered-id, entries-read, lag, then
-/// Firn's delivery options.
+/// One map per group, Redis's fields only: name, consumers, pending, last-delivered-id,
+/// entries-read, lag (a client comparing the reply with Redis's sees no more).
 fn show_groups(response: Response) -> Reply {
+    groups_reply(response, false)
+}
+
+/// FIRN.GROUPS: XINFO GROUPS's maps, each followed by the group's delivery options.
+fn show_groups_with_options(response: Response) -> Reply {
+    groups_reply(response, true)
+}
+
+fn groups_reply(response: Response, with_options: bool) -> Reply {
     let Response::Groups(groups) = response else {
         return unexpected("XINFO GROUPS", response);
     };
@@ -164,7 +189,9 @@ fn show_groups(response: Response) -> Reply {
                     (Reply::text("entries-read"), optional(g.entries_read)),
                     (Reply::text("lag"), optional(g.lag)),
                 ];
-                fields.extend(option_fields(g.options));
+                if with_options {
+                    fields.extend(option_fields(g.options));
+                }
                 Reply::Map(fields)
             })
             .collect(),
