@@ -59,6 +59,9 @@ pub enum FirnError {
     /// Redis's, which names the command.
     #[error("{0}")]
     NoGroup(String),
+    /// A blocked read whose stream went away while it waited (Redis's `UNBLOCKED`).
+    #[error("{0}")]
+    Unblocked(String),
     /// XGROUP CREATE of a group that exists.
     #[error("Consumer Group name already exists")]
     BusyGroup,
@@ -103,6 +106,7 @@ impl FirnError {
             FirnError::Trimmed { .. } => "TRIMMED",
             FirnError::LogNotFound(_) => "NOLOG",
             FirnError::NoGroup(_) => "NOGROUP",
+            FirnError::Unblocked(_) => "UNBLOCKED",
             FirnError::BusyGroup => "BUSYGROUP",
             FirnError::CrossSlot => "CROSSSLOT",
             FirnError::NoReply { .. } => "TIMEOUT",
@@ -126,9 +130,10 @@ impl FirnError {
             | FirnError::BodyTooLarge { .. } => 413,
             FirnError::Conflict { .. } => 409,
             FirnError::Compacted { .. } => 410,
-            FirnError::KeyspaceNotFound(_) | FirnError::LogNotFound(_) | FirnError::NoGroup(_) => {
-                404
-            }
+            FirnError::KeyspaceNotFound(_)
+            | FirnError::LogNotFound(_)
+            | FirnError::NoGroup(_)
+            | FirnError::Unblocked(_) => 404,
             FirnError::BusyGroup => 409,
             FirnError::Trimmed { .. } => 410,
             FirnError::Refused(_) | FirnError::NoPerm { .. } => 403,

@@ -258,3 +258,53 @@ async fn xinfo_groups_has_redis_fields_only() {
     }
     assert_eq!(names[0], names[1]);
 }
+
+/// A client blocked in XREADGROUP is answered at once when its group is destroyed
+/// (`NOGROUP`) or its stream flushed (`UNBLOCKED`), with Redis's words; it does not hang
+/// until a later XADD.
+#[tokio::test]
+async fn a_blocked_xreadgroup_hears_when_its_group_goes() {
+    let (node, redis) = (start_node(true).await, RedisServer::start().await);
+    for end in [&["XGROUP", "DESTROY", "s", "g"][..], &["FLUSHALL"][..]] {
+        let mut answers = Vec::new();
+        for (server, port) in [("Firn", node.resp_addr.port()), ("Redis", redis.port)] {
+            let mut admin = Raw::connect(port).await;
+            for setup in [
+                &["XADD", "s", "*", "a", "b"][..],
+                &["XGROUP", "CREATE", "s", "g", "$"][..],
+            ] {
+                admin.send(setup).await;
+                admin.read().await;
+            }
+            let mut blocked = Raw::connect(port).await;
+            blocked
+                .send(&[
+                    "XREADGROUP",
+                    "GROUP",
+                    "g",
+                    "c",
+                    "BLOCK",
+                    "0",
+                    "STREAMS",
+                    "s",
+                    ">",
+                ])
+                .await;
+            assert!(
+                blocked
+                    .read_within(std::time::Duration::from_millis(300))
+                    .await
+                    .is_none(),
+                "{server}: XREADGROUP did not block"
+            );
+            admin.send(end).await;
+            admin.read().await;
+            let answer = blocked
+                .read_within(std::time::Duration::from_secs(3))
+                .await
+                .map(|f| common::reference::show(&f));
+            answers.push(answer.unwrap_or_else(|| panic!("{server} after {end:?}: no answer")));
+        }
+        assert_eq!(answers[0], answers[1], "after {end:?}: Firn, then Redis");
+    }
+}

@@ -90,6 +90,16 @@ fn check_options(key: &Key, change: &GroupChange) -> Result<(), FirnError> {
 
 /// A blocked XREADGROUP re-proposes at least this often for a consumer it cannot see a
 /// reason to wake for, where the group wants it noted as live (a third of its liveness).
+/// Why a blocked XREADGROUP stopped waiting.
+enum Woke {
+    /// Something to read may have come: read again (the due times already proposed for).
+    Again(Vec<u64>),
+    /// Its BLOCK time is over.
+    TimedOut,
+    /// The group of this stream (or the stream) is gone.
+    Gone(Key),
+}
+
 fn renote_after(group: &GroupWake) -> Option<Duration> {
     (group.options.policy != DeliveryPolicy::First)
         .then(|| Duration::from_millis((group.options.liveness_ms / 3).max(1)))
@@ -294,8 +304,9 @@ impl Groups {
                 .wait_to_read_again(&ctx, &read, &round.waiting, &tried, applied)
                 .await?
             {
-                Some(due_seen) => tried = due_seen,
-                None => return Ok(round.answer()),
+                Woke::Again(due_seen) => tried = due_seen,
+                Woke::TimedOut => return Ok(round.answer()),
+                Woke::Gone(key) => return Err(self.gone_while_blocked(&ctx, &key).await),
             }
         }
     }
@@ -360,10 +371,11 @@ impl Groups {
         waiting: &[(Key, LogSeq)],
         tried: &[u64],
         mut applied: Option<tokio::sync::watch::Receiver<CommitTs>>,
-    ) -> Result<Option<Vec<u64>>, FirnError> {
+    ) -> Result<Woke, FirnError> {
         let proposed = Instant::now();
         // Streams whose group follows Redis alone (no policy, no ACKWAIT): nothing but a
-        // new entry wakes a read of them, so their group's state is read once.
+        // new entry, or the group's end, wakes a read of them, so only whether the group is
+        // still there is read again.
         let mut plain = vec![false; waiting.len()];
         let mut due_seen: Vec<u64> = Vec::new();
         'wait: loop {
@@ -376,12 +388,13 @@ impl Groups {
                         break 'wait;
                     }
                 }
+                let Some(info) = self.group_wake(ctx, key, &read.group).await? else {
+                    // The group or its stream is gone (XGROUP DESTROY, FLUSHALL).
+                    return Ok(Woke::Gone(key.clone()));
+                };
                 if plain[i] {
                     continue;
                 }
-                let Some(info) = self.group_wake(ctx, key, &read.group).await? else {
-                    continue;
-                };
                 plain[i] = info.options.policy == DeliveryPolicy::First
                     && info.options.ack_wait_ms.is_none();
                 let (dealt, due) = wake_for(&info, &read.consumer, tried);
@@ -397,7 +410,7 @@ impl Groups {
                 }
             }
             if read.timed_out() {
-                return Ok(None);
+                return Ok(Woke::TimedOut);
             }
             if wake.is_some_and(|w| Instant::now() >= w) {
                 break 'wait;
@@ -407,7 +420,21 @@ impl Groups {
                 break 'wait;
             }
         }
-        Ok(Some(due_seen))
+        Ok(Woke::Again(due_seen))
+    }
+
+    /// What a blocked read hears when its group went away while it waited, as Redis says
+    /// it: its stream is gone (`UNBLOCKED`), or only its group (`NOGROUP`).
+    async fn gone_while_blocked(&self, ctx: &CallContext, key: &Key) -> FirnError {
+        // A FLUSHALL drops a stream before its groups, so a group found gone with its stream
+        // gone is a flushed stream.
+        match self.log.stream_exists(ctx, key).await {
+            Ok(true) => FirnError::NoGroup(
+                "the consumer group this client was blocked on no longer exists".into(),
+            ),
+            Ok(false) => FirnError::Unblocked("the stream key no longer exists".into()),
+            Err(e) => e,
+        }
     }
 
     /// What a blocked read watches of a group (`None`: no such group or stream): from this

@@ -233,7 +233,22 @@ impl Log {
     }
 
     /// Whether anything was ever appended to `log` (its name's shard knows).
+    /// Whether the stream `key` exists (its tag has an entry count, an empty stream's too).
+    pub(crate) async fn stream_exists(
+        &self,
+        ctx: &CallContext,
+        key: &Key,
+    ) -> Result<bool, FirnError> {
+        Ok(self.look_at(ctx, key).await?.info.is_some())
+    }
+
     pub(super) async fn log_known(&self, ctx: &CallContext, log: &Key) -> Result<bool, FirnError> {
+        Ok(self.look_at(ctx, log).await?.log_known)
+    }
+
+    /// An empty page of `log` under its own name as tag (a stream's key): what the shard of
+    /// its name knows of the log and of that tag.
+    async fn look_at(&self, ctx: &CallContext, log: &Key) -> Result<LogPage, FirnError> {
         let shard = self.kernel.routable_layout()?.shard_of_name(log.as_bytes());
         let probe = LogShardRead {
             log: log.clone(),
@@ -247,7 +262,7 @@ impl Log {
             ends: false,
             close: false,
         };
-        Ok(self.log_page(shard, probe, ctx).await?.log_known)
+        self.log_page(shard, probe, ctx).await
     }
 
     /// One shard's page, read here or where the shard is held.
