@@ -65,7 +65,7 @@ async fn a_connection_past_the_limit_is_refused_and_a_freed_slot_is_reused() {
         assert_eq!(exchange(c, PING, 7).await, "+PONG\r\n");
     }
     // INFO counts them against the limit, as Redis does.
-    let body = "# Clients\r\nconnected_clients:3\r\nmaxclients:3\r\n";
+    let body = "# Clients\r\nconnected_clients:3\r\nmaxclients:3\r\nblocked_clients:0\r\n";
     let info = format!("${}\r\n{body}\r\n", body.len());
     let asked = exchange(
         &mut open[0],
