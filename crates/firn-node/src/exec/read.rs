@@ -23,6 +23,17 @@ const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
 const CLOSED_WAIT: Duration = Duration::from_secs(2);
 
 impl Kernel {
+    /// What the first of `keys` whose shard is held here has applied, as it changes: what
+    /// a blocked read waits on (the shards of the others are polled).
+    pub(crate) fn first_local_applied<'a>(
+        &self,
+        layout: &crate::cluster::layout::ClusterLayout,
+        mut keys: impl Iterator<Item = &'a Key>,
+    ) -> Option<tokio::sync::watch::Receiver<CommitTs>> {
+        keys.find_map(|k| self.replicas.get(layout.shard_of_name(k.as_bytes())))
+            .map(|r| r.store().applied_watch())
+    }
+
     /// Serves `read` on this node's `replica`.
     pub(crate) async fn read_here(
         &self,

@@ -288,14 +288,9 @@ impl Groups {
         // Due times already proposed for (see `wake_for`).
         let mut tried: Vec<u64> = Vec::new();
         loop {
-            let applied = streams
-                .iter()
-                .find_map(|(k, _)| {
-                    self.kernel
-                        .replicas()
-                        .get(layout.shard_of_name(k.as_bytes()))
-                })
-                .map(|r| r.store().applied_watch());
+            let applied = self
+                .kernel
+                .first_local_applied(&layout, streams.iter().map(|(k, _)| k));
             let round = self.read_group_round(&mut ctx, &read, &streams).await?;
             if !round.found.is_empty() || read.timed_out() {
                 return Ok(round.answer());

@@ -370,14 +370,9 @@ impl Log {
         let layout = self.kernel.routable_layout()?;
         loop {
             // Wake on the first local shard among them; others are polled.
-            let mut applied = from
-                .iter()
-                .find_map(|(k, _)| {
-                    self.kernel
-                        .replicas()
-                        .get(layout.shard_of_name(k.as_bytes()))
-                })
-                .map(|r| r.store().applied_watch());
+            let mut applied = self
+                .kernel
+                .first_local_applied(&layout, from.iter().map(|(k, _)| k));
             let mut found = Vec::new();
             for (key, id) in &from {
                 let Some(start) = id.successor() else {

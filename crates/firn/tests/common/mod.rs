@@ -17,6 +17,16 @@ pub struct FirnProcess {
 }
 
 impl FirnProcess {
+    /// Every listener on a free loopback port.
+    pub const FREE_PORTS: [&'static str; 6] = [
+        "--resp-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--peer-addr",
+        "127.0.0.1:0",
+    ];
+
     /// Starts `firn serve` on free loopback ports with its data in `data_dir`, and waits
     /// until it serves (bounded).
     pub fn start(data_dir: &Path, extra: &[&str]) -> FirnProcess {
@@ -25,14 +35,7 @@ impl FirnProcess {
 
     /// [`start`](Self::start), its standard error sent to `stderr`.
     pub fn start_logging_to(data_dir: &Path, extra: &[&str], stderr: Stdio) -> FirnProcess {
-        let mut args = vec![
-            "--resp-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--peer-addr",
-            "127.0.0.1:0",
-        ];
+        let mut args = Self::FREE_PORTS.to_vec();
         args.extend_from_slice(extra);
         Self::spawn(data_dir, &args, stderr)
     }
