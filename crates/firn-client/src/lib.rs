@@ -167,6 +167,7 @@ fn version_info(v: &Value) -> Result<VersionInfo> {
         deleted: false,
         value: None,
         blob: None,
+        kind: firn_model::KeyKind::String,
     };
     for (k, v) in pairs(v)? {
         match k.as_str() {
@@ -181,6 +182,9 @@ fn version_info(v: &Value) -> Result<VersionInfo> {
             }
             "deleted" => info.deleted = as_u64(&v)? == 1,
             "value" => info.value = as_bytes(&v),
+            "type" if as_bytes(&v).as_deref() == Some(b"stream") => {
+                info.kind = firn_model::KeyKind::Stream
+            }
             _ => {}
         }
     }
@@ -611,6 +615,7 @@ impl Watcher {
                     deleted: as_bytes(&items[5]).as_deref() == Some(b"del"),
                     value: as_bytes(&items[6]),
                     blob: None,
+                    kind: firn_model::KeyKind::String,
                 };
                 Ok(WatchEvent { key, info })
             }

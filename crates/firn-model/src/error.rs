@@ -62,6 +62,9 @@ pub enum FirnError {
     /// A blocked read whose stream went away while it waited (Redis's `UNBLOCKED`).
     #[error("{0}")]
     Unblocked(String),
+    /// A command for one type of key on a key of another (Redis's `WRONGTYPE`).
+    #[error("Operation against a key holding the wrong kind of value")]
+    WrongType,
     /// XGROUP CREATE of a group that exists.
     #[error("Consumer Group name already exists")]
     BusyGroup,
@@ -108,6 +111,7 @@ impl FirnError {
             FirnError::NoGroup(_) => "NOGROUP",
             FirnError::Unblocked(_) => "UNBLOCKED",
             FirnError::BusyGroup => "BUSYGROUP",
+            FirnError::WrongType => "WRONGTYPE",
             FirnError::CrossSlot => "CROSSSLOT",
             FirnError::NoReply { .. } => "TIMEOUT",
             FirnError::TryAgain(_) | FirnError::Busy(_) => "TRYAGAIN",
@@ -134,7 +138,7 @@ impl FirnError {
             | FirnError::LogNotFound(_)
             | FirnError::NoGroup(_)
             | FirnError::Unblocked(_) => 404,
-            FirnError::BusyGroup => 409,
+            FirnError::BusyGroup | FirnError::WrongType => 409,
             FirnError::Trimmed { .. } => 410,
             FirnError::Refused(_) | FirnError::NoPerm { .. } => 403,
             FirnError::NoAuth | FirnError::WrongPass => 401,

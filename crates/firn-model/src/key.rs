@@ -66,3 +66,26 @@ mod tests {
         assert!(Key::new(vec![b'k'; KEY_BYTES_MAX]).is_ok());
     }
 }
+
+/// What a key holds: one type at a time, checked by every command (Redis's `WRONGTYPE`).
+/// A change of type is a version of the key like any other.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub enum KeyKind {
+    /// A value (small, or large beside the log).
+    #[default]
+    String,
+    /// A Redis stream: entries and consumer groups, on the shared log.
+    Stream,
+}
+
+impl KeyKind {
+    /// The name `TYPE` answers and `SCAN … TYPE` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            KeyKind::String => "string",
+            KeyKind::Stream => "stream",
+        }
+    }
+}

@@ -19,7 +19,7 @@ pub mod time;
 pub use blob::BlobRef;
 pub use error::FirnError;
 pub use hlc::{CommitTs, HybridClock};
-pub use key::{Key, Version};
+pub use key::{Key, KeyKind, Version};
 pub use keyspace::{
     Durability, Follow, KeyspaceDef, KeyspaceMode, KeyspacePlacement, KeyspaceSpec,
 };

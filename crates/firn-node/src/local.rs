@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use firn_local::{Published, RegionConfig, RegionWriter, ShardState};
-use firn_model::{CommitTs, FirnError, KeyspaceMode, LocalRegionInfo, WatchEvent};
+use firn_model::{CommitTs, FirnError, KeyKind, KeyspaceMode, LocalRegionInfo, WatchEvent};
 use firn_raft::{ShardId, ShardReplica};
 use firn_store::{AppliedSink, VersionedStore};
 
@@ -262,7 +262,8 @@ impl LocalRegion {
             {
                 continue;
             }
-            let outcome = if v.info.blob.is_some() {
+            // A large value, and a key of another type than a string, are read at the node.
+            let outcome = if v.info.blob.is_some() || v.info.kind != KeyKind::String {
                 w.region
                     .publish_not_local(shard, key, v.info.version, v.info.commit_ts)
             } else {

@@ -260,12 +260,17 @@ async fn xinfo_groups_has_redis_fields_only() {
 }
 
 /// A client blocked in XREADGROUP is answered at once when its group is destroyed
-/// (`NOGROUP`) or its stream flushed (`UNBLOCKED`), with Redis's words; it does not hang
-/// until a later XADD.
+/// (`NOGROUP`) or its stream flushed, deleted or replaced (`UNBLOCKED`), with Redis's
+/// words; it does not hang until a later XADD.
 #[tokio::test]
 async fn a_blocked_xreadgroup_hears_when_its_group_goes() {
     let (node, redis) = (start_node(true).await, RedisServer::start().await);
-    for end in [&["XGROUP", "DESTROY", "s", "g"][..], &["FLUSHALL"][..]] {
+    for end in [
+        &["XGROUP", "DESTROY", "s", "g"][..],
+        &["FLUSHALL"][..],
+        &["DEL", "s"][..],
+        &["SET", "s", "v"][..],
+    ] {
         let mut answers = Vec::new();
         for (server, port) in [("Firn", node.resp_addr.port()), ("Redis", redis.port)] {
             let mut admin = Raw::connect(port).await;
@@ -306,5 +311,102 @@ async fn a_blocked_xreadgroup_hears_when_its_group_goes() {
             answers.push(answer.unwrap_or_else(|| panic!("{server} after {end:?}: no answer")));
         }
         assert_eq!(answers[0], answers[1], "after {end:?}: Firn, then Redis");
+    }
+}
+
+/// A stream is a key: DEL ends it (and its groups), EXISTS, TYPE and DBSIZE count it, and a
+/// key holds one type at a time — a command for another answers WRONGTYPE and changes
+/// nothing, while SET replaces a key of any type.
+#[tokio::test]
+async fn a_key_holds_one_type_at_a_time() {
+    let (node, redis) = (start_node(true).await, RedisServer::start().await);
+    let mut both = Both::connect(node.resp_addr.port(), &redis).await;
+    both.same(&[
+        (&["XADD", "s", "5-0", "a", "1"], 1),
+        (&["XGROUP", "CREATE", "s", "g", "0"], 1),
+        (&["EXISTS", "s", "s", "nothing"], 1),
+        (&["TYPE", "s"], 1),
+        (&["DBSIZE"], 1),
+        (&["DEL", "s"], 1),
+        (&["XLEN", "s"], 1),
+        (&["EXISTS", "s"], 1),
+        (&["TYPE", "s"], 1),
+        (&["DBSIZE"], 1),
+        // A stream made again under the name has none of the old one's entries or groups.
+        (&["XADD", "s", "1-1", "b", "2"], 1),
+        (&["XRANGE", "s", "-", "+"], 1),
+        (&["XINFO", "GROUPS", "s"], 1),
+        (&["UNLINK", "s"], 1),
+        (&["UNLINK", "s"], 1),
+        (&["SET", "str", "v"], 1),
+        (&["XADD", "str", "1-1", "a", "1"], 1),
+        (&["XADD", "str", "NOMKSTREAM", "1-1", "a", "1"], 1),
+        (&["XLEN", "str"], 1),
+        (&["XRANGE", "str", "-", "+"], 1),
+        (&["XREVRANGE", "str", "+", "-"], 1),
+        (&["XREAD", "STREAMS", "str", "0"], 1),
+        (&["XTRIM", "str", "MAXLEN", "0"], 1),
+        (&["XDEL", "str", "1-1"], 1),
+        (&["XGROUP", "CREATE", "str", "g", "$", "MKSTREAM"], 1),
+        (&["XINFO", "STREAM", "str"], 1),
+        (&["XINFO", "GROUPS", "str"], 1),
+        (&["XACK", "str", "g", "1-1"], 1),
+        (&["XPENDING", "str", "g"], 1),
+        (&["XREADGROUP", "GROUP", "g", "c", "STREAMS", "str", ">"], 1),
+        (&["GET", "str"], 1),
+        (&["TYPE", "str"], 1),
+        (&["XADD", "t", "1-1", "a", "1"], 1),
+        (&["GET", "t"], 1),
+        (&["MGET", "t", "str"], 1),
+        (&["SET", "t", "x", "GET"], 1),
+        (&["SET", "t", "x", "NX"], 1),
+        (&["TYPE", "t"], 1),
+        (&["SET", "t", "x"], 1),
+        (&["TYPE", "t"], 1),
+        (&["GET", "t"], 1),
+        (&["XLEN", "t"], 1),
+        (&["XADD", "u", "1-1", "a", "1"], 1),
+        (&["MSET", "u", "y", "v", "z"], 1),
+        (&["MGET", "u", "v"], 1),
+        (&["XADD", "u", "2-1", "a", "1"], 1),
+        (&["DBSIZE"], 1),
+        (&["FLUSHALL"], 1),
+        (&["DBSIZE"], 1),
+        (&["TYPE", "u"], 1),
+    ])
+    .await;
+}
+
+/// SCAN lists every type, and `TYPE t` keeps those of one (the order of keys differs from
+/// Redis's hash order, so the sets are compared).
+#[tokio::test]
+async fn scan_lists_every_type_and_filters_by_one() {
+    let (node, redis) = (start_node(false).await, RedisServer::start().await);
+    let mut both = Both::connect(node.resp_addr.port(), &redis).await;
+    both.same(&[
+        (&["SET", "a", "1"], 1),
+        (&["XADD", "b", "1-1", "f", "v"], 1),
+        (&["SET", "c", "1"], 1),
+        (&["XADD", "d", "1-1", "f", "v"], 1),
+    ])
+    .await;
+    for filter in [None, Some("string"), Some("stream"), Some("hash")] {
+        let mut found = Vec::new();
+        for conn in [&mut both.firn, &mut both.redis] {
+            let mut cmd = vec!["SCAN", "0", "COUNT", "100"];
+            if let Some(t) = filter {
+                cmd.extend(["TYPE", t]);
+            }
+            conn.send(&cmd).await;
+            let shown = common::reference::show(&conn.read().await);
+            let mut keys: Vec<String> = ["a", "b", "c", "d"]
+                .into_iter()
+                .filter(|k| shown.contains(&format!("\"{k}\"")))
+                .map(String::from)
+                .collect();
+            keys.sort();
+            found.push(keys);
+        }
+        assert_eq!(found[0], found[1], "SCAN TYPE {filter:?}: Firn, then Redis");
     }
 }

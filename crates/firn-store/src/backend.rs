@@ -116,6 +116,16 @@ impl Batch {
         self.ops.len()
     }
 
+    /// The keys of `table` starting with `prefix` that this batch puts (a removal queued
+    /// after them included: removing one twice is harmless).
+    pub fn queued_puts_under(&self, table: Table, prefix: &[u8]) -> Vec<Vec<u8>> {
+        self.ops
+            .iter()
+            .filter(|(t, k, v)| *t == table && v.is_some() && k.starts_with(prefix))
+            .map(|(_, k, _)| k.clone())
+            .collect()
+    }
+
     /// Drops every write queued after the first `len`.
     pub fn truncate(&mut self, len: usize) {
         self.ops.truncate(len);

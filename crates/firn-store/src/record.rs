@@ -1,7 +1,7 @@
 //! What the state machine keeps per key and per version, and how table keys are encoded.
 
 use bytes::Bytes;
-use firn_model::{BlobRef, CommitTs, FirnError, Version, VersionInfo};
+use firn_model::{BlobRef, CommitTs, FirnError, KeyKind, Version, VersionInfo};
 use serde::{Deserialize, Serialize};
 
 /// Per-key bookkeeping, kept even when every value is truncated so that versions are never
@@ -16,12 +16,19 @@ pub struct KeyMeta {
     /// The oldest version still stored; versions below it were truncated. `latest + 1` when
     /// nothing is stored (a `notify` keyspace).
     pub oldest: Version,
+    /// The type of the newest version (meaningful while the key is live).
+    pub kind: KeyKind,
 }
 
 impl KeyMeta {
     /// Live: written and the newest version is not a tombstone.
     pub fn is_live(&self) -> bool {
         self.latest > 0 && !self.latest_deleted
+    }
+
+    /// The key's type while it is live; `None` when it is absent or deleted.
+    pub fn live_kind(&self) -> Option<KeyKind> {
+        self.is_live().then_some(self.kind)
     }
 }
 
@@ -42,19 +49,30 @@ pub enum Stored {
     Inline(Bytes),
     /// A large value, in a blob beside the log.
     Blob(BlobRef),
+    /// The key became a stream: its content is the stream's entries, on the shared log.
+    Stream,
 }
 
 impl Stored {
     pub fn is_tombstone(&self) -> bool {
         matches!(self, Stored::Tombstone)
     }
+
+    /// The key's type at this version (a tombstone's: a string's, as nothing reads it).
+    pub fn kind(&self) -> KeyKind {
+        match self {
+            Stored::Stream => KeyKind::Stream,
+            _ => KeyKind::String,
+        }
+    }
 }
 
 impl VersionRecord {
     pub fn into_info(self, version: Version) -> VersionInfo {
         let deleted = self.value.is_tombstone();
+        let kind = self.value.kind();
         let (value, blob) = match self.value {
-            Stored::Tombstone => (None, None),
+            Stored::Tombstone | Stored::Stream => (None, None),
             Stored::Inline(v) => (Some(v), None),
             Stored::Blob(b) => (None, Some(b)),
         };
@@ -65,6 +83,7 @@ impl VersionRecord {
             deleted,
             value,
             blob,
+            kind,
         }
     }
 

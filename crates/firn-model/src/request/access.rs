@@ -148,6 +148,7 @@ fn kv_read(read: &KvRead) -> Vec<Access> {
         | KvRead::History { .. }
         | KvRead::MGet { .. }
         | KvRead::Exists { .. }
+        | KvRead::Type { .. }
         | KvRead::Snapshot {
             of: SnapshotOf::Keys(_),
             ..

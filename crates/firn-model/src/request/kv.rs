@@ -25,6 +25,13 @@ pub enum KvRead {
         keys: Vec<Key>,
         consistency: ReadConsistency,
     },
+    /// The key's newest version whatever its type (`TYPE`): a [`Response::Value`] whose
+    /// `kind` names it, where [`KvRead::Get`] answers `WRONGTYPE` for a key that is not a
+    /// string.
+    Type {
+        key: Key,
+        consistency: ReadConsistency,
+    },
     /// Versions `from..=to` of a key, oldest first, at most `limit`; with `as_of`, only the
     /// versions committed at or before that time (the history as a read at T sees it).
     History {
@@ -138,7 +145,9 @@ impl KvRead {
     /// See [`NamedKeys`].
     pub fn keys(&self) -> NamedKeys<'_> {
         match self {
-            KvRead::Get { key, .. } | KvRead::History { key, .. } => Box::new(std::iter::once(key)),
+            KvRead::Get { key, .. } | KvRead::History { key, .. } | KvRead::Type { key, .. } => {
+                Box::new(std::iter::once(key))
+            }
             KvRead::MGet { keys, .. }
             | KvRead::Exists { keys, .. }
             | KvRead::Snapshot {
@@ -160,6 +169,7 @@ impl KvRead {
             KvRead::Get { consistency, .. }
             | KvRead::MGet { consistency, .. }
             | KvRead::Exists { consistency, .. }
+            | KvRead::Type { consistency, .. }
             | KvRead::History { consistency, .. }
             | KvRead::Scan { consistency, .. } => *consistency,
             KvRead::Snapshot { .. } => ReadConsistency::Local,
@@ -192,6 +202,7 @@ impl KvRead {
             KvRead::Get { .. } => "get",
             KvRead::MGet { .. } => "mget",
             KvRead::Exists { .. } => "exists",
+            KvRead::Type { .. } => "type",
             KvRead::History { .. } => "history",
             KvRead::Scan { .. } => "scan",
             KvRead::Snapshot { .. } => "snapshot",

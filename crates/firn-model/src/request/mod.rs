@@ -318,6 +318,9 @@ pub struct VersionInfo {
     pub value: Option<Bytes>,
     /// A large value's manifest: the value is in a blob beside the log.
     pub blob: Option<crate::BlobRef>,
+    /// The key's type at this version (a stream's version holds no value: its content is
+    /// its entries).
+    pub kind: crate::KeyKind,
 }
 
 impl VersionInfo {

@@ -306,6 +306,7 @@ mod tests {
                 deleted: false,
                 value: None,
                 blob: Some(blob.clone()),
+                kind: firn_model::KeyKind::String,
             },
         }
     }

@@ -649,7 +649,7 @@ pub fn validate_read(read: &KvRead) -> Result<(), FirnError> {
                 check_page(*limit)
             }
         },
-        KvRead::Get { .. } | KvRead::DbSize => Ok(()),
+        KvRead::Get { .. } | KvRead::Type { .. } | KvRead::DbSize => Ok(()),
     }
 }
 

@@ -63,9 +63,9 @@ pub(super) fn plan(layout: &ClusterLayout, request: KvRequest) -> Plan {
     };
     match request {
         KvRequest::Read(read) => match read {
-            KvRead::Get { ref key, .. } | KvRead::History { ref key, .. } => {
-                Plan::One(shard(key), ShardPart::Read(read))
-            }
+            KvRead::Get { ref key, .. }
+            | KvRead::Type { ref key, .. }
+            | KvRead::History { ref key, .. } => Plan::One(shard(key), ShardPart::Read(read)),
             KvRead::MGet {
                 keys,
                 at,

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use firn_model::{
-    Answer, CallContext, CommitTs, FirnError, Key, KvRead, KvRequest, ReadAt, ReadConsistency,
-    Response, Staleness, VersionInfo,
+    Answer, CallContext, CommitTs, FirnError, Key, KeyKind, KvRead, KvRequest, ReadAt,
+    ReadConsistency, Response, Staleness, VersionInfo,
 };
 use firn_raft::{ShardId, ShardReplica};
 
@@ -267,7 +267,7 @@ fn is_short(read: &KvRead) -> bool {
             keys.len() <= POINT_READS_INLINE_MAX && !matches!(at, ReadAt::EventTime(_))
         }
         KvRead::Exists { keys, .. } => keys.len() <= POINT_READS_INLINE_MAX,
-        KvRead::DbSize => true,
+        KvRead::DbSize | KvRead::Type { .. } => true,
         KvRead::History { .. } | KvRead::Scan { .. } | KvRead::Snapshot { .. } => false,
     }
 }
@@ -322,13 +322,21 @@ fn read_replica(
     match read {
         KvRead::Get { key, at, .. } => {
             let (value, stamp) = seen(&key, at)?;
+            if value.as_ref().is_some_and(|v| v.kind != KeyKind::String) {
+                return Err(FirnError::WrongType);
+            }
+            Ok((Response::Value(value), stamp))
+        }
+        KvRead::Type { key, .. } => {
+            let (value, stamp) = seen(&key, ReadAt::Latest)?;
             Ok((Response::Value(value), stamp))
         }
         KvRead::MGet { keys, at, .. } => {
             let (mut values, mut through) = (Vec::with_capacity(keys.len()), None);
             for k in &keys {
                 let (value, stamp) = seen(k, at)?;
-                values.push(value);
+                // A key of another type reads as nil, as Redis's MGET answers it.
+                values.push(value.filter(|v| v.kind == KeyKind::String));
                 through = through.max(stamp);
             }
             Ok((Response::Values(values), through))

@@ -90,6 +90,12 @@ fn check_options(key: &Key, change: &GroupChange) -> Result<(), FirnError> {
 
 /// A blocked XREADGROUP re-proposes at least this often for a consumer it cannot see a
 /// reason to wake for, where the group wants it noted as live (a third of its liveness).
+/// What a blocked XREADGROUP hears when its stream was deleted, flushed or replaced by a
+/// key of another type while it waited (Redis's words).
+fn stream_gone() -> FirnError {
+    FirnError::Unblocked("the stream key no longer exists".into())
+}
+
 /// Why a blocked XREADGROUP stopped waiting.
 enum Woke {
     /// Something to read may have come: read again (the due times already proposed for).
@@ -287,22 +293,30 @@ impl Groups {
         let mut ctx = ctx.clone();
         // Due times already proposed for (see `wake_for`).
         let mut tried: Vec<u64> = Vec::new();
+        let mut waited = false;
         loop {
             let applied = self
                 .kernel
                 .first_local_applied(&layout, streams.iter().map(|(k, _)| k));
-            let round = self.read_group_round(&mut ctx, &read, &streams).await?;
+            let round = match self.read_group_round(&mut ctx, &read, &streams).await {
+                // A stream replaced by a key of another type while the read waited.
+                Err(FirnError::WrongType) if waited => return Err(stream_gone()),
+                round => round?,
+            };
             if !round.found.is_empty() || read.timed_out() {
                 return Ok(round.answer());
             }
             match self
                 .wait_to_read_again(&ctx, &read, &round.waiting, &tried, applied)
-                .await?
+                .await
             {
-                Woke::Again(due_seen) => tried = due_seen,
-                Woke::TimedOut => return Ok(round.answer()),
-                Woke::Gone(key) => return Err(self.gone_while_blocked(&ctx, &key).await),
+                Ok(Woke::Again(due_seen)) => tried = due_seen,
+                Ok(Woke::TimedOut) => return Ok(round.answer()),
+                Ok(Woke::Gone(key)) => return Err(self.gone_while_blocked(&ctx, &key).await),
+                Err(FirnError::WrongType) => return Err(stream_gone()),
+                Err(e) => return Err(e),
             }
+            waited = true;
         }
     }
 
@@ -427,7 +441,7 @@ impl Groups {
             Ok(true) => FirnError::NoGroup(
                 "the consumer group this client was blocked on no longer exists".into(),
             ),
-            Ok(false) => FirnError::Unblocked("the stream key no longer exists".into()),
+            Ok(false) | Err(FirnError::WrongType) => stream_gone(),
             Err(e) => e,
         }
     }

@@ -62,6 +62,7 @@ pub(super) fn version_json(info: &VersionInfo) -> Json {
         "event_time": info.event_time_us,
         "deleted": info.deleted,
         "size": info.size(),
+        "type": info.kind.name(),
     });
     let (field, value) = value_json(&info.value);
     j[field] = value;

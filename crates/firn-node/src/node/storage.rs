@@ -25,8 +25,10 @@ pub(super) const BLOB_DIR: &str = "blobs";
 /// Names the layout of a data directory; a node refuses a directory in another layout
 /// rather than reading it wrongly. 3: the Raft log's entries carry one intent type
 /// (`firn_store::Op::{Kv, Log, Group, System}`); a log written as 2 cannot be read by it.
+/// 4: keys are typed (`KeyMeta.kind`; a stream is a key with a version of its own), where 3
+/// kept streams apart from keys.
 const DATA_FORMAT_FILE: &str = "FORMAT";
-const DATA_FORMAT: &str = "firn-data 3\n";
+const DATA_FORMAT: &str = "firn-data 4\n";
 /// How many stripes a new data directory gets on a machine of at least
 /// [`STRIPES_CORES_MIN`] cores, unless `--stripes` says (see [`crate::replicas::Stripe`]): a
 /// log database and a state database each, a group's id picking its stripe. fjall makes
@@ -72,7 +74,7 @@ fn check_data_format(dir: &std::path::Path, wanted: Option<usize>) -> Result<usi
     let path = dir.join(DATA_FORMAT_FILE);
     let refuse = |found: &str| {
         FirnError::Internal(format!(
-            "{} holds data in another layout ({found}) than this build reads ({}); start with an empty --data-dir",
+            "{} holds data in another layout ({found}) than this build reads ({}); start with an empty --data-dir (data moves across by `firn backup` with the build that wrote it and `firn restore` into this one)",
             dir.display(),
             DATA_FORMAT.trim()
         ))
@@ -287,16 +289,21 @@ mod tests {
         );
         assert!(!old.path().join(DATA_FORMAT_FILE).exists());
 
-        // So is one of the layout before this build's log entries (its Raft log unreadable
-        // here), with or without its stripes.
-        for before in ["firn-data 2\n", "firn-data 2\nstripes 1\n"] {
+        // So are those of the layouts before this build's (log entries of another shape,
+        // streams apart from keys), with or without their stripes.
+        for before in [
+            "firn-data 2\n",
+            "firn-data 2\nstripes 1\n",
+            "firn-data 3\nstripes 1\n",
+        ] {
             let dir = tempfile::tempdir().unwrap();
             std::fs::write(dir.path().join(DATA_FORMAT_FILE), before).unwrap();
             let e = check_data_format(dir.path(), None).unwrap_err().to_string();
             assert!(
-                e.contains("firn-data 2")
-                    && e.contains("firn-data 3")
-                    && e.contains("empty --data-dir"),
+                e.contains(before.lines().next().unwrap())
+                    && e.contains("firn-data 4")
+                    && e.contains("empty --data-dir")
+                    && e.contains("firn backup"),
                 "{e}"
             );
             assert_eq!(
@@ -330,7 +337,7 @@ mod tests {
         assert_eq!(check_data_format(dir.path(), Some(3)).unwrap(), 3);
         assert_eq!(
             std::fs::read_to_string(dir.path().join(DATA_FORMAT_FILE)).unwrap(),
-            "firn-data 3\nstripes 3\n"
+            "firn-data 4\nstripes 3\n"
         );
         // Later starts find the count, with or without the flag; a different one is refused.
         assert_eq!(check_data_format(dir.path(), None).unwrap(), 3);
@@ -353,7 +360,7 @@ mod tests {
             let refused = check_data_format(dir.path(), None).unwrap_err().to_string();
             assert!(refused.contains("another layout"), "{bad}: {refused}");
         }
-        std::fs::write(&format, "firn-data 4\n").unwrap();
+        std::fs::write(&format, "firn-data 5\n").unwrap();
         assert!(check_data_format(dir.path(), None).is_err());
     }
 

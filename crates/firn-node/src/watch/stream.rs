@@ -158,6 +158,7 @@ mod tests {
                 deleted: false,
                 value: None,
                 blob: None,
+                kind: firn_model::KeyKind::String,
             },
         }
     }

@@ -10,7 +10,7 @@ use std::ops::Bound;
 use bytes::Bytes;
 use firn_model::limits::KEYSPACES_MAX;
 use firn_model::{
-    CommitTs, FirnError, Key, KeyRange, KeyspaceMode, KeyspaceSpec, PutRequest, Response,
+    CommitTs, FirnError, Key, KeyKind, KeyRange, KeyspaceMode, KeyspaceSpec, PutRequest, Response,
     TruncateBefore, Version, WatchEvent, WriteCondition, Written,
 };
 
@@ -26,8 +26,8 @@ pub(super) struct Txn<'a> {
     pub(super) batch: Batch,
     /// Metas changed by this command, read back before the batch commits.
     metas: HashMap<Vec<u8>, KeyMeta>,
-    /// Log tag metadata changed by this command (see [`super::log`]).
-    pub(super) tag_metas: HashMap<Vec<u8>, super::log::TagMeta>,
+    /// Log tag metadata changed by this command (see [`super::log`]); `None`: removed.
+    pub(super) tag_metas: HashMap<Vec<u8>, Option<super::log::TagMeta>>,
     /// Logs this command has marked as existing.
     pub(super) logs_noted: std::collections::HashSet<Vec<u8>>,
     pub(super) events: Vec<WatchEvent>,
@@ -55,7 +55,7 @@ impl<'a> Txn<'a> {
         }
     }
 
-    fn meta(&self, key: &[u8]) -> Result<KeyMeta, FirnError> {
+    pub(super) fn meta(&self, key: &[u8]) -> Result<KeyMeta, FirnError> {
         if let Some(m) = self.metas.get(key) {
             return Ok(m.clone());
         }
@@ -357,7 +357,7 @@ impl<'a> Txn<'a> {
         Ok(())
     }
 
-    fn write_version(
+    pub(super) fn write_version(
         &mut self,
         key: &Key,
         value: Stored,
@@ -369,6 +369,12 @@ impl<'a> Txn<'a> {
         let spec = self.store.keyspace_for(k);
         let mut meta = self.meta(k)?;
         let existed = meta.is_live();
+        let was = meta.live_kind();
+        // `SET … GET` and `GETSET` read the value they replace: a key of another type has
+        // none (Redis refuses them, and the write with them).
+        if return_previous && was.is_some_and(|kind| kind != KeyKind::String) {
+            return Err(FirnError::WrongType);
+        }
         let condition_holds = match condition {
             WriteCondition::Always => true,
             WriteCondition::IfVersion(0) => !existed,
@@ -403,6 +409,10 @@ impl<'a> Txn<'a> {
         } else {
             None
         };
+        if was == Some(KeyKind::Stream) && value.kind() != KeyKind::Stream {
+            // Any other version ends the stream (Redis's SET replaces a key of any type).
+            self.drop_stream(key)?;
+        }
         let version = meta.latest + 1;
         let record = VersionRecord {
             commit_ts: self.ts,
@@ -443,6 +453,7 @@ impl<'a> Txn<'a> {
         meta.latest = version;
         meta.latest_ts = self.ts;
         meta.latest_deleted = !now_live;
+        meta.kind = record.value.kind();
         self.set_meta(k, meta);
         self.live_delta += now_live as i64 - existed as i64;
         self.events.push(WatchEvent {

@@ -8,7 +8,7 @@ use std::ops::Bound;
 use bytes::Bytes;
 use firn_model::Appended;
 use firn_model::{
-    CommitTs, FirnError, Key, LogPage, LogRecord, LogSeq, NewRecord, Response, StreamId,
+    CommitTs, FirnError, Key, KeyKind, LogPage, LogRecord, LogSeq, NewRecord, Response, StreamId,
     StreamTrim, TagInfo,
 };
 use serde::{Deserialize, Serialize};
@@ -17,7 +17,7 @@ use super::apply::Txn;
 use super::{HISTORY_PAGE_VERSIONS, VersionedStore, WALK_PAGE, io_err};
 use crate::backend::Table;
 use crate::command::StreamAppend;
-use crate::record::{decode, encode};
+use crate::record::{Stored, decode, encode};
 
 pub mod tags;
 
@@ -135,7 +135,7 @@ impl Txn<'_> {
     pub(super) fn tag_meta(&self, log: &[u8], tag: &[u8]) -> Result<Option<TagMeta>, FirnError> {
         let key = tag_key(log, tag);
         if let Some(m) = self.tag_metas.get(&key) {
-            return Ok(Some(m.clone()));
+            return Ok(m.clone());
         }
         self.store.tag_meta_at(&key)
     }
@@ -143,7 +143,74 @@ impl Txn<'_> {
     pub(super) fn set_tag_meta(&mut self, log: &[u8], tag: &[u8], meta: TagMeta) {
         let key = tag_key(log, tag);
         self.batch.put(Table::LogTags, key.clone(), encode(&meta));
-        self.tag_metas.insert(key, meta);
+        self.tag_metas.insert(key, Some(meta));
+    }
+
+    /// Whether the key `key` is a stream now; `WRONGTYPE` when it holds another type.
+    pub(super) fn stream_key(&self, key: &Key) -> Result<bool, FirnError> {
+        match self.meta(key.as_bytes())?.live_kind() {
+            Some(KeyKind::Stream) => Ok(true),
+            Some(_) => Err(FirnError::WrongType),
+            None => Ok(false),
+        }
+    }
+
+    /// Makes `key` a stream: its version saying so, the log of its name noted and its tag's
+    /// metadata (kept if records were appended under it before, by `FIRN.LOG`). The key must
+    /// not be live (see [`Self::stream_key`]).
+    pub(super) fn make_stream(&mut self, key: &Key) -> Result<TagMeta, FirnError> {
+        let durability = self.store.keyspace_durability(key.as_bytes());
+        if durability != firn_model::Durability::Disk {
+            return Err(FirnError::Refused(format!(
+                "the key is in a {durability} keyspace; a stream is kept on disk, so name it outside \
+                 every memory keyspace"
+            )));
+        }
+        self.write_version(
+            key,
+            Stored::Stream,
+            None,
+            firn_model::WriteCondition::Always,
+            false,
+        )?;
+        self.note_log(key)?;
+        let k = key.as_bytes();
+        let meta = self.tag_meta(k, k)?.unwrap_or_default();
+        self.set_tag_meta(k, k, meta.clone());
+        Ok(meta)
+    }
+
+    /// Ends the stream `key`: its entries (those stored and those queued by earlier
+    /// commands of this batch), its tag's metadata, and every consumer group with its
+    /// pending entries, consumers and key holders. The log of its name stays known (routers
+    /// remember it as made). The caller writes the key's next version.
+    pub(super) fn drop_stream(&mut self, key: &Key) -> Result<(), FirnError> {
+        let k = key.as_bytes();
+        let tag = tag_key(k, k);
+        let store = self.store;
+        let mut rows = self.batch.queued_puts_under(Table::LogEntries, &tag);
+        store.walk_prefix(Table::LogEntries, &tag, |row, _| {
+            rows.push(row);
+            Ok(())
+        })?;
+        for row in rows {
+            self.batch.remove(Table::LogEntries, row);
+        }
+        self.batch.remove(Table::LogTags, tag.clone());
+        self.tag_metas.insert(tag, None);
+        let stream = log_prefix(k);
+        for table in [
+            Table::Groups,
+            Table::GroupPending,
+            Table::GroupConsumers,
+            Table::GroupKeys,
+        ] {
+            store.walk_prefix(table, &stream, |row, _| {
+                self.batch.remove(table, row);
+                Ok(())
+            })?;
+        }
+        Ok(())
     }
 
     pub(super) fn log_append(
@@ -154,9 +221,14 @@ impl Txn<'_> {
         stream: Option<&StreamAppend>,
     ) -> Result<Response, FirnError> {
         let log_trim = self.store.log_meta(log.as_bytes())?.unwrap_or_default();
-        if stream.is_some() {
-            // A stream's key is its log's name and its tag: its shard knows the log.
-            self.note_log(log)?;
+        if let Some(s) = stream {
+            // A stream's key is its log's name and its tag: its shard holds the key.
+            if !self.stream_key(log)? {
+                if s.no_create {
+                    return Ok(Response::Appended(Vec::new()));
+                }
+                self.make_stream(log)?;
+            }
         }
         let mut out = Vec::with_capacity(records.len());
         for (i, record) in records.iter().enumerate() {
@@ -176,20 +248,8 @@ impl Txn<'_> {
             }
             let seq = match stream {
                 Some(s) => {
-                    let Some(meta) = &metas[0] else {
-                        if s.no_create {
-                            return Ok(Response::Appended(Vec::new()));
-                        }
-                        let id = stream_id(s.id, LogSeq::ZERO, self.ts)?;
-                        metas[0] = Some(TagMeta::default());
-                        self.push_stream_entry(log, &tags, record, id, &mut metas, s);
-                        out.push(Appended {
-                            seq: id,
-                            commit_ts: self.ts,
-                        });
-                        continue;
-                    };
-                    stream_id(s.id, meta.last, self.ts)?
+                    let last = metas[0].as_ref().map_or(LogSeq::ZERO, |m| m.last);
+                    stream_id(s.id, last, self.ts)?
                 }
                 None => {
                     // A record's seq is its stamp: raise the stamp above a trim point set
@@ -399,6 +459,7 @@ impl Txn<'_> {
         trim: StreamTrim,
     ) -> Result<Response, FirnError> {
         let k = key.as_bytes();
+        self.stream_key(key)?;
         let Some(mut meta) = self.tag_meta(k, k)? else {
             return Ok(Response::Count(0));
         };
@@ -419,6 +480,7 @@ impl Txn<'_> {
 
     pub(super) fn stream_del(&mut self, key: &Key, ids: &[LogSeq]) -> Result<Response, FirnError> {
         let k = key.as_bytes();
+        self.stream_key(key)?;
         let Some(mut meta) = self.tag_meta(k, k)? else {
             return Ok(Response::Count(0));
         };
@@ -449,6 +511,14 @@ impl Txn<'_> {
 }
 
 impl VersionedStore {
+    /// `WRONGTYPE` when the key `key` holds a live value of a type other than a stream.
+    pub fn check_stream_type(&self, key: &[u8]) -> Result<(), FirnError> {
+        match self.meta(key)?.and_then(|m| m.live_kind()) {
+            Some(kind) if kind != KeyKind::Stream => Err(FirnError::WrongType),
+            _ => Ok(()),
+        }
+    }
+
     pub(super) fn tag_meta_at(&self, key: &[u8]) -> Result<Option<TagMeta>, FirnError> {
         self.backend
             .get(Table::LogTags, key)
@@ -525,6 +595,10 @@ impl VersionedStore {
         at: Option<CommitTs>,
         ends: bool,
     ) -> Result<LogPage, FirnError> {
+        if log == tag && at.is_none() {
+            // The tag named as its log is the stream of that key.
+            self.check_stream_type(log)?;
+        }
         let log_meta = self.log_meta(log)?;
         let meta = self.tag_meta_at(&tag_key(log, tag))?;
         let mut records = Vec::new();

@@ -71,7 +71,11 @@ pub(super) fn write_keys(
             .as_array()
             .ok_or("a snapshot page without keys")?
         {
-            if entry["deleted"].as_bool() == Some(true) {
+            // A stream's key is listed too; its entries and groups are backed up with the
+            // logs and groups.
+            if entry["deleted"].as_bool() == Some(true)
+                || entry["type"].as_str().is_some_and(|t| t != "string")
+            {
                 continue;
             }
             let key = match (entry["key"].as_str(), entry["key_base64"].as_str()) {

@@ -1,7 +1,7 @@
 //! FIRN.WATCH subject [PREFIX] [VERSION n | TIME t] and FIRN.UNWATCH: the connection turns
 //! into a stream of committed versions until FIRN.UNWATCH, QUIT, or the node stops.
 
-use firn_model::{FirnError, KeyRange, WatchEvent, WatchFrom, WatchRequest};
+use firn_model::{FirnError, KeyKind, KeyRange, WatchEvent, WatchFrom, WatchRequest};
 
 use crate::resp::args::Args;
 use crate::resp::command::{Action, CommandSpec, FIRST_RELEASE, Flag, Group, KeyPositions};
@@ -62,7 +62,8 @@ pub fn watching_reply(request: &WatchRequest) -> Reply {
     Reply::Push(vec![Reply::text("watching"), Reply::Bulk(subject)])
 }
 
-/// One committed version: `["firn.watch", key, version, commit_ts, event_time, put|del, value]`.
+/// One committed version: `["firn.watch", key, version, commit_ts, event_time, put|del|stream,
+/// value]` (`stream`: the key became a stream; no value).
 pub fn event_reply(e: &WatchEvent) -> Reply {
     Reply::Push(vec![
         Reply::text("firn.watch"),
@@ -72,7 +73,11 @@ pub fn event_reply(e: &WatchEvent) -> Reply {
         e.info
             .event_time_us
             .map_or(Reply::Nil, |t| Reply::Int(t as i64)),
-        Reply::text(if e.info.deleted { "del" } else { "put" }),
+        Reply::text(match (e.info.deleted, e.info.kind) {
+            (true, _) => "del",
+            (false, KeyKind::Stream) => "stream",
+            (false, _) => "put",
+        }),
         e.info.value.clone().map_or(Reply::Nil, Reply::Bulk),
     ])
 }

@@ -1,4 +1,5 @@
-//! GET and TYPE: one key's newest value, read linearizably.
+//! GET and TYPE: one key's newest value (WRONGTYPE for a key that holds no string), and its
+//! type, read linearizably.
 
 use firn_model::{FirnError, KvRead, ReadAt, ReadConsistency, Response};
 
@@ -26,8 +27,14 @@ pub const TYPE: CommandSpec = CommandSpec {
     keys: KeyPositions::FIRST,
     group: Group::Generic,
     since: FIRST_RELEASE,
-    summary: "string if the key exists, none if not.",
-    parse: |args| Ok(Action::execute(newest(args)?, Render::new(show_type))),
+    summary: "The key's type (string, stream), none if it does not exist.",
+    parse: |mut args| {
+        let read = KvRead::Type {
+            key: args.key()?,
+            consistency: ReadConsistency::Linearizable,
+        };
+        Ok(Action::execute(read, Render::new(show_type)))
+    },
 };
 
 fn newest(mut args: Args) -> Result<KvRead, FirnError> {
@@ -47,7 +54,7 @@ fn show_value(response: Response) -> Reply {
 
 fn show_type(response: Response) -> Reply {
     match response {
-        Response::Value(v) => Reply::Simple(if v.is_some() { "string" } else { "none" }.into()),
+        Response::Value(v) => Reply::Simple(v.map_or("none", |i| i.kind.name()).into()),
         other => unexpected("TYPE", other),
     }
 }

@@ -127,6 +127,7 @@ pub fn version_map(info: &VersionInfo) -> Reply {
             Reply::text("value"),
             info.value.clone().map_or(Reply::Nil, Reply::Bulk),
         ),
+        (Reply::text("type"), Reply::text(info.kind.name())),
     ])
 }
 

@@ -97,9 +97,6 @@ impl RedisScan {
                 None => return Reply::error(&FirnError::BadArgument("invalid cursor".into())),
             }
         };
-        if self.type_filter.as_deref().is_some_and(|t| t != "string") {
-            return Reply::Array(vec![Reply::text("0"), Reply::Array(vec![])]);
-        }
         let request = KvRead::Scan {
             prefix: Bytes::new(),
             cursor: after,
@@ -119,6 +116,11 @@ impl RedisScan {
                     Reply::text(next.to_string()),
                     Reply::Array(
                         keys.into_iter()
+                            .filter(|(_, info)| {
+                                self.type_filter
+                                    .as_deref()
+                                    .is_none_or(|t| t == info.kind.name())
+                            })
                             .map(|(k, _)| Reply::Bulk(k.bytes().clone()))
                             .collect(),
                     ),

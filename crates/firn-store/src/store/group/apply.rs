@@ -118,6 +118,7 @@ impl Txn<'_> {
         holders: &mut Holders,
     ) -> Result<Response, FirnError> {
         let k = key.as_bytes();
+        self.stream_key(key)?;
         let stream = self.tag_meta(k, k)?;
         let meta = self.store.group(key, group)?;
         if let GroupChange::Create {
@@ -229,14 +230,9 @@ impl Txn<'_> {
         options: &GroupOptions,
     ) -> Result<Response, FirnError> {
         options.check(key)?;
-        let k = key.as_bytes();
         let stream = match stream {
             Some(s) => s,
-            None if mkstream => {
-                self.note_log(key)?;
-                self.set_tag_meta(k, k, TagMeta::default());
-                TagMeta::default()
-            }
+            None if mkstream => self.make_stream(key)?,
             None => return Err(key_required()),
         };
         if exists {

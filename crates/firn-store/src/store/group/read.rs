@@ -117,6 +117,7 @@ impl VersionedStore {
 
     /// XPENDING's summary of `group`.
     pub fn pending_summary(&self, key: &Key, group: &[u8]) -> Result<PendingSummary, FirnError> {
+        self.check_stream_type(key.as_bytes())?;
         let Some(meta) = self.group(key, group)? else {
             return Err(no_group(key, group, ""));
         };
@@ -147,6 +148,7 @@ impl VersionedStore {
         consumer: Option<&[u8]>,
         now_ms: u64,
     ) -> Result<Vec<PendingInfo>, FirnError> {
+        self.check_stream_type(key.as_bytes())?;
         let Some(meta) = self.group(key, group)? else {
             return Err(no_group(key, group, ""));
         };
@@ -270,6 +272,7 @@ impl VersionedStore {
 
     /// XINFO GROUPS: the stream's groups in name order (`ERR no such key` for no stream).
     pub fn groups(&self, key: &Key) -> Result<Vec<GroupInfo>, FirnError> {
+        self.check_stream_type(key.as_bytes())?;
         let k = key.as_bytes();
         let Some(stream) = self.tag_meta_at(&tag_key(k, k))? else {
             return Err(FirnError::BadArgument("no such key".into()));
@@ -324,6 +327,7 @@ impl VersionedStore {
         group: &[u8],
         now_ms: u64,
     ) -> Result<Vec<ConsumerInfo>, FirnError> {
+        self.check_stream_type(key.as_bytes())?;
         let Some(meta) = self.group(key, group)? else {
             return Err(no_consumer_group(key, group));
         };
