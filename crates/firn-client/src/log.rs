@@ -215,18 +215,20 @@ impl LogClient {
         self.one(call.read_options(opts)).await
     }
 
-    /// Records with `tag` and `from ≤ seq ≤ to`, oldest first, at most `limit`.
+    /// Records with `tag` and `from ≤ seq ≤ to`, oldest first, at most `limit`; without
+    /// `from`, from the first record kept (a tag trimmed since answers TRIMMED to a `from`
+    /// below its trim point).
     pub async fn range(
         &self,
         log: &str,
         tag: &str,
-        from: LogSeq,
+        from: Option<LogSeq>,
         to: LogSeq,
         limit: usize,
         opts: &LogReadOptions,
     ) -> Result<Vec<LogRecord>> {
         let call = Call::new("GET", tag_path(log, tag, "range"))
-            .param("from", Some(from))
+            .param("from", from)
             .param("to", Some(to))
             .param("limit", Some(limit));
         self.records(call.read_options(opts)).await

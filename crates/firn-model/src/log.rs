@@ -255,13 +255,30 @@ impl FromStr for StreamId {
     }
 }
 
-/// Which entries a stream trim removes (XADD/XTRIM's `MAXLEN` and `MINID`).
+/// Which entries a stream trim removes (XADD/XTRIM's `MAXLEN` and `MINID`), and at most how
+/// many (`LIMIT`, with `~`; `None`: no bound).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StreamTrim {
-    /// Keep the newest `n` entries.
-    MaxLen(u64),
-    /// Drop the entries with ids below this.
-    MinId(LogSeq),
+    /// Keep the newest `len` entries.
+    MaxLen { len: u64, limit: Option<u64> },
+    /// Drop the entries with ids below `id`.
+    MinId { id: LogSeq, limit: Option<u64> },
+}
+
+impl StreamTrim {
+    /// Keep the newest `len` entries, however many go.
+    pub fn max_len(len: u64) -> Self {
+        StreamTrim::MaxLen { len, limit: None }
+    }
+
+    /// Most entries the trim removes.
+    pub fn limit(&self) -> u64 {
+        match self {
+            StreamTrim::MaxLen { limit, .. } | StreamTrim::MinId { limit, .. } => {
+                limit.unwrap_or(u64::MAX)
+            }
+        }
+    }
 }
 
 /// A stream entry's fields as its record's payload (XADD writes it; XRANGE, XREAD and the

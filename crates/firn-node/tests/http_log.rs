@@ -239,7 +239,7 @@ async fn unknown_logs_are_404_and_reads_below_the_trim_point_410_with_the_first_
 
         for path in [
             "k/next?min=0",
-            "k/range",
+            &format!("k/range?from={}", seqs[0]),
             &format!("k/prev?max={}", seqs[1]),
         ] {
             let (code, r) = call(a.get(&format!("{base}/v1/log/t/{path}")), None);
@@ -256,6 +256,9 @@ async fn unknown_logs_are_404_and_reads_below_the_trim_point_410_with_the_first_
             None,
         );
         assert_eq!(values(&r), ["3"]);
+        // A range without a start reads from the first record kept.
+        let (code, r) = call(a.get(&format!("{base}/v1/log/t/k/range")), None);
+        assert_eq!((code, values(&r)), (200, vec!["3".to_string()]), "{r}");
         let (_, info) = call(a.get(&format!("{base}/v1/log/t/k")), None);
         assert_eq!(
             (info["len"].as_u64(), &info["first_kept"]),
@@ -342,7 +345,7 @@ async fn the_rust_client_reads_its_appends_and_gets_trimmed_as_a_typed_error() {
     let a3 = client.append_one("c", &["k"], b"three").await.unwrap();
 
     let all = client
-        .range("c", "k", LogSeq::ZERO, LogSeq::MAX, 10, &none)
+        .range("c", "k", Some(LogSeq::ZERO), LogSeq::MAX, 10, &none)
         .await
         .unwrap();
     let payloads: Vec<&[u8]> = all.iter().map(|r| &r.payload[..]).collect();

@@ -329,7 +329,7 @@ async fn stream_ids_follow_redis_and_trim_and_delete_work() {
         auto > first && auto.ms > 1_000_000_000_000,
         "an auto id is the commit time in ms"
     );
-    run(&node, add(StreamId::Auto, Some(StreamTrim::MaxLen(1))))
+    run(&node, add(StreamId::Auto, Some(StreamTrim::max_len(1))))
         .await
         .unwrap();
     let info = match run(

@@ -116,6 +116,8 @@ function streamFields(r) {
 
 const micros = (rfc3339) => Date.parse(rfc3339) * 1000;
 const timeText = (us) => new Date(us / 1000).toISOString();
+/** A commit stamp (`WALL_US-LOGICAL`) as the time it names. */
+const stampTime = (stamp) => timeText(Number(String(stamp).split("-")[0]));
 
 // ---------------------------------------------------------------------------------------
 // The cluster: polled once a second while shown.
@@ -378,7 +380,7 @@ async function refreshLog(log, tag) {
     const range = await apiJson(`${base}/range?limit=200`);
     // A stream (the log K read by its tag K) shows its entries' fields.
     const shown = (r) => (tag === log && streamFields(r)) || shownValue(r);
-    fillTable("#records", range.records, (r) => [r.seq, r.tags.join(", "), r.commit_ts, shown(r)]);
+    fillTable("#records", range.records, (r) => [r.seq, r.tags.join(", "), stampTime(r.commit_ts), shown(r)]);
     showError(null);
   } catch (error) {
     if (error.code === "NOLOG") {
@@ -389,6 +391,13 @@ async function refreshLog(log, tag) {
     }
   }
   const none = $("#groups-none");
+  if (tag !== log) {
+    // Consumer groups belong to streams: the log read by its own name as the tag.
+    fillTable("#groups", [], () => []);
+    none.hidden = false;
+    none.textContent = `a plain log has no consumer groups; a stream does (the log ${log} read by the tag ${log})`;
+    return;
+  }
   try {
     const { groups } = await apiJson(`/v1/streams/${enc(log)}/groups`);
     fillTable("#groups", groups, (g) => [g.name, g.consumers, g.pending, g.last_delivered, g.entries_read ?? "?", g.lag ?? "?"]);

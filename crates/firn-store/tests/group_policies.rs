@@ -25,6 +25,7 @@ fn create_with(
         store,
         ms,
         GroupChange::Create {
+            entries_read: None,
             start: GroupStart::Id(LogSeq::ZERO),
             mkstream: true,
             options,
@@ -355,6 +356,7 @@ fn pending_walks_start_at_the_floor_and_force_and_setid_lower_it() {
     assert_eq!(pending_of(&s, "c2"), vec![(LogSeq::new(2, 0), 1)]);
     // SETID 0 and a new `>`: the entries come again and are all pending.
     let setid = GroupChange::SetId {
+        entries_read: None,
         start: GroupStart::Id(LogSeq::ZERO),
     };
     change(&s, 2_400, setid).unwrap();
@@ -569,6 +571,7 @@ fn entries_dealt_before_a_configure_back_to_first_are_still_handed_and_setid_kee
         &s,
         1_500,
         GroupChange::SetId {
+            entries_read: None,
             start: GroupStart::Id(LogSeq::ZERO),
         },
     )

@@ -305,6 +305,7 @@ fn a_missing_stream_or_group_answers_redis_errors_and_flushall_drops_groups() {
         &s,
         102,
         GroupChange::Create {
+            entries_read: None,
             start: GroupStart::Last,
             mkstream: true,
             options: GroupOptions::default(),

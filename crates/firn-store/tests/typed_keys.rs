@@ -71,6 +71,7 @@ fn a_stream_is_a_key_whose_making_and_end_are_versions() {
         &store,
         3,
         GroupChange::Create {
+            entries_read: None,
             start: GroupStart::Id(LogSeq::ZERO),
             mkstream: false,
             options: GroupOptions::default(),
@@ -118,6 +119,7 @@ fn a_string_refuses_stream_commands_and_a_stream_refuses_reading_its_value() {
             &store,
             3,
             GroupChange::Create {
+                entries_read: None,
                 start: GroupStart::Id(LogSeq::ZERO),
                 mkstream: true,
                 options: GroupOptions::default(),

@@ -75,8 +75,8 @@ pub enum LogAction {
     Range {
         #[command(flatten)]
         on: TagRead,
-        /// The first seq of the range (MS-N, or MS); default: 0 (a tag trimmed since answers
-        /// TRIMMED with its first kept seq, to read from).
+        /// The first seq of the range (MS-N, or MS); default: the first record kept (a seq
+        /// below the tag's trim point answers TRIMMED with its first kept seq).
         #[arg(long, value_parser = seq_from)]
         from: Option<LogSeq>,
         /// The last seq of the range (MS-N, or MS for its last); default: the end.
@@ -214,7 +214,7 @@ pub async fn run_log(action: LogAction) -> Result<(), String> {
             block,
         } => {
             let (client, opts) = on.start(block.block_ms)?;
-            let (from, to) = (from.unwrap_or(LogSeq::ZERO), to.unwrap_or(LogSeq::MAX));
+            let to = to.unwrap_or(LogSeq::MAX);
             for r in client
                 .range(&on.log, &on.tag, from, to, limit, &opts)
                 .await

@@ -109,6 +109,15 @@ fn the_log_subcommands_append_read_trim_and_report_errors() {
     );
     let err = fails(&node, &["next", "clicks", "user/7"]);
     assert!(err.contains("TRIMMED") && err.contains(&s[2]), "{err}");
+    // A range without --from starts at the first record kept; one from below the trim
+    // point is told where that is.
+    let kept = ok(&node, &["range", "clicks", "user/7"]);
+    assert!(
+        kept.starts_with(&s[2]) && kept.lines().count() == 1,
+        "{kept}"
+    );
+    let err = fails(&node, &["range", "clicks", "user/7", "--from", &s[0]]);
+    assert!(err.contains("TRIMMED") && err.contains(&s[2]), "{err}");
     let err = fails(&node, &["next", "nolog", "t"]);
     assert!(err.contains("NOLOG") && err.contains("'nolog'"), "{err}");
     let err = fails(

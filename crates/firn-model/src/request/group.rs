@@ -142,19 +142,24 @@ pub struct ClaimOptions {
 /// One change to one stream's group: the payload of a group entry in the stream's shard.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum GroupChange {
-    /// XGROUP CREATE (answers `Done`; `BUSYGROUP` if it exists).
+    /// XGROUP CREATE (answers `Done`; `BUSYGROUP` if it exists). `entries_read` is
+    /// ENTRIESREAD (`None`: unknown, Redis's -1 or no ENTRIESREAD).
     Create {
         start: GroupStart,
         mkstream: bool,
         options: GroupOptions,
+        entries_read: Option<u64>,
     },
     /// `XGROUP CONFIGURE key group options…` (Firn's): a group's delivery options replaced
     /// (answers `Done`).
     Configure { options: GroupOptions },
     /// XGROUP DESTROY (answers `Count`: 1 or 0).
     Destroy,
-    /// XGROUP SETID (answers `Done`).
-    SetId { start: GroupStart },
+    /// XGROUP SETID (answers `Done`), with ENTRIESREAD as CREATE takes it.
+    SetId {
+        start: GroupStart,
+        entries_read: Option<u64>,
+    },
     /// XGROUP CREATECONSUMER (answers `Count`: 1 if made).
     CreateConsumer { consumer: Bytes },
     /// XGROUP DELCONSUMER (answers `Count`: the pending entries it had).
@@ -259,6 +264,9 @@ pub enum GroupRead {
     Groups { key: Key },
     /// XINFO CONSUMERS key group: answers `Consumers`.
     Consumers { key: Key, group: Bytes },
+    /// XINFO STREAM key FULL [COUNT n]: answers `StreamFull`, with at most `count` (1 to
+    /// 10,000) entries, pending entries of each group and of each consumer.
+    StreamFull { key: Key, count: usize },
 }
 
 impl GroupRead {
@@ -268,6 +276,7 @@ impl GroupRead {
             GroupRead::Pending { .. } => "group_pending",
             GroupRead::Groups { .. } => "group_info",
             GroupRead::Consumers { .. } => "group_consumers",
+            GroupRead::StreamFull { .. } => "stream_full",
         }
     }
 
@@ -277,7 +286,8 @@ impl GroupRead {
             GroupRead::PendingSummary { key, .. }
             | GroupRead::Pending { key, .. }
             | GroupRead::Groups { key }
-            | GroupRead::Consumers { key, .. } => key,
+            | GroupRead::Consumers { key, .. }
+            | GroupRead::StreamFull { key, .. } => key,
         }
     }
 }
@@ -334,6 +344,24 @@ pub struct GroupInfo {
     pub next_due_ms: Option<u64>,
     /// Consumers with entries dealt to them and not yet handed over, and how many.
     pub waiting: Vec<(Bytes, u64)>,
+}
+
+/// A stream as XINFO STREAM … FULL shows it: what it holds, its first entries, and each
+/// group with its pending entries and its consumers with theirs, read at one point of the
+/// stream's shard.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamFull {
+    pub info: crate::TagInfo,
+    pub entries: Vec<crate::LogRecord>,
+    pub groups: Vec<GroupFull>,
+}
+
+/// One group of a [`StreamFull`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupFull {
+    pub info: GroupInfo,
+    pub pending: Vec<PendingInfo>,
+    pub consumers: Vec<(ConsumerInfo, Vec<PendingInfo>)>,
 }
 
 /// One consumer as XINFO CONSUMERS shows it.

@@ -30,6 +30,9 @@ pub struct LogQuery {
     pub consistency: ReadConsistency,
     /// Redis Streams' manners (see the module doc).
     pub stream: bool,
+    /// `from` is the tag's start (`-`, or no start given): a tag trimmed since reads from
+    /// its first kept record rather than answering TRIMMED.
+    pub from_start: bool,
 }
 
 impl LogQuery {
@@ -45,6 +48,7 @@ impl LogQuery {
             at: None,
             consistency: ReadConsistency::Linearizable,
             stream: false,
+            from_start: false,
         }
     }
 
@@ -73,6 +77,13 @@ impl LogQuery {
         let mut q = Self::new(key.clone(), key, from, to, limit, reverse);
         q.stream = true;
         q
+    }
+
+    /// Reads from the tag's start, wherever its trim point now is (see `from_start`).
+    pub fn from_start(mut self) -> Self {
+        self.from = LogSeq::ZERO;
+        self.from_start = true;
+        self
     }
 
     pub fn at(mut self, at: Option<CommitTs>) -> Self {

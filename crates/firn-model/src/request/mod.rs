@@ -18,8 +18,8 @@ pub use admin::{AdminRequest, LocalRegionInfo};
 pub use context::{Answer, CallContext, Staleness};
 pub use group::{
     ClaimOptions, ConsumerInfo, DeliveryPolicy, GROUP_LIVENESS_MS_DEFAULT, GroupChange, GroupEntry,
-    GroupInfo, GroupKey, GroupOptions, GroupRead, GroupRequest, GroupStart, GroupWrite, MaxDeliver,
-    PendingInfo, PendingSummary,
+    GroupFull, GroupInfo, GroupKey, GroupOptions, GroupRead, GroupRequest, GroupStart, GroupWrite,
+    MaxDeliver, PendingInfo, PendingSummary, StreamFull,
 };
 pub use kv::{KvRead, KvWrite, SnapshotOf};
 pub use log::{LogQuery, LogRead, LogRequest, LogWrite};
@@ -429,6 +429,8 @@ pub enum Response {
     PendingEntries(Vec<PendingInfo>),
     Groups(Vec<GroupInfo>),
     Consumers(Vec<ConsumerInfo>),
+    /// XINFO STREAM … FULL (`None`: no such stream).
+    StreamFull(Option<Box<StreamFull>>),
 }
 
 /// One shard's part of a log read: its records of the tag in the query's range and what it

@@ -527,6 +527,9 @@ impl Groups {
                 GroupRead::Consumers { key, group } => {
                     Response::Consumers(store.consumers(&key, &group, now_ms())?)
                 }
+                GroupRead::StreamFull { key, count } => {
+                    Response::StreamFull(store.stream_full(&key, count, now_ms())?.map(Box::new))
+                }
             })
         })
         .await

@@ -130,6 +130,7 @@ pub(super) async fn create(
         id => GroupStart::Id(seq_of("start", id)?),
     };
     let change = GroupChange::Create {
+        entries_read: None,
         start,
         mkstream: body.mkstream,
         options: body.options()?,

@@ -91,13 +91,22 @@ pub(super) async fn read(
         ),
         "prev" => LogQuery::prev(log, tag, seq_param(&q, "max", true)?.unwrap_or(LogSeq::MAX)),
         "tail" => LogQuery::tail(log, tag),
-        "range" => LogQuery::range(
-            log,
-            tag,
-            seq_param(&q, "from", false)?.unwrap_or(LogSeq::ZERO),
-            seq_param(&q, "to", true)?.unwrap_or(LogSeq::MAX),
-            param_u64(&q, "limit")?.map_or(PAGE_ITEMS_DEFAULT, |l| l as usize),
-        ),
+        "range" => {
+            let from = seq_param(&q, "from", false)?;
+            let range = LogQuery::range(
+                log,
+                tag,
+                from.unwrap_or(LogSeq::ZERO),
+                seq_param(&q, "to", true)?.unwrap_or(LogSeq::MAX),
+                param_u64(&q, "limit")?.map_or(PAGE_ITEMS_DEFAULT, |l| l as usize),
+            );
+            // Without a start: from the first record kept.
+            if from.is_none() {
+                range.from_start()
+            } else {
+                range
+            }
+        }
         other => {
             return Err(FirnError::BadArgument(format!(
                 "no log read '{other}': use next, prev, tail or range"

@@ -148,7 +148,7 @@ impl Log {
         let below = if q.reverse {
             q.to < first_kept && q.to != LogSeq::MAX
         } else {
-            q.from < first_kept
+            q.from < first_kept && !q.from_start
         };
         if first_kept > LogSeq::ZERO && below {
             return Err(FirnError::Trimmed { first_kept });

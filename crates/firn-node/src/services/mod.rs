@@ -401,6 +401,7 @@ impl Services {
             key: stream.clone(),
             group: group_name(),
             change: GroupChange::Create {
+                entries_read: None,
                 start: GroupStart::Id(LogSeq::ZERO),
                 mkstream: true,
                 options: GroupOptions {

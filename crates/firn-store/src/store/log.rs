@@ -299,9 +299,13 @@ impl Txn<'_> {
         metas: &mut [Option<TagMeta>],
         stream: &StreamAppend,
     ) {
+        // A trim with a LIMIT takes older entries first, and keeps the new one.
         let kept = match stream.trim {
-            Some(StreamTrim::MaxLen(0)) => false,
-            Some(StreamTrim::MinId(min)) => seq >= min,
+            Some(StreamTrim::MaxLen {
+                len: 0,
+                limit: None,
+            }) => false,
+            Some(StreamTrim::MinId { id, limit: None }) => seq >= id,
             _ => true,
         };
         self.add_entry(log, tags, kept.then_some(record), seq, metas);
@@ -464,11 +468,13 @@ impl Txn<'_> {
             return Ok(Response::Count(0));
         };
         let gone = match trim {
-            StreamTrim::MaxLen(n) => {
-                let excess = meta.len.saturating_sub(n);
+            StreamTrim::MaxLen { len, .. } => {
+                let excess = meta.len.saturating_sub(len).min(trim.limit());
                 self.remove_entries(k, k, LogSeq::ZERO, LogSeq::MAX, excess)?
             }
-            StreamTrim::MinId(id) => self.remove_entries(k, k, LogSeq::ZERO, id, u64::MAX)?,
+            StreamTrim::MinId { id, .. } => {
+                self.remove_entries(k, k, LogSeq::ZERO, id, trim.limit())?
+            }
         };
         meta.len = meta.len.saturating_sub(gone);
         if self.paged {
@@ -517,6 +523,14 @@ impl VersionedStore {
             Some(kind) if kind != KeyKind::Stream => Err(FirnError::WrongType),
             _ => Ok(()),
         }
+    }
+
+    /// The id of the stream `key`'s first entry held, if it holds any.
+    pub(crate) fn first_entry(&self, key: &[u8]) -> Result<Option<LogSeq>, FirnError> {
+        Ok(self
+            .entries(key, key, LogSeq::ZERO, LogSeq::MAX, false, 1)?
+            .first()
+            .map(|r| r.seq))
     }
 
     pub(super) fn tag_meta_at(&self, key: &[u8]) -> Result<Option<TagMeta>, FirnError> {

@@ -101,6 +101,7 @@ pub fn create(store: &VersionedStore, ms: u64, start: GroupStart) -> Result<Resp
         store,
         ms,
         GroupChange::Create {
+            entries_read: None,
             start,
             mkstream: false,
             options: GroupOptions::default(),

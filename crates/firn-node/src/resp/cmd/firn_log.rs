@@ -60,9 +60,13 @@ fn firn_log(mut args: Args) -> Result<Action, FirnError> {
         }
         "RANGE" => {
             let tag = args.key()?;
-            let from = seq_bound(&args.text()?, false)?;
+            let from = args.text()?;
             let to = seq_bound(&args.text()?, true)?;
-            let q = LogQuery::range(log, tag, from, to, PAGE_ITEMS_DEFAULT);
+            let mut q = LogQuery::range(log, tag, seq_bound(&from, false)?, to, PAGE_ITEMS_DEFAULT);
+            if from == "-" {
+                // `-` is the first record kept, as XRANGE's is.
+                q = q.from_start();
+            }
             read(q, args, "RANGE", Some("LIMIT"), show_records)
         }
         "TRIM" => trim(log, args),

@@ -1,8 +1,8 @@
 //! XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT count]] id field value… and
 //! XTRIM key MAXLEN|MINID [=|~] threshold [LIMIT count]: a stream's writes, parsed with
 //! Redis's rules and words. `~` trims exactly, as `=` does (Redis may keep more; exact is
-//! within what it promises), so `LIMIT` — a bound on an approximate trim's work — is
-//! accepted where Redis accepts it and changes nothing.
+//! within what it promises); its `LIMIT k` evicts at most k entries, the oldest, and an
+//! XADD's trim with a LIMIT keeps the entry it adds.
 
 use bytes::Bytes;
 use firn_model::log::encode_fields;
@@ -147,9 +147,15 @@ impl TrimOptions {
             let n = redis_integer(args)?;
             let n = u64::try_from(n)
                 .map_err(|_| FirnError::BadArgument("The MAXLEN argument must be >= 0.".into()))?;
-            StreamTrim::MaxLen(n)
+            StreamTrim::MaxLen {
+                len: n,
+                limit: None,
+            }
         } else {
-            StreamTrim::MinId(stream_id(&args.text()?, false)?)
+            StreamTrim::MinId {
+                id: stream_id(&args.text()?, false)?,
+                limit: None,
+            }
         });
         Ok(())
     }
@@ -166,7 +172,12 @@ impl TrimOptions {
         if self.limit.is_some() && !self.approximate {
             return refuse("LIMIT cannot be used without the special ~ option");
         }
-        Ok(self.strategy)
+        // LIMIT 0 is no bound, as in Redis.
+        let limit = self.limit.filter(|n| *n > 0).map(|n| n as u64);
+        Ok(self.strategy.map(|trim| match trim {
+            StreamTrim::MaxLen { len, .. } => StreamTrim::MaxLen { len, limit },
+            StreamTrim::MinId { id, .. } => StreamTrim::MinId { id, limit },
+        }))
     }
 }
 

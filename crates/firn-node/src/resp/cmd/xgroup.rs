@@ -39,13 +39,12 @@ fn xgroup(mut args: Args) -> Result<Action, FirnError> {
             }
             let (key, group) = (args.key()?, args.bytes()?);
             let start = group_start(&args.text()?)?;
-            let mut mkstream = false;
+            let (mut mkstream, mut entries_read) = (false, None);
             let mut options = OptionWords::default();
             while !args.is_empty() {
                 match args.keyword()?.as_str() {
                     "MKSTREAM" if sub == "CREATE" => mkstream = true,
-                    // Firn counts what a group has read itself; the hint is checked as
-                    // Redis checks it and otherwise not needed.
+                    // What the group has read, for its lag (-1: unknown).
                     "ENTRIESREAD" if !args.is_empty() => {
                         let n = redis_integer(&mut args)?;
                         if n < -1 {
@@ -53,6 +52,7 @@ fn xgroup(mut args: Args) -> Result<Action, FirnError> {
                                 "value for ENTRIESREAD must be positive or -1".into(),
                             ));
                         }
+                        entries_read = u64::try_from(n).ok();
                     }
                     word if sub == "CREATE" => options.take(word, &mut args)?,
                     _ => return Err(syntax_error()),
@@ -67,10 +67,18 @@ fn xgroup(mut args: Args) -> Result<Action, FirnError> {
                         start,
                         mkstream,
                         options,
+                        entries_read,
                     },
                 )
             } else {
-                change(key, group, GroupChange::SetId { start })
+                change(
+                    key,
+                    group,
+                    GroupChange::SetId {
+                        start,
+                        entries_read,
+                    },
+                )
             };
             Ok(Action::execute(write, Render::new(show_ok)))
         }

@@ -125,10 +125,12 @@ impl Txn<'_> {
             start,
             mkstream,
             options,
+            entries_read,
         } = change
         {
             let exists = meta.is_some();
-            return self.create_group(key, group, stream, exists, *start, *mkstream, options);
+            let start = (*start, *entries_read);
+            return self.create_group(key, group, stream, exists, start, *mkstream, options);
         }
         match (stream, meta) {
             (Some(stream), Some(meta)) => {
@@ -155,18 +157,22 @@ impl Txn<'_> {
                 start,
                 mkstream,
                 options,
+                entries_read,
             } => self.create_group(
                 key,
                 group,
                 Some(stream.clone()),
                 true,
-                *start,
+                (*start, *entries_read),
                 *mkstream,
                 options,
             ),
             GroupChange::Configure { options } => self.configure_group(key, group, meta, options),
             GroupChange::Destroy => self.destroy_group(key, group),
-            GroupChange::SetId { start } => self.set_group_id(key, group, meta, *start, stream),
+            GroupChange::SetId {
+                start,
+                entries_read,
+            } => self.set_group_id(key, group, meta, (*start, *entries_read), stream),
             GroupChange::CreateConsumer { consumer } => self.create_consumer(key, group, consumer),
             GroupChange::DelConsumer { consumer } => {
                 self.delete_consumer(key, group, &meta, consumer, holders)
@@ -225,7 +231,7 @@ impl Txn<'_> {
         group: &Bytes,
         stream: Option<TagMeta>,
         exists: bool,
-        start: GroupStart,
+        start: (GroupStart, Option<u64>),
         mkstream: bool,
         options: &GroupOptions,
     ) -> Result<Response, FirnError> {
@@ -282,7 +288,7 @@ impl Txn<'_> {
         key: &Key,
         group: &Bytes,
         meta: GroupMeta,
-        start: GroupStart,
+        start: (GroupStart, Option<u64>),
         stream: &TagMeta,
     ) -> Result<Response, FirnError> {
         self.set_group(key, group, &start_at(start, stream, meta));

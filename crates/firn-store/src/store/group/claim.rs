@@ -95,31 +95,36 @@ impl Txn<'_> {
             page.push((seq, entry));
             Ok(page.len() <= attempts)
         })?;
-        let mut next = page.get(attempts).map_or(LogSeq::ZERO, |(seq, _)| *seq);
         let options = ClaimOptions {
             just_id,
             ..ClaimOptions::default()
         };
+        // As Redis: a deleted entry leaves the pending list and counts toward COUNT, an
+        // entry not idle long enough only toward the attempts; the cursor is the pending
+        // entry after the last one looked at (0-0: none).
         let (mut entries, mut deleted) = (Vec::new(), Vec::new());
-        for (seq, entry) in page.into_iter().take(attempts) {
-            if entries.len() == count {
+        let (mut left, mut next) = (count, LogSeq::ZERO);
+        for (tried, (seq, entry)) in page.into_iter().enumerate() {
+            if left == 0 || tried == attempts {
                 next = seq;
                 break;
-            }
-            if idle(now, entry.delivered_ms) < min_idle_ms {
-                continue;
             }
             let Some(record) = self.stream_entry(key, seq)? else {
                 self.forget_pending(key, group, seq, &entry, holders)?;
                 deleted.push(seq);
+                left -= 1;
                 continue;
             };
+            if idle(now, entry.delivered_ms) < min_idle_ms {
+                continue;
+            }
             let claimed = claimed(entry, consumer, now, &options);
             self.set_pending(key, group, seq, &claimed);
             entries.push(GroupEntry {
                 seq,
                 record: (!just_id).then_some(record),
             });
+            left -= 1;
         }
         self.touch_consumer(key, group, consumer, !entries.is_empty())?;
         Ok(Response::AutoClaimed {

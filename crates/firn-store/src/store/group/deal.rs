@@ -13,7 +13,7 @@ use firn_model::{
     Response, StreamId,
 };
 
-use super::{GroupMeta, KeyHolder, PendingEntry, fnv1a, holder_key, weight};
+use super::{GroupMeta, KeyHolder, PendingEntry, fnv1a, holder_key, read_through, weight};
 use crate::backend::Table;
 use crate::command::StreamAppend;
 use crate::record::encode;
@@ -287,9 +287,15 @@ impl Txn<'_> {
                 }
                 _ => Vec::new(),
             };
+            // What the group has read, counted as Redis counts it (see `read_through`).
+            let stream = self.tag_meta(k, k)?.unwrap_or_default();
+            let first = match records.first() {
+                Some(_) => self.store.first_entry(k)?,
+                None => None,
+            };
             for r in records {
                 meta.last_delivered = r.seq;
-                meta.entries_read = meta.entries_read.map(|n| n + 1);
+                meta.entries_read = read_through(&stream, first, meta.entries_read, r.seq);
                 let key_hash = entry_key_hash(policy, key, &r);
                 let target = match (policy, key_hash) {
                     (DeliveryPolicy::Hrw(_), Some(h)) => {

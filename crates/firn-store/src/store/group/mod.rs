@@ -191,13 +191,17 @@ fn key_required() -> FirnError {
     )
 }
 
-/// The id a group starts after, and what it has read then, as Redis sets them; the rest of
-/// `meta` (its options) stays.
-fn start_at(start: GroupStart, stream: &TagMeta, meta: GroupMeta) -> GroupMeta {
-    let (last_delivered, entries_read) = match start {
-        GroupStart::Last => (stream.last, Some(stream.added)),
-        GroupStart::Id(LogSeq::ZERO) => (LogSeq::ZERO, Some(0)),
-        GroupStart::Id(id) => (id, None),
+/// The id a group starts after (`$`: the stream's last), and what it has read then as
+/// ENTRIESREAD said (`None`: unknown, as Redis keeps it); the rest of `meta` (its options)
+/// stays.
+fn start_at(
+    (start, entries_read): (GroupStart, Option<u64>),
+    stream: &TagMeta,
+    meta: GroupMeta,
+) -> GroupMeta {
+    let last_delivered = match start {
+        GroupStart::Last => stream.last,
+        GroupStart::Id(id) => id,
     };
     // The pending list may now grow below where it was (deliveries after an earlier id).
     GroupMeta {
@@ -205,6 +209,66 @@ fn start_at(start: GroupStart, stream: &TagMeta, meta: GroupMeta) -> GroupMeta {
         entries_read,
         pending_floor: meta.pending_floor.min(last_delivered),
         ..meta
+    }
+}
+
+/// How many entries the stream had added up to and including `id`, where that can be
+/// known without a count of every id (Redis's `streamEstimateDistanceFromFirstEverEntry`):
+/// at the stream's ends, or before or at its first entry when nothing was deleted after it.
+/// `first` is the stream's first entry held.
+pub(super) fn entries_through(stream: &TagMeta, first: Option<LogSeq>, id: LogSeq) -> Option<u64> {
+    if stream.added == 0 {
+        return Some(0);
+    }
+    if (stream.len == 0 && id <= stream.last) || id == stream.last {
+        return Some(stream.added);
+    }
+    if id > stream.last {
+        return None;
+    }
+    let first = first?;
+    if stream.max_deleted == LogSeq::ZERO || stream.max_deleted < first {
+        if id < first {
+            return Some(stream.added - stream.len);
+        }
+        if id == first {
+            return Some(stream.added - stream.len + 1);
+        }
+    }
+    None
+}
+
+/// Whether an entry at or after `id` was deleted (XDEL) from a stream that holds entries
+/// (Redis's `streamRangeHasTombstones` from `id` on): a group's count of what it read is
+/// then no longer a count of ids.
+pub(super) fn deleted_from(stream: &TagMeta, id: LogSeq) -> bool {
+    stream.len > 0 && stream.max_deleted != LogSeq::ZERO && id <= stream.max_deleted
+}
+
+/// The entries added that a group has not read (Redis's lag), where known.
+pub(super) fn lag(stream: &TagMeta, first: Option<LogSeq>, meta: &GroupMeta) -> Option<u64> {
+    if stream.added == 0 {
+        return Some(0);
+    }
+    let read = match meta.entries_read {
+        Some(read) if !deleted_from(stream, meta.last_delivered) => Some(read),
+        _ => entries_through(stream, first, meta.last_delivered),
+    };
+    read.map(|read| stream.added.saturating_sub(read))
+}
+
+/// What a group has read after it is handed the entry `id` (Redis's count on delivery):
+/// one more while the count is good, else what can be known at `id`.
+pub(super) fn read_through(
+    stream: &TagMeta,
+    first: Option<LogSeq>,
+    read: Option<u64>,
+    id: LogSeq,
+) -> Option<u64> {
+    match read {
+        Some(n) if !deleted_from(stream, id) => Some(n + 1),
+        _ if stream.added > 0 => entries_through(stream, first, id),
+        other => other,
     }
 }
 

@@ -5,12 +5,15 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 use firn_model::log::LOG_READ_RECORDS_MAX;
-use firn_model::{ConsumerInfo, FirnError, GroupInfo, Key, LogSeq, PendingInfo, PendingSummary};
+use firn_model::{
+    ConsumerInfo, FirnError, GroupFull, GroupInfo, Key, LogSeq, PendingInfo, PendingSummary,
+    StreamFull,
+};
 
 use super::deal::PENDING_SCAN_MAX;
 use super::{
     ConsumerMeta, GroupMeta, GroupWake, KeyHolder, PendingEntry, consumer_key, group_key,
-    holder_key, idle, no_consumer_group, no_group, pending_key,
+    holder_key, idle, lag, no_consumer_group, no_group, pending_key,
 };
 use crate::backend::Table;
 use crate::record::decode;
@@ -291,6 +294,7 @@ impl VersionedStore {
                 LOG_READ_RECORDS_MAX,
             )
             .map_err(io_err)?;
+        let first = self.first_entry(k)?;
         let mut out = Vec::with_capacity(rows.len());
         for (gk, v) in rows {
             let meta = GroupMeta::decode(&v)?;
@@ -298,13 +302,7 @@ impl VersionedStore {
             let (next_due_ms, waiting) = self.due_and_waiting(key, name, &meta)?;
             let pending = self.pending_counts(key, name, &meta)?.values().sum();
             let consumers = self.consumers(key, name, 0)?.len() as u64;
-            let lag = if meta.last_delivered >= stream.last {
-                Some(0)
-            } else if stream.max_deleted == LogSeq::ZERO {
-                meta.entries_read.map(|r| stream.added.saturating_sub(r))
-            } else {
-                None
-            };
+            let lag = lag(&stream, first, &meta);
             out.push(GroupInfo {
                 name: Bytes::copy_from_slice(name),
                 consumers,
@@ -318,6 +316,53 @@ impl VersionedStore {
             });
         }
         Ok(out)
+    }
+
+    /// XINFO STREAM … FULL: the stream's first `count` entries, and each group with its
+    /// first `count` pending entries and its consumers with their first `count` (each
+    /// list at most [`LOG_READ_RECORDS_MAX`]); `None` for no stream.
+    pub fn stream_full(
+        &self,
+        key: &Key,
+        count: usize,
+        now_ms: u64,
+    ) -> Result<Option<StreamFull>, FirnError> {
+        let k = key.as_bytes();
+        let count = count.clamp(1, LOG_READ_RECORDS_MAX);
+        let page = self.log_page(k, k, LogSeq::ZERO, LogSeq::MAX, count, false, None, true)?;
+        let Some(info) = page.info else {
+            return Ok(None);
+        };
+        let pending = |group: &[u8], consumer: Option<&[u8]>| {
+            self.pending(
+                key,
+                group,
+                None,
+                LogSeq::ZERO,
+                LogSeq::MAX,
+                count,
+                consumer,
+                now_ms,
+            )
+        };
+        let mut groups = Vec::new();
+        for group in self.groups(key)? {
+            let mut consumers = Vec::new();
+            for consumer in self.consumers(key, &group.name, now_ms)? {
+                let own = pending(&group.name, Some(&consumer.name))?;
+                consumers.push((consumer, own));
+            }
+            groups.push(GroupFull {
+                pending: pending(&group.name, None)?,
+                info: group,
+                consumers,
+            });
+        }
+        Ok(Some(StreamFull {
+            info,
+            entries: page.records,
+            groups,
+        }))
     }
 
     /// XINFO CONSUMERS: the group's consumers in name order, idle times at `now_ms`.
