@@ -31,7 +31,9 @@ pub struct StatusArgs {
 
 #[derive(Args)]
 pub struct RemoveArgs {
+    /// The node to remove (its id, as `firn cluster status` lists it).
     node_id: u64,
+    /// Answer once the move has started, without waiting for it to end.
     #[arg(long)]
     no_wait: bool,
     /// Longest wait for the move.
@@ -134,7 +136,7 @@ fn print_shards(view: &Value) {
                 .as_u64()
                 .map_or("none".into(), |l| l.to_string()),
             replicas,
-            s["replica_lag"]
+            lag_text(&s["replica_lag"])
         );
         if let Some(m) = s["moving"].as_object() {
             println!(
@@ -145,6 +147,24 @@ fn print_shards(view: &Value) {
         if let Some(f) = s["followed"].as_object() {
             println!("       {}", followed_line(f));
         }
+    }
+}
+
+/// A shard's replica lag as `node N: E` per replica (entries behind its leader), or `-`
+/// when no leader reported it.
+fn lag_text(lag: &Value) -> String {
+    let parts: Vec<String> = lag
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(node, behind)| format!("node {node}: {behind}"))
+                .collect()
+        })
+        .unwrap_or_default();
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(", ")
     }
 }
 
@@ -197,4 +217,17 @@ fn replicas_held(view: &Value, node_id: u64) -> Option<usize> {
             })
             .count()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lag_text;
+
+    #[test]
+    fn replica_lag_reads_per_node_not_as_json() {
+        let lag = serde_json::json!({"1": 0, "2": 3});
+        assert_eq!(lag_text(&lag), "node 1: 0, node 2: 3");
+        assert_eq!(lag_text(&serde_json::json!({})), "-");
+        assert_eq!(lag_text(&serde_json::Value::Null), "-");
+    }
 }

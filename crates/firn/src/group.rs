@@ -12,7 +12,9 @@ use crate::http::HttpTarget;
 /// The stream and group a command is about, and the node.
 #[derive(Args)]
 pub struct OnGroup {
+    /// The stream's key.
     stream: String,
+    /// The consumer group's name.
     group: String,
     #[command(flatten)]
     target: HttpTarget,
@@ -42,6 +44,8 @@ pub struct CreateOptions {
     /// Move an entry delivered this many times to --dead-letter.
     #[arg(long, requires = "dead_letter")]
     max_deliver: Option<u64>,
+    /// The stream an entry goes to after --max-deliver deliveries (same slot as STREAM:
+    /// give both a `{tag}`).
     #[arg(long, requires = "max_deliver")]
     dead_letter: Option<String>,
     /// A consumer not heard from this many ms is no longer live.
@@ -83,6 +87,7 @@ pub enum GroupAction {
     Read {
         #[command(flatten)]
         on: OnGroup,
+        /// The consumer reading (made on its first read).
         consumer: String,
         /// Most entries (1 to 10000; default 100).
         #[arg(long)]
@@ -93,6 +98,8 @@ pub enum GroupAction {
         /// Do not add the entries to the pending list.
         #[arg(long)]
         no_ack: bool,
+        /// Read the consumer's own pending entries after this id (0: all of them) instead
+        /// of new ones.
         #[arg(long, value_parser = entry_id)]
         id: Option<LogSeq>,
     },
@@ -100,6 +107,7 @@ pub enum GroupAction {
     Ack {
         #[command(flatten)]
         on: OnGroup,
+        /// The entries' ids.
         #[arg(required = true, value_parser = entry_id)]
         ids: Vec<LogSeq>,
     },
@@ -107,20 +115,27 @@ pub enum GroupAction {
     Pending {
         #[command(flatten)]
         on: OnGroup,
+        /// The least id to list (default: the first).
         #[arg(long, value_parser = entry_id)]
         start: Option<LogSeq>,
+        /// The greatest id to list (default: the last).
         #[arg(long, value_parser = entry_id)]
         end: Option<LogSeq>,
+        /// Most entries to list (1 to 10000; default 100).
         #[arg(long)]
         count: Option<u64>,
+        /// Only this consumer's entries.
         #[arg(long)]
         consumer: Option<String>,
+        /// Only entries delivered at least this many ms ago.
         #[arg(long)]
         min_idle_ms: Option<u64>,
     },
     /// The groups of STREAM, or with GROUP the group's consumers.
     Info {
+        /// The stream's key.
         stream: String,
+        /// A group, to list its consumers.
         group: Option<String>,
         #[command(flatten)]
         target: HttpTarget,
@@ -130,6 +145,7 @@ pub enum GroupAction {
     Consume {
         #[command(flatten)]
         on: OnGroup,
+        /// The consumer to follow as (made on its first read).
         consumer: String,
         /// Entries to print, then end (default: follow without end).
         #[arg(long)]

@@ -11,13 +11,16 @@ use crate::{Target, connect, show};
 pub enum KeyspaceAction {
     /// Register (or update) a keyspace.
     Create {
+        /// The keys it holds: every key starting with this prefix (longest prefix wins).
         prefix: String,
-        /// versioned | latest | notify
+        /// versioned (every version kept) | latest (the newest only) | notify (none
+        /// stored: watches and local reads only)
         #[arg(long, default_value = "versioned")]
         mode: String,
+        /// Versions kept per key; older ones are dropped as new ones come (default: all).
         #[arg(long)]
         max_versions: Option<u64>,
-        /// e.g. 3600, 90s, 15m, 7d
+        /// Drop versions older than this (seconds, or 90s, 15m, 7d; default: kept).
         #[arg(long)]
         max_age: Option<String>,
         /// disk (fsync'd on a majority before the answer) | memory (held in a majority's
@@ -33,11 +36,14 @@ pub enum KeyspaceAction {
         #[command(flatten)]
         target: Target,
     },
+    /// The keyspaces, with their settings.
     List {
         #[command(flatten)]
         target: Target,
     },
+    /// Forget a keyspace's settings (its keys stay, under the next longest prefix's).
     Drop {
+        /// The keyspace's prefix.
         prefix: String,
         #[command(flatten)]
         target: Target,

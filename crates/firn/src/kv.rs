@@ -16,7 +16,9 @@ use crate::{Target, connect, file, http, show};
 
 #[derive(Args)]
 pub struct PutArgs {
+    /// The key to write.
     key: String,
+    /// The value, as text (or give --file).
     #[arg(required_unless_present = "file")]
     value: Option<String>,
     /// Stream the value from this file over HTTP (any size up to 16 GiB).
@@ -36,7 +38,9 @@ pub struct PutArgs {
 
 #[derive(Args)]
 pub struct GetArgs {
+    /// The key to read.
     key: String,
+    /// This version of the key (default: the newest).
     #[arg(long, conflicts_with_all = ["as_of", "event_time"])]
     version: Option<u64>,
     /// Newest version committed at or before this time (µs, RFC 3339, or WALL-LOGICAL);
@@ -46,7 +50,10 @@ pub struct GetArgs {
     /// The version with the greatest event time at or before this time.
     #[arg(long)]
     event_time: Option<String>,
-    /// Read this replica as it is (fastest, possibly stale).
+    /// Read locally: the newest value from the shared-memory region of the node on this
+    /// host when it holds the key (a LOCAL keyspace), else the node's replica as it is
+    /// (possibly stale); says on stderr how fresh the answer is. With --version, --as-of or
+    /// --event-time: the node's replica as it is.
     #[arg(long, conflicts_with = "lease")]
     local: bool,
     /// A linearizable read that trusts the leader's lease (no quorum round trip).
@@ -66,11 +73,15 @@ pub struct GetArgs {
 
 #[derive(Args)]
 pub struct HistoryArgs {
+    /// The key whose versions to list.
     key: String,
+    /// The first version to list.
     #[arg(long, default_value_t = 1)]
     from: u64,
+    /// The last version to list (default: the newest).
     #[arg(long)]
     to: Option<u64>,
+    /// Most versions to list (1 to 10000).
     #[arg(long, default_value_t = 100)]
     limit: usize,
     /// Only the versions committed at or before this time (RFC 3339, µs, or a commit
@@ -88,6 +99,7 @@ pub struct SnapshotArgs {
     /// Read the live keys under this prefix instead (first --limit of them).
     #[arg(long, conflicts_with = "keys")]
     prefix: Option<String>,
+    /// Most keys to read under --prefix (1 to 10000).
     #[arg(long, default_value_t = 100)]
     limit: usize,
     /// The time (µs, RFC 3339, or WALL-LOGICAL).
@@ -99,6 +111,7 @@ pub struct SnapshotArgs {
 
 #[derive(Args)]
 pub struct WatchArgs {
+    /// The key to follow (a prefix with --prefix).
     key: String,
     /// Treat KEY as a prefix.
     #[arg(long)]
@@ -118,6 +131,7 @@ pub struct WatchArgs {
 
 #[derive(Args)]
 pub struct DelArgs {
+    /// The key to delete (a tombstone version).
     key: String,
     #[command(flatten)]
     target: Target,
@@ -168,6 +182,9 @@ pub async fn get(args: GetArgs) -> Result<(), String> {
         return get_into_file(args, path).await;
     }
     let at = read_at(args.version, args.as_of, args.event_time)?;
+    if args.local && at == ReadAt::Latest {
+        return get_local(connect(&args.target).await?, &args.key, args.meta).await;
+    }
     let consistency = if args.local {
         ReadConsistency::Local
     } else if args.lease {
@@ -187,6 +204,76 @@ pub async fn get(args: GetArgs) -> Result<(), String> {
             Ok(())
         }
         None => Err(format!("{key}: not found")),
+    }
+}
+
+/// `firn get --local` of the newest version: from the shared-memory region of the node on
+/// this host when it can answer (a `LOCAL` keyspace's value), else from the node; says on
+/// stderr how fresh the answer is, so that the value alone goes to stdout.
+async fn get_local(client: firn_client::Client, key: &str, meta: bool) -> Result<(), String> {
+    use firn_client::{LocalClient, ReadBound};
+    let (info, said) = match LocalClient::open(client.clone()).await {
+        Ok(local) => {
+            let got = local.get(key.as_bytes()).await.map_err(show)?;
+            let said = match got.bound {
+                ReadBound::Linearizable => {
+                    "read from shared memory under the leader's lease: linearizable".to_string()
+                }
+                ReadBound::Stale {
+                    at_least,
+                    staleness_us_max,
+                } => format!(
+                    "read from shared memory: every write up to {at_least}, at most {staleness_us_max} µs stale"
+                ),
+                ReadBound::Remote(why) => format!(
+                    "read from the node (linearizable): shared memory could not answer ({})",
+                    why_remote(why)
+                ),
+            };
+            let info = (got.version > 0).then(|| VersionInfo {
+                version: got.version,
+                commit_ts: got.commit_ts,
+                event_time_us: None,
+                deleted: got.value.is_none(),
+                value: got.value,
+                blob: None,
+                kind: firn_model::KeyKind::String,
+            });
+            (info, said)
+        }
+        Err(why) => {
+            let info = client
+                .get(key.as_bytes(), ReadAt::Latest, ReadConsistency::Local)
+                .await
+                .map_err(show)?;
+            let said = format!(
+                "read the node's replica as it is (possibly stale): no shared-memory region here ({})",
+                show(why)
+            );
+            (info, said)
+        }
+    };
+    eprintln!("firn: {said}");
+    match info.filter(|i| !i.deleted) {
+        Some(info) => {
+            print_version(&info, meta);
+            Ok(())
+        }
+        None => Err(format!("{key}: not found")),
+    }
+}
+
+/// Why the shared-memory region sent a read to the node, in words.
+fn why_remote(why: firn_local::RemoteReason) -> String {
+    use firn_local::RemoteReason::*;
+    match why {
+        NotPublished => "the key is not in a LOCAL keyspace, or not published yet".into(),
+        ShardNotHere => "this node holds no replica of the key's shard".into(),
+        Stale => "its entry was published before its shard was reset".into(),
+        NotLocal => "its value is larger than an entry of the region holds".into(),
+        BehindToken { has } => format!("the replica has only up to {has}, behind this client"),
+        Contended => "its entry kept changing while it was read".into(),
+        Retired => "the node replaced its region".into(),
     }
 }
 

@@ -10,7 +10,9 @@ use firn_model::{Key, LogRecord, LogSeq, NewRecord, ReadConsistency};
 /// The log and tag a read reads, how it reads, and from which node.
 #[derive(Args)]
 pub struct TagRead {
+    /// The log's name.
     log: String,
+    /// The tag to read (a stream: its key, the log's name).
     tag: String,
     /// Read the log as it was at this time (µs, RFC 3339, or WALL-LOGICAL).
     #[arg(long)]
@@ -37,10 +39,12 @@ pub enum LogAction {
     /// Append records with the given tags (one record per VALUE, one batch); prints each
     /// record's seq.
     Append {
+        /// The log's name.
         log: String,
         /// A tag of every record (repeat for more; the first decides where they are stored).
         #[arg(long = "tag", required = true)]
         tags: Vec<String>,
+        /// The records' payloads, as text: one record each.
         #[arg(required = true)]
         values: Vec<String>,
         #[command(flatten)]
@@ -91,6 +95,7 @@ pub enum LogAction {
     /// Drop the records below --before (of --tag only, or of every tag); later reads below
     /// it answer TRIMMED.
     Trim {
+        /// The log's name.
         log: String,
         /// The first seq to keep (MS-N, or MS).
         #[arg(long, value_parser = seq_from)]
@@ -103,7 +108,9 @@ pub enum LogAction {
     },
     /// What TAG holds: records, first and last seqs, the trim point, records ever added.
     Info {
+        /// The log's name.
         log: String,
+        /// The tag (a stream: its key).
         tag: String,
         #[command(flatten)]
         target: HttpTarget,

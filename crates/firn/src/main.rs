@@ -76,7 +76,8 @@ enum Command {
     Watch(kv::WatchArgs),
     /// Delete a key (writes a tombstone version).
     Del(kv::DelArgs),
-    /// Write one consistent cut of every key (at one closed time) to a file.
+    /// Write one consistent cut of the store at one closed time to a file: every key's
+    /// value, every log record and stream entry, and the consumer groups.
     Backup(backup::BackupArgs),
     /// Load a backup into a new, empty cluster.
     Restore(backup::RestoreArgs),
@@ -193,5 +194,45 @@ mod tests {
             unreachable_error("127.0.0.1:7379", "refused"),
             "cannot reach 127.0.0.1:7379: refused"
         );
+    }
+}
+
+#[cfg(test)]
+mod help {
+    use clap::CommandFactory;
+
+    /// Every subcommand, argument and flag of the CLI says what it is for in `--help`.
+    #[test]
+    fn every_command_argument_and_flag_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            let path = format!("{path} {}", cmd.get_name());
+            if cmd.get_about().is_none() && path != " firn" {
+                missing.push(format!("{path} (the command)"));
+            }
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                let generated = matches!(
+                    arg.get_action(),
+                    clap::ArgAction::Help
+                        | clap::ArgAction::HelpShort
+                        | clap::ArgAction::HelpLong
+                        | clap::ArgAction::Version
+                );
+                if generated || arg.is_hide_set() {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_name() != "help" {
+                    walk(sub, &path, missing);
+                }
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&super::Cli::command(), "", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:#?}");
     }
 }

@@ -10,7 +10,9 @@ use super::Target;
 
 #[derive(Args)]
 pub struct RequestArgs {
+    /// The service's name (its workers serve it with FIRN.SERVE).
     service: String,
+    /// The request's payload, as text.
     payload: String,
     /// The request's key: an hrw service gives requests with one key to one worker.
     #[arg(long)]

@@ -26,10 +26,13 @@ pub struct ServeArgs {
     /// config file, and exit without starting.
     #[arg(long)]
     print_config: bool,
+    /// Where the node takes Redis (RESP) clients.
     #[arg(long, env = "FIRN_RESP_ADDR", default_value = "127.0.0.1:7379")]
     resp_addr: SocketAddr,
+    /// Where the node serves HTTP/JSON, the web page and /metrics.
     #[arg(long, env = "FIRN_HTTP_ADDR", default_value = "127.0.0.1:7380")]
     http_addr: SocketAddr,
+    /// The node's Raft logs, state, snapshots and large values (one node a directory).
     #[arg(long, env = "FIRN_DATA_DIR", default_value = "firn-data")]
     data_dir: PathBuf,
     /// Keep nothing after exit and skip fsync (tests only: acknowledged writes can be lost).
