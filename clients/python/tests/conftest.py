@@ -24,7 +24,7 @@ import firn
 
 TEST_SECONDS_MAX = 60
 START_SECONDS_MAX = 30
-SERVING = re.compile(r"^firn serving: redis-cli -p (\d+)\s+\|\s+curl http://([0-9.]+):(\d+)/")
+SERVING = re.compile(r"^firn serving: redis-cli -p (\d+)[^|]*\|\s+curl [^|]*?https?://([0-9.]+):(\d+)/")
 
 
 def firn_bin() -> Path:

@@ -67,12 +67,61 @@ pub fn parse<C: CommandFactory + FromArgMatches>() -> (C, Vec<Setting>) {
     let args: Vec<OsString> = std::env::args_os().collect();
     match parse_from::<C>(&args) {
         Ok(parsed) => parsed,
-        Err(ConfigError::Clap(e)) => e.exit(),
+        Err(ConfigError::Clap(e)) => {
+            let note = env_source_note(&C::command(), &e, &args, |name| {
+                std::env::var_os(name).is_some()
+            });
+            match note {
+                Some(note) => {
+                    let _ = e.print();
+                    eprintln!("{note}");
+                    std::process::exit(2);
+                }
+                None => e.exit(),
+            }
+        }
         Err(ConfigError::File(message)) => {
             eprintln!("firn: {message}");
             std::process::exit(2);
         }
     }
+}
+
+/// For a value clap refused that came from the environment (the flag was not on the command
+/// line and its variable is set, as `is_set` says), a line naming the variable: clap's own
+/// message names only the flag.
+pub fn env_source_note(
+    cmd: &Command,
+    error: &clap::Error,
+    args: &[OsString],
+    is_set: impl Fn(&str) -> bool,
+) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        error.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) {
+        return None;
+    }
+    let Some(ContextValue::String(shown)) = error.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let long = shown.split_whitespace().next()?.strip_prefix("--")?;
+    let on_command_line = args.iter().any(|a| {
+        a.to_str()
+            .and_then(|a| a.strip_prefix("--"))
+            .is_some_and(|a| a == long || a.starts_with(&format!("{long}=")))
+    });
+    if on_command_line {
+        return None;
+    }
+    fn find<'a>(cmd: &'a Command, long: &str) -> Option<&'a Arg> {
+        cmd.get_arguments()
+            .find(|a| a.get_long() == Some(long))
+            .or_else(|| cmd.get_subcommands().find_map(|s| find(s, long)))
+    }
+    let env = find(cmd, long)?.get_env()?.to_str()?.to_string();
+    is_set(&env).then(|| format!("  (the value came from the environment variable {env})"))
 }
 
 /// [`parse`] over the given arguments (the program's name first), without exiting.

@@ -191,7 +191,8 @@ pub async fn run_group(action: GroupAction) -> Result<(), String> {
             on.client()
                 .create(&on.stream, &on.group, &how)
                 .await
-                .map_err(show)?;
+                // The node says it as Redis does, naming XGROUP's word; here it is a flag.
+                .map_err(|e| show(e).replace("the MKSTREAM option", "--mkstream"))?;
             println!("created {}", on.group);
         }
         GroupAction::Destroy { on } => {

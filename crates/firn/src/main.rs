@@ -136,7 +136,7 @@ async fn connect(target: &Target) -> Result<Client, String> {
 /// `***`, there and wherever the reason repeats it: an error message is read, pasted and
 /// logged.
 pub(crate) fn unreachable_error(addr: &str, e: impl std::fmt::Display) -> String {
-    let why = e.to_string();
+    let why = with_hint(e.to_string(), http::client_tls().is_some());
     let secret = addr
         .rsplit_once('@')
         .and_then(|(user, _)| user.split_once(':'))
@@ -153,7 +153,34 @@ pub(crate) fn unreachable_error(addr: &str, e: impl std::fmt::Display) -> String
 }
 
 fn show(e: ClientError) -> String {
-    e.to_string()
+    with_hint(e.to_string(), http::client_tls().is_some())
+}
+
+/// `why` a connection failed, with what to do about the causes a user can fix: a plain-text
+/// connection a TLS-only node closed, and a node certificate that is itself a CA's.
+fn with_hint(why: String, tls: bool) -> String {
+    let closed = [
+        "broken pipe",
+        "connection reset",
+        "Connection reset",
+        "unexpected end",
+    ]
+    .iter()
+    .any(|s| why.contains(s));
+    if closed && !tls {
+        return format!(
+            "{why} (a node started with --tls-required closes plain-text connections: give \
+             its CA with --ca or FIRN_CA)"
+        );
+    }
+    if why.contains("CaUsedAsEndEntity") {
+        return format!(
+            "{why} (the node's certificate is itself a CA certificate, as `openssl req -x509` \
+             makes by default; firn accepts a certificate a CA signed, or a self-signed one \
+             made with `-addext basicConstraints=critical,CA:FALSE`: see docs/deploy.md, TLS)"
+        );
+    }
+    why
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
@@ -181,6 +208,16 @@ async fn run(cli: Cli) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::unreachable_error;
+
+    #[test]
+    fn a_connection_closed_for_tls_or_refused_for_a_ca_certificate_says_what_to_do() {
+        let said = super::with_hint("connection: broken pipe".into(), false);
+        assert!(said.contains("--ca"), "{said}");
+        let said = super::with_hint("connection: broken pipe".into(), true);
+        assert_eq!(said, "connection: broken pipe");
+        let said = super::with_hint("invalid peer certificate: CaUsedAsEndEntity".into(), true);
+        assert!(said.contains("CA:FALSE"), "{said}");
+    }
 
     #[test]
     fn an_unreachable_address_is_shown_without_its_password() {

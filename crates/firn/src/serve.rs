@@ -392,10 +392,14 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     println!(
-        "firn serving: redis-cli -p {}   |   curl http://{}/v1/kv/hello   |   peers {}",
-        node.resp_addr.port(),
-        node.http_addr,
-        node.peer_addr
+        "{}",
+        banner(
+            node.resp_addr.port(),
+            &node.http_addr.to_string(),
+            &node.peer_addr.to_string(),
+            args.tls_cert.is_some(),
+            args.users.is_some()
+        )
     );
     let failed = tokio::select! {
         _ = wait_for_stop_signal() => None,
@@ -547,5 +551,51 @@ mod tests {
     fn a_bad_peers_list_is_refused_before_starting() {
         let e = node_config(&serve_args(&["--peers", "1=a:7381,x"])).unwrap_err();
         assert!(e.starts_with("--peers: "), "{e}");
+    }
+}
+
+/// The line a started node prints: how to reach it with redis-cli and curl as it is set up
+/// (over TLS, and signed in, when it takes only that).
+fn banner(resp_port: u16, http_addr: &str, peer_addr: &str, tls: bool, users: bool) -> String {
+    let (redis_tls, curl_tls, scheme) = if tls {
+        (" --tls --cacert CA.pem", " --cacert CA.pem", "https")
+    } else {
+        ("", "", "http")
+    };
+    let (redis_user, curl_user) = if users {
+        (
+            " --user USER --pass PASSWORD",
+            " -H 'Authorization: Bearer TOKEN'",
+        )
+    } else {
+        ("", "")
+    };
+    format!(
+        "firn serving: redis-cli -p {resp_port}{redis_tls}{redis_user}   |   \
+         curl{curl_tls}{curl_user} {scheme}://{http_addr}/v1/kv/hello   |   peers {peer_addr}"
+    )
+}
+
+#[cfg(test)]
+mod banner_tests {
+    use super::banner;
+
+    #[test]
+    fn the_banner_shows_how_to_reach_the_node_as_it_is_set_up() {
+        let plain = banner(7379, "127.0.0.1:7380", "127.0.0.1:7381", false, false);
+        assert!(plain.contains("redis-cli -p 7379   |"), "{plain}");
+        assert!(
+            plain.contains("curl http://127.0.0.1:7380/v1/kv/hello"),
+            "{plain}"
+        );
+        let guarded = banner(7379, "127.0.0.1:7380", "127.0.0.1:7381", true, true);
+        assert!(
+            guarded.contains("--tls --cacert CA.pem --user USER"),
+            "{guarded}"
+        );
+        assert!(
+            guarded.contains("curl --cacert CA.pem -H 'Authorization: Bearer TOKEN' https://"),
+            "{guarded}"
+        );
     }
 }

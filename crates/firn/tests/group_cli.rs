@@ -107,6 +107,12 @@ fn the_group_subcommands_create_read_ack_consume_and_report_errors() {
     let (node, mut con) = node_with_a_group(dir.path());
     let err = fails(&node, &["create", "orders", "g"]);
     assert!(err.contains("BUSYGROUP"), "{err}");
+    // A missing stream: the error names the flag that makes it.
+    let err = fails(&node, &["create", "nostream", "g"]);
+    assert!(
+        err.contains("--mkstream") && !err.contains("MKSTREAM"),
+        "{err}"
+    );
     let added: Vec<String> = ["a", "b", "c"].iter().map(|v| xadd(&mut con, v)).collect();
 
     let read = ok(&node, &["read", "orders", "g", "alice", "--count", "2"]);

@@ -186,3 +186,28 @@ fn check_knows_every_setting_of_serve() {
     assert!(keys.contains(&"data-dir") && keys.contains(&"peers"));
     assert!(!keys.contains(&"config") && !keys.contains(&"print-config"));
 }
+
+/// A value from `FIRN_<FLAG>` that clap refuses is reported with the variable's name; one
+/// given on the command line is not.
+#[test]
+fn a_bad_value_from_the_environment_names_its_variable() {
+    let cmd = Cli::command();
+    let error = cmd
+        .clone()
+        .try_get_matches_from(argv(&["--shards", "abc"]))
+        .err()
+        .unwrap();
+    let set = |name: &str| name == "FIRN_SHARDS";
+    // As clap sees an environment value: the same error, without the flag on the line.
+    let note = env_source_note(&cmd, &error, &argv(&[]), set).unwrap();
+    assert!(note.contains("FIRN_SHARDS"), "{note}");
+    assert_eq!(
+        env_source_note(&cmd, &error, &argv(&["--shards", "abc"]), set),
+        None
+    );
+    assert_eq!(
+        env_source_note(&cmd, &error, &argv(&["--shards=abc"]), set),
+        None
+    );
+    assert_eq!(env_source_note(&cmd, &error, &argv(&[]), |_| false), None);
+}

@@ -73,7 +73,7 @@ impl FirnProcess {
         let line = rx
             .recv_timeout(Duration::from_secs(60))
             .expect("firn did not start within 60 s");
-        // "firn serving: redis-cli -p PORT   |   curl http://ADDR/v1/kv/hello"
+        // "firn serving: redis-cli -p PORT …   |   curl … http(s)://ADDR/v1/kv/hello   |   peers …"
         let resp_port = line
             .split("-p ")
             .nth(1)
@@ -82,7 +82,7 @@ impl FirnProcess {
             .parse()
             .unwrap();
         let http_addr = line
-            .split("http://")
+            .split("://")
             .nth(1)
             .and_then(|r| r.split('/').next())
             .unwrap()
