@@ -260,6 +260,17 @@ async fn bad_times_and_unknown_keyspace_modes_are_errors() {
     )
     .await;
     assert!(e.to_string().contains("use on, off or a node id"), "{e}");
+    // A pin to a node the cluster does not have is refused, not kept.
+    let e = err_of(
+        &mut c,
+        redis::cmd("FIRN.KEYSPACE")
+            .arg("CREATE")
+            .arg("x/")
+            .arg("FOLLOW")
+            .arg("2"),
+    )
+    .await;
+    assert!(e.to_string().contains("the cluster has no node 2"), "{e}");
     let e = err_of(
         &mut c,
         redis::cmd("FIRN.GET")

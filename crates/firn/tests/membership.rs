@@ -211,6 +211,30 @@ async fn nodes_join_and_leave_under_load_without_losing_acknowledged_writes() {
             !l.contains_key(&2) && l.len() == 3 && l.values().all(|n| *n == 4)
         });
         eprintln!("after removal: {load:?}");
+        // The removed node, still running, serves nothing and says why; its health is 503.
+        let health = || match ureq::get(&format!("http://{}/healthz", cluster.http_addr(1)))
+            .timeout(Duration::from_secs(2))
+            .call()
+        {
+            Ok(r) => (r.status(), r.into_string().unwrap_or_default()),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
+            Err(e) => (0, e.to_string()),
+        };
+        assert!(
+            common::wait_until(Duration::from_secs(10), || {
+                let (code, body) = health();
+                code == 503 && body.contains("\"removed\"")
+            }),
+            "a removed node's health: {:?}",
+            health()
+        );
+        let mut con = redis::Client::open(format!("redis://{}/", cluster.resp_addr(1)))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let refused: redis::RedisResult<()> = redis::cmd("SET").arg("k").arg("v").query(&mut con);
+        let e = refused.expect_err("a removed node took a write");
+        assert!(e.to_string().contains("not in the cluster"), "{e}");
         cluster.kill_9(1);
         cluster
     })

@@ -46,6 +46,7 @@ impl Admin {
                 .map(|defs| Answer::new(Response::KeyspaceDefs(defs))),
             AdminRequest::KeyspaceCreate(def) => {
                 def.spec.validate()?;
+                self.check_pin(&def)?;
                 let op = Op::System(SystemOp::KeyspaceCreate(def.spec.clone()));
                 self.define(def, false, op).await
             }
@@ -73,6 +74,23 @@ impl Admin {
             metrics::counter!("firn_request_errors_total", "op" => name).increment(1);
         }
         result
+    }
+
+    /// Refuses `FOLLOW n` for a node the cluster does not have: its leaders would have
+    /// nowhere to go.
+    fn check_pin(&self, def: &KeyspaceDef) -> Result<(), FirnError> {
+        let firn_model::Follow::Pin(node) = def.placement.follow else {
+            return Ok(());
+        };
+        let layout = self.kernel.routable_layout()?;
+        if layout.nodes.contains_key(&node) {
+            return Ok(());
+        }
+        let nodes: Vec<String> = layout.nodes.keys().map(|n| n.to_string()).collect();
+        Err(FirnError::BadArgument(format!(
+            "FOLLOW {node}: the cluster has no node {node} (its nodes: {})",
+            nodes.join(", ")
+        )))
     }
 
     /// Records a definition in the layout, then has every shard apply it.

@@ -216,7 +216,10 @@ impl Kernel {
         }
     }
 
-    /// The layout, or why requests cannot be routed yet.
+    /// The layout, or why requests cannot be routed: none known yet, or one that does not
+    /// list this node (it was removed, or has not joined yet: it serves nothing then, so
+    /// that a client still pointed at a removed node hears so rather than being served by
+    /// a node that no longer belongs to the cluster).
     pub fn routable_layout(&self) -> Result<Arc<ClusterLayout>, FirnError> {
         let layout = self.layout();
         if !layout.is_routable() {
@@ -224,7 +227,22 @@ impl Kernel {
                 "this node does not know the cluster's layout yet (joining?)".into(),
             ));
         }
+        if !self.is_member(&layout) {
+            let nodes: Vec<String> = layout.nodes.keys().map(|n| n.to_string()).collect();
+            return Err(FirnError::Unavailable(format!(
+                "node {} is not in the cluster (its nodes are {}): it was removed, or has not \
+                 joined yet, and serves no requests; use another node",
+                self.node_id,
+                nodes.join(", ")
+            )));
+        }
         Ok(layout)
+    }
+
+    /// Whether `layout` lists this node (a layout that lists none, from before nodes were
+    /// listed, counts every node in).
+    pub fn is_member(&self, layout: &ClusterLayout) -> bool {
+        layout.nodes.is_empty() || layout.nodes.contains_key(&self.node_id)
     }
 
     /// The leader of `shard`, as this node knows it.

@@ -155,19 +155,27 @@ pub(super) async fn remove_node(
     Ok(StatusCode::ACCEPTED)
 }
 
+/// 200 while every replica here has a leader; 503 otherwise, and on a node the cluster's
+/// layout no longer lists (`removed`: it serves no requests).
 pub(super) async fn healthz(State(router): State<Arc<Router>>) -> HttpResponse {
-    let status = router.kernel().replicas().status();
-    let serving = status.iter().all(|s| s.leader.is_some());
+    let kernel = router.kernel();
+    let status = kernel.replicas().status();
+    let layout = kernel.layout();
+    let removed = layout.is_routable() && !kernel.is_member(&layout);
+    let serving = !removed && status.iter().all(|s| s.leader.is_some());
     let code = if serving {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
+    let said = match (removed, serving) {
+        (true, _) => "removed",
+        (false, true) => "ok",
+        (false, false) => "unavailable",
+    };
     (
         code,
-        axum::Json(
-            json!({ "status": if serving { "ok" } else { "unavailable" }, "shards": status }),
-        ),
+        axum::Json(json!({ "status": said, "shards": status })),
     )
         .into_response()
 }
