@@ -211,6 +211,29 @@ async fn a_killed_leader_is_replaced_and_catches_up_after_restart() {
             .as_deref(),
         Some("after")
     );
+    // The leaderships it lost come back in time: each of the three nodes leads one of the
+    // three shards again (leaders are spread after elections too, not only after moves).
+    let spread_at = Instant::now();
+    let (spread, leaders) = tokio::task::spawn_blocking(move || {
+        let mut seen = Vec::new();
+        let spread = common::wait_until(Duration::from_secs(60), || {
+            seen = cluster.leaders(survivor);
+            let mut led: Vec<u64> = seen.iter().flatten().copied().collect();
+            led.sort_unstable();
+            led == [1, 2, 3]
+        });
+        (spread, seen)
+    })
+    .await
+    .unwrap();
+    assert!(
+        spread,
+        "leaders stayed bunched after the restart: {leaders:?}"
+    );
+    eprintln!(
+        "leaders spread again {:?} after the catch-up",
+        spread_at.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

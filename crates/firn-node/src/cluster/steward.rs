@@ -64,6 +64,16 @@ pub async fn steward(
             }
             Ok(())
         }
+        // Leaders also drift after the moves are done (an election when a node restarts,
+        // stalls or catches up): looked at again now and then, and moved only where one
+        // node leads at least two shards more than a replica of one of them does.
+        None if meta
+            .rounds
+            .load(Ordering::Relaxed)
+            .is_multiple_of(LEADER_CHECK_EVERY) =>
+        {
+            balance_leaders(router, &layout).await.map(|_| ())
+        }
         None => Ok(()),
     }
 }
@@ -108,6 +118,10 @@ async fn sync_keyspaces(
     }
     Ok(())
 }
+
+/// Steward rounds between looks at how leaders are spread once no move is pending (500 ms
+/// each: 10 s).
+const LEADER_CHECK_EVERY: u64 = 20;
 
 /// Steward rounds between checks of the shards' keyspaces (500 ms each).
 const KEYSPACE_CHECK_EVERY: u64 = 10;
