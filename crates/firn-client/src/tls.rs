@@ -4,9 +4,15 @@
 
 use std::sync::Arc;
 
-use tokio_rustls::rustls::pki_types::CertificateDer;
+use tokio_rustls::rustls::client::WebPkiServerVerifier;
+use tokio_rustls::rustls::client::danger::{
+    HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
+};
 use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::{ClientConfig, RootCertStore};
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use tokio_rustls::rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, Error, RootCertStore, SignatureScheme,
+};
 
 use crate::ClientError;
 
@@ -33,8 +39,10 @@ impl TlsCa {
 
     pub fn from_pem(pem: Vec<u8>) -> Result<Self, ClientError> {
         let mut roots = RootCertStore::empty();
+        let mut given = Vec::new();
         for cert in CertificateDer::pem_slice_iter(&pem) {
             let cert = cert.map_err(|e| ClientError::Connection(format!("not PEM: {e}")))?;
+            given.push(cert.clone());
             roots
                 .add(cert)
                 .map_err(|e| ClientError::Connection(format!("not a CA certificate: {e}")))?;
@@ -42,8 +50,12 @@ impl TlsCa {
         if roots.is_empty() {
             return Err(ClientError::Connection("no certificate in the PEM".into()));
         }
+        let webpki = WebPkiServerVerifier::builder(Arc::new(roots))
+            .build()
+            .map_err(|e| ClientError::Connection(format!("the CA bundle: {e}")))?;
         let config = ClientConfig::builder()
-            .with_root_certificates(roots)
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(GivenOrSigned { webpki, given }))
             .with_no_client_auth();
         Ok(TlsCa {
             pem: pem.into(),
@@ -55,8 +67,68 @@ impl TlsCa {
         &self.pem
     }
 
-    /// The rustls configuration for HTTPS calls (ureq's `tls_config`).
+    /// The rustls configuration for HTTPS calls (ureq's `tls_config`) and RESP connections.
     pub fn http_config(&self) -> Arc<ClientConfig> {
         self.config.clone()
+    }
+}
+
+/// The node's certificate is checked as rustls checks it — signed by a CA of the bundle, for
+/// the host dialled — except that a certificate the bundle holds itself is also taken as the
+/// node's when it names the host: a self-signed certificate that is marked as a CA, as
+/// `openssl req -x509` makes by default, which rustls refuses as an end entity
+/// (`CaUsedAsEndEntity`) while OpenSSL clients (redis-cli, curl, Python) take it as given.
+/// Only those exact bytes are taken: the user named the certificate itself as trusted.
+#[derive(Debug)]
+struct GivenOrSigned {
+    webpki: Arc<WebPkiServerVerifier>,
+    given: Vec<CertificateDer<'static>>,
+}
+
+impl ServerCertVerifier for GivenOrSigned {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, Error> {
+        match self
+            .webpki
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+        {
+            Err(Error::InvalidCertificate(CertificateError::Other(e)))
+                if format!("{e:?}").contains("CaUsedAsEndEntity")
+                    && self.given.iter().any(|g| g.as_ref() == end_entity.as_ref()) =>
+            {
+                let parsed = tokio_rustls::rustls::server::ParsedCertificate::try_from(end_entity)?;
+                tokio_rustls::rustls::client::verify_server_name(&parsed, server_name)?;
+                Ok(ServerCertVerified::assertion())
+            }
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
     }
 }

@@ -157,7 +157,8 @@ fn show(e: ClientError) -> String {
 }
 
 /// `why` a connection failed, with what to do about the causes a user can fix: a plain-text
-/// connection a TLS-only node closed, and a node certificate that is itself a CA's.
+/// connection a TLS-only node closed, and a node certificate marked as a CA that `--ca` does
+/// not hold.
 fn with_hint(why: String, tls: bool) -> String {
     let closed = [
         "broken pipe",
@@ -175,9 +176,9 @@ fn with_hint(why: String, tls: bool) -> String {
     }
     if why.contains("CaUsedAsEndEntity") {
         return format!(
-            "{why} (the node's certificate is itself a CA certificate, as `openssl req -x509` \
-             makes by default; firn accepts a certificate a CA signed, or a self-signed one \
-             made with `-addext basicConstraints=critical,CA:FALSE`: see docs/deploy.md, TLS)"
+            "{why} (the node presents a certificate marked as a CA, as `openssl req -x509` \
+             makes by default, that --ca does not hold: give that certificate itself, or the \
+             CA that signed it, with --ca; see docs/deploy.md, TLS)"
         );
     }
     why
@@ -216,7 +217,7 @@ mod tests {
         let said = super::with_hint("connection: broken pipe".into(), true);
         assert_eq!(said, "connection: broken pipe");
         let said = super::with_hint("invalid peer certificate: CaUsedAsEndEntity".into(), true);
-        assert!(said.contains("CA:FALSE"), "{said}");
+        assert!(said.contains("give that certificate itself"), "{said}");
     }
 
     #[test]

@@ -283,6 +283,88 @@ fn the_firn_subcommands_reach_a_tls_node_with_the_ca() {
     assert!(!ok, "a node another CA signed was trusted: {err}");
 }
 
+/// A node whose certificate is self-signed and marked as a CA — what `openssl req -x509`
+/// makes by default, which redis-cli and curl take when given as the CA — is reached by the
+/// `firn` subcommands given that certificate (RESP, a watch, HTTP); another such
+/// certificate is still refused, saying what to do, and so is a plain connection to it.
+#[test]
+fn a_self_signed_certificate_marked_as_a_ca_is_taken_when_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let issue = |name: &str| {
+        let key = KeyPair::generate().unwrap();
+        let mut params =
+            CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "localhost");
+        let cert = params.self_signed(&key).unwrap();
+        let (pem, key_pem) = (
+            dir.path().join(format!("{name}.pem")),
+            dir.path().join(format!("{name}.key")),
+        );
+        std::fs::write(&pem, cert.pem()).unwrap();
+        std::fs::write(&key_pem, key.serialize_pem()).unwrap();
+        (pem.display().to_string(), key_pem.display().to_string())
+    };
+    let (cert, key) = issue("node");
+    let (other, _) = issue("other");
+    let node = FirnProcess::start(
+        dir.path(),
+        &[
+            "--in-memory",
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--tls-required",
+        ],
+    );
+    let (resp, http) = (node.resp_addr(), node.http_addr.clone());
+    let firn = common::firn_bin();
+    let with = |ca: &str, args: &[&str]| {
+        let mut all = vec!["--ca", ca];
+        all.extend_from_slice(args);
+        client(&firn, &all)
+    };
+    let (ok, _, err) = with(&cert, &["put", "k", "self-signed", "--addr", &resp]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = with(&cert, &["get", "k", "--addr", &resp]);
+    assert!(ok && out == "self-signed", "{out} {err}");
+    let (ok, out, err) = with(
+        &cert,
+        &[
+            "watch",
+            "k",
+            "--from-version",
+            "1",
+            "--count",
+            "1",
+            "--addr",
+            &resp,
+        ],
+    );
+    assert!(ok && out.contains("self-signed"), "{out} {err}");
+    let (ok, _, err) = with(
+        &cert,
+        &[
+            "log",
+            "append",
+            "l",
+            "--tag",
+            "t",
+            "x",
+            "--http-addr",
+            &http,
+        ],
+    );
+    assert!(ok, "{err}");
+    let (ok, _, err) = with(&other, &["get", "k", "--addr", &resp]);
+    assert!(!ok && err.contains("give that certificate itself"), "{err}");
+    let (ok, _, err) = client(&firn, &["get", "k", "--addr", &resp]);
+    assert!(!ok && err.contains("--ca"), "{err}");
+}
+
 /// `firn serve` with these flags (on free loopback ports): its exit status and stderr, or
 /// `None` if it was still running after 20 s (then it was killed).
 fn serve_refused(args: &[&str]) -> Option<(bool, String)> {
