@@ -628,17 +628,11 @@ impl WatchConn {
     /// Dials `addr` (`[user:password@]host:port`) over TLS, and signs in as it says.
     fn tls(addr: &str, ca: &TlsCa) -> Result<WatchConn> {
         let failed = |e: &dyn std::fmt::Display| ClientError::Connection(e.to_string());
-        let info = redis::IntoConnectionInfo::into_connection_info(format!("redis://{addr}/"))
+        let target = TlsTarget::of(addr)?;
+        let tcp = std::net::TcpStream::connect((target.host.as_str(), target.port))
             .map_err(|e| failed(&e))?;
-        let redis::ConnectionAddr::Tcp(host, port) = info.addr().clone() else {
-            return Err(ClientError::Connection(format!(
-                "{addr}: not a host and port"
-            )));
-        };
-        let tcp = std::net::TcpStream::connect((host.as_str(), port)).map_err(|e| failed(&e))?;
         let _ = tcp.set_nodelay(true);
-        let name = tokio_rustls::rustls::pki_types::ServerName::try_from(host.clone())
-            .map_err(|e| failed(&e))?;
+        let (info, name) = (target.info, target.name);
         let tls = tokio_rustls::rustls::ClientConnection::new(ca.http_config(), name)
             .map_err(|e| failed(&e))?;
         let mut conn = WatchConn::Tls {
@@ -727,6 +721,37 @@ impl Watcher {
     }
 }
 
+/// Where `addr` (`[user:password@]host:port`) points, for a TLS connection made here: its
+/// connection settings (the credentials to sign in with), the host and port to dial, and the
+/// name the node's certificate must carry.
+struct TlsTarget {
+    info: redis::ConnectionInfo,
+    host: String,
+    port: u16,
+    name: tokio_rustls::rustls::pki_types::ServerName<'static>,
+}
+
+impl TlsTarget {
+    fn of(addr: &str) -> Result<TlsTarget> {
+        let failed = |e: &dyn std::fmt::Display| ClientError::Connection(e.to_string());
+        let info = redis::IntoConnectionInfo::into_connection_info(format!("redis://{addr}/"))
+            .map_err(|e| failed(&e))?;
+        let redis::ConnectionAddr::Tcp(host, port) = info.addr().clone() else {
+            return Err(ClientError::Connection(format!(
+                "{addr}: not a host and port"
+            )));
+        };
+        let name = tokio_rustls::rustls::pki_types::ServerName::try_from(host.clone())
+            .map_err(|e| failed(&e))?;
+        Ok(TlsTarget {
+            info,
+            host,
+            port,
+            name,
+        })
+    }
+}
+
 /// The RESP connection over TLS with this crate's own check of the node's certificate (see
 /// [`TlsCa`]): the TLS stream is made here and handed to the redis crate, whose own TLS
 /// takes a CA bundle only.
@@ -736,19 +761,12 @@ async fn tls_connection(
     config: redis::AsyncConnectionConfig,
 ) -> Result<redis::aio::MultiplexedConnection> {
     let failed = |e: &dyn std::fmt::Display| ClientError::Connection(e.to_string());
-    let info = redis::IntoConnectionInfo::into_connection_info(format!("redis://{addr}/"))
-        .map_err(|e| failed(&e))?;
-    let redis::ConnectionAddr::Tcp(host, port) = info.addr().clone() else {
-        return Err(ClientError::Connection(format!(
-            "{addr}: not a host and port"
-        )));
-    };
-    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+    let target = TlsTarget::of(addr)?;
+    let tcp = tokio::net::TcpStream::connect((target.host.as_str(), target.port))
         .await
         .map_err(|e| failed(&e))?;
     let _ = tcp.set_nodelay(true);
-    let name = tokio_rustls::rustls::pki_types::ServerName::try_from(host.clone())
-        .map_err(|e| failed(&e))?;
+    let (info, name) = (target.info, target.name);
     let stream = tokio_rustls::TlsConnector::from(ca.http_config())
         .connect(name, tcp)
         .await
