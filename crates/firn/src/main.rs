@@ -16,6 +16,7 @@ mod http;
 mod keyspace;
 mod kv;
 mod log;
+mod logs;
 mod request;
 mod serve;
 

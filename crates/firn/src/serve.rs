@@ -360,6 +360,10 @@ fn print_config(mut settings: Vec<Setting>, node_id: u64, host: Option<String>) 
     print!("{}", render(&settings));
 }
 
+/// What a node logs unless `RUST_LOG` says otherwise (and then openraft's warnings are
+/// thinned: see [`crate::logs::ConsensusWarnings`]).
+const DEFAULT_LOG_FILTER: &str = "info,openraft=warn,fjall=warn,lsm_tree=warn";
+
 pub async fn serve(args: ServeArgs) -> Result<(), String> {
     // Checked before anything else happens: a bad setting starts nothing.
     let (config, host) = node_config(&args)?;
@@ -369,12 +373,19 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
     }
     // Colours only on a terminal: a log written to a file or a journal stays plain text.
     use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_ansi(std::io::stdout().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("info,openraft=warn,fjall=warn,lsm_tree=warn")
-            }),
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::{Layer as _, filter};
+    let explicit = std::env::var_os("RUST_LOG").is_some();
+    let env = filter::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| filter::EnvFilter::new(DEFAULT_LOG_FILTER));
+    let quiet = crate::logs::ConsensusWarnings::new(!explicit);
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(std::io::stdout().is_terminal())
+                .with_filter(env)
+                .with_filter(filter::dynamic_filter_fn(move |meta, _| quiet.shown(meta))),
         )
         .init();
     if let Some(host) = host {

@@ -1,0 +1,121 @@
+//! How much of openraft's own warning a node's log shows. openraft warns on every failed
+//! call to a peer — each heartbeat (ten a second), each replication try, each vote asked —
+//! so a cluster's fresh start (its nodes come up one after another, and a node asks peers
+//! not up yet) warned every time, and a node down for an hour wrote tens of thousands of
+//! lines about it on each peer. These are expected while a peer is starting or down, and
+//! Firn counts them (`firn_peer_calls_failed_total{peer,reason}`); so by default openraft's
+//! warnings are left out for a node's first [`STARTING`] and after that shown at most once
+//! per [`EVERY`] for each place in openraft's code that warns. `RUST_LOG` set by the operator
+//! shows them all.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tracing::{Level, Metadata};
+
+/// While a node starts, its peers start too: none of openraft's warnings then.
+pub const STARTING: Duration = Duration::from_secs(10);
+/// After that, one warning a place in openraft's code at most this often.
+pub const EVERY: Duration = Duration::from_secs(30);
+
+/// Decides, per event, whether an openraft warning is written (everything else is).
+pub struct ConsensusWarnings {
+    thin: bool,
+    started: Instant,
+    shown: Mutex<HashMap<tracing::callsite::Identifier, Instant>>,
+}
+
+impl ConsensusWarnings {
+    /// `thin`: thin openraft's warnings out (off: show every one).
+    pub fn new(thin: bool) -> Self {
+        ConsensusWarnings {
+            thin,
+            started: Instant::now(),
+            shown: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn shown(&self, meta: &Metadata<'_>) -> bool {
+        self.shown_at(meta, Instant::now())
+    }
+
+    fn shown_at(&self, meta: &Metadata<'_>, now: Instant) -> bool {
+        if !self.thin
+            || !meta.is_event()
+            || *meta.level() != Level::WARN
+            || !meta.target().starts_with("openraft")
+        {
+            return true;
+        }
+        if now.duration_since(self.started) < STARTING {
+            return false;
+        }
+        let mut shown = self.shown.lock().unwrap_or_else(|p| p.into_inner());
+        match shown.get(&meta.callsite()) {
+            Some(last) if now.duration_since(*last) < EVERY => false,
+            _ => {
+                shown.insert(meta.callsite(), now);
+                true
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Captures the metadata of the events `f` emits.
+    fn metas(f: impl FnOnce()) -> Vec<&'static Metadata<'static>> {
+        use std::sync::{Arc, Mutex};
+        struct Grab(Arc<Mutex<Vec<&'static Metadata<'static>>>>);
+        impl tracing::Subscriber for Grab {
+            fn enabled(&self, _: &Metadata<'_>) -> bool {
+                true
+            }
+            fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+                tracing::span::Id::from_u64(1)
+            }
+            fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+            fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+            fn event(&self, e: &tracing::Event<'_>) {
+                self.0.lock().unwrap().push(e.metadata());
+            }
+            fn enter(&self, _: &tracing::span::Id) {}
+            fn exit(&self, _: &tracing::span::Id) {}
+        }
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        tracing::subscriber::with_default(Grab(seen.clone()), f);
+        let out = seen.lock().unwrap().clone();
+        out
+    }
+
+    #[test]
+    fn openraft_warnings_are_held_back_while_starting_then_thinned_per_place() {
+        let events = metas(|| {
+            tracing::warn!(target: "openraft::core::heartbeat::worker", "peer down");
+            tracing::warn!(target: "openraft::replication", "peer down");
+            tracing::warn!(target: "firn_node::cluster", "ours");
+            tracing::error!(target: "openraft::core", "an error");
+        });
+        let [heartbeat, replication, ours, error] = events[..] else {
+            panic!("{} events", events.len())
+        };
+        let quiet = ConsensusWarnings::new(true);
+        let t0 = quiet.started;
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // Starting: none of openraft's warnings; everything else.
+        assert!(!quiet.shown_at(heartbeat, at(1)));
+        assert!(quiet.shown_at(ours, at(1)) && quiet.shown_at(error, at(1)));
+        // Then one per place every 30 s.
+        assert!(quiet.shown_at(heartbeat, at(11)));
+        assert!(!quiet.shown_at(heartbeat, at(12)));
+        assert!(quiet.shown_at(replication, at(12)));
+        assert!(!quiet.shown_at(heartbeat, at(40)));
+        assert!(quiet.shown_at(heartbeat, at(42)));
+        // With RUST_LOG set by the operator: every one.
+        let all = ConsensusWarnings::new(false);
+        assert!(all.shown_at(heartbeat, all.started) && all.shown_at(heartbeat, all.started));
+    }
+}
