@@ -87,8 +87,7 @@ mod tests {
         }
         let seen = Arc::new(Mutex::new(Vec::new()));
         tracing::subscriber::with_default(Grab(seen.clone()), f);
-        let out = seen.lock().unwrap().clone();
-        out
+        seen.lock().unwrap().clone()
     }
 
     #[test]
