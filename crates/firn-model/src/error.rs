@@ -23,7 +23,9 @@ pub enum FirnError {
     BadArgument(String),
     #[error("wrong number of arguments for '{0}' command")]
     WrongArity(String),
-    #[error("unknown command '{0}'")]
+    /// A command the node does not serve; the text after "unknown command " is Redis's:
+    /// `'NAME', with args beginning with: 'a' 'b' `.
+    #[error("unknown command {0}")]
     UnknownCommand(String),
     #[error("no keyspace with prefix '{0}'")]
     KeyspaceNotFound(String),

@@ -134,17 +134,17 @@ async fn wrong_arity_unknown_commands_and_bad_options_are_errors() {
     );
     let e = err_of(&mut c, redis::cmd("NOSUCHCOMMAND").arg("x")).await;
     assert!(
-        e.to_string().contains("unknown command 'nosuchcommand'"),
+        e.to_string().contains("unknown command 'NOSUCHCOMMAND'"),
         "{e}"
     );
     let e = err_of(&mut c, redis::cmd("SET").arg("k").arg("v").arg("BOGUS")).await;
-    assert!(e.to_string().contains("unknown SET option"), "{e}");
+    assert!(e.to_string().contains("syntax error"), "{e}");
     let e = err_of(
         &mut c,
         redis::cmd("SET").arg("k").arg("v").arg("NX").arg("XX"),
     )
     .await;
-    assert!(e.to_string().contains("exclude each other"), "{e}");
+    assert!(e.to_string().contains("syntax error"), "{e}");
     let long_prefix = vec![b'p'; 8193];
     let e = err_of(&mut c, redis::cmd("FIRN.SCAN").arg(&long_prefix)).await;
     assert!(

@@ -611,3 +611,46 @@ fn timeless(frame: &redis_protocol::resp2::types::BytesFrame) -> String {
         other => common::reference::show(other),
     }
 }
+
+/// The string commands and the connection's own, as Redis answers them: SET's conditions
+/// and GET, MGET and MSET, DEL and EXISTS of several keys, and the errors for wrong arity,
+/// an unknown command and a bad option.
+#[tokio::test]
+async fn strings_and_connection_commands_answer_as_redis() {
+    let (node, redis) = (start_node(false).await, RedisServer::start().await);
+    let mut both = Both::connect(node.resp_addr.port(), &redis).await;
+    both.same(&[
+        (&["PING"], 1),
+        (&["PING", "hello"], 1),
+        (&["ECHO", "x y"], 1),
+        (&["SELECT", "0"], 1),
+        (&["GET", "a"], 1),
+        (&["SET", "a", "1"], 1),
+        (&["SET", "a", "2", "NX"], 1),
+        (&["SET", "a", "2", "XX"], 1),
+        (&["SET", "b", "2", "XX"], 1),
+        (&["SET", "a", "3", "GET"], 1),
+        (&["SET", "b", "3", "GET"], 1),
+        (&["SET", "a", "4", "NX", "GET"], 1),
+        (&["SET", "c", "4", "XX", "GET"], 1),
+        (&["SET", "a", "5", "NX", "XX"], 1),
+        (&["SET", "a", "5", "BOGUS"], 1),
+        (&["SET", "a"], 1),
+        (&["GET", "a"], 1),
+        (&["MSET", "x", "1", "y", "2"], 1),
+        (&["MSET", "x", "1", "y"], 1),
+        (&["MGET", "x", "nothing", "y", "a"], 1),
+        (&["EXISTS", "x", "x", "nothing", "y"], 1),
+        (&["DEL", "x", "nothing", "y", "x"], 1),
+        (&["EXISTS", "x", "y"], 1),
+        (&["TYPE", "a"], 1),
+        (&["TYPE", "x"], 1),
+        (&["GET", "a", "b"], 1),
+        (&["NOSUCHCOMMAND", "a"], 1),
+        (&["CLIENT", "SETNAME", "me"], 1),
+        (&["CLIENT", "GETNAME"], 1),
+        (&["DBSIZE"], 1),
+        (&["PING"], 1),
+    ])
+    .await;
+}

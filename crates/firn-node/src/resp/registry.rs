@@ -98,8 +98,31 @@ static BY_NAME: LazyLock<HashMap<String, &'static CommandSpec>> = LazyLock::new(
 pub fn dispatch(name: &str, items: VecDeque<Bytes>) -> Result<Action, FirnError> {
     let spec = BY_NAME
         .get(name)
-        .ok_or_else(|| FirnError::UnknownCommand(name.to_lowercase()))?;
+        .ok_or_else(|| unknown_command(name, &items))?;
     dispatch_to(spec, name, items)
+}
+
+/// Redis's answer to a command it does not know: the name, then the first arguments, each
+/// quoted, up to 128 bytes in all. (The name is shown as this node reads it, upper case.)
+pub fn unknown_command(name: &str, args: &VecDeque<Bytes>) -> FirnError {
+    let mut shown = String::new();
+    for arg in args {
+        if shown.len() >= 128 {
+            break;
+        }
+        let text = String::from_utf8_lossy(arg);
+        let room = 128 - shown.len();
+        let cut: String = text
+            .chars()
+            .scan(0, |n, c| {
+                *n += c.len_utf8();
+                (*n <= room).then_some(c)
+            })
+            .collect();
+        shown.push_str(&format!("'{cut}' "));
+    }
+    let name: String = name.chars().take(128).collect();
+    FirnError::UnknownCommand(format!("'{name}', with args beginning with: {shown}"))
 }
 
 /// Whether the node knows a command named `name` (upper case).
@@ -234,7 +257,7 @@ mod tests {
         }
         assert!(matches!(
             dispatch("NOSUCHCOMMAND", items(1)),
-            Err(FirnError::UnknownCommand(n)) if n == "nosuchcommand"
+            Err(FirnError::UnknownCommand(n)) if n.starts_with("'NOSUCHCOMMAND', with args beginning with: ")
         ));
     }
 

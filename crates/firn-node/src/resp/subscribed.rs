@@ -31,9 +31,7 @@ impl Connection {
         }
         // An unknown command is still unknown, as in Redis.
         if !super::registry::knows(name) {
-            return Some(Reply::error(&FirnError::UnknownCommand(
-                name.to_lowercase(),
-            )));
+            return Some(Reply::error(&super::registry::unknown_command(name, items)));
         }
         Some(subscribe::only_pubsub_error(name))
     }

@@ -27,9 +27,7 @@ fn set(mut args: Args) -> Result<Action, FirnError> {
         let opt = args.keyword()?;
         match opt.as_str() {
             "NX" | "XX" if put.condition != WriteCondition::Always => {
-                return Err(FirnError::BadArgument(
-                    "syntax error: NX and XX exclude each other".into(),
-                ));
+                return Err(FirnError::BadArgument("syntax error".into()));
             }
             "NX" => put.condition = WriteCondition::IfVersion(0),
             "XX" => put.condition = WriteCondition::IfPresent,
@@ -39,11 +37,8 @@ fn set(mut args: Args) -> Result<Action, FirnError> {
                     "SET {opt} is not supported: Firn has no expiring keys yet; use a keyspace with a max age"
                 )));
             }
-            other => {
-                return Err(FirnError::BadArgument(format!(
-                    "syntax error: unknown SET option '{other}'"
-                )));
-            }
+            // Redis says no more than this for an option it does not know.
+            _ => return Err(FirnError::BadArgument("syntax error".into())),
         }
     }
     let show = if put.return_previous {
