@@ -609,8 +609,10 @@ impl VersionedStore {
         at: Option<CommitTs>,
         ends: bool,
     ) -> Result<LogPage, FirnError> {
-        if log == tag && at.is_none() {
-            // The tag named as its log is the stream of that key.
+        if log == tag && at.is_none() && (limit > 0 || ends) {
+            // The tag named as its log is the stream of that key: reading its entries or
+            // what it holds is a stream read. (A probe that reads neither only asks whether
+            // the log is known: log names are their own, whatever the key holds.)
             self.check_stream_type(log)?;
         }
         let log_meta = self.log_meta(log)?;
