@@ -654,3 +654,70 @@ async fn strings_and_connection_commands_answer_as_redis() {
     ])
     .await;
 }
+
+/// Counters and in-place changes as Redis answers them: INCR and its kin on absent, integer
+/// and non-integer values and at the edges of 64 bits, INCRBYFLOAT, APPEND, GETDEL, GETSET
+/// and SETNX, and WRONGTYPE on a stream.
+#[tokio::test]
+async fn counters_and_in_place_changes_answer_as_redis() {
+    let (node, redis) = (start_node(false).await, RedisServer::start().await);
+    let mut both = Both::connect(node.resp_addr.port(), &redis).await;
+    both.same(&[
+        (&["INCR", "n"], 1),
+        (&["INCR", "n"], 1),
+        (&["INCRBY", "n", "10"], 1),
+        (&["DECR", "n"], 1),
+        (&["DECRBY", "n", "-5"], 1),
+        (&["DECRBY", "n", "20"], 1),
+        (&["GET", "n"], 1),
+        (&["INCRBY", "n", "x"], 1),
+        (&["INCRBY", "n", "1.5"], 1),
+        (&["SET", "big", "9223372036854775807"], 1),
+        (&["INCR", "big"], 1),
+        (&["SET", "small", "-9223372036854775808"], 1),
+        (&["DECR", "small"], 1),
+        (&["DECRBY", "small", "-9223372036854775808"], 1),
+        (&["SET", "word", "abc"], 1),
+        (&["INCR", "word"], 1),
+        (&["SET", "padded", " 1"], 1),
+        (&["INCR", "padded"], 1),
+        (&["SET", "zero", "01"], 1),
+        (&["INCR", "zero"], 1),
+        (&["INCRBYFLOAT", "f", "10.5"], 1),
+        (&["INCRBYFLOAT", "f", "0.1"], 1),
+        (&["INCRBYFLOAT", "f", "-5"], 1),
+        (&["INCRBYFLOAT", "h", "5.0e3"], 1),
+        (&["INCRBYFLOAT", "f", "abc"], 1),
+        (&["INCRBYFLOAT", "word", "1"], 1),
+        (&["INCRBYFLOAT", "g", "3"], 1),
+        (&["INCRBYFLOAT", "g", "-3"], 1),
+        (&["APPEND", "s", "hello"], 1),
+        (&["APPEND", "s", " world"], 1),
+        (&["GET", "s"], 1),
+        (&["GETDEL", "s"], 1),
+        (&["GETDEL", "s"], 1),
+        (&["EXISTS", "s"], 1),
+        (&["GETSET", "gs", "one"], 1),
+        (&["GETSET", "gs", "two"], 1),
+        (&["SETNX", "gs", "three"], 1),
+        (&["SETNX", "nx", "first"], 1),
+        (&["GET", "nx"], 1),
+        (&["XADD", "st", "1-1", "a", "b"], 1),
+        (&["INCR", "st"], 1),
+        (&["APPEND", "st", "x"], 1),
+        (&["GETDEL", "st"], 1),
+        (&["GETSET", "st", "v"], 1),
+        (&["TYPE", "st"], 1),
+        (&["INCR"], 1),
+        (&["APPEND", "s"], 1),
+    ])
+    .await;
+    // Redis adds in `long double` and prints 17 digits, so 5.6 + 5000 shows as
+    // 5005.60000000000000009 there; Firn adds in 64-bit floats and prints the shortest
+    // decimal that reads back the same. Checked on Firn alone.
+    both.firn.send(&["INCRBYFLOAT", "f", "5.0e3"]).await;
+    assert_eq!(
+        common::reference::show(&both.firn.read().await),
+        "$\"5005.6\""
+    );
+}

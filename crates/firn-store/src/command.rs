@@ -97,7 +97,12 @@ impl Op {
     /// fewer versions or a shorter age is one way).
     pub fn adds_data(&self) -> bool {
         match self {
-            Op::Kv(KvWrite::Put(_) | KvWrite::MSet { .. } | KvWrite::PutBlob { .. })
+            Op::Kv(
+                KvWrite::Put(_)
+                | KvWrite::MSet { .. }
+                | KvWrite::PutBlob { .. }
+                | KvWrite::Change { .. },
+            )
             | Op::Log(LogOp::Append { .. } | LogOp::Ensure { .. }) => true,
             Op::Kv(KvWrite::Delete { .. } | KvWrite::Truncate { .. } | KvWrite::FlushAll)
             | Op::Log(LogOp::Trim { .. } | LogOp::StreamTrim { .. } | LogOp::StreamDel { .. })

@@ -30,6 +30,7 @@ use crate::sink::AppliedSink;
 
 mod apply;
 mod blobs;
+mod change;
 pub mod group;
 pub mod log;
 mod replay;

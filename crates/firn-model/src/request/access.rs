@@ -179,6 +179,8 @@ fn kv_write(write: &KvWrite) -> Vec<Access> {
         | KvWrite::PutBlob { .. }
         | KvWrite::Delete { .. }
         | KvWrite::MSet { .. } => write.keys().map(Access::write_key).collect(),
+        // It answers the value it read (INCR's new count, GETDEL's old value): read and write.
+        KvWrite::Change { key, .. } => vec![Access::read_key(key), Access::write_key(key)],
         KvWrite::Truncate { target, .. } => vec![Access::write(range_scope(target))],
         KvWrite::FlushAll => vec![Access::admin(Scope::everything())],
     }

@@ -86,6 +86,28 @@ pub enum KvWrite {
         put: PutRequest,
         blob: crate::BlobRef,
     },
+    /// A new version of one key computed from its current value in its shard, as one
+    /// entry (INCR, APPEND, GETDEL …): answers `Response::Changed`.
+    Change {
+        key: Key,
+        change: KeyChange,
+    },
+}
+
+/// How [`KvWrite::Change`] computes a key's next value from its current one (absent: as
+/// Redis takes it, `0` for a counter and empty for an append).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KeyChange {
+    /// INCR, INCRBY, DECR, DECRBY: the value read as a signed 64-bit decimal integer, plus
+    /// `by`.
+    IncrBy(i64),
+    /// INCRBYFLOAT: the value read as a decimal number, plus `by` (kept as text, parsed at
+    /// apply with the same rules on every replica).
+    IncrByFloat(String),
+    /// APPEND: the value followed by `suffix`, refused past `max_len` bytes.
+    Append { suffix: Bytes, max_len: u64 },
+    /// GETDEL: a tombstone, answering the value it replaced.
+    GetDel,
 }
 
 /// What a snapshot reads.
@@ -216,6 +238,7 @@ impl KvWrite {
     pub fn keys(&self) -> NamedKeys<'_> {
         match self {
             KvWrite::Put(p) | KvWrite::PutBlob { put: p, .. } => Box::new(std::iter::once(&p.key)),
+            KvWrite::Change { key, .. } => Box::new(std::iter::once(key)),
             KvWrite::Delete { keys } => Box::new(keys.iter()),
             KvWrite::MSet { items } => Box::new(items.iter().map(|(k, _)| k)),
             KvWrite::Truncate {
@@ -231,6 +254,7 @@ impl KvWrite {
             KvWrite::Put(_) | KvWrite::PutBlob { .. } => "put",
             KvWrite::Delete { .. } => "delete",
             KvWrite::MSet { .. } => "mset",
+            KvWrite::Change { .. } => "change",
             KvWrite::Truncate { .. } => "truncate",
             KvWrite::FlushAll => "flushall",
         }

@@ -21,7 +21,7 @@ pub use group::{
     GroupFull, GroupInfo, GroupKey, GroupOptions, GroupRead, GroupRequest, GroupStart, GroupWrite,
     MaxDeliver, PendingInfo, PendingSummary, StreamFull,
 };
-pub use kv::{KvRead, KvWrite, SnapshotOf};
+pub use kv::{KeyChange, KvRead, KvWrite, SnapshotOf};
 pub use log::{LogQuery, LogRead, LogRequest, LogWrite};
 
 use bytes::Bytes;
@@ -286,6 +286,7 @@ impl Response {
     pub fn newest_stamp(&self) -> Option<CommitTs> {
         match self {
             Response::Written(w) => w.iter().map(|w| w.commit_ts).max(),
+            Response::Changed { written, .. } => Some(written.commit_ts),
             Response::Value(v) => v.as_ref().map(|i| i.commit_ts),
             Response::Values(vs) => vs.iter().flatten().map(|i| i.commit_ts).max(),
             Response::History(h) => h.iter().map(|i| i.commit_ts).max(),
@@ -431,6 +432,12 @@ pub enum Response {
     Consumers(Vec<ConsumerInfo>),
     /// XINFO STREAM … FULL (`None`: no such stream).
     StreamFull(Option<Box<StreamFull>>),
+    /// A [`KvWrite::Change`]: the version written (its `previous`, the value it replaced,
+    /// for GETDEL) and the key's value now (`None` after GETDEL).
+    Changed {
+        written: Written,
+        value: Option<Bytes>,
+    },
 }
 
 /// One shard's part of a log read: its records of the tag in the query's range and what it

@@ -259,6 +259,24 @@ impl Kernel {
             .ok_or_else(|| FirnError::Unavailable(format!("shard {shard} is unknown here")))
     }
 
+    /// The node's limits written into a write that applies them in its shard: an APPEND's
+    /// longest value is this node's `--max-value-bytes` (the front ends leave it unset).
+    fn with_limits(&self, request: KvRequest) -> KvRequest {
+        match request {
+            KvRequest::Write(KvWrite::Change {
+                key,
+                change: firn_model::KeyChange::Append { suffix, .. },
+            }) => KvRequest::Write(KvWrite::Change {
+                key,
+                change: firn_model::KeyChange::Append {
+                    suffix,
+                    max_len: self.limits.value_bytes_max as u64,
+                },
+            }),
+            other => other,
+        }
+    }
+
     /// Checks a kv request against every stated limit before anything is proposed or
     /// waited for.
     pub fn validate(&self, request: &KvRequest) -> Result<(), FirnError> {
@@ -286,6 +304,11 @@ impl Kernel {
                 }
             }
             KvWrite::Delete { keys } => check_key_count(keys.len()),
+            KvWrite::Change {
+                change: firn_model::KeyChange::Append { suffix, .. },
+                ..
+            } => self.limits.check_value(suffix.len()),
+            KvWrite::Change { .. } => Ok(()),
             KvWrite::Truncate {
                 target: KeyRange::Prefix(p),
                 ..
@@ -386,6 +409,7 @@ impl Kernel {
 
     /// Plans a kv request over the shards and starts every part, concurrently.
     async fn plan_and_start(&self, ctx: &CallContext, request: KvRequest) -> Pending {
+        let request = self.with_limits(request);
         let name = match &request {
             KvRequest::Read(r) => r.name(),
             KvRequest::Write(w) => w.name(),

@@ -93,6 +93,10 @@ pub(super) fn plan(layout: &ClusterLayout, request: KvRequest) -> Plan {
         },
         KvRequest::Write(write) => match write {
             KvWrite::Put(p) => Plan::One(shard(&p.key), ShardPart::Write(Op::Kv(KvWrite::Put(p)))),
+            KvWrite::Change { key, change } => Plan::One(
+                shard(&key),
+                ShardPart::Write(Op::Kv(KvWrite::Change { key, change })),
+            ),
             // The manifest goes where its blob was uploaded: the key's shard (checked).
             KvWrite::PutBlob { put, blob } => Plan::One(
                 blob.shard,

@@ -87,6 +87,7 @@ impl<'a> Txn<'a> {
             KvWrite::Put(p) => self.put(p, Stored::Inline(p.value.clone())),
             KvWrite::PutBlob { put, blob } => self.put(put, Stored::Blob(blob.clone())),
             KvWrite::MSet { items } => self.mset(items),
+            KvWrite::Change { key, change } => self.change(key, change),
             KvWrite::Delete { keys } => self.delete(keys),
             KvWrite::Truncate { target, before } => self.truncate(target, *before),
             KvWrite::FlushAll => self.flush_all(),
@@ -125,6 +126,7 @@ impl<'a> Txn<'a> {
                 write @ (KvWrite::Put(_)
                 | KvWrite::PutBlob { .. }
                 | KvWrite::MSet { .. }
+                | KvWrite::Change { .. }
                 | KvWrite::Delete { .. }),
             ) => write
                 .keys()

@@ -5,6 +5,7 @@
 //! them — is here. To add a command, see
 //! docs/architecture.md ("How to add a RESP command").
 
+pub mod change;
 pub mod cluster;
 pub mod connection;
 pub mod del;

@@ -1,4 +1,5 @@
-//! SET key value [NX|XX] [GET]: a Redis write, conditional on presence.
+//! SET key value [NX|XX] [GET]: a Redis write, conditional on presence; GETSET and SETNX,
+//! its older spellings.
 
 use firn_model::{FirnError, KvWrite, PutRequest, Response, WriteCondition};
 
@@ -17,6 +18,43 @@ pub const SET: CommandSpec = CommandSpec {
     since: FIRST_RELEASE,
     summary: "Writes a new version of the key; NX, XX and GET as in Redis (no expiry options).",
     parse: set,
+};
+
+pub const GETSET: CommandSpec = CommandSpec {
+    name: "getset",
+    arity: 3,
+    summary: "SET key value GET: writes the value and answers the one it replaced, or nil.",
+    parse: |mut args| {
+        let mut put = PutRequest::new(args.key()?, args.bytes()?);
+        put.return_previous = true;
+        Ok(Action::execute(
+            KvWrite::Put(put),
+            Render::new(show_previous),
+        ))
+    },
+    ..SET
+};
+
+pub const SETNX: CommandSpec = CommandSpec {
+    name: "setnx",
+    arity: 3,
+    summary: "SET key value NX: 1 if the key was written, 0 if it existed.",
+    parse: |mut args| {
+        let mut put = PutRequest::new(args.key()?, args.bytes()?);
+        put.condition = WriteCondition::IfVersion(0);
+        Ok(Action::execute(
+            KvWrite::Put(put),
+            Render::new(|response| match response {
+                Response::Written(_) => Reply::Int(1),
+                other => unexpected("SETNX", other),
+            })
+            .errors_as(|e| match e {
+                FirnError::Conflict { .. } => Reply::Int(0),
+                e => Reply::error(&e),
+            }),
+        ))
+    },
+    ..SET
 };
 
 fn set(mut args: Args) -> Result<Action, FirnError> {
