@@ -2,7 +2,8 @@
 //! shards by their first tag, reads by tag merged across homes, trim, reads at a time,
 //! blocking reads, stream ids, and bad input.
 
-use std::net::{SocketAddr, TcpListener};
+mod common;
+
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -10,23 +11,10 @@ use firn_model::{
     Answer, CallContext, FirnError, Key, LogQuery, LogRead, LogRecord, LogSeq, LogWrite, NewRecord,
     Request, Response, StreamId, StreamTrim,
 };
-use firn_node::{NodeConfig, RunningNode};
+use firn_node::RunningNode;
 
 async fn three_shard_node() -> RunningNode {
-    let peer = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let config = NodeConfig {
-        resp_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        peer_addr: peer,
-        in_memory: true,
-        peers: [(1, peer.to_string())].into_iter().collect(),
-        shards: 3,
-        replication: 1,
-        ..NodeConfig::default()
-    };
+    let config = common::three_shard_config();
     let node = RunningNode::start(config).await.expect("node starts");
     // Wait until every shard has a leader: a first write to each succeeds.
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -721,3 +721,88 @@ async fn counters_and_in_place_changes_answer_as_redis() {
         "$\"5005.6\""
     );
 }
+
+/// MULTI/EXEC/DISCARD/WATCH as Redis answers them: queued commands answer QUEUED, EXEC
+/// answers each (a command failing inside does not stop the others), every misuse has
+/// Redis's words, a refused command aborts EXEC, and a watched key changed by another
+/// client makes EXEC answer nil with nothing applied. Keys share a `{tag}`, so that Firn
+/// (which runs a transaction within one shard) and a Redis Cluster would both take them.
+#[tokio::test]
+async fn multi_exec_and_watch_answer_as_redis() {
+    let (node, redis) = (start_node(false).await, RedisServer::start().await);
+    let mut both = Both::connect(node.resp_addr.port(), &redis).await;
+    both.same(&[
+        (&["SET", "{t}word", "abc"], 1),
+        (&["MULTI"], 1),
+        (&["SET", "{t}a", "1"], 1),
+        (&["INCR", "{t}a"], 1),
+        (&["GET", "{t}a"], 1),
+        (&["INCR", "{t}word"], 1),
+        (&["MSET", "{t}b", "x", "{t}c", "y"], 1),
+        (&["MGET", "{t}a", "{t}b", "{t}c", "{t}none"], 1),
+        (&["DEL", "{t}c"], 1),
+        (&["EXISTS", "{t}a", "{t}c"], 1),
+        (&["EXEC"], 1),
+        (&["GET", "{t}a"], 1),
+        (&["EXEC"], 1),
+        (&["DISCARD"], 1),
+        (&["MULTI"], 1),
+        (&["MULTI"], 1),
+        (&["WATCH", "{t}a"], 1),
+        (&["SET", "{t}a", "9"], 1),
+        (&["DISCARD"], 1),
+        (&["GET", "{t}a"], 1),
+        (&["MULTI"], 1),
+        (&["SET", "{t}a"], 1),
+        (&["SET", "{t}a", "5"], 1),
+        (&["EXEC"], 1),
+        (&["GET", "{t}a"], 1),
+        (&["MULTI"], 1),
+        (&["NOSUCHCOMMAND"], 1),
+        (&["EXEC"], 1),
+        (&["MULTI"], 1),
+        (&["EXEC"], 1),
+        (&["MULTI"], 1),
+        (&["PING"], 1),
+        (&["ECHO", "x"], 1),
+        (&["INCR", "{t}a"], 1),
+        (&["EXEC"], 1),
+        (&["WATCH", "{t}a", "{t}b"], 1),
+        (&["UNWATCH"], 1),
+        (&["MULTI"], 1),
+        (&["GET", "{t}a"], 1),
+        (&["EXEC"], 1),
+    ])
+    .await;
+    // A watched key another client changes: EXEC runs nothing and answers nil. One left
+    // alone: EXEC runs.
+    for (port, server) in [(node.resp_addr.port(), "Firn"), (redis.port, "Redis")] {
+        let (mut me, mut other) = (Raw::connect(port).await, Raw::connect(port).await);
+        let say = async |c: &mut Raw, words: &[&str]| {
+            c.send(words).await;
+            common::reference::show(&c.read().await)
+        };
+        assert_eq!(
+            say(&mut me, &["WATCH", "{t}w", "{t}v"]).await,
+            "+OK",
+            "{server}"
+        );
+        assert_eq!(say(&mut other, &["SET", "{t}w", "theirs"]).await, "+OK");
+        assert_eq!(say(&mut me, &["MULTI"]).await, "+OK");
+        assert_eq!(say(&mut me, &["SET", "{t}v", "mine"]).await, "+QUEUED");
+        assert_eq!(
+            say(&mut me, &["EXEC"]).await,
+            "(nil)",
+            "{server}: a changed key"
+        );
+        assert_eq!(say(&mut me, &["GET", "{t}v"]).await, "(nil)", "{server}");
+        assert_eq!(say(&mut me, &["WATCH", "{t}w"]).await, "+OK");
+        assert_eq!(say(&mut me, &["MULTI"]).await, "+OK");
+        assert_eq!(say(&mut me, &["SET", "{t}v", "mine"]).await, "+QUEUED");
+        assert_eq!(
+            say(&mut me, &["EXEC"]).await,
+            "[+OK]",
+            "{server}: nothing changed"
+        );
+    }
+}

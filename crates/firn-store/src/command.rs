@@ -101,7 +101,8 @@ impl Op {
                 KvWrite::Put(_)
                 | KvWrite::MSet { .. }
                 | KvWrite::PutBlob { .. }
-                | KvWrite::Change { .. },
+                | KvWrite::Change { .. }
+                | KvWrite::Atomic { .. },
             )
             | Op::Log(LogOp::Append { .. } | LogOp::Ensure { .. }) => true,
             Op::Kv(KvWrite::Delete { .. } | KvWrite::Truncate { .. } | KvWrite::FlushAll)

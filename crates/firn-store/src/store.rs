@@ -29,6 +29,7 @@ use crate::record::{KeyMeta, VersionRecord, decode, encode, version_key, version
 use crate::sink::AppliedSink;
 
 mod apply;
+mod atomic;
 mod blobs;
 mod change;
 pub mod group;

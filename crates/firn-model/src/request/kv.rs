@@ -92,6 +92,32 @@ pub enum KvWrite {
         key: Key,
         change: KeyChange,
     },
+    /// A transaction within one shard (`MULTI`/`EXEC` whose keys share a shard): `steps` run
+    /// in order in one log entry, each seeing those before it, at one stamp — unless a key
+    /// of `watched` has a version stamped after the stamp its `WATCH` saw (then none runs).
+    /// Answers `Response::Steps`.
+    Atomic {
+        steps: Vec<TxnStep>,
+        watched: Vec<(Key, CommitTs)>,
+    },
+}
+
+/// One command of an [`KvWrite::Atomic`]: a point read of the newest versions (GET, MGET,
+/// EXISTS, TYPE) or a write of keys (SET, MSET, DEL, INCR …).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxnStep {
+    Read(KvRead),
+    Write(KvWrite),
+}
+
+impl TxnStep {
+    /// The keys the step names.
+    pub fn keys(&self) -> NamedKeys<'_> {
+        match self {
+            TxnStep::Read(r) => r.keys(),
+            TxnStep::Write(w) => w.keys(),
+        }
+    }
 }
 
 /// How [`KvWrite::Change`] computes a key's next value from its current one (absent: as
@@ -239,6 +265,12 @@ impl KvWrite {
         match self {
             KvWrite::Put(p) | KvWrite::PutBlob { put: p, .. } => Box::new(std::iter::once(&p.key)),
             KvWrite::Change { key, .. } => Box::new(std::iter::once(key)),
+            KvWrite::Atomic { steps, watched } => Box::new(
+                steps
+                    .iter()
+                    .flat_map(TxnStep::keys)
+                    .chain(watched.iter().map(|(k, _)| k)),
+            ),
             KvWrite::Delete { keys } => Box::new(keys.iter()),
             KvWrite::MSet { items } => Box::new(items.iter().map(|(k, _)| k)),
             KvWrite::Truncate {
@@ -255,6 +287,7 @@ impl KvWrite {
             KvWrite::Delete { .. } => "delete",
             KvWrite::MSet { .. } => "mset",
             KvWrite::Change { .. } => "change",
+            KvWrite::Atomic { .. } => "exec",
             KvWrite::Truncate { .. } => "truncate",
             KvWrite::FlushAll => "flushall",
         }

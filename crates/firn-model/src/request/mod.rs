@@ -21,7 +21,7 @@ pub use group::{
     GroupFull, GroupInfo, GroupKey, GroupOptions, GroupRead, GroupRequest, GroupStart, GroupWrite,
     MaxDeliver, PendingInfo, PendingSummary, StreamFull,
 };
-pub use kv::{KeyChange, KvRead, KvWrite, SnapshotOf};
+pub use kv::{KeyChange, KvRead, KvWrite, SnapshotOf, TxnStep};
 pub use log::{LogQuery, LogRead, LogRequest, LogWrite};
 
 use bytes::Bytes;
@@ -432,6 +432,9 @@ pub enum Response {
     Consumers(Vec<ConsumerInfo>),
     /// XINFO STREAM … FULL (`None`: no such stream).
     StreamFull(Option<Box<StreamFull>>),
+    /// A [`KvWrite::Atomic`]: each step's answer in order, or `None` when a watched key
+    /// had changed and no step ran.
+    Steps(Option<Vec<Result<Response, crate::FirnError>>>),
     /// A [`KvWrite::Change`]: the version written (its `previous`, the value it replaced,
     /// for GETDEL) and the key's value now (`None` after GETDEL).
     Changed {

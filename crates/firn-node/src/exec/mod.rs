@@ -263,16 +263,35 @@ impl Kernel {
     /// longest value is this node's `--max-value-bytes` (the front ends leave it unset).
     fn with_limits(&self, request: KvRequest) -> KvRequest {
         match request {
-            KvRequest::Write(KvWrite::Change {
+            KvRequest::Write(write) => KvRequest::Write(self.write_with_limits(write)),
+            read => read,
+        }
+    }
+
+    fn write_with_limits(&self, write: KvWrite) -> KvWrite {
+        match write {
+            KvWrite::Change {
                 key,
                 change: firn_model::KeyChange::Append { suffix, .. },
-            }) => KvRequest::Write(KvWrite::Change {
+            } => KvWrite::Change {
                 key,
                 change: firn_model::KeyChange::Append {
                     suffix,
                     max_len: self.limits.value_bytes_max as u64,
                 },
-            }),
+            },
+            KvWrite::Atomic { steps, watched } => KvWrite::Atomic {
+                steps: steps
+                    .into_iter()
+                    .map(|step| match step {
+                        firn_model::TxnStep::Write(w) => {
+                            firn_model::TxnStep::Write(self.write_with_limits(w))
+                        }
+                        read => read,
+                    })
+                    .collect(),
+                watched,
+            },
             other => other,
         }
     }
@@ -309,6 +328,34 @@ impl Kernel {
                 ..
             } => self.limits.check_value(suffix.len()),
             KvWrite::Change { .. } => Ok(()),
+            KvWrite::Atomic { steps, watched } => {
+                // An empty EXEC is a transaction too (it answers an empty list).
+                if !steps.is_empty() || !watched.is_empty() {
+                    check_key_count(steps.len() + watched.len())?;
+                }
+                steps.iter().try_for_each(|step| match step {
+                    firn_model::TxnStep::Read(
+                        read @ (KvRead::Get {
+                            at: firn_model::ReadAt::Latest,
+                            ..
+                        }
+                        | KvRead::MGet {
+                            at: firn_model::ReadAt::Latest,
+                            ..
+                        }
+                        | KvRead::Exists { .. }
+                        | KvRead::Type { .. }),
+                    ) => validate_read(read),
+                    firn_model::TxnStep::Write(
+                        write @ (KvWrite::Put(_)
+                        | KvWrite::MSet { .. }
+                        | KvWrite::Delete { .. }
+                        | KvWrite::Change { .. }),
+                    ) => self.validate_write(write),
+                    firn_model::TxnStep::Read(r) => Err(not_in_transaction(r.name())),
+                    firn_model::TxnStep::Write(w) => Err(not_in_transaction(w.name())),
+                })
+            }
             KvWrite::Truncate {
                 target: KeyRange::Prefix(p),
                 ..
@@ -425,6 +472,12 @@ impl Kernel {
                 return ready(Err(e));
             }
         };
+        if let KvRequest::Write(write @ KvWrite::Atomic { .. }) = &request
+            && let Err(e) = plan::one_shard(&layout, write)
+        {
+            metered.count_error();
+            return ready(Err(e));
+        }
         self.origins.count(&layout, &request);
         let outcome = match plan::plan(&layout, request) {
             Plan::One(shard, part) => self.on_shard(shard, part, ctx.clone(), 0).await,
@@ -672,6 +725,14 @@ pub fn check_prefix(prefix: &[u8]) -> Result<(), FirnError> {
         )));
     }
     Ok(())
+}
+
+/// What runs inside a transaction: point reads of the newest values and writes of keys.
+fn not_in_transaction(what: &str) -> FirnError {
+    FirnError::BadArgument(format!(
+        "{what} cannot run inside a transaction (GET, MGET, EXISTS, TYPE and the writes of keys \
+         can)"
+    ))
 }
 
 /// Checks a read against the stated limits: done before any barrier or wait, so a

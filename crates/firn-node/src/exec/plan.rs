@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use firn_model::{Key, KeyRange, KvRead, KvRequest, KvWrite};
+use firn_model::{FirnError, Key, KeyRange, KvRead, KvRequest, KvWrite};
 use firn_raft::ShardId;
 use firn_store::Op;
 
@@ -97,6 +97,11 @@ pub(super) fn plan(layout: &ClusterLayout, request: KvRequest) -> Plan {
                 shard(&key),
                 ShardPart::Write(Op::Kv(KvWrite::Change { key, change })),
             ),
+            // One shard's (`one_shard` checked it): the shard of its first key.
+            write @ KvWrite::Atomic { .. } => {
+                let at = write.keys().next().map_or(0, &shard);
+                Plan::One(at, ShardPart::Write(Op::Kv(write)))
+            }
             // The manifest goes where its blob was uploaded: the key's shard (checked).
             KvWrite::PutBlob { put, blob } => Plan::One(
                 blob.shard,
@@ -135,5 +140,23 @@ pub(super) fn plan(layout: &ClusterLayout, request: KvRequest) -> Plan {
                 everywhere(ShardPart::Write(Op::Kv(write)), Merge::Truncated)
             }
         },
+    }
+}
+
+/// A transaction runs within one shard for now: refused, naming two keys and their shards,
+/// when its keys span more than one.
+pub(super) fn one_shard(layout: &ClusterLayout, write: &KvWrite) -> Result<(), FirnError> {
+    let mut keys = write.keys();
+    let Some(first) = keys.next() else {
+        return Ok(());
+    };
+    let home = layout.shard_of_key(first.as_bytes());
+    match keys.find(|k| layout.shard_of_key(k.as_bytes()) != home) {
+        None => Ok(()),
+        Some(other) => Err(FirnError::BadArgument(format!(
+            "a transaction runs within one shard in this release: '{first}' is in shard {home} \
+             and '{other}' in shard {} (give keys a shared {{tag}} to keep them together)",
+            layout.shard_of_key(other.as_bytes())
+        ))),
     }
 }

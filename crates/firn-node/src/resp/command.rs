@@ -74,6 +74,7 @@ pub enum Group {
     Stream,
     Cluster,
     PubSub,
+    Transactions,
     Firn,
 }
 
@@ -87,6 +88,7 @@ impl Group {
             Group::Stream => "stream",
             Group::Cluster => "cluster",
             Group::PubSub => "pubsub",
+            Group::Transactions => "transactions",
             Group::Firn => "firn",
         }
     }
@@ -136,6 +138,8 @@ pub enum Action {
     PubSub(PubSubAction),
     /// FIRN.REQUEST, FIRN.SERVE, FIRN.REPLY: run by the connection, whose id names its worker.
     Service(ServiceAction),
+    /// MULTI, EXEC, DISCARD, WATCH, UNWATCH: the connection's transaction.
+    Transaction(super::cmd::multi::TxnCommand),
 }
 
 /// A command that acts on the connection's client alone ([`Client`]): its id, protocol,

@@ -14,6 +14,7 @@ pub mod command;
 pub mod registry;
 pub mod reply;
 mod subscribed;
+mod transaction;
 mod watching;
 
 use std::collections::VecDeque;
@@ -239,6 +240,10 @@ struct Connection {
     /// Set when the node stops: the connection ends when it next waits for input, or at
     /// once while watching.
     stop: watch::Receiver<bool>,
+    /// The commands queued since MULTI (`transaction.rs`).
+    multi: Option<transaction::Multi>,
+    /// Keys WATCHed, each with the stamp of its newest version then.
+    watched: Vec<(firn_model::Key, firn_model::CommitTs)>,
 }
 
 /// One command as received: its upper-cased name and arguments.
@@ -264,6 +269,8 @@ impl Connection {
             reads: Vec::new(),
             subscriber: None,
             stop,
+            multi: None,
+            watched: Vec::new(),
         }
     }
 
@@ -412,6 +419,15 @@ impl Connection {
             self.queue.push_back(Queued::Ready(reply));
             return Ok(());
         }
+        let items = match self.queue_in_multi(&name, items) {
+            Ok(Some(reply)) => {
+                self.flush_reads().await;
+                self.queue.push_back(Queued::Ready(reply));
+                return Ok(());
+            }
+            Ok(None) => return Ok(()),
+            Err(items) => items,
+        };
         let action =
             match registry::dispatch(&name, items).and_then(|a| self.allowed(&a).map(|()| a)) {
                 Ok(a) => a,
@@ -473,6 +489,7 @@ impl Connection {
                 return Ok(());
             }
             Action::Service(action) => return self.service(action).await,
+            Action::Transaction(command) => return self.transaction(command).await,
             Action::Unwatch => Reply::Error("ERR not watching".into()),
             Action::Watch(request) => return self.watch(request).await,
         };

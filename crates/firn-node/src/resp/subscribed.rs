@@ -88,6 +88,8 @@ impl Connection {
             }
             PubSubAction::Reset => {
                 self.subscriber = None;
+                self.multi = None;
+                self.watched.clear();
                 self.client.proto = 2;
                 self.client.session.set_name(Bytes::new());
                 self.queue

@@ -122,3 +122,22 @@ pub async fn assert_usable(c: &mut redis::aio::MultiplexedConnection) {
         "the connection goes on after an error"
     );
 }
+
+/// One in-memory node holding three shards of its own (a cluster of one, listed in its
+/// peers), on free loopback ports.
+pub fn three_shard_config() -> NodeConfig {
+    let peer = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    NodeConfig {
+        resp_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        peer_addr: peer,
+        in_memory: true,
+        peers: [(1, peer.to_string())].into_iter().collect(),
+        shards: 3,
+        replication: 1,
+        ..NodeConfig::default()
+    }
+}

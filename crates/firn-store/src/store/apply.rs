@@ -65,6 +65,23 @@ impl<'a> Txn<'a> {
         }))
     }
 
+    /// A stored version of `key`, as this command's writes so far leave it (a transaction's
+    /// later step reads what an earlier one wrote, though it is not in storage yet).
+    pub(super) fn record(
+        &self,
+        key: &[u8],
+        version: Version,
+    ) -> Result<Option<VersionRecord>, FirnError> {
+        match self
+            .batch
+            .queued(Table::Versions, &version_key(key, version))
+        {
+            Some(Some(bytes)) => Ok(Some(crate::record::decode(bytes)?)),
+            Some(None) => Ok(None),
+            None => self.store.record(key, version),
+        }
+    }
+
     fn set_meta(&mut self, key: &[u8], meta: KeyMeta) {
         self.batch.put(Table::KeyMeta, key.to_vec(), encode(&meta));
         self.metas.insert(key.to_vec(), meta);
@@ -82,12 +99,13 @@ impl<'a> Txn<'a> {
         }
     }
 
-    fn kv(&mut self, write: &KvWrite) -> Result<Response, FirnError> {
+    pub(super) fn kv(&mut self, write: &KvWrite) -> Result<Response, FirnError> {
         match write {
             KvWrite::Put(p) => self.put(p, Stored::Inline(p.value.clone())),
             KvWrite::PutBlob { put, blob } => self.put(put, Stored::Blob(blob.clone())),
             KvWrite::MSet { items } => self.mset(items),
             KvWrite::Change { key, change } => self.change(key, change),
+            KvWrite::Atomic { steps, watched } => self.atomic(steps, watched),
             KvWrite::Delete { keys } => self.delete(keys),
             KvWrite::Truncate { target, before } => self.truncate(target, *before),
             KvWrite::FlushAll => self.flush_all(),
@@ -127,6 +145,7 @@ impl<'a> Txn<'a> {
                 | KvWrite::PutBlob { .. }
                 | KvWrite::MSet { .. }
                 | KvWrite::Change { .. }
+                | KvWrite::Atomic { .. }
                 | KvWrite::Delete { .. }),
             ) => write
                 .keys()
@@ -394,7 +413,6 @@ impl<'a> Txn<'a> {
                     commit_ts: meta.latest_ts,
                     existed,
                     previous: self
-                        .store
                         .record(k, meta.latest)?
                         .map(|r| r.into_info(meta.latest)),
                     durability: spec.durability,
@@ -405,8 +423,7 @@ impl<'a> Txn<'a> {
             });
         }
         let previous = if return_previous && stored_any {
-            self.store
-                .record(k, meta.latest)?
+            self.record(k, meta.latest)?
                 .map(|r| r.into_info(meta.latest))
         } else {
             None

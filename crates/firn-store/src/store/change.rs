@@ -65,7 +65,7 @@ impl Txn<'_> {
     /// The live string value of `key`, to change.
     fn current_value(&self, key: &Key, meta: &KeyMeta) -> Result<Bytes, FirnError> {
         let k = key.as_bytes();
-        match self.store.record(k, meta.latest)?.map(|r| r.value) {
+        match self.record(k, meta.latest)?.map(|r| r.value) {
             Some(Stored::Inline(v)) => Ok(v),
             Some(Stored::Blob(_)) => Err(FirnError::BadArgument(
                 "the value is a large value, kept beside the log; only a value of up to \

@@ -25,6 +25,7 @@ pub mod firn_watch;
 pub mod get;
 pub mod mget;
 pub mod mset;
+pub mod multi;
 pub mod publish;
 pub mod scan;
 pub mod server;

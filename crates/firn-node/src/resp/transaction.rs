@@ -1,0 +1,233 @@
+//! A connection's Redis transaction: MULTI queues the commands that follow (answering
+//! `QUEUED`), EXEC sends them as one `KvWrite::Atomic` and shows each answer with its
+//! command's own rendering, WATCH remembers the stamp of each key's newest version as a
+//! linearizable read saw it. Redis's words for every misuse.
+
+use firn_model::{
+    Answer, CommitTs, FirnError, Key, KvRead, KvRequest, KvWrite, ReadConsistency, Request,
+    Response, TxnStep,
+};
+
+use super::Connection;
+use super::Queued;
+use super::cmd::multi::TxnCommand;
+use super::command::{Action, Render};
+use super::reply::Reply;
+
+/// Commands queued since MULTI, and whether one was refused (EXEC then aborts).
+#[derive(Default)]
+pub(super) struct Multi {
+    queued: Vec<InTxn>,
+    refused: bool,
+}
+
+/// One queued command: a step of the transaction, shown with its command's rendering, or a
+/// command whose answer needs nothing (PING, ECHO), given back in its place.
+enum InTxn {
+    Step(TxnStep, Render),
+    Fixed(Reply),
+}
+
+/// What a transaction step may be: a point read of newest values, a write of keys, or a
+/// command answered without the store.
+fn as_step(action: Action) -> Result<InTxn, FirnError> {
+    if let Action::Reply(reply) = action {
+        return Ok(InTxn::Fixed(reply));
+    }
+    let (step, how) = as_store_step(action)?;
+    Ok(InTxn::Step(step, how))
+}
+
+fn as_store_step(action: Action) -> Result<(TxnStep, Render), FirnError> {
+    let refused = |what: &str| {
+        FirnError::BadArgument(format!(
+            "{what} cannot run inside a transaction here (GET, MGET, EXISTS, TYPE and the \
+             writes of keys can)"
+        ))
+    };
+    match action {
+        Action::Execute(Request::Kv(KvRequest::Read(read)), how) => match read {
+            KvRead::Get { .. }
+            | KvRead::MGet { .. }
+            | KvRead::Exists { .. }
+            | KvRead::Type { .. } => Ok((TxnStep::Read(read), how)),
+            other => Err(refused(other.name())),
+        },
+        Action::Execute(Request::Kv(KvRequest::Write(write)), how) => match write {
+            KvWrite::Put(_)
+            | KvWrite::MSet { .. }
+            | KvWrite::Delete { .. }
+            | KvWrite::Change { .. } => Ok((TxnStep::Write(write), how)),
+            other => Err(refused(other.name())),
+        },
+        Action::Execute(request, _) => Err(refused(request.name())),
+        _ => Err(refused("this command")),
+    }
+}
+
+impl Connection {
+    /// While MULTI is open, a command other than EXEC, DISCARD, MULTI, WATCH, UNWATCH, QUIT
+    /// or RESET is queued (`QUEUED`) or, refused, answered with its error and the
+    /// transaction marked to abort. `None`: not in a transaction, or one of those.
+    pub(super) fn queue_in_multi(
+        &mut self,
+        name: &str,
+        items: std::collections::VecDeque<bytes::Bytes>,
+    ) -> Result<Option<Reply>, std::collections::VecDeque<bytes::Bytes>> {
+        if self.multi.is_none()
+            || matches!(
+                name,
+                "EXEC" | "DISCARD" | "MULTI" | "WATCH" | "UNWATCH" | "QUIT" | "RESET"
+            )
+        {
+            return Err(items);
+        }
+        let queued = super::registry::dispatch(name, items)
+            .and_then(|a| self.allowed(&a).map(|()| a))
+            .and_then(as_step);
+        let Some(multi) = self.multi.as_mut() else {
+            return Ok(None);
+        };
+        Ok(Some(match queued {
+            Ok(queued) => {
+                multi.queued.push(queued);
+                Reply::Simple("QUEUED".into())
+            }
+            Err(e) => {
+                multi.refused = true;
+                Reply::error(&e)
+            }
+        }))
+    }
+
+    /// MULTI, EXEC, DISCARD, WATCH, UNWATCH.
+    pub(super) async fn transaction(&mut self, command: TxnCommand) -> std::io::Result<()> {
+        let reply = match command {
+            TxnCommand::Multi if self.multi.is_some() => {
+                Reply::Error("ERR MULTI calls can not be nested".into())
+            }
+            TxnCommand::Multi => {
+                self.multi = Some(Multi::default());
+                Reply::Ok
+            }
+            TxnCommand::Discard => match self.multi.take() {
+                None => Reply::Error("ERR DISCARD without MULTI".into()),
+                Some(_) => {
+                    self.watched.clear();
+                    Reply::Ok
+                }
+            },
+            TxnCommand::Watch(_) if self.multi.is_some() => {
+                Reply::Error("ERR WATCH inside MULTI is not allowed".into())
+            }
+            TxnCommand::Watch(keys) => self.watch_keys(keys).await,
+            TxnCommand::Unwatch => {
+                self.watched.clear();
+                Reply::Ok
+            }
+            TxnCommand::Exec => match self.multi.take() {
+                None => Reply::Error("ERR EXEC without MULTI".into()),
+                Some(multi) => {
+                    let watched = std::mem::take(&mut self.watched);
+                    if multi.refused {
+                        Reply::Error(
+                            "EXECABORT Transaction discarded because of previous errors.".into(),
+                        )
+                    } else {
+                        self.exec(multi, watched).await
+                    }
+                }
+            },
+        };
+        self.queue.push_back(Queued::Ready(reply));
+        Ok(())
+    }
+
+    /// WATCH: each key's newest version's stamp, as a linearizable read sees it (a key
+    /// never written: 0); a key watched again keeps its first stamp.
+    async fn watch_keys(&mut self, keys: Vec<Key>) -> Reply {
+        self.drain().await;
+        for key in keys {
+            if self.watched.iter().any(|(k, _)| k == &key) {
+                continue;
+            }
+            let read = KvRead::Type {
+                key: key.clone(),
+                consistency: ReadConsistency::Linearizable,
+            };
+            match self
+                .client
+                .session
+                .run(&self.shared.router, read.into())
+                .await
+            {
+                Ok(answer) => self
+                    .watched
+                    .push((key, answer.observed.unwrap_or(CommitTs::ZERO))),
+                Err(e) => return Reply::error(&e),
+            }
+        }
+        Reply::Ok
+    }
+
+    /// EXEC: the queued steps as one transaction, after every answer before it.
+    async fn exec(&mut self, multi: Multi, watched: Vec<(Key, CommitTs)>) -> Reply {
+        self.flush_reads().await;
+        self.drain().await;
+        let mut steps = Vec::new();
+        let mut shown = Vec::new();
+        for queued in multi.queued {
+            match queued {
+                InTxn::Step(step, how) => {
+                    steps.push(step);
+                    shown.push(Err(how));
+                }
+                InTxn::Fixed(reply) => shown.push(Ok(reply)),
+            }
+        }
+        let request = KvWrite::Atomic { steps, watched };
+        match self
+            .client
+            .session
+            .run(&self.shared.router, request.into())
+            .await
+        {
+            Ok(Answer {
+                response: Response::Steps(None),
+                ..
+            }) => Reply::Nil,
+            Ok(Answer {
+                response: Response::Steps(Some(answers)),
+                ..
+            }) => {
+                let mut answers = answers.into_iter();
+                Reply::Array(
+                    shown
+                        .into_iter()
+                        .map(|each| match each {
+                            Ok(fixed) => fixed,
+                            Err(how) => match answers.next() {
+                                Some(answer) => how.show(answer.map(Answer::new)),
+                                None => Reply::error(&FirnError::Internal(
+                                    "EXEC answered fewer steps than it ran".into(),
+                                )),
+                            },
+                        })
+                        .collect(),
+                )
+            }
+            Ok(other) => Reply::error(&FirnError::Internal(format!(
+                "EXEC answered {:?}",
+                other.response
+            ))),
+            // Refused before it ran (its keys span shards, a step over its limits): nothing
+            // was applied, and clients read EXECABORT as that.
+            Err(
+                e @ (FirnError::BadArgument(_)
+                | FirnError::KeyTooLarge { .. }
+                | FirnError::ValueTooLarge { .. }),
+            ) => Reply::Error(format!("EXECABORT Transaction discarded: {e}")),
+            Err(e) => Reply::error(&e),
+        }
+    }
+}

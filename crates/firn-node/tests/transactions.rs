@@ -1,0 +1,97 @@
+//! Redis transactions on a node of three shards, with the `redis` crate's own atomic
+//! pipeline (MULTI … EXEC) unchanged: keys of one shard run as one transaction, reading
+//! their own writes; keys of several shards are refused, saying so, with nothing applied.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use firn_node::RunningNode;
+
+async fn three_shard_node() -> RunningNode {
+    RunningNode::start(common::three_shard_config())
+        .await
+        .expect("node starts")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_atomic_pipeline_runs_within_a_shard_and_is_refused_across_shards() {
+    let node = three_shard_node().await;
+    let client = redis::Client::open(format!("redis://{}/", node.resp_addr)).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    // Every shard has a leader once a write to a key of each lands.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for key in ["a", "b", "c", "d", "e", "f"] {
+        while redis::cmd("SET")
+            .arg(key)
+            .arg("0")
+            .query_async::<()>(&mut c)
+            .await
+            .is_err()
+        {
+            assert!(Instant::now() < deadline, "no leader for {key}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    // One shard (a shared tag): one transaction, each command seeing those before it.
+    let (set, count, read): (String, i64, String) = redis::pipe()
+        .atomic()
+        .set("{acct}x", "10")
+        .incr("{acct}x", 5)
+        .get("{acct}x")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!((set.as_str(), count, read.as_str()), ("OK", 15, "15"));
+
+    // Keys of different shards: refused, nothing applied.
+    let (spread, other) = two_keys_in_different_shards();
+    redis::pipe()
+        .atomic()
+        .set(&spread, "1")
+        .set(&other, "1")
+        .query_async::<()>(&mut c)
+        .await
+        .expect_err("a transaction across shards ran");
+    // What EXEC says, command by command.
+    let mut single = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("MULTI").query_async(&mut single).await.unwrap();
+    for key in [&spread, &other] {
+        let queued: String = redis::cmd("SET")
+            .arg(key)
+            .arg("1")
+            .query_async(&mut single)
+            .await
+            .unwrap();
+        assert_eq!(queued, "QUEUED");
+    }
+    let said = redis::cmd("EXEC")
+        .query_async::<redis::Value>(&mut single)
+        .await
+        .expect_err("EXEC across shards ran");
+    assert!(
+        said.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ExecAbort)
+            && said.to_string().contains("within one shard"),
+        "{said}"
+    );
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(&spread)
+        .arg(&other)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0, "the refused transaction wrote something");
+    node.shutdown().await;
+}
+
+/// Two keys whose slots fall in different shards of three (0–5460, 5461–10921, …).
+fn two_keys_in_different_shards() -> (String, String) {
+    let shard = |k: &str| firn_model::slot::slot_of(k.as_bytes()) as u32 * 3 / 16384;
+    let first = "k0".to_string();
+    let other = (1..)
+        .map(|i| format!("k{i}"))
+        .find(|k| shard(k) != shard(&first))
+        .unwrap();
+    (first, other)
+}
