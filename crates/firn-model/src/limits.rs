@@ -21,6 +21,12 @@ pub const RESP_VALUE_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Most keys (or key/value pairs) in one MGET, MSET, DEL or EXISTS.
 pub const KEYS_PER_REQUEST_MAX: usize = 10_000;
 
+/// Most commands a transaction (`MULTI` … `EXEC`) queues, and most keys it names in all.
+pub const TXN_STEPS_MAX: usize = KEYS_PER_REQUEST_MAX;
+
+/// Most bytes of values one transaction writes: it is one log entry.
+pub const TXN_BYTES_MAX: usize = 16 << 20;
+
 /// Most items one history, scan or replay page returns.
 pub const PAGE_ITEMS_MAX: usize = 10_000;
 

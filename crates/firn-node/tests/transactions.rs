@@ -95,3 +95,61 @@ fn two_keys_in_different_shards() -> (String, String) {
         .unwrap();
     (first, other)
 }
+
+/// A transaction's limits, stated and enforced: at most 10,000 queued commands (the next is
+/// refused and EXEC aborts) and 16 MiB of values (EXEC aborts, saying so); nothing applied,
+/// and the connection goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_over_its_limits_is_refused_with_nothing_applied() {
+    let node = three_shard_node().await;
+    let client = redis::Client::open(format!("redis://{}/", node.resp_addr)).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let limit = firn_model::limits::TXN_STEPS_MAX;
+
+    let _: () = redis::cmd("MULTI").query_async(&mut c).await.unwrap();
+    let mut pipe = redis::pipe();
+    for _ in 0..limit {
+        pipe.cmd("PING");
+    }
+    let queued: Vec<String> = pipe.query_async(&mut c).await.unwrap();
+    assert!(queued.iter().all(|q| q == "QUEUED"));
+    let over = redis::cmd("SET")
+        .arg("{l}k")
+        .arg("v")
+        .query_async::<String>(&mut c)
+        .await
+        .expect_err("a command past the limit was queued");
+    assert!(
+        over.to_string().contains("at most 10000 commands"),
+        "{over}"
+    );
+    let aborted = redis::cmd("EXEC")
+        .query_async::<redis::Value>(&mut c)
+        .await
+        .expect_err("EXEC ran after a refused command");
+    assert!(aborted.to_string().contains("previous errors"), "{aborted}");
+
+    let _: () = redis::cmd("MULTI").query_async(&mut c).await.unwrap();
+    let mib = vec![b'x'; 1 << 20];
+    for i in 0..17 {
+        let _: String = redis::cmd("SET")
+            .arg(format!("{{l}}big{i}"))
+            .arg(&mib)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    let aborted = redis::cmd("EXEC")
+        .query_async::<redis::Value>(&mut c)
+        .await
+        .expect_err("a transaction of 17 MiB ran");
+    assert!(aborted.to_string().contains("bytes of values"), "{aborted}");
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg("{l}k")
+        .arg("{l}big0")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0, "a refused transaction wrote something");
+    node.shutdown().await;
+}

@@ -328,10 +328,22 @@ impl Kernel {
                 ..
             } => self.limits.check_value(suffix.len()),
             KvWrite::Change { .. } => Ok(()),
-            KvWrite::Atomic { steps, watched } => {
-                // An empty EXEC is a transaction too (it answers an empty list).
-                if !steps.is_empty() || !watched.is_empty() {
-                    check_key_count(steps.len() + watched.len())?;
+            KvWrite::Atomic { steps, .. } => {
+                use firn_model::limits::{TXN_BYTES_MAX, TXN_STEPS_MAX};
+                let keys = write.keys().count();
+                if steps.len() > TXN_STEPS_MAX || keys > TXN_STEPS_MAX {
+                    return Err(FirnError::BadArgument(format!(
+                        "a transaction of {} commands naming {keys} keys; the limit is \
+                         {TXN_STEPS_MAX} of each",
+                        steps.len()
+                    )));
+                }
+                let bytes: usize = steps.iter().map(step_bytes).sum();
+                if bytes > TXN_BYTES_MAX {
+                    return Err(FirnError::BadArgument(format!(
+                        "a transaction writing {bytes} bytes of values; the limit is \
+                         {TXN_BYTES_MAX} (it is one log entry)"
+                    )));
                 }
                 steps.iter().try_for_each(|step| match step {
                     firn_model::TxnStep::Read(
@@ -725,6 +737,21 @@ pub fn check_prefix(prefix: &[u8]) -> Result<(), FirnError> {
         )));
     }
     Ok(())
+}
+
+/// The bytes of values a transaction step writes.
+fn step_bytes(step: &firn_model::TxnStep) -> usize {
+    match step {
+        firn_model::TxnStep::Write(KvWrite::Put(p)) => p.value.len(),
+        firn_model::TxnStep::Write(KvWrite::MSet { items }) => {
+            items.iter().map(|(_, v)| v.len()).sum()
+        }
+        firn_model::TxnStep::Write(KvWrite::Change {
+            change: firn_model::KeyChange::Append { suffix, .. },
+            ..
+        }) => suffix.len(),
+        _ => 0,
+    }
 }
 
 /// What runs inside a transaction: point reads of the newest values and writes of keys.

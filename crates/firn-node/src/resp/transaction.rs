@@ -82,9 +82,20 @@ impl Connection {
         {
             return Err(items);
         }
-        let queued = super::registry::dispatch(name, items)
-            .and_then(|a| self.allowed(&a).map(|()| a))
-            .and_then(as_step);
+        let full = self
+            .multi
+            .as_ref()
+            .is_some_and(|m| m.queued.len() >= firn_model::limits::TXN_STEPS_MAX);
+        let queued = if full {
+            Err(FirnError::BadArgument(format!(
+                "a transaction queues at most {} commands",
+                firn_model::limits::TXN_STEPS_MAX
+            )))
+        } else {
+            super::registry::dispatch(name, items)
+                .and_then(|a| self.allowed(&a).map(|()| a))
+                .and_then(as_step)
+        };
         let Some(multi) = self.multi.as_mut() else {
             return Ok(None);
         };
