@@ -3,6 +3,9 @@
 //! command's own rendering, WATCH remembers the stamp of each key's newest version as a
 //! linearizable read saw it. Redis's words for every misuse.
 
+use std::collections::VecDeque;
+
+use bytes::Bytes;
 use firn_model::{
     Answer, CommitTs, FirnError, Key, KvRead, KvRequest, KvWrite, ReadConsistency, Request,
     Response, TxnStep,
@@ -67,13 +70,14 @@ fn as_store_step(action: Action) -> Result<(TxnStep, Render), FirnError> {
 
 impl Connection {
     /// While MULTI is open, a command other than EXEC, DISCARD, MULTI, WATCH, UNWATCH, QUIT
-    /// or RESET is queued (`QUEUED`) or, refused, answered with its error and the
-    /// transaction marked to abort. `None`: not in a transaction, or one of those.
+    /// or RESET is queued and answered here: `Ok(Some(QUEUED))`, or its error (the
+    /// transaction then aborts at EXEC). Any other command, and every command outside a
+    /// transaction, is handed back (`Err(items)`) to run as usual.
     pub(super) fn queue_in_multi(
         &mut self,
         name: &str,
-        items: std::collections::VecDeque<bytes::Bytes>,
-    ) -> Result<Option<Reply>, std::collections::VecDeque<bytes::Bytes>> {
+        items: VecDeque<Bytes>,
+    ) -> Result<Option<Reply>, VecDeque<Bytes>> {
         if self.multi.is_none()
             || matches!(
                 name,
