@@ -132,3 +132,61 @@ impl ServerCertVerifier for GivenOrSigned {
         self.webpki.supported_verify_schemes()
     }
 }
+
+/// Where `addr` (`[user:password@]host:port`) points, for a TLS connection made here: its
+/// connection settings (the credentials to sign in with), the host and port to dial, and the
+/// name the node's certificate must carry.
+pub(crate) struct TlsTarget {
+    pub(crate) info: redis::ConnectionInfo,
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) name: tokio_rustls::rustls::pki_types::ServerName<'static>,
+}
+
+impl TlsTarget {
+    pub(crate) fn of(addr: &str) -> crate::Result<TlsTarget> {
+        let failed = |e: &dyn std::fmt::Display| ClientError::Connection(e.to_string());
+        let info = redis::IntoConnectionInfo::into_connection_info(format!("redis://{addr}/"))
+            .map_err(|e| failed(&e))?;
+        let redis::ConnectionAddr::Tcp(host, port) = info.addr().clone() else {
+            return Err(ClientError::Connection(format!(
+                "{addr}: not a host and port"
+            )));
+        };
+        let name = tokio_rustls::rustls::pki_types::ServerName::try_from(host.clone())
+            .map_err(|e| failed(&e))?;
+        Ok(TlsTarget {
+            info,
+            host,
+            port,
+            name,
+        })
+    }
+}
+
+/// The RESP connection over TLS with this crate's own check of the node's certificate (see
+/// [`TlsCa`]): the TLS stream is made here and handed to the redis crate, whose own TLS
+/// takes a CA bundle only.
+pub(crate) async fn tls_connection(
+    addr: &str,
+    ca: &TlsCa,
+    config: redis::AsyncConnectionConfig,
+) -> crate::Result<redis::aio::MultiplexedConnection> {
+    let failed = |e: &dyn std::fmt::Display| ClientError::Connection(e.to_string());
+    let target = TlsTarget::of(addr)?;
+    let tcp = tokio::net::TcpStream::connect((target.host.as_str(), target.port))
+        .await
+        .map_err(|e| failed(&e))?;
+    let _ = tcp.set_nodelay(true);
+    let (info, name) = (target.info, target.name);
+    let stream = tokio_rustls::TlsConnector::from(ca.http_config())
+        .connect(name, tcp)
+        .await
+        .map_err(|e| failed(&e))?;
+    let (conn, driver) =
+        redis::aio::MultiplexedConnection::new_with_config(info.redis_settings(), stream, config)
+            .await
+            .map_err(|e| failed(&e))?;
+    tokio::spawn(driver);
+    Ok(conn)
+}
