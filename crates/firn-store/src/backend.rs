@@ -126,16 +126,6 @@ impl Batch {
             .collect()
     }
 
-    /// What this batch last queued for `key` of `table`: `Some(Some(value))` a put,
-    /// `Some(None)` a removal, `None` nothing (storage has the key as it was).
-    pub fn queued(&self, table: Table, key: &[u8]) -> Option<Option<&[u8]>> {
-        self.ops
-            .iter()
-            .rev()
-            .find(|(t, k, _)| *t == table && k == key)
-            .map(|(_, _, v)| v.as_deref())
-    }
-
     /// Drops every write queued after the first `len`.
     pub fn truncate(&mut self, len: usize) {
         self.ops.truncate(len);

@@ -111,6 +111,40 @@ pub enum TxnStep {
 }
 
 impl TxnStep {
+    /// Whether the step may run inside a transaction: a point read of newest values (GET,
+    /// MGET, EXISTS, TYPE) or a write of keys (SET and its kin, MSET, DEL, the counters …).
+    pub fn check(&self) -> Result<(), crate::FirnError> {
+        let refused = TxnStep::refused;
+        match self {
+            TxnStep::Read(
+                KvRead::Get {
+                    at: ReadAt::Latest, ..
+                }
+                | KvRead::MGet {
+                    at: ReadAt::Latest, ..
+                }
+                | KvRead::Exists { .. }
+                | KvRead::Type { .. },
+            )
+            | TxnStep::Write(
+                KvWrite::Put(_)
+                | KvWrite::MSet { .. }
+                | KvWrite::Delete { .. }
+                | KvWrite::Change { .. },
+            ) => Ok(()),
+            TxnStep::Read(r) => Err(refused(r.name())),
+            TxnStep::Write(w) => Err(refused(w.name())),
+        }
+    }
+
+    /// Why `what` (a command's or request's name) is no transaction step.
+    pub fn refused(what: &str) -> crate::FirnError {
+        crate::FirnError::BadArgument(format!(
+            "{what} cannot run inside a transaction (GET, MGET, EXISTS, TYPE and the writes of \
+             keys can)"
+        ))
+    }
+
     /// The keys the step names.
     pub fn keys(&self) -> NamedKeys<'_> {
         match self {
@@ -290,6 +324,58 @@ impl KvWrite {
             KvWrite::Atomic { .. } => "exec",
             KvWrite::Truncate { .. } => "truncate",
             KvWrite::FlushAll => "flushall",
+        }
+    }
+}
+
+/// A value as Redis reads an integer (`string2ll`): an optional `-`, then digits without a
+/// leading zero (but `0` itself), nothing else, within a signed 64-bit range.
+pub fn redis_integer(text: &[u8]) -> Option<i64> {
+    if text == b"0" {
+        return Some(0);
+    }
+    let (negative, digits) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    if digits.is_empty()
+        || digits.len() > 20
+        || !(b'1'..=b'9').contains(&digits[0])
+        || !digits.iter().all(u8::is_ascii_digit)
+    {
+        return None;
+    }
+    let magnitude: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    if negative {
+        0i64.checked_sub_unsigned(magnitude)
+    } else {
+        i64::try_from(magnitude).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_are_read_as_redis_reads_them() {
+        for (text, want) in [
+            ("0", Some(0)),
+            ("10", Some(10)),
+            ("-7", Some(-7)),
+            ("9223372036854775807", Some(i64::MAX)),
+            ("-9223372036854775808", Some(i64::MIN)),
+            ("9223372036854775808", None),
+            ("01", None),
+            ("-0", None),
+            ("+1", None),
+            (" 1", None),
+            ("1 ", None),
+            ("", None),
+            ("-", None),
+            ("1.5", None),
+        ] {
+            assert_eq!(redis_integer(text.as_bytes()), want, "{text:?}");
         }
     }
 }

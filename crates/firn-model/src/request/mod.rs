@@ -21,7 +21,7 @@ pub use group::{
     GroupFull, GroupInfo, GroupKey, GroupOptions, GroupRead, GroupRequest, GroupStart, GroupWrite,
     MaxDeliver, PendingInfo, PendingSummary, StreamFull,
 };
-pub use kv::{KeyChange, KvRead, KvWrite, SnapshotOf, TxnStep};
+pub use kv::{KeyChange, KvRead, KvWrite, SnapshotOf, TxnStep, redis_integer};
 pub use log::{LogQuery, LogRead, LogRequest, LogWrite};
 
 use bytes::Bytes;
@@ -325,6 +325,14 @@ pub struct VersionInfo {
 }
 
 impl VersionInfo {
+    /// This version as a GET reads it: `WRONGTYPE` when the key held no string then.
+    pub fn as_string(self) -> Result<Self, crate::FirnError> {
+        match self.kind {
+            crate::KeyKind::String => Ok(self),
+            _ => Err(crate::FirnError::WrongType),
+        }
+    }
+
     pub fn size(&self) -> u64 {
         match &self.blob {
             Some(blob) => blob.size,

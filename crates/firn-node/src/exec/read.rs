@@ -322,9 +322,7 @@ fn read_replica(
     match read {
         KvRead::Get { key, at, .. } => {
             let (value, stamp) = seen(&key, at)?;
-            if value.as_ref().is_some_and(|v| v.kind != KeyKind::String) {
-                return Err(FirnError::WrongType);
-            }
+            let value = value.map(VersionInfo::as_string).transpose()?;
             Ok((Response::Value(value), stamp))
         }
         KvRead::Type { key, .. } => {

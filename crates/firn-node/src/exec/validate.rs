@@ -91,27 +91,12 @@ impl Kernel {
                          {TXN_BYTES_MAX} (it is one log entry)"
                     )));
                 }
-                steps.iter().try_for_each(|step| match step {
-                    firn_model::TxnStep::Read(
-                        read @ (KvRead::Get {
-                            at: firn_model::ReadAt::Latest,
-                            ..
-                        }
-                        | KvRead::MGet {
-                            at: firn_model::ReadAt::Latest,
-                            ..
-                        }
-                        | KvRead::Exists { .. }
-                        | KvRead::Type { .. }),
-                    ) => validate_read(read),
-                    firn_model::TxnStep::Write(
-                        write @ (KvWrite::Put(_)
-                        | KvWrite::MSet { .. }
-                        | KvWrite::Delete { .. }
-                        | KvWrite::Change { .. }),
-                    ) => self.validate_write(write),
-                    firn_model::TxnStep::Read(r) => Err(not_in_transaction(r.name())),
-                    firn_model::TxnStep::Write(w) => Err(not_in_transaction(w.name())),
+                steps.iter().try_for_each(|step| {
+                    step.check()?;
+                    match step {
+                        firn_model::TxnStep::Read(read) => validate_read(read),
+                        firn_model::TxnStep::Write(write) => self.validate_write(write),
+                    }
                 })
             }
             KvWrite::Truncate {
@@ -198,14 +183,6 @@ fn step_bytes(step: &firn_model::TxnStep) -> usize {
         }) => suffix.len(),
         _ => 0,
     }
-}
-
-/// What runs inside a transaction: point reads of the newest values and writes of keys.
-fn not_in_transaction(what: &str) -> FirnError {
-    FirnError::BadArgument(format!(
-        "{what} cannot run inside a transaction (GET, MGET, EXISTS, TYPE and the writes of keys \
-         can)"
-    ))
 }
 
 /// Checks a read against the stated limits: done before any barrier or wait, so a

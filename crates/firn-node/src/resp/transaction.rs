@@ -42,30 +42,14 @@ fn as_step(action: Action) -> Result<InTxn, FirnError> {
 }
 
 fn as_store_step(action: Action) -> Result<(TxnStep, Render), FirnError> {
-    let refused = |what: &str| {
-        FirnError::BadArgument(format!(
-            "{what} cannot run inside a transaction here (GET, MGET, EXISTS, TYPE and the \
-             writes of keys can)"
-        ))
+    let (step, how) = match action {
+        Action::Execute(Request::Kv(KvRequest::Read(read)), how) => (TxnStep::Read(read), how),
+        Action::Execute(Request::Kv(KvRequest::Write(write)), how) => (TxnStep::Write(write), how),
+        Action::Execute(request, _) => return Err(TxnStep::refused(request.name())),
+        _ => return Err(TxnStep::refused("this command")),
     };
-    match action {
-        Action::Execute(Request::Kv(KvRequest::Read(read)), how) => match read {
-            KvRead::Get { .. }
-            | KvRead::MGet { .. }
-            | KvRead::Exists { .. }
-            | KvRead::Type { .. } => Ok((TxnStep::Read(read), how)),
-            other => Err(refused(other.name())),
-        },
-        Action::Execute(Request::Kv(KvRequest::Write(write)), how) => match write {
-            KvWrite::Put(_)
-            | KvWrite::MSet { .. }
-            | KvWrite::Delete { .. }
-            | KvWrite::Change { .. } => Ok((TxnStep::Write(write), how)),
-            other => Err(refused(other.name())),
-        },
-        Action::Execute(request, _) => Err(refused(request.name())),
-        _ => Err(refused("this command")),
-    }
+    step.check()?;
+    Ok((step, how))
 }
 
 impl Connection {

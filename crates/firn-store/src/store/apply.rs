@@ -26,6 +26,10 @@ pub(super) struct Txn<'a> {
     pub(super) batch: Batch,
     /// Metas changed by this command, read back before the batch commits.
     metas: HashMap<Vec<u8>, KeyMeta>,
+    /// Inside a transaction (`KvWrite::Atomic`) only: the versions its steps wrote, by
+    /// versions-table key, so that a later step reads them before they are in storage.
+    /// Outside one, no command reads a version an earlier write of its batch made.
+    pub(super) written: Option<HashMap<Vec<u8>, VersionRecord>>,
     /// Log tag metadata changed by this command (see [`super::log`]); `None`: removed.
     pub(super) tag_metas: HashMap<Vec<u8>, Option<super::log::TagMeta>>,
     /// Logs this command has marked as existing.
@@ -46,6 +50,7 @@ impl<'a> Txn<'a> {
             ts,
             batch: Batch::default(),
             metas: HashMap::new(),
+            written: None,
             tag_metas: HashMap::new(),
             logs_noted: Default::default(),
             events: Vec::new(),
@@ -72,13 +77,35 @@ impl<'a> Txn<'a> {
         key: &[u8],
         version: Version,
     ) -> Result<Option<VersionRecord>, FirnError> {
-        match self
-            .batch
-            .queued(Table::Versions, &version_key(key, version))
-        {
-            Some(Some(bytes)) => Ok(Some(crate::record::decode(bytes)?)),
-            Some(None) => Ok(None),
+        let written = self
+            .written
+            .as_ref()
+            .and_then(|w| w.get(&version_key(key, version)));
+        match written {
+            Some(record) => Ok(Some(record.clone())),
             None => self.store.record(key, version),
+        }
+    }
+
+    /// Queues `record` as `key`'s version `version` (and keeps it for later steps of a
+    /// transaction).
+    fn put_record(&mut self, key: &[u8], version: Version, record: &VersionRecord) {
+        let at = version_key(key, version);
+        if let Some(written) = self.written.as_mut() {
+            written.insert(at.clone(), record.clone());
+        }
+        self.batch.put(Table::Versions, at, encode(record));
+    }
+
+    /// What a delete of a key with no live value answers: nothing written.
+    pub(super) fn unwritten(&self, key: &Key, meta: &KeyMeta) -> Written {
+        Written {
+            key: key.clone(),
+            version: meta.latest,
+            commit_ts: meta.latest_ts,
+            existed: false,
+            previous: None,
+            durability: self.store.keyspace_durability(key.as_bytes()),
         }
     }
 
@@ -188,14 +215,7 @@ impl<'a> Txn<'a> {
             // Deleting an absent key writes nothing (Redis DEL semantics).
             let meta = self.meta(key.as_bytes())?;
             if !meta.is_live() {
-                out.push(Written {
-                    key: key.clone(),
-                    version: meta.latest,
-                    commit_ts: meta.latest_ts,
-                    existed: false,
-                    previous: None,
-                    durability: self.store.keyspace_durability(key.as_bytes()),
-                });
+                out.push(self.unwritten(key, &meta));
                 continue;
             }
             out.push(self.write_version(
@@ -443,8 +463,7 @@ impl<'a> Txn<'a> {
                 if !stored_any {
                     meta.oldest = version;
                 }
-                self.batch
-                    .put(Table::Versions, version_key(k, version), encode(&record));
+                self.put_record(k, version, &record);
                 if let Some(max) = spec.max_versions {
                     while version - meta.oldest + 1 > max {
                         self.batch
@@ -458,8 +477,7 @@ impl<'a> Txn<'a> {
                     self.remove_versions(k, meta.oldest, meta.latest);
                 }
                 meta.oldest = version;
-                self.batch
-                    .put(Table::Versions, version_key(k, version), encode(&record));
+                self.put_record(k, version, &record);
             }
             KeyspaceMode::Notify => {
                 if stored_any {

@@ -19,6 +19,7 @@ impl Txn<'_> {
                 return Ok(Response::Steps(None));
             }
         }
+        self.written = Some(Default::default());
         let mut answers = Vec::with_capacity(steps.len());
         for step in steps {
             // A step refused (INCR of a word, say) changes nothing and the others run, as
@@ -50,10 +51,7 @@ impl Txn<'_> {
                 at: ReadAt::Latest,
                 ..
             } => {
-                let value = self.newest(key)?;
-                if value.as_ref().is_some_and(|v| v.kind != KeyKind::String) {
-                    return Err(FirnError::WrongType);
-                }
+                let value = self.newest(key)?.map(VersionInfo::as_string).transpose()?;
                 Ok(Response::Value(value))
             }
             KvRead::Type { key, .. } => Ok(Response::Value(self.newest(key)?)),

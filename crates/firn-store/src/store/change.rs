@@ -3,9 +3,7 @@
 //! computes the same version. Errors are Redis's words.
 
 use bytes::Bytes;
-use firn_model::{
-    FirnError, Key, KeyChange, KeyKind, KeyspaceMode, Response, WriteCondition, Written,
-};
+use firn_model::{FirnError, Key, KeyChange, KeyKind, KeyspaceMode, Response, WriteCondition};
 
 use super::apply::Txn;
 use crate::record::{KeyMeta, Stored};
@@ -34,16 +32,8 @@ impl Txn<'_> {
             }
             KeyChange::GetDel if current.is_none() => {
                 // Nothing to delete: nothing written, as DEL of an absent key.
-                let written = Written {
-                    key: key.clone(),
-                    version: meta.latest,
-                    commit_ts: meta.latest_ts,
-                    existed: false,
-                    previous: None,
-                    durability: self.store.keyspace_durability(k),
-                };
                 return Ok(Response::Changed {
-                    written,
+                    written: self.unwritten(key, &meta),
                     value: None,
                 });
             }
@@ -82,31 +72,6 @@ impl Txn<'_> {
     }
 }
 
-/// A value as Redis reads an integer (`string2ll`): an optional `-`, then digits without a
-/// leading zero (but `0` itself), nothing else, within a signed 64-bit range.
-fn redis_integer(text: &[u8]) -> Option<i64> {
-    if text == b"0" {
-        return Some(0);
-    }
-    let (negative, digits) = match text.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, text),
-    };
-    if digits.is_empty()
-        || digits.len() > 20
-        || !(b'1'..=b'9').contains(&digits[0])
-        || !digits.iter().all(u8::is_ascii_digit)
-    {
-        return None;
-    }
-    let magnitude: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
-    if negative {
-        0i64.checked_sub_unsigned(magnitude)
-    } else {
-        i64::try_from(magnitude).ok()
-    }
-}
-
 fn not_an_integer() -> FirnError {
     FirnError::BadArgument("value is not an integer or out of range".into())
 }
@@ -114,7 +79,7 @@ fn not_an_integer() -> FirnError {
 fn incr_by(current: Option<&[u8]>, by: i64) -> Result<Bytes, FirnError> {
     let now = match current {
         None => 0,
-        Some(text) => redis_integer(text).ok_or_else(not_an_integer)?,
+        Some(text) => firn_model::redis_integer(text).ok_or_else(not_an_integer)?,
     };
     let next = now
         .checked_add(by)
@@ -155,28 +120,6 @@ fn incr_by_float(current: Option<&[u8]>, by: &str) -> Result<Bytes, FirnError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn integers_are_read_as_redis_reads_them() {
-        for (text, want) in [
-            ("0", Some(0)),
-            ("10", Some(10)),
-            ("-7", Some(-7)),
-            ("9223372036854775807", Some(i64::MAX)),
-            ("-9223372036854775808", Some(i64::MIN)),
-            ("9223372036854775808", None),
-            ("01", None),
-            ("-0", None),
-            ("+1", None),
-            (" 1", None),
-            ("1 ", None),
-            ("", None),
-            ("-", None),
-            ("1.5", None),
-        ] {
-            assert_eq!(redis_integer(text.as_bytes()), want, "{text:?}");
-        }
-    }
 
     #[test]
     fn increments_refuse_overflow_and_floats_print_plainly() {

@@ -2,7 +2,6 @@
 //! from its current one in the key's shard, one log entry each, with Redis's replies and
 //! errors (`firn_store`'s `store/change.rs` computes them).
 
-use bytes::Bytes;
 use firn_model::{FirnError, KeyChange, KvWrite, Response};
 
 use super::redis_integer;
@@ -72,67 +71,59 @@ pub const GETDEL: CommandSpec = CommandSpec {
     ..COUNTER
 };
 
+/// The change of `args`' key, shown with `show`.
 fn change(
     args: &mut Args,
-    change: KeyChange,
+    change: impl FnOnce(&mut Args) -> Result<KeyChange, FirnError>,
     show: fn(Response) -> Reply,
 ) -> Result<Action, FirnError> {
+    let key = args.key()?;
+    let change = change(args)?;
     Ok(Action::execute(
-        KvWrite::Change {
-            key: args.key()?,
-            change,
-        },
+        KvWrite::Change { key, change },
         Render::new(show),
     ))
 }
 
 fn by(mut args: Args, by: i64) -> Result<Action, FirnError> {
-    change(&mut args, KeyChange::IncrBy(by), show_integer)
+    change(&mut args, |_| Ok(KeyChange::IncrBy(by)), show_integer)
 }
 
 fn by_argument(mut args: Args, negate: bool) -> Result<Action, FirnError> {
-    let key = args.key()?;
-    let n = redis_integer(&mut args)?;
-    let by = if negate {
-        n.checked_neg()
-            .ok_or_else(|| FirnError::BadArgument("decrement would overflow".into()))?
-    } else {
-        n
+    let by = |args: &mut Args| {
+        let n = redis_integer(args)?;
+        let by = if negate {
+            n.checked_neg()
+                .ok_or_else(|| FirnError::BadArgument("decrement would overflow".into()))?
+        } else {
+            n
+        };
+        Ok(KeyChange::IncrBy(by))
     };
-    Ok(Action::execute(
-        KvWrite::Change {
-            key,
-            change: KeyChange::IncrBy(by),
-        },
-        Render::new(show_integer),
-    ))
+    change(&mut args, by, show_integer)
 }
 
 fn incr_by_float(mut args: Args) -> Result<Action, FirnError> {
-    let key = args.key()?;
-    let by = args.text()?;
-    Ok(Action::execute(
-        KvWrite::Change {
-            key,
-            change: KeyChange::IncrByFloat(by),
-        },
-        Render::new(show_value),
-    ))
+    change(
+        &mut args,
+        |args| Ok(KeyChange::IncrByFloat(args.text()?)),
+        show_value,
+    )
 }
 
 fn append(mut args: Args) -> Result<Action, FirnError> {
-    let key = args.key()?;
-    let suffix: Bytes = args.bytes()?;
-    // The node writes its own --max-value-bytes here before the write is planned.
-    let change = KeyChange::Append { suffix, max_len: 0 };
-    Ok(Action::execute(
-        KvWrite::Change { key, change },
-        Render::new(show_length),
-    ))
+    // The node writes its own --max-value-bytes into `max_len` before the write is planned.
+    let suffix = |args: &mut Args| {
+        Ok(KeyChange::Append {
+            suffix: args.bytes()?,
+            max_len: 0,
+        })
+    };
+    change(&mut args, suffix, show_length)
 }
 
 fn getdel(mut args: Args) -> Result<Action, FirnError> {
-    change(&mut args, KeyChange::GetDel, show_previous)
+    change(&mut args, |_| Ok(KeyChange::GetDel), show_previous)
 }
 
 fn show_integer(response: Response) -> Reply {

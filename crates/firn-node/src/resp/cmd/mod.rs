@@ -159,9 +159,8 @@ pub fn syntax_error() -> FirnError {
 /// An integer argument, with Redis's words when it is not one (stream commands, whose
 /// clients match Redis's texts).
 pub fn redis_integer(args: &mut Args) -> Result<i64, FirnError> {
-    args.text()?
-        .parse()
-        .map_err(|_| FirnError::BadArgument("value is not an integer or out of range".into()))
+    firn_model::redis_integer(&args.bytes()?)
+        .ok_or_else(|| FirnError::BadArgument("value is not an integer or out of range".into()))
 }
 
 /// Redis's words for a malformed stream id.
