@@ -97,6 +97,11 @@ pub enum FirnError {
     /// load where the limit asks for less).
     #[error("{0}")]
     Busy(String),
+    /// A transaction's part refused because one of its keys is held by another transaction
+    /// being committed: nothing was applied. The transaction's coordinator tries again;
+    /// a client sees `TRYAGAIN` once it gives up.
+    #[error("{0}")]
+    TxnConflict(String),
     /// An HTTP request body over the most the endpoint reads (a JSON body: 16 MiB and a byte).
     #[error("the request body is over the {max} bytes a request body may be here")]
     BodyTooLarge { max: usize },
@@ -116,7 +121,7 @@ impl FirnError {
             FirnError::WrongType => "WRONGTYPE",
             FirnError::CrossSlot => "CROSSSLOT",
             FirnError::NoReply { .. } => "TIMEOUT",
-            FirnError::TryAgain(_) | FirnError::Busy(_) => "TRYAGAIN",
+            FirnError::TryAgain(_) | FirnError::Busy(_) | FirnError::TxnConflict(_) => "TRYAGAIN",
             FirnError::Indeterminate(_) => "UNCERTAIN",
             FirnError::Unavailable(_) => "CLUSTERDOWN",
             FirnError::NoSpace(_) => "NOSPACE",
@@ -144,7 +149,10 @@ impl FirnError {
             FirnError::Trimmed { .. } => 410,
             FirnError::Refused(_) | FirnError::NoPerm { .. } => 403,
             FirnError::NoAuth | FirnError::WrongPass => 401,
-            FirnError::TryAgain(_) | FirnError::Busy(_) | FirnError::Unavailable(_) => 503,
+            FirnError::TryAgain(_)
+            | FirnError::Busy(_)
+            | FirnError::Unavailable(_)
+            | FirnError::TxnConflict(_) => 503,
             FirnError::Indeterminate(_) | FirnError::NoReply { .. } => 504,
             FirnError::Internal(_) => 500,
             FirnError::NoSpace(_) => 507,

@@ -43,6 +43,21 @@ impl CommitTs {
         }
     }
 
+    /// The greatest timestamp strictly smaller than `self` (`ZERO` stays `ZERO`).
+    pub fn predecessor(self) -> Self {
+        match self.logical.checked_sub(1) {
+            Some(logical) => CommitTs {
+                wall_us: self.wall_us,
+                logical,
+            },
+            None if self.wall_us == 0 => CommitTs::ZERO,
+            None => CommitTs {
+                wall_us: self.wall_us - 1,
+                logical: u32::MAX,
+            },
+        }
+    }
+
     /// The smallest timestamp strictly greater than `self`.
     pub fn successor(self) -> Self {
         match self.logical.checked_add(1) {
@@ -203,6 +218,18 @@ mod tests {
     #[test]
     fn successor_carries_into_the_wall_clock() {
         assert_eq!(CommitTs::new(3, u32::MAX).successor(), CommitTs::new(4, 0));
+    }
+
+    #[test]
+    fn predecessor_borrows_from_the_wall_clock() {
+        assert_eq!(
+            CommitTs::new(4, 0).predecessor(),
+            CommitTs::new(3, u32::MAX)
+        );
+        assert_eq!(CommitTs::new(4, 7).predecessor(), CommitTs::new(4, 6));
+        assert_eq!(CommitTs::ZERO.predecessor(), CommitTs::ZERO);
+        let t = CommitTs::new(9, 3);
+        assert_eq!(t.predecessor().successor(), t);
     }
 
     #[test]

@@ -27,6 +27,15 @@ pub const TXN_STEPS_MAX: usize = KEYS_PER_REQUEST_MAX;
 /// Most bytes of values one transaction writes: it is one log entry.
 pub const TXN_BYTES_MAX: usize = 16 << 20;
 
+/// How long a transaction across shards may hold its keys: its parts are prepared with a
+/// deadline this far after the coordinator starts it; past it, a participant asks the
+/// anchor, which aborts a transaction still undecided.
+pub const TXN_DEADLINE_MS: u64 = 10_000;
+
+/// Most times a coordinator tries a transaction across shards whose keys another
+/// transaction held, before it answers `TRYAGAIN`.
+pub const TXN_TRIES_MAX: u32 = 10;
+
 /// Most items one history, scan or replay page returns.
 pub const PAGE_ITEMS_MAX: usize = 10_000;
 

@@ -35,6 +35,7 @@ pub mod services;
 pub mod session;
 pub mod storage_stats;
 pub mod tls;
+pub mod txn;
 pub mod watch;
 
 pub use config::NodeConfig;

@@ -218,8 +218,8 @@ async fn counters_and_in_place_changes_answer_as_redis() {
 /// MULTI/EXEC/DISCARD/WATCH as Redis answers them: queued commands answer QUEUED, EXEC
 /// answers each (a command failing inside does not stop the others), every misuse has
 /// Redis's words, a refused command aborts EXEC, and a watched key changed by another
-/// client makes EXEC answer nil with nothing applied. Keys share a `{tag}`, so that Firn
-/// (which runs a transaction within one shard) and a Redis Cluster would both take them.
+/// client makes EXEC answer nil with nothing applied. Keys share a `{tag}`, so that a Redis
+/// Cluster would take them too.
 #[tokio::test]
 async fn multi_exec_and_watch_answer_as_redis() {
     let (node, redis) = (start_node(false).await, RedisServer::start().await);

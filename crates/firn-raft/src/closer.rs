@@ -117,8 +117,7 @@ pub(crate) async fn run(
             continue;
         }
         let now = clock.now();
-        let quiet =
-            Duration::from_micros(now.wall_us.saturating_sub(store.last_commit_ts().wall_us));
+        let quiet = Duration::from_micros(now.wall_us.saturating_sub(store.applied_ts().wall_us));
         if !due(&policy, &demand, now.wall_us, phase_us, quiet) {
             continue;
         }

@@ -218,7 +218,7 @@ impl ShardReplica {
             durability,
         )?);
         // Stamps after a restart stay above every stamp already applied.
-        clock.observe(store.last_commit_ts());
+        clock.observe(store.applied_ts());
         let group = crate::types::group_name(cfg.shard_id);
         let mut log = FjallLogStore::open(cfg.db.clone(), &group, cfg.flush.clone())
             .map_err(|e| FirnError::Internal(format!("opening the raft log: {e}")))?;

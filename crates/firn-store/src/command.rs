@@ -3,6 +3,7 @@
 use bytes::Bytes;
 use firn_model::{
     CommitTs, GroupChange, Key, KeyspaceSpec, KvWrite, LogSeq, NewRecord, StreamId, StreamTrim,
+    TxnId, TxnOutcome, TxnStep,
 };
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +33,40 @@ pub enum Op {
     },
     /// What a shard is told about itself: keyspace definitions, retention, closing time.
     System(SystemOp),
+    /// A shard's part in a transaction across shards, or the anchor's decision of one.
+    Txn(TxnOp),
+}
+
+/// The steps of a transaction across shards on one shard (docs/architecture.md,
+/// "Transactions across shards").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxnOp {
+    /// Checks the watched keys, runs `steps` to their answers without keeping what they
+    /// write, and holds every key they name (and time, from this entry's stamp) until the
+    /// transaction is resolved here. The anchor's prepare also writes the transaction's
+    /// record, undecided. Answers `Response::Prepared`; refused with `TxnConflict` when
+    /// another transaction holds one of the keys.
+    Prepare {
+        txn: TxnId,
+        /// The shard whose record decides the transaction.
+        anchor: u32,
+        /// Whether this shard is the anchor.
+        is_anchor: bool,
+        /// Wall µs after which a participant asks the anchor, which then aborts the
+        /// transaction if it is still undecided.
+        deadline_us: u64,
+        steps: Vec<TxnStep>,
+        watched: Vec<(Key, CommitTs)>,
+    },
+    /// At the anchor: decides the transaction — `Committed(T)` commits it if it is still
+    /// undecided, `Aborted` aborts it — unless it was decided before (or never prepared
+    /// here: then it is aborted). Resolves the anchor's own part the same way. Answers
+    /// `Response::Decided` with the outcome the record holds.
+    Decide { txn: TxnId, decision: TxnOutcome },
+    /// At a participant: ends its part as the anchor decided — committed, its steps run
+    /// again as versions stamped `T`; aborted, nothing. A part resolved before (or never
+    /// prepared) is left alone.
+    Resolve { txn: TxnId, outcome: TxnOutcome },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,11 +139,13 @@ impl Op {
                 | KvWrite::Change { .. }
                 | KvWrite::Atomic { .. },
             )
-            | Op::Log(LogOp::Append { .. } | LogOp::Ensure { .. }) => true,
+            | Op::Log(LogOp::Append { .. } | LogOp::Ensure { .. })
+            | Op::Txn(TxnOp::Prepare { .. }) => true,
             Op::Kv(KvWrite::Delete { .. } | KvWrite::Truncate { .. } | KvWrite::FlushAll)
             | Op::Log(LogOp::Trim { .. } | LogOp::StreamTrim { .. } | LogOp::StreamDel { .. })
             | Op::Group { .. }
-            | Op::System(_) => false,
+            | Op::System(_)
+            | Op::Txn(TxnOp::Decide { .. } | TxnOp::Resolve { .. }) => false,
         }
     }
 

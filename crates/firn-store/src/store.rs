@@ -35,6 +35,7 @@ mod change;
 pub mod group;
 pub mod log;
 mod replay;
+pub mod txn;
 use apply::Txn;
 
 const SYS_LAST_TS: &[u8] = b"last_ts";
@@ -100,9 +101,13 @@ pub struct VersionedStore {
     lane: Durability,
     apply_state: Mutex<ApplyState>,
     events: broadcast::Sender<WatchEvent>,
-    /// The newest stamp applied: every entry applied later is stamped above it, so this
-    /// replica holds every version of the shard with `commit_ts ≤` it (time is closed).
+    /// Closed time: every version of the shard with `commit_ts ≤` it is here. The newest
+    /// stamp applied (every entry applied later is stamped above it), held below the
+    /// oldest transaction part prepared here and not yet resolved (see [`txn`]).
     closed: watch::Sender<CommitTs>,
+    /// What transactions being committed hold here, and a count of its changes.
+    held: RwLock<txn::Held>,
+    held_changes: watch::Sender<u64>,
     /// Told of every applied batch (see [`AppliedSink`]), each under its name; none until
     /// the node attaches some.
     sinks: RwLock<Vec<(&'static str, Arc<dyn AppliedSink>)>>,
@@ -127,6 +132,8 @@ impl VersionedStore {
             apply_state: Mutex::new(ApplyState::default()),
             events,
             closed: watch::Sender::new(CommitTs::default()),
+            held: RwLock::new(txn::Held::default()),
+            held_changes: watch::Sender::new(0),
             sinks: RwLock::new(Vec::new()),
         };
         store.reload()?;
@@ -171,8 +178,10 @@ impl VersionedStore {
             .unwrap_or(0);
         *self.apply_state.lock().unwrap_or_else(|p| p.into_inner()) =
             ApplyState { last_ts, live_keys };
-        self.closed.send_replace(last_ts);
-        self.tell_sink(&[], last_ts, true);
+        self.reload_held()?;
+        let closed = self.closed_after(last_ts);
+        self.closed.send_replace(closed);
+        self.tell_sink(&[], closed, true);
         Ok(())
     }
 
@@ -222,10 +231,27 @@ impl VersionedStore {
         )))
     }
 
-    /// The stamp of the newest applied entry: time is closed through it here. Read from the
-    /// watch channel, so a read never waits for the apply lock (held while a batch writes).
+    /// Closed time here: the stamp of the newest applied entry, or below the oldest
+    /// transaction part held undecided. Read from the watch channel, so a read never waits
+    /// for the apply lock (held while a batch writes).
     pub fn last_commit_ts(&self) -> CommitTs {
         *self.closed.borrow()
+    }
+
+    /// The stamp of the newest applied entry (later entries are stamped above it), whether
+    /// or not time is closed through it.
+    pub fn applied_ts(&self) -> CommitTs {
+        self.apply_state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .last_ts
+    }
+
+    fn closed_after(&self, applied: CommitTs) -> CommitTs {
+        self.held
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .closed(applied)
     }
 
     /// Changes after every applied batch (to the newest applied stamp): what a blocked log
@@ -366,13 +392,17 @@ impl VersionedStore {
         self.backend.write(batch).map_err(io_err)?;
         state.last_ts = ts;
         state.live_keys = live_keys;
-        self.closed.send_replace(ts);
+        if txn.held_changed {
+            self.reload_held()?;
+        }
+        let closed = self.closed_after(ts);
+        self.closed.send_replace(closed);
         drop(state);
         if txn.keyspaces_changed {
             // Tells the sink itself (a reset), after the new keyspaces are in place.
             self.reload()?;
         }
-        self.tell_sink(&txn.events, ts, flushed_all);
+        self.tell_sink(&txn.events, closed, flushed_all);
         for event in txn.events {
             // No receivers is fine: nobody is watching.
             let _ = self.events.send(event);

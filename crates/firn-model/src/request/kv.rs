@@ -92,9 +92,10 @@ pub enum KvWrite {
         key: Key,
         change: KeyChange,
     },
-    /// A transaction within one shard (`MULTI`/`EXEC` whose keys share a shard): `steps` run
-    /// in order in one log entry, each seeing those before it, at one stamp — unless a key
-    /// of `watched` has a version stamped after the stamp its `WATCH` saw (then none runs).
+    /// A transaction (`MULTI`/`EXEC`): `steps` run in order, each seeing those before it on
+    /// its shard, at one stamp — unless a key of `watched` has a version stamped after the
+    /// stamp its `WATCH` saw (then none runs). Within one shard it is one log entry; across
+    /// shards, a prepare on each, the anchor's decision and a resolve on each (`TxnOp`).
     /// Answers `Response::Steps`.
     Atomic {
         steps: Vec<TxnStep>,

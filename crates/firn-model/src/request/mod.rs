@@ -12,6 +12,7 @@ pub mod context;
 pub mod group;
 pub mod kv;
 pub mod log;
+pub mod txn;
 
 pub use access::{Access, Permission, Scope};
 pub use admin::{AdminRequest, LocalRegionInfo};
@@ -23,6 +24,7 @@ pub use group::{
 };
 pub use kv::{KeyChange, KvRead, KvWrite, SnapshotOf, TxnStep, redis_integer};
 pub use log::{LogQuery, LogRead, LogRequest, LogWrite};
+pub use txn::{TxnId, TxnOutcome};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -443,6 +445,15 @@ pub enum Response {
     /// A [`KvWrite::Atomic`]: each step's answer in order, or `None` when a watched key
     /// had changed and no step ran.
     Steps(Option<Vec<Result<Response, crate::FirnError>>>),
+    /// A shard's part of a transaction across shards, prepared at `at` (its keys held
+    /// until the transaction is decided), with each of its steps' answers — `None`: a
+    /// watched key had changed, and nothing is held.
+    Prepared {
+        at: CommitTs,
+        steps: Option<Vec<Result<Response, crate::FirnError>>>,
+    },
+    /// A transaction's decision, as its anchor's record holds it.
+    Decided(TxnOutcome),
     /// A [`KvWrite::Change`]: the version written (its `previous`, the value it replaced,
     /// for GETDEL) and the key's value now (`None` after GETDEL).
     Changed {

@@ -342,10 +342,14 @@ impl Kernel {
             }
         };
         if let KvRequest::Write(write @ KvWrite::Atomic { .. }) = &request
-            && let Err(e) = plan::one_shard(&layout, write)
+            && plan::spans_shards(&layout, write)
         {
-            metered.count_error();
-            return ready(Err(e));
+            self.origins.count(&layout, &request);
+            let KvRequest::Write(KvWrite::Atomic { steps, watched }) = request else {
+                unreachable!("matched above")
+            };
+            let done = self.transact(ctx, &layout, steps, watched).await;
+            return metered.around(ready(done));
         }
         self.origins.count(&layout, &request);
         let outcome = match plan::plan(&layout, request) {

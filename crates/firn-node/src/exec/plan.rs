@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use firn_model::{FirnError, Key, KeyRange, KvRead, KvRequest, KvWrite};
+use firn_model::{Key, KeyRange, KvRead, KvRequest, KvWrite};
 use firn_raft::ShardId;
 use firn_store::Op;
 
@@ -97,7 +97,7 @@ pub(super) fn plan(layout: &ClusterLayout, request: KvRequest) -> Plan {
                 shard(&key),
                 ShardPart::Write(Op::Kv(KvWrite::Change { key, change })),
             ),
-            // One shard's (`one_shard` checked it): the shard of its first key.
+            // One shard's (one spanning shards is a `Kernel::transact`): its first key's.
             write @ KvWrite::Atomic { .. } => {
                 let at = write.keys().next().map_or(0, &shard);
                 Plan::One(at, ShardPart::Write(Op::Kv(write)))
@@ -143,20 +143,13 @@ pub(super) fn plan(layout: &ClusterLayout, request: KvRequest) -> Plan {
     }
 }
 
-/// A transaction runs within one shard for now: refused, naming two keys and their shards,
-/// when its keys span more than one.
-pub(super) fn one_shard(layout: &ClusterLayout, write: &KvWrite) -> Result<(), FirnError> {
+/// Whether a write's keys are in more than one shard (a transaction that is, runs across
+/// shards: `Kernel::transact`).
+pub(super) fn spans_shards(layout: &ClusterLayout, write: &KvWrite) -> bool {
     let mut keys = write.keys();
     let Some(first) = keys.next() else {
-        return Ok(());
+        return false;
     };
     let home = layout.shard_of_key(first.as_bytes());
-    match keys.find(|k| layout.shard_of_key(k.as_bytes()) != home) {
-        None => Ok(()),
-        Some(other) => Err(FirnError::BadArgument(format!(
-            "a transaction runs within one shard in this release: '{first}' is in shard {home} \
-             and '{other}' in shard {} (give keys a shared {{tag}} to keep them together)",
-            layout.shard_of_key(other.as_bytes())
-        ))),
-    }
+    keys.any(|k| layout.shard_of_key(k.as_bytes()) != home)
 }

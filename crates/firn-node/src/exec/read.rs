@@ -21,6 +21,9 @@ const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
 /// Longest a read at a time (`ASOF t`) waits for its replica to close that time; a time
 /// further ahead than this is refused at once.
 const CLOSED_WAIT: Duration = Duration::from_secs(2);
+/// Longest a read waits for a transaction holding its keys to be resolved: past its
+/// deadline a participant asks the anchor, which decides within a commit.
+const HELD_READ_WAIT: Duration = Duration::from_millis(firn_model::limits::TXN_DEADLINE_MS + 2_000);
 
 impl Kernel {
     /// What the first of `keys` whose shard is held here has applied, as it changes: what
@@ -109,6 +112,10 @@ impl Kernel {
             let result = match (&barrier, local) {
                 (_, Err(e)) => Err(e),
                 (Err(e), _) if fenced => Err(e.clone()),
+                _ if fenced => match unheld(&replica, &read).await {
+                    Ok(()) => read_off_worker(&replica, read).await,
+                    Err(e) => Err(e),
+                },
                 _ => read_off_worker(&replica, read).await,
             };
             metered.finished(result.is_ok());
@@ -382,4 +389,18 @@ fn read_replica(
             "a snapshot is planned as the read at its time, never served as such".into(),
         )),
     }
+}
+
+/// Waits until no transaction being committed holds a key `read` reads the newest value
+/// of (at most a transaction's deadline and a little more): the read then sees the
+/// transaction whole or not at all, and — its client having been answered only after every
+/// part was resolved — never an older value than a client already saw.
+async fn unheld(replica: &ShardReplica, read: &KvRead) -> Result<(), FirnError> {
+    let store = replica.store();
+    let held = store.held_keys(read.keys());
+    if held.is_empty() {
+        return Ok(());
+    }
+    metrics::counter!("firn_txn_read_waits_total").increment(1);
+    store.wait_unheld(&held, HELD_READ_WAIT).await
 }

@@ -181,6 +181,10 @@ fn spawn_housekeeping(
             router.large().blobs().clone(),
             stop_rx.clone(),
         )),
+        tokio::spawn(crate::txn::resolver::run(
+            router.kernel().clone(),
+            stop_rx.clone(),
+        )),
     ]
 }
 

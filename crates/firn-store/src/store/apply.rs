@@ -37,6 +37,8 @@ pub(super) struct Txn<'a> {
     pub(super) events: Vec<WatchEvent>,
     pub(super) live_delta: i64,
     pub(super) keyspaces_changed: bool,
+    /// Whether the command changed what transactions hold here (see [`super::txn`]).
+    pub(super) held_changed: bool,
     /// Whether the command may commit in several storage batches (a bulk delete; see
     /// [`BULK_BATCH_WRITES_MAX`]). Only a command applied alone may.
     pub(super) paged: bool,
@@ -56,6 +58,7 @@ impl<'a> Txn<'a> {
             events: Vec::new(),
             live_delta: 0,
             keyspaces_changed: false,
+            held_changed: false,
             paged: false,
         }
     }
@@ -109,6 +112,19 @@ impl<'a> Txn<'a> {
         }
     }
 
+    /// Runs `f`, then drops everything it queued: what a transaction's prepare learns
+    /// (its steps' answers) without writing it.
+    pub(super) fn dry_run<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
+        let mark = (self.batch.len(), self.events.len(), self.live_delta);
+        let metas = std::mem::take(&mut self.metas);
+        let out = f(self);
+        self.batch.truncate(mark.0);
+        self.events.truncate(mark.1);
+        self.live_delta = mark.2;
+        self.metas = metas;
+        out
+    }
+
     fn set_meta(&mut self, key: &[u8], meta: KeyMeta) {
         self.batch.put(Table::KeyMeta, key.to_vec(), encode(&meta));
         self.metas.insert(key.to_vec(), meta);
@@ -118,11 +134,13 @@ impl<'a> Txn<'a> {
         self.paged = is_bulk(op);
         // Every key first: a refusal must come before anything is written.
         self.check_lanes(op)?;
+        self.check_unheld(op)?;
         match op {
             Op::Kv(write) => self.kv(write),
             Op::Log(log) => self.log(log),
             Op::Group { key, group, change } => self.group_change(key, group, change),
             Op::System(system) => self.system(system),
+            Op::Txn(txn) => self.txn(txn),
         }
     }
 

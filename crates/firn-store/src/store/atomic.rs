@@ -19,6 +19,14 @@ impl Txn<'_> {
                 return Ok(Response::Steps(None));
             }
         }
+        Ok(Response::Steps(Some(self.run_steps(steps)?)))
+    }
+
+    /// Runs `steps` in order, each seeing what those before it wrote, to their answers.
+    pub(super) fn run_steps(
+        &mut self,
+        steps: &[TxnStep],
+    ) -> Result<Vec<Result<Response, FirnError>>, FirnError> {
         self.written = Some(Default::default());
         let mut answers = Vec::with_capacity(steps.len());
         for step in steps {
@@ -40,7 +48,8 @@ impl Txn<'_> {
             }
             answers.push(answer);
         }
-        Ok(Response::Steps(Some(answers)))
+        self.written = None;
+        Ok(answers)
     }
 
     /// A point read of newest versions, as the steps before it left them.

@@ -1,6 +1,7 @@
 //! MULTI, EXEC, DISCARD, WATCH and UNWATCH: Redis's transactions on a connection. Commands
 //! sent after MULTI are queued (`resp/transaction.rs`); EXEC runs them as one transaction
-//! within one shard (`KvWrite::Atomic`), unless a watched key changed since its WATCH.
+//! (`KvWrite::Atomic`: one entry within one shard, `Kernel::transact` across shards),
+//! unless a watched key changed since its WATCH.
 
 use firn_model::{FirnError, Key};
 
@@ -32,7 +33,7 @@ pub const MULTI: CommandSpec = TRANSACTION;
 pub const EXEC: CommandSpec = CommandSpec {
     name: "exec",
     flags: &[Flag::Write],
-    summary: "Runs the queued commands as one transaction (within one shard): each command's answer, or nil when a watched key changed.",
+    summary: "Runs the queued commands as one transaction, across shards: each command's answer, or nil when a watched key changed.",
     parse: |_| Ok(Action::Transaction(TxnCommand::Exec)),
     ..TRANSACTION
 };

@@ -1,0 +1,283 @@
+//! Transactions across shards, the coordinator's side (docs/architecture.md, "Transactions
+//! across shards"): a transaction whose keys span shards is prepared on every shard it
+//! touches, decided by the record on its anchor shard, and resolved on the others — all
+//! before its client is answered. A transaction within one shard is one entry
+//! (`KvWrite::Atomic`) and never comes here. What a coordinator leaves undecided when it
+//! dies, the participants' leaders resolve ([`resolver`]).
+
+pub mod resolver;
+mod split;
+
+use std::collections::BTreeMap;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use firn_model::limits::{TXN_DEADLINE_MS, TXN_TRIES_MAX};
+use firn_model::{
+    Answer, CallContext, CommitTs, FirnError, Key, Response, TxnId, TxnOutcome, TxnStep,
+};
+use firn_raft::ShardId;
+use firn_store::{Op, TxnOp};
+
+use self::split::Split;
+use crate::cluster::layout::ClusterLayout;
+use crate::exec::Kernel;
+use crate::rpc::ShardPart;
+
+/// How long a coordinator keeps asking a shard whose answer it needs to finish (the
+/// decision, a participant's resolution) while the shard's leadership moves.
+const FINISH_WAIT: Duration = Duration::from_secs(5);
+
+/// What one try of a transaction came to.
+enum Tried {
+    Done(Result<Response, FirnError>),
+    /// Another transaction held a key: tried again after a pause.
+    Conflict(FirnError),
+}
+
+impl Kernel {
+    /// Runs `steps` as one transaction over the shards their keys are in: all of them or
+    /// none, at one commit stamp, after checking `watched` (`Steps(None)` when a watched key
+    /// changed). A transaction that meets keys another one holds is tried again, backing
+    /// off, up to [`TXN_TRIES_MAX`] times, then refused with `TRYAGAIN`.
+    pub(crate) async fn transact(
+        &self,
+        ctx: &CallContext,
+        layout: &ClusterLayout,
+        steps: Vec<TxnStep>,
+        watched: Vec<(Key, CommitTs)>,
+    ) -> Result<Answer, FirnError> {
+        let split = Split::new(layout, steps, watched);
+        let mut last = None;
+        for attempt in 0..TXN_TRIES_MAX {
+            if attempt > 0 {
+                tokio::time::sleep(backoff(attempt)).await;
+            }
+            match self.try_transaction(ctx, &split).await {
+                Tried::Done(done) => {
+                    let response = done?;
+                    let observed = match &response {
+                        Response::Steps(Some(_)) => last_stamp(&response),
+                        _ => None,
+                    };
+                    return Ok(Answer {
+                        observed,
+                        ..Answer::new(response)
+                    });
+                }
+                Tried::Conflict(e) => {
+                    metrics::counter!("firn_txn_conflicts_total").increment(1);
+                    last = Some(e);
+                }
+            }
+        }
+        Err(FirnError::TryAgain(format!(
+            "the transaction's keys were held by other transactions {TXN_TRIES_MAX} times ({}); \
+             nothing was applied; retry",
+            last.map(|e| e.to_string()).unwrap_or_default()
+        )))
+    }
+
+    async fn try_transaction(&self, ctx: &CallContext, split: &Split) -> Tried {
+        let txn = new_txn_id(self.node_id());
+        let deadline_us = firn_model::hlc::system_wall_us() + TXN_DEADLINE_MS * 1_000;
+        let anchor = split.anchor;
+        let prepares = split.parts.iter().map(|(&shard, part)| {
+            let op = Op::Txn(TxnOp::Prepare {
+                txn,
+                anchor,
+                is_anchor: shard == anchor,
+                deadline_us,
+                steps: part.steps.clone(),
+                watched: part.watched.clone(),
+            });
+            async move { (shard, self.run_on(shard, op, ctx).await) }
+        });
+        let prepared = futures::future::join_all(prepares).await;
+        let mut answers = BTreeMap::new();
+        let mut at = CommitTs::ZERO;
+        let mut refused: Option<Result<Response, FirnError>> = None;
+        let mut conflict = None;
+        for (shard, outcome) in prepared {
+            match outcome {
+                Ok(Response::Prepared {
+                    at: p,
+                    steps: Some(steps),
+                }) => {
+                    at = at.max(p);
+                    answers.insert(shard, (p, steps));
+                }
+                // A watched key changed: EXEC answers nil.
+                Ok(Response::Prepared { steps: None, .. }) => {
+                    refused.get_or_insert(Ok(Response::Steps(None)));
+                }
+                Err(e @ FirnError::TxnConflict(_)) => conflict = Some(e),
+                Err(e) => {
+                    refused.get_or_insert(Err(e));
+                }
+                Ok(other) => {
+                    refused.get_or_insert(Err(FirnError::Internal(format!(
+                        "a prepare answered {other:?}"
+                    ))));
+                }
+            }
+        }
+        if refused.is_some() || conflict.is_some() {
+            self.abort(ctx, txn, split).await;
+            return match (refused, conflict) {
+                (Some(done), _) => Tried::Done(done),
+                (None, Some(e)) => Tried::Conflict(e),
+                (None, None) => unreachable!("one of them is set"),
+            };
+        }
+        let decide = Op::Txn(TxnOp::Decide {
+            txn,
+            decision: TxnOutcome::Committed(at),
+        });
+        match self.finish_on(anchor, decide, ctx).await {
+            Ok(Response::Decided(TxnOutcome::Committed(at))) => {
+                self.resolve_others(ctx, txn, split, TxnOutcome::Committed(at))
+                    .await;
+                Tried::Done(Ok(Response::Steps(Some(split.answers(answers, at)))))
+            }
+            Ok(Response::Decided(TxnOutcome::Aborted)) => {
+                self.resolve_others(ctx, txn, split, TxnOutcome::Aborted)
+                    .await;
+                Tried::Done(Err(FirnError::TryAgain(format!(
+                    "transaction {txn} passed its deadline before it was decided and was \
+                     aborted; nothing was applied; retry"
+                ))))
+            }
+            Ok(other) => Tried::Done(Err(FirnError::Internal(format!(
+                "a decision answered {other:?}"
+            )))),
+            // Its shards resolve it once its deadline passes, as its record says.
+            Err(e) => Tried::Done(Err(FirnError::Indeterminate(format!(
+                "transaction {txn}'s decision was not heard ({e}); it is committed or aborted \
+                 as its anchor shard {anchor} decided, and resolved within {} s",
+                TXN_DEADLINE_MS / 1_000 + 2
+            )))),
+        }
+    }
+
+    /// Aborts `txn`: the anchor's record first (a prepare still on its way then holds
+    /// nothing for long), then every other part.
+    async fn abort(&self, ctx: &CallContext, txn: TxnId, split: &Split) {
+        let decide = Op::Txn(TxnOp::Decide {
+            txn,
+            decision: TxnOutcome::Aborted,
+        });
+        if let Err(e) = self.finish_on(split.anchor, decide, ctx).await {
+            tracing::debug!(
+                "transaction {txn}: the abort was not heard ({e}); its shards resolve it past its deadline"
+            );
+            return;
+        }
+        self.resolve_others(ctx, txn, split, TxnOutcome::Aborted)
+            .await;
+    }
+
+    /// Resolves `txn` on every shard but the anchor (which its decision resolved), each
+    /// asked until it answers: the client is answered only after every part is resolved,
+    /// so that no write after the answer can be stamped below the transaction.
+    async fn resolve_others(
+        &self,
+        ctx: &CallContext,
+        txn: TxnId,
+        split: &Split,
+        outcome: TxnOutcome,
+    ) {
+        let resolves = split
+            .parts
+            .keys()
+            .filter(|&&s| s != split.anchor)
+            .map(|&shard| {
+                let op = Op::Txn(TxnOp::Resolve { txn, outcome });
+                async move {
+                    if let Err(e) = self.finish_on(shard, op, ctx).await {
+                        tracing::debug!(
+                            "transaction {txn}: shard {shard} did not confirm its resolution \
+                             ({e}); it resolves it past the deadline"
+                        );
+                    }
+                }
+            });
+        futures::future::join_all(resolves).await;
+    }
+
+    /// Runs a transaction entry on `shard` to its answer, asking again while the shard
+    /// cannot take it or its answer is lost (a decision and a resolution may be applied
+    /// twice: the second finds the first's outcome).
+    async fn finish_on(
+        &self,
+        shard: ShardId,
+        op: Op,
+        ctx: &CallContext,
+    ) -> Result<Response, FirnError> {
+        let since = Instant::now();
+        loop {
+            match self.run_on(shard, op.clone(), ctx).await {
+                Err(
+                    e @ (FirnError::TryAgain(_)
+                    | FirnError::Indeterminate(_)
+                    | FirnError::Unavailable(_)
+                    | FirnError::Busy(_)),
+                ) if since.elapsed() < FINISH_WAIT => {
+                    tracing::debug!("shard {shard}: {e}; asking again");
+                    tokio::time::sleep(crate::exec::LEADER_CHANGE_PAUSE).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Runs `op` on `shard`'s leader, to its answer.
+    async fn run_on(
+        &self,
+        shard: ShardId,
+        op: Op,
+        ctx: &CallContext,
+    ) -> Result<Response, FirnError> {
+        self.on_shard(shard, ShardPart::Write(op), ctx.clone(), 0)
+            .await
+            .await
+            .map(|a| a.response)
+    }
+}
+
+/// A fresh transaction id: the node, a counter, and random bits.
+fn new_txn_id(node: u64) -> TxnId {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish() as u32;
+    TxnId(((node as u128) << 64) | ((n as u128) << 32) | random as u128)
+}
+
+/// The pause before try `attempt` (1…): 1, 2, 4 … 64 ms, with jitter of up to as much
+/// again, so that two transactions that met do not meet again.
+fn backoff(attempt: u32) -> Duration {
+    let base = 1u64 << (attempt - 1).min(6);
+    let jitter = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+        % (base * 1_000);
+    Duration::from_micros(base * 1_000 + jitter)
+}
+
+/// The stamp the transaction's writes carry, for the client's causality token.
+fn last_stamp(response: &Response) -> Option<CommitTs> {
+    let Response::Steps(Some(steps)) = response else {
+        return None;
+    };
+    steps
+        .iter()
+        .filter_map(|s| match s {
+            Ok(Response::Written(ws)) => ws.iter().map(|w| w.commit_ts).max(),
+            Ok(Response::Changed { written, .. }) => Some(written.commit_ts),
+            _ => None,
+        })
+        .max()
+}

@@ -1,0 +1,198 @@
+//! A transaction's steps split by shard, and the shards' answers put back together in the
+//! order of the steps.
+
+use std::collections::BTreeMap;
+
+use firn_model::{CommitTs, FirnError, Key, KvRead, KvWrite, Response, TxnStep, Written};
+use firn_raft::ShardId;
+
+use crate::cluster::layout::ClusterLayout;
+
+/// One shard's part: its steps, in the transaction's order, and the watched keys it checks.
+#[derive(Debug, Default)]
+pub(super) struct Part {
+    pub steps: Vec<TxnStep>,
+    pub watched: Vec<(Key, CommitTs)>,
+}
+
+/// Where a step of the transaction ran: on one shard, or — a step of several keys whose
+/// keys are in several shards (MGET, EXISTS, MSET, DEL) — as one step per shard, each with
+/// the positions of its keys in the step.
+#[derive(Debug)]
+enum Ran {
+    One(ShardId, usize),
+    Split(Vec<(ShardId, usize, Vec<usize>)>, usize),
+}
+
+/// A transaction planned over the shards.
+#[derive(Debug)]
+pub(super) struct Split {
+    pub parts: BTreeMap<ShardId, Part>,
+    /// The shard of the first key written (of the first key, if nothing is written): its
+    /// record decides the transaction.
+    pub anchor: ShardId,
+    ran: Vec<Ran>,
+}
+
+impl Split {
+    pub(super) fn new(
+        layout: &ClusterLayout,
+        steps: Vec<TxnStep>,
+        watched: Vec<(Key, CommitTs)>,
+    ) -> Split {
+        let shard = |k: &Key| layout.shard_of_key(k.as_bytes());
+        let anchor = steps
+            .iter()
+            .filter(|s| matches!(s, TxnStep::Write(_)))
+            .chain(steps.iter())
+            .flat_map(TxnStep::keys)
+            .next()
+            .or(watched.first().map(|(k, _)| k))
+            .map_or(0, shard);
+        let mut parts: BTreeMap<ShardId, Part> = BTreeMap::new();
+        let mut ran = Vec::with_capacity(steps.len());
+        for step in steps {
+            let mut by_shard: BTreeMap<ShardId, Vec<usize>> = BTreeMap::new();
+            for (i, k) in step.keys().enumerate() {
+                by_shard.entry(shard(k)).or_default().push(i);
+            }
+            if by_shard.len() <= 1 {
+                let at = by_shard.into_keys().next().unwrap_or(anchor);
+                let part = parts.entry(at).or_default();
+                part.steps.push(step);
+                ran.push(Ran::One(at, part.steps.len() - 1));
+                continue;
+            }
+            let n = step.keys().count();
+            let mut pieces = Vec::new();
+            for (at, positions) in by_shard {
+                let part = parts.entry(at).or_default();
+                part.steps.push(piece(&step, &positions));
+                pieces.push((at, part.steps.len() - 1, positions));
+            }
+            ran.push(Ran::Split(pieces, n));
+        }
+        for (key, seen) in watched {
+            parts
+                .entry(shard(&key))
+                .or_default()
+                .watched
+                .push((key, seen));
+        }
+        Split { parts, anchor, ran }
+    }
+
+    /// Every step's answer, in the transaction's order, from each shard's answers (in its
+    /// part's order) and the stamp it prepared at; what the steps wrote is stamped `at`.
+    pub(super) fn answers(
+        &self,
+        mut by_shard: BTreeMap<ShardId, (CommitTs, Vec<Result<Response, FirnError>>)>,
+        at: CommitTs,
+    ) -> Vec<Result<Response, FirnError>> {
+        let mut take = |shard: ShardId, i: usize| -> Result<Response, FirnError> {
+            let (prepared, answers) = by_shard
+                .get_mut(&shard)
+                .ok_or_else(|| FirnError::Internal("a shard went unanswered".into()))?;
+            let prepared = *prepared;
+            answers
+                .get_mut(i)
+                .map(|a| std::mem::replace(a, Err(FirnError::Internal("taken".into()))))
+                .unwrap_or_else(|| Err(FirnError::Internal("a step went unanswered".into())))
+                .map(|r| stamped(r, prepared, at))
+        };
+        self.ran
+            .iter()
+            .map(|ran| match ran {
+                Ran::One(shard, i) => take(*shard, *i),
+                Ran::Split(pieces, n) => {
+                    let answers = pieces
+                        .iter()
+                        .map(|(shard, i, positions)| Ok((take(*shard, *i)?, positions)))
+                        .collect::<Result<Vec<_>, FirnError>>()?;
+                    merge(answers, *n)
+                }
+            })
+            .collect()
+    }
+}
+
+/// The part of a step of several keys that names the keys at `positions`.
+fn piece(step: &TxnStep, positions: &[usize]) -> TxnStep {
+    let pick = |keys: &[Key]| positions.iter().map(|&i| keys[i].clone()).collect();
+    match step {
+        TxnStep::Read(KvRead::MGet {
+            keys,
+            at,
+            consistency,
+        }) => TxnStep::Read(KvRead::MGet {
+            keys: pick(keys),
+            at: *at,
+            consistency: *consistency,
+        }),
+        TxnStep::Read(KvRead::Exists { keys, consistency }) => TxnStep::Read(KvRead::Exists {
+            keys: pick(keys),
+            consistency: *consistency,
+        }),
+        TxnStep::Write(KvWrite::Delete { keys }) => {
+            TxnStep::Write(KvWrite::Delete { keys: pick(keys) })
+        }
+        TxnStep::Write(KvWrite::MSet { items }) => TxnStep::Write(KvWrite::MSet {
+            items: positions.iter().map(|&i| items[i].clone()).collect(),
+        }),
+        // Every other step names one key.
+        other => other.clone(),
+    }
+}
+
+/// The answers of a step's pieces as the one step's answer.
+fn merge(pieces: Vec<(Response, &Vec<usize>)>, n: usize) -> Result<Response, FirnError> {
+    let mut values = vec![None; n];
+    let mut written = vec![None; n];
+    let mut count = None;
+    for (answer, positions) in pieces {
+        match answer {
+            Response::Values(vs) => {
+                for (v, &i) in vs.into_iter().zip(positions) {
+                    values[i] = Some(v);
+                }
+            }
+            Response::Written(ws) => {
+                for (w, &i) in ws.into_iter().zip(positions) {
+                    written[i] = Some(w);
+                }
+            }
+            Response::Count(c) => *count.get_or_insert(0) += c,
+            other => {
+                return Err(FirnError::Internal(format!(
+                    "unexpected answer of a step's part: {other:?}"
+                )));
+            }
+        }
+    }
+    Ok(match count {
+        Some(c) => Response::Count(c),
+        None if values.iter().any(Option::is_some) => {
+            Response::Values(values.into_iter().map(Option::flatten).collect())
+        }
+        None => Response::Written(written.into_iter().flatten().collect()),
+    })
+}
+
+/// `response` with the versions it wrote stamped `at`: the prepare ran the step at stamp
+/// `prepared`, before the commit stamp was known, and the versions are written at `at`.
+fn stamped(response: Response, prepared: CommitTs, at: CommitTs) -> Response {
+    let stamp = |mut w: Written| {
+        if w.commit_ts == prepared {
+            w.commit_ts = at;
+        }
+        w
+    };
+    match response {
+        Response::Written(ws) => Response::Written(ws.into_iter().map(stamp).collect()),
+        Response::Changed { written, value } => Response::Changed {
+            written: stamp(written),
+            value,
+        },
+        other => other,
+    }
+}

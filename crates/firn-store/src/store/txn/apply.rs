@@ -1,0 +1,223 @@
+//! Applying a shard's part of a transaction across shards, and the anchor's decision.
+
+use firn_model::{
+    CommitTs, FirnError, Key, KeyRange, KvWrite, Response, TxnId, TxnOutcome, TxnStep,
+};
+
+use super::{
+    DECIDED, PARTS, RECORD_KEPT_US, RECORDS, RECORDS_DROPPED_PER_DECISION, Record, StoredPart,
+    decided_row, row,
+};
+use crate::backend::Table;
+use crate::command::{LogOp, Op, TxnOp};
+use crate::record::encode;
+use crate::store::apply::Txn;
+use crate::store::{io_err, prefix_end};
+use std::ops::Bound;
+
+impl Txn<'_> {
+    pub(in crate::store) fn txn(&mut self, op: &TxnOp) -> Result<Response, FirnError> {
+        match op {
+            TxnOp::Prepare {
+                txn,
+                anchor,
+                is_anchor,
+                deadline_us,
+                steps,
+                watched,
+            } => self.prepare(*txn, *anchor, *is_anchor, *deadline_us, steps, watched),
+            TxnOp::Decide { txn, decision } => self.decide(*txn, *decision),
+            TxnOp::Resolve { txn, outcome } => {
+                self.resolve(*txn, *outcome)?;
+                Ok(Response::Done)
+            }
+        }
+    }
+
+    /// Refuses a command that would change a key a transaction being committed holds
+    /// (`TRYAGAIN`: the node that took it sends it again). A transaction's own steps run
+    /// through [`Txn::kv`], not here.
+    pub(in crate::store) fn check_unheld(&self, op: &Op) -> Result<(), FirnError> {
+        let held = self.store.held.read().unwrap_or_else(|p| p.into_inner());
+        if held.is_empty() {
+            return Ok(());
+        }
+        let refuse = |key: &[u8]| match held.holder(key) {
+            Some(txn) => Err(FirnError::TryAgain(format!(
+                "key '{}' is held by transaction {txn}, being committed; retry",
+                String::from_utf8_lossy(key)
+            ))),
+            None => Ok(()),
+        };
+        let busy = || {
+            Err(FirnError::TryAgain(
+                "transactions are being committed on this shard; retry".into(),
+            ))
+        };
+        match op {
+            // Whole ranges: refused while anything is held (a transaction lasts
+            // milliseconds, these are rare).
+            Op::Kv(KvWrite::FlushAll)
+            | Op::Kv(KvWrite::Truncate {
+                target: KeyRange::Prefix(_),
+                ..
+            }) => busy(),
+            Op::Kv(write) => write.keys().try_for_each(|k| refuse(k.as_bytes())),
+            Op::Log(
+                LogOp::StreamTrim { key, .. }
+                | LogOp::StreamDel { key, .. }
+                | LogOp::Append {
+                    stream: Some(_),
+                    log: key,
+                    ..
+                },
+            )
+            | Op::Group { key, .. } => refuse(key.as_bytes()),
+            Op::Log(_) | Op::System(_) | Op::Txn(_) => Ok(()),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn prepare(
+        &mut self,
+        txn: TxnId,
+        anchor: u32,
+        is_anchor: bool,
+        deadline_us: u64,
+        steps: &[TxnStep],
+        watched: &[(Key, CommitTs)],
+    ) -> Result<Response, FirnError> {
+        let mut keys: Vec<Key> = steps
+            .iter()
+            .flat_map(TxnStep::keys)
+            .chain(watched.iter().map(|(k, _)| k))
+            .cloned()
+            .collect();
+        keys.sort();
+        keys.dedup();
+        for key in &keys {
+            self.store.in_lane(key.as_bytes())?;
+        }
+        {
+            let held = self.store.held.read().unwrap_or_else(|p| p.into_inner());
+            for key in &keys {
+                if let Some(other) = held.holder(key.as_bytes()) {
+                    return Err(FirnError::TxnConflict(format!(
+                        "key '{key}' is held by transaction {other}"
+                    )));
+                }
+            }
+        }
+        if self.store.txn_part(txn)?.is_some() {
+            return Err(FirnError::TxnConflict(format!(
+                "transaction {txn} is prepared here already"
+            )));
+        }
+        if is_anchor && self.store.txn_record(txn)?.is_some() {
+            return Err(FirnError::TxnConflict(format!(
+                "transaction {txn} was decided already"
+            )));
+        }
+        for (key, seen) in watched {
+            if self.meta(key.as_bytes())?.latest_ts > *seen {
+                return Ok(Response::Prepared {
+                    at: self.ts,
+                    steps: None,
+                });
+            }
+        }
+        let answers = self.dry_run(|txn| txn.run_steps(steps))?;
+        let part = StoredPart {
+            anchor,
+            deadline_us,
+            prepared: self.ts,
+            steps: steps.to_vec(),
+            keys,
+        };
+        self.batch
+            .put(Table::System, row(PARTS, txn), encode(&part));
+        if is_anchor {
+            self.batch
+                .put(Table::System, row(RECORDS, txn), encode(&Record::Pending));
+        }
+        self.held_changed = true;
+        Ok(Response::Prepared {
+            at: self.ts,
+            steps: Some(answers),
+        })
+    }
+
+    fn decide(&mut self, txn: TxnId, decision: TxnOutcome) -> Result<Response, FirnError> {
+        let outcome = match self.store.txn_record(txn)? {
+            Some(Record::Decided { outcome, .. }) => return Ok(Response::Decided(outcome)),
+            Some(Record::Pending) => decision,
+            // Never prepared here (or decided so long ago that the record is gone): it
+            // cannot have committed. The record keeps a late prepare from holding keys.
+            None => TxnOutcome::Aborted,
+        };
+        let at_us = self.ts.wall_us;
+        self.batch.put(
+            Table::System,
+            row(RECORDS, txn),
+            encode(&Record::Decided { outcome, at_us }),
+        );
+        self.batch
+            .put(Table::System, decided_row(at_us, txn), Vec::new());
+        self.forget_old_records(at_us)?;
+        self.resolve(txn, outcome)?;
+        Ok(Response::Decided(outcome))
+    }
+
+    /// Drops a few records decided more than [`RECORD_KEPT_US`] before `now_us`.
+    fn forget_old_records(&mut self, now_us: u64) -> Result<(), FirnError> {
+        let before = now_us.saturating_sub(RECORD_KEPT_US);
+        let end = prefix_end(DECIDED).expect("the prefix has an end");
+        let page = self
+            .store
+            .backend
+            .range(
+                Table::System,
+                Bound::Included(DECIDED),
+                Bound::Excluded(&end),
+                false,
+                RECORDS_DROPPED_PER_DECISION,
+            )
+            .map_err(io_err)?;
+        // Rows are in age order: the first ones are the oldest.
+        let old = page.into_iter().map(|(k, _)| k).filter(|k| {
+            let at = k.get(DECIDED.len()..DECIDED.len() + 8);
+            at.and_then(|a| a.try_into().ok())
+                .map(u64::from_be_bytes)
+                .is_some_and(|at_us| at_us < before)
+        });
+        for k in old {
+            let id: [u8; 16] = k[DECIDED.len() + 8..]
+                .try_into()
+                .map_err(|_| FirnError::Internal("corrupt transaction record row".into()))?;
+            self.batch
+                .remove(Table::System, row(RECORDS, TxnId(u128::from_be_bytes(id))));
+            self.batch.remove(Table::System, k);
+        }
+        Ok(())
+    }
+
+    /// Ends this shard's part of `txn`, if it holds one: committed, its steps run again at
+    /// the commit stamp, where they find what they found at the prepare (their keys were
+    /// held since); aborted, nothing is written. Later entries are stamped above the
+    /// commit stamp, so versions of a key still grow with their stamps.
+    fn resolve(&mut self, txn: TxnId, outcome: TxnOutcome) -> Result<(), FirnError> {
+        let Some(part) = self.store.txn_part(txn)? else {
+            return Ok(());
+        };
+        self.batch.remove(Table::System, row(PARTS, txn));
+        self.held_changed = true;
+        if let TxnOutcome::Committed(at) = outcome {
+            let entry_ts = self.ts;
+            self.ts = at;
+            let ran = self.run_steps(&part.steps);
+            self.ts = entry_ts.max(at);
+            ran?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,209 @@
+//! A shard's side of transactions across shards (docs/architecture.md, "Transactions across
+//! shards"): the parts it has prepared, which hold their keys and hold its closed time back
+//! until they are resolved, and — on a transaction's anchor — the record that decides it.
+//!
+//! Both live in the `System` table under `txn/`, so that snapshots and restarts carry them.
+//! What the shard holds is also kept in memory ([`Held`]): every write looks there for its
+//! keys, and the closed time the shard publishes is below its oldest prepared part. It is
+//! rebuilt from the rows after each transaction entry (there are as many rows as
+//! transactions in flight).
+
+mod apply;
+
+use std::collections::HashMap;
+
+use firn_model::{CommitTs, FirnError, Key, TxnId, TxnOutcome, TxnStep};
+use serde::{Deserialize, Serialize};
+
+use super::{VersionedStore, io_err};
+use crate::backend::Table;
+use crate::record::decode;
+
+/// Prepared parts: `txn/part/<id>` → [`StoredPart`].
+const PARTS: &[u8] = b"txn/part/";
+/// The anchor's records: `txn/record/<id>` → [`Record`].
+const RECORDS: &[u8] = b"txn/record/";
+/// Decided records by age: `txn/decided/<wall µs, big-endian><id>` → nothing.
+const DECIDED: &[u8] = b"txn/decided/";
+
+/// How long an anchor keeps a decided record: a participant cut off for less than this
+/// still learns the outcome from it. One decided later finds none, and aborts — which only
+/// a part prepared and then cut off from its cluster for this long could meet.
+pub const RECORD_KEPT_US: u64 = 10 * 60 * 1_000_000;
+
+/// Most expired records one decision drops: the records go at the pace they came.
+const RECORDS_DROPPED_PER_DECISION: usize = 4;
+
+fn row(prefix: &[u8], txn: TxnId) -> Vec<u8> {
+    let mut k = prefix.to_vec();
+    k.extend_from_slice(&txn.to_bytes());
+    k
+}
+
+fn decided_row(at_us: u64, txn: TxnId) -> Vec<u8> {
+    let mut k = DECIDED.to_vec();
+    k.extend_from_slice(&at_us.to_be_bytes());
+    k.extend_from_slice(&txn.to_bytes());
+    k
+}
+
+/// A prepared part, until it is resolved.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct StoredPart {
+    anchor: u32,
+    deadline_us: u64,
+    prepared: CommitTs,
+    /// The steps to run again, at the commit stamp, if the transaction commits.
+    steps: Vec<TxnStep>,
+    /// Every key the part holds: its steps' and its watched keys.
+    keys: Vec<Key>,
+}
+
+/// The anchor's record of a transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+enum Record {
+    Pending,
+    /// Decided at the entry stamped `at_us` (wall µs).
+    Decided {
+        outcome: TxnOutcome,
+        at_us: u64,
+    },
+}
+
+/// A part this shard holds, undecided: what a shard's leader looks at to resolve it once
+/// its deadline passes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeldPart {
+    pub txn: TxnId,
+    /// The shard whose record decides it.
+    pub anchor: u32,
+    pub deadline_us: u64,
+    pub prepared: CommitTs,
+}
+
+/// What the shard's undecided parts hold, in memory.
+#[derive(Debug, Default)]
+pub(crate) struct Held {
+    keys: HashMap<Vec<u8>, TxnId>,
+    parts: Vec<HeldPart>,
+}
+
+impl Held {
+    /// The transaction holding `key`, if any.
+    pub(crate) fn holder(&self, key: &[u8]) -> Option<TxnId> {
+        if self.keys.is_empty() {
+            return None;
+        }
+        self.keys.get(key).copied()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.parts.is_empty()
+    }
+
+    /// The greatest stamp this shard may call closed when it has applied through
+    /// `applied`: below its oldest undecided part's prepare stamp, whose transaction may
+    /// still commit at a stamp at or above it.
+    pub(crate) fn closed(&self, applied: CommitTs) -> CommitTs {
+        match self.parts.iter().map(|p| p.prepared).min() {
+            Some(p) => applied.min(p.predecessor()),
+            None => applied,
+        }
+    }
+
+    /// Reads the parts' rows.
+    pub(crate) fn load(store: &VersionedStore) -> Result<Held, FirnError> {
+        let mut held = Held::default();
+        store.walk_prefix(Table::System, PARTS, |k, v| {
+            let part: StoredPart = decode(&v)?;
+            let id: [u8; 16] = k[PARTS.len()..]
+                .try_into()
+                .map_err(|_| FirnError::Internal("corrupt transaction part row".into()))?;
+            let txn = TxnId(u128::from_be_bytes(id));
+            for key in &part.keys {
+                held.keys.insert(key.as_bytes().to_vec(), txn);
+            }
+            held.parts.push(HeldPart {
+                txn,
+                anchor: part.anchor,
+                deadline_us: part.deadline_us,
+                prepared: part.prepared,
+            });
+            Ok(())
+        })?;
+        Ok(held)
+    }
+}
+
+impl VersionedStore {
+    /// The parts this shard holds undecided.
+    pub fn undecided(&self) -> Vec<HeldPart> {
+        self.held
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .parts
+            .clone()
+    }
+
+    /// Which of `keys` a transaction being committed holds: a read of their newest values
+    /// waits until none does ([`Self::wait_unheld`]).
+    pub fn held_keys<'k>(&self, keys: impl IntoIterator<Item = &'k Key>) -> Vec<Key> {
+        let held = self.held.read().unwrap_or_else(|p| p.into_inner());
+        if held.is_empty() {
+            return Vec::new();
+        }
+        keys.into_iter()
+            .filter(|k| held.holder(k.as_bytes()).is_some())
+            .cloned()
+            .collect()
+    }
+
+    /// Waits (at most `timeout`) until no transaction holds any of `keys`.
+    pub async fn wait_unheld(
+        &self,
+        keys: &[Key],
+        timeout: std::time::Duration,
+    ) -> Result<(), FirnError> {
+        let mut changes = self.held_changes.subscribe();
+        let free = || self.held_keys(keys).is_empty();
+        let waited = tokio::time::timeout(timeout, async {
+            while !free() {
+                if changes.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+        match waited {
+            Ok(()) if free() => Ok(()),
+            _ => Err(FirnError::TryAgain(format!(
+                "key '{}' is held by a transaction being committed; retry",
+                keys.first().map(|k| k.to_string()).unwrap_or_default()
+            ))),
+        }
+    }
+
+    /// Re-reads what the shard's parts hold (after a transaction entry, a snapshot, a start).
+    pub(super) fn reload_held(&self) -> Result<(), FirnError> {
+        let held = Held::load(self)?;
+        *self.held.write().unwrap_or_else(|p| p.into_inner()) = held;
+        self.held_changes.send_modify(|n| *n += 1);
+        Ok(())
+    }
+
+    fn txn_part(&self, txn: TxnId) -> Result<Option<StoredPart>, FirnError> {
+        self.backend
+            .get(Table::System, &row(PARTS, txn))
+            .map_err(io_err)?
+            .map(|v| decode(&v))
+            .transpose()
+    }
+
+    fn txn_record(&self, txn: TxnId) -> Result<Option<Record>, FirnError> {
+        self.backend
+            .get(Table::System, &row(RECORDS, txn))
+            .map_err(io_err)?
+            .map(|v| decode(&v))
+            .transpose()
+    }
+}
