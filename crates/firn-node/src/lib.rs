@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod config;
 pub mod disk;
 pub mod exec;
+pub mod faults;
 pub mod groups;
 pub mod http;
 pub mod inbound;

@@ -388,6 +388,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
                 .with_filter(filter::dynamic_filter_fn(move |meta, _| quiet.shown(meta))),
         )
         .init();
+    firn_node::faults::from_env()?;
     if let Some(host) = host {
         tracing::info!(node = config.node_id, %host, "node id taken from the host name");
     }

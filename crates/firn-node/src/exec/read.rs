@@ -50,6 +50,9 @@ impl Kernel {
         if read.as_of().is_none() {
             self.barrier_for(replica.shard_id(), read.consistency())
                 .await?;
+            if read.consistency() != ReadConsistency::Local {
+                unheld(replica, &read).await?;
+            }
         }
         read_off_worker(replica, read).await
     }

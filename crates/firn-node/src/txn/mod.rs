@@ -31,7 +31,7 @@ const FINISH_WAIT: Duration = Duration::from_secs(5);
 
 /// What one try of a transaction came to.
 enum Tried {
-    Done(Result<Response, FirnError>),
+    Done(Box<Result<Response, FirnError>>),
     /// Another transaction held a key: tried again after a pause.
     Conflict(FirnError),
 }
@@ -56,7 +56,7 @@ impl Kernel {
             }
             match self.try_transaction(ctx, &split).await {
                 Tried::Done(done) => {
-                    let response = done?;
+                    let response = (*done)?;
                     let observed = match &response {
                         Response::Steps(Some(_)) => last_stamp(&response),
                         _ => None,
@@ -126,38 +126,42 @@ impl Kernel {
         if refused.is_some() || conflict.is_some() {
             self.abort(ctx, txn, split).await;
             return match (refused, conflict) {
-                (Some(done), _) => Tried::Done(done),
+                (Some(done), _) => Tried::Done(Box::new(done)),
                 (None, Some(e)) => Tried::Conflict(e),
                 (None, None) => unreachable!("one of them is set"),
             };
         }
+        fail::fail_point!("txn-after-prepare", |_| std::process::abort());
         let decide = Op::Txn(TxnOp::Decide {
             txn,
             decision: TxnOutcome::Committed(at),
         });
         match self.finish_on(anchor, decide, ctx).await {
             Ok(Response::Decided(TxnOutcome::Committed(at))) => {
+                fail::fail_point!("txn-after-decide", |_| std::process::abort());
                 self.resolve_others(ctx, txn, split, TxnOutcome::Committed(at))
                     .await;
-                Tried::Done(Ok(Response::Steps(Some(split.answers(answers, at)))))
+                Tried::Done(Box::new(Ok(Response::Steps(Some(
+                    split.answers(answers, at),
+                )))))
             }
             Ok(Response::Decided(TxnOutcome::Aborted)) => {
                 self.resolve_others(ctx, txn, split, TxnOutcome::Aborted)
                     .await;
-                Tried::Done(Err(FirnError::TryAgain(format!(
+                Tried::Done(Box::new(Err(FirnError::TryAgain(format!(
                     "transaction {txn} passed its deadline before it was decided and was \
                      aborted; nothing was applied; retry"
-                ))))
+                )))))
             }
-            Ok(other) => Tried::Done(Err(FirnError::Internal(format!(
+            Ok(other) => Tried::Done(Box::new(Err(FirnError::Internal(format!(
                 "a decision answered {other:?}"
-            )))),
+            ))))),
             // Its shards resolve it once its deadline passes, as its record says.
-            Err(e) => Tried::Done(Err(FirnError::Indeterminate(format!(
+            Err(e) => Tried::Done(Box::new(Err(FirnError::Indeterminate(format!(
                 "transaction {txn}'s decision was not heard ({e}); it is committed or aborted \
                  as its anchor shard {anchor} decided, and resolved within {} s",
                 TXN_DEADLINE_MS / 1_000 + 2
-            )))),
+            ))))),
         }
     }
 

@@ -37,15 +37,15 @@ impl FirnProcess {
     pub fn start_logging_to(data_dir: &Path, extra: &[&str], stderr: Stdio) -> FirnProcess {
         let mut args = Self::FREE_PORTS.to_vec();
         args.extend_from_slice(extra);
-        Self::spawn(data_dir, &args, stderr)
+        Self::spawn(data_dir, &args, stderr, &[])
     }
 
     /// Starts `firn serve --data-dir DATA_DIR ARGS…` and waits until it serves (bounded).
     pub fn start_with(data_dir: &Path, args: &[&str]) -> FirnProcess {
-        Self::spawn(data_dir, args, Stdio::inherit())
+        Self::spawn(data_dir, args, Stdio::inherit(), &[])
     }
 
-    fn spawn(data_dir: &Path, args: &[&str], stderr: Stdio) -> FirnProcess {
+    fn spawn(data_dir: &Path, args: &[&str], stderr: Stdio, env: &[(&str, &str)]) -> FirnProcess {
         let mut child = Command::new(firn_bin())
             .arg("serve")
             .arg("--data-dir")
@@ -55,6 +55,7 @@ impl FirnProcess {
                 "RUST_LOG",
                 std::env::var("FIRN_TEST_LOG").unwrap_or_else(|_| "warn".into()),
             )
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()
@@ -230,6 +231,12 @@ impl Cluster {
 
     /// [`restart`](Self::restart), with more flags for this start only.
     pub fn restart_with(&mut self, i: usize, more: &[&str]) {
+        self.restart_with_env(i, more, &[]);
+    }
+
+    /// [`restart_with`](Self::restart_with), with environment variables for this start
+    /// (`FAIL_POINTS`, say).
+    pub fn restart_with_env(&mut self, i: usize, more: &[&str], env: &[(&str, &str)]) {
         let (resp, http, _) = self.ports[i];
         let peer_addr = self.peer_addr(i);
         let (how, whom) = match &self.joined_via[i] {
@@ -251,7 +258,12 @@ impl Cluster {
         args.extend(self.extra.iter().cloned());
         args.extend(more.iter().map(|a| a.to_string()));
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.nodes[i] = Some(FirnProcess::start_with(self.dirs[i].path(), &refs));
+        self.nodes[i] = Some(FirnProcess::spawn(
+            self.dirs[i].path(),
+            &refs,
+            Stdio::inherit(),
+            env,
+        ));
     }
 
     /// SIGTERM: the node shuts down in order (its databases flushed); waits (bounded) for it.

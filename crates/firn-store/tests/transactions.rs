@@ -1,0 +1,183 @@
+//! A shard's side of transactions across shards: a prepared part holds its keys (plain
+//! writes refused for now, another transaction's prepare refused as a conflict) and holds
+//! closed time below its prepare stamp; the anchor's decision is made once; a resolution
+//! writes the part's versions at the one commit stamp, or nothing.
+
+use bytes::Bytes;
+use firn_model::{CommitTs, FirnError, KvWrite, ReadAt, Response, TxnId, TxnOutcome, TxnStep};
+use firn_store::{Op, TxnOp};
+
+mod store_support;
+use store_support::*;
+
+fn set(k: &str, v: &str) -> TxnStep {
+    TxnStep::Write(KvWrite::Put(put_req(k, v)))
+}
+
+fn prepare(txn: u128, is_anchor: bool, steps: Vec<TxnStep>) -> Op {
+    Op::Txn(TxnOp::Prepare {
+        txn: TxnId(txn),
+        anchor: 0,
+        is_anchor,
+        deadline_us: 10_000_000,
+        steps,
+        watched: Vec::new(),
+    })
+}
+
+fn prepared_at(answer: Result<Response, FirnError>) -> CommitTs {
+    match answer {
+        Ok(Response::Prepared { at, steps: Some(_) }) => at,
+        other => panic!("not prepared: {other:?}"),
+    }
+}
+
+#[test]
+fn a_prepared_part_holds_its_keys_and_closed_time_until_it_commits_at_the_one_stamp() {
+    let store = mem_store();
+    put(&store, 100, "a", "old");
+    let p = prepared_at(apply(
+        &store,
+        200,
+        prepare(1, false, vec![set("a", "new"), set("b", "new")]),
+    ));
+    // Nothing written yet; the keys held.
+    assert_eq!(
+        value_at(&store, "a", ReadAt::Latest).as_deref(),
+        Some("old")
+    );
+    assert_eq!(value_at(&store, "b", ReadAt::Latest), None);
+    assert_eq!(store.held_keys(&[key("a"), key("c")]), vec![key("a")]);
+    assert_eq!(store.undecided().len(), 1);
+    // A plain write of a held key is refused for now, another key's is taken.
+    let refused = apply(&store, 300, Op::Kv(KvWrite::Put(put_req("a", "plain"))));
+    assert!(
+        matches!(refused, Err(FirnError::TryAgain(_))),
+        "{refused:?}"
+    );
+    let other = put(&store, 400, "c", "free");
+    // Another transaction's prepare of a held key: a conflict, nothing held for it.
+    let conflict = apply(&store, 450, prepare(2, false, vec![set("b", "x")]));
+    assert!(
+        matches!(conflict, Err(FirnError::TxnConflict(_))),
+        "{conflict:?}"
+    );
+    assert_eq!(store.undecided().len(), 1);
+    // Time is closed below the prepare, though later entries were applied.
+    assert!(other.commit_ts > p);
+    assert_eq!(store.last_commit_ts(), p.predecessor());
+
+    // Committed at a stamp above the prepare (another shard prepared later).
+    let t = CommitTs::new(500, 0);
+    let resolved = apply(
+        &store,
+        450,
+        Op::Txn(TxnOp::Resolve {
+            txn: TxnId(1),
+            outcome: TxnOutcome::Committed(t),
+        }),
+    );
+    assert_eq!(resolved, Ok(Response::Done));
+    for k in ["a", "b"] {
+        let v = store.get(k.as_bytes(), ReadAt::Latest).unwrap().unwrap();
+        assert_eq!((v.value, v.commit_ts), (Some(Bytes::from("new")), t), "{k}");
+    }
+    assert!(store.held_keys(&[key("a"), key("b")]).is_empty());
+    assert!(store.last_commit_ts() >= t, "closed time is free again");
+    // Later entries are stamped above the commit stamp, though proposed below it.
+    let next = put(&store, 460, "a", "after");
+    assert!(next.commit_ts > t);
+    // A resolution heard twice changes nothing.
+    apply(
+        &store,
+        600,
+        Op::Txn(TxnOp::Resolve {
+            txn: TxnId(1),
+            outcome: TxnOutcome::Committed(t),
+        }),
+    )
+    .unwrap();
+    assert_eq!(
+        value_at(&store, "a", ReadAt::Latest).as_deref(),
+        Some("after")
+    );
+}
+
+#[test]
+fn the_anchor_decides_once_and_an_unknown_transaction_is_aborted_for_good() {
+    let store = mem_store();
+    prepared_at(apply(&store, 100, prepare(7, true, vec![set("k", "v")])));
+    let decide = |wall, decision| {
+        apply(
+            &store,
+            wall,
+            Op::Txn(TxnOp::Decide {
+                txn: TxnId(7),
+                decision,
+            }),
+        )
+    };
+    let t = CommitTs::new(150, 0);
+    assert_eq!(
+        decide(200, TxnOutcome::Committed(t)),
+        Ok(Response::Decided(TxnOutcome::Committed(t)))
+    );
+    assert_eq!(value_at(&store, "k", ReadAt::Latest).as_deref(), Some("v"));
+    // A survivor's abort after the commit learns the commit.
+    assert_eq!(
+        decide(300, TxnOutcome::Aborted),
+        Ok(Response::Decided(TxnOutcome::Committed(t)))
+    );
+
+    // A transaction the anchor never prepared: aborted, and its prepare arriving late is
+    // refused, so it never holds keys.
+    let unknown = apply(
+        &store,
+        400,
+        Op::Txn(TxnOp::Decide {
+            txn: TxnId(8),
+            decision: TxnOutcome::Committed(CommitTs::new(400, 0)),
+        }),
+    );
+    assert_eq!(unknown, Ok(Response::Decided(TxnOutcome::Aborted)));
+    let late = apply(&store, 500, prepare(8, true, vec![set("k", "late")]));
+    assert!(matches!(late, Err(FirnError::TxnConflict(_))), "{late:?}");
+    assert!(store.undecided().is_empty());
+}
+
+#[test]
+fn an_aborted_part_writes_nothing_and_a_changed_watched_key_holds_nothing() {
+    let store = mem_store();
+    let before = put(&store, 100, "w", "1");
+    prepared_at(apply(&store, 200, prepare(3, false, vec![set("x", "v")])));
+    apply(
+        &store,
+        300,
+        Op::Txn(TxnOp::Resolve {
+            txn: TxnId(3),
+            outcome: TxnOutcome::Aborted,
+        }),
+    )
+    .unwrap();
+    assert_eq!(value_at(&store, "x", ReadAt::Latest), None);
+    assert!(store.undecided().is_empty());
+
+    put(&store, 400, "w", "2");
+    let watched = apply(
+        &store,
+        500,
+        Op::Txn(TxnOp::Prepare {
+            txn: TxnId(4),
+            anchor: 0,
+            is_anchor: false,
+            deadline_us: 10_000_000,
+            steps: vec![set("x", "v")],
+            watched: vec![(key("w"), before.commit_ts)],
+        }),
+    );
+    assert!(
+        matches!(watched, Ok(Response::Prepared { steps: None, .. })),
+        "{watched:?}"
+    );
+    assert!(store.undecided().is_empty());
+}
