@@ -30,7 +30,7 @@ pub const TXN_BYTES_MAX: usize = 16 << 20;
 /// How long a transaction across shards may hold its keys: its parts are prepared with a
 /// deadline this far after the coordinator starts it; past it, a participant asks the
 /// anchor, which aborts a transaction still undecided.
-pub const TXN_DEADLINE_MS: u64 = 10_000;
+pub const TXN_DEADLINE_MS: u64 = 5_000;
 
 /// Most times a coordinator tries a transaction across shards whose keys another
 /// transaction held, before it answers `TRYAGAIN`.

@@ -17,14 +17,9 @@ fn keys_on_every_shard(tag: &str) -> Vec<String> {
     (0..3).map(|s| key_in_shard(s, tag)).collect()
 }
 
-/// SET of every key to `value` in one MULTI/EXEC through node `via`.
-async fn exec_set(
-    cluster: &Cluster,
-    via: usize,
-    keys: &[String],
-    value: &str,
-) -> redis::RedisResult<redis::Value> {
-    let client = redis::Client::open(format!("redis://{}/", cluster.resp_addr(via)))?;
+/// SET of every key to `value` in one MULTI/EXEC through the node at `addr`.
+async fn exec_set(addr: &str, keys: &[String], value: &str) -> redis::RedisResult<redis::Value> {
+    let client = redis::Client::open(format!("redis://{addr}/"))?;
     let config =
         redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(30)));
     let mut c = client
@@ -61,7 +56,7 @@ async fn coordinator_dies_at(cluster: &mut Cluster, point: &str, keys: &[String]
     cluster.kill_9(0);
     cluster.restart_with_env(0, &[], &[("FAIL_POINTS", &format!("{point}=return"))]);
     cluster.wait_for_leaders(0, None);
-    let sent = exec_set(cluster, 0, keys, value).await;
+    let sent = exec_set(&cluster.resp_addr(0), keys, value).await;
     eprintln!("the transaction through the coordinator dying at {point}: {sent:?}");
     assert!(
         sent.is_err(),
@@ -79,7 +74,7 @@ async fn coordinator_dies_at(cluster: &mut Cluster, point: &str, keys: &[String]
 async fn a_coordinator_killed_mid_commit_leaves_its_transaction_whole_or_not_at_all() {
     let mut cluster = Cluster::ready(3, &[]).await;
     let keys = keys_on_every_shard("acct");
-    exec_set(&cluster, 1, &keys, "0")
+    exec_set(&cluster.resp_addr(1), &keys, "0")
         .await
         .expect("a first transaction");
 
@@ -116,4 +111,182 @@ async fn a_coordinator_killed_mid_commit_leaves_its_transaction_whole_or_not_at_
     cluster.restart(0);
     cluster.wait_for_leaders(0, None);
     assert_eq!(values(&cluster, 0, &keys).await, after);
+}
+
+/// Accounts on every shard (two a shard), each starting at 100.
+const ACCOUNTS: usize = 6;
+const OPENING: i64 = 100;
+
+fn accounts() -> Vec<String> {
+    (0..3)
+        .flat_map(|s| common::keys_in_shard(s, "bank/", 2))
+        .collect()
+}
+
+/// A connection to the first node of `from` that answers, starting at `next`.
+async fn connect_any(addrs: &[String], next: &mut usize) -> redis::aio::MultiplexedConnection {
+    let config =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(20)));
+    loop {
+        let addr = &addrs[*next % addrs.len()];
+        *next += 1;
+        if let Ok(client) = redis::Client::open(format!("redis://{addr}/"))
+            && let Ok(c) = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+        {
+            return c;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bank_across_shards_keeps_its_sum_through_transfers_and_leader_kills() {
+    let seed = common::seed("bank");
+    let cluster = std::sync::Arc::new(std::sync::Mutex::new(Cluster::ready(3, &[]).await));
+    let addrs: Vec<String> = {
+        let c = cluster.lock().unwrap();
+        (0..3).map(|i| c.resp_addr(i)).collect()
+    };
+    let accounts = accounts();
+    let total = OPENING * ACCOUNTS as i64;
+    exec_set(&addrs[0], &accounts, &OPENING.to_string())
+        .await
+        .expect("the accounts open");
+    let until = Instant::now() + Duration::from_secs(14);
+    let transfers = (0..3).map(|p| {
+        let (addrs, accounts) = (addrs.clone(), accounts.clone());
+        tokio::spawn(async move {
+            let mut rng = common::Rng::for_process(seed, p);
+            let mut next = p;
+            let mut c = connect_any(&addrs, &mut next).await;
+            let mut committed = 0;
+            while Instant::now() < until {
+                let from = &accounts[rng.next() as usize % ACCOUNTS];
+                let to = &accounts[rng.next() as usize % ACCOUNTS];
+                let amount = 1 + (rng.next() % 10) as i64;
+                let sent: redis::RedisResult<redis::Value> = redis::pipe()
+                    .atomic()
+                    .incr(from, -amount)
+                    .incr(to, amount)
+                    .query_async(&mut c)
+                    .await;
+                let both_counted = |a: &[redis::Value]| {
+                    a.len() == 2 && a.iter().all(|v| matches!(v, redis::Value::Int(_)))
+                };
+                match sent {
+                    Ok(redis::Value::Array(a)) if both_counted(&a) => committed += 1,
+                    Ok(other) => panic!("a transfer answered {other:?}"),
+                    // A node killed, a leader moving, keys held: a transfer applied whole
+                    // or not at all either way.
+                    Err(e) if e.is_io_error() || e.is_connection_dropped() => {
+                        c = connect_any(&addrs, &mut next).await
+                    }
+                    // Refused (TRYAGAIN: keys held, a leader moving) or UNCERTAIN: whole or
+                    // not at all, which the sums check.
+                    Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+                }
+            }
+            committed
+        })
+    });
+    let transfers: Vec<_> = transfers.collect();
+    // Readers: a snapshot of every account at one time, and every account read in one
+    // transaction; each sum must be the opening total.
+    let readers = (0..2).map(|p| {
+        let (addrs, accounts) = (addrs.clone(), accounts.clone());
+        tokio::spawn(async move {
+            let mut next = p + 1;
+            let mut c = connect_any(&addrs, &mut next).await;
+            let mut sums = Vec::new();
+            while Instant::now() < until {
+                let read: redis::RedisResult<Vec<i64>> = if p == 0 {
+                    snapshot_of(&addrs[next % addrs.len()], &accounts).await
+                } else {
+                    redis::pipe()
+                        .atomic()
+                        .mget(&accounts)
+                        .query_async::<(Vec<i64>,)>(&mut c)
+                        .await
+                        .map(|(v,)| v)
+                };
+                match read {
+                    // Every account absent: a snapshot at a time before the bank opened.
+                    Ok(values) if values.iter().all(|v| *v == -1_000_000) => {}
+                    Ok(values) => sums.push((values.iter().sum::<i64>(), values)),
+                    Err(e) if e.is_io_error() || e.is_connection_dropped() => {
+                        c = connect_any(&addrs, &mut next).await
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+                }
+            }
+            sums
+        })
+    });
+    let readers: Vec<_> = readers.collect();
+    common::kill_leaders(
+        cluster.clone(),
+        vec![0, 1, 2],
+        Duration::from_secs(2),
+        Duration::from_secs(1),
+    )
+    .await;
+    let mut committed = 0;
+    for t in transfers {
+        committed += t.await.unwrap();
+    }
+    let mut checked = [0usize; 2];
+    for (p, r) in readers.into_iter().enumerate() {
+        for (sum, values) in r.await.unwrap() {
+            assert_eq!(sum, total, "a read saw a transfer in part: {values:?}");
+            checked[p] += 1;
+        }
+    }
+    let finally = {
+        let client = Client::connect(&addrs[0]).await.unwrap();
+        let mut sum = 0;
+        for k in &accounts {
+            let v = read_latest(&client, k.as_bytes()).await.unwrap();
+            sum += String::from_utf8_lossy(&v.value.unwrap())
+                .parse::<i64>()
+                .unwrap();
+        }
+        sum
+    };
+    eprintln!(
+        "bank: {committed} transfers committed, {} snapshot sums and {} transactional sums checked",
+        checked[0], checked[1]
+    );
+    assert_eq!(finally, total, "the bank's sum changed");
+    assert!(committed > 20, "only {committed} transfers committed");
+    assert!(
+        checked.iter().all(|n| *n > 0),
+        "too few reads checked: {checked:?}"
+    );
+}
+
+/// Every account read at one time across the shards (`FIRN.SNAPSHOT`) through `addr`.
+async fn snapshot_of(addr: &str, accounts: &[String]) -> redis::RedisResult<Vec<i64>> {
+    let io = |e: String| redis::RedisError::from((redis::ErrorKind::Io, "snapshot", e));
+    let client = Client::connect(addr).await.map_err(|e| io(e.to_string()))?;
+    let keys = accounts
+        .iter()
+        .map(|k| firn_model::Key::new(bytes::Bytes::from(k.clone())).unwrap())
+        .collect();
+    let (_, found) = client
+        .snapshot(&firn_model::SnapshotOf::Keys(keys), None)
+        .await
+        .map_err(|e| io(e.to_string()))?;
+    Ok(found
+        .into_iter()
+        .map(|(_, v)| {
+            let value = v.and_then(|v| v.value).unwrap_or_default();
+            // An account absent: read at a time before the bank opened (all absent then),
+            // or a cut that is not one (some absent): a sum far from the total says so.
+            String::from_utf8_lossy(&value)
+                .parse()
+                .unwrap_or(-1_000_000)
+        })
+        .collect())
 }
