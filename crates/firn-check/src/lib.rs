@@ -21,6 +21,7 @@ use std::hash::Hash;
 pub mod groups;
 pub mod log;
 pub mod register;
+pub mod txn;
 
 /// A checker's verdict in words, followed by each operation of `operations` it names (by
 /// index): what the shared log's and consumer groups' histories print when they fail.

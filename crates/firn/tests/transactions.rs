@@ -290,3 +290,160 @@ async fn snapshot_of(addr: &str, accounts: &[String]) -> redis::RedisResult<Vec<
         })
         .collect())
 }
+
+/// Registers on every shard (two a shard) that random transactions read and write.
+const REGISTERS: usize = 6;
+
+/// One transaction of reads and writes of the registers, run through `c`; what the client
+/// saw of it.
+async fn run_txn(
+    c: &mut redis::aio::MultiplexedConnection,
+    keys: &[String],
+    mops: Vec<firn_check::txn::Mop>,
+    started: Instant,
+) -> firn_check::txn::Txn {
+    use firn_check::txn::{Mop, Status};
+    let invoked_at = started.elapsed().as_micros() as u64;
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for m in &mops {
+        match m {
+            Mop::Read { key, .. } => pipe.get(key),
+            Mop::Write { key, value } => pipe.set(key, value),
+        };
+    }
+    let _ = keys;
+    let answer: redis::RedisResult<Vec<redis::Value>> = pipe.query_async(c).await;
+    let completed_at = started.elapsed().as_micros() as u64;
+    let (status, mops) = match answer {
+        Ok(values) => {
+            let mops = mops
+                .into_iter()
+                .zip(values)
+                .map(|(m, v)| match (m, v) {
+                    (Mop::Read { key, .. }, redis::Value::Nil) => Mop::Read { key, value: None },
+                    (Mop::Read { key, .. }, redis::Value::BulkString(b)) => Mop::Read {
+                        key,
+                        value: Some(String::from_utf8_lossy(&b).parse().unwrap()),
+                    },
+                    (m @ Mop::Write { .. }, redis::Value::Okay) => m,
+                    (m, v) => panic!("{m:?} answered {v:?}"),
+                })
+                .collect();
+            (Status::Committed, mops)
+        }
+        // Refused, nothing applied.
+        Err(e) if matches!(e.code(), Some("TRYAGAIN" | "EXECABORT")) => (Status::Aborted, mops),
+        // A connection lost, UNCERTAIN: applied or not, reads unknown.
+        Err(_) => (
+            Status::Unknown,
+            mops.into_iter()
+                .filter(|m| matches!(m, Mop::Write { .. }))
+                .collect(),
+        ),
+    };
+    firn_check::txn::Txn {
+        client: 0,
+        invoked_at,
+        completed_at,
+        status,
+        mops,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_across_shards_are_strictly_serializable_through_leader_kills() {
+    use firn_check::txn::Mop;
+    let seed = common::seed("registers");
+    let cluster = std::sync::Arc::new(std::sync::Mutex::new(Cluster::ready(3, &[]).await));
+    let addrs: Vec<String> = {
+        let c = cluster.lock().unwrap();
+        (0..3).map(|i| c.resp_addr(i)).collect()
+    };
+    let keys: Vec<String> = (0..3)
+        .flat_map(|s| common::keys_in_shard(s, "reg/", REGISTERS / 3))
+        .collect();
+    let started = Instant::now();
+    let until = started + Duration::from_secs(14);
+    let clients = (0..4).map(|p| {
+        let (addrs, keys) = (addrs.clone(), keys.clone());
+        tokio::spawn(async move {
+            let mut rng = common::Rng::for_process(seed, p);
+            let mut next = p;
+            let mut c = connect_any(&addrs, &mut next).await;
+            let mut history = Vec::new();
+            let mut seq = 0u64;
+            while Instant::now() < until {
+                let mops = (0..2 + rng.next() % 3)
+                    .map(|_| {
+                        let key = keys[rng.next() as usize % REGISTERS].clone();
+                        if rng.next() % 2 == 0 {
+                            Mop::Read { key, value: None }
+                        } else {
+                            seq += 1;
+                            Mop::Write {
+                                key,
+                                value: p as u64 * 1_000_000 + seq,
+                            }
+                        }
+                    })
+                    .collect();
+                let mut txn = run_txn(&mut c, &keys, mops, started).await;
+                txn.client = p;
+                if txn.status == firn_check::txn::Status::Unknown {
+                    c = connect_any(&addrs, &mut next).await;
+                }
+                history.push(txn);
+            }
+            history
+        })
+    });
+    let clients: Vec<_> = clients.collect();
+    common::kill_leaders(
+        cluster.clone(),
+        vec![0, 1, 2],
+        Duration::from_secs(2),
+        Duration::from_secs(1),
+    )
+    .await;
+    let mut history = Vec::new();
+    for c in clients {
+        history.extend(c.await.unwrap());
+    }
+    // Each register's versions, oldest first, as the store keeps them.
+    let client = Client::connect(&addrs[0]).await.unwrap();
+    let mut versions = firn_check::txn::VersionOrder::new();
+    for k in &keys {
+        let all = common::settled(|| client.history(k.as_bytes(), 1, None, 10_000, None))
+            .await
+            .unwrap();
+        versions.insert(
+            k.clone(),
+            all.into_iter()
+                .filter_map(|v| v.value)
+                .map(|b| String::from_utf8_lossy(&b).parse().unwrap())
+                .collect(),
+        );
+    }
+    let count = |s| history.iter().filter(|t| t.status == s).count();
+    let (ok, refused, unknown) = (
+        count(firn_check::txn::Status::Committed),
+        count(firn_check::txn::Status::Aborted),
+        count(firn_check::txn::Status::Unknown),
+    );
+    eprintln!("registers: {ok} committed, {refused} refused, {unknown} unknown");
+    match firn_check::txn::check(&history, &versions) {
+        Ok(summary) => eprintln!("checked: {summary:?}"),
+        Err(anomalies) => panic!(
+            "{} anomalies, the first: {}",
+            anomalies.len(),
+            anomalies
+                .iter()
+                .take(5)
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join("\n")
+        ),
+    }
+    assert!(ok > 20, "only {ok} transactions committed");
+}
