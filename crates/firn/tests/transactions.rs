@@ -113,6 +113,27 @@ async fn a_coordinator_killed_mid_commit_leaves_its_transaction_whole_or_not_at_
     assert_eq!(values(&cluster, 0, &keys).await, after);
 }
 
+type Shared = std::sync::Arc<std::sync::Mutex<Cluster>>;
+
+/// A cluster of three nodes, shared with the task that kills its leaders, and each node's
+/// RESP address.
+async fn three_nodes() -> (Shared, Vec<String>) {
+    let cluster = Cluster::ready(3, &[]).await;
+    let addrs = (0..3).map(|i| cluster.resp_addr(i)).collect();
+    (std::sync::Arc::new(std::sync::Mutex::new(cluster)), addrs)
+}
+
+/// Kills the leader of each shard in turn (2 s apart, each down for 1 s).
+async fn kill_each_leader(cluster: &Shared) {
+    common::kill_leaders(
+        cluster.clone(),
+        vec![0, 1, 2],
+        Duration::from_secs(2),
+        Duration::from_secs(1),
+    )
+    .await;
+}
+
 /// Accounts on every shard (two a shard), each starting at 100.
 const ACCOUNTS: usize = 6;
 const OPENING: i64 = 100;
@@ -144,11 +165,7 @@ async fn connect_any(addrs: &[String], next: &mut usize) -> redis::aio::Multiple
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bank_across_shards_keeps_its_sum_through_transfers_and_leader_kills() {
     let seed = common::seed("bank");
-    let cluster = std::sync::Arc::new(std::sync::Mutex::new(Cluster::ready(3, &[]).await));
-    let addrs: Vec<String> = {
-        let c = cluster.lock().unwrap();
-        (0..3).map(|i| c.resp_addr(i)).collect()
-    };
+    let (cluster, addrs) = three_nodes().await;
     let accounts = accounts();
     let total = OPENING * ACCOUNTS as i64;
     exec_set(&addrs[0], &accounts, &OPENING.to_string())
@@ -225,13 +242,7 @@ async fn a_bank_across_shards_keeps_its_sum_through_transfers_and_leader_kills()
         })
     });
     let readers: Vec<_> = readers.collect();
-    common::kill_leaders(
-        cluster.clone(),
-        vec![0, 1, 2],
-        Duration::from_secs(2),
-        Duration::from_secs(1),
-    )
-    .await;
+    kill_each_leader(&cluster).await;
     let mut committed = 0;
     for t in transfers {
         committed += t.await.unwrap();
@@ -355,11 +366,7 @@ async fn run_txn(
 async fn transactions_across_shards_are_strictly_serializable_through_leader_kills() {
     use firn_check::txn::Mop;
     let seed = common::seed("registers");
-    let cluster = std::sync::Arc::new(std::sync::Mutex::new(Cluster::ready(3, &[]).await));
-    let addrs: Vec<String> = {
-        let c = cluster.lock().unwrap();
-        (0..3).map(|i| c.resp_addr(i)).collect()
-    };
+    let (cluster, addrs) = three_nodes().await;
     let keys: Vec<String> = (0..3)
         .flat_map(|s| common::keys_in_shard(s, "reg/", REGISTERS / 3))
         .collect();
@@ -399,13 +406,7 @@ async fn transactions_across_shards_are_strictly_serializable_through_leader_kil
         })
     });
     let clients: Vec<_> = clients.collect();
-    common::kill_leaders(
-        cluster.clone(),
-        vec![0, 1, 2],
-        Duration::from_secs(2),
-        Duration::from_secs(1),
-    )
-    .await;
+    kill_each_leader(&cluster).await;
     let mut history = Vec::new();
     for c in clients {
         history.extend(c.await.unwrap());
