@@ -182,3 +182,101 @@ async fn a_transaction_over_its_limits_is_refused_with_nothing_applied() {
     assert_eq!(exists, 0, "a refused transaction wrote something");
     node.shutdown().await;
 }
+
+/// FIRN.TXN and `POST /v1/txn` across shards: the compares on keys of one shard decide
+/// what runs on another; a failed compare runs the else branch; both answer each step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compare_then_write_runs_one_branch_across_shards() {
+    let node = three_shard_node().await;
+    let client = redis::Client::open(format!("redis://{}/", node.resp_addr)).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let (lock, counter) = two_keys_in_different_shards();
+    let txn = |lock: &str, counter: &str| {
+        let mut cmd = redis::cmd("FIRN.TXN");
+        cmd.arg("IF").arg(lock).arg("EXISTS").arg("=").arg("0");
+        cmd.arg("THEN").arg(3).arg("SET").arg(lock).arg("held");
+        cmd.arg("THEN").arg(3).arg("INCRBY").arg(counter).arg(10);
+        cmd.arg("ELSE").arg(2).arg("GET").arg(lock);
+        cmd
+    };
+    // Free: the then branch, both writes.
+    let ran: (i64, (String, i64)) = txn(&lock, &counter).query_async(&mut c).await.unwrap();
+    assert_eq!(ran, (1, ("OK".to_string(), 10)));
+    // Held now: the else branch, nothing written.
+    let ran: (i64, (String,)) = txn(&lock, &counter).query_async(&mut c).await.unwrap();
+    assert_eq!(ran, (0, ("held".to_string(),)));
+    let count: i64 = redis::cmd("GET")
+        .arg(&counter)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(count, 10, "the else branch wrote");
+    // A version compare, and a refused word.
+    let ran: (i64, Vec<i64>) = redis::cmd("FIRN.TXN")
+        .arg("IF")
+        .arg(&counter)
+        .arg("VERSION")
+        .arg("=")
+        .arg(1)
+        .arg("THEN")
+        .arg(2)
+        .arg("INCR")
+        .arg(&counter)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(ran, (1, vec![11]));
+    let bad = redis::cmd("FIRN.TXN")
+        .arg("IF")
+        .arg(&lock)
+        .arg("EXISTS")
+        .arg(">")
+        .arg("0")
+        .query_async::<redis::Value>(&mut c)
+        .await
+        .expect_err("an ordered EXISTS compare was taken");
+    assert!(bad.to_string().contains("= or !="), "{bad}");
+    let bad = redis::cmd("FIRN.TXN")
+        .arg("THEN")
+        .arg(2)
+        .arg("XLEN")
+        .arg(&lock)
+        .query_async::<redis::Value>(&mut c)
+        .await
+        .expect_err("XLEN ran inside a transaction");
+    assert!(bad.to_string().contains("XLEN cannot run"), "{bad}");
+
+    // The same over HTTP: the lock held, so the else branch reads it.
+    let base = format!("http://{}", node.http_addr);
+    let (lock2, counter2) = (lock.clone(), counter.clone());
+    let (first, second) = tokio::task::spawn_blocking(move || {
+        let body = serde_json::json!({
+            "compare": [{"key": lock2, "exists": false}],
+            "then": [{"op": "put", "key": lock2, "value": "mine"}],
+            "else": [{"op": "get", "key": lock2}, {"op": "incr", "key": counter2, "by": -1}],
+        });
+        let send = || {
+            ureq::post(&format!("{base}/v1/txn"))
+                .send_json(body.clone())
+                .unwrap()
+                .into_json::<serde_json::Value>()
+                .unwrap()
+        };
+        let first = send();
+        let bad = ureq::post(&format!("{base}/v1/txn")).send_json(
+            serde_json::json!({"compare": [{"key": "x", "version": 1, "exists": true}]}),
+        );
+        match bad {
+            Err(ureq::Error::Status(400, _)) => {}
+            other => panic!("a compare of two targets answered {other:?}"),
+        }
+        (first, send())
+    })
+    .await
+    .unwrap();
+    assert_eq!(first["succeeded"], false, "{first}");
+    assert_eq!(first["results"][0]["found"]["value"], "held", "{first}");
+    assert_eq!(first["results"][1]["value"], "10", "{first}");
+    assert_eq!(second["results"][1]["value"], "9", "{second}");
+    node.shutdown().await;
+}

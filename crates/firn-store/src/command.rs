@@ -41,30 +41,20 @@ pub enum Op {
 /// "Transactions across shards").
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TxnOp {
-    /// Checks the watched keys, runs `steps` to their answers without keeping what they
-    /// write, and holds every key they name (and time, from this entry's stamp) until the
-    /// transaction is resolved here. The anchor's prepare also writes the transaction's
-    /// record, undecided. Answers `Response::Prepared`; refused with `TxnConflict` when
-    /// another transaction holds one of the keys.
-    Prepare {
-        txn: TxnId,
-        /// The shard whose record decides the transaction.
-        anchor: u32,
-        /// Whether this shard is the anchor.
-        is_anchor: bool,
-        /// Wall µs after which a participant asks the anchor, which then aborts the
-        /// transaction if it is still undecided.
-        deadline_us: u64,
-        steps: Vec<TxnStep>,
-        watched: Vec<(Key, CommitTs)>,
-    },
+    /// Checks the compares, runs `steps` (and `otherwise`) to their answers without keeping
+    /// what they write, and holds every key they name (and time, from this entry's stamp)
+    /// until the transaction is resolved here. The anchor's prepare also writes the
+    /// transaction's record, undecided. Answers `Response::Prepared` (holding nothing when
+    /// a compare failed and there are no `otherwise` steps); refused with `TxnConflict`
+    /// when another transaction holds one of the keys.
+    Prepare { txn: TxnId, part: TxnPart },
     /// At the anchor: decides the transaction — `Committed(T)` commits it if it is still
     /// undecided, `Aborted` aborts it — unless it was decided before (or never prepared
     /// here: then it is aborted). Resolves the anchor's own part the same way. Answers
     /// `Response::Decided` with the outcome the record holds.
     Decide { txn: TxnId, decision: TxnOutcome },
-    /// At a participant: ends its part as the anchor decided — committed, its steps run
-    /// again as versions stamped `T`; aborted, nothing. A part resolved before (or never
+    /// At a participant: ends its part as the anchor decided — committed, its steps (or
+    /// its `otherwise` steps) run again as versions stamped `T`; aborted, nothing. A part resolved before (or never
     /// prepared) is left alone.
     Resolve { txn: TxnId, outcome: TxnOutcome },
 }
@@ -113,6 +103,22 @@ pub enum SystemOp {
     /// shard is stamped above it. A leader proposes one when the shard has been idle, so
     /// that time keeps closing.
     CloseTime,
+}
+
+/// One shard's part of a transaction across shards, as the coordinator prepares it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnPart {
+    /// The shard whose record decides the transaction.
+    pub anchor: u32,
+    /// Whether this shard is the anchor.
+    pub is_anchor: bool,
+    /// Wall µs after which a participant asks the anchor, which then aborts the transaction
+    /// if it is still undecided.
+    pub deadline_us: u64,
+    pub compares: Vec<firn_model::Compare>,
+    pub steps: Vec<TxnStep>,
+    /// `Some` when the transaction has `otherwise` steps (this part's may be none).
+    pub otherwise: Option<Vec<TxnStep>>,
 }
 
 /// How a stream append chooses its id, and what it trims after.

@@ -16,6 +16,6 @@ pub mod sink;
 pub mod store;
 
 pub use backend::{FjallBackend, MemoryBackend, StorageBackend};
-pub use command::{Command, LogOp, Op, SystemOp, TxnOp};
+pub use command::{Command, LogOp, Op, SystemOp, TxnOp, TxnPart};
 pub use sink::AppliedSink;
 pub use store::VersionedStore;

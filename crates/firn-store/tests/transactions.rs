@@ -4,8 +4,11 @@
 //! writes the part's versions at the one commit stamp, or nothing.
 
 use bytes::Bytes;
-use firn_model::{CommitTs, FirnError, KvWrite, ReadAt, Response, TxnId, TxnOutcome, TxnStep};
-use firn_store::{Op, TxnOp};
+use firn_model::{
+    CommitTs, Compare, CompareOp, CompareTarget, FirnError, KvWrite, ReadAt, Response, TxnId,
+    TxnOutcome, TxnStep,
+};
+use firn_store::{Op, TxnOp, TxnPart};
 
 mod store_support;
 use store_support::*;
@@ -17,17 +20,22 @@ fn set(k: &str, v: &str) -> TxnStep {
 fn prepare(txn: u128, is_anchor: bool, steps: Vec<TxnStep>) -> Op {
     Op::Txn(TxnOp::Prepare {
         txn: TxnId(txn),
-        anchor: 0,
-        is_anchor,
-        deadline_us: 10_000_000,
-        steps,
-        watched: Vec::new(),
+        part: TxnPart {
+            anchor: 0,
+            is_anchor,
+            deadline_us: 10_000_000,
+            compares: Vec::new(),
+            steps,
+            otherwise: None,
+        },
     })
 }
 
 fn prepared_at(answer: Result<Response, FirnError>) -> CommitTs {
     match answer {
-        Ok(Response::Prepared { at, steps: Some(_) }) => at,
+        Ok(Response::Prepared {
+            at, compared: true, ..
+        }) => at,
         other => panic!("not prepared: {other:?}"),
     }
 }
@@ -74,7 +82,10 @@ fn a_prepared_part_holds_its_keys_and_closed_time_until_it_commits_at_the_one_st
         450,
         Op::Txn(TxnOp::Resolve {
             txn: TxnId(1),
-            outcome: TxnOutcome::Committed(t),
+            outcome: TxnOutcome::Committed {
+                at: t,
+                otherwise: false,
+            },
         }),
     );
     assert_eq!(resolved, Ok(Response::Done));
@@ -93,7 +104,10 @@ fn a_prepared_part_holds_its_keys_and_closed_time_until_it_commits_at_the_one_st
         600,
         Op::Txn(TxnOp::Resolve {
             txn: TxnId(1),
-            outcome: TxnOutcome::Committed(t),
+            outcome: TxnOutcome::Committed {
+                at: t,
+                otherwise: false,
+            },
         }),
     )
     .unwrap();
@@ -119,14 +133,26 @@ fn the_anchor_decides_once_and_an_unknown_transaction_is_aborted_for_good() {
     };
     let t = CommitTs::new(150, 0);
     assert_eq!(
-        decide(200, TxnOutcome::Committed(t)),
-        Ok(Response::Decided(TxnOutcome::Committed(t)))
+        decide(
+            200,
+            TxnOutcome::Committed {
+                at: t,
+                otherwise: false
+            }
+        ),
+        Ok(Response::Decided(TxnOutcome::Committed {
+            at: t,
+            otherwise: false
+        }))
     );
     assert_eq!(value_at(&store, "k", ReadAt::Latest).as_deref(), Some("v"));
     // A survivor's abort after the commit learns the commit.
     assert_eq!(
         decide(300, TxnOutcome::Aborted),
-        Ok(Response::Decided(TxnOutcome::Committed(t)))
+        Ok(Response::Decided(TxnOutcome::Committed {
+            at: t,
+            otherwise: false
+        }))
     );
 
     // A transaction the anchor never prepared: aborted, and its prepare arriving late is
@@ -136,7 +162,10 @@ fn the_anchor_decides_once_and_an_unknown_transaction_is_aborted_for_good() {
         400,
         Op::Txn(TxnOp::Decide {
             txn: TxnId(8),
-            decision: TxnOutcome::Committed(CommitTs::new(400, 0)),
+            decision: TxnOutcome::Committed {
+                at: CommitTs::new(400, 0),
+                otherwise: false,
+            },
         }),
     );
     assert_eq!(unknown, Ok(Response::Decided(TxnOutcome::Aborted)));
@@ -168,15 +197,29 @@ fn an_aborted_part_writes_nothing_and_a_changed_watched_key_holds_nothing() {
         500,
         Op::Txn(TxnOp::Prepare {
             txn: TxnId(4),
-            anchor: 0,
-            is_anchor: false,
-            deadline_us: 10_000_000,
-            steps: vec![set("x", "v")],
-            watched: vec![(key("w"), before.commit_ts)],
+            part: TxnPart {
+                anchor: 0,
+                is_anchor: false,
+                deadline_us: 10_000_000,
+                compares: vec![Compare {
+                    key: key("w"),
+                    target: CompareTarget::Stamp(before.commit_ts),
+                    op: CompareOp::Le,
+                }],
+                steps: vec![set("x", "v")],
+                otherwise: None,
+            },
         }),
     );
     assert!(
-        matches!(watched, Ok(Response::Prepared { steps: None, .. })),
+        matches!(
+            watched,
+            Ok(Response::Prepared {
+                compared: false,
+                otherwise: None,
+                ..
+            })
+        ),
         "{watched:?}"
     );
     assert!(store.undecided().is_empty());

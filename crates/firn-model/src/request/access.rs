@@ -181,14 +181,19 @@ fn kv_write(write: &KvWrite) -> Vec<Access> {
         | KvWrite::MSet { .. } => write.keys().map(Access::write_key).collect(),
         // It answers the value it read (INCR's new count, GETDEL's old value): read and write.
         KvWrite::Change { key, .. } => vec![Access::read_key(key), Access::write_key(key)],
-        // What each step needs, and reading the watched keys.
-        KvWrite::Atomic { steps, watched } => steps
+        // What each step of either branch needs, and reading the compared keys.
+        KvWrite::Atomic {
+            compares,
+            steps,
+            otherwise,
+        } => steps
             .iter()
+            .chain(otherwise.iter().flatten())
             .flat_map(|step| match step {
                 crate::TxnStep::Read(r) => kv_read(r),
                 crate::TxnStep::Write(w) => kv_write(w),
             })
-            .chain(watched.iter().map(|(k, _)| Access::read_key(k)))
+            .chain(compares.iter().map(|c| Access::read_key(&c.key)))
             .collect(),
         KvWrite::Truncate { target, .. } => vec![Access::write(range_scope(target))],
         KvWrite::FlushAll => vec![Access::admin(Scope::everything())],

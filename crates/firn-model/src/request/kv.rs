@@ -92,14 +92,16 @@ pub enum KvWrite {
         key: Key,
         change: KeyChange,
     },
-    /// A transaction (`MULTI`/`EXEC`): `steps` run in order, each seeing those before it on
-    /// its shard, at one stamp — unless a key of `watched` has a version stamped after the
-    /// stamp its `WATCH` saw (then none runs). Within one shard it is one log entry; across
-    /// shards, a prepare on each, the anchor's decision and a resolve on each (`TxnOp`).
-    /// Answers `Response::Steps`.
+    /// A transaction (`MULTI`/`EXEC`, `FIRN.TXN`): when every compare holds, `steps` run in
+    /// order, each seeing those before it on its shard, all at one stamp; when one does not,
+    /// the `otherwise` steps run — or, without them, nothing (`EXEC` after a watched key
+    /// changed: `WATCH` is a compare of the key's stamp). Within one shard it is one log
+    /// entry; across shards, a prepare on each, the anchor's decision and a resolve on each
+    /// (`TxnOp`). Answers `Response::Steps` without `otherwise`, `Response::Branch` with it.
     Atomic {
+        compares: Vec<crate::Compare>,
         steps: Vec<TxnStep>,
-        watched: Vec<(Key, CommitTs)>,
+        otherwise: Option<Vec<TxnStep>>,
     },
 }
 
@@ -300,11 +302,16 @@ impl KvWrite {
         match self {
             KvWrite::Put(p) | KvWrite::PutBlob { put: p, .. } => Box::new(std::iter::once(&p.key)),
             KvWrite::Change { key, .. } => Box::new(std::iter::once(key)),
-            KvWrite::Atomic { steps, watched } => Box::new(
+            KvWrite::Atomic {
+                compares,
+                steps,
+                otherwise,
+            } => Box::new(
                 steps
                     .iter()
+                    .chain(otherwise.iter().flatten())
                     .flat_map(TxnStep::keys)
-                    .chain(watched.iter().map(|(k, _)| k)),
+                    .chain(compares.iter().map(|c| &c.key)),
             ),
             KvWrite::Delete { keys } => Box::new(keys.iter()),
             KvWrite::MSet { items } => Box::new(items.iter().map(|(k, _)| k)),

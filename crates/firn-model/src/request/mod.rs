@@ -24,7 +24,7 @@ pub use group::{
 };
 pub use kv::{KeyChange, KvRead, KvWrite, SnapshotOf, TxnStep, redis_integer};
 pub use log::{LogQuery, LogRead, LogRequest, LogWrite};
-pub use txn::{TxnId, TxnOutcome};
+pub use txn::{Compare, CompareOp, CompareTarget, Compared, TxnId, TxnOutcome};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -445,12 +445,21 @@ pub enum Response {
     /// A [`KvWrite::Atomic`]: each step's answer in order, or `None` when a watched key
     /// had changed and no step ran.
     Steps(Option<Vec<Result<Response, crate::FirnError>>>),
+    /// A transaction with `otherwise` steps: whether its compares held (its steps ran) or
+    /// not (the `otherwise` steps ran), and the answers of those that ran.
+    Branch {
+        succeeded: bool,
+        steps: Vec<Result<Response, crate::FirnError>>,
+    },
     /// A shard's part of a transaction across shards, prepared at `at` (its keys held
-    /// until the transaction is decided), with each of its steps' answers — `None`: a
-    /// watched key had changed, and nothing is held.
+    /// until the transaction is decided): whether its compares held, and the answers each
+    /// branch would give (`otherwise`: none without `otherwise` steps). A part whose
+    /// compares failed with no `otherwise` steps holds nothing.
     Prepared {
         at: CommitTs,
-        steps: Option<Vec<Result<Response, crate::FirnError>>>,
+        compared: bool,
+        steps: Vec<Result<Response, crate::FirnError>>,
+        otherwise: Option<Vec<Result<Response, crate::FirnError>>>,
     },
     /// A transaction's decision, as its anchor's record holds it.
     Decided(TxnOutcome),

@@ -345,10 +345,17 @@ impl Kernel {
             && plan::spans_shards(&layout, write)
         {
             self.origins.count(&layout, &request);
-            let KvRequest::Write(KvWrite::Atomic { steps, watched }) = request else {
+            let KvRequest::Write(KvWrite::Atomic {
+                compares,
+                steps,
+                otherwise,
+            }) = request
+            else {
                 unreachable!("matched above")
             };
-            let done = self.transact(ctx, &layout, steps, watched).await;
+            let done = self
+                .transact(ctx, &layout, compares, steps, otherwise)
+                .await;
             return metered.around(ready(done));
         }
         self.origins.count(&layout, &request);

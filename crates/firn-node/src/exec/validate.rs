@@ -26,18 +26,28 @@ impl Kernel {
                     max_len: self.limits.value_bytes_max as u64,
                 },
             },
-            KvWrite::Atomic { steps, watched } => KvWrite::Atomic {
-                steps: steps
-                    .into_iter()
-                    .map(|step| match step {
-                        firn_model::TxnStep::Write(w) => {
-                            firn_model::TxnStep::Write(self.write_with_limits(w))
-                        }
-                        read => read,
-                    })
-                    .collect(),
-                watched,
-            },
+            KvWrite::Atomic {
+                compares,
+                steps,
+                otherwise,
+            } => {
+                let limited = |steps: Vec<firn_model::TxnStep>| {
+                    steps
+                        .into_iter()
+                        .map(|step| match step {
+                            firn_model::TxnStep::Write(w) => {
+                                firn_model::TxnStep::Write(self.write_with_limits(w))
+                            }
+                            read => read,
+                        })
+                        .collect()
+                };
+                KvWrite::Atomic {
+                    compares,
+                    steps: limited(steps),
+                    otherwise: otherwise.map(limited),
+                }
+            }
             other => other,
         }
     }
@@ -74,9 +84,15 @@ impl Kernel {
                 ..
             } => self.limits.check_value(suffix.len()),
             KvWrite::Change { .. } => Ok(()),
-            KvWrite::Atomic { steps, .. } => {
+            KvWrite::Atomic {
+                compares,
+                steps,
+                otherwise,
+            } => {
                 use firn_model::limits::{TXN_BYTES_MAX, TXN_STEPS_MAX};
                 let keys = write.keys().count();
+                let steps: Vec<&firn_model::TxnStep> =
+                    steps.iter().chain(otherwise.iter().flatten()).collect();
                 if steps.len() > TXN_STEPS_MAX || keys > TXN_STEPS_MAX {
                     return Err(FirnError::BadArgument(format!(
                         "a transaction of {} commands naming {keys} keys; the limit is \
@@ -84,7 +100,15 @@ impl Kernel {
                         steps.len()
                     )));
                 }
-                let bytes: usize = steps.iter().map(step_bytes).sum();
+                compares.iter().try_for_each(firn_model::Compare::check)?;
+                let compared: usize = compares
+                    .iter()
+                    .map(|c| match &c.target {
+                        firn_model::CompareTarget::Value(v) => v.len(),
+                        _ => 0,
+                    })
+                    .sum();
+                let bytes: usize = compared + steps.iter().map(|s| step_bytes(s)).sum::<usize>();
                 if bytes > TXN_BYTES_MAX {
                     return Err(FirnError::BadArgument(format!(
                         "a transaction writing {bytes} bytes of values; the limit is \

@@ -15,6 +15,7 @@ mod openapi;
 mod params;
 mod query;
 mod service;
+mod txn;
 mod ui;
 mod watch;
 
@@ -71,6 +72,7 @@ pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> 
         .route("/v1/snapshot", get(snapshot))
         .route("/v1/watch", get(watch))
         .route("/v1/truncate", post(truncate))
+        .route("/v1/txn", post(txn::txn))
         .route("/v1/logs", get(tags))
         .route("/v1/log/{log}", post(append).delete(trim))
         .route("/v1/log/{log}/{tag}", get(tag_info))

@@ -48,6 +48,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     multi::DISCARD,
     multi::WATCH,
     multi::UNWATCH,
+    firn_txn::FIRN_TXN,
     scan::SCAN,
     get::TYPE,
     server::FLUSHALL,

@@ -7,12 +7,13 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 use firn_model::{
-    Answer, CommitTs, FirnError, Key, KvRead, KvRequest, KvWrite, ReadConsistency, Request,
-    Response, TxnStep,
+    Answer, CommitTs, Compare, CompareOp, CompareTarget, FirnError, Key, KvRead, KvRequest,
+    KvWrite, ReadConsistency, Request, Response, TxnStep,
 };
 
 use super::Connection;
 use super::Queued;
+use super::cmd::firn_txn::FirnTxn;
 use super::cmd::multi::TxnCommand;
 use super::command::{Action, Render};
 use super::reply::Reply;
@@ -32,23 +33,22 @@ enum InTxn {
 }
 
 /// What a transaction step may be: a point read of newest values, a write of keys, or a
-/// command answered without the store.
-fn as_step(action: Action) -> Result<InTxn, FirnError> {
+/// command answered without the store. `name`: the command's, for a refusal.
+fn as_step(name: &str, action: Action) -> Result<InTxn, FirnError> {
     if let Action::Reply(reply) = action {
         return Ok(InTxn::Fixed(reply));
     }
-    let (step, how) = as_store_step(action)?;
+    let (step, how) = as_store_step(name, action)?;
     Ok(InTxn::Step(step, how))
 }
 
-fn as_store_step(action: Action) -> Result<(TxnStep, Render), FirnError> {
+fn as_store_step(name: &str, action: Action) -> Result<(TxnStep, Render), FirnError> {
     let (step, how) = match action {
         Action::Execute(Request::Kv(KvRequest::Read(read)), how) => (TxnStep::Read(read), how),
         Action::Execute(Request::Kv(KvRequest::Write(write)), how) => (TxnStep::Write(write), how),
-        Action::Execute(request, _) => return Err(TxnStep::refused(request.name())),
-        _ => return Err(TxnStep::refused("this command")),
+        _ => return Err(TxnStep::refused(name)),
     };
-    step.check()?;
+    step.check().map_err(|_| TxnStep::refused(name))?;
     Ok((step, how))
 }
 
@@ -82,7 +82,7 @@ impl Connection {
         } else {
             super::registry::dispatch(name, items)
                 .and_then(|a| self.allowed(&a).map(|()| a))
-                .and_then(as_step)
+                .and_then(|a| as_step(name, a))
         };
         let Some(multi) = self.multi.as_mut() else {
             return Ok(None);
@@ -124,6 +124,7 @@ impl Connection {
                 self.watched.clear();
                 Reply::Ok
             }
+            TxnCommand::Firn(txn) => self.firn_txn(*txn).await,
             TxnCommand::Exec => match self.multi.take() {
                 None => Reply::Error("ERR EXEC without MULTI".into()),
                 Some(multi) => {
@@ -184,21 +185,18 @@ impl Connection {
                 InTxn::Fixed(reply) => shown.push(Ok(reply)),
             }
         }
-        let request = KvWrite::Atomic { steps, watched };
-        match self
-            .client
-            .session
-            .run(&self.shared.router, request.into())
-            .await
-        {
-            Ok(Answer {
-                response: Response::Steps(None),
-                ..
-            }) => Reply::Nil,
-            Ok(Answer {
-                response: Response::Steps(Some(answers)),
-                ..
-            }) => {
+        // WATCH is a compare: no version of the key newer than the one it saw.
+        let compares = watched
+            .into_iter()
+            .map(|(key, seen)| Compare {
+                key,
+                target: CompareTarget::Stamp(seen),
+                op: CompareOp::Le,
+            })
+            .collect();
+        match self.run_atomic(compares, steps, None).await {
+            Ok(Response::Steps(None)) => Reply::Nil,
+            Ok(Response::Steps(Some(answers))) => {
                 let mut answers = answers.into_iter();
                 Reply::Array(
                     shown
@@ -215,10 +213,7 @@ impl Connection {
                         .collect(),
                 )
             }
-            Ok(other) => Reply::error(&FirnError::Internal(format!(
-                "EXEC answered {:?}",
-                other.response
-            ))),
+            Ok(other) => Reply::error(&FirnError::Internal(format!("EXEC answered {other:?}"))),
             // Refused before it ran (its keys span shards, a step over its limits): nothing
             // was applied, and clients read EXECABORT as that.
             Err(
@@ -228,5 +223,76 @@ impl Connection {
             ) => Reply::Error(format!("EXECABORT Transaction discarded: {e}")),
             Err(e) => Reply::error(&e),
         }
+    }
+
+    /// FIRN.TXN: its commands checked as MULTI checks them (each allowed the user, each one
+    /// a transaction may run), then one transaction; `[1|0, [reply…]]`.
+    async fn firn_txn(&mut self, txn: FirnTxn) -> Reply {
+        self.flush_reads().await;
+        self.drain().await;
+        let FirnTxn {
+            compares,
+            then,
+            otherwise,
+        } = txn;
+        let (then, otherwise) = match (self.txn_branch(then), self.txn_branch(otherwise)) {
+            (Ok(t), Ok(o)) => (t, o),
+            (Err(e), _) | (_, Err(e)) => return Reply::error(&e),
+        };
+        let (steps, then_shown): (Vec<TxnStep>, Vec<Render>) = then.into_iter().unzip();
+        let (other_steps, other_shown): (Vec<TxnStep>, Vec<Render>) = otherwise.into_iter().unzip();
+        match self.run_atomic(compares, steps, Some(other_steps)).await {
+            Ok(Response::Branch { succeeded, steps }) => {
+                let shown = if succeeded { then_shown } else { other_shown };
+                Reply::Array(vec![
+                    Reply::Int(succeeded as i64),
+                    Reply::Array(
+                        shown
+                            .into_iter()
+                            .zip(steps)
+                            .map(|(how, answer)| how.show(answer.map(Answer::new)))
+                            .collect(),
+                    ),
+                ])
+            }
+            Ok(other) => Reply::error(&FirnError::Internal(format!("FIRN.TXN answered {other:?}"))),
+            Err(e) => Reply::error(&e),
+        }
+    }
+
+    /// Runs one transaction (`KvWrite::Atomic`) on this connection's session.
+    async fn run_atomic(
+        &mut self,
+        compares: Vec<Compare>,
+        steps: Vec<TxnStep>,
+        otherwise: Option<Vec<TxnStep>>,
+    ) -> Result<Response, FirnError> {
+        let request = KvWrite::Atomic {
+            compares,
+            steps,
+            otherwise,
+        };
+        self.client
+            .session
+            .run(&self.shared.router, request.into())
+            .await
+            .map(|answer| answer.response)
+    }
+
+    /// A FIRN.TXN branch's commands as transaction steps, each with its rendering.
+    fn txn_branch(
+        &self,
+        commands: Vec<VecDeque<Bytes>>,
+    ) -> Result<Vec<(TxnStep, Render)>, FirnError> {
+        commands
+            .into_iter()
+            .map(|mut items| {
+                let name = items.pop_front().unwrap_or_default();
+                let name = String::from_utf8_lossy(&name).to_ascii_uppercase();
+                let action = super::registry::dispatch(&name, items)?;
+                self.allowed(&action)?;
+                as_store_step(&name, action)
+            })
+            .collect()
     }
 }

@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use firn_model::limits::{TXN_DEADLINE_MS, TXN_TRIES_MAX};
 use firn_model::{
-    Answer, CallContext, CommitTs, FirnError, Key, Response, TxnId, TxnOutcome, TxnStep,
+    Answer, CallContext, CommitTs, Compare, FirnError, Response, TxnId, TxnOutcome, TxnStep,
 };
 use firn_raft::ShardId;
-use firn_store::{Op, TxnOp};
+use firn_store::{Op, TxnOp, TxnPart};
 
 use self::split::Split;
 use crate::cluster::layout::ClusterLayout;
@@ -37,18 +37,19 @@ enum Tried {
 }
 
 impl Kernel {
-    /// Runs `steps` as one transaction over the shards their keys are in: all of them or
-    /// none, at one commit stamp, after checking `watched` (`Steps(None)` when a watched key
-    /// changed). A transaction that meets keys another one holds is tried again, backing
-    /// off, up to [`TXN_TRIES_MAX`] times, then refused with `TRYAGAIN`.
+    /// Runs a transaction over the shards its keys are in: when every compare holds,
+    /// `steps`, else `otherwise` (without it: nothing, and `Steps(None)`), all or none, at
+    /// one commit stamp. A transaction that meets keys another one holds is tried again,
+    /// backing off, up to [`TXN_TRIES_MAX`] times, then refused with `TRYAGAIN`.
     pub(crate) async fn transact(
         &self,
         ctx: &CallContext,
         layout: &ClusterLayout,
+        compares: Vec<Compare>,
         steps: Vec<TxnStep>,
-        watched: Vec<(Key, CommitTs)>,
+        otherwise: Option<Vec<TxnStep>>,
     ) -> Result<Answer, FirnError> {
-        let split = Split::new(layout, steps, watched);
+        let split = Split::new(layout, compares, steps, otherwise);
         let mut last = None;
         for attempt in 0..TXN_TRIES_MAX {
             if attempt > 0 {
@@ -57,12 +58,8 @@ impl Kernel {
             match self.try_transaction(ctx, &split).await {
                 Tried::Done(done) => {
                     let response = (*done)?;
-                    let observed = match &response {
-                        Response::Steps(Some(_)) => last_stamp(&response),
-                        _ => None,
-                    };
                     return Ok(Answer {
-                        observed,
+                        observed: last_stamp(&response),
                         ..Answer::new(response)
                     });
                 }
@@ -86,31 +83,36 @@ impl Kernel {
         let prepares = split.parts.iter().map(|(&shard, part)| {
             let op = Op::Txn(TxnOp::Prepare {
                 txn,
-                anchor,
-                is_anchor: shard == anchor,
-                deadline_us,
-                steps: part.steps.clone(),
-                watched: part.watched.clone(),
+                part: TxnPart {
+                    anchor,
+                    is_anchor: shard == anchor,
+                    deadline_us,
+                    compares: part.compares.clone(),
+                    steps: part.steps.clone(),
+                    otherwise: part.otherwise.clone(),
+                },
             });
             async move { (shard, self.run_on(shard, op, ctx).await) }
         });
         let prepared = futures::future::join_all(prepares).await;
-        let mut answers = BTreeMap::new();
+        let has_otherwise = split.parts.values().any(|p| p.otherwise.is_some());
+        let (mut then, mut instead) = (BTreeMap::new(), BTreeMap::new());
         let mut at = CommitTs::ZERO;
+        let mut all_held = true;
         let mut refused: Option<Result<Response, FirnError>> = None;
         let mut conflict = None;
         for (shard, outcome) in prepared {
             match outcome {
                 Ok(Response::Prepared {
                     at: p,
-                    steps: Some(steps),
+                    compared,
+                    steps,
+                    otherwise,
                 }) => {
                     at = at.max(p);
-                    answers.insert(shard, (p, steps));
-                }
-                // A watched key changed: EXEC answers nil.
-                Ok(Response::Prepared { steps: None, .. }) => {
-                    refused.get_or_insert(Ok(Response::Steps(None)));
+                    all_held &= compared;
+                    then.insert(shard, (p, steps));
+                    instead.insert(shard, (p, otherwise.unwrap_or_default()));
                 }
                 Err(e @ FirnError::TxnConflict(_)) => conflict = Some(e),
                 Err(e) => {
@@ -123,6 +125,10 @@ impl Kernel {
                 }
             }
         }
+        // A compare failed and nothing else is to run: EXEC answers nil.
+        if refused.is_none() && conflict.is_none() && !all_held && !has_otherwise {
+            refused = Some(Ok(Response::Steps(None)));
+        }
         if refused.is_some() || conflict.is_some() {
             self.abort(ctx, txn, split).await;
             return match (refused, conflict) {
@@ -134,16 +140,25 @@ impl Kernel {
         fail::fail_point!("txn-after-prepare", |_| std::process::abort());
         let decide = Op::Txn(TxnOp::Decide {
             txn,
-            decision: TxnOutcome::Committed(at),
+            decision: TxnOutcome::Committed {
+                at,
+                otherwise: !all_held,
+            },
         });
         match self.finish_on(anchor, decide, ctx).await {
-            Ok(Response::Decided(TxnOutcome::Committed(at))) => {
+            Ok(Response::Decided(outcome @ TxnOutcome::Committed { at, otherwise })) => {
                 fail::fail_point!("txn-after-decide", |_| std::process::abort());
-                self.resolve_others(ctx, txn, split, TxnOutcome::Committed(at))
-                    .await;
-                Tried::Done(Box::new(Ok(Response::Steps(Some(
-                    split.answers(answers, at),
-                )))))
+                self.resolve_others(ctx, txn, split, outcome).await;
+                let answers = if otherwise { instead } else { then };
+                let steps = split.answers(otherwise, answers, at);
+                Tried::Done(Box::new(Ok(if has_otherwise {
+                    Response::Branch {
+                        succeeded: !otherwise,
+                        steps,
+                    }
+                } else {
+                    Response::Steps(Some(steps))
+                })))
             }
             Ok(Response::Decided(TxnOutcome::Aborted)) => {
                 self.resolve_others(ctx, txn, split, TxnOutcome::Aborted)
@@ -273,7 +288,7 @@ fn backoff(attempt: u32) -> Duration {
 
 /// The stamp the transaction's writes carry, for the client's causality token.
 fn last_stamp(response: &Response) -> Option<CommitTs> {
-    let Response::Steps(Some(steps)) = response else {
+    let (Response::Steps(Some(steps)) | Response::Branch { steps, .. }) = response else {
         return None;
     };
     steps

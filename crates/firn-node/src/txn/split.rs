@@ -3,16 +3,19 @@
 
 use std::collections::BTreeMap;
 
-use firn_model::{CommitTs, FirnError, Key, KvRead, KvWrite, Response, TxnStep, Written};
+use firn_model::{CommitTs, Compare, FirnError, Key, KvRead, KvWrite, Response, TxnStep, Written};
 use firn_raft::ShardId;
 
 use crate::cluster::layout::ClusterLayout;
 
-/// One shard's part: its steps, in the transaction's order, and the watched keys it checks.
+/// One shard's part: the compares of its keys, and its steps of each branch in the
+/// transaction's order.
 #[derive(Debug, Default)]
 pub(super) struct Part {
+    pub compares: Vec<Compare>,
     pub steps: Vec<TxnStep>,
-    pub watched: Vec<(Key, CommitTs)>,
+    /// `Some` (maybe empty) exactly when the transaction has `otherwise` steps.
+    pub otherwise: Option<Vec<TxnStep>>,
 }
 
 /// Where a step of the transaction ran: on one shard, or — a step of several keys whose
@@ -31,64 +34,67 @@ pub(super) struct Split {
     /// The shard of the first key written (of the first key, if nothing is written): its
     /// record decides the transaction.
     pub anchor: ShardId,
+    /// Where each step of the transaction ran, and each of its `otherwise` steps.
     ran: Vec<Ran>,
+    ran_otherwise: Option<Vec<Ran>>,
 }
 
 impl Split {
     pub(super) fn new(
         layout: &ClusterLayout,
+        compares: Vec<Compare>,
         steps: Vec<TxnStep>,
-        watched: Vec<(Key, CommitTs)>,
+        otherwise: Option<Vec<TxnStep>>,
     ) -> Split {
         let shard = |k: &Key| layout.shard_of_key(k.as_bytes());
-        let anchor = steps
-            .iter()
+        let every = || steps.iter().chain(otherwise.iter().flatten());
+        let anchor = every()
             .filter(|s| matches!(s, TxnStep::Write(_)))
-            .chain(steps.iter())
+            .chain(every())
             .flat_map(TxnStep::keys)
+            .chain(compares.iter().map(|c| &c.key))
             .next()
-            .or(watched.first().map(|(k, _)| k))
             .map_or(0, shard);
         let mut parts: BTreeMap<ShardId, Part> = BTreeMap::new();
-        let mut ran = Vec::with_capacity(steps.len());
-        for step in steps {
-            let mut by_shard: BTreeMap<ShardId, Vec<usize>> = BTreeMap::new();
-            for (i, k) in step.keys().enumerate() {
-                by_shard.entry(shard(k)).or_default().push(i);
-            }
-            if by_shard.len() <= 1 {
-                let at = by_shard.into_keys().next().unwrap_or(anchor);
-                let part = parts.entry(at).or_default();
-                part.steps.push(step);
-                ran.push(Ran::One(at, part.steps.len() - 1));
-                continue;
-            }
-            let n = step.keys().count();
-            let mut pieces = Vec::new();
-            for (at, positions) in by_shard {
-                let part = parts.entry(at).or_default();
-                part.steps.push(piece(&step, &positions));
-                pieces.push((at, part.steps.len() - 1, positions));
-            }
-            ran.push(Ran::Split(pieces, n));
-        }
-        for (key, seen) in watched {
+        let ran = place(&mut parts, steps, anchor, &shard, |p| &mut p.steps);
+        let ran_otherwise = otherwise.map(|o| {
+            place(&mut parts, o, anchor, &shard, |p| {
+                p.otherwise.get_or_insert_with(Vec::new)
+            })
+        });
+        for compare in compares {
             parts
-                .entry(shard(&key))
+                .entry(shard(&compare.key))
                 .or_default()
-                .watched
-                .push((key, seen));
+                .compares
+                .push(compare);
         }
-        Split { parts, anchor, ran }
+        if ran_otherwise.is_some() {
+            for part in parts.values_mut() {
+                part.otherwise.get_or_insert_with(Vec::new);
+            }
+        }
+        Split {
+            parts,
+            anchor,
+            ran,
+            ran_otherwise,
+        }
     }
 
-    /// Every step's answer, in the transaction's order, from each shard's answers (in its
-    /// part's order) and the stamp it prepared at; what the steps wrote is stamped `at`.
+    /// Every step's answer (of the `otherwise` steps with `otherwise`), in the
+    /// transaction's order, from each shard's answers (in its part's order) and the stamp
+    /// it prepared at; what the steps wrote is stamped `at`.
     pub(super) fn answers(
         &self,
+        otherwise: bool,
         mut by_shard: BTreeMap<ShardId, (CommitTs, Vec<Result<Response, FirnError>>)>,
         at: CommitTs,
     ) -> Vec<Result<Response, FirnError>> {
+        let ran = match (&self.ran_otherwise, otherwise) {
+            (Some(ran), true) => ran,
+            _ => &self.ran,
+        };
         let mut take = |shard: ShardId, i: usize| -> Result<Response, FirnError> {
             let (prepared, answers) = by_shard
                 .get_mut(&shard)
@@ -100,8 +106,7 @@ impl Split {
                 .unwrap_or_else(|| Err(FirnError::Internal("a step went unanswered".into())))
                 .map(|r| stamped(r, prepared, at))
         };
-        self.ran
-            .iter()
+        ran.iter()
             .map(|ran| match ran {
                 Ran::One(shard, i) => take(*shard, *i),
                 Ran::Split(pieces, n) => {
@@ -114,6 +119,40 @@ impl Split {
             })
             .collect()
     }
+}
+
+/// Places each of `steps` in the part (its branch `branch`) of the shard of its keys,
+/// splitting one of several keys in several shards; where each went.
+fn place(
+    parts: &mut BTreeMap<ShardId, Part>,
+    steps: Vec<TxnStep>,
+    anchor: ShardId,
+    shard: &dyn Fn(&Key) -> ShardId,
+    branch: impl Fn(&mut Part) -> &mut Vec<TxnStep>,
+) -> Vec<Ran> {
+    let mut ran = Vec::with_capacity(steps.len());
+    for step in steps {
+        let mut by_shard: BTreeMap<ShardId, Vec<usize>> = BTreeMap::new();
+        for (i, k) in step.keys().enumerate() {
+            by_shard.entry(shard(k)).or_default().push(i);
+        }
+        if by_shard.len() <= 1 {
+            let at = by_shard.into_keys().next().unwrap_or(anchor);
+            let list = branch(parts.entry(at).or_default());
+            list.push(step);
+            ran.push(Ran::One(at, list.len() - 1));
+            continue;
+        }
+        let n = step.keys().count();
+        let mut pieces = Vec::new();
+        for (at, positions) in by_shard {
+            let list = branch(parts.entry(at).or_default());
+            list.push(piece(&step, &positions));
+            pieces.push((at, list.len() - 1, positions));
+        }
+        ran.push(Ran::Split(pieces, n));
+    }
+    ran
 }
 
 /// The part of a step of several keys that names the keys at `positions`.

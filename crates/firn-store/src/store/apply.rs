@@ -150,7 +150,11 @@ impl<'a> Txn<'a> {
             KvWrite::PutBlob { put, blob } => self.put(put, Stored::Blob(blob.clone())),
             KvWrite::MSet { items } => self.mset(items),
             KvWrite::Change { key, change } => self.change(key, change),
-            KvWrite::Atomic { steps, watched } => self.atomic(steps, watched),
+            KvWrite::Atomic {
+                compares,
+                steps,
+                otherwise,
+            } => self.atomic(compares, steps, otherwise.as_deref()),
             KvWrite::Delete { keys } => self.delete(keys),
             KvWrite::Truncate { target, before } => self.truncate(target, *before),
             KvWrite::FlushAll => self.flush_all(),

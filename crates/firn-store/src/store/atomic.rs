@@ -1,9 +1,10 @@
-//! A transaction within one shard (`MULTI`/`EXEC`): its steps run in order in one apply, at
-//! one stamp, each seeing those before it — a read step reads through what the steps
-//! before it queued in the batch — and none runs when a watched key changed.
+//! A transaction within one shard (`MULTI`/`EXEC`, `FIRN.TXN`): its compares are checked,
+//! then its steps (or its `otherwise` steps) run in order in one apply, at one stamp, each
+//! seeing those before it — a read step reads through what the steps before it queued in
+//! the batch. Without `otherwise` steps, a compare that fails runs nothing.
 
 use firn_model::{
-    CommitTs, FirnError, Key, KeyKind, KvRead, ReadAt, Response, TxnStep, VersionInfo,
+    Compare, Compared, FirnError, Key, KeyKind, KvRead, ReadAt, Response, TxnStep, VersionInfo,
 };
 
 use super::apply::Txn;
@@ -11,15 +12,41 @@ use super::apply::Txn;
 impl Txn<'_> {
     pub(super) fn atomic(
         &mut self,
+        compares: &[Compare],
         steps: &[TxnStep],
-        watched: &[(Key, CommitTs)],
+        otherwise: Option<&[TxnStep]>,
     ) -> Result<Response, FirnError> {
-        for (key, seen) in watched {
-            if self.meta(key.as_bytes())?.latest_ts > *seen {
-                return Ok(Response::Steps(None));
+        let held = self.compares_hold(compares)?;
+        match otherwise {
+            None if !held => Ok(Response::Steps(None)),
+            None => Ok(Response::Steps(Some(self.run_steps(steps)?))),
+            Some(otherwise) => Ok(Response::Branch {
+                succeeded: held,
+                steps: self.run_steps(if held { steps } else { otherwise })?,
+            }),
+        }
+    }
+
+    /// Whether every compare holds of the keys as they are now.
+    pub(super) fn compares_hold(&self, compares: &[Compare]) -> Result<bool, FirnError> {
+        for compare in compares {
+            let meta = self.meta(compare.key.as_bytes())?;
+            let newest = self.newest(&compare.key)?;
+            let value = newest
+                .as_ref()
+                .filter(|v| v.kind == KeyKind::String)
+                .and_then(|v| v.value.as_deref());
+            let now = Compared {
+                version: newest.as_ref().map_or(0, |v| v.version),
+                value,
+                exists: newest.is_some(),
+                stamp: meta.latest_ts,
+            };
+            if !compare.holds(&now) {
+                return Ok(false);
             }
         }
-        Ok(Response::Steps(Some(self.run_steps(steps)?)))
+        Ok(true)
     }
 
     /// Runs `steps` in order, each seeing what those before it wrote, to their answers.

@@ -21,6 +21,7 @@ pub mod firn_put;
 pub mod firn_scan;
 pub mod firn_snapshot;
 pub mod firn_truncate;
+pub mod firn_txn;
 pub mod firn_watch;
 pub mod get;
 pub mod mget;

@@ -15,6 +15,8 @@ pub enum TxnCommand {
     Discard,
     Watch(Vec<Key>),
     Unwatch,
+    /// FIRN.TXN: compares, then one branch of commands.
+    Firn(Box<super::firn_txn::FirnTxn>),
 }
 
 const TRANSACTION: CommandSpec = CommandSpec {

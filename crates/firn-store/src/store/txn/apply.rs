@@ -1,15 +1,13 @@
 //! Applying a shard's part of a transaction across shards, and the anchor's decision.
 
-use firn_model::{
-    CommitTs, FirnError, Key, KeyRange, KvWrite, Response, TxnId, TxnOutcome, TxnStep,
-};
+use firn_model::{FirnError, Key, KeyRange, KvWrite, Response, TxnId, TxnOutcome, TxnStep};
 
 use super::{
     DECIDED, PARTS, RECORD_KEPT_US, RECORDS, RECORDS_DROPPED_PER_DECISION, Record, StoredPart,
     decided_row, row,
 };
 use crate::backend::Table;
-use crate::command::{LogOp, Op, TxnOp};
+use crate::command::{LogOp, Op, TxnOp, TxnPart};
 use crate::record::encode;
 use crate::store::apply::Txn;
 use crate::store::{io_err, prefix_end};
@@ -18,14 +16,7 @@ use std::ops::Bound;
 impl Txn<'_> {
     pub(in crate::store) fn txn(&mut self, op: &TxnOp) -> Result<Response, FirnError> {
         match op {
-            TxnOp::Prepare {
-                txn,
-                anchor,
-                is_anchor,
-                deadline_us,
-                steps,
-                watched,
-            } => self.prepare(*txn, *anchor, *is_anchor, *deadline_us, steps, watched),
+            TxnOp::Prepare { txn, part } => self.prepare(*txn, part),
             TxnOp::Decide { txn, decision } => self.decide(*txn, *decision),
             TxnOp::Resolve { txn, outcome } => {
                 self.resolve(*txn, *outcome)?;
@@ -77,20 +68,22 @@ impl Txn<'_> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn prepare(
-        &mut self,
-        txn: TxnId,
-        anchor: u32,
-        is_anchor: bool,
-        deadline_us: u64,
-        steps: &[TxnStep],
-        watched: &[(Key, CommitTs)],
-    ) -> Result<Response, FirnError> {
+    fn prepare(&mut self, txn: TxnId, part: &TxnPart) -> Result<Response, FirnError> {
+        let TxnPart {
+            anchor,
+            is_anchor,
+            deadline_us,
+            compares,
+            steps,
+            otherwise,
+        } = part;
+        let (anchor, is_anchor, deadline_us) = (*anchor, *is_anchor, *deadline_us);
+        let otherwise = otherwise.as_deref();
         let mut keys: Vec<Key> = steps
             .iter()
+            .chain(otherwise.into_iter().flatten())
             .flat_map(TxnStep::keys)
-            .chain(watched.iter().map(|(k, _)| k))
+            .chain(compares.iter().map(|c| &c.key))
             .cloned()
             .collect();
         keys.sort();
@@ -118,20 +111,26 @@ impl Txn<'_> {
                 "transaction {txn} was decided already"
             )));
         }
-        for (key, seen) in watched {
-            if self.meta(key.as_bytes())?.latest_ts > *seen {
-                return Ok(Response::Prepared {
-                    at: self.ts,
-                    steps: None,
-                });
-            }
+        let compared = self.compares_hold(compares)?;
+        if !compared && otherwise.is_none() {
+            return Ok(Response::Prepared {
+                at: self.ts,
+                compared,
+                steps: Vec::new(),
+                otherwise: None,
+            });
         }
         let answers = self.dry_run(|txn| txn.run_steps(steps))?;
+        let otherwise_answers = match otherwise {
+            Some(o) => Some(self.dry_run(|txn| txn.run_steps(o))?),
+            None => None,
+        };
         let part = StoredPart {
             anchor,
             deadline_us,
             prepared: self.ts,
             steps: steps.to_vec(),
+            otherwise: otherwise.map(<[TxnStep]>::to_vec),
             keys,
         };
         self.batch
@@ -143,7 +142,9 @@ impl Txn<'_> {
         self.held_changed = true;
         Ok(Response::Prepared {
             at: self.ts,
-            steps: Some(answers),
+            compared,
+            steps: answers,
+            otherwise: otherwise_answers,
         })
     }
 
@@ -211,10 +212,19 @@ impl Txn<'_> {
         };
         self.batch.remove(Table::System, row(PARTS, txn));
         self.held_changed = true;
-        if let TxnOutcome::Committed(at) = outcome {
+        if let TxnOutcome::Committed { at, otherwise } = outcome {
+            let steps = match (otherwise, &part.otherwise) {
+                (false, _) => &part.steps,
+                (true, Some(o)) => o,
+                (true, None) => {
+                    return Err(FirnError::Internal(format!(
+                        "transaction {txn} committed its otherwise steps, and this part has none"
+                    )));
+                }
+            };
             let entry_ts = self.ts;
             self.ts = at;
-            let ran = self.run_steps(&part.steps);
+            let ran = self.run_steps(steps);
             self.ts = entry_ts.max(at);
             ran?;
         }

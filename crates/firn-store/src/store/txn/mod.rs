@@ -53,9 +53,11 @@ struct StoredPart {
     anchor: u32,
     deadline_us: u64,
     prepared: CommitTs,
-    /// The steps to run again, at the commit stamp, if the transaction commits.
+    /// The steps to run again, at the commit stamp, if the transaction commits with its
+    /// compares holding, and those if it commits without.
     steps: Vec<TxnStep>,
-    /// Every key the part holds: its steps' and its watched keys.
+    otherwise: Option<Vec<TxnStep>>,
+    /// Every key the part holds: its steps' and its compared keys.
     keys: Vec<Key>,
 }
 
