@@ -267,3 +267,26 @@ def test_a_node_low_on_disk_refuses_writes_with_no_space_error_and_still_reads()
             c.put_file("low/file", io.BytesIO(b"x" * 1000))
         assert c.get("low/k") is None
         assert c.get("low/file") is None
+
+
+def test_txn_runs_one_branch_at_one_stamp(client: firn.Client, ns: str) -> None:
+    lock, fence = ns + "lock", ns + "fence"
+    take = dict(
+        compare=[(lock, "exists", "=", False)],
+        then=[("SET", lock, "me"), ("INCR", fence)],
+        otherwise=[("GET", lock), ("INCR", "word-" + ns)],
+    )
+    first = client.txn(**take)
+    assert first == firn.TxnResult(True, [b"OK", 1])
+    # Both writes at one stamp, and the session's token has it.
+    a, b = client.get(lock), client.get(fence)
+    assert a.commit_ts == b.commit_ts and client.token >= a.commit_ts
+    client.put("word-" + ns, "not a number")
+    second = client.txn(**take)
+    assert not second.succeeded
+    assert second.replies[0] == b"me"
+    assert isinstance(second.replies[1], firn.FirnError) and "not an integer" in str(second.replies[1])
+    # A version compare, and a refused compare.
+    assert client.txn(compare=[(fence, "version", "=", 1)], then=[("INCRBY", fence, 5)]).replies == [6]
+    with pytest.raises(firn.FirnError, match="= or !="):
+        client.txn(compare=[(lock, "exists", ">", True)])

@@ -6,6 +6,7 @@ mod group;
 mod local;
 mod log;
 mod tls;
+pub mod txn;
 mod watch;
 
 pub use group::{

@@ -19,6 +19,7 @@ mod log;
 mod logs;
 mod request;
 mod serve;
+mod txn;
 
 use cluster::{ClusterAction, run_cluster};
 use group::{GroupAction, run_group};
@@ -77,6 +78,9 @@ enum Command {
     Watch(kv::WatchArgs),
     /// Delete a key (writes a tombstone version).
     Del(kv::DelArgs),
+    /// Compare, then write, across shards, as one transaction: when every --if holds the
+    /// --then commands run, else the --else commands.
+    Txn(txn::TxnArgs),
     /// Write one consistent cut of the store at one closed time to a file: every key's
     /// value, every log record and stream entry, and the consumer groups.
     Backup(backup::BackupArgs),
@@ -197,6 +201,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Snapshot(args) => kv::snapshot(args).await,
         Command::Watch(args) => kv::watch(args).await,
         Command::Del(args) => kv::delete(args).await,
+        Command::Txn(args) => txn::txn(args).await,
         Command::Backup(args) => backup::backup(args).await,
         Command::Restore(args) => backup::restore(args).await,
         Command::Keyspace { action } => run_keyspace(action).await,

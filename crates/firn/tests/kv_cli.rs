@@ -1,6 +1,7 @@
-//! `firn get --local` against a real node: the newest value from the node's shared-memory
-//! region when its keyspace is `LOCAL`, from the node otherwise, and on stderr how fresh the
-//! answer is (stdout holds the value alone).
+//! Key-value subcommands against a real node. `firn get --local`: the newest value from the
+//! node's shared-memory region when its keyspace is `LOCAL`, from the node otherwise, and on
+//! stderr how fresh the answer is (stdout holds the value alone). `firn txn`: one branch of
+//! commands, as the compares decide.
 
 mod common;
 
@@ -58,4 +59,57 @@ fn get_local_reads_shared_memory_and_says_how_fresh() {
     let out = firn(&node, &["get", "--local", "nothing"]);
     assert!(!out.status.success(), "an absent key is a failure");
     assert!(text(&out.stderr).contains("not found"));
+}
+
+#[test]
+fn txn_runs_the_then_commands_while_the_compares_hold_and_the_else_ones_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = FirnProcess::start(dir.path(), &[]);
+    let take = [
+        "txn",
+        "--if",
+        "lock EXISTS = 0",
+        "--then",
+        "SET lock me",
+        "--then",
+        "INCR fence",
+        "--else",
+        "GET lock",
+    ];
+    // The first try that is answered at all (the node may still be electing).
+    let mut out = None;
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            let tried = firn(&node, &take);
+            let answered = tried.status.success();
+            out = Some(tried);
+            answered
+        }),
+        "{:?}",
+        out.map(|o| text(&o.stderr))
+    );
+    let out = out.unwrap();
+    assert_eq!(
+        text(&out.stdout),
+        "succeeded: the --then commands ran\n1) OK\n2) (integer) 1\n"
+    );
+    let out = firn(&node, &take);
+    assert_eq!(
+        text(&out.stdout),
+        "a compare failed: the --else commands ran\n1) \"me\"\n"
+    );
+    let out = firn(&node, &["txn", "--if", "lock EXISTS"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("4 words"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = firn(&node, &["txn", "--then", "XLEN s"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("XLEN cannot run inside a transaction"),
+        "{}",
+        text(&out.stderr)
+    );
 }

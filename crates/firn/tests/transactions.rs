@@ -448,3 +448,27 @@ async fn transactions_across_shards_are_strictly_serializable_through_leader_kil
     }
     assert!(ok > 20, "only {ok} transactions committed");
 }
+
+/// The Rust client's `txn`: a lock taken with a fencing counter, then refused while held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_client_runs_compare_then_write() {
+    use firn_client::txn::{Step, StepReply, Txn};
+    use firn_model::{CompareOp, CompareTarget};
+    let (_cluster, addrs) = three_nodes().await;
+    let client = Client::connect(&addrs[1]).await.unwrap();
+    let (lock, fence) = (key_in_shard(0, "lock"), key_in_shard(2, "fence"));
+    let take = Txn::new()
+        .compare(lock.as_bytes(), CompareTarget::Exists(false), CompareOp::Eq)
+        .then(Step::Put(lock.clone().into(), b"me".to_vec()))
+        .then(Step::IncrBy(fence.clone().into(), 1))
+        .otherwise(Step::Get(lock.clone().into()));
+    let first = common::settled(|| client.txn(&take)).await.unwrap();
+    assert!(first.succeeded);
+    assert_eq!(first.replies, vec![StepReply::Ok, StepReply::Int(1)]);
+    let second = client.txn(&take).await.unwrap();
+    assert!(!second.succeeded);
+    assert_eq!(
+        second.replies,
+        vec![StepReply::Value(Some(bytes::Bytes::from("me")))]
+    );
+}

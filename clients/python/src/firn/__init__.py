@@ -49,6 +49,7 @@ from .models import (
     StreamEntry,
     Version,
     WatchEvent,
+    TxnResult,
     WriteResult,
 )
 from .stamps import CommitTs, TimeLike
@@ -61,6 +62,7 @@ __all__ = [
     "CommitTs",
     "TimeLike",
     "Version",
+    "TxnResult",
     "WriteResult",
     "Snapshot",
     "SnapshotPage",

@@ -28,10 +28,10 @@ from typing import (
 )
 
 from ._session import STREAM_BLOCK_BYTES, Session, as_bytes, check_positive, opt_int, parse_map, split_addr, text
-from .errors import FirnError, NotFoundError
+from .errors import FirnError, NotFoundError, error_from_resp
 from .groups import Streams
 from .log import Log
-from .models import FileVersion, Keyspace, Snapshot, SnapshotPage, Version, WriteResult
+from .models import FileVersion, Keyspace, Snapshot, SnapshotPage, TxnResult, Version, WriteResult
 from .stamps import CommitTs, TimeLike, time_arg
 from .watch import Watch
 
@@ -371,6 +371,51 @@ class Client:
         ts = CommitTs.parse(stamp)
         self._session.seen_over_resp(ts)
         return WriteResult(k, int(version), ts)
+
+    def txn(
+        self,
+        *,
+        compare: Sequence[Tuple[KeyLike, str, str, Any]] = (),
+        then: Sequence[Sequence[Any]] = (),
+        otherwise: Sequence[Sequence[Any]] = (),
+    ) -> TxnResult:
+        """Compare, then write, as one transaction across shards (``FIRN.TXN``, etcd's Txn):
+        when every compare holds the ``then`` commands run, else the ``otherwise`` ones —
+        all of them or none, at one commit stamp.
+
+        A compare is ``(key, target, op, operand)``: target ``"version"`` (the key's newest
+        version while it has a value, 0 when none), ``"value"``, ``"exists"`` (a bool, with
+        ``"="`` or ``"!="``) or ``"stamp"`` (a :class:`CommitTs`); op ``=``, ``!=``, ``<``,
+        ``<=``, ``>``, ``>=``. A command is its words, as a ``MULTI`` would queue it:
+        ``("SET", "k", "v")``, ``("INCRBY", "n", 2)``, ``("GET", "k")``, ``("DEL", "k")``.
+
+        >>> c.txn(compare=[("lock", "exists", "=", False)],          # doctest: +SKIP
+        ...       then=[("SET", "lock", "me"), ("INCR", "fence")],
+        ...       otherwise=[("GET", "lock")])
+        TxnResult(succeeded=True, replies=[b'OK', 1])
+        """
+        args: List[Any] = ["FIRN.TXN"]
+        for key, target, op, operand in compare:
+            kind = target.upper()
+            if kind == "EXISTS":
+                operand = 1 if operand else 0
+            elif kind == "STAMP":
+                operand = str(operand)
+            elif kind == "VALUE":
+                operand = as_bytes(operand, "value")
+            args += ["IF", key_bytes(key), kind, op, operand]
+        for word, commands in (("THEN", then), ("ELSE", otherwise)):
+            for command in commands:
+                if not command:
+                    raise ValueError("an empty command")
+                args += [word, len(command), *command]
+        succeeded, replies = self._session.call(*args)
+        # The transaction's stamp is the connection's now: the session carries it on.
+        self.sync_token()
+        return TxnResult(
+            bool(succeeded),
+            [error_from_resp(str(r)) if isinstance(r, Exception) else r for r in replies],
+        )
 
     def history(
         self,

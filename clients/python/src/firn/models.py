@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .stamps import CommitTs, datetime_from_us
 
@@ -28,6 +28,7 @@ __all__ = [
     "ConsumerInfo",
     "AutoClaimResult",
     "Keyspace",
+    "TxnResult",
 ]
 
 
@@ -38,6 +39,17 @@ class WriteResult:
     key: bytes
     version: int
     commit_ts: CommitTs
+
+
+@dataclass(frozen=True)
+class TxnResult:
+    """What :meth:`firn.Client.txn` did: whether every compare held (the ``then`` commands
+    ran) or not (the ``otherwise`` commands), and each command's reply in order — its Redis
+    reply (``b"OK"``, an integer, bytes or ``None``), or the :class:`~firn.FirnError` of a
+    command that failed and changed nothing."""
+
+    succeeded: bool
+    replies: List[Any]
 
 
 @dataclass(frozen=True)
