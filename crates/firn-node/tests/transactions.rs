@@ -280,3 +280,88 @@ async fn compare_then_write_runs_one_branch_across_shards() {
     assert_eq!(second["results"][1]["value"], "9", "{second}");
     node.shutdown().await;
 }
+
+/// MSET and MSETNX of keys in several shards are atomic, as Redis's are: MSETNX writes all or
+/// nothing; `SET … IFEQ` (Redis 8.4) writes only over the value it names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mset_msetnx_and_set_ifeq_across_shards() {
+    let node = three_shard_node().await;
+    let client = redis::Client::open(format!("redis://{}/", node.resp_addr)).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let (a, b) = two_keys_in_different_shards();
+    let ok: String = redis::cmd("MSET")
+        .arg(&a)
+        .arg("1")
+        .arg(&b)
+        .arg("1")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(ok, "OK");
+    // One key exists: nothing is written.
+    let other = format!("{b}-new");
+    let took: i64 = redis::cmd("MSETNX")
+        .arg(&other)
+        .arg("x")
+        .arg(&a)
+        .arg("x")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(took, 0);
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(&other)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0, "MSETNX wrote part of its keys");
+    let took: i64 = redis::cmd("MSETNX")
+        .arg(&other)
+        .arg("x")
+        .arg(format!("{a}-new"))
+        .arg("y")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(took, 1);
+
+    // SET IFEQ: written over the named value only; with GET, the value it had either way.
+    let set = |value: &str, expected: &str, get: bool| {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(&a).arg(value).arg("IFEQ").arg(expected);
+        if get {
+            cmd.arg("GET");
+        }
+        cmd
+    };
+    let r: redis::Value = set("2", "1", false).query_async(&mut c).await.unwrap();
+    assert_eq!(r, redis::Value::Okay);
+    let r: redis::Value = set("3", "1", false).query_async(&mut c).await.unwrap();
+    assert_eq!(r, redis::Value::Nil);
+    let r: Option<String> = set("3", "1", true).query_async(&mut c).await.unwrap();
+    assert_eq!(r.as_deref(), Some("2"), "IFEQ GET shows the value it found");
+    let r: Option<String> = set("3", "2", true).query_async(&mut c).await.unwrap();
+    assert_eq!(r.as_deref(), Some("2"));
+    let now: String = redis::cmd("GET").arg(&a).query_async(&mut c).await.unwrap();
+    assert_eq!(now, "3");
+    let r: redis::Value = redis::cmd("SET")
+        .arg("absent")
+        .arg("v")
+        .arg("IFEQ")
+        .arg("x")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(r, redis::Value::Nil, "IFEQ wrote a key that had no value");
+    let bad = redis::cmd("SET")
+        .arg(&a)
+        .arg("v")
+        .arg("NX")
+        .arg("IFEQ")
+        .arg("x")
+        .query_async::<redis::Value>(&mut c)
+        .await
+        .expect_err("NX and IFEQ together were taken");
+    assert!(bad.to_string().contains("syntax error"), "{bad}");
+    node.shutdown().await;
+}

@@ -15,7 +15,7 @@
 mod host;
 pub mod merge;
 mod origin;
-mod plan;
+pub(crate) mod plan;
 mod read;
 mod remote;
 pub mod request_metrics;
@@ -341,24 +341,13 @@ impl Kernel {
                 return ready(Err(e));
             }
         };
-        if let KvRequest::Write(write @ KvWrite::Atomic { .. }) = &request
-            && plan::spans_shards(&layout, write)
-        {
-            self.origins.count(&layout, &request);
-            let KvRequest::Write(KvWrite::Atomic {
-                compares,
-                steps,
-                otherwise,
-            }) = request
-            else {
-                unreachable!("matched above")
-            };
-            let done = self
-                .transact(ctx, &layout, compares, steps, otherwise)
-                .await;
-            return metered.around(ready(done));
-        }
         self.origins.count(&layout, &request);
+        let request = match plan::across_shards(&layout, request) {
+            Ok(txn) => {
+                return metered.around(ready(self.transact_planned(ctx, &layout, txn).await));
+            }
+            Err(request) => request,
+        };
         let outcome = match plan::plan(&layout, request) {
             Plan::One(shard, part) => self.on_shard(shard, part, ctx.clone(), 0).await,
             Plan::Split { parts, merge, keys } => {

@@ -153,3 +153,61 @@ pub(super) fn spans_shards(layout: &ClusterLayout, write: &KvWrite) -> bool {
     let home = layout.shard_of_key(first.as_bytes());
     keys.any(|k| layout.shard_of_key(k.as_bytes()) != home)
 }
+
+/// A write that runs as a transaction across shards (`Kernel::transact`): a transaction
+/// whose keys span shards, or an MSET of keys in several shards (atomic, as Redis's).
+pub(crate) struct AcrossShards {
+    pub compares: Vec<firn_model::Compare>,
+    pub steps: Vec<firn_model::TxnStep>,
+    pub otherwise: Option<Vec<firn_model::TxnStep>>,
+    /// The answer is the one step's (an MSET's), not the transaction's.
+    pub one_step: bool,
+}
+
+/// `request` as a transaction across shards, or back as it was.
+pub(super) fn across_shards(
+    layout: &ClusterLayout,
+    request: KvRequest,
+) -> Result<AcrossShards, KvRequest> {
+    match request {
+        KvRequest::Write(KvWrite::Atomic {
+            compares,
+            steps,
+            otherwise,
+        }) if spans_shards_all(layout, &compares, &steps, otherwise.as_deref()) => {
+            Ok(AcrossShards {
+                compares,
+                steps,
+                otherwise,
+                one_step: false,
+            })
+        }
+        KvRequest::Write(write @ KvWrite::MSet { .. }) if spans_shards(layout, &write) => {
+            Ok(AcrossShards {
+                compares: Vec::new(),
+                steps: vec![firn_model::TxnStep::Write(write)],
+                otherwise: None,
+                one_step: true,
+            })
+        }
+        other => Err(other),
+    }
+}
+
+fn spans_shards_all(
+    layout: &ClusterLayout,
+    compares: &[firn_model::Compare],
+    steps: &[firn_model::TxnStep],
+    otherwise: Option<&[firn_model::TxnStep]>,
+) -> bool {
+    let mut keys = steps
+        .iter()
+        .chain(otherwise.into_iter().flatten())
+        .flat_map(firn_model::TxnStep::keys)
+        .chain(compares.iter().map(|c| &c.key));
+    let Some(first) = keys.next() else {
+        return false;
+    };
+    let home = layout.shard_of_key(first.as_bytes());
+    keys.any(|k| layout.shard_of_key(k.as_bytes()) != home)
+}

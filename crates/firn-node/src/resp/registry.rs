@@ -34,6 +34,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     exists::EXISTS,
     mget::MGET,
     mset::MSET,
+    mset::MSETNX,
     change::INCR,
     change::INCRBY,
     change::DECR,

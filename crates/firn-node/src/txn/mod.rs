@@ -23,6 +23,7 @@ use firn_store::{Op, TxnOp, TxnPart};
 use self::split::Split;
 use crate::cluster::layout::ClusterLayout;
 use crate::exec::Kernel;
+use crate::exec::plan::AcrossShards;
 use crate::rpc::ShardPart;
 
 /// How long a coordinator keeps asking a shard whose answer it needs to finish (the
@@ -41,7 +42,7 @@ impl Kernel {
     /// `steps`, else `otherwise` (without it: nothing, and `Steps(None)`), all or none, at
     /// one commit stamp. A transaction that meets keys another one holds is tried again,
     /// backing off, up to [`TXN_TRIES_MAX`] times, then refused with `TRYAGAIN`.
-    pub(crate) async fn transact(
+    async fn transact(
         &self,
         ctx: &CallContext,
         layout: &ClusterLayout,
@@ -74,6 +75,37 @@ impl Kernel {
              nothing was applied; retry",
             last.map(|e| e.to_string()).unwrap_or_default()
         )))
+    }
+
+    /// Runs a write planned as a transaction across shards ([`AcrossShards`]) to its
+    /// answer: the transaction's, or its one step's.
+    pub(crate) async fn transact_planned(
+        &self,
+        ctx: &CallContext,
+        layout: &ClusterLayout,
+        txn: AcrossShards,
+    ) -> Result<Answer, FirnError> {
+        let AcrossShards {
+            compares,
+            steps,
+            otherwise,
+            one_step,
+        } = txn;
+        let answer = self
+            .transact(ctx, layout, compares, steps, otherwise)
+            .await?;
+        if !one_step {
+            return Ok(answer);
+        }
+        match answer.response {
+            Response::Steps(Some(mut steps)) if steps.len() == 1 => Ok(Answer {
+                response: steps.remove(0)?,
+                ..answer
+            }),
+            other => Err(FirnError::Internal(format!(
+                "a one-step transaction answered {other:?}"
+            ))),
+        }
     }
 
     async fn try_transaction(&self, ctx: &CallContext, split: &Split) -> Tried {

@@ -1,7 +1,12 @@
-//! SET key value [NX|XX] [GET]: a Redis write, conditional on presence; GETSET and SETNX,
+//! SET key value [NX|XX|IFEQ v] [GET]: a Redis write, conditional on presence or on the
+//! value (IFEQ, Redis 8.4: a one-key transaction comparing the value); GETSET and SETNX,
 //! its older spellings.
 
-use firn_model::{FirnError, KvWrite, PutRequest, Response, WriteCondition};
+use bytes::Bytes;
+use firn_model::{
+    Compare, CompareOp, CompareTarget, FirnError, KvRead, KvWrite, PutRequest, ReadAt,
+    ReadConsistency, Response, TxnStep, WriteCondition,
+};
 
 use crate::resp::args::Args;
 use crate::resp::command::{
@@ -16,7 +21,7 @@ pub const SET: CommandSpec = CommandSpec {
     keys: KeyPositions::FIRST,
     group: Group::String,
     since: FIRST_RELEASE,
-    summary: "Writes a new version of the key; NX, XX and GET as in Redis (no expiry options).",
+    summary: "Writes a new version of the key; NX, XX, IFEQ and GET as in Redis (no expiry options).",
     parse: set,
 };
 
@@ -61,14 +66,18 @@ fn set(mut args: Args) -> Result<Action, FirnError> {
     let key = args.key()?;
     let value = args.bytes()?;
     let mut put = PutRequest::new(key, value);
+    let mut if_equal: Option<Bytes> = None;
     while !args.is_empty() {
         let opt = args.keyword()?;
         match opt.as_str() {
-            "NX" | "XX" if put.condition != WriteCondition::Always => {
+            "NX" | "XX" | "IFEQ"
+                if put.condition != WriteCondition::Always || if_equal.is_some() =>
+            {
                 return Err(FirnError::BadArgument("syntax error".into()));
             }
             "NX" => put.condition = WriteCondition::IfVersion(0),
             "XX" => put.condition = WriteCondition::IfPresent,
+            "IFEQ" => if_equal = Some(args.bytes()?),
             "GET" => put.return_previous = true,
             "EX" | "PX" | "EXAT" | "PXAT" | "KEEPTTL" => {
                 return Err(FirnError::Refused(format!(
@@ -78,6 +87,9 @@ fn set(mut args: Args) -> Result<Action, FirnError> {
             // Redis says no more than this for an option it does not know.
             _ => return Err(FirnError::BadArgument("syntax error".into())),
         }
+    }
+    if let Some(expected) = if_equal {
+        return Ok(set_if_equal(put, expected));
     }
     let show = if put.return_previous {
         show_previous
@@ -114,5 +126,60 @@ fn conflict_is_nil(e: FirnError) -> Reply {
     match e {
         FirnError::Conflict { .. } => Reply::Nil,
         e => Reply::error(&e),
+    }
+}
+
+/// SET … IFEQ v: the write runs only while the key's value is `v` (a transaction of one key:
+/// compare, then write). Without GET, OK or nil (not written); with GET, the value the key
+/// had either way.
+fn set_if_equal(put: PutRequest, expected: Bytes) -> Action {
+    let key = put.key.clone();
+    let with_get = put.return_previous;
+    let read = TxnStep::Read(KvRead::Get {
+        key: key.clone(),
+        at: ReadAt::Latest,
+        consistency: ReadConsistency::Linearizable,
+    });
+    let write = KvWrite::Atomic {
+        compares: vec![Compare {
+            key,
+            target: CompareTarget::Value(expected),
+            op: CompareOp::Eq,
+        }],
+        steps: vec![TxnStep::Write(KvWrite::Put(put))],
+        otherwise: Some(if with_get { vec![read] } else { Vec::new() }),
+    };
+    let show = if with_get {
+        show_if_equal_get
+    } else {
+        show_if_equal
+    };
+    Action::execute(write, Render::new(show))
+}
+
+/// SET … IFEQ: OK when written, nil when not.
+fn show_if_equal(response: Response) -> Reply {
+    match response {
+        Response::Branch {
+            succeeded: true, ..
+        } => Reply::Ok,
+        Response::Branch { .. } => Reply::Nil,
+        other => unexpected("SET", other),
+    }
+}
+
+/// SET … IFEQ … GET: the value the key had, written or not.
+fn show_if_equal_get(response: Response) -> Reply {
+    let Response::Branch { succeeded, steps } = response else {
+        return unexpected("SET", response);
+    };
+    match steps.into_iter().next() {
+        Some(Ok(answer)) if succeeded => show_previous(answer),
+        Some(Ok(Response::Value(found))) => {
+            found.and_then(|v| v.value).map_or(Reply::Nil, Reply::Bulk)
+        }
+        Some(Err(e)) => Reply::error(&e),
+        Some(Ok(other)) => unexpected("SET", other),
+        None => unexpected("SET", Response::Done),
     }
 }
