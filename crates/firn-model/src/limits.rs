@@ -36,6 +36,16 @@ pub const TXN_DEADLINE_MS: u64 = 5_000;
 /// transaction held, before it answers `TRYAGAIN`.
 pub const TXN_TRIES_MAX: u32 = 10;
 
+/// Most bytes of an idempotency key's producer, and of its id.
+pub const IDEM_PART_BYTES_MAX: usize = 256;
+
+/// How long a shard remembers an idempotent write's answer: sent again within it, the
+/// write applies nothing and answers the same.
+pub const IDEM_WINDOW_US: u64 = 10 * 60 * 1_000_000;
+
+/// Most answers a shard remembers for one producer; past it the oldest is forgotten first.
+pub const IDEM_PER_PRODUCER_MAX: u64 = 100_000;
+
 /// Most items one history, scan or replay page returns.
 pub const PAGE_ITEMS_MAX: usize = 10_000;
 

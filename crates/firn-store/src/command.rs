@@ -2,8 +2,8 @@
 
 use bytes::Bytes;
 use firn_model::{
-    CommitTs, GroupChange, Key, KeyspaceSpec, KvWrite, LogSeq, NewRecord, StreamId, StreamTrim,
-    TxnId, TxnOutcome, TxnStep,
+    CommitTs, GroupChange, IdemKey, Key, KeyspaceSpec, KvWrite, LogSeq, NewRecord, StreamId,
+    StreamTrim, TxnId, TxnOutcome, TxnStep,
 };
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +35,9 @@ pub enum Op {
     System(SystemOp),
     /// A shard's part in a transaction across shards, or the anchor's decision of one.
     Txn(TxnOp),
+    /// `op` with an idempotency key: applied once; sent again within the window, it
+    /// applies nothing and answers what it answered the first time (`store/once.rs`).
+    Once { key: IdemKey, op: Box<Op> },
 }
 
 /// The steps of a transaction across shards on one shard (docs/architecture.md,
@@ -51,8 +54,16 @@ pub enum TxnOp {
     /// At the anchor: decides the transaction — `Committed(T)` commits it if it is still
     /// undecided, `Aborted` aborts it — unless it was decided before (or never prepared
     /// here: then it is aborted). Resolves the anchor's own part the same way. Answers
-    /// `Response::Decided` with the outcome the record holds.
-    Decide { txn: TxnId, decision: TxnOutcome },
+    /// `Response::Decided` with the outcome the record holds — but a commit that finds the
+    /// transaction aborted is refused (`TxnConflict`), so that no idempotency key
+    /// remembers it.
+    Decide {
+        txn: TxnId,
+        decision: TxnOutcome,
+        /// The client's answer, when the transaction has an idempotency key: remembered
+        /// with the decision under it.
+        answer: Option<Box<firn_model::Response>>,
+    },
     /// At a participant: ends its part as the anchor decided — committed, its steps (or
     /// its `otherwise` steps) run again as versions stamped `T`; aborted, nothing. A part resolved before (or never
     /// prepared) is left alone.
@@ -138,6 +149,7 @@ impl Op {
     /// fewer versions or a shorter age is one way).
     pub fn adds_data(&self) -> bool {
         match self {
+            Op::Once { op, .. } => op.adds_data(),
             Op::Kv(
                 KvWrite::Put(_)
                 | KvWrite::MSet { .. }
@@ -159,6 +171,8 @@ impl Op {
     /// so that it can share one storage batch with its neighbours in the log.
     pub fn is_batchable(&self) -> bool {
         match self {
+            // The answers it remembers are kept in view in the batch, as key metadata is.
+            Op::Once { op, .. } => op.is_batchable(),
             Op::Kv(KvWrite::Put(p) | KvWrite::PutBlob { put: p, .. }) => !p.return_previous,
             Op::Kv(KvWrite::Delete { .. } | KvWrite::MSet { .. })
             | Op::System(SystemOp::CloseTime) => true,
@@ -177,6 +191,7 @@ impl Op {
     /// keyspace changes) or reads the version it replaces.
     pub fn keys_written(&self) -> Option<usize> {
         match self {
+            Op::Once { op, .. } => op.keys_written().map(|n| n + 3),
             Op::Kv(KvWrite::Put(p) | KvWrite::PutBlob { put: p, .. }) if !p.return_previous => {
                 Some(1)
             }

@@ -34,6 +34,7 @@ mod blobs;
 mod change;
 pub mod group;
 pub mod log;
+mod once;
 mod replay;
 pub mod txn;
 use apply::Txn;
@@ -384,6 +385,12 @@ impl VersionedStore {
             txn.make_room(2 + system.len())?;
         }
         let mut batch = std::mem::take(&mut txn.batch);
+        for (k, row) in std::mem::take(&mut txn.kept) {
+            match row {
+                Some(v) => batch.put(Table::System, k, v),
+                None => batch.remove(Table::System, k),
+            }
+        }
         batch.put(Table::System, SYS_LAST_TS.to_vec(), encode(&ts));
         batch.put(Table::System, SYS_LIVE_KEYS.to_vec(), encode(&live_keys));
         for (k, v) in system {

@@ -128,35 +128,29 @@ fn the_anchor_decides_once_and_an_unknown_transaction_is_aborted_for_good() {
             Op::Txn(TxnOp::Decide {
                 txn: TxnId(7),
                 decision,
+                answer: None,
             }),
         )
     };
+    let decided = |outcome| {
+        Ok(Response::Decided {
+            txn: TxnId(7),
+            outcome,
+            answer: None,
+        })
+    };
     let t = CommitTs::new(150, 0);
-    assert_eq!(
-        decide(
-            200,
-            TxnOutcome::Committed {
-                at: t,
-                otherwise: false
-            }
-        ),
-        Ok(Response::Decided(TxnOutcome::Committed {
-            at: t,
-            otherwise: false
-        }))
-    );
+    let commit = TxnOutcome::Committed {
+        at: t,
+        otherwise: false,
+    };
+    assert_eq!(decide(200, commit), decided(commit));
     assert_eq!(value_at(&store, "k", ReadAt::Latest).as_deref(), Some("v"));
     // A survivor's abort after the commit learns the commit.
-    assert_eq!(
-        decide(300, TxnOutcome::Aborted),
-        Ok(Response::Decided(TxnOutcome::Committed {
-            at: t,
-            otherwise: false
-        }))
-    );
+    assert_eq!(decide(300, TxnOutcome::Aborted), decided(commit));
 
-    // A transaction the anchor never prepared: aborted, and its prepare arriving late is
-    // refused, so it never holds keys.
+    // A transaction the anchor never prepared: its commit is refused and it is aborted for
+    // good, and its prepare arriving late is refused, so it never holds keys.
     let unknown = apply(
         &store,
         400,
@@ -166,9 +160,13 @@ fn the_anchor_decides_once_and_an_unknown_transaction_is_aborted_for_good() {
                 at: CommitTs::new(400, 0),
                 otherwise: false,
             },
+            answer: None,
         }),
     );
-    assert_eq!(unknown, Ok(Response::Decided(TxnOutcome::Aborted)));
+    assert!(
+        matches!(unknown, Err(FirnError::TxnConflict(_))),
+        "{unknown:?}"
+    );
     let late = apply(&store, 500, prepare(8, true, vec![set("k", "late")]));
     assert!(matches!(late, Err(FirnError::TxnConflict(_))), "{late:?}");
     assert!(store.undecided().is_empty());

@@ -13,6 +13,10 @@ pub struct CallContext {
     /// The causality token: the request comes after it. A write is stamped above it; a read
     /// of consistency `local` waits until its replica has closed it.
     pub after: Option<CommitTs>,
+    /// The write's idempotency key: sent again with the same key, within the window, it
+    /// applies nothing and answers what it answered the first time.
+    #[serde(default)]
+    pub once: Option<IdemKey>,
 }
 
 impl CallContext {
@@ -20,7 +24,41 @@ impl CallContext {
     pub fn after(token: Option<CommitTs>) -> Self {
         CallContext {
             after: token.filter(|t| *t > CommitTs::ZERO),
+            once: None,
         }
+    }
+
+    /// This context without its idempotency key: for the writes a request makes that are
+    /// not the request itself (a transaction's prepares, decision and resolutions).
+    pub fn without_once(&self) -> Self {
+        CallContext {
+            once: None,
+            ..self.clone()
+        }
+    }
+}
+
+/// An idempotency key: the producer (a device, a function, a client process) and its own id
+/// for one request. Each producer has its own window (docs/api.md, "Exactly once").
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct IdemKey {
+    pub producer: bytes::Bytes,
+    pub id: bytes::Bytes,
+}
+
+impl IdemKey {
+    /// Refuses an empty producer or id, or one over [`crate::limits::IDEM_PART_BYTES_MAX`].
+    pub fn new(producer: bytes::Bytes, id: bytes::Bytes) -> Result<Self, crate::FirnError> {
+        let max = crate::limits::IDEM_PART_BYTES_MAX;
+        for (what, part) in [("producer", &producer), ("id", &id)] {
+            if part.is_empty() || part.len() > max {
+                return Err(crate::FirnError::BadArgument(format!(
+                    "an idempotency {what} is 1 to {max} bytes, got {}",
+                    part.len()
+                )));
+            }
+        }
+        Ok(IdemKey { producer, id })
     }
 }
 

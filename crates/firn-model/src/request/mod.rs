@@ -16,7 +16,7 @@ pub mod txn;
 
 pub use access::{Access, Permission, Scope};
 pub use admin::{AdminRequest, LocalRegionInfo};
-pub use context::{Answer, CallContext, Staleness};
+pub use context::{Answer, CallContext, IdemKey, Staleness};
 pub use group::{
     ClaimOptions, ConsumerInfo, DeliveryPolicy, GROUP_LIVENESS_MS_DEFAULT, GroupChange, GroupEntry,
     GroupFull, GroupInfo, GroupKey, GroupOptions, GroupRead, GroupRequest, GroupStart, GroupWrite,
@@ -461,8 +461,14 @@ pub enum Response {
         steps: Vec<Result<Response, crate::FirnError>>,
         otherwise: Option<Vec<Result<Response, crate::FirnError>>>,
     },
-    /// A transaction's decision, as its anchor's record holds it.
-    Decided(TxnOutcome),
+    /// A transaction's decision, as its anchor's record holds it; with the answer the
+    /// coordinator gave its client, when it was decided under an idempotency key (a
+    /// transaction sent again gets that answer: see `Op::Once`).
+    Decided {
+        txn: TxnId,
+        outcome: TxnOutcome,
+        answer: Option<Box<Response>>,
+    },
     /// A [`KvWrite::Change`]: the version written (its `previous`, the value it replaced,
     /// for GETDEL) and the key's value now (`None` after GETDEL).
     Changed {

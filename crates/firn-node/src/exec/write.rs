@@ -89,6 +89,14 @@ impl Kernel {
         if let Some(t) = ctx.after {
             replica.observe(t);
         }
+        // A write with an idempotency key is remembered by the shard that applies it.
+        let op = match &ctx.once {
+            Some(key) => Op::Once {
+                key: key.clone(),
+                op: Box::new(op),
+            },
+            None => op,
+        };
         Tried::Done(match replica.propose(op).await {
             Ok(p) => Box::pin(async move { p.await.map(Answer::new) }),
             Err(e) => ready(Err(e)),

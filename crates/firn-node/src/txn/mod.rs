@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use firn_model::limits::{TXN_DEADLINE_MS, TXN_TRIES_MAX};
 use firn_model::{
-    Answer, CallContext, CommitTs, Compare, FirnError, Response, TxnId, TxnOutcome, TxnStep,
+    Answer, CallContext, CommitTs, Compare, FirnError, IdemKey, Response, TxnId, TxnOutcome,
+    TxnStep,
 };
 use firn_raft::ShardId;
 use firn_store::{Op, TxnOp, TxnPart};
@@ -51,12 +52,16 @@ impl Kernel {
         otherwise: Option<Vec<TxnStep>>,
     ) -> Result<Answer, FirnError> {
         let split = Split::new(layout, compares, steps, otherwise);
+        // The prepares, decision and resolutions are the transaction's own writes: an
+        // idempotency key names the transaction, and only its decision is remembered.
+        let once = ctx.once.clone();
+        let ctx = &ctx.without_once();
         let mut last = None;
         for attempt in 0..TXN_TRIES_MAX {
             if attempt > 0 {
                 tokio::time::sleep(backoff(attempt)).await;
             }
-            match self.try_transaction(ctx, &split).await {
+            match self.try_transaction(ctx, &split, once.as_ref()).await {
                 Tried::Done(done) => {
                     let response = (*done)?;
                     return Ok(Answer {
@@ -108,7 +113,12 @@ impl Kernel {
         }
     }
 
-    async fn try_transaction(&self, ctx: &CallContext, split: &Split) -> Tried {
+    async fn try_transaction(
+        &self,
+        ctx: &CallContext,
+        split: &Split,
+        once: Option<&IdemKey>,
+    ) -> Tried {
         let txn = new_txn_id(self.node_id());
         let deadline_us = firn_model::hlc::system_wall_us() + TXN_DEADLINE_MS * 1_000;
         let anchor = split.anchor;
@@ -170,29 +180,54 @@ impl Kernel {
             };
         }
         fail::fail_point!("txn-after-prepare", |_| std::process::abort());
+        let otherwise = !all_held;
+        let steps = split.answers(otherwise, if otherwise { instead } else { then }, at);
+        let answer = if has_otherwise {
+            Response::Branch {
+                succeeded: !otherwise,
+                steps,
+            }
+        } else {
+            Response::Steps(Some(steps))
+        };
+        // With an idempotency key, the decision is remembered under it with the answer: a
+        // transaction sent again finds it (see `Op::Once`), whatever its own id.
         let decide = Op::Txn(TxnOp::Decide {
             txn,
-            decision: TxnOutcome::Committed {
-                at,
-                otherwise: !all_held,
-            },
+            decision: TxnOutcome::Committed { at, otherwise },
+            answer: once.map(|_| Box::new(answer.clone())),
         });
+        let decide = match once {
+            Some(key) => Op::Once {
+                key: key.clone(),
+                op: Box::new(decide),
+            },
+            None => decide,
+        };
         match self.finish_on(anchor, decide, ctx).await {
-            Ok(Response::Decided(outcome @ TxnOutcome::Committed { at, otherwise })) => {
+            Ok(Response::Decided {
+                txn: decided,
+                outcome: outcome @ TxnOutcome::Committed { .. },
+                ..
+            }) if decided == txn => {
                 fail::fail_point!("txn-after-decide", |_| std::process::abort());
                 self.resolve_others(ctx, txn, split, outcome).await;
-                let answers = if otherwise { instead } else { then };
-                let steps = split.answers(otherwise, answers, at);
-                Tried::Done(Box::new(Ok(if has_otherwise {
-                    Response::Branch {
-                        succeeded: !otherwise,
-                        steps,
-                    }
-                } else {
-                    Response::Steps(Some(steps))
-                })))
+                Tried::Done(Box::new(Ok(answer)))
             }
-            Ok(Response::Decided(TxnOutcome::Aborted)) => {
+            // The same key's transaction was decided before: this one applies nothing.
+            Ok(Response::Decided {
+                answer: Some(first),
+                ..
+            }) => {
+                metrics::counter!("firn_idempotent_repeats_total").increment(1);
+                self.abort(ctx, txn, split).await;
+                Tried::Done(Box::new(Ok(*first)))
+            }
+            Ok(Response::Decided {
+                outcome: TxnOutcome::Aborted,
+                ..
+            })
+            | Err(FirnError::TxnConflict(_)) => {
                 self.resolve_others(ctx, txn, split, TxnOutcome::Aborted)
                     .await;
                 Tried::Done(Box::new(Err(FirnError::TryAgain(format!(
@@ -218,6 +253,7 @@ impl Kernel {
         let decide = Op::Txn(TxnOp::Decide {
             txn,
             decision: TxnOutcome::Aborted,
+            answer: None,
         });
         if let Err(e) = self.finish_on(split.anchor, decide, ctx).await {
             tracing::debug!(

@@ -43,9 +43,10 @@ pub(crate) async fn sweep(kernel: &Kernel) {
             let decide = Op::Txn(TxnOp::Decide {
                 txn,
                 decision: TxnOutcome::Aborted,
+                answer: None,
             });
             let outcome = match kernel.finish_on(part.anchor, decide, &ctx).await {
-                Ok(firn_model::Response::Decided(outcome)) => outcome,
+                Ok(firn_model::Response::Decided { outcome, .. }) => outcome,
                 Ok(other) => {
                     tracing::warn!("transaction {txn}: its anchor answered {other:?}");
                     continue;

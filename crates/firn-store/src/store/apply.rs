@@ -39,6 +39,10 @@ pub(super) struct Txn<'a> {
     pub(super) keyspaces_changed: bool,
     /// Whether the command changed what transactions hold here (see [`super::txn`]).
     pub(super) held_changed: bool,
+    /// `System` rows written (`None`: removed) that stay whatever a command's outcome (the
+    /// answers of idempotent writes, see [`super::once`]), in view for the batch's later
+    /// commands and added to the batch after them.
+    pub(super) kept: HashMap<Vec<u8>, Option<Vec<u8>>>,
     /// Whether the command may commit in several storage batches (a bulk delete; see
     /// [`BULK_BATCH_WRITES_MAX`]). Only a command applied alone may.
     pub(super) paged: bool,
@@ -59,8 +63,26 @@ impl<'a> Txn<'a> {
             live_delta: 0,
             keyspaces_changed: false,
             held_changed: false,
+            kept: HashMap::new(),
             paged: false,
         }
+    }
+
+    /// A `System` row as this batch leaves it (its kept rows first).
+    pub(super) fn system_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, FirnError> {
+        match self.kept.get(key) {
+            Some(row) => Ok(row.clone()),
+            None => self.store.system_get(key),
+        }
+    }
+
+    /// Keeps `System` row `key` = `value`, whatever the command's outcome.
+    pub(super) fn system_put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.kept.insert(key, Some(value));
+    }
+
+    pub(super) fn system_remove(&mut self, key: Vec<u8>) {
+        self.kept.insert(key, None);
     }
 
     pub(super) fn meta(&self, key: &[u8]) -> Result<KeyMeta, FirnError> {
@@ -141,6 +163,7 @@ impl<'a> Txn<'a> {
             Op::Group { key, group, change } => self.group_change(key, group, change),
             Op::System(system) => self.system(system),
             Op::Txn(txn) => self.txn(txn),
+            Op::Once { key, op } => self.once(key, op),
         }
     }
 
@@ -579,6 +602,9 @@ impl<'a> Txn<'a> {
 /// Whether `op` is a bulk delete: it may touch every key of the shard, so it commits in
 /// batches of at most [`BULK_BATCH_WRITES_MAX`] writes rather than in one.
 fn is_bulk(op: &Op) -> bool {
+    if let Op::Once { op, .. } = op {
+        return is_bulk(op);
+    }
     matches!(
         op,
         Op::Kv(KvWrite::FlushAll)

@@ -17,7 +17,11 @@ impl Txn<'_> {
     pub(in crate::store) fn txn(&mut self, op: &TxnOp) -> Result<Response, FirnError> {
         match op {
             TxnOp::Prepare { txn, part } => self.prepare(*txn, part),
-            TxnOp::Decide { txn, decision } => self.decide(*txn, *decision),
+            TxnOp::Decide {
+                txn,
+                decision,
+                answer,
+            } => self.decide(*txn, *decision, answer.clone()),
             TxnOp::Resolve { txn, outcome } => {
                 self.resolve(*txn, *outcome)?;
                 Ok(Response::Done)
@@ -64,7 +68,8 @@ impl Txn<'_> {
                 },
             )
             | Op::Group { key, .. } => refuse(key.as_bytes()),
-            Op::Log(_) | Op::System(_) | Op::Txn(_) => Ok(()),
+            // An idempotent write's own op is checked when it runs.
+            Op::Log(_) | Op::System(_) | Op::Txn(_) | Op::Once { .. } => Ok(()),
         }
     }
 
@@ -106,7 +111,7 @@ impl Txn<'_> {
                 "transaction {txn} is prepared here already"
             )));
         }
-        if is_anchor && self.store.txn_record(txn)?.is_some() {
+        if is_anchor && self.txn_record(txn)?.is_some() {
             return Err(FirnError::TxnConflict(format!(
                 "transaction {txn} was decided already"
             )));
@@ -136,8 +141,7 @@ impl Txn<'_> {
         self.batch
             .put(Table::System, row(PARTS, txn), encode(&part));
         if is_anchor {
-            self.batch
-                .put(Table::System, row(RECORDS, txn), encode(&Record::Pending));
+            self.system_put(row(RECORDS, txn), encode(&Record::Pending));
         }
         self.held_changed = true;
         Ok(Response::Prepared {
@@ -148,25 +152,57 @@ impl Txn<'_> {
         })
     }
 
-    fn decide(&mut self, txn: TxnId, decision: TxnOutcome) -> Result<Response, FirnError> {
-        let outcome = match self.store.txn_record(txn)? {
-            Some(Record::Decided { outcome, .. }) => return Ok(Response::Decided(outcome)),
+    fn decide(
+        &mut self,
+        txn: TxnId,
+        decision: TxnOutcome,
+        answer: Option<Box<Response>>,
+    ) -> Result<Response, FirnError> {
+        let refused = || {
+            Err(FirnError::TxnConflict(format!(
+                "transaction {txn} was aborted before it could commit"
+            )))
+        };
+        let decided = |outcome| Response::Decided {
+            txn,
+            outcome,
+            answer: None,
+        };
+        let outcome = match self.txn_record(txn)? {
+            Some(Record::Decided {
+                outcome: TxnOutcome::Aborted,
+                ..
+            }) if decision != TxnOutcome::Aborted => return refused(),
+            Some(Record::Decided { outcome, .. }) => return Ok(decided(outcome)),
             Some(Record::Pending) => decision,
             // Never prepared here (or decided so long ago that the record is gone): it
             // cannot have committed. The record keeps a late prepare from holding keys.
             None => TxnOutcome::Aborted,
         };
         let at_us = self.ts.wall_us;
-        self.batch.put(
-            Table::System,
+        // Kept whatever this command answers (a refused commit included).
+        self.system_put(
             row(RECORDS, txn),
             encode(&Record::Decided { outcome, at_us }),
         );
-        self.batch
-            .put(Table::System, decided_row(at_us, txn), Vec::new());
+        self.system_put(decided_row(at_us, txn), Vec::new());
         self.forget_old_records(at_us)?;
         self.resolve(txn, outcome)?;
-        Ok(Response::Decided(outcome))
+        if outcome != decision {
+            return refused();
+        }
+        Ok(Response::Decided {
+            txn,
+            outcome,
+            answer,
+        })
+    }
+
+    /// The record of `txn` as this batch leaves it.
+    fn txn_record(&self, txn: TxnId) -> Result<Option<Record>, FirnError> {
+        self.system_get(&row(RECORDS, txn))?
+            .map(|v| crate::record::decode(&v))
+            .transpose()
     }
 
     /// Drops a few records decided more than [`RECORD_KEPT_US`] before `now_us`.
@@ -195,9 +231,8 @@ impl Txn<'_> {
             let id: [u8; 16] = k[DECIDED.len() + 8..]
                 .try_into()
                 .map_err(|_| FirnError::Internal("corrupt transaction record row".into()))?;
-            self.batch
-                .remove(Table::System, row(RECORDS, TxnId(u128::from_be_bytes(id))));
-            self.batch.remove(Table::System, k);
+            self.system_remove(row(RECORDS, TxnId(u128::from_be_bytes(id))));
+            self.system_remove(k);
         }
         Ok(())
     }

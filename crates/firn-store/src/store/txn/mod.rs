@@ -200,12 +200,4 @@ impl VersionedStore {
             .map(|v| decode(&v))
             .transpose()
     }
-
-    fn txn_record(&self, txn: TxnId) -> Result<Option<Record>, FirnError> {
-        self.backend
-            .get(Table::System, &row(RECORDS, txn))
-            .map_err(io_err)?
-            .map(|v| decode(&v))
-            .transpose()
-    }
 }
