@@ -45,6 +45,8 @@ pub struct Session {
     /// Whether its answers carry large values whole (RESP), rather than naming them for the
     /// front end to stream (HTTP).
     whole_values: bool,
+    /// The idempotency key of the call being made (see [`Session::with_once`]).
+    once: Option<firn_model::IdemKey>,
 }
 
 /// How far ahead of this node's clock a token a client brings may be: stamps come from the
@@ -119,7 +121,20 @@ impl Session {
 
     /// The context of the session's next call.
     pub fn context(&self) -> CallContext {
-        CallContext::after(self.token)
+        CallContext {
+            once: self.once.clone(),
+            ..CallContext::after(self.token)
+        }
+    }
+
+    /// The calls made from now until [`Session::without_once`] carry `key` (a front end
+    /// sets it around the one request it came with).
+    pub fn with_once(&mut self, key: firn_model::IdemKey) {
+        self.once = Some(key);
+    }
+
+    pub fn without_once(&mut self) {
+        self.once = None;
     }
 
     /// Takes an answer in: the token rises to everything it showed (for a read, the newest

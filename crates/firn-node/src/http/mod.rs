@@ -41,7 +41,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use axum::routing::{delete, get, post};
 use firn_model::limits::VALUE_BYTES_MAX_CEILING;
-use firn_model::{Answer, CommitTs, FirnError, Request, Response};
+use firn_model::{Answer, CommitTs, FirnError, IdemKey, Request, Response};
 use serde_json::json;
 
 use crate::auth::Principal;
@@ -122,6 +122,31 @@ pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> 
 /// (`Firn-Token`): the same commit-stamp text RESP's `FIRN.TOKEN` and `FIRN.AFTER` use.
 const AFTER_HEADER: &str = "firn-after";
 const TOKEN_HEADER: &str = "firn-token";
+/// A write's idempotency key (`Idempotency-Key`), and whose it is (`Firn-Producer`; `http`
+/// when absent): the write is applied once per key in the producer's window.
+const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+const PRODUCER_HEADER: &str = "firn-producer";
+
+/// The request's idempotency key, if it names one.
+fn idempotency_key(request: &axum::extract::Request) -> Result<Option<IdemKey>, FirnError> {
+    let header = |name: &str| {
+        request
+            .headers()
+            .get(name)
+            .map(|v| axum::body::Bytes::copy_from_slice(v.as_bytes()))
+    };
+    match (header(IDEMPOTENCY_HEADER), header(PRODUCER_HEADER)) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(FirnError::BadArgument(
+            "Firn-Producer names whose Idempotency-Key a write carries; it came without one".into(),
+        )),
+        (Some(id), producer) => IdemKey::new(
+            producer.unwrap_or_else(|| axum::body::Bytes::from_static(b"http")),
+            id,
+        )
+        .map(Some),
+    }
+}
 
 /// One HTTP request's session (HTTP has no connection state, so the client keeps the token
 /// between requests): the one [`ClientSession`] both front ends run requests in, shared
@@ -221,9 +246,16 @@ async fn sessions(
         Some(Ok(t)) => Some(t),
         Some(Err(e)) => return refused(e),
     };
+    let once = match idempotency_key(&request) {
+        Ok(once) => once,
+        Err(e) => return refused(e),
+    };
     let session = match ClientSession::after(after) {
         Ok(mut s) => {
             s.set_principal(principal);
+            if let Some(key) = once {
+                s.with_once(key);
+            }
             Session(Arc::new(tokio::sync::Mutex::new(s)))
         }
         Err(e) => return refused(e),

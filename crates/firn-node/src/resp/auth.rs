@@ -17,6 +17,7 @@ fn needs(action: &Action) -> Result<Vec<Access>, FirnError> {
         Action::PubSub(pubsub) => pubsub.access(),
         Action::Service(service) => service.access()?,
         Action::ClusterRemove(_) => vec![Access::admin(Scope::everything())],
+        Action::Once(_, action) => needs(action)?,
         _ => Vec::new(),
     })
 }

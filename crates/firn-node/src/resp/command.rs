@@ -138,6 +138,8 @@ pub enum Action {
     PubSub(PubSubAction),
     /// FIRN.REQUEST, FIRN.SERVE, FIRN.REPLY: run by the connection, whose id names its worker.
     Service(ServiceAction),
+    /// A write with an idempotency key (`IDMP producer id …`, `XADD … IDMP producer id`).
+    Once(firn_model::IdemKey, Box<Action>),
     /// MULTI, EXEC, DISCARD, WATCH, UNWATCH: the connection's transaction.
     Transaction(super::cmd::multi::TxnCommand),
 }

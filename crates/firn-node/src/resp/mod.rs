@@ -440,9 +440,26 @@ impl Connection {
         if let Action::Execute(request, how) = action {
             return self.execute(request, how).await;
         }
+        if let Action::Once(key, action) = action {
+            return self.once(key, *action).await;
+        }
         // Everything else answers in order after the reads before it.
         self.flush_reads().await;
         self.act(action).await
+    }
+
+    /// A write (`Execute`, `EXEC`, `FIRN.TXN`) with an idempotency key: its calls carry it.
+    async fn once(&mut self, key: firn_model::IdemKey, action: Action) -> std::io::Result<()> {
+        self.client.session.with_once(key);
+        let ran = match action {
+            Action::Execute(request, how) => self.execute(request, how).await,
+            Action::Transaction(command) => self.transaction(command).await,
+            _ => Ok(self
+                .queue
+                .push_back(Queued::Ready(Reply::Error("ERR IDMP takes a write".into())))),
+        };
+        self.client.session.without_once();
+        ran
     }
 
     /// A request for the router, run as it says it runs among its neighbours
@@ -490,6 +507,7 @@ impl Connection {
             }
             Action::Service(action) => return self.service(action).await,
             Action::Transaction(command) => return self.transaction(command).await,
+            Action::Once(key, action) => return Box::pin(self.once(key, *action)).await,
             Action::Unwatch => Reply::Error("ERR not watching".into()),
             Action::Watch(request) => return self.watch(request).await,
         };

@@ -50,6 +50,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     multi::WATCH,
     multi::UNWATCH,
     firn_txn::FIRN_TXN,
+    idmp::IDMP,
     scan::SCAN,
     get::TYPE,
     server::FLUSHALL,

@@ -62,7 +62,13 @@ impl Connection {
         name: &str,
         items: VecDeque<Bytes>,
     ) -> Result<Option<Reply>, VecDeque<Bytes>> {
+        // `IDMP producer id EXEC` ends the transaction as EXEC does.
+        let idmp_exec = name == "IDMP"
+            && items
+                .get(2)
+                .is_some_and(|c| c.eq_ignore_ascii_case(b"EXEC"));
         if self.multi.is_none()
+            || idmp_exec
             || matches!(
                 name,
                 "EXEC" | "DISCARD" | "MULTI" | "WATCH" | "UNWATCH" | "QUIT" | "RESET"

@@ -24,6 +24,7 @@ pub mod firn_truncate;
 pub mod firn_txn;
 pub mod firn_watch;
 pub mod get;
+pub mod idmp;
 pub mod mget;
 pub mod mset;
 pub mod multi;

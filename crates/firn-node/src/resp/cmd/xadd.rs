@@ -1,4 +1,5 @@
-//! XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT count]] id field value… and
+//! XADD key [NOMKSTREAM] [IDMP producer id] [MAXLEN|MINID [=|~] threshold [LIMIT count]] id
+//! field value… (IDMP as Redis 8.6's: the entry is added once per key) and
 //! XTRIM key MAXLEN|MINID [=|~] threshold [LIMIT count]: a stream's writes, parsed with
 //! Redis's rules and words. `~` trims exactly, as `=` does (Redis may keep more; exact is
 //! within what it promises); its `LIMIT k` evicts at most k entries, the oldest, and an
@@ -40,6 +41,7 @@ pub const XTRIM: CommandSpec = CommandSpec {
 fn xadd(mut args: Args) -> Result<Action, FirnError> {
     let key = args.key()?;
     let mut no_create = false;
+    let mut once = None;
     let mut trim = TrimOptions::default();
     // Options until the id, as Redis reads them: a keyword that is the last argument is
     // taken as the id.
@@ -48,6 +50,9 @@ fn xadd(mut args: Args) -> Result<Action, FirnError> {
         let upper = word.to_ascii_uppercase();
         match upper.as_str() {
             "NOMKSTREAM" => no_create = true,
+            "IDMP" if once.is_none() && args.len() > 2 => {
+                once = Some(firn_model::IdemKey::new(args.bytes()?, args.bytes()?)?)
+            }
             "MAXLEN" | "MINID" | "LIMIT" if !args.is_empty() => trim.take(&upper, &mut args)?,
             _ => break xadd_id(&word)?,
         }
@@ -62,7 +67,7 @@ fn xadd(mut args: Args) -> Result<Action, FirnError> {
         .chunks_exact(2)
         .map(|pair| (pair[0].clone(), pair[1].clone()))
         .collect();
-    Ok(Action::execute(
+    let add = Action::execute(
         LogWrite::StreamAdd {
             key,
             id,
@@ -71,7 +76,11 @@ fn xadd(mut args: Args) -> Result<Action, FirnError> {
             no_create,
         },
         Render::new(show_id),
-    ))
+    );
+    Ok(match once {
+        Some(key) => Action::Once(key, Box::new(add)),
+        None => add,
+    })
 }
 
 fn xtrim(mut args: Args) -> Result<Action, FirnError> {
