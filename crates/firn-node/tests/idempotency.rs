@@ -13,22 +13,12 @@ async fn three_shard_node() -> RunningNode {
         .expect("node starts")
 }
 
-/// Two keys whose slots fall in different shards of three.
-fn two_keys_in_different_shards() -> (String, String) {
-    let shard = |k: &str| firn_model::slot::slot_of(k.as_bytes()) as u32 * 3 / 16384;
-    let other = (1..)
-        .map(|i| format!("k{i}"))
-        .find(|k| shard(k) != shard("k0"))
-        .unwrap();
-    ("k0".to_string(), other)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_sent_again_with_their_key_apply_once() {
     let node = three_shard_node().await;
     let client = redis::Client::open(format!("redis://{}/", node.resp_addr)).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
-    let (a, b) = two_keys_in_different_shards();
+    let (a, b) = common::two_keys_in_different_shards();
     let conn = c.clone();
     let twice = |cmd: redis::Cmd| {
         let mut c = conn.clone();

@@ -47,7 +47,7 @@ async fn an_atomic_pipeline_runs_within_a_shard_and_across_shards() {
 
     // Keys of different shards: one transaction across shards, each command seeing the
     // ones before it on its key's shard, a command of several keys split between shards.
-    let (spread, other) = two_keys_in_different_shards();
+    let (spread, other) = common::two_keys_in_different_shards();
     let (set, count, read, both): (String, i64, String, Vec<String>) = redis::pipe()
         .atomic()
         .set(&spread, "5")
@@ -112,17 +112,6 @@ async fn an_atomic_pipeline_runs_within_a_shard_and_across_shards() {
         "the aborted transaction wrote"
     );
     node.shutdown().await;
-}
-
-/// Two keys whose slots fall in different shards of three (0–5460, 5461–10921, …).
-fn two_keys_in_different_shards() -> (String, String) {
-    let shard = |k: &str| firn_model::slot::slot_of(k.as_bytes()) as u32 * 3 / 16384;
-    let first = "k0".to_string();
-    let other = (1..)
-        .map(|i| format!("k{i}"))
-        .find(|k| shard(k) != shard(&first))
-        .unwrap();
-    (first, other)
 }
 
 /// A transaction's limits, stated and enforced: at most 10,000 queued commands (the next is
@@ -190,7 +179,7 @@ async fn compare_then_write_runs_one_branch_across_shards() {
     let node = three_shard_node().await;
     let client = redis::Client::open(format!("redis://{}/", node.resp_addr)).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
-    let (lock, counter) = two_keys_in_different_shards();
+    let (lock, counter) = common::two_keys_in_different_shards();
     let txn = |lock: &str, counter: &str| {
         let mut cmd = redis::cmd("FIRN.TXN");
         cmd.arg("IF").arg(lock).arg("EXISTS").arg("=").arg("0");
@@ -288,7 +277,7 @@ async fn mset_msetnx_and_set_ifeq_across_shards() {
     let node = three_shard_node().await;
     let client = redis::Client::open(format!("redis://{}/", node.resp_addr)).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
-    let (a, b) = two_keys_in_different_shards();
+    let (a, b) = common::two_keys_in_different_shards();
     let ok: String = redis::cmd("MSET")
         .arg(&a)
         .arg("1")

@@ -141,3 +141,14 @@ pub fn three_shard_config() -> NodeConfig {
         ..NodeConfig::default()
     }
 }
+
+/// Two keys whose slots fall in different shards of three (0–5460, 5461–10921, …).
+#[allow(dead_code)] // not every test binary needs it
+pub fn two_keys_in_different_shards() -> (String, String) {
+    let shard = |k: &str| firn_model::slot::slot_of(k.as_bytes()) as u32 * 3 / 16384;
+    let other = (1..)
+        .map(|i| format!("k{i}"))
+        .find(|k| shard(k) != shard("k0"))
+        .unwrap();
+    ("k0".to_string(), other)
+}
