@@ -290,3 +290,14 @@ def test_txn_runs_one_branch_at_one_stamp(client: firn.Client, ns: str) -> None:
     assert client.txn(compare=[(fence, "version", "=", 1)], then=[("INCRBY", fence, 5)]).replies == [6]
     with pytest.raises(firn.FirnError, match="= or !="):
         client.txn(compare=[(lock, "exists", ">", True)])
+
+
+def test_writes_carry_idempotency_keys_and_a_key_sent_again_applies_once(client: firn.Client, ns: str) -> None:
+    assert client.producer.startswith("py-")
+    w = client.put(ns + "once", "a")
+    # The key the client used is its producer and a counter; the same key again (as the
+    # client sends it after UNCERTAIN) answers the same and writes nothing.
+    again = client._session.call("IDMP", client.producer, "1000000", "INCR", ns + "n")
+    same = client._session.call("IDMP", client.producer, "1000000", "INCR", ns + "n")
+    assert again == same == 1
+    assert client.get(ns + "once").version == w.version

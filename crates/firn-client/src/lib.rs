@@ -5,6 +5,7 @@
 mod group;
 mod local;
 mod log;
+mod once;
 mod tls;
 pub mod txn;
 mod watch;
@@ -112,6 +113,8 @@ pub struct Client {
     /// The address dialled and the TLS it took, for a watch's own connection.
     addr: String,
     tls: Option<TlsCa>,
+    /// Whose idempotency keys this client's writes carry (see `once.rs`).
+    producer: std::sync::Arc<once::Producer>,
 }
 
 fn protocol(what: impl std::fmt::Debug) -> ClientError {
@@ -267,6 +270,7 @@ impl Client {
             conn,
             addr: addr.to_string(),
             tls: tls.cloned(),
+            producer: std::sync::Arc::new(once::Producer::random()),
         })
     }
 
@@ -276,7 +280,7 @@ impl Client {
     }
 
     pub async fn put(&self, key: &[u8], value: &[u8], opts: PutOptions) -> Result<WriteAck> {
-        let mut cmd = redis::cmd("FIRN.PUT");
+        let mut cmd = self.write_cmd("FIRN.PUT");
         cmd.arg(key).arg(value);
         if let Some(v) = opts.if_version {
             cmd.arg("IFVERSION").arg(v);
@@ -284,7 +288,7 @@ impl Client {
         if let Some(t) = opts.event_time_us {
             cmd.arg("EVENTTIME").arg(t);
         }
-        write_ack(&self.run(&cmd).await?)
+        write_ack(&self.run_write(&cmd).await?)
     }
 
     pub async fn get(
@@ -411,7 +415,7 @@ impl Client {
 
     /// Writes a tombstone; `None` if the key did not exist.
     pub async fn delete(&self, key: &[u8]) -> Result<Option<WriteAck>> {
-        match self.run(redis::cmd("FIRN.DEL").arg(key)).await? {
+        match self.run_write(self.write_cmd("FIRN.DEL").arg(key)).await? {
             Value::Nil => Ok(None),
             v => write_ack(&v).map(Some),
         }

@@ -61,8 +61,7 @@ impl Txn {
         self
     }
 
-    fn command(&self) -> redis::Cmd {
-        let mut cmd = redis::cmd("FIRN.TXN");
+    fn command(&self, mut cmd: redis::Cmd) -> redis::Cmd {
         for (key, target, op) in &self.compares {
             cmd.arg("IF").arg(key);
             let op = match op {
@@ -120,7 +119,10 @@ pub struct TxnResult {
 impl Client {
     /// Runs `txn`: all its writes or none, at one stamp, whatever shards its keys are in.
     pub async fn txn(&self, txn: &Txn) -> Result<TxnResult> {
-        match self.run(&txn.command()).await? {
+        match self
+            .run_write(&txn.command(self.write_cmd("FIRN.TXN")))
+            .await?
+        {
             Value::Array(parts) if parts.len() == 2 => {
                 let succeeded = matches!(parts[0], Value::Int(1));
                 let Value::Array(replies) = &parts[1] else {

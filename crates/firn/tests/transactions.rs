@@ -2,7 +2,8 @@
 //! process aborted, as kill -9) between two steps of a commit leaves nothing half-visible —
 //! the survivors resolve what it left, as its anchor decided; and a bank of accounts on
 //! every shard keeps its sum through concurrent transfers and leader kills, read whole by
-//! snapshots and by transactions.
+//! snapshots and by transactions; and writes sent again with their idempotency keys
+//! through leader kills apply once.
 
 mod common;
 
@@ -470,5 +471,104 @@ async fn the_rust_client_runs_compare_then_write() {
     assert_eq!(
         second.replies,
         vec![StepReply::Value(Some(bytes::Bytes::from("me")))]
+    );
+}
+
+/// Exactly once under leader kills: clients send every write (an increment of a counter on
+/// some shard, an XADD, a transaction across shards) with an idempotency key, each one to
+/// three times whatever the answer, and again while it fails; at the end every counter and
+/// the stream count each write once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_sent_again_with_their_keys_apply_once_through_leader_kills() {
+    let seed = common::seed("idempotency");
+    let (cluster, addrs) = three_nodes().await;
+    let counters: Vec<String> = (0..3).map(|s| key_in_shard(s, "count/")).collect();
+    let until = Instant::now() + Duration::from_secs(12);
+    let writers = (0..3).map(|p| {
+        let (addrs, counters) = (addrs.clone(), counters.clone());
+        tokio::spawn(async move {
+            let mut rng = common::Rng::for_process(seed, p);
+            let mut next = p;
+            let mut c = connect_any(&addrs, &mut next).await;
+            let mut done = [0i64; 4];
+            let mut id = 0u64;
+            while Instant::now() < until {
+                id += 1;
+                let what = (rng.next() % 5) as usize;
+                let mut cmd = redis::cmd("IDMP");
+                cmd.arg(format!("writer-{p}")).arg(id);
+                match what {
+                    0..=2 => cmd.arg("INCR").arg(&counters[what]),
+                    3 => cmd.arg("XADD").arg("events").arg("*").arg("w").arg(p),
+                    // Counters 0 and 2 together, across shards.
+                    _ => cmd
+                        .arg("FIRN.TXN")
+                        .arg("THEN")
+                        .arg(2)
+                        .arg("INCR")
+                        .arg(&counters[0])
+                        .arg("THEN")
+                        .arg(2)
+                        .arg("INCR")
+                        .arg(&counters[2]),
+                };
+                let sends = 1 + rng.next() % 3;
+                let mut sent = 0;
+                // Sent `sends` times whatever the answer, then until one is an answer.
+                loop {
+                    let answer: redis::RedisResult<redis::Value> = cmd.query_async(&mut c).await;
+                    sent += 1;
+                    match answer {
+                        Ok(_) if sent >= sends => break,
+                        Ok(_) => {}
+                        Err(e) if e.is_io_error() || e.is_connection_dropped() => {
+                            c = connect_any(&addrs, &mut next).await
+                        }
+                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    }
+                }
+                match what {
+                    4 => {
+                        done[0] += 1;
+                        done[2] += 1;
+                    }
+                    _ => done[what] += 1,
+                }
+            }
+            done
+        })
+    });
+    let writers: Vec<_> = writers.collect();
+    kill_each_leader(&cluster).await;
+    let mut expected = [0i64; 4];
+    for w in writers {
+        let done = w.await.unwrap();
+        for i in 0..4 {
+            expected[i] += done[i];
+        }
+    }
+    let client = Client::connect(&addrs[0]).await.unwrap();
+    let mut counted = [0i64; 4];
+    for (i, k) in counters.iter().enumerate() {
+        counted[i] = read_latest(&client, k.as_bytes())
+            .await
+            .and_then(|v| v.value)
+            .map_or(0, |v| String::from_utf8_lossy(&v).parse().unwrap());
+    }
+    let mut c = connect_any(&addrs, &mut 0).await;
+    counted[3] = common::settled(|| async {
+        redis::cmd("XLEN")
+            .arg("events")
+            .query_async::<i64>(&mut c.clone())
+            .await
+            .map_err(firn_client::ClientError::from)
+    })
+    .await
+    .unwrap();
+    eprintln!("writes: {expected:?} sent, {counted:?} counted");
+    assert_eq!(counted, expected, "a write applied other than once");
+    assert!(
+        expected.iter().sum::<i64>() > 20,
+        "too few writes: {expected:?}"
     );
 }

@@ -8,8 +8,12 @@ watch opened after a write sees it, and a read after a watched event shows at le
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import threading
+import time
+import uuid
 import shutil
 import urllib.parse
 from typing import (
@@ -28,7 +32,15 @@ from typing import (
 )
 
 from ._session import STREAM_BLOCK_BYTES, Session, as_bytes, check_positive, opt_int, parse_map, split_addr, text
-from .errors import FirnError, NotFoundError, error_from_resp
+from .errors import (
+    ClusterDownError,
+    FirnConnectionError,
+    FirnError,
+    NotFoundError,
+    TryAgainError,
+    UncertainError,
+    error_from_resp,
+)
 from .groups import Streams
 from .log import Log
 from .models import FileVersion, Keyspace, Snapshot, SnapshotPage, TxnResult, Version, WriteResult
@@ -46,6 +58,8 @@ KEY_BYTES_MAX = 8192
 HISTORY_LIMIT_MAX = 10_000
 # Most writes in one put_many: one round trip's commands, all held in memory at once.
 PUT_MANY_MAX = 10_000
+# How long a write is sent again with its idempotency key while it may be.
+RESEND_FOR_S = 20.0
 
 
 def key_bytes(key: KeyLike, what: str = "key") -> bytes:
@@ -136,6 +150,7 @@ class Client:
         password: Optional[str] = None,
         token: Optional[str] = None,
         tls_ca: Optional[str] = None,
+        producer: Optional[str] = None,
     ) -> None:
         """On a node with users (``firn serve --users``), ``username`` and ``password`` sign
         the RESP connection in (``AUTH``; without a username: ``default``), and ``token`` is
@@ -143,8 +158,17 @@ class Client:
         :class:`firn.errors.AuthError` (``NOAUTH``, ``WRONGPASS``) or
         :class:`firn.errors.PermissionDeniedError` (``NOPERM``). ``tls_ca``: a CA file (PEM);
         with it both RESP and HTTP go over TLS to a node started with ``--tls-cert``, whose
-        certificate must be signed by that CA and name the host dialled."""
+        certificate must be signed by that CA and name the host dialled.
+
+        Every write carries an idempotency key — ``producer`` (random unless given) and a
+        counter — and is sent again with it while its answer is ``UNCERTAIN``, ``TRYAGAIN``
+        or ``CLUSTERDOWN``, or the connection failed, for up to 20 s: it is applied once,
+        whichever try got through (docs/api.md, "Exactly once"). Give ``producer`` a name
+        that survives the process (a device id) only with ids kept apart across its runs."""
         host, _ = split_addr(addr, "addr")
+        self._producer = producer or f"py-{uuid.uuid4().hex[:16]}"
+        self._ids = itertools.count(1)
+        self._ids_lock = threading.Lock()
         if http_addr is None:
             http_addr = f"{host}:7380"
         self._session = Session(addr, http_addr, timeout_s, username, password, token, tls_ca)
@@ -187,6 +211,29 @@ class Client:
     def ping(self) -> bool:
         return self._session.call("PING") in (b"PONG", "PONG")
 
+    # -- exactly once ----------------------------------------------------------------
+
+    @property
+    def producer(self) -> str:
+        """The producer name this client's writes carry in their idempotency keys."""
+        return self._producer
+
+    def _key_words(self) -> List[Any]:
+        with self._ids_lock:
+            return ["IDMP", self._producer, str(next(self._ids))]
+
+    def _write(self, *args: Any) -> Any:
+        """One write with the next idempotency key, sent again with it while it may be."""
+        words = self._key_words() + list(args)
+        deadline = time.monotonic() + RESEND_FOR_S
+        while True:
+            try:
+                return self._session.call(*words)
+            except (UncertainError, TryAgainError, ClusterDownError, FirnConnectionError):
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
+
     # -- keys -------------------------------------------------------------------------
 
     def put(
@@ -202,7 +249,7 @@ class Client:
         writer's own time for the version (read back with ``get(event_time=…)``)."""
         k = key_bytes(key)
         args = ["FIRN.PUT", k, as_bytes(value, "value")] + _write_words(if_version, event_time)
-        version, stamp = self._session.call(*args)
+        version, stamp = self._write(*args)
         ts = CommitTs.parse(stamp)
         self._session.seen_over_resp(ts)
         return WriteResult(k, int(version), ts)
@@ -217,7 +264,8 @@ class Client:
         order given (1 to :data:`PUT_MANY_MAX` items). Each is a version of its own, as
         from :meth:`put`, but the cluster pays far less for each than for one ``put`` at a
         time (docs/benchmarks.md measures a put pipelined 16 deep at about half the CPU).
-        Not atomic: when a write fails, every reply is still read and the first failure is
+        Each carries an idempotency key, but none is sent again here. Not atomic: when a
+        write fails, every reply is still read and the first failure is
         raised, its ``results`` attribute holding each item's :class:`WriteResult` or
         :class:`FirnError` in order (the others were applied). An error passing the
         session's token on (``FIRN.AFTER``) is raised as it is, without ``results``."""
@@ -226,7 +274,9 @@ class Client:
             raise ValueError(f"put_many takes 1 to {PUT_MANY_MAX} items; got {len(pairs)}")
         words = _write_words(None, event_time)
         keys = [key_bytes(k) for k, _ in pairs]
-        commands = [["FIRN.PUT", k, as_bytes(v, "value")] + words for k, (_, v) in zip(keys, pairs)]
+        commands = [
+            self._key_words() + ["FIRN.PUT", k, as_bytes(v, "value")] + words for k, (_, v) in zip(keys, pairs)
+        ]
         results: List[Union[WriteResult, FirnError]] = []
         for k, reply in zip(keys, self._session.pipeline(commands, errors_in_place=True)):
             if isinstance(reply, FirnError):
@@ -364,7 +414,7 @@ class Client:
     def delete(self, key: KeyLike) -> Optional[WriteResult]:
         """Writes a tombstone version; ``None`` when the key did not exist."""
         k = key_bytes(key)
-        reply = self._session.call("FIRN.DEL", k)
+        reply = self._write("FIRN.DEL", k)
         if reply is None:
             return None
         version, stamp = reply
@@ -409,7 +459,7 @@ class Client:
                 if not command:
                     raise ValueError("an empty command")
                 args += [word, len(command), *command]
-        succeeded, replies = self._session.call(*args)
+        succeeded, replies = self._write(*args)
         # The transaction's stamp is the connection's now: the session carries it on.
         self.sync_token()
         return TxnResult(

@@ -134,7 +134,9 @@ class TryAgainError(FirnError):
 
 
 class UncertainError(FirnError):
-    """``UNCERTAIN``: a write whose outcome is unknown; read before retrying it."""
+    """``UNCERTAIN``: a write whose outcome is unknown. The client sends its writes again
+    with their idempotency key (applied once); one still uncertain after that may or may
+    not have applied."""
 
     code = "UNCERTAIN"
 
