@@ -31,8 +31,11 @@ async fn main() {
         eprintln!("usage: txn_bench ADDR CLIENTS TOTAL KEYS one|shards");
         std::process::exit(2);
     };
-    let (clients, total, keys): (u64, u64, usize) =
-        (clients.parse().unwrap(), total.parse().unwrap(), keys.parse().unwrap());
+    let (clients, total, keys): (u64, u64, usize) = (
+        clients.parse().unwrap(),
+        total.parse().unwrap(),
+        keys.parse().unwrap(),
+    );
     let tags = tags_by_shard();
     let one_shard = spread == "one";
     let next = Arc::new(AtomicU64::new(0));
@@ -41,7 +44,8 @@ async fn main() {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..clients {
-        let (client, next, tags, value) = (client.clone(), next.clone(), tags.clone(), value.clone());
+        let (client, next, tags, value) =
+            (client.clone(), next.clone(), tags.clone(), value.clone());
         tasks.push(tokio::spawn(async move {
             let config = redis::AsyncConnectionConfig::new()
                 .set_response_timeout(Some(Duration::from_secs(30)));
@@ -57,7 +61,8 @@ async fn main() {
                 for k in 0..keys {
                     let tag = if one_shard { &tags[0] } else { &tags[k % 3] };
                     let n = c * 1_000_003 + latencies.len() as u64 * 7 + k as u64;
-                    pipe.set(format!("{{{tag}}}:{}", n % 100_000), &value).ignore();
+                    pipe.set(format!("{{{tag}}}:{}", n % 100_000), &value)
+                        .ignore();
                 }
                 let t = Instant::now();
                 match pipe.query_async::<()>(&mut conn).await {

@@ -54,9 +54,8 @@ pub enum TxnOp {
     /// At the anchor: decides the transaction — `Committed(T)` commits it if it is still
     /// undecided, `Aborted` aborts it — unless it was decided before (or never prepared
     /// here: then it is aborted). Resolves the anchor's own part the same way. Answers
-    /// `Response::Decided` with the outcome the record holds — but a commit that finds the
-    /// transaction aborted is refused (`TxnConflict`), so that no idempotency key
-    /// remembers it.
+    /// `Response::Decided` with the outcome the record holds (an aborted one is not
+    /// remembered under an idempotency key: see `store/once.rs`).
     Decide {
         txn: TxnId,
         decision: TxnOutcome,

@@ -359,16 +359,14 @@ impl VersionedStore {
         for cmd in cmds {
             // Deterministic HLC rule: within a shard stamps only grow.
             txn.ts = cmd.ts.max(txn.ts.successor());
-            let mark = (txn.batch.len(), txn.events.len(), txn.live_delta);
+            let mark = txn.mark();
             let outcome = txn.run(&cmd.op);
             match &outcome {
                 Err(FirnError::Internal(e)) => return Err(FirnError::Internal(e.clone())),
                 Err(_) => {
                     // Rejections happen before a command changes anything it could leave
                     // behind in the overlay; drop whatever it queued.
-                    txn.batch.truncate(mark.0);
-                    txn.events.truncate(mark.1);
-                    txn.live_delta = mark.2;
+                    txn.back_to(mark);
                 }
                 Ok(_) => flushed_all |= matches!(cmd.op, Op::Kv(KvWrite::FlushAll)),
             }
@@ -399,8 +397,8 @@ impl VersionedStore {
         self.backend.write(batch).map_err(io_err)?;
         state.last_ts = ts;
         state.live_keys = live_keys;
-        if txn.held_changed {
-            self.reload_held()?;
+        if !txn.held_changes.is_empty() {
+            self.change_held(std::mem::take(&mut txn.held_changes));
         }
         let closed = self.closed_after(ts);
         self.closed.send_replace(closed);

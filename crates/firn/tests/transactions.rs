@@ -385,7 +385,7 @@ async fn transactions_across_shards_are_strictly_serializable_through_leader_kil
                 let mops = (0..2 + rng.next() % 3)
                     .map(|_| {
                         let key = keys[rng.next() as usize % REGISTERS].clone();
-                        if rng.next() % 2 == 0 {
+                        if rng.next().is_multiple_of(2) {
                             Mop::Read { key, value: None }
                         } else {
                             seq += 1;
@@ -555,7 +555,7 @@ async fn writes_sent_again_with_their_keys_apply_once_through_leader_kills() {
             .and_then(|v| v.value)
             .map_or(0, |v| String::from_utf8_lossy(&v).parse().unwrap());
     }
-    let mut c = connect_any(&addrs, &mut 0).await;
+    let c = connect_any(&addrs, &mut 0).await;
     counted[3] = common::settled(|| async {
         redis::cmd("XLEN")
             .arg("events")

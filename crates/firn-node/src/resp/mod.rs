@@ -454,9 +454,11 @@ impl Connection {
         let ran = match action {
             Action::Execute(request, how) => self.execute(request, how).await,
             Action::Transaction(command) => self.transaction(command).await,
-            _ => Ok(self
-                .queue
-                .push_back(Queued::Ready(Reply::Error("ERR IDMP takes a write".into())))),
+            _ => {
+                let refused = Reply::Error("ERR IDMP takes a write".into());
+                self.queue.push_back(Queued::Ready(refused));
+                Ok(())
+            }
         };
         self.client.session.without_once();
         ran

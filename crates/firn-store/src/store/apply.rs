@@ -19,6 +19,15 @@ use crate::backend::{Batch, Table};
 use crate::command::{LogOp, Op, SystemOp};
 use crate::record::{KeyMeta, Stored, VersionRecord, encode, version_key};
 
+/// How far a batch's queued changes went, to drop what came after.
+#[derive(Clone, Copy)]
+pub(super) struct Mark {
+    batch: usize,
+    events: usize,
+    live_delta: i64,
+    held: usize,
+}
+
 /// One command's changes, buffered until they commit as one batch.
 pub(super) struct Txn<'a> {
     pub(super) store: &'a VersionedStore,
@@ -37,8 +46,9 @@ pub(super) struct Txn<'a> {
     pub(super) events: Vec<WatchEvent>,
     pub(super) live_delta: i64,
     pub(super) keyspaces_changed: bool,
-    /// Whether the command changed what transactions hold here (see [`super::txn`]).
-    pub(super) held_changed: bool,
+    /// What the batch's commands changed in what transactions hold here (see
+    /// [`super::txn`]); applied once the batch is written.
+    pub(super) held_changes: Vec<super::txn::HeldChange>,
     /// `System` rows written (`None`: removed) that stay whatever a command's outcome (the
     /// answers of idempotent writes, see [`super::once`]), in view for the batch's later
     /// commands and added to the batch after them.
@@ -62,7 +72,7 @@ impl<'a> Txn<'a> {
             events: Vec::new(),
             live_delta: 0,
             keyspaces_changed: false,
-            held_changed: false,
+            held_changes: Vec::new(),
             kept: HashMap::new(),
             paged: false,
         }
@@ -83,6 +93,30 @@ impl<'a> Txn<'a> {
 
     pub(super) fn system_remove(&mut self, key: Vec<u8>) {
         self.kept.insert(key, None);
+    }
+
+    /// The first `n` `System` rows under `prefix` (an index by age) after the one `cursor`
+    /// names — where the last forgetting stopped, so that a walk never crosses the rows it
+    /// removed before (deletions a table keeps until it compacts).
+    pub(super) fn rows_after_cursor(
+        &self,
+        prefix: &[u8],
+        cursor: &[u8],
+        n: usize,
+    ) -> Result<Vec<Vec<u8>>, FirnError> {
+        let end = super::prefix_end(prefix).expect("an index prefix has an end");
+        let after = self.system_get(cursor)?;
+        let lower = after
+            .as_deref()
+            .map_or(Bound::Included(prefix), Bound::Excluded);
+        Ok(self
+            .store
+            .backend
+            .range(Table::System, lower, Bound::Excluded(&end), false, n)
+            .map_err(super::io_err)?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect())
     }
 
     pub(super) fn meta(&self, key: &[u8]) -> Result<KeyMeta, FirnError> {
@@ -134,15 +168,31 @@ impl<'a> Txn<'a> {
         }
     }
 
+    /// Where the command's queued changes stand, to go back to ([`Txn::back_to`]).
+    pub(super) fn mark(&self) -> Mark {
+        Mark {
+            batch: self.batch.len(),
+            events: self.events.len(),
+            live_delta: self.live_delta,
+            held: self.held_changes.len(),
+        }
+    }
+
+    /// Drops every change queued since `mark` (but the kept rows: see [`Txn::kept`]).
+    pub(super) fn back_to(&mut self, mark: Mark) {
+        self.batch.truncate(mark.batch);
+        self.events.truncate(mark.events);
+        self.live_delta = mark.live_delta;
+        self.held_changes.truncate(mark.held);
+    }
+
     /// Runs `f`, then drops everything it queued: what a transaction's prepare learns
     /// (its steps' answers) without writing it.
     pub(super) fn dry_run<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
-        let mark = (self.batch.len(), self.events.len(), self.live_delta);
+        let mark = self.mark();
         let metas = std::mem::take(&mut self.metas);
         let out = f(self);
-        self.batch.truncate(mark.0);
-        self.events.truncate(mark.1);
-        self.live_delta = mark.2;
+        self.back_to(mark);
         self.metas = metas;
         out
     }

@@ -59,18 +59,14 @@ impl Txn<'_> {
         for step in steps {
             // A step refused (INCR of a word, say) changes nothing and the others run, as
             // a command failing inside Redis's EXEC.
-            let mark = (self.batch.len(), self.events.len(), self.live_delta);
+            let mark = self.mark();
             let answer = match step {
                 TxnStep::Write(write) => self.kv(write),
                 TxnStep::Read(read) => self.read_step(read),
             };
             match &answer {
                 Err(FirnError::Internal(e)) => return Err(FirnError::Internal(e.clone())),
-                Err(_) => {
-                    self.batch.truncate(mark.0);
-                    self.events.truncate(mark.1);
-                    self.live_delta = mark.2;
-                }
+                Err(_) => self.back_to(mark),
                 Ok(_) => {}
             }
             answers.push(answer);

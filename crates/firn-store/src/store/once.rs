@@ -13,11 +13,8 @@
 use firn_model::limits::{IDEM_PER_PRODUCER_MAX, IDEM_WINDOW_US};
 use firn_model::{FirnError, IdemKey, Response};
 use serde::{Deserialize, Serialize};
-use std::ops::Bound;
 
 use super::apply::Txn;
-use super::{io_err, prefix_end};
-use crate::backend::Table;
 use crate::command::Op;
 use crate::record::{decode, encode};
 
@@ -25,6 +22,8 @@ const ANSWERS: &[u8] = b"idem/a/";
 const BY_AGE: &[u8] = b"idem/t/";
 const BY_SEQ: &[u8] = b"idem/s/";
 const PRODUCERS: &[u8] = b"idem/p/";
+/// The last age row forgotten: the next forgetting starts after it.
+const AGE_CURSOR: &[u8] = b"idem/cursor";
 
 /// Most expired answers one write forgets.
 const EXPIRED_DROPPED_PER_WRITE: usize = 4;
@@ -93,17 +92,21 @@ impl Txn<'_> {
             let remembered: Remembered = decode(&bytes)?;
             return remembered.answer;
         }
-        let mark = (self.batch.len(), self.events.len(), self.live_delta);
+        let mark = self.mark();
         let answer = self.run(op);
         match &answer {
             Err(FirnError::Internal(_) | FirnError::TryAgain(_) | FirnError::Busy(_)) => {
                 return answer;
             }
+            // A transaction's decision that it aborted applied nothing the client asked
+            // for: not remembered, so that the transaction sent again may commit.
+            Ok(Response::Decided {
+                outcome: firn_model::TxnOutcome::Aborted,
+                ..
+            }) => return answer,
             Err(_) => {
                 // Remembered, though the write is refused: what it queued goes.
-                self.batch.truncate(mark.0);
-                self.events.truncate(mark.1);
-                self.live_delta = mark.2;
+                self.back_to(mark);
             }
             Ok(_) => {}
         }
@@ -151,19 +154,7 @@ impl Txn<'_> {
 
     /// Forgets a few answers remembered before `before_us`.
     fn forget_expired(&mut self, before_us: u64) -> Result<(), FirnError> {
-        let end = prefix_end(BY_AGE).expect("the prefix has an end");
-        let page = self
-            .store
-            .backend
-            .range(
-                Table::System,
-                Bound::Included(BY_AGE),
-                Bound::Excluded(&end),
-                false,
-                EXPIRED_DROPPED_PER_WRITE,
-            )
-            .map_err(io_err)?;
-        for (row, _) in page {
+        for row in self.rows_after_cursor(BY_AGE, AGE_CURSOR, EXPIRED_DROPPED_PER_WRITE)? {
             let Some(at) = row.get(BY_AGE.len()..BY_AGE.len() + 8) else {
                 continue;
             };
@@ -174,6 +165,7 @@ impl Txn<'_> {
             if let Some(key) = key_of(&row[BY_AGE.len() + 8..]) {
                 self.forget(&key, None)?;
             }
+            self.system_put(AGE_CURSOR.to_vec(), row);
         }
         Ok(())
     }

@@ -3,15 +3,13 @@
 use firn_model::{FirnError, Key, KeyRange, KvWrite, Response, TxnId, TxnOutcome, TxnStep};
 
 use super::{
-    DECIDED, PARTS, RECORD_KEPT_US, RECORDS, RECORDS_DROPPED_PER_DECISION, Record, StoredPart,
-    decided_row, row,
+    DECIDED, DECIDED_CURSOR, HeldChange, PARTS, RECORD_KEPT_US, RECORDS,
+    RECORDS_DROPPED_PER_DECISION, Record, StoredPart, decided_row, row,
 };
 use crate::backend::Table;
 use crate::command::{LogOp, Op, TxnOp, TxnPart};
 use crate::record::encode;
 use crate::store::apply::Txn;
-use crate::store::{io_err, prefix_end};
-use std::ops::Bound;
 
 impl Txn<'_> {
     pub(in crate::store) fn txn(&mut self, op: &TxnOp) -> Result<Response, FirnError> {
@@ -140,10 +138,10 @@ impl Txn<'_> {
         };
         self.batch
             .put(Table::System, row(PARTS, txn), encode(&part));
+        self.held_changes.push(part.held(txn));
         if is_anchor {
             self.system_put(row(RECORDS, txn), encode(&Record::Pending));
         }
-        self.held_changed = true;
         Ok(Response::Prepared {
             at: self.ts,
             compared,
@@ -158,29 +156,22 @@ impl Txn<'_> {
         decision: TxnOutcome,
         answer: Option<Box<Response>>,
     ) -> Result<Response, FirnError> {
-        let refused = || {
-            Err(FirnError::TxnConflict(format!(
-                "transaction {txn} was aborted before it could commit"
-            )))
-        };
-        let decided = |outcome| Response::Decided {
-            txn,
-            outcome,
-            answer: None,
-        };
         let outcome = match self.txn_record(txn)? {
-            Some(Record::Decided {
-                outcome: TxnOutcome::Aborted,
-                ..
-            }) if decision != TxnOutcome::Aborted => return refused(),
-            Some(Record::Decided { outcome, .. }) => return Ok(decided(outcome)),
+            Some(Record::Decided { outcome, .. }) => {
+                // The part is resolved already (a decision resolves the anchor's own).
+                self.resolve(txn, outcome)?;
+                return Ok(Response::Decided {
+                    txn,
+                    outcome,
+                    answer: None,
+                });
+            }
             Some(Record::Pending) => decision,
             // Never prepared here (or decided so long ago that the record is gone): it
             // cannot have committed. The record keeps a late prepare from holding keys.
             None => TxnOutcome::Aborted,
         };
         let at_us = self.ts.wall_us;
-        // Kept whatever this command answers (a refused commit included).
         self.system_put(
             row(RECORDS, txn),
             encode(&Record::Decided { outcome, at_us }),
@@ -188,13 +179,12 @@ impl Txn<'_> {
         self.system_put(decided_row(at_us, txn), Vec::new());
         self.forget_old_records(at_us)?;
         self.resolve(txn, outcome)?;
-        if outcome != decision {
-            return refused();
-        }
+        // An aborted decision carries no answer: an idempotency key does not remember it
+        // (see `store/once.rs`), so the transaction sent again may commit.
         Ok(Response::Decided {
             txn,
             outcome,
-            answer,
+            answer: answer.filter(|_| outcome != TxnOutcome::Aborted),
         })
     }
 
@@ -208,31 +198,19 @@ impl Txn<'_> {
     /// Drops a few records decided more than [`RECORD_KEPT_US`] before `now_us`.
     fn forget_old_records(&mut self, now_us: u64) -> Result<(), FirnError> {
         let before = now_us.saturating_sub(RECORD_KEPT_US);
-        let end = prefix_end(DECIDED).expect("the prefix has an end");
-        let page = self
-            .store
-            .backend
-            .range(
-                Table::System,
-                Bound::Included(DECIDED),
-                Bound::Excluded(&end),
-                false,
-                RECORDS_DROPPED_PER_DECISION,
-            )
-            .map_err(io_err)?;
         // Rows are in age order: the first ones are the oldest.
-        let old = page.into_iter().map(|(k, _)| k).filter(|k| {
+        for k in self.rows_after_cursor(DECIDED, DECIDED_CURSOR, RECORDS_DROPPED_PER_DECISION)? {
             let at = k.get(DECIDED.len()..DECIDED.len() + 8);
-            at.and_then(|a| a.try_into().ok())
-                .map(u64::from_be_bytes)
-                .is_some_and(|at_us| at_us < before)
-        });
-        for k in old {
+            let at_us = at.and_then(|a| a.try_into().ok()).map(u64::from_be_bytes);
+            if at_us.is_none_or(|at_us| at_us >= before) {
+                break;
+            }
             let id: [u8; 16] = k[DECIDED.len() + 8..]
                 .try_into()
                 .map_err(|_| FirnError::Internal("corrupt transaction record row".into()))?;
             self.system_remove(row(RECORDS, TxnId(u128::from_be_bytes(id))));
-            self.system_remove(k);
+            self.system_remove(k.clone());
+            self.system_put(DECIDED_CURSOR.to_vec(), k);
         }
         Ok(())
     }
@@ -246,7 +224,7 @@ impl Txn<'_> {
             return Ok(());
         };
         self.batch.remove(Table::System, row(PARTS, txn));
-        self.held_changed = true;
+        self.held_changes.push(HeldChange::Resolved(txn));
         if let TxnOutcome::Committed { at, otherwise } = outcome {
             let steps = match (otherwise, &part.otherwise) {
                 (false, _) => &part.steps,

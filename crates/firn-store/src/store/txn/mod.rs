@@ -25,6 +25,8 @@ const PARTS: &[u8] = b"txn/part/";
 const RECORDS: &[u8] = b"txn/record/";
 /// Decided records by age: `txn/decided/<wall µs, big-endian><id>` → nothing.
 const DECIDED: &[u8] = b"txn/decided/";
+/// The last decided row dropped: the next drop starts after it.
+const DECIDED_CURSOR: &[u8] = b"txn/decided-cursor";
 
 /// How long an anchor keeps a decided record: a participant cut off for less than this
 /// still learns the outcome from it. One decided later finds none, and aborts — which only
@@ -83,11 +85,20 @@ pub struct HeldPart {
     pub prepared: CommitTs,
 }
 
-/// What the shard's undecided parts hold, in memory.
+/// What the shard's undecided parts hold, in memory: read from the rows when the store
+/// opens (or installs a snapshot), then kept by each transaction entry's changes
+/// ([`HeldChange`]) — never by scanning rows a shard writes and deletes by the thousand.
 #[derive(Debug, Default)]
 pub(crate) struct Held {
     keys: HashMap<Vec<u8>, TxnId>,
-    parts: Vec<HeldPart>,
+    parts: HashMap<TxnId, (HeldPart, Vec<Vec<u8>>)>,
+}
+
+/// A change an entry made to what the shard holds, applied once its batch is written.
+#[derive(Debug)]
+pub(crate) enum HeldChange {
+    Prepared(HeldPart, Vec<Vec<u8>>),
+    Resolved(TxnId),
 }
 
 impl Held {
@@ -107,9 +118,27 @@ impl Held {
     /// `applied`: below its oldest undecided part's prepare stamp, whose transaction may
     /// still commit at a stamp at or above it.
     pub(crate) fn closed(&self, applied: CommitTs) -> CommitTs {
-        match self.parts.iter().map(|p| p.prepared).min() {
+        match self.parts.values().map(|(p, _)| p.prepared).min() {
             Some(p) => applied.min(p.predecessor()),
             None => applied,
+        }
+    }
+
+    pub(crate) fn change(&mut self, change: HeldChange) {
+        match change {
+            HeldChange::Prepared(part, keys) => {
+                for key in &keys {
+                    self.keys.insert(key.clone(), part.txn);
+                }
+                self.parts.insert(part.txn, (part, keys));
+            }
+            HeldChange::Resolved(txn) => {
+                if let Some((_, keys)) = self.parts.remove(&txn) {
+                    for key in keys {
+                        self.keys.remove(&key);
+                    }
+                }
+            }
         }
     }
 
@@ -121,30 +150,33 @@ impl Held {
             let id: [u8; 16] = k[PARTS.len()..]
                 .try_into()
                 .map_err(|_| FirnError::Internal("corrupt transaction part row".into()))?;
-            let txn = TxnId(u128::from_be_bytes(id));
-            for key in &part.keys {
-                held.keys.insert(key.as_bytes().to_vec(), txn);
-            }
-            held.parts.push(HeldPart {
-                txn,
-                anchor: part.anchor,
-                deadline_us: part.deadline_us,
-                prepared: part.prepared,
-            });
+            held.change(part.held(TxnId(u128::from_be_bytes(id))));
             Ok(())
         })?;
         Ok(held)
     }
 }
 
+impl StoredPart {
+    /// What the part holds, as a change to the shard's [`Held`].
+    fn held(&self, txn: TxnId) -> HeldChange {
+        HeldChange::Prepared(
+            HeldPart {
+                txn,
+                anchor: self.anchor,
+                deadline_us: self.deadline_us,
+                prepared: self.prepared,
+            },
+            self.keys.iter().map(|k| k.as_bytes().to_vec()).collect(),
+        )
+    }
+}
+
 impl VersionedStore {
     /// The parts this shard holds undecided.
     pub fn undecided(&self) -> Vec<HeldPart> {
-        self.held
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .parts
-            .clone()
+        let held = self.held.read().unwrap_or_else(|p| p.into_inner());
+        held.parts.values().map(|(p, _)| *p).collect()
     }
 
     /// Which of `keys` a transaction being committed holds: a read of their newest values
@@ -185,12 +217,22 @@ impl VersionedStore {
         }
     }
 
-    /// Re-reads what the shard's parts hold (after a transaction entry, a snapshot, a start).
+    /// Re-reads what the shard's parts hold (at a start, after a snapshot).
     pub(super) fn reload_held(&self) -> Result<(), FirnError> {
         let held = Held::load(self)?;
         *self.held.write().unwrap_or_else(|p| p.into_inner()) = held;
         self.held_changes.send_modify(|n| *n += 1);
         Ok(())
+    }
+
+    /// Applies a written batch's changes to what the shard holds.
+    pub(super) fn change_held(&self, changes: Vec<HeldChange>) {
+        let mut held = self.held.write().unwrap_or_else(|p| p.into_inner());
+        for change in changes {
+            held.change(change);
+        }
+        drop(held);
+        self.held_changes.send_modify(|n| *n += 1);
     }
 
     fn txn_part(&self, txn: TxnId) -> Result<Option<StoredPart>, FirnError> {
