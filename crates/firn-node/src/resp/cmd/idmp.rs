@@ -22,7 +22,12 @@ pub const IDMP: CommandSpec = CommandSpec {
 fn idmp(mut args: Args) -> Result<Action, FirnError> {
     let key = IdemKey::new(args.bytes()?, args.bytes()?)?;
     let name = args.keyword()?;
-    let action = crate::resp::registry::dispatch(&name, args.rest().into())?;
+    let action =
+        crate::resp::registry::dispatch(&name, args.rest().into()).map_err(|e| match e {
+            // The unknown command is IDMP's argument: IDMP itself is known.
+            FirnError::UnknownCommand(_) => not_a_write(&name),
+            e => e,
+        })?;
     match action {
         Action::Execute(request, _) if !request.is_write() => Err(not_a_write(&name)),
         Action::Execute(..) | Action::Transaction(TxnCommand::Exec | TxnCommand::Firn(_)) => {
