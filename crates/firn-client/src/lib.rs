@@ -115,6 +115,8 @@ pub struct Client {
     tls: Option<TlsCa>,
     /// Whose idempotency keys this client's writes carry (see `once.rs`).
     producer: std::sync::Arc<once::Producer>,
+    /// How long a write is sent again with its key while it may be.
+    resend_for: std::time::Duration,
 }
 
 fn protocol(what: impl std::fmt::Debug) -> ClientError {
@@ -271,6 +273,7 @@ impl Client {
             addr: addr.to_string(),
             tls: tls.cloned(),
             producer: std::sync::Arc::new(once::Producer::random()),
+            resend_for: TRANSIENT_RETRY_FOR,
         })
     }
 

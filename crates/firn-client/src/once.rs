@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis::Value;
 
-use super::{Client, ClientError, Result, TRANSIENT_RETRY_FOR};
+use super::{Client, ClientError, Result};
 
 /// A client's producer: its name (random, unless given) and the next id.
 #[derive(Debug)]
@@ -57,9 +57,10 @@ impl Client {
     }
 
     /// Runs a write made by [`Client::write_cmd`], sent again with its key while it may be
-    /// (see [`ClientError::is_resendable`]), for at most [`TRANSIENT_RETRY_FOR`].
+    /// (see [`ClientError::is_resendable`]), for at most [`Client::with_resend_for`]
+    /// ([`crate::TRANSIENT_RETRY_FOR`] unless set).
     pub(crate) async fn run_write(&self, cmd: &redis::Cmd) -> Result<Value> {
-        let deadline = tokio::time::Instant::now() + TRANSIENT_RETRY_FOR;
+        let deadline = tokio::time::Instant::now() + self.resend_for;
         loop {
             match self.run(cmd).await {
                 Err(e) if e.is_resendable() && tokio::time::Instant::now() < deadline => {
@@ -75,6 +76,14 @@ impl Client {
     /// once). Its ids then start at 1 again: give a producer name per run, or keep ids apart.
     pub fn with_producer(mut self, producer: &str) -> Self {
         self.producer = std::sync::Arc::new(Producer::named(producer.to_string()));
+        self
+    }
+
+    /// How long this client sends a write again with its key while it may be;
+    /// `Duration::ZERO`: each write is sent once and its answer returned as it is (a caller
+    /// that wants to see a refusal itself).
+    pub fn with_resend_for(mut self, resend_for: std::time::Duration) -> Self {
+        self.resend_for = resend_for;
         self
     }
 
