@@ -127,6 +127,18 @@ impl Session {
         }
     }
 
+    /// The context of the session's call of `request` (anything serializable that says
+    /// what is asked): its idempotency key, if any, names the request's fingerprint.
+    pub fn context_for(&self, request: &impl serde::Serialize) -> CallContext {
+        let mut ctx = self.context();
+        if let Some(key) = ctx.once.as_mut() {
+            key.request = postcard::to_stdvec(request)
+                .map(|bytes| xxhash_rust::xxh3::xxh3_64(&bytes))
+                .unwrap_or_default();
+        }
+        ctx
+    }
+
     /// The calls made from now until [`Session::without_once`] carry `key` (a front end
     /// sets it around the one request it came with).
     pub fn with_once(&mut self, key: firn_model::IdemKey) {
@@ -168,7 +180,7 @@ impl Session {
     /// after its token, and taken in (see [`Session::take`]).
     pub async fn run(&mut self, router: &Router, request: Request) -> Result<Answer, FirnError> {
         self.authorize(&request.access())?;
-        let result = router.execute(&self.context(), request).await;
+        let result = router.execute(&self.context_for(&request), request).await;
         self.take(router, result).await
     }
 
@@ -183,14 +195,14 @@ impl Session {
         self.authorize(&[Access::write_key(&put.key)])?;
         let result = router
             .large()
-            .put_streamed(&self.context(), put, body)
+            .put_streamed(&self.context_for(&put), put, body)
             .await;
         self.take(router, result).await
     }
 
     /// Starts `request` after this session's token (see [`Router::submit`]).
     pub async fn submit(&self, router: &Router, request: Request) -> Started {
-        let ctx = self.context();
+        let ctx = self.context_for(&request);
         let again = request
             .resent_when_refused()
             .then(|| Box::new((ctx.clone(), request.clone(), Instant::now())));

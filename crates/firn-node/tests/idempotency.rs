@@ -118,6 +118,15 @@ async fn writes_sent_again_with_their_key_apply_once() {
             .set("Firn-Producer", "sensor-9")
             .send_string("x");
         assert!(matches!(lonely, Err(ureq::Error::Status(400, _))));
+        // The same key on another request: refused, nothing applied.
+        let reused = ureq::delete(&format!("{base}/v1/kv/h"))
+            .set("Idempotency-Key", "put-1")
+            .set("Firn-Producer", "sensor-9")
+            .call();
+        assert!(
+            matches!(reused, Err(ureq::Error::Status(400, _))),
+            "{reused:?}"
+        );
         ureq::get(&format!("{base}/v1/history/h"))
             .call()
             .unwrap()

@@ -98,6 +98,27 @@ fn a_refusal_is_remembered_too_and_the_window_ends() {
         value_at(&store, "k", firn_model::ReadAt::Latest).as_deref(),
         Some("mine")
     );
+    // The same key with another request: refused, nothing applied, the first answer kept.
+    let mut other = IdemKey::new("dev".into(), "1".into()).unwrap();
+    other.request = 7;
+    let reused = apply(
+        &store,
+        700 + IDEM_WINDOW_US,
+        Op::Once {
+            key: other,
+            op: Box::new(Op::Kv(KvWrite::Delete {
+                keys: vec![key("k")],
+            })),
+        },
+    );
+    assert!(
+        matches!(&reused, Err(FirnError::BadArgument(m)) if m.contains("another request")),
+        "{reused:?}"
+    );
+    assert_eq!(
+        value_at(&store, "k", firn_model::ReadAt::Latest).as_deref(),
+        Some("mine")
+    );
     // An empty or oversized part of a key is refused.
     assert!(IdemKey::new("".into(), "x".into()).is_err());
     assert!(IdemKey::new("p".into(), Bytes::from(vec![b'x'; 257])).is_err());

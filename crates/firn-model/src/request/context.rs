@@ -44,6 +44,10 @@ impl CallContext {
 pub struct IdemKey {
     pub producer: bytes::Bytes,
     pub id: bytes::Bytes,
+    /// A fingerprint of the request the key came with: the same key with another request is
+    /// refused, not answered with the first request's answer.
+    #[serde(default)]
+    pub request: u64,
 }
 
 impl IdemKey {
@@ -58,7 +62,11 @@ impl IdemKey {
                 )));
             }
         }
-        Ok(IdemKey { producer, id })
+        Ok(IdemKey {
+            producer,
+            id,
+            request: 0,
+        })
     }
 }
 

@@ -32,6 +32,8 @@ const EXPIRED_DROPPED_PER_WRITE: usize = 4;
 struct Remembered {
     at_us: u64,
     seq: u64,
+    /// The fingerprint of the request it answered.
+    request: u64,
     answer: Result<Response, FirnError>,
 }
 
@@ -82,6 +84,7 @@ fn key_of(suffix: &[u8]) -> Option<IdemKey> {
     Some(IdemKey {
         producer: bytes::Bytes::copy_from_slice(producer),
         id: bytes::Bytes::copy_from_slice(suffix.get(2 + len..)?),
+        request: 0,
     })
 }
 
@@ -90,6 +93,14 @@ impl Txn<'_> {
     pub(super) fn once(&mut self, key: &IdemKey, op: &Op) -> Result<Response, FirnError> {
         if let Some(bytes) = self.system_get(&answer_row(key))? {
             let remembered: Remembered = decode(&bytes)?;
+            if remembered.request != key.request {
+                return Err(FirnError::BadArgument(format!(
+                    "idempotency key '{}' of producer '{}' was used for another request; \
+                     nothing was applied",
+                    String::from_utf8_lossy(&key.id),
+                    String::from_utf8_lossy(&key.producer)
+                )));
+            }
             return remembered.answer;
         }
         let mark = self.mark();
@@ -132,6 +143,7 @@ impl Txn<'_> {
         let remembered = Remembered {
             at_us,
             seq,
+            request: key.request,
             answer: answer.clone(),
         };
         self.system_put(answer_row(key), encode(&remembered));
@@ -144,6 +156,7 @@ impl Txn<'_> {
                 let old = IdemKey {
                     producer: key.producer.clone(),
                     id: id.into(),
+                    request: 0,
                 };
                 self.forget(&old, Some(&mut meta))?;
             }
