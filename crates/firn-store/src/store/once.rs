@@ -132,11 +132,7 @@ impl Txn<'_> {
     ) -> Result<(), FirnError> {
         let at_us = self.ts.wall_us;
         let meta_row = producer_row(&key.producer);
-        let mut meta: ProducerMeta = self
-            .system_get(&meta_row)?
-            .map(|b| decode(&b))
-            .transpose()?
-            .unwrap_or_default();
+        let mut meta = self.producer_meta(&meta_row)?;
         let seq = meta.next_seq;
         meta.next_seq += 1;
         meta.count += 1;
@@ -163,6 +159,15 @@ impl Txn<'_> {
         }
         self.system_put(meta_row, encode(&meta));
         self.forget_expired(at_us.saturating_sub(IDEM_WINDOW_US))
+    }
+
+    /// A producer's count and next sequence number, as this batch leaves them.
+    fn producer_meta(&self, meta_row: &[u8]) -> Result<ProducerMeta, FirnError> {
+        Ok(self
+            .system_get(meta_row)?
+            .map(|b| decode(&b))
+            .transpose()?
+            .unwrap_or_default())
     }
 
     /// Forgets a few answers remembered before `before_us`.
@@ -198,11 +203,7 @@ impl Txn<'_> {
             Some(meta) => meta.count = meta.count.saturating_sub(1),
             None => {
                 let meta_row = producer_row(&key.producer);
-                let mut meta: ProducerMeta = self
-                    .system_get(&meta_row)?
-                    .map(|b| decode(&b))
-                    .transpose()?
-                    .unwrap_or_default();
+                let mut meta = self.producer_meta(&meta_row)?;
                 meta.count = meta.count.saturating_sub(1);
                 if meta.count == 0 {
                     self.system_remove(meta_row);
