@@ -5,17 +5,9 @@
 
 mod common;
 
-use firn_node::RunningNode;
-
-async fn three_shard_node() -> RunningNode {
-    RunningNode::start(common::three_shard_config())
-        .await
-        .expect("node starts")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_sent_again_with_their_key_apply_once() {
-    let node = three_shard_node().await;
+    let node = common::start_three_shard_node().await;
     let client = redis::Client::open(format!("redis://{}/", node.resp_addr)).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
     let (a, b) = common::two_keys_in_different_shards();

@@ -6,17 +6,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use firn_node::RunningNode;
-
-async fn three_shard_node() -> RunningNode {
-    RunningNode::start(common::three_shard_config())
-        .await
-        .expect("node starts")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_atomic_pipeline_runs_within_a_shard_and_across_shards() {
-    let node = three_shard_node().await;
+    let node = common::start_three_shard_node().await;
     let client = redis::Client::open(format!("redis://{}/", node.resp_addr)).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
     // Every shard has a leader once a write to a key of each lands.
@@ -119,7 +111,7 @@ async fn an_atomic_pipeline_runs_within_a_shard_and_across_shards() {
 /// and the connection goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_over_its_limits_is_refused_with_nothing_applied() {
-    let node = three_shard_node().await;
+    let node = common::start_three_shard_node().await;
     let client = redis::Client::open(format!("redis://{}/", node.resp_addr)).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
     let limit = firn_model::limits::TXN_STEPS_MAX;
@@ -176,7 +168,7 @@ async fn a_transaction_over_its_limits_is_refused_with_nothing_applied() {
 /// what runs on another; a failed compare runs the else branch; both answer each step.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compare_then_write_runs_one_branch_across_shards() {
-    let node = three_shard_node().await;
+    let node = common::start_three_shard_node().await;
     let client = redis::Client::open(format!("redis://{}/", node.resp_addr)).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
     let (lock, counter) = common::two_keys_in_different_shards();
@@ -274,7 +266,7 @@ async fn compare_then_write_runs_one_branch_across_shards() {
 /// nothing; `SET … IFEQ` (Redis 8.4) writes only over the value it names.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mset_msetnx_and_set_ifeq_across_shards() {
-    let node = three_shard_node().await;
+    let node = common::start_three_shard_node().await;
     let client = redis::Client::open(format!("redis://{}/", node.resp_addr)).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
     let (a, b) = common::two_keys_in_different_shards();

@@ -152,3 +152,11 @@ pub fn two_keys_in_different_shards() -> (String, String) {
         .unwrap();
     ("k0".to_string(), other)
 }
+
+/// A node of three shards of its own ([`three_shard_config`]), started.
+#[allow(dead_code)] // not every test binary needs it
+pub async fn start_three_shard_node() -> RunningNode {
+    RunningNode::start(three_shard_config())
+        .await
+        .expect("node starts")
+}
