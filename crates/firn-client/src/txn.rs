@@ -77,6 +77,8 @@ impl Txn {
                 CompareTarget::Value(v) => cmd.arg("VALUE").arg(op).arg(v.as_ref()),
                 CompareTarget::Exists(e) => cmd.arg("EXISTS").arg(op).arg(*e as u8),
                 CompareTarget::Stamp(t) => cmd.arg("STAMP").arg(op).arg(t.to_string()),
+                // The server takes no lease compare from a client (`SET … LEASE` makes its own).
+                CompareTarget::Lease(id) => cmd.arg("LEASE").arg(op).arg(*id),
             };
         }
         for (word, steps) in [("THEN", &self.then), ("ELSE", &self.otherwise)] {

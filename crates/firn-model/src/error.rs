@@ -105,6 +105,9 @@ pub enum FirnError {
     /// An HTTP request body over the most the endpoint reads (a JSON body: 16 MiB and a byte).
     #[error("the request body is over the {max} bytes a request body may be here")]
     BodyTooLarge { max: usize },
+    /// A lease that was never granted, was revoked, or ran out (`FIRN.LEASE`, `SET … LEASE`).
+    #[error("lease not found: {0}")]
+    LeaseNotFound(crate::LeaseId),
 }
 
 impl FirnError {
@@ -142,6 +145,7 @@ impl FirnError {
             FirnError::Conflict { .. } => 409,
             FirnError::Compacted { .. } => 410,
             FirnError::KeyspaceNotFound(_)
+            | FirnError::LeaseNotFound(_)
             | FirnError::LogNotFound(_)
             | FirnError::NoGroup(_)
             | FirnError::Unblocked(_) => 404,

@@ -95,6 +95,10 @@ pub struct KeyspaceSpec {
     /// Drop versions older than this many microseconds, never the newest of a key.
     pub max_age_us: Option<u64>,
     pub durability: Durability,
+    /// The default TTL of its keys, in milliseconds: a write without a lifetime of its own
+    /// (a plain `SET`, `MSET`, a key an `INCR` makes) lives this long; `None`: for ever.
+    #[serde(default)]
+    pub ttl_ms: Option<u64>,
 }
 
 impl KeyspaceSpec {
@@ -106,6 +110,7 @@ impl KeyspaceSpec {
             max_versions: None,
             max_age_us: None,
             durability: Durability::Disk,
+            ttl_ms: None,
         }
     }
 
@@ -125,6 +130,15 @@ impl KeyspaceSpec {
             return Err(FirnError::BadArgument(
                 "max_age must be greater than 0".into(),
             ));
+        }
+        if self
+            .ttl_ms
+            .is_some_and(|t| t == 0 || t > crate::limits::TTL_MS_MAX)
+        {
+            return Err(FirnError::BadArgument(format!(
+                "a keyspace's ttl is 1 ms to {} ms",
+                crate::limits::TTL_MS_MAX
+            )));
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ pub mod error;
 pub mod hlc;
 pub mod key;
 pub mod keyspace;
+pub mod lease;
 pub mod limits;
 pub mod log;
 pub mod request;
@@ -23,6 +24,7 @@ pub use key::{Key, KeyKind, Version};
 pub use keyspace::{
     Durability, Follow, KeyspaceDef, KeyspaceMode, KeyspacePlacement, KeyspaceSpec,
 };
+pub use lease::{LeaseChange, LeaseId, LeaseInfo, LeaseWrite, lease_key};
 pub use limits::Limits;
 pub use log::{Appended, LogRecord, LogSeq, NewRecord, StreamId, StreamTrim, TagInfo, TagListing};
 pub use request::*;

@@ -52,6 +52,14 @@ pub const PAGE_ITEMS_MAX: usize = 10_000;
 /// Default page size of SCAN and history when the caller gives none.
 pub const PAGE_ITEMS_DEFAULT: usize = 100;
 
+/// The longest time a key may live (`SET … PX`, `EXPIRE`, a keyspace's ttl): 100 years in
+/// milliseconds, far past any real use and far from overflowing a stamp's microseconds.
+pub const TTL_MS_MAX: u64 = 100 * 365 * 24 * 3_600 * 1_000;
+
+/// The shortest and the longest TTL of a lease, in seconds (`FIRN.LEASE GRANT`).
+pub const LEASE_TTL_S_MIN: u64 = 1;
+pub const LEASE_TTL_S_MAX: u64 = 365 * 24 * 3_600;
+
 /// Most registered keyspaces; each put looks up its keyspace by longest prefix.
 pub const KEYSPACES_MAX: usize = 1_024;
 

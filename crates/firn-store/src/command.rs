@@ -113,6 +113,9 @@ pub enum SystemOp {
     /// shard is stamped above it. A leader proposes one when the shard has been idle, so
     /// that time keeps closing.
     CloseTime,
+    /// Writes down the expiries due by the entry's stamp (`store/expiry.rs`); a leader
+    /// proposes one when the soonest is due.
+    ExpireDue,
 }
 
 /// One shard's part of a transaction across shards, as the coordinator prepares it.
@@ -154,11 +157,17 @@ impl Op {
                 | KvWrite::MSet { .. }
                 | KvWrite::PutBlob { .. }
                 | KvWrite::Change { .. }
-                | KvWrite::Atomic { .. },
+                | KvWrite::Atomic { .. }
+                | KvWrite::Lease(_),
             )
             | Op::Log(LogOp::Append { .. } | LogOp::Ensure { .. })
             | Op::Txn(TxnOp::Prepare { .. }) => true,
-            Op::Kv(KvWrite::Delete { .. } | KvWrite::Truncate { .. } | KvWrite::FlushAll)
+            Op::Kv(
+                KvWrite::Delete { .. }
+                | KvWrite::Truncate { .. }
+                | KvWrite::FlushAll
+                | KvWrite::Expire { .. },
+            )
             | Op::Log(LogOp::Trim { .. } | LogOp::StreamTrim { .. } | LogOp::StreamDel { .. })
             | Op::Group { .. }
             | Op::System(_)

@@ -19,3 +19,4 @@ pub use backend::{FjallBackend, MemoryBackend, StorageBackend};
 pub use command::{Command, LogOp, Op, SystemOp, TxnOp, TxnPart};
 pub use sink::AppliedSink;
 pub use store::VersionedStore;
+pub use store::expiry::EXPIRE_DUE_MAX;

@@ -1,7 +1,10 @@
 //! What the state machine keeps per key and per version, and how table keys are encoded.
 
 use bytes::Bytes;
-use firn_model::{BlobRef, CommitTs, FirnError, KeyKind, Version, VersionInfo};
+use firn_model::{
+    BlobRef, CommitTs, Durability, FirnError, KeyKind, KeyspaceMode, KeyspaceSpec, LeaseId,
+    Version, VersionInfo,
+};
 use serde::{Deserialize, Serialize};
 
 /// Per-key bookkeeping, kept even when every value is truncated so that versions are never
@@ -18,6 +21,11 @@ pub struct KeyMeta {
     pub oldest: Version,
     /// The type of the newest version (meaningful while the key is live).
     pub kind: KeyKind,
+    /// When the newest version's value ends (`SET … EX`, `EXPIRE`): from then on every read
+    /// sees the key deleted, before the deletion is written down (`store/expiry.rs`).
+    pub expires: Option<CommitTs>,
+    /// The lease the newest version's value ends with (`SET … LEASE`).
+    pub lease: Option<LeaseId>,
 }
 
 impl KeyMeta {
@@ -29,6 +37,82 @@ impl KeyMeta {
     /// The key's type while it is live; `None` when it is absent or deleted.
     pub fn live_kind(&self) -> Option<KeyKind> {
         self.is_live().then_some(self.kind)
+    }
+
+    /// Whether the newest version's value has ended by `t` (it is live, and its expiry is at
+    /// or before `t`).
+    pub fn expired_at(&self, t: CommitTs) -> bool {
+        self.is_live() && self.expires.is_some_and(|e| e <= t)
+    }
+
+    /// The key as a read at `t` sees its metadata: past its expiry, as it will be once the
+    /// deletion is written down (a tombstone, the next version, stamped at the expiry).
+    pub fn as_read_at(mut self, t: CommitTs) -> KeyMeta {
+        if let Some(ends) = self.expires.filter(|_| self.expired_at(t)) {
+            self.latest += 1;
+            self.latest_ts = ends;
+            self.latest_deleted = true;
+            self.expires = None;
+            self.lease = None;
+        }
+        self
+    }
+}
+
+impl KeyMeta {
+    /// Reads a stored `KeyMeta`, also one written before keys expired (`firn-data 4`, as a
+    /// restored backup of then holds: without `expires` and `lease`).
+    pub fn decode(bytes: &[u8]) -> Result<KeyMeta, FirnError> {
+        #[derive(Deserialize)]
+        struct Before {
+            latest: Version,
+            latest_ts: CommitTs,
+            latest_deleted: bool,
+            oldest: Version,
+            kind: KeyKind,
+        }
+        match postcard::from_bytes(bytes) {
+            Ok(meta) => Ok(meta),
+            Err(_) => {
+                let b: Before = decode(bytes)?;
+                Ok(KeyMeta {
+                    latest: b.latest,
+                    latest_ts: b.latest_ts,
+                    latest_deleted: b.latest_deleted,
+                    oldest: b.oldest,
+                    kind: b.kind,
+                    expires: None,
+                    lease: None,
+                })
+            }
+        }
+    }
+}
+
+/// Reads a stored keyspace definition, also one written before keyspaces had a default TTL
+/// (`firn-data 4`).
+pub fn decode_keyspace(bytes: &[u8]) -> Result<KeyspaceSpec, FirnError> {
+    #[derive(Deserialize)]
+    struct Before {
+        prefix: String,
+        mode: KeyspaceMode,
+        max_versions: Option<u64>,
+        max_age_us: Option<u64>,
+        durability: Durability,
+    }
+    match postcard::from_bytes(bytes) {
+        Ok(spec) => Ok(spec),
+        Err(_) => {
+            let b: Before = decode(bytes)?;
+            Ok(KeyspaceSpec {
+                prefix: b.prefix,
+                mode: b.mode,
+                max_versions: b.max_versions,
+                max_age_us: b.max_age_us,
+                durability: b.durability,
+                ttl_ms: None,
+            })
+        }
     }
 }
 

@@ -32,7 +32,9 @@ mod apply;
 mod atomic;
 mod blobs;
 mod change;
+pub mod expiry;
 pub mod group;
+pub mod lease;
 pub mod log;
 mod once;
 mod read;
@@ -155,7 +157,7 @@ impl VersionedStore {
             )
             .map_err(io_err)?
             .iter()
-            .map(|(_, v)| decode(v))
+            .map(|(_, v)| crate::record::decode_keyspace(v))
             .collect::<Result<_, _>>()?;
         if !specs.iter().any(|s| s.prefix.is_empty()) {
             specs.push(KeyspaceSpec::default_keyspace());

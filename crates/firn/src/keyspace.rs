@@ -23,6 +23,10 @@ pub enum KeyspaceAction {
         /// Drop versions older than this (seconds, or 90s, 15m, 7d; default: kept).
         #[arg(long)]
         max_age: Option<String>,
+        /// The keys' default TTL (seconds, or 90s, 15m, 7d; default: none): a write without an
+        /// expiry of its own ends this long after it.
+        #[arg(long)]
+        ttl: Option<String>,
         /// disk (fsync'd on a majority before the answer) | memory (held in a majority's
         /// memory, fsync'd at the next checkpoint)
         #[arg(long, default_value = "disk")]
@@ -57,6 +61,7 @@ pub async fn run_keyspace(action: KeyspaceAction) -> Result<(), String> {
             mode,
             max_versions,
             max_age,
+            ttl,
             durability,
             local,
             follow,
@@ -75,6 +80,10 @@ pub async fn run_keyspace(action: KeyspaceAction) -> Result<(), String> {
                 durability: durability
                     .parse()
                     .map_err(|e: firn_model::FirnError| e.to_string())?,
+                ttl_ms: ttl
+                    .map(|t| firn_model::time::parse_duration_us(&t).map(|us| us / 1_000))
+                    .transpose()
+                    .map_err(|e| e.to_string())?,
             };
             let placement = firn_model::KeyspacePlacement {
                 local,

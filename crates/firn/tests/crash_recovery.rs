@@ -27,7 +27,7 @@ async fn kill_9_with_four_stripes_loses_no_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
     kill_9_during_writes(dir.path(), &["--stripes", "4", "--shards", "6"]).await;
     let format = std::fs::read_to_string(dir.path().join("FORMAT")).unwrap();
-    assert_eq!(format, "firn-data 4\nstripes 4\n");
+    assert_eq!(format, "firn-data 5\nstripes 4\n");
     for db in ["log", "log-1", "log-2", "log-3", "state", "state-3"] {
         assert!(dir.path().join(db).is_dir(), "no {db} database");
     }

@@ -149,6 +149,7 @@ fn kv_read(read: &KvRead) -> Vec<Access> {
         | KvRead::MGet { .. }
         | KvRead::Exists { .. }
         | KvRead::Type { .. }
+        | KvRead::Expiry { .. }
         | KvRead::Snapshot {
             of: SnapshotOf::Keys(_),
             ..
@@ -169,7 +170,10 @@ fn kv_read(read: &KvRead) -> Vec<Access> {
             of: SnapshotOf::Prefix { prefix, .. },
             ..
         } => vec![Access::read(Scope::Prefix(prefix.clone()))],
-        KvRead::DbSize => vec![Access::read(Scope::everything())],
+        KvRead::DbSize | KvRead::LeaseKeys { .. } => vec![Access::read(Scope::everything())],
+        // A lease's number is its capability: whoever knows it may read, keep alive or end
+        // it (as etcd's); the keys attached to it were each written with write access.
+        KvRead::Lease { .. } => Vec::new(),
     }
 }
 
@@ -180,7 +184,10 @@ fn kv_write(write: &KvWrite) -> Vec<Access> {
         | KvWrite::Delete { .. }
         | KvWrite::MSet { .. } => write.keys().map(Access::write_key).collect(),
         // It answers the value it read (INCR's new count, GETDEL's old value): read and write.
-        KvWrite::Change { key, .. } => vec![Access::read_key(key), Access::write_key(key)],
+        KvWrite::Change { key, .. } | KvWrite::Expire { key, .. } => {
+            vec![Access::read_key(key), Access::write_key(key)]
+        }
+        KvWrite::Lease(_) => Vec::new(),
         // What each step of either branch needs, and reading the compared keys.
         KvWrite::Atomic {
             compares,
@@ -193,7 +200,12 @@ fn kv_write(write: &KvWrite) -> Vec<Access> {
                 crate::TxnStep::Read(r) => kv_read(r),
                 crate::TxnStep::Write(w) => kv_write(w),
             })
-            .chain(compares.iter().map(|c| Access::read_key(&c.key)))
+            .chain(
+                compares
+                    .iter()
+                    .filter(|c| !matches!(c.target, crate::CompareTarget::Lease(_)))
+                    .map(|c| Access::read_key(&c.key)),
+            )
             .collect(),
         KvWrite::Truncate { target, .. } => vec![Access::write(range_scope(target))],
         KvWrite::FlushAll => vec![Access::admin(Scope::everything())],

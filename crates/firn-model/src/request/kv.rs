@@ -60,6 +60,22 @@ pub enum KvRead {
     },
     /// Number of live keys.
     DbSize,
+    /// When the key's value ends (`TTL`, `PTTL`, `EXPIRETIME`, `PEXPIRETIME`): answers
+    /// `Response::Expiry`.
+    Expiry {
+        key: Key,
+        consistency: ReadConsistency,
+    },
+    /// A lease as its record holds it (`FIRN.LEASE TTL`); `key` is its [`crate::lease_key`]:
+    /// answers `Response::Lease`, or `LeaseNotFound` when it is not live.
+    Lease {
+        key: Key,
+        id: crate::LeaseId,
+        consistency: ReadConsistency,
+    },
+    /// The keys attached to a lease on one shard (what a lease's end deletes), at most
+    /// `limit`: answers `Response::LeaseKeys`.
+    LeaseKeys { id: crate::LeaseId, limit: usize },
 }
 
 /// A write of keys, as it travels into a shard's log too (`firn_store::Op::Kv`).
@@ -103,6 +119,56 @@ pub enum KvWrite {
         steps: Vec<TxnStep>,
         otherwise: Option<Vec<TxnStep>>,
     },
+    /// A key's expiry changed, not its value: no new version (`EXPIRE`, `PEXPIRE`,
+    /// `EXPIREAT`, `PEXPIREAT`, `PERSIST`, `GETEX`). An expiry at or before the write's
+    /// stamp deletes the key. Answers `Response::ExpirySet`.
+    Expire {
+        key: Key,
+        to: Expiry,
+        only: ExpireIf,
+    },
+    /// A lease granted, kept alive or ended, on the shard of its record.
+    Lease(crate::LeaseWrite),
+}
+
+/// When a key's value ends, as a write sets it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Expiry {
+    /// This many milliseconds after the write's stamp (`EXPIRE`, `PEXPIRE`; 0 or less: now).
+    In { ms: i64 },
+    /// At a moment, in milliseconds since the Unix epoch (`EXPIREAT`, `PEXPIREAT`).
+    At { unix_ms: i64 },
+    /// Never (`PERSIST`).
+    Never,
+}
+
+/// When [`KvWrite::Expire`] sets the expiry (Redis 7's `NX`, `XX`, `GT`, `LT`): a key
+/// without one counts as expiring never, later than any time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExpireIf {
+    #[default]
+    Always,
+    /// `NX`: only when the key has no expiry.
+    NoExpiry,
+    /// `XX`: only when it has one.
+    HasExpiry,
+    /// `GT`: only when the new one is later.
+    Later,
+    /// `LT`: only when the new one is sooner.
+    Sooner,
+}
+
+/// When a key's value ends, as a read finds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KeyExpiry {
+    /// The key has no value (never written, deleted, expired).
+    Absent,
+    /// It lives until it is deleted.
+    Never,
+    /// It ends at this stamp.
+    At(CommitTs),
+    /// It ends with the lease.
+    Lease(crate::LeaseId),
 }
 
 /// One command of an [`KvWrite::Atomic`]: a point read of the newest versions (GET, MGET,
@@ -133,7 +199,8 @@ impl TxnStep {
                 KvWrite::Put(_)
                 | KvWrite::MSet { .. }
                 | KvWrite::Delete { .. }
-                | KvWrite::Change { .. },
+                | KvWrite::Change { .. }
+                | KvWrite::Expire { .. },
             ) => Ok(()),
             TxnStep::Read(r) => Err(refused(r.name())),
             TxnStep::Write(w) => Err(refused(w.name())),
@@ -230,9 +297,11 @@ impl KvRead {
     /// See [`NamedKeys`].
     pub fn keys(&self) -> NamedKeys<'_> {
         match self {
-            KvRead::Get { key, .. } | KvRead::History { key, .. } | KvRead::Type { key, .. } => {
-                Box::new(std::iter::once(key))
-            }
+            KvRead::Get { key, .. }
+            | KvRead::History { key, .. }
+            | KvRead::Type { key, .. }
+            | KvRead::Expiry { key, .. }
+            | KvRead::Lease { key, .. } => Box::new(std::iter::once(key)),
             KvRead::MGet { keys, .. }
             | KvRead::Exists { keys, .. }
             | KvRead::Snapshot {
@@ -244,7 +313,8 @@ impl KvRead {
                 of: SnapshotOf::Prefix { .. },
                 ..
             }
-            | KvRead::DbSize => Box::new(std::iter::empty()),
+            | KvRead::DbSize
+            | KvRead::LeaseKeys { .. } => Box::new(std::iter::empty()),
         }
     }
 
@@ -256,9 +326,11 @@ impl KvRead {
             | KvRead::Exists { consistency, .. }
             | KvRead::Type { consistency, .. }
             | KvRead::History { consistency, .. }
-            | KvRead::Scan { consistency, .. } => *consistency,
+            | KvRead::Scan { consistency, .. }
+            | KvRead::Expiry { consistency, .. }
+            | KvRead::Lease { consistency, .. } => *consistency,
             KvRead::Snapshot { .. } => ReadConsistency::Local,
-            KvRead::DbSize => ReadConsistency::Linearizable,
+            KvRead::DbSize | KvRead::LeaseKeys { .. } => ReadConsistency::Linearizable,
         }
     }
 
@@ -292,6 +364,9 @@ impl KvRead {
             KvRead::Scan { .. } => "scan",
             KvRead::Snapshot { .. } => "snapshot",
             KvRead::DbSize => "dbsize",
+            KvRead::Expiry { .. } => "ttl",
+            KvRead::Lease { .. } => "lease",
+            KvRead::LeaseKeys { .. } => "lease_keys",
         }
     }
 }
@@ -320,6 +395,9 @@ impl KvWrite {
                 ..
             } => Box::new(std::iter::once(key)),
             KvWrite::Truncate { .. } | KvWrite::FlushAll => Box::new(std::iter::empty()),
+            KvWrite::Expire { key, .. } | KvWrite::Lease(crate::LeaseWrite { key, .. }) => {
+                Box::new(std::iter::once(key))
+            }
         }
     }
 
@@ -332,6 +410,8 @@ impl KvWrite {
             KvWrite::Atomic { .. } => "exec",
             KvWrite::Truncate { .. } => "truncate",
             KvWrite::FlushAll => "flushall",
+            KvWrite::Expire { .. } => "expire",
+            KvWrite::Lease(_) => "lease",
         }
     }
 }

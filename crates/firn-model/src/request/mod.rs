@@ -22,7 +22,9 @@ pub use group::{
     GroupFull, GroupInfo, GroupKey, GroupOptions, GroupRead, GroupRequest, GroupStart, GroupWrite,
     MaxDeliver, PendingInfo, PendingSummary, StreamFull,
 };
-pub use kv::{KeyChange, KvRead, KvWrite, SnapshotOf, TxnStep, redis_integer};
+pub use kv::{
+    ExpireIf, Expiry, KeyChange, KeyExpiry, KvRead, KvWrite, SnapshotOf, TxnStep, redis_integer,
+};
 pub use log::{LogQuery, LogRead, LogRequest, LogWrite};
 pub use txn::{Compare, CompareOp, CompareTarget, Compared, TxnId, TxnOutcome};
 
@@ -94,6 +96,8 @@ pub struct PutRequest {
     pub event_time_us: Option<u64>,
     /// Return the version this write replaced (Redis `SET … GET`).
     pub return_previous: bool,
+    /// How long the value lives (`SET … EX|PX|EXAT|PXAT|KEEPTTL|LEASE`).
+    pub life: Lifetime,
 }
 
 impl PutRequest {
@@ -104,8 +108,27 @@ impl PutRequest {
             condition: WriteCondition::Always,
             event_time_us: None,
             return_previous: false,
+            life: Lifetime::Default,
         }
     }
+}
+
+/// How long a written value lives: until its key's expiry (a version's, see
+/// docs/architecture.md, "Keys that expire") or as long as a lease.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Lifetime {
+    /// The keyspace's default TTL, if it has one; else for ever (a plain `SET`).
+    #[default]
+    Default,
+    /// Until this many milliseconds after the write's stamp (`EX`, `PX`).
+    For { ms: u64 },
+    /// Until a moment, in milliseconds since the Unix epoch (`EXAT`, `PXAT`); one at or
+    /// before the write's stamp makes the write a deletion, as Redis's.
+    Until { unix_ms: u64 },
+    /// As long as the value it replaces had left (`KEEPTTL`; a new key: as `Default`).
+    Kept,
+    /// Until the lease ends (`LEASE id`).
+    Lease(crate::LeaseId),
 }
 
 /// A key, or every key under a prefix.
@@ -460,6 +483,9 @@ pub enum Response {
         compared: bool,
         steps: Vec<Result<Response, crate::FirnError>>,
         otherwise: Option<Vec<Result<Response, crate::FirnError>>>,
+        /// The soonest expiry of a key the part names: the transaction commits before it
+        /// or not at all (its steps' answers hold only until then).
+        ends: Option<CommitTs>,
     },
     /// A transaction's decision, as its anchor's record holds it; with the answer the
     /// coordinator gave its client, when it was decided under an idempotency key (a
@@ -475,6 +501,14 @@ pub enum Response {
         written: Written,
         value: Option<Bytes>,
     },
+    /// A [`KvWrite::Expire`]: whether the expiry was set (or, `PERSIST`, removed).
+    ExpirySet(bool),
+    /// A [`KvRead::Expiry`].
+    Expiry(KeyExpiry),
+    /// A [`KvRead::Lease`]: the lease while it is live.
+    Lease(Option<crate::LeaseInfo>),
+    /// The keys attached to a lease and their newest versions (a [`KvRead::LeaseKeys`]).
+    LeaseKeys(Vec<(Key, crate::Version)>),
 }
 
 /// One shard's part of a log read: its records of the tag in the query's range and what it

@@ -57,6 +57,9 @@ pub enum CompareTarget {
     /// The commit stamp of the key's newest version, a deletion's included (`ZERO`: never
     /// written). `WATCH` is a compare of it, `<=` the stamp it saw.
     Stamp(CommitTs),
+    /// Whether the lease is live (`=`) or not (`!=`); the compare's key is the lease's
+    /// [`crate::lease_key`]. What `SET … LEASE id` checks.
+    Lease(crate::LeaseId),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,6 +109,8 @@ pub struct Compared<'a> {
     pub exists: bool,
     /// The newest version's stamp, a deletion's included.
     pub stamp: CommitTs,
+    /// For a [`CompareTarget::Lease`]: whether the lease is live.
+    pub lease_live: bool,
 }
 
 impl Compare {
@@ -115,6 +120,10 @@ impl Compare {
             (CompareTarget::Exists(_), CompareOp::Eq | CompareOp::Ne) => Ok(()),
             (CompareTarget::Exists(_), _) => Err(crate::FirnError::BadArgument(
                 "EXISTS compares with = or != only".into(),
+            )),
+            (CompareTarget::Lease(_), CompareOp::Eq | CompareOp::Ne) => Ok(()),
+            (CompareTarget::Lease(_), _) => Err(crate::FirnError::BadArgument(
+                "a lease compares with = or != only".into(),
             )),
             _ => Ok(()),
         }
@@ -130,6 +139,7 @@ impl Compare {
             },
             CompareTarget::Exists(e) => self.op.holds(now.exists.cmp(e)),
             CompareTarget::Stamp(t) => self.op.holds(now.stamp.cmp(t)),
+            CompareTarget::Lease(_) => self.op.holds(now.lease_live.cmp(&true)),
         }
     }
 }
@@ -153,7 +163,10 @@ mod tests {
             value: Some(b"b"),
             exists: true,
             stamp: CommitTs::new(10, 0),
+            lease_live: true,
         };
+        assert!(compare(CompareTarget::Lease(7), "=").holds(&now));
+        assert!(!compare(CompareTarget::Lease(7), "!=").holds(&now));
         assert!(compare(CompareTarget::Version(3), "=").holds(&now));
         assert!(compare(CompareTarget::Version(4), "<").holds(&now));
         assert!(!compare(CompareTarget::Version(3), ">").holds(&now));

@@ -19,6 +19,8 @@ pub(crate) enum Merge {
     Scan,
     /// Versions removed, summed (FLUSHALL answers `Done` from each shard).
     Truncated,
+    /// Keys, every shard's together.
+    Keys,
 }
 
 impl Merge {
@@ -91,6 +93,15 @@ impl Merge {
                 },
                 _ => Response::Done,
             },
+            Merge::Keys => Response::LeaseKeys(
+                answers
+                    .into_iter()
+                    .flat_map(|a| match a {
+                        Response::LeaseKeys(keys) => keys,
+                        _ => Vec::new(),
+                    })
+                    .collect(),
+            ),
             Merge::Values | Merge::Written => {
                 return Err(FirnError::Internal(format!(
                     "{self:?} merges a split request, not one every shard ran"

@@ -20,6 +20,7 @@ mod read;
 mod remote;
 pub mod request_metrics;
 mod validate;
+pub use validate::check_lease_ttl;
 mod write;
 
 pub use write::resend_while_refused;
@@ -342,6 +343,10 @@ impl Kernel {
             }
         };
         self.origins.count(&layout, &request);
+        let request = match crate::lease::LeaseFlow::of(request) {
+            Ok(flow) => return metered.around(self.run_lease_flow(ctx, flow).await),
+            Err(request) => request,
+        };
         let request = match plan::across_shards(&layout, request) {
             Ok(txn) => {
                 return metered.around(ready(self.transact_planned(ctx, &layout, txn).await));

@@ -65,7 +65,10 @@ pub(super) fn plan(layout: &ClusterLayout, request: KvRequest) -> Plan {
         KvRequest::Read(read) => match read {
             KvRead::Get { ref key, .. }
             | KvRead::Type { ref key, .. }
-            | KvRead::History { ref key, .. } => Plan::One(shard(key), ShardPart::Read(read)),
+            | KvRead::History { ref key, .. }
+            | KvRead::Expiry { ref key, .. }
+            | KvRead::Lease { ref key, .. } => Plan::One(shard(key), ShardPart::Read(read)),
+            read @ KvRead::LeaseKeys { .. } => everywhere(ShardPart::Read(read), Merge::Keys),
             KvRead::MGet {
                 keys,
                 at,
@@ -97,6 +100,10 @@ pub(super) fn plan(layout: &ClusterLayout, request: KvRequest) -> Plan {
                 shard(&key),
                 ShardPart::Write(Op::Kv(KvWrite::Change { key, change })),
             ),
+            write @ (KvWrite::Expire { .. } | KvWrite::Lease(_)) => {
+                let at = write.keys().next().map_or(0, &shard);
+                Plan::One(at, ShardPart::Write(Op::Kv(write)))
+            }
             // One shard's (one spanning shards is a `Kernel::transact`): its first key's.
             write @ KvWrite::Atomic { .. } => {
                 let at = write.keys().next().map_or(0, &shard);

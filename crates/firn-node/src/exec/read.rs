@@ -277,8 +277,11 @@ fn is_short(read: &KvRead) -> bool {
             keys.len() <= POINT_READS_INLINE_MAX && !matches!(at, ReadAt::EventTime(_))
         }
         KvRead::Exists { keys, .. } => keys.len() <= POINT_READS_INLINE_MAX,
-        KvRead::DbSize | KvRead::Type { .. } => true,
-        KvRead::History { .. } | KvRead::Scan { .. } | KvRead::Snapshot { .. } => false,
+        KvRead::DbSize | KvRead::Type { .. } | KvRead::Expiry { .. } | KvRead::Lease { .. } => true,
+        KvRead::History { .. }
+        | KvRead::Scan { .. }
+        | KvRead::Snapshot { .. }
+        | KvRead::LeaseKeys { .. } => false,
     }
 }
 
@@ -351,8 +354,9 @@ fn read_replica(
         }
         KvRead::Exists { keys, .. } => {
             let (mut n, mut through) = (0, None);
+            let now = store.read_now();
             for k in &keys {
-                if let Some(meta) = store.meta(k.as_bytes())? {
+                if let Some(meta) = store.meta_at(k.as_bytes(), now)? {
                     n += meta.is_live() as u64;
                     through = through.max((meta.latest > 0).then_some(meta.latest_ts));
                 }
@@ -388,6 +392,14 @@ fn read_replica(
             ))
         }
         KvRead::DbSize => Ok((Response::Count(store.live_keys()), None)),
+        KvRead::Expiry { key, .. } => Ok((Response::Expiry(store.expiry(key.as_bytes())?), None)),
+        KvRead::Lease { id, .. } => match store.lease_at(id, store.read_now())? {
+            Some(lease) => Ok((Response::Lease(Some(lease)), None)),
+            None => Err(FirnError::LeaseNotFound(id)),
+        },
+        KvRead::LeaseKeys { id, limit } => {
+            Ok((Response::LeaseKeys(store.lease_keys(id, limit)?), None))
+        }
         KvRead::Snapshot { .. } => Err(FirnError::Internal(
             "a snapshot is planned as the read at its time, never served as such".into(),
         )),

@@ -83,7 +83,12 @@ impl Kernel {
                 change: firn_model::KeyChange::Append { suffix, .. },
                 ..
             } => self.limits.check_value(suffix.len()),
-            KvWrite::Change { .. } => Ok(()),
+            KvWrite::Change { .. } | KvWrite::Expire { .. } => Ok(()),
+            KvWrite::Lease(firn_model::LeaseWrite {
+                change: firn_model::LeaseChange::Grant { ttl_s },
+                ..
+            }) => check_lease_ttl(*ttl_s),
+            KvWrite::Lease(_) => Ok(()),
             KvWrite::Atomic {
                 compares,
                 steps,
@@ -101,6 +106,7 @@ impl Kernel {
                     )));
                 }
                 compares.iter().try_for_each(firn_model::Compare::check)?;
+                check_leased_steps(compares, &steps)?;
                 let compared: usize = compares
                     .iter()
                     .map(|c| match &c.target {
@@ -116,7 +122,17 @@ impl Kernel {
                     )));
                 }
                 steps.iter().try_for_each(|step| {
-                    step.check()?;
+                    // A lease's end is a step of the transaction that deletes its keys
+                    // (`crate::lease`); no front end queues it (`TxnStep::check` refuses it).
+                    if !matches!(
+                        step,
+                        firn_model::TxnStep::Write(KvWrite::Lease(firn_model::LeaseWrite {
+                            change: firn_model::LeaseChange::End,
+                            ..
+                        }))
+                    ) {
+                        step.check()?;
+                    }
                     match step {
                         firn_model::TxnStep::Read(read) => validate_read(read),
                         firn_model::TxnStep::Write(write) => self.validate_write(write),
@@ -133,6 +149,11 @@ impl Kernel {
                     .into(),
             )),
             KvWrite::FlushAll => Ok(()),
+            KvWrite::PutBlob { put, .. } if matches!(put.life, firn_model::Lifetime::Lease(_)) => {
+                Err(FirnError::BadArgument(
+                    "a large value cannot be attached to a lease; give it a TTL instead".into(),
+                ))
+            }
             KvWrite::PutBlob { put, blob } => self.check_manifest(put, blob),
         }
     }
@@ -226,6 +247,49 @@ pub fn validate_read(read: &KvRead) -> Result<(), FirnError> {
                 check_page(*limit)
             }
         },
-        KvRead::Get { .. } | KvRead::Type { .. } | KvRead::DbSize => Ok(()),
+        KvRead::LeaseKeys { limit, .. } => check_page(*limit),
+        KvRead::Get { .. }
+        | KvRead::Type { .. }
+        | KvRead::DbSize
+        | KvRead::Expiry { .. }
+        | KvRead::Lease { .. } => Ok(()),
     }
+}
+
+/// A put attached to a lease inside a transaction must come with the compare that checks
+/// the lease is live (as `SET … LEASE` alone makes it); a transaction of the user's own does
+/// not attach keys to leases.
+fn check_leased_steps(
+    compares: &[firn_model::Compare],
+    steps: &[&firn_model::TxnStep],
+) -> Result<(), FirnError> {
+    for step in steps {
+        if let firn_model::TxnStep::Write(KvWrite::Put(firn_model::PutRequest {
+            life: firn_model::Lifetime::Lease(id),
+            ..
+        })) = step
+            && !compares
+                .iter()
+                .any(|c| c.target == firn_model::CompareTarget::Lease(*id))
+        {
+            return Err(FirnError::BadArgument(
+                "LEASE cannot be given inside a transaction; attach the key with SET … LEASE \
+                 on its own"
+                    .into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A lease's TTL within [`LEASE_TTL_S_MIN`](firn_model::limits::LEASE_TTL_S_MIN) ..=
+/// [`LEASE_TTL_S_MAX`](firn_model::limits::LEASE_TTL_S_MAX) seconds.
+pub fn check_lease_ttl(ttl_s: u64) -> Result<(), FirnError> {
+    use firn_model::limits::{LEASE_TTL_S_MAX, LEASE_TTL_S_MIN};
+    if (LEASE_TTL_S_MIN..=LEASE_TTL_S_MAX).contains(&ttl_s) {
+        return Ok(());
+    }
+    Err(FirnError::BadArgument(format!(
+        "invalid lease TTL {ttl_s}: a lease lives {LEASE_TTL_S_MIN} to {LEASE_TTL_S_MAX} seconds"
+    )))
 }

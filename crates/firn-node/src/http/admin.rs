@@ -21,6 +21,7 @@ pub(super) fn keyspace_json(def: &KeyspaceDef) -> Json {
         "mode": s.mode.to_string(),
         "max_versions": s.max_versions,
         "max_age_us": s.max_age_us,
+        "ttl_ms": s.ttl_ms,
         "durability": s.durability.as_str(),
         "local": placement.local,
         "follow": placement.follow.to_string(),
@@ -50,6 +51,8 @@ pub(super) struct KeyspaceBody {
     max_versions: Option<u64>,
     /// Seconds, or a duration with units (`7d`).
     max_age: Option<Json>,
+    /// The keys' default TTL: seconds, or a duration with units (`90s`, `15m`).
+    ttl: Option<Json>,
     durability: Option<String>,
     /// Publish the newest values in each node's shared-memory region.
     local: Option<bool>,
@@ -91,6 +94,17 @@ pub(super) async fn create_keyspace(
         Some(other) => {
             return Err(FirnError::BadArgument(format!(
                 "max_age must be seconds or a duration like \"7d\", not {other}"
+            ))
+            .into());
+        }
+    };
+    spec.ttl_ms = match body.ttl {
+        None | Some(Json::Null) => None,
+        Some(Json::Number(n)) => Some(parse_duration_us(&n.to_string())? / 1_000),
+        Some(Json::String(s)) => Some(parse_duration_us(&s)? / 1_000),
+        Some(other) => {
+            return Err(FirnError::BadArgument(format!(
+                "ttl must be seconds or a duration like \"15m\", not {other}"
             ))
             .into());
         }

@@ -185,6 +185,11 @@ fn spawn_housekeeping(
             router.kernel().clone(),
             stop_rx.clone(),
         )),
+        tokio::spawn(crate::expiry::run(router.kernel().clone(), stop_rx.clone())),
+        tokio::spawn(crate::lease::sweeper::run(
+            router.kernel().clone(),
+            stop_rx.clone(),
+        )),
     ]
 }
 

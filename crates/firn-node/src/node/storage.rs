@@ -26,9 +26,10 @@ pub(super) const BLOB_DIR: &str = "blobs";
 /// rather than reading it wrongly. 3: the Raft log's entries carry one intent type
 /// (`firn_store::Op::{Kv, Log, Group, System}`); a log written as 2 cannot be read by it.
 /// 4: keys are typed (`KeyMeta.kind`; a stream is a key with a version of its own), where 3
-/// kept streams apart from keys.
+/// kept streams apart from keys. 5: a put in the log carries its lifetime (`SET … EX`,
+/// `LEASE`) and a keyspace its default TTL; the state a backup of 4 holds reads as it is.
 const DATA_FORMAT_FILE: &str = "FORMAT";
-const DATA_FORMAT: &str = "firn-data 4\n";
+const DATA_FORMAT: &str = "firn-data 5\n";
 /// How many stripes a new data directory gets on a machine of at least
 /// [`STRIPES_CORES_MIN`] cores, unless `--stripes` says (see [`crate::replicas::Stripe`]): a
 /// log database and a state database each, a group's id picking its stripe. fjall makes
@@ -295,13 +296,14 @@ mod tests {
             "firn-data 2\n",
             "firn-data 2\nstripes 1\n",
             "firn-data 3\nstripes 1\n",
+            "firn-data 4\nstripes 2\n",
         ] {
             let dir = tempfile::tempdir().unwrap();
             std::fs::write(dir.path().join(DATA_FORMAT_FILE), before).unwrap();
             let e = check_data_format(dir.path(), None).unwrap_err().to_string();
             assert!(
                 e.contains(before.lines().next().unwrap())
-                    && e.contains("firn-data 4")
+                    && e.contains("firn-data 5")
                     && e.contains("empty --data-dir")
                     && e.contains("firn backup"),
                 "{e}"
@@ -337,7 +339,7 @@ mod tests {
         assert_eq!(check_data_format(dir.path(), Some(3)).unwrap(), 3);
         assert_eq!(
             std::fs::read_to_string(dir.path().join(DATA_FORMAT_FILE)).unwrap(),
-            "firn-data 4\nstripes 3\n"
+            "firn-data 5\nstripes 3\n"
         );
         // Later starts find the count, with or without the flag; a different one is refused.
         assert_eq!(check_data_format(dir.path(), None).unwrap(), 3);

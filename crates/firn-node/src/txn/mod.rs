@@ -143,6 +143,7 @@ impl Kernel {
         let mut all_held = true;
         let mut refused: Option<Result<Response, FirnError>> = None;
         let mut conflict = None;
+        let mut ends = CommitTs::MAX;
         for (shard, outcome) in prepared {
             match outcome {
                 Ok(Response::Prepared {
@@ -150,8 +151,10 @@ impl Kernel {
                     compared,
                     steps,
                     otherwise,
+                    ends: part_ends,
                 }) => {
                     at = at.max(p);
+                    ends = ends.min(part_ends.unwrap_or(CommitTs::MAX));
                     all_held &= compared;
                     then.insert(shard, (p, steps));
                     instead.insert(shard, (p, otherwise.unwrap_or_default()));
@@ -166,6 +169,13 @@ impl Kernel {
                     ))));
                 }
             }
+        }
+        // A key the prepares read expires by the transaction's stamp: what they answered
+        // is no longer true there. Tried again, the prepares find it expired.
+        if refused.is_none() && conflict.is_none() && at >= ends {
+            conflict = Some(FirnError::TxnConflict(format!(
+                "a key of transaction {txn} expires at {ends}, before its stamp {at}"
+            )));
         }
         // A compare failed and nothing else is to run: EXEC answers nil.
         if refused.is_none() && conflict.is_none() && !all_held && !has_otherwise {

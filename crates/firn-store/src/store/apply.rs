@@ -10,10 +10,11 @@ use std::ops::Bound;
 use bytes::Bytes;
 use firn_model::limits::KEYSPACES_MAX;
 use firn_model::{
-    CommitTs, FirnError, Key, KeyKind, KeyRange, KeyspaceMode, KeyspaceSpec, PutRequest, Response,
-    TruncateBefore, Version, WatchEvent, WriteCondition, Written,
+    CommitTs, FirnError, Key, KeyKind, KeyRange, KeyspaceMode, KeyspaceSpec, Lifetime, PutRequest,
+    Response, TruncateBefore, Version, WatchEvent, WriteCondition, Written,
 };
 
+use super::expiry::Ends;
 use super::{BULK_BATCH_WRITES_MAX, VersionedStore, WALK_PAGE, io_err, prefix_end};
 use crate::backend::{Batch, Table};
 use crate::command::{LogOp, Op, SystemOp};
@@ -197,7 +198,7 @@ impl<'a> Txn<'a> {
         out
     }
 
-    fn set_meta(&mut self, key: &[u8], meta: KeyMeta) {
+    pub(super) fn set_meta(&mut self, key: &[u8], meta: KeyMeta) {
         self.batch.put(Table::KeyMeta, key.to_vec(), encode(&meta));
         self.metas.insert(key.to_vec(), meta);
     }
@@ -207,6 +208,7 @@ impl<'a> Txn<'a> {
         // Every key first: a refusal must come before anything is written.
         self.check_lanes(op)?;
         self.check_unheld(op)?;
+        self.write_down_named(op)?;
         match op {
             Op::Kv(write) => self.kv(write),
             Op::Log(log) => self.log(log),
@@ -220,6 +222,8 @@ impl<'a> Txn<'a> {
     pub(super) fn kv(&mut self, write: &KvWrite) -> Result<Response, FirnError> {
         match write {
             KvWrite::Put(p) => self.put(p, Stored::Inline(p.value.clone())),
+            KvWrite::Expire { key, to, only } => self.expire(key, *to, *only),
+            KvWrite::Lease(lease) => self.lease(lease),
             KvWrite::PutBlob { put, blob } => self.put(put, Stored::Blob(blob.clone())),
             KvWrite::MSet { items } => self.mset(items),
             KvWrite::Change { key, change } => self.change(key, change),
@@ -255,6 +259,7 @@ impl<'a> Txn<'a> {
             SystemOp::KeyspaceCreate(spec) => self.create_keyspace(spec),
             SystemOp::KeyspaceDrop { prefix } => self.drop_keyspace(prefix),
             SystemOp::CloseTime => Ok(Response::Done),
+            SystemOp::ExpireDue => self.expire_due(),
         }
     }
 
@@ -268,7 +273,9 @@ impl<'a> Txn<'a> {
                 | KvWrite::MSet { .. }
                 | KvWrite::Change { .. }
                 | KvWrite::Atomic { .. }
-                | KvWrite::Delete { .. }),
+                | KvWrite::Delete { .. }
+                | KvWrite::Expire { .. }
+                | KvWrite::Lease(_)),
             ) => write
                 .keys()
                 .try_for_each(|key| self.store.in_lane(key.as_bytes())),
@@ -284,6 +291,7 @@ impl<'a> Txn<'a> {
             put.event_time_us,
             put.condition,
             put.return_previous,
+            put.life,
         )?;
         Ok(Response::Written(vec![w]))
     }
@@ -298,6 +306,7 @@ impl<'a> Txn<'a> {
                 None,
                 WriteCondition::Always,
                 false,
+                Lifetime::Default,
             )?);
         }
         Ok(Response::Written(out))
@@ -319,6 +328,7 @@ impl<'a> Txn<'a> {
                 None,
                 WriteCondition::Always,
                 false,
+                Lifetime::Default,
             )?);
         }
         Ok(Response::Written(out))
@@ -493,6 +503,8 @@ impl<'a> Txn<'a> {
         Ok(())
     }
 
+    /// A new version of `key` stamped at the entry's stamp, ending as `life` says (a
+    /// tombstone ends nothing), under `condition`.
     pub(super) fn write_version(
         &mut self,
         key: &Key,
@@ -500,6 +512,7 @@ impl<'a> Txn<'a> {
         event_time_us: Option<u64>,
         condition: WriteCondition,
         return_previous: bool,
+        life: Lifetime,
     ) -> Result<Written, FirnError> {
         let k = key.as_bytes();
         let spec = self.store.keyspace_for(k);
@@ -547,6 +560,19 @@ impl<'a> Txn<'a> {
             // Any other version ends the stream (Redis's SET replaces a key of any type).
             self.drop_stream(key)?;
         }
+        let was_ends = Ends {
+            expires: meta.expires,
+            lease: meta.lease,
+        };
+        let (value, ends) = match self.ends_of(&spec, &meta, life) {
+            _ if value.is_tombstone() => (value, Ends::default()),
+            Some(ends) => (value, ends),
+            // An expiry at or before the write: the key is deleted (Redis's `SET … EXAT`).
+            None => (Stored::Tombstone, Ends::default()),
+        };
+        self.index_ends(k, was_ends, ends);
+        meta.expires = ends.expires;
+        meta.lease = ends.lease;
         let version = meta.latest + 1;
         let record = VersionRecord {
             commit_ts: self.ts,

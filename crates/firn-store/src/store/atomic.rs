@@ -30,6 +30,16 @@ impl Txn<'_> {
     /// Whether every compare holds of the keys as they are now.
     pub(super) fn compares_hold(&self, compares: &[Compare]) -> Result<bool, FirnError> {
         for compare in compares {
+            if let firn_model::CompareTarget::Lease(id) = compare.target {
+                let now = Compared {
+                    lease_live: self.lease_live(id)?,
+                    ..Compared::default()
+                };
+                if !compare.holds(&now) {
+                    return Ok(false);
+                }
+                continue;
+            }
             let meta = self.meta(compare.key.as_bytes())?;
             let newest = self.newest(&compare.key)?;
             let value = newest
@@ -41,6 +51,7 @@ impl Txn<'_> {
                 value,
                 exists: newest.is_some(),
                 stamp: meta.latest_ts,
+                lease_live: false,
             };
             if !compare.holds(&now) {
                 return Ok(false);

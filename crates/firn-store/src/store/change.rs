@@ -3,7 +3,9 @@
 //! computes the same version. Errors are Redis's words.
 
 use bytes::Bytes;
-use firn_model::{FirnError, Key, KeyChange, KeyKind, KeyspaceMode, Response, WriteCondition};
+use firn_model::{
+    FirnError, Key, KeyChange, KeyKind, KeyspaceMode, Lifetime, Response, WriteCondition,
+};
 
 use super::apply::Txn;
 use crate::record::{KeyMeta, Stored};
@@ -44,8 +46,14 @@ impl Txn<'_> {
             None => Stored::Tombstone,
         };
         let answers_previous = matches!(change, KeyChange::GetDel);
-        let written =
-            self.write_version(key, stored, None, WriteCondition::Always, answers_previous)?;
+        let written = self.write_version(
+            key,
+            stored,
+            None,
+            WriteCondition::Always,
+            answers_previous,
+            Lifetime::Kept,
+        )?;
         Ok(Response::Changed {
             written,
             value: next,

@@ -39,7 +39,7 @@ impl VersionedStore {
         self.backend
             .get(Table::KeyMeta, key)
             .map_err(io_err)?
-            .map(|b| decode(&b))
+            .map(|b| KeyMeta::decode(&b))
             .transpose()
     }
 
@@ -124,10 +124,20 @@ impl VersionedStore {
         if meta.latest == 0 {
             return Ok(None);
         }
+        // Past the newest version's expiry, a read sees the tombstone that writes it down.
+        let ended = |t: CommitTs, found: Option<VersionInfo>| match found {
+            Some(info) if info.version == meta.latest && meta.expired_at(t) => {
+                Some(Self::expiry_tombstone(&meta))
+            }
+            found => found,
+        };
         match at {
-            ReadAt::Latest => Ok(self
-                .record(key, meta.latest)?
-                .map(|r| r.into_info(meta.latest))),
+            ReadAt::Latest => {
+                let found = self
+                    .record(key, meta.latest)?
+                    .map(|r| r.into_info(meta.latest));
+                Ok(ended(self.read_now(), found))
+            }
             ReadAt::Version(v) => {
                 if v == 0 || v > meta.latest {
                     return Ok(None);
@@ -139,10 +149,13 @@ impl VersionedStore {
                 }
                 Ok(self.record(key, v)?.map(|r| r.into_info(v)))
             }
-            ReadAt::AsOf(t) => match self.search_as_of(key, &meta, t)? {
-                Some(found) => Ok(found),
-                None => self.scan_as_of(key, &meta, t),
-            },
+            ReadAt::AsOf(t) => {
+                let found = match self.search_as_of(key, &meta, t)? {
+                    Some(found) => found,
+                    None => self.scan_as_of(key, &meta, t)?,
+                };
+                Ok(ended(t, found))
+            }
             ReadAt::EventTime(t) => {
                 // Event times follow no order: every stored version is looked at.
                 let mut best: Option<VersionInfo> = None;
@@ -254,6 +267,12 @@ impl VersionedStore {
         let Some(meta) = self.meta(key)? else {
             return Ok(Vec::new());
         };
+        // A history past the newest version's expiry ends with the tombstone that writes
+        // it down, as it will once it is written.
+        let ended = meta
+            .expired_at(as_of.unwrap_or_else(|| self.read_now()))
+            .then(|| Self::expiry_tombstone(&meta));
+        let asked_to = to;
         let mut to = to.unwrap_or(meta.latest).min(meta.latest);
         if let Some(t) = as_of {
             // Stamps grow with versions, so the history at T is a prefix: it ends at the
@@ -264,7 +283,14 @@ impl VersionedStore {
                 Err(e) => return Err(e),
             };
         }
-        self.records(key, from.max(meta.oldest), to, false, limit)
+        let mut versions = self.records(key, from.max(meta.oldest), to, false, limit)?;
+        if let Some(tombstone) = ended {
+            let v = tombstone.version;
+            if versions.len() < limit && from <= v && asked_to.is_none_or(|t| t >= v) {
+                versions.push(tombstone);
+            }
+        }
+        Ok(versions)
     }
 
     /// Live keys under `prefix` after `cursor`. Examines at most `limit` keys (Redis SCAN's

@@ -20,7 +20,7 @@ pub const FIRN_KEYSPACE: CommandSpec = CommandSpec {
     keys: KeyPositions::NONE,
     group: Group::Firn,
     since: FIRST_RELEASE,
-    summary: "CREATE prefix [MODE m] [MAXVERSIONS n] [MAXAGE d] [DURABILITY d] [LOCAL on|off] [FOLLOW on|off|node], LIST, DROP prefix.",
+    summary: "CREATE prefix [MODE m] [MAXVERSIONS n] [MAXAGE d] [TTL d] [DURABILITY d] [LOCAL on|off] [FOLLOW on|off|node], LIST, DROP prefix.",
     parse: firn_keyspace,
 };
 
@@ -52,13 +52,14 @@ fn firn_keyspace(mut args: Args) -> Result<Action, FirnError> {
                     "MODE" => spec.mode = args.text()?.parse()?,
                     "MAXVERSIONS" => spec.max_versions = Some(args.u64("MAXVERSIONS")?),
                     "MAXAGE" => spec.max_age_us = Some(parse_duration_us(&args.text()?)?),
+                    "TTL" => spec.ttl_ms = Some(parse_duration_us(&args.text()?)? / 1_000),
                     "DURABILITY" => spec.durability = args.text()?.parse()?,
                     "LOCAL" => def.placement.local = parse_on_off("LOCAL", &args.text()?)?,
                     "FOLLOW" => def.placement.follow = args.text()?.parse()?,
                     other => {
                         return Err(FirnError::BadArgument(format!(
                             "unknown keyspace option '{other}'; use MODE, MAXVERSIONS, MAXAGE, \
-                             DURABILITY, LOCAL, FOLLOW"
+                             TTL, DURABILITY, LOCAL, FOLLOW"
                         )));
                     }
                 }
@@ -86,6 +87,10 @@ fn show_keyspaces(response: Response) -> Reply {
                     (
                         Reply::text("max_age_us"),
                         s.max_age_us.map_or(Reply::Nil, |n| Reply::Int(n as i64)),
+                    ),
+                    (
+                        Reply::text("ttl_ms"),
+                        s.ttl_ms.map_or(Reply::Nil, |n| Reply::Int(n as i64)),
                     ),
                     (
                         Reply::text("durability"),

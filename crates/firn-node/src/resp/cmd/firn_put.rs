@@ -1,5 +1,5 @@
-//! FIRN.PUT key value [IFVERSION n] [EVENTTIME t]: a write that answers its version and
-//! commit stamp.
+//! FIRN.PUT key value [IFVERSION n] [EVENTTIME t] [LEASE id]: a write that answers its
+//! version and commit stamp.
 
 use firn_model::{FirnError, KvWrite, PutRequest, Response, WriteCondition};
 
@@ -17,7 +17,7 @@ pub const FIRN_PUT: CommandSpec = CommandSpec {
     keys: KeyPositions::FIRST,
     group: Group::Firn,
     since: FIRST_RELEASE,
-    summary: "Writes a version (IFVERSION n: only over version n; EVENTTIME t); answers [version, commit_ts].",
+    summary: "Writes a version (IFVERSION n: only over version n; EVENTTIME t; LEASE id: attached to a lease); answers [version, commit_ts].",
     parse: firn_put,
 };
 
@@ -28,9 +28,10 @@ fn firn_put(mut args: Args) -> Result<Action, FirnError> {
         match args.keyword()?.as_str() {
             "IFVERSION" => put.condition = WriteCondition::IfVersion(args.u64("IFVERSION")?),
             "EVENTTIME" => put.event_time_us = Some(args.micros()?),
+            "LEASE" => put.life = firn_model::Lifetime::Lease(args.u64("LEASE")?),
             other => {
                 return Err(FirnError::BadArgument(format!(
-                    "unknown FIRN.PUT option '{other}'; use IFVERSION n, EVENTTIME t"
+                    "unknown FIRN.PUT option '{other}'; use IFVERSION n, EVENTTIME t, LEASE id"
                 )));
             }
         }

@@ -1,13 +1,15 @@
-//! SET key value [NX|XX|IFEQ v] [GET]: a Redis write, conditional on presence or on the
-//! value (IFEQ, Redis 8.4: a one-key transaction comparing the value); GETSET and SETNX,
-//! its older spellings.
+//! SET key value [NX|XX|IFEQ v] [GET] [EX s|PX ms|EXAT t|PXAT t|KEEPTTL|LEASE id]: a Redis
+//! write, conditional on presence or on the value (IFEQ, Redis 8.4: a one-key transaction
+//! comparing the value), with an expiry or attached to a lease; GETSET and SETNX, its older
+//! spellings.
 
 use bytes::Bytes;
 use firn_model::{
-    Compare, CompareOp, CompareTarget, FirnError, KvRead, KvWrite, PutRequest, ReadAt,
+    Compare, CompareOp, CompareTarget, FirnError, KvRead, KvWrite, Lifetime, PutRequest, ReadAt,
     ReadConsistency, Response, TxnStep, WriteCondition,
 };
 
+use super::expire::expiry_option;
 use crate::resp::args::Args;
 use crate::resp::command::{
     Action, CommandSpec, FIRST_RELEASE, Flag, Group, KeyPositions, Render, unexpected,
@@ -21,7 +23,7 @@ pub const SET: CommandSpec = CommandSpec {
     keys: KeyPositions::FIRST,
     group: Group::String,
     since: FIRST_RELEASE,
-    summary: "Writes a new version of the key; NX, XX, IFEQ and GET as in Redis (no expiry options).",
+    summary: "Writes a new version of the key; NX, XX, IFEQ, GET, EX, PX, EXAT, PXAT and KEEPTTL as in Redis; LEASE id attaches it to a lease.",
     parse: set,
 };
 
@@ -79,11 +81,14 @@ fn set(mut args: Args) -> Result<Action, FirnError> {
             "XX" => put.condition = WriteCondition::IfPresent,
             "IFEQ" => if_equal = Some(args.bytes()?),
             "GET" => put.return_previous = true,
-            "EX" | "PX" | "EXAT" | "PXAT" | "KEEPTTL" => {
-                return Err(FirnError::Refused(format!(
-                    "SET {opt} is not supported: Firn has no expiring keys yet; use a keyspace with a max age"
-                )));
+            "EX" | "PX" | "EXAT" | "PXAT" | "KEEPTTL" | "LEASE"
+                if put.life != Lifetime::Default =>
+            {
+                return Err(FirnError::BadArgument("syntax error".into()));
             }
+            "EX" | "PX" | "EXAT" | "PXAT" => put.life = expiry_option(&opt, &mut args, "set")?,
+            "KEEPTTL" => put.life = Lifetime::Kept,
+            "LEASE" => put.life = Lifetime::Lease(args.u64("LEASE")?),
             // Redis says no more than this for an option it does not know.
             _ => return Err(FirnError::BadArgument("syntax error".into())),
         }

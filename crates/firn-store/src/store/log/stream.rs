@@ -34,6 +34,7 @@ impl Txn<'_> {
             None,
             firn_model::WriteCondition::Always,
             false,
+            firn_model::Lifetime::Kept,
         )?;
         self.note_log(key)?;
         let k = key.as_bytes();

@@ -114,6 +114,16 @@ impl Txn<'_> {
                 "transaction {txn} was decided already"
             )));
         }
+        // Expiries due are written down first (the steps find those keys absent); the
+        // soonest still to come goes back to the coordinator, which commits only before it.
+        let mut ends: Option<firn_model::CommitTs> = None;
+        for key in &keys {
+            self.write_down(key)?;
+            ends = match (ends, self.meta(key.as_bytes())?.expires) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
         let compared = self.compares_hold(compares)?;
         if !compared && otherwise.is_none() {
             return Ok(Response::Prepared {
@@ -121,6 +131,7 @@ impl Txn<'_> {
                 compared,
                 steps: Vec::new(),
                 otherwise: None,
+                ends,
             });
         }
         let answers = self.dry_run(|txn| txn.run_steps(steps))?;
@@ -147,6 +158,7 @@ impl Txn<'_> {
             compared,
             steps: answers,
             otherwise: otherwise_answers,
+            ends,
         })
     }
 
