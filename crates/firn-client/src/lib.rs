@@ -1,25 +1,49 @@
 //! A Rust client for Firn. It speaks the Redis protocol (Firn's `FIRN.*` commands) through
 //! the `redis` crate, and turns answers back into Firn's typed versions; the tagged shared
 //! log is reached over HTTP ([`LogClient`]), and so are consumer groups ([`GroupClient`]).
+//!
+//! Leases, and what is built on them as in etcd's `concurrency` package: a [`Lease`] kept
+//! alive by a task of its own, a [`Lock`] whose fencing token grows with every holder, and
+//! an [`Election`]. A lock held by a process that dies is taken over once its lease's TTL
+//! has run out:
+//!
+//! ```no_run
+//! # async fn demo(client: &firn_client::Client) -> firn_client::Result<()> {
+//! use std::time::Duration;
+//! use firn_client::Lock;
+//! let lock = Lock::acquire(client, b"locks/report", Duration::from_secs(10)).await?;
+//! // Pass the token along with every write to what the lock guards: a store that keeps the
+//! // greatest token it has seen refuses a holder that lost the lock without knowing it.
+//! println!("holding with fencing token {}", lock.token());
+//! lock.release().await?;
+//! # Ok(()) }
+//! ```
 
+mod election;
 mod group;
+mod lease;
 mod local;
+mod lock;
 mod log;
 mod once;
 mod tls;
 pub mod txn;
 mod watch;
 
+pub use election::{Election, Leader, Leadership};
 pub use group::{
     ConsumerSummary, GroupClient, GroupCreate, GroupEvents, GroupReadOptions, GroupSummary,
     PendingEntry, PendingQuery, PendingSummary, StreamEntry,
 };
+pub use lease::{LEASE_TTL_MAX, LEASE_TTL_MIN, Lease, LeaseLoss};
 pub use local::{LocalClient, LocalGet, ReadBound, open_region};
+pub use lock::Lock;
 pub use log::{LogClient, LogReadOptions, LogTagInfo};
 pub use tls::TlsCa;
 pub use watch::{WatchEvent, Watcher};
 
 use bytes::Bytes;
+pub use firn_model::LeaseId;
 use firn_model::{
     CommitTs, Durability, Follow, KeyspaceDef, KeyspaceSpec, LocalRegionInfo, LogSeq, ReadAt,
     ReadConsistency, SnapshotOf, Version, VersionInfo,
@@ -41,6 +65,10 @@ pub enum ClientError {
     /// The request cannot be sent as given (nothing was sent).
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// The node does not know the lease: it expired, was revoked, or was never granted
+    /// (its keys are gone). Grant a new one.
+    #[error("lease {lease} not found: it expired, was revoked, or was never granted")]
+    LeaseNotFound { lease: LeaseId },
 }
 
 impl ClientError {
@@ -101,6 +129,8 @@ pub struct WriteAck {
 
 #[derive(Clone, Debug, Default)]
 pub struct PutOptions {
+    /// Only if the key's version is this (0: absent, never written or deleted), else a
+    /// `CONFLICT` error and nothing written.
     pub if_version: Option<Version>,
     pub event_time_us: Option<u64>,
 }
@@ -283,6 +313,17 @@ impl Client {
     }
 
     pub async fn put(&self, key: &[u8], value: &[u8], opts: PutOptions) -> Result<WriteAck> {
+        self.put_under(key, value, &opts, None).await
+    }
+
+    /// A put, attached to `lease` if given.
+    pub(crate) async fn put_under(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        opts: &PutOptions,
+        lease: Option<LeaseId>,
+    ) -> Result<WriteAck> {
         let mut cmd = self.write_cmd("FIRN.PUT");
         cmd.arg(key).arg(value);
         if let Some(v) = opts.if_version {
@@ -291,7 +332,16 @@ impl Client {
         if let Some(t) = opts.event_time_us {
             cmd.arg("EVENTTIME").arg(t);
         }
-        write_ack(&self.run_write(&cmd).await?)
+        if let Some(id) = lease {
+            cmd.arg("LEASE").arg(id);
+        }
+        match self.run_write(&cmd).await {
+            Ok(v) => write_ack(&v),
+            Err(e) => Err(match lease {
+                Some(id) => e.about_lease(id),
+                None => e,
+            }),
+        }
     }
 
     pub async fn get(
