@@ -1,6 +1,7 @@
 """Firn's Python client: versioned keys with reads in the past, history, snapshots (one cut
 across shards), watches, the shared log, consumer groups, causality tokens, and reads of a
-node's shared-memory region.
+node's shared-memory region; leases, and a lock and a leader election built on them
+(:mod:`firn.concurrency`).
 
 >>> import firn                                  # doctest: +SKIP
 >>> with firn.Client("127.0.0.1:7379", "127.0.0.1:7380") as c:
@@ -10,6 +11,7 @@ node's shared-memory region.
 """
 
 from .client import Client
+from .concurrency import Election, Lease, Lock
 from .errors import (
     AuthError,
     BusyGroupError,
@@ -21,6 +23,7 @@ from .errors import (
     FirnConnectionError,
     FirnError,
     FirnTimeout,
+    LeaseNotFoundError,
     NoGroupError,
     NoLogError,
     NotFoundError,
@@ -59,6 +62,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client",
+    "Lease",
+    "Lock",
+    "Election",
     "CommitTs",
     "TimeLike",
     "Version",
@@ -84,6 +90,7 @@ __all__ = [
     "Keyspace",
     "FirnError",
     "RequestError",
+    "LeaseNotFoundError",
     "NotFoundError",
     "ConflictError",
     "CompactedError",

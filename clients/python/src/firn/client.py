@@ -36,6 +36,7 @@ from .errors import (
     ClusterDownError,
     FirnConnectionError,
     FirnError,
+    LeaseNotFoundError,
     NotFoundError,
     TryAgainError,
     UncertainError,
@@ -60,6 +61,8 @@ HISTORY_LIMIT_MAX = 10_000
 PUT_MANY_MAX = 10_000
 # How long a write is sent again with its idempotency key while it may be.
 RESEND_FOR_S = 20.0
+# A lease's TTL, in whole seconds: 1 s to a year.
+LEASE_TTL_S_MAX = 31_536_000
 
 
 def key_bytes(key: KeyLike, what: str = "key") -> bytes:
@@ -87,6 +90,15 @@ def version_from(key: Optional[bytes], reply: Any) -> Optional[Version]:
         deleted=bool(int(m.get(b"deleted", 0) or 0)),
         value=m.get(b"value"),
     )
+
+
+def lease_ttl_s(ttl_s: Union[int, float]) -> int:
+    """A lease's TTL as sent: whole seconds, a part rounded up, 1 to a year."""
+    if isinstance(ttl_s, bool) or not isinstance(ttl_s, (int, float)):
+        raise TypeError(f"ttl_s must be a number of seconds, not {type(ttl_s).__name__}")
+    if not 1 <= ttl_s <= LEASE_TTL_S_MAX:
+        raise ValueError(f"ttl_s is {ttl_s}; a lease lives 1 to {LEASE_TTL_S_MAX} s")
+    return int(-(-ttl_s // 1))
 
 
 def _one_read_at(version: Optional[int], as_of: Optional[TimeLike], event_time: Optional[TimeLike]) -> List[Any]:
@@ -243,13 +255,23 @@ class Client:
         *,
         if_version: Optional[int] = None,
         event_time: Optional[TimeLike] = None,
+        lease: Optional[int] = None,
     ) -> WriteResult:
         """Writes a new version of ``key``. ``if_version``: only if the key's current
         version is that (0: absent), else :class:`~firn.ConflictError`. ``event_time``: the
-        writer's own time for the version (read back with ``get(event_time=…)``)."""
+        writer's own time for the version (read back with ``get(event_time=…)``).
+        ``lease``: attaches the key to that lease (:meth:`lease_grant`), so that it is
+        deleted when the lease ends; :class:`~firn.LeaseNotFoundError` once it has."""
         k = key_bytes(key)
         args = ["FIRN.PUT", k, as_bytes(value, "value")] + _write_words(if_version, event_time)
-        version, stamp = self._write(*args)
+        if lease is not None:
+            check_positive(lease, "lease")
+            args += ["LEASE", lease]
+        try:
+            version, stamp = self._write(*args)
+        except LeaseNotFoundError as e:
+            e.lease = lease
+            raise
         ts = CommitTs.parse(stamp)
         self._session.seen_over_resp(ts)
         return WriteResult(k, int(version), ts)
@@ -466,6 +488,47 @@ class Client:
             bool(succeeded),
             [error_from_resp(str(r)) if isinstance(r, Exception) else r for r in replies],
         )
+
+    # -- leases ---------------------------------------------------------------------------
+
+    def _lease_call(self, lease: Optional[int], *words: Any) -> Any:
+        """``FIRN.LEASE words…``, sent again while the node refuses for now (nothing was
+        applied); a lease the node does not know raises :class:`~firn.LeaseNotFoundError`
+        naming ``lease``."""
+        deadline = time.monotonic() + RESEND_FOR_S
+        while True:
+            try:
+                return self._session.call("FIRN.LEASE", *words)
+            except (TryAgainError, ClusterDownError):
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
+            except LeaseNotFoundError as e:
+                e.lease = lease
+                raise
+
+    def lease_grant(self, ttl_s: Union[int, float]) -> int:
+        """Grants a lease of ``ttl_s`` seconds (whole seconds, a part rounded up; 1 to
+        31,536,000) and answers its id. Keys written with ``put(…, lease=id)`` are deleted
+        when it ends: revoked, or not kept alive (:meth:`lease_keepalive`) for its TTL.
+        :class:`firn.concurrency.Lease` keeps one alive from a thread of its own."""
+        ttl = lease_ttl_s(ttl_s)
+        return int(self._lease_call(None, "GRANT", ttl))
+
+    def lease_keepalive(self, lease: int) -> int:
+        """Grants ``lease`` its TTL again from now; answers that TTL in seconds."""
+        check_positive(lease, "lease")
+        return int(self._lease_call(lease, "KEEPALIVE", lease))
+
+    def lease_revoke(self, lease: int) -> None:
+        """Ends ``lease`` now: every key attached to it is deleted, all at one stamp."""
+        check_positive(lease, "lease")
+        self._lease_call(lease, "REVOKE", lease)
+
+    def lease_ttl(self, lease: int) -> float:
+        """The seconds ``lease`` has left unless kept alive (to the millisecond)."""
+        check_positive(lease, "lease")
+        return int(self._lease_call(lease, "TTL", lease)) / 1000
 
     def history(
         self,

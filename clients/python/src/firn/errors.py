@@ -15,6 +15,7 @@ from typing import Any, Dict, Optional, Type
 __all__ = [
     "FirnError",
     "RequestError",
+    "LeaseNotFoundError",
     "NotFoundError",
     "ConflictError",
     "CompactedError",
@@ -55,6 +56,15 @@ class FirnError(Exception):
 
 class RequestError(FirnError):
     """``ERR``: the request was refused as malformed or out of bounds; nothing changed."""
+
+
+class LeaseNotFoundError(RequestError):
+    """``ERR lease not found``: the lease expired, was revoked, or was never granted; its
+    keys are gone. ``lease`` is its id when the client knows which it asked about."""
+
+    def __init__(self, message: str, *, lease: Optional[int] = None, code: Optional[str] = None) -> None:
+        super().__init__(message, code=code)
+        self.lease = lease
 
 
 class NotFoundError(FirnError):
@@ -229,6 +239,8 @@ def error_from(code: str, message: str, detail: Optional[Dict[str, Any]] = None)
     if cls is TrimmedError:
         v = detail.get("first_kept")
         return TrimmedError(message, first_kept=str(v) if v is not None else None)
+    if cls is RequestError and message.startswith("lease not found"):
+        return LeaseNotFoundError(message, code=code)
     if cls is None:
         return FirnError(message, code=code)
     return cls(message, code=code)
