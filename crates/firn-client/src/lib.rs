@@ -540,6 +540,9 @@ impl Client {
         if let Some(us) = spec.max_age_us {
             cmd.arg("MAXAGE").arg(format!("{}us", us));
         }
+        if let Some(ms) = spec.ttl_ms {
+            cmd.arg("TTL").arg(format!("{}ms", ms));
+        }
         if spec.durability != Durability::Disk {
             cmd.arg("DURABILITY").arg(spec.durability.as_str());
         }
@@ -567,6 +570,7 @@ impl Client {
                             "mode" => def.spec.mode = parsed(&v)?.parse().map_err(bad)?,
                             "max_versions" => def.spec.max_versions = as_u64(&v).ok(),
                             "max_age_us" => def.spec.max_age_us = as_u64(&v).ok(),
+                            "ttl_ms" => def.spec.ttl_ms = as_u64(&v).ok(),
                             "durability" => {
                                 def.spec.durability = parsed(&v)?.parse().map_err(bad)?
                             }

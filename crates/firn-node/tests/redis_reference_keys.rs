@@ -1,7 +1,7 @@
 //! Firn against a real `redis-server`, for keys: one type a key (strings and streams),
 //! the string commands, counters and in-place changes, and transactions (`MULTI`/`EXEC`/
-//! `WATCH`) — the same commands on one connection to each, the replies compared (see
-//! `common/reference.rs`).
+//! `WATCH`), keys that expire — the same commands on one connection to each, the replies
+//! compared (see `common/reference.rs`).
 
 mod common;
 
@@ -302,4 +302,92 @@ async fn multi_exec_and_watch_answer_as_redis() {
             "{server}: nothing changed"
         );
     }
+}
+
+/// Keys that expire: SET's expiry options, EXPIRE and kin with their conditions, TTL, PTTL,
+/// EXPIRETIME, PERSIST, GETEX, which writes keep or clear an expiry, and Redis's error texts.
+/// Times far from now (so that both answer the same second) or already past.
+#[tokio::test]
+async fn expiring_keys_answer_as_redis() {
+    let (node, redis) = (start_node(true).await, RedisServer::start().await);
+    let mut both = Both::connect(node.resp_addr.port(), &redis).await;
+    both.same(&[
+        (&["SET", "k", "v", "EX", "1000"], 1),
+        (&["TTL", "k"], 1),
+        (&["SET", "k", "v", "EXAT", "4000000000"], 1),
+        (&["EXPIRETIME", "k"], 1),
+        (&["PEXPIRETIME", "k"], 1),
+        (&["SET", "k", "w", "KEEPTTL"], 1),
+        (&["EXPIRETIME", "k"], 1),
+        (&["APPEND", "k", "x"], 1),
+        (&["INCR", "k"], 1),
+        (&["EXPIRETIME", "k"], 1),
+        (&["SET", "k", "v"], 1),
+        (&["TTL", "k"], 1),
+        (&["PTTL", "k"], 1),
+        (&["TTL", "absent"], 1),
+        (&["PTTL", "absent"], 1),
+        (&["EXPIRETIME", "absent"], 1),
+        (&["EXPIRE", "absent", "10"], 1),
+        (&["PERSIST", "k"], 1),
+        (&["EXPIRE", "k", "1000", "XX"], 1),
+        (&["EXPIRE", "k", "1000", "GT"], 1),
+        (&["EXPIREAT", "k", "4000000000", "NX"], 1),
+        (&["EXPIREAT", "k", "4100000000", "NX"], 1),
+        (&["EXPIREAT", "k", "3900000000", "GT"], 1),
+        (&["EXPIREAT", "k", "4100000000", "GT"], 1),
+        (&["PEXPIREAT", "k", "4200000000000", "LT"], 1),
+        (&["PEXPIREAT", "k", "3900000000000", "LT"], 1),
+        (&["EXPIRETIME", "k"], 1),
+        (&["EXPIREAT", "k", "4000000000", "XX", "LT"], 1),
+        (&["EXPIRETIME", "k"], 1),
+        (&["PERSIST", "k"], 1),
+        (&["PERSIST", "k"], 1),
+        (&["TTL", "k"], 1),
+        (&["EXPIRE", "k", "1000", "LT"], 1),
+        (&["TTL", "k"], 1),
+        (&["GETEX", "k"], 1),
+        (&["GETEX", "k", "PERSIST"], 1),
+        (&["TTL", "k"], 1),
+        (&["GETEX", "k", "EXAT", "4000000000"], 1),
+        (&["EXPIRETIME", "k"], 1),
+        (&["GETEX", "absent", "EX", "10"], 1),
+        // Already past: the key goes.
+        (&["EXPIRE", "k", "-1"], 1),
+        (&["EXISTS", "k"], 1),
+        (&["SET", "p", "v", "PXAT", "1"], 1),
+        (&["GET", "p"], 1),
+        (&["SET", "p", "v"], 1),
+        (&["SET", "p", "w", "EXAT", "1", "GET"], 1),
+        (&["EXISTS", "p"], 1),
+        (&["SET", "q", "v"], 1),
+        (&["EXPIREAT", "q", "1"], 1),
+        (&["GET", "q"], 1),
+        (&["DBSIZE"], 1),
+        // Errors, nothing changed.
+        (&["SET", "k", "v", "EX", "0"], 1),
+        (&["SET", "k", "v", "PX", "-3"], 1),
+        (&["SET", "k", "v", "EX", "1.5"], 1),
+        (&["SET", "k", "v", "EX", "10", "PX", "10"], 1),
+        (&["SET", "k", "v", "EX", "10", "KEEPTTL"], 1),
+        (&["SET", "k", "v", "EX"], 1),
+        (&["GETEX", "k", "EX", "0"], 1),
+        (&["GETEX", "k", "PERSIST", "EX", "10"], 1),
+        (&["GETEX", "k", "FOREVER"], 1),
+        (&["EXPIRE", "k", "10", "NX", "XX"], 1),
+        (&["EXPIRE", "k", "10", "GT", "LT"], 1),
+        (&["EXPIRE", "k", "10", "NX", "GT"], 1),
+        (&["EXPIRE", "k", "10", "SOON"], 1),
+        (&["EXPIRE", "k", "ten"], 1),
+        (&["EXISTS", "k"], 1),
+        (&["SET", "k", "v"], 1),
+        (&["GETEX", "k", "EX", "0"], 1),
+        (&["GETEX", "k", "PX", "-1"], 1),
+        (&["XADD", "s", "1-1", "f", "v"], 1),
+        (&["GETEX", "s", "EX", "0"], 1),
+        (&["EXPIRE", "s", "1000"], 1),
+        (&["TTL", "s"], 1),
+        (&["TTL", "k"], 1),
+    ])
+    .await;
 }

@@ -36,6 +36,7 @@ fn set(value: &str, return_previous: bool) -> Op {
         condition: WriteCondition::Always,
         event_time_us: None,
         return_previous,
+        life: Default::default(),
     }))
 }
 

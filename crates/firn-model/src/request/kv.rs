@@ -185,6 +185,14 @@ impl TxnStep {
     pub fn check(&self) -> Result<(), crate::FirnError> {
         let refused = TxnStep::refused;
         match self {
+            TxnStep::Write(KvWrite::Put(PutRequest {
+                life: crate::Lifetime::Lease(_),
+                ..
+            })) => Err(crate::FirnError::BadArgument(
+                "LEASE cannot be given inside a transaction; attach the key with SET … LEASE on \
+                 its own"
+                    .into(),
+            )),
             TxnStep::Read(
                 KvRead::Get {
                     at: ReadAt::Latest, ..

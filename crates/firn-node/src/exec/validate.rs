@@ -122,15 +122,22 @@ impl Kernel {
                     )));
                 }
                 steps.iter().try_for_each(|step| {
-                    // A lease's end is a step of the transaction that deletes its keys
-                    // (`crate::lease`); no front end queues it (`TxnStep::check` refuses it).
-                    if !matches!(
+                    // A lease's end, and a put attached to a lease, are steps of the
+                    // transactions `crate::lease` makes; no front end queues them
+                    // (`TxnStep::check` refuses them; `check_leased_steps` checks the put).
+                    let made_by_leases = matches!(
                         step,
-                        firn_model::TxnStep::Write(KvWrite::Lease(firn_model::LeaseWrite {
-                            change: firn_model::LeaseChange::End,
-                            ..
-                        }))
-                    ) {
+                        firn_model::TxnStep::Write(
+                            KvWrite::Lease(firn_model::LeaseWrite {
+                                change: firn_model::LeaseChange::End,
+                                ..
+                            }) | KvWrite::Put(firn_model::PutRequest {
+                                life: firn_model::Lifetime::Lease(_),
+                                ..
+                            })
+                        )
+                    );
+                    if !made_by_leases {
                         step.check()?;
                     }
                     match step {

@@ -9,7 +9,7 @@ use std::hash::{BuildHasher, Hasher};
 
 use firn_model::{
     CallContext, Compare, CompareOp, CompareTarget, FirnError, KvRead, KvRequest, KvWrite,
-    LeaseChange, LeaseId, LeaseWrite, Lifetime, ReadConsistency, Response, TxnStep, lease_key,
+    LeaseChange, LeaseId, LeaseWrite, Lifetime, Response, TxnStep, lease_key,
 };
 
 use crate::exec::{Kernel, Pending, ready};
@@ -32,22 +32,50 @@ pub fn new_lease_id() -> LeaseId {
     (h.finish() >> 1).max(1)
 }
 
+/// A lease id that the node picks when a `GRANT` names none (0): with an idempotency key,
+/// one derived from it (a grant sent again names the same lease, and reaches the shard that
+/// remembers its answer); otherwise a random one.
+pub(crate) fn with_lease_id(request: KvRequest, ctx: &CallContext) -> KvRequest {
+    match request {
+        KvRequest::Write(KvWrite::Lease(LeaseWrite {
+            id: 0,
+            change: change @ LeaseChange::Grant { .. },
+            ..
+        })) => {
+            let id = match &ctx.once {
+                Some(key) => {
+                    let named = [&key.producer[..], b"\0", &key.id[..]].concat();
+                    (xxhash_rust::xxh3::xxh3_64(&named) >> 1).max(1)
+                }
+                None => new_lease_id(),
+            };
+            KvRequest::Write(KvWrite::Lease(LeaseWrite::new(id, change)))
+        }
+        other => other,
+    }
+}
+
 /// A request the kernel runs as a lease's flow rather than as planned: a put attached to a
 /// lease (checked live in the same transaction) or a lease's end.
 pub(crate) enum LeaseFlow {
-    Attach { id: LeaseId, write: KvWrite },
+    Attach {
+        id: LeaseId,
+        write: KvWrite,
+    },
     End(LeaseId),
+    /// Any other request, planned as usual.
+    None(KvRequest),
 }
 
 impl LeaseFlow {
-    /// The flow `request` needs, or the request back.
-    pub(crate) fn of(request: KvRequest) -> Result<LeaseFlow, KvRequest> {
+    /// The flow `request` needs.
+    pub(crate) fn of(request: KvRequest) -> LeaseFlow {
         match request {
             KvRequest::Write(KvWrite::Put(put)) if matches!(put.life, Lifetime::Lease(_)) => {
                 let Lifetime::Lease(id) = put.life else {
                     unreachable!("matched above")
                 };
-                Ok(LeaseFlow::Attach {
+                LeaseFlow::Attach {
                     id,
                     write: KvWrite::Atomic {
                         compares: vec![Compare {
@@ -58,14 +86,14 @@ impl LeaseFlow {
                         steps: vec![TxnStep::Write(KvWrite::Put(put))],
                         otherwise: Some(Vec::new()),
                     },
-                })
+                }
             }
             KvRequest::Write(KvWrite::Lease(LeaseWrite {
                 id,
                 change: LeaseChange::End,
                 ..
-            })) => Ok(LeaseFlow::End(id)),
-            other => Err(other),
+            })) => LeaseFlow::End(id),
+            other => LeaseFlow::None(other),
         }
     }
 }
@@ -77,6 +105,9 @@ impl Kernel {
         let result = match flow {
             LeaseFlow::Attach { id, write } => self.attach(ctx, id, write).await,
             LeaseFlow::End(id) => self.end_lease(ctx, id, true).await,
+            LeaseFlow::None(_) => Err(FirnError::Internal(
+                "a request without a lease's flow was run as one".into(),
+            )),
         };
         ready(result)
     }
@@ -105,35 +136,53 @@ impl Kernel {
         Ok(answer)
     }
 
-    /// Ends lease `id`: its record and the keys attached to it, in one transaction (several
-    /// only past [`END_KEYS_PER_TXN`] keys, or for a key attached while it ended). With
-    /// `live_only` (`REVOKE`), a lease that is not live is `LeaseNotFound`; the sweep ends
-    /// those that ran out.
+    /// Ends lease `id`: first its record (so no key attaches any more; with the request's
+    /// idempotency key, so a `REVOKE` sent again answers as the first did), then every key
+    /// attached to it, in one transaction across their shards (several only past
+    /// [`END_KEYS_PER_TXN`] keys, or for a key written meanwhile). With `live_only`
+    /// (`REVOKE`), a lease that is not live is `LeaseNotFound`; the sweep ends those that ran
+    /// out.
     pub(crate) async fn end_lease(
         &self,
         ctx: &CallContext,
         id: LeaseId,
         live_only: bool,
     ) -> Result<firn_model::Answer, FirnError> {
-        if live_only {
-            let read = KvRead::Lease {
-                key: lease_key(id),
+        let end = KvWrite::Atomic {
+            compares: Vec::new(),
+            steps: vec![TxnStep::Write(KvWrite::Lease(LeaseWrite::new(
                 id,
-                consistency: ReadConsistency::Linearizable,
-            };
-            // Not live: `LeaseNotFound`.
-            self.run_kv(ctx, KvRequest::Read(read)).await?;
+                LeaseChange::End,
+            )))],
+            otherwise: None,
+        };
+        let ended = match self.run_kv(ctx, KvRequest::Write(end)).await?.response {
+            Response::Steps(Some(mut answers)) if answers.len() == 1 => answers.remove(0),
+            other => {
+                return Err(FirnError::Internal(format!(
+                    "a lease's end answered {other:?}"
+                )));
+            }
+        };
+        match ended {
+            Err(e @ FirnError::LeaseNotFound(_)) if live_only => return Err(e),
+            // Ended already (by a revoke, or the sweep of another leader): its keys, if any
+            // are left, go all the same.
+            Ok(_) | Err(FirnError::LeaseNotFound(_)) => {}
+            Err(e) => return Err(e),
         }
-        // Each round lists the keys attached and, in one transaction, deletes each while
-        // it is still the version listed (a key written since is listed again) and ends the
-        // record; rounds go on until no key is left.
-        let mut ended = false;
+        let ctx = CallContext {
+            once: None,
+            ..ctx.clone()
+        };
+        // Each round lists the keys attached and, in one transaction, deletes each while it
+        // is still the version listed (a key written since is listed again).
         for _ in 0..END_ROUNDS_MAX {
             let listed = KvRead::LeaseKeys {
                 id,
                 limit: END_KEYS_PER_TXN,
             };
-            let keys = match self.run_kv(ctx, KvRequest::Read(listed)).await?.response {
+            let keys = match self.run_kv(&ctx, KvRequest::Read(listed)).await?.response {
                 Response::LeaseKeys(keys) => keys,
                 other => {
                     return Err(FirnError::Internal(format!(
@@ -141,8 +190,8 @@ impl Kernel {
                     )));
                 }
             };
-            if ended && keys.is_empty() {
-                break;
+            if keys.is_empty() {
+                return Ok(firn_model::Answer::new(Response::Done));
             }
             let compares = keys
                 .iter()
@@ -152,35 +201,20 @@ impl Kernel {
                     op: CompareOp::Eq,
                 })
                 .collect();
-            let mut steps = Vec::new();
-            if !ended {
-                steps.push(TxnStep::Write(KvWrite::Lease(LeaseWrite::new(
-                    id,
-                    LeaseChange::End,
-                ))));
-            }
-            if !keys.is_empty() {
-                let keys = keys.into_iter().map(|(key, _)| key).collect();
-                steps.push(TxnStep::Write(KvWrite::Delete { keys }));
-            }
-            let end = KvWrite::Atomic {
+            let keys = keys.into_iter().map(|(key, _)| key).collect();
+            let delete = KvWrite::Atomic {
                 compares,
-                steps,
+                steps: vec![TxnStep::Write(KvWrite::Delete { keys })],
                 otherwise: Some(Vec::new()),
             };
-            if let Response::Branch {
-                succeeded: true, ..
-            } = self.run_kv(ctx, KvRequest::Write(end)).await?.response
-            {
-                ended = true;
-            }
+            self.run_kv(&ctx, KvRequest::Write(delete)).await?;
         }
-        if !ended {
-            return Err(FirnError::TryAgain(format!(
-                "lease {id}'s keys kept changing while it ended; it ends at the next sweep"
-            )));
-        }
-        Ok(firn_model::Answer::new(Response::Done))
+        // Only a key changed while still attached (`INCR` keeps its lease) fails a round:
+        // a write without the lease detaches it.
+        Err(FirnError::Refused(format!(
+            "lease {id} ended, and some of its keys kept changing while they were deleted; \
+             they remain: delete them, or write them without the lease"
+        )))
     }
 
     /// A kv request run through the kernel, to its answer.

@@ -48,7 +48,11 @@ fn as_store_step(name: &str, action: Action) -> Result<(TxnStep, Render), FirnEr
         Action::Execute(Request::Kv(KvRequest::Write(write)), how) => (TxnStep::Write(write), how),
         _ => return Err(TxnStep::refused(name)),
     };
-    step.check().map_err(|_| TxnStep::refused(name))?;
+    step.check().map_err(|e| match e {
+        // Said as the step says it: the command may be queued, without its option.
+        e @ FirnError::BadArgument(_) if matches!(&step, TxnStep::Write(KvWrite::Put(_))) => e,
+        _ => TxnStep::refused(name),
+    })?;
     Ok((step, how))
 }
 

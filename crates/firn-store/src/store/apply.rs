@@ -191,7 +191,8 @@ impl<'a> Txn<'a> {
     /// (its steps' answers) without writing it.
     pub(super) fn dry_run<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
         let mark = self.mark();
-        let metas = std::mem::take(&mut self.metas);
+        // What the command changed before (an expiry written down) stays in view.
+        let metas = self.metas.clone();
         let out = f(self);
         self.back_to(mark);
         self.metas = metas;

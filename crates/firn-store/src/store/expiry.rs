@@ -239,7 +239,8 @@ impl Txn<'_> {
     /// soonest expiries due by the entry's stamp, at most [`EXPIRE_DUE_MAX`]; a key a
     /// transaction holds waits for its resolution, which writes it down.
     pub(super) fn expire_due(&mut self) -> Result<Response, FirnError> {
-        let end = expiry_row(self.ts, &[0xff; 1]);
+        // Every row stamped at or before the entry's stamp.
+        let end = [EXPIRIES, &stamp_bytes(self.ts.successor())].concat();
         let due = self
             .store
             .backend
@@ -256,10 +257,10 @@ impl Txn<'_> {
             let key = Key::new(row[EXPIRIES.len() + 12..].to_vec())?;
             if self.store.held_keys(std::iter::once(&key)).is_empty() && self.write_down(&key)? {
                 removed += 1;
-            } else if !self
+            } else if self
                 .meta(key.as_bytes())?
                 .expires
-                .is_some_and(|e| e <= self.ts)
+                .is_none_or(|e| e > self.ts)
             {
                 // A row its key no longer names (never expected; harmless to drop).
                 self.batch.remove(Table::System, row);

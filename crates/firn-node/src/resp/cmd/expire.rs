@@ -204,6 +204,9 @@ fn show_ttl(response: Response, show: fn(i64, i64) -> i64) -> Reply {
 /// An expiry option of SET or GETEX (`EX`, `PX`, `EXAT`, `PXAT`) and its argument, as
 /// Redis checks them: a positive integer, within [`firn_model::limits::TTL_MS_MAX`].
 pub fn expiry_option(opt: &str, args: &mut Args, command: &str) -> Result<Lifetime, FirnError> {
+    if args.is_empty() {
+        return Err(FirnError::BadArgument("syntax error".into()));
+    }
     let n = redis_integer(args)?;
     let (unit, absolute) = match opt {
         "EX" => (Unit::Seconds, false),
@@ -229,28 +232,44 @@ pub fn expiry_option(opt: &str, args: &mut Args, command: &str) -> Result<Lifeti
 fn getex(mut args: Args) -> Result<Action, FirnError> {
     let key = args.key()?;
     let mut to = None;
+    // Redis looks the key up before it checks the time: an absent key answers nil.
+    let mut invalid_time = false;
     while !args.is_empty() {
         let opt = args.keyword()?;
-        if to.is_some() {
+        if to.is_some() || invalid_time {
             return Err(FirnError::BadArgument("syntax error".into()));
         }
-        to = Some(match opt.as_str() {
-            "PERSIST" => Expiry::Never,
-            "EX" | "PX" | "EXAT" | "PXAT" => match expiry_option(&opt, &mut args, "getex")? {
-                Lifetime::For { ms } => Expiry::In { ms: ms as i64 },
-                Lifetime::Until { unix_ms } => Expiry::At {
+        to = match opt.as_str() {
+            "PERSIST" => Some(Expiry::Never),
+            "EX" | "PX" | "EXAT" | "PXAT" => match expiry_option(&opt, &mut args, "getex") {
+                Ok(Lifetime::For { ms }) => Some(Expiry::In { ms: ms as i64 }),
+                Ok(Lifetime::Until { unix_ms }) => Some(Expiry::At {
                     unix_ms: unix_ms as i64,
-                },
-                _ => unreachable!("an expiry option gives a time"),
+                }),
+                Ok(_) => unreachable!("an expiry option gives a time"),
+                Err(FirnError::BadArgument(e)) if e.starts_with("invalid expire time") => {
+                    invalid_time = true;
+                    None
+                }
+                Err(e) => return Err(e),
             },
             _ => return Err(FirnError::BadArgument("syntax error".into())),
-        });
+        };
     }
     let get = KvRead::Get {
         key: key.clone(),
         at: ReadAt::Latest,
         consistency: ReadConsistency::Linearizable,
     };
+    if invalid_time {
+        return Ok(Action::execute(
+            get,
+            Render::new(|response| match response {
+                Response::Value(None) => Reply::Nil,
+                _ => Reply::error(&invalid_expire_time("getex")),
+            }),
+        ));
+    }
     let Some(to) = to else {
         return Ok(Action::execute(get, Render::new(show_value)));
     };

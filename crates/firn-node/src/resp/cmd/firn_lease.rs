@@ -6,7 +6,6 @@ use firn_model::{
     FirnError, KvRead, KvWrite, LeaseChange, LeaseWrite, ReadConsistency, Response, lease_key,
 };
 
-use crate::lease::new_lease_id;
 use crate::resp::args::Args;
 use crate::resp::command::{
     Action, CommandSpec, FIRST_RELEASE, Flag, Group, KeyPositions, Render, unexpected,
@@ -30,10 +29,8 @@ fn firn_lease(mut args: Args) -> Result<Action, FirnError> {
         "GRANT" => {
             let ttl_s = args.u64("ttl")?;
             crate::exec::check_lease_ttl(ttl_s)?;
-            let write = KvWrite::Lease(LeaseWrite::new(
-                new_lease_id(),
-                LeaseChange::Grant { ttl_s },
-            ));
+            // The kernel picks the id (`lease::with_lease_id`).
+            let write = KvWrite::Lease(LeaseWrite::new(0, LeaseChange::Grant { ttl_s }));
             return Ok(Action::execute(
                 write,
                 Render::new(|response| match response {
