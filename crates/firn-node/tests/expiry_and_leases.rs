@@ -329,3 +329,37 @@ async fn a_transaction_across_shards_sees_a_key_expire_whole() {
     }
     assert!(saw_it > 0);
 }
+
+/// Over HTTP: `PUT /v1/kv/{key}?ttl_ms=` gives the value a TTL and `?lease=` attaches it;
+/// an unknown lease is 404 and a bad TTL 400, nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_puts_take_a_ttl_or_a_lease() {
+    let node = common::start_three_shard_node().await;
+    let mut c = connect(&node).await;
+    let base = format!("http://{}/v1/kv", node.http_addr);
+    let put = |path: String| common::http::put_bytes(format!("{base}/{path}"), b"v".to_vec());
+    let (code, _) = put("h1?ttl_ms=60000".into()).await;
+    assert_eq!(code, 200);
+    let ttl: i64 = run(&mut c, &["TTL", "h1"]).await.unwrap();
+    assert_eq!(ttl, 60);
+    let id: i64 = run(&mut c, &["FIRN.LEASE", "GRANT", "60"]).await.unwrap();
+    let (code, _) = put(format!("h2?lease={id}")).await;
+    assert_eq!(code, 200);
+    for (path, want) in [
+        ("h3?lease=77".to_string(), 404),
+        ("h3?ttl_ms=0".to_string(), 400),
+        (format!("h3?ttl_ms=5&lease={id}"), 400),
+        ("h3?ttl=5".to_string(), 400),
+    ] {
+        let (code, body) = put(path.clone()).await;
+        assert_eq!(code, want, "{path}: {body}");
+    }
+    assert_eq!(run::<i64>(&mut c, &["EXISTS", "h3"]).await.unwrap(), 0);
+    let _: () = run(&mut c, &["FIRN.LEASE", "REVOKE", &id.to_string()])
+        .await
+        .unwrap();
+    assert_eq!(
+        run::<i64>(&mut c, &["EXISTS", "h1", "h2"]).await.unwrap(),
+        1
+    );
+}

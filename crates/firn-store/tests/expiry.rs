@@ -259,3 +259,42 @@ fn a_lease_lives_until_it_runs_out_and_lists_its_keys() {
         Err(FirnError::LeaseNotFound(7))
     ));
 }
+
+/// A write refused after it wrote an expiry down leaves nothing of it in view: the next
+/// command of the same batch writes it down again, so the history has no hole.
+#[test]
+fn a_refused_write_in_a_batch_leaves_the_expiry_for_the_next_to_write_down() {
+    let store = mem_store();
+    put_for(&store, T0, "k", "v", Lifetime::For { ms: 1_000 });
+    let mut stale = put_req("k", "refused");
+    stale.condition = firn_model::WriteCondition::IfVersion(1);
+    let at = CommitTs::new(T0 + 5 * SECOND, 0);
+    let refused = firn_store::Command {
+        ts: at,
+        op: Op::Kv(KvWrite::Put(stale)),
+    };
+    let taken = firn_store::Command {
+        ts: at,
+        op: Op::Kv(KvWrite::Put(put_req("k", "new"))),
+    };
+    let results = store.apply_batch(&[&refused, &taken], Vec::new()).unwrap();
+    assert!(
+        matches!(results[0], Err(FirnError::Conflict { current: 2 })),
+        "{results:?}"
+    );
+    assert!(results[1].is_ok());
+    let h = history(&store, "k");
+    assert_eq!(
+        h.iter()
+            .map(|(v, _, deleted)| (*v, *deleted))
+            .collect::<Vec<_>>(),
+        vec![(1, false), (2, true), (3, false)],
+        "{h:?}"
+    );
+    assert_eq!(h[1].1, CommitTs::new(T0 + SECOND, 0));
+    assert_eq!(
+        value_at(&store, "k", ReadAt::Latest).as_deref(),
+        Some("new")
+    );
+    assert_eq!(store.next_expiry().unwrap(), None);
+}

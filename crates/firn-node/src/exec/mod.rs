@@ -343,9 +343,9 @@ impl Kernel {
             }
         };
         self.origins.count(&layout, &request);
-        let request = match crate::lease::LeaseFlow::of(crate::lease::with_lease_id(request, ctx)) {
-            crate::lease::LeaseFlow::None(request) => request,
-            flow => return metered.around(self.run_lease_flow(ctx, flow).await),
+        let request = match self.lease_flow(ctx, request).await {
+            Ok(pending) => return metered.around(pending),
+            Err(request) => *request,
         };
         let request = match plan::across_shards(&layout, request) {
             Ok(txn) => {

@@ -80,6 +80,25 @@ pub(super) async fn put_kv(
         put.condition = WriteCondition::IfVersion(v);
     }
     put.event_time_us = q.get("event_time").map(|t| parse_micros(t)).transpose()?;
+    put.life = match (param_u64(&q, "ttl_ms")?, param_u64(&q, "lease")?) {
+        (None, None) => firn_model::Lifetime::Default,
+        (Some(ms), None) if (1..=firn_model::limits::TTL_MS_MAX).contains(&ms) => {
+            firn_model::Lifetime::For { ms }
+        }
+        (Some(_), None) => {
+            return Err(FirnError::BadArgument(format!(
+                "ttl_ms is 1 to {} (100 years)",
+                firn_model::limits::TTL_MS_MAX
+            ))
+            .into());
+        }
+        (None, Some(id)) => firn_model::Lifetime::Lease(id),
+        (Some(_), Some(_)) => {
+            return Err(
+                FirnError::BadArgument("a write takes ttl_ms or lease, not both".into()).into(),
+            );
+        }
+    };
     // The body streams in: a value above the inline limit goes beside the log in chunks.
     let body = body.into_data_stream().map(|chunk| {
         chunk.map_err(|e| FirnError::BadArgument(format!("reading the request body: {e}")))

@@ -35,7 +35,7 @@ pub fn new_lease_id() -> LeaseId {
 /// A lease id that the node picks when a `GRANT` names none (0): with an idempotency key,
 /// one derived from it (a grant sent again names the same lease, and reaches the shard that
 /// remembers its answer); otherwise a random one.
-pub(crate) fn with_lease_id(request: KvRequest, ctx: &CallContext) -> KvRequest {
+fn with_lease_id(request: KvRequest, ctx: &CallContext) -> KvRequest {
     match request {
         KvRequest::Write(KvWrite::Lease(LeaseWrite {
             id: 0,
@@ -57,7 +57,7 @@ pub(crate) fn with_lease_id(request: KvRequest, ctx: &CallContext) -> KvRequest 
 
 /// A request the kernel runs as a lease's flow rather than as planned: a put attached to a
 /// lease (checked live in the same transaction) or a lease's end.
-pub(crate) enum LeaseFlow {
+enum LeaseFlow {
     Attach {
         id: LeaseId,
         write: KvWrite,
@@ -69,7 +69,7 @@ pub(crate) enum LeaseFlow {
 
 impl LeaseFlow {
     /// The flow `request` needs.
-    pub(crate) fn of(request: KvRequest) -> LeaseFlow {
+    fn of(request: KvRequest) -> LeaseFlow {
         match request {
             KvRequest::Write(KvWrite::Put(put)) if matches!(put.life, Lifetime::Lease(_)) => {
                 let Lifetime::Lease(id) = put.life else {
@@ -99,17 +99,20 @@ impl LeaseFlow {
 }
 
 impl Kernel {
-    /// Runs a lease's flow; answers as the plain request would (a put's `Written`, an end's
-    /// `Done`), or `LeaseNotFound`.
-    pub(crate) async fn run_lease_flow(&self, ctx: &CallContext, flow: LeaseFlow) -> Pending {
-        let result = match flow {
+    /// Runs `request` as a lease's flow if it needs one (a grant gets its id here), with
+    /// the answer the plain request would have (a put's `Written`, an end's `Done`) or
+    /// `LeaseNotFound`; else gives it back, to be planned as usual.
+    pub(crate) async fn lease_flow(
+        &self,
+        ctx: &CallContext,
+        request: KvRequest,
+    ) -> Result<Pending, Box<KvRequest>> {
+        let result = match LeaseFlow::of(with_lease_id(request, ctx)) {
+            LeaseFlow::None(request) => return Err(Box::new(request)),
             LeaseFlow::Attach { id, write } => self.attach(ctx, id, write).await,
             LeaseFlow::End(id) => self.end_lease(ctx, id, true).await,
-            LeaseFlow::None(_) => Err(FirnError::Internal(
-                "a request without a lease's flow was run as one".into(),
-            )),
         };
-        ready(result)
+        Ok(ready(result))
     }
 
     async fn attach(

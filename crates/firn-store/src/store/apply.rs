@@ -27,6 +27,7 @@ pub(super) struct Mark {
     events: usize,
     live_delta: i64,
     held: usize,
+    metas: usize,
 }
 
 /// One command's changes, buffered until they commit as one batch.
@@ -34,8 +35,11 @@ pub(super) struct Txn<'a> {
     pub(super) store: &'a VersionedStore,
     pub(super) ts: CommitTs,
     pub(super) batch: Batch,
-    /// Metas changed by this command, read back before the batch commits.
+    /// Metas changed by the batch's commands (and some read by them), read back before the
+    /// batch commits.
     metas: HashMap<Vec<u8>, KeyMeta>,
+    /// What each change to `metas` replaced, newest last: [`Txn::back_to`] undoes them.
+    meta_undo: Vec<(Vec<u8>, Option<KeyMeta>)>,
     /// Inside a transaction (`KvWrite::Atomic`) only: the versions its steps wrote, by
     /// versions-table key, so that a later step reads them before they are in storage.
     /// Outside one, no command reads a version an earlier write of its batch made.
@@ -67,6 +71,7 @@ impl<'a> Txn<'a> {
             ts,
             batch: Batch::default(),
             metas: HashMap::new(),
+            meta_undo: Vec::new(),
             written: None,
             tag_metas: HashMap::new(),
             logs_noted: Default::default(),
@@ -176,6 +181,7 @@ impl<'a> Txn<'a> {
             events: self.events.len(),
             live_delta: self.live_delta,
             held: self.held_changes.len(),
+            metas: self.meta_undo.len(),
         }
     }
 
@@ -185,23 +191,34 @@ impl<'a> Txn<'a> {
         self.events.truncate(mark.events);
         self.live_delta = mark.live_delta;
         self.held_changes.truncate(mark.held);
+        while self.meta_undo.len() > mark.metas {
+            let (key, before) = self.meta_undo.pop().expect("longer than the mark");
+            match before {
+                Some(meta) => self.metas.insert(key, meta),
+                None => self.metas.remove(&key),
+            };
+        }
     }
 
     /// Runs `f`, then drops everything it queued: what a transaction's prepare learns
     /// (its steps' answers) without writing it.
     pub(super) fn dry_run<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
         let mark = self.mark();
-        // What the command changed before (an expiry written down) stays in view.
-        let metas = self.metas.clone();
         let out = f(self);
         self.back_to(mark);
-        self.metas = metas;
         out
+    }
+
+    /// Keeps `meta`, as read, in view for the batch's later reads of it (every change to
+    /// it goes through [`Txn::set_meta`], which replaces it).
+    pub(super) fn cache_meta(&mut self, key: &[u8], meta: KeyMeta) {
+        let before = self.metas.insert(key.to_vec(), meta);
+        self.meta_undo.push((key.to_vec(), before));
     }
 
     pub(super) fn set_meta(&mut self, key: &[u8], meta: KeyMeta) {
         self.batch.put(Table::KeyMeta, key.to_vec(), encode(&meta));
-        self.metas.insert(key.to_vec(), meta);
+        self.cache_meta(key, meta);
     }
 
     pub(super) fn run(&mut self, op: &Op) -> Result<Response, FirnError> {
@@ -500,6 +517,7 @@ impl<'a> Txn<'a> {
         self.store.backend.write(batch).map_err(io_err)?;
         // What the overlay held is in storage now.
         self.metas.clear();
+        self.meta_undo.clear();
         self.tag_metas.clear();
         Ok(())
     }

@@ -195,6 +195,8 @@ impl Txn<'_> {
     pub(super) fn write_down(&mut self, key: &Key) -> Result<bool, FirnError> {
         let meta = self.meta(key.as_bytes())?;
         let Some(at) = meta.expires.filter(|_| meta.expired_at(self.ts)) else {
+            // Kept in view: the write that follows reads it from here, not from storage.
+            self.cache_meta(key.as_bytes(), meta);
             return Ok(false);
         };
         let entry_ts = self.ts;
