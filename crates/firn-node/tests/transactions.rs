@@ -346,3 +346,92 @@ async fn mset_msetnx_and_set_ifeq_across_shards() {
     assert!(bad.to_string().contains("syntax error"), "{bad}");
     node.shutdown().await;
 }
+
+/// XADD inside a transaction, with a write of a key in another shard (the outbox pattern):
+/// the id the transaction answered is the entry's id in the stream (a `*` id is chosen at
+/// the prepare and kept by the commit); inside FIRN.TXN's branches too; an id the stream
+/// refuses fails that command alone, as in Redis's EXEC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xadd_inside_a_transaction_across_shards_appends_at_the_one_stamp() {
+    let node = common::start_three_shard_node().await;
+    let client = redis::Client::open(format!("redis://{}/", node.resp_addr)).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let (order, outbox) = common::two_keys_in_different_shards();
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("SET")
+        .arg(&order)
+        .arg("paid")
+        .cmd("XADD")
+        .arg(&outbox)
+        .arg("*")
+        .arg("order")
+        .arg(&order);
+    let (set, id): (String, String) = pipe.query_async(&mut c).await.unwrap();
+    assert_eq!(set, "OK");
+    let entries: Vec<(String, Vec<String>)> = redis::cmd("XRANGE")
+        .arg(&outbox)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(
+        entries,
+        vec![(id.clone(), vec!["order".into(), order.clone()])]
+    );
+    let ran: (i64, Vec<redis::Value>) = redis::cmd("FIRN.TXN")
+        .arg("IF")
+        .arg(&order)
+        .arg("VALUE")
+        .arg("=")
+        .arg("paid")
+        .arg("THEN")
+        .arg(5)
+        .arg("XADD")
+        .arg(&outbox)
+        .arg("9999999999999-1")
+        .arg("shipped")
+        .arg(&order)
+        .arg("THEN")
+        .arg(3)
+        .arg("SET")
+        .arg(&order)
+        .arg("shipped")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(ran.0, 1);
+    assert_eq!(
+        ran.1[0],
+        redis::Value::BulkString(b"9999999999999-1".to_vec())
+    );
+    let n: i64 = redis::cmd("XLEN")
+        .arg(&outbox)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(n, 2);
+    // An id not above the stream's last fails that step alone, as in Redis's EXEC.
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("XADD")
+        .arg(&outbox)
+        .arg("1-1")
+        .arg("late")
+        .arg("x")
+        .cmd("SET")
+        .arg(&order)
+        .arg("after");
+    let e = pipe
+        .query_async::<redis::Value>(&mut c)
+        .await
+        .expect_err("an id below the stream's last was taken");
+    assert!(e.to_string().contains("equal or smaller"), "{e}");
+    let now: String = redis::cmd("GET")
+        .arg(&order)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(now, "after");
+}

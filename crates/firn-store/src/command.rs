@@ -143,6 +143,32 @@ pub struct StreamAppend {
     pub no_create: bool,
 }
 
+impl LogOp {
+    /// XADD of `payload` to the stream `key`, whose log's home is `home` (the key's shard).
+    pub fn stream_add(
+        key: Key,
+        home: u32,
+        id: StreamId,
+        payload: Bytes,
+        trim: Option<StreamTrim>,
+        no_create: bool,
+    ) -> LogOp {
+        LogOp::Append {
+            log: key.clone(),
+            home,
+            records: vec![NewRecord {
+                tags: vec![key],
+                payload,
+            }],
+            stream: Some(StreamAppend {
+                id,
+                trim,
+                no_create,
+            }),
+        }
+    }
+}
+
 impl Op {
     /// Whether the command adds data to the store (a value, a record), and so is refused
     /// while the leader's disk is low on space. Deletes, truncations, trims, keyspace

@@ -199,6 +199,7 @@ fn kv_write(write: &KvWrite) -> Vec<Access> {
             .flat_map(|step| match step {
                 crate::TxnStep::Read(r) => kv_read(r),
                 crate::TxnStep::Write(w) => kv_write(w),
+                crate::TxnStep::Log(w) => vec![Access::write_key(log_write_key(w))],
             })
             .chain(
                 compares

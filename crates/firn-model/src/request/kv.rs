@@ -177,6 +177,9 @@ pub enum KeyExpiry {
 pub enum TxnStep {
     Read(KvRead),
     Write(KvWrite),
+    /// An entry added to a stream (`XADD`), the one log append a transaction takes: a
+    /// stream is a key, so its shard holds it for the transaction like any other.
+    Log(super::LogWrite),
 }
 
 impl TxnStep {
@@ -210,16 +213,18 @@ impl TxnStep {
                 | KvWrite::Change { .. }
                 | KvWrite::Expire { .. },
             ) => Ok(()),
+            TxnStep::Log(super::LogWrite::StreamAdd { .. }) => Ok(()),
             TxnStep::Read(r) => Err(refused(r.name())),
             TxnStep::Write(w) => Err(refused(w.name())),
+            TxnStep::Log(w) => Err(refused(w.name())),
         }
     }
 
     /// Why `what` (a command's or request's name) is no transaction step.
     pub fn refused(what: &str) -> crate::FirnError {
         crate::FirnError::BadArgument(format!(
-            "{what} cannot run inside a transaction (GET, MGET, EXISTS, TYPE and the writes of \
-             keys can)"
+            "{what} cannot run inside a transaction (GET, MGET, EXISTS, TYPE, the writes of keys \
+             and XADD can)"
         ))
     }
 
@@ -228,7 +233,20 @@ impl TxnStep {
         match self {
             TxnStep::Read(r) => r.keys(),
             TxnStep::Write(w) => w.keys(),
+            TxnStep::Log(
+                super::LogWrite::StreamAdd { key, .. }
+                | super::LogWrite::StreamTrim { key, .. }
+                | super::LogWrite::StreamDel { key, .. },
+            ) => Box::new(std::iter::once(key)),
+            TxnStep::Log(
+                super::LogWrite::Append { log, .. } | super::LogWrite::Trim { log, .. },
+            ) => Box::new(std::iter::once(log)),
         }
+    }
+
+    /// Whether the step changes anything (a write, an append).
+    pub fn writes(&self) -> bool {
+        !matches!(self, TxnStep::Read(_))
     }
 }
 

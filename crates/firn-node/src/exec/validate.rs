@@ -143,6 +143,11 @@ impl Kernel {
                     match step {
                         firn_model::TxnStep::Read(read) => validate_read(read),
                         firn_model::TxnStep::Write(write) => self.validate_write(write),
+                        firn_model::TxnStep::Log(firn_model::LogWrite::StreamAdd {
+                            payload,
+                            ..
+                        }) => self.limits.check_value(payload.len()),
+                        firn_model::TxnStep::Log(_) => Ok(()),
                     }
                 })
             }
@@ -233,6 +238,7 @@ fn step_bytes(step: &firn_model::TxnStep) -> usize {
             change: firn_model::KeyChange::Append { suffix, .. },
             ..
         }) => suffix.len(),
+        firn_model::TxnStep::Log(firn_model::LogWrite::StreamAdd { payload, .. }) => payload.len(),
         _ => 0,
     }
 }

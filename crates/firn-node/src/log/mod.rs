@@ -24,7 +24,6 @@ use firn_model::{
 };
 use firn_raft::ShardId;
 use firn_store::Op;
-use firn_store::command::StreamAppend;
 
 use self::index::{Forget, LogIndex};
 use crate::cluster::layout::ClusterLayout;
@@ -119,19 +118,8 @@ impl Log {
                 no_create,
             } => {
                 self.kernel.limits().check_value(payload.len())?;
-                let op = LogOp::Append {
-                    log: key.clone(),
-                    home: layout.shard_of_name(key.as_bytes()),
-                    records: vec![NewRecord {
-                        tags: vec![key.clone()],
-                        payload,
-                    }],
-                    stream: Some(StreamAppend {
-                        id,
-                        trim,
-                        no_create,
-                    }),
-                };
+                let home = layout.shard_of_name(key.as_bytes());
+                let op = LogOp::stream_add(key.clone(), home, id, payload, trim, no_create);
                 Ok(self.on_stream_shard(ctx, &layout, &key, op).await)
             }
             LogWrite::StreamTrim { key, trim } => {

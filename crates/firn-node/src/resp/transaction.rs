@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use firn_model::{
     Answer, CommitTs, Compare, CompareOp, CompareTarget, FirnError, Key, KvRead, KvRequest,
-    KvWrite, ReadConsistency, Request, Response, TxnStep,
+    KvWrite, LogRequest, ReadConsistency, Request, Response, TxnStep,
 };
 
 use super::Connection;
@@ -46,6 +46,7 @@ fn as_store_step(name: &str, action: Action) -> Result<(TxnStep, Render), FirnEr
     let (step, how) = match action {
         Action::Execute(Request::Kv(KvRequest::Read(read)), how) => (TxnStep::Read(read), how),
         Action::Execute(Request::Kv(KvRequest::Write(write)), how) => (TxnStep::Write(write), how),
+        Action::Execute(Request::Log(LogRequest::Write(write)), how) => (TxnStep::Log(write), how),
         _ => return Err(TxnStep::refused(name)),
     };
     step.check().map_err(|e| match e {

@@ -49,7 +49,7 @@ impl Split {
         let shard = |k: &Key| layout.shard_of_key(k.as_bytes());
         let every = || steps.iter().chain(otherwise.iter().flatten());
         let anchor = every()
-            .filter(|s| matches!(s, TxnStep::Write(_)))
+            .filter(|s| s.writes())
             .chain(every())
             .flat_map(TxnStep::keys)
             .chain(compares.iter().map(|c| &c.key))
@@ -232,6 +232,17 @@ fn stamped(response: Response, prepared: CommitTs, at: CommitTs) -> Response {
             written: stamp(written),
             value,
         },
+        Response::Appended(appended) => Response::Appended(
+            appended
+                .into_iter()
+                .map(|mut a| {
+                    if a.commit_ts == prepared {
+                        a.commit_ts = at;
+                    }
+                    a
+                })
+                .collect(),
+        ),
         other => other,
     }
 }

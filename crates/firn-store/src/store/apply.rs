@@ -256,7 +256,7 @@ impl<'a> Txn<'a> {
         }
     }
 
-    fn log(&mut self, log: &LogOp) -> Result<Response, FirnError> {
+    pub(super) fn log(&mut self, log: &LogOp) -> Result<Response, FirnError> {
         match log {
             LogOp::Append {
                 log,

@@ -74,6 +74,7 @@ impl Txn<'_> {
             let answer = match step {
                 TxnStep::Write(write) => self.kv(write),
                 TxnStep::Read(read) => self.read_step(read),
+                TxnStep::Log(write) => self.stream_step(write),
             };
             match &answer {
                 Err(FirnError::Internal(e)) => return Err(FirnError::Internal(e.clone())),
@@ -84,6 +85,31 @@ impl Txn<'_> {
         }
         self.written = None;
         Ok(answers)
+    }
+
+    /// An `XADD` inside a transaction: the stream is the key's, on this shard.
+    fn stream_step(&mut self, write: &firn_model::LogWrite) -> Result<Response, FirnError> {
+        match write {
+            firn_model::LogWrite::StreamAdd {
+                key,
+                id,
+                payload,
+                trim,
+                no_create,
+            } => {
+                // A stream's seqs come from its ids, never from `home`.
+                let op = crate::command::LogOp::stream_add(
+                    key.clone(),
+                    0,
+                    *id,
+                    payload.clone(),
+                    *trim,
+                    *no_create,
+                );
+                self.log(&op)
+            }
+            other => Err(TxnStep::refused(other.name())),
+        }
     }
 
     /// A point read of newest versions, as the steps before it left them.

@@ -143,8 +143,9 @@ impl Txn<'_> {
             anchor,
             deadline_us,
             prepared: self.ts,
-            steps: steps.to_vec(),
-            otherwise: otherwise.map(<[TxnStep]>::to_vec),
+            steps: with_ids_answered(steps, &answers),
+            otherwise: otherwise
+                .map(|o| with_ids_answered(o, otherwise_answers.as_deref().unwrap_or(&[]))),
             keys,
         };
         self.batch
@@ -255,4 +256,33 @@ impl Txn<'_> {
         }
         Ok(())
     }
+}
+
+/// `steps` as the resolution runs them again: a stream entry whose id the stream chose
+/// (`*`, `ms-*`, from the stamp and the stream's last id) takes the id its dry run answered,
+/// so the entry resolved at the commit stamp is the one the client was told of.
+fn with_ids_answered(steps: &[TxnStep], answers: &[Result<Response, FirnError>]) -> Vec<TxnStep> {
+    steps
+        .iter()
+        .zip(answers.iter().map(Some).chain(std::iter::repeat(None)))
+        .map(|(step, answer)| match (step, answer) {
+            (
+                TxnStep::Log(firn_model::LogWrite::StreamAdd {
+                    key,
+                    id: firn_model::StreamId::Auto | firn_model::StreamId::Ms(_),
+                    payload,
+                    trim,
+                    no_create,
+                }),
+                Some(Ok(Response::Appended(appended))),
+            ) if appended.len() == 1 => TxnStep::Log(firn_model::LogWrite::StreamAdd {
+                key: key.clone(),
+                id: firn_model::StreamId::Exact(appended[0].seq),
+                payload: payload.clone(),
+                trim: *trim,
+                no_create: *no_create,
+            }),
+            (step, _) => step.clone(),
+        })
+        .collect()
 }
