@@ -39,6 +39,7 @@ pub mod log;
 mod once;
 mod read;
 mod replay;
+mod truncate;
 pub mod txn;
 use apply::Txn;
 
