@@ -362,7 +362,7 @@ mod tests {
             let refused = check_data_format(dir.path(), None).unwrap_err().to_string();
             assert!(refused.contains("another layout"), "{bad}: {refused}");
         }
-        std::fs::write(&format, "firn-data 5\n").unwrap();
+        std::fs::write(&format, "firn-data 99\n").unwrap();
         assert!(check_data_format(dir.path(), None).is_err());
     }
 
