@@ -45,8 +45,10 @@ async fn snapshots_of_the_aquarium_are_never_torn() {
         "only {} rechecked",
         report.rechecked()
     );
+    // Enough frames to matter: how many a camera writes in the run follows the machine's
+    // load (the claim is that no snapshot is torn, not the rate).
     assert!(
-        report.written[1].len() >= 20 && report.written[1].iter().any(|(_, f)| f.saw > 0),
+        report.written[1].len() >= 10 && report.written[1].iter().any(|(_, f)| f.saw > 0),
         "camera 1 wrote {} frames, none after seeing one",
         report.written[1].len()
     );
