@@ -179,15 +179,18 @@ async fn string_commands_behave_as_in_redis() {
     }
     assert_eq!(c.get::<_, String>("a").await.unwrap(), "3");
     assert_eq!(c.get::<_, String>("nxget").await.unwrap(), "nx-get");
-    let ex: redis::RedisResult<()> = redis::cmd("SET")
+    let _: () = redis::cmd("SET")
         .arg("a")
         .arg("4")
         .arg("EX")
         .arg(10)
         .query_async(&mut c)
-        .await;
-    assert!(ex.unwrap_err().to_string().contains("no expiring keys"));
-    assert_eq!(c.get::<_, String>("a").await.unwrap(), "3");
+        .await
+        .unwrap();
+    assert_eq!(c.get::<_, String>("a").await.unwrap(), "4");
+    assert_eq!(c.ttl::<_, i64>("a").await.unwrap(), 10);
+    let _: () = c.set("a", "3").await.unwrap();
+    assert_eq!(c.ttl::<_, i64>("a").await.unwrap(), -1, "a plain SET clears the expiry");
 
     let _: () = redis::cmd("MSET")
         .arg("m1")
