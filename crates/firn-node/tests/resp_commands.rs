@@ -190,7 +190,11 @@ async fn string_commands_behave_as_in_redis() {
     assert_eq!(c.get::<_, String>("a").await.unwrap(), "4");
     assert_eq!(c.ttl::<_, i64>("a").await.unwrap(), 10);
     let _: () = c.set("a", "3").await.unwrap();
-    assert_eq!(c.ttl::<_, i64>("a").await.unwrap(), -1, "a plain SET clears the expiry");
+    assert_eq!(
+        c.ttl::<_, i64>("a").await.unwrap(),
+        -1,
+        "a plain SET clears the expiry"
+    );
 
     let _: () = redis::cmd("MSET")
         .arg("m1")
