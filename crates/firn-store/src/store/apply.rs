@@ -340,14 +340,7 @@ impl<'a> Txn<'a> {
                 out.push(self.unwritten(key, &meta));
                 continue;
             }
-            out.push(self.write_version(
-                key,
-                Stored::Tombstone,
-                None,
-                WriteCondition::Always,
-                false,
-                Lifetime::Default,
-            )?);
+            out.push(self.write_tombstone(key)?);
         }
         Ok(Response::Written(out))
     }
@@ -482,6 +475,18 @@ impl<'a> Txn<'a> {
         self.meta_undo.clear();
         self.tag_metas.clear();
         Ok(())
+    }
+
+    /// A tombstone: the key's next version, deleting it, stamped at the entry's stamp.
+    pub(super) fn write_tombstone(&mut self, key: &Key) -> Result<Written, FirnError> {
+        self.write_version(
+            key,
+            Stored::Tombstone,
+            None,
+            WriteCondition::Always,
+            false,
+            Lifetime::Default,
+        )
     }
 
     /// A new version of `key` stamped at the entry's stamp, ending as `life` says (a

@@ -12,13 +12,13 @@
 
 use firn_model::{
     CommitTs, ExpireIf, Expiry, FirnError, Key, KeyspaceSpec, LeaseId, Lifetime, Response,
-    VersionInfo, WriteCondition,
+    VersionInfo,
 };
 
 use super::apply::Txn;
 use super::{Bound, Table, VersionedStore, io_err};
 use crate::command::{LogOp, Op};
-use crate::record::{KeyMeta, Stored};
+use crate::record::KeyMeta;
 
 const EXPIRIES: &[u8] = b"ttl/";
 pub(super) const LEASE_KEYS: &[u8] = b"lease/k/";
@@ -201,14 +201,7 @@ impl Txn<'_> {
         };
         let entry_ts = self.ts;
         self.ts = at;
-        let written = self.write_version(
-            key,
-            Stored::Tombstone,
-            None,
-            WriteCondition::Always,
-            false,
-            Lifetime::Default,
-        );
+        let written = self.write_tombstone(key);
         self.ts = entry_ts;
         written.map(|_| true)
     }
@@ -310,14 +303,7 @@ impl Txn<'_> {
             }
         }
         if at.is_some_and(|at| at <= self.ts) {
-            self.write_version(
-                key,
-                Stored::Tombstone,
-                None,
-                WriteCondition::Always,
-                false,
-                Lifetime::Default,
-            )?;
+            self.write_tombstone(key)?;
             return Ok(Response::ExpirySet(true));
         }
         let was = Ends::of(&meta);
