@@ -170,6 +170,28 @@ impl LogOp {
 }
 
 impl Op {
+    /// The keys the op writes one by one: a key-value write's, a stream's, a consumer
+    /// group's stream (an idempotent write's own op names its keys when it runs; a log
+    /// append names tags, not keys).
+    pub fn named_keys(&self) -> Box<dyn Iterator<Item = &Key> + '_> {
+        match self {
+            Op::Kv(write) => write.keys(),
+            Op::Log(
+                LogOp::StreamTrim { key, .. }
+                | LogOp::StreamDel { key, .. }
+                | LogOp::Append {
+                    stream: Some(_),
+                    log: key,
+                    ..
+                },
+            )
+            | Op::Group { key, .. } => Box::new(std::iter::once(key)),
+            Op::Log(_) | Op::System(_) | Op::Txn(_) | Op::Once { .. } => {
+                Box::new(std::iter::empty())
+            }
+        }
+    }
+
     /// Whether the command adds data to the store (a value, a record), and so is refused
     /// while the leader's disk is low on space. Deletes, truncations, trims, keyspace
     /// definitions and drops, consumer-group changes and the leader's own bookkeeping run

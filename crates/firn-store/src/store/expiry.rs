@@ -17,7 +17,7 @@ use firn_model::{
 
 use super::apply::Txn;
 use super::{Bound, Table, VersionedStore, io_err};
-use crate::command::{LogOp, Op};
+use crate::command::Op;
 use crate::record::KeyMeta;
 
 const EXPIRIES: &[u8] = b"ttl/";
@@ -209,21 +209,7 @@ impl Txn<'_> {
     /// Writes down the expiries of the keys `op` names that are due (before it runs, so it
     /// finds them absent).
     pub(super) fn write_down_named(&mut self, op: &Op) -> Result<(), FirnError> {
-        let keys: Vec<Key> = match op {
-            Op::Kv(firn_model::KvWrite::Lease(_)) => return Ok(()),
-            Op::Kv(write) => write.keys().cloned().collect(),
-            Op::Log(
-                LogOp::StreamTrim { key, .. }
-                | LogOp::StreamDel { key, .. }
-                | LogOp::Append {
-                    stream: Some(_),
-                    log: key,
-                    ..
-                },
-            )
-            | Op::Group { key, .. } => vec![key.clone()],
-            Op::Log(_) | Op::System(_) | Op::Txn(_) | Op::Once { .. } => return Ok(()),
-        };
+        let keys: Vec<Key> = op.named_keys().cloned().collect();
         for key in &keys {
             self.write_down(key)?;
         }

@@ -7,7 +7,7 @@ use super::{
     RECORDS_DROPPED_PER_DECISION, Record, StoredPart, decided_row, row,
 };
 use crate::backend::Table;
-use crate::command::{LogOp, Op, TxnOp, TxnPart};
+use crate::command::{Op, TxnOp, TxnPart};
 use crate::record::encode;
 use crate::store::apply::Txn;
 
@@ -55,19 +55,8 @@ impl Txn<'_> {
                 target: KeyRange::Prefix(_),
                 ..
             }) => busy(),
-            Op::Kv(write) => write.keys().try_for_each(|k| refuse(k.as_bytes())),
-            Op::Log(
-                LogOp::StreamTrim { key, .. }
-                | LogOp::StreamDel { key, .. }
-                | LogOp::Append {
-                    stream: Some(_),
-                    log: key,
-                    ..
-                },
-            )
-            | Op::Group { key, .. } => refuse(key.as_bytes()),
             // An idempotent write's own op is checked when it runs.
-            Op::Log(_) | Op::System(_) | Op::Txn(_) | Op::Once { .. } => Ok(()),
+            op => op.named_keys().try_for_each(|k| refuse(k.as_bytes())),
         }
     }
 
