@@ -108,6 +108,14 @@ pub enum FirnError {
     /// A lease that was never granted, was revoked, or ran out (`FIRN.LEASE`, `SET … LEASE`).
     #[error("lease not found: {0}")]
     LeaseNotFound(crate::LeaseId),
+    /// A function, trigger or timer of that name that was never loaded or created, or was
+    /// deleted (`FCALL`, `FIRN.FUNCTION`, `FIRN.TRIGGER`, `FIRN.TIMER`).
+    #[error("{kind} not found: {name}")]
+    NotFound { kind: String, name: String },
+    /// A function's run that ended without a result: it trapped, ran out of fuel or memory,
+    /// returned non-zero, or went past a limit. Nothing it wrote was kept.
+    #[error("function failed: {0}")]
+    FunctionFailed(String),
 }
 
 impl FirnError {
@@ -146,6 +154,7 @@ impl FirnError {
             FirnError::Compacted { .. } => 410,
             FirnError::KeyspaceNotFound(_)
             | FirnError::LeaseNotFound(_)
+            | FirnError::NotFound { .. }
             | FirnError::LogNotFound(_)
             | FirnError::NoGroup(_)
             | FirnError::Unblocked(_) => 404,
@@ -159,6 +168,7 @@ impl FirnError {
             | FirnError::TxnConflict(_) => 503,
             FirnError::Indeterminate(_) | FirnError::NoReply { .. } => 504,
             FirnError::Internal(_) => 500,
+            FirnError::FunctionFailed(_) => 422,
             FirnError::NoSpace(_) => 507,
             _ => 400,
         }

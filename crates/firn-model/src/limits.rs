@@ -99,3 +99,32 @@ impl Limits {
         Ok(())
     }
 }
+
+/// The fuel a function's run may burn: one unit per Wasm instruction, about a second of an
+/// interpreter's work on this class of machine; past it the run stops (`out of fuel`).
+pub const FUNCTION_FUEL_MAX: u64 = 500_000_000;
+
+/// The linear memory one function instance may grow to.
+pub const FUNCTION_MEMORY_BYTES_MAX: usize = 64 << 20;
+
+/// The largest module `FIRN.FUNCTION LOAD` takes (a Go module is about 2 MiB).
+pub const FUNCTION_MODULE_BYTES_MAX: usize = 16 << 20;
+
+/// Host calls (reads, writes, logs) one run may make.
+pub const FUNCTION_HOST_CALLS_MAX: usize = 10_000;
+
+/// Writes (puts, deletes, increments, stream entries, publishes) one run may make: they
+/// commit together, in one transaction.
+pub const FUNCTION_WRITES_MAX: usize = 1_000;
+
+/// Bytes of keys and values one run may write, and of its reply.
+pub const FUNCTION_WRITE_BYTES_MAX: usize = 4 << 20;
+
+/// Bytes of operator log one run may write (`log`, stdout, stderr); the rest is dropped.
+pub const FUNCTION_LOG_BYTES_MAX: usize = 16 * 1024;
+
+/// Keys one `scan` host call answers.
+pub const FUNCTION_SCAN_KEYS_MAX: usize = 1_000;
+
+/// A function's, trigger's or timer's name: its bytes.
+pub const FUNCTION_NAME_BYTES_MAX: usize = 128;

@@ -66,6 +66,7 @@ impl Principal {
     /// Whether the session may make a request that needs `needs`: `NOAUTH` before it has
     /// authenticated, `NOPERM` naming the first permission it lacks.
     pub fn authorize(&self, needs: &[Access]) -> Result<(), FirnError> {
+        refuse_own_keys(needs)?;
         match self {
             Principal::Open => Ok(()),
             Principal::Anonymous => Err(FirnError::NoAuth),
@@ -81,6 +82,26 @@ impl Principal {
             Principal::User(user) => Ok(&user.name),
         }
     }
+}
+
+/// Keys under `_firn/` are Firn's own (functions, triggers, timers and their cursors): a
+/// client reads them but writes them only through `FIRN.FUNCTION`, `FIRN.TRIGGER` and
+/// `FIRN.TIMER`, whatever its rights.
+fn refuse_own_keys(needs: &[Access]) -> Result<(), FirnError> {
+    const OWN: &[u8] = crate::functions::sandbox::RESERVED_PREFIX;
+    let own = needs.iter().any(|need| {
+        need.permission == Permission::Write
+            && match &need.scope {
+                firn_model::Scope::Key(k) => k.starts_with(OWN),
+                firn_model::Scope::Prefix(p) => p.starts_with(OWN),
+            }
+    });
+    if own {
+        return Err(FirnError::Refused(
+            "keys under _firn/ are kept by Firn (functions, triggers, timers); use FIRN.FUNCTION, FIRN.TRIGGER or FIRN.TIMER".into(),
+        ));
+    }
+    Ok(())
 }
 
 impl User {

@@ -19,6 +19,7 @@ pub mod disk;
 pub mod exec;
 pub mod expiry;
 pub mod faults;
+pub mod functions;
 pub mod groups;
 pub mod http;
 pub mod inbound;

@@ -16,6 +16,7 @@ use crate::admin::Admin;
 use crate::blob::files::BlobFiles;
 use crate::blob::{BlobConfig, Blobs};
 use crate::exec::{Kernel, KernelParts, Pending, Subsystems, ready, resend_while_refused};
+use crate::functions::Functions;
 use crate::groups::Groups;
 use crate::large::LargeValues;
 use crate::log::Log;
@@ -34,6 +35,7 @@ pub struct Router {
     watches: Watches,
     large: LargeValues,
     admin: Admin,
+    functions: Arc<Functions>,
 }
 
 /// What a router is built from: the kernel's parts and the subsystems' own.
@@ -61,12 +63,16 @@ impl Router {
         let kernel = Arc::new(Kernel::new(parts.kernel));
         let log = Arc::new(Log::new(kernel.clone(), parts.log_index_bytes));
         let groups = Arc::new(Groups::new(kernel.clone(), log.clone()));
+        let publisher = Publisher::new(kernel.clone());
+        let functions = Functions::new(kernel.clone(), blobs.clone(), publisher.clone())
+            .expect("the function sandbox starts");
         Arc::new_cyclic(|me: &Weak<Router>| {
             let subsystems: Weak<dyn Subsystems> = me.clone();
             kernel.set_subsystems(subsystems);
             Router {
                 services: Services::new(kernel.clone(), log.clone()),
-                publisher: Publisher::new(kernel.clone()),
+                publisher,
+                functions,
                 watches: Watches::new(kernel.clone()),
                 large: LargeValues::new(kernel.clone(), blobs),
                 admin: Admin::new(kernel.clone()),
@@ -107,6 +113,11 @@ impl Router {
         &self.large
     }
 
+    /// Functions next to the data: modules, calls, triggers and timers.
+    pub fn functions(&self) -> &Arc<Functions> {
+        &self.functions
+    }
+
     /// Starts a request after `ctx` in the subsystem it belongs to. A write this node
     /// proposes is proposed before this returns, so requests submitted one after another
     /// apply in that order (a forwarded write is awaited here for the same reason); a read
@@ -125,6 +136,7 @@ impl Router {
             Request::Log(log) => self.log.submit(ctx, log).await,
             Request::Admin(admin) => ready(self.admin.run(admin).await),
             Request::Group(group) => self.groups.submit(ctx, group).await,
+            Request::Function(f) => ready(self.functions.run(ctx, f).await),
         }
     }
 

@@ -9,6 +9,7 @@
 pub mod access;
 pub mod admin;
 pub mod context;
+pub mod function;
 pub mod group;
 pub mod kv;
 pub mod log;
@@ -17,6 +18,10 @@ pub mod txn;
 pub use access::{Access, Permission, Scope};
 pub use admin::{AdminRequest, LocalRegionInfo};
 pub use context::{Answer, CallContext, IdemKey, Staleness};
+pub use function::{
+    FunctionInfo, FunctionRequest, TimerRequest, TimerSpec, TriggerFrom, TriggerInfo,
+    TriggerRequest, TriggerSpec,
+};
 pub use group::{
     ClaimOptions, ConsumerInfo, DeliveryPolicy, GROUP_LIVENESS_MS_DEFAULT, GroupChange, GroupEntry,
     GroupFull, GroupInfo, GroupKey, GroupOptions, GroupRead, GroupRequest, GroupStart, GroupWrite,
@@ -179,6 +184,8 @@ pub enum Request {
     Admin(AdminRequest),
     /// Consumer groups of streams.
     Group(GroupRequest),
+    /// Functions next to the data: modules, calls, triggers and timers.
+    Function(FunctionRequest),
 }
 
 /// A request of the key-value subsystem: a read, or a write that goes through the log.
@@ -224,6 +231,12 @@ impl From<GroupWrite> for Request {
     }
 }
 
+impl From<FunctionRequest> for Request {
+    fn from(f: FunctionRequest) -> Self {
+        Request::Function(f)
+    }
+}
+
 impl From<AdminRequest> for Request {
     fn from(a: AdminRequest) -> Self {
         Request::Admin(a)
@@ -234,12 +247,15 @@ impl Request {
     /// Whether this request changes state. Decided by its type: kv writes go through a
     /// shard's log, admin requests through the meta group's.
     pub fn is_write(&self) -> bool {
-        !matches!(
-            self,
-            Request::Kv(KvRequest::Read(_))
-                | Request::Log(LogRequest::Read(_))
-                | Request::Group(GroupRequest::Read(_))
-        )
+        match self {
+            Request::Function(f) => f.is_write(),
+            _ => !matches!(
+                self,
+                Request::Kv(KvRequest::Read(_))
+                    | Request::Log(LogRequest::Read(_))
+                    | Request::Group(GroupRequest::Read(_))
+            ),
+        }
     }
 
     /// Whether the node its client reached sends this request again, whole, when it is
@@ -285,6 +301,7 @@ impl Request {
             Request::Admin(a) => a.name(),
             Request::Group(GroupRequest::Read(r)) => r.name(),
             Request::Group(GroupRequest::Write(w)) => w.name(),
+            Request::Function(f) => f.name(),
         }
     }
 }
@@ -505,6 +522,14 @@ pub enum Response {
     ExpirySet(bool),
     /// A [`KvRead::Expiry`].
     Expiry(KeyExpiry),
+    /// Functions, as `FIRN.FUNCTION LOAD`, `LIST` and `INFO` answer them.
+    Functions(Vec<FunctionInfo>),
+    /// What a function's run answered (`FCALL`): its `reply`, if it set one.
+    Called(Option<Bytes>),
+    /// Triggers, as `FIRN.TRIGGER INFO` and `LIST` answer them.
+    Triggers(Vec<TriggerInfo>),
+    /// Timers waiting to fire (`FIRN.TIMER LIST`).
+    Timers(Vec<TimerSpec>),
     /// A [`KvRead::Lease`]: the lease while it is live.
     Lease(Option<crate::LeaseInfo>),
     /// The keys attached to a lease and their newest versions (a [`KvRead::LeaseKeys`]).

@@ -190,6 +190,14 @@ fn spawn_housekeeping(
             router.kernel().clone(),
             stop_rx.clone(),
         )),
+        tokio::spawn(crate::functions::trigger::runner::run(
+            router.functions().clone(),
+            stop_rx.clone(),
+        )),
+        tokio::spawn(crate::functions::timer::fire_due(
+            router.functions().clone(),
+            stop_rx.clone(),
+        )),
     ]
 }
 

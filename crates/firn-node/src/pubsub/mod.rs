@@ -25,6 +25,8 @@ use crate::rpc::Publish;
 pub const PUBLISH_PEER_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Publish/subscribe: this node's subscribers, and PUBLISH to every node's.
+/// Cloned, it shares the subscribers (a function publishes through a clone).
+#[derive(Clone)]
 pub struct Publisher {
     kernel: Arc<Kernel>,
     subscribers: Arc<PubSub>,

@@ -75,6 +75,8 @@ pub enum Group {
     Cluster,
     PubSub,
     Transactions,
+    /// FCALL: a function run next to the data (Redis's group for FCALL).
+    Scripting,
     Firn,
 }
 
@@ -89,6 +91,7 @@ impl Group {
             Group::Cluster => "cluster",
             Group::PubSub => "pubsub",
             Group::Transactions => "transactions",
+            Group::Scripting => "scripting",
             Group::Firn => "firn",
         }
     }

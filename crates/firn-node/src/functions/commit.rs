@@ -1,0 +1,64 @@
+//! A run's writes as one transaction: each [`Effect`] becomes a step of one
+//! `KvWrite::Atomic` (across shards, the two-phase commit of "Transactions across shards"),
+//! under the caller's compares — an `FCALL`'s reads still current, a trigger's cursor still
+//! where its runner found it. Publishes go out after the commit: publish/subscribe keeps no
+//! history to roll back.
+
+use bytes::Bytes;
+use firn_model::log::encode_fields;
+use firn_model::{
+    Compare, FirnError, Key, KeyChange, KvWrite, LogWrite, PutRequest, StreamId, TxnStep,
+};
+
+use super::sandbox::Effect;
+
+/// The transaction steps of a run's writes, and what it publishes once they commit.
+#[derive(Debug, Default)]
+pub struct Writes {
+    pub steps: Vec<TxnStep>,
+    pub publishes: Vec<(Bytes, Bytes)>,
+}
+
+impl Writes {
+    /// Adds a run's effects, in the order it made them.
+    pub fn add(&mut self, effects: Vec<Effect>) -> Result<(), FirnError> {
+        for effect in effects {
+            let step = match effect {
+                Effect::Put(k, v) => TxnStep::Write(KvWrite::Put(PutRequest::new(key(k)?, v))),
+                Effect::Del(k) => TxnStep::Write(KvWrite::Delete {
+                    keys: vec![key(k)?],
+                }),
+                Effect::Incr(k, by) => TxnStep::Write(KvWrite::Change {
+                    key: key(k)?,
+                    change: KeyChange::IncrBy(by),
+                }),
+                Effect::XAdd(stream, fields) => TxnStep::Log(LogWrite::StreamAdd {
+                    key: key(stream)?,
+                    id: StreamId::Auto,
+                    payload: encode_fields(&fields),
+                    trim: None,
+                    no_create: false,
+                }),
+                Effect::Publish(channel, message) => {
+                    self.publishes.push((channel, message));
+                    continue;
+                }
+            };
+            self.steps.push(step);
+        }
+        Ok(())
+    }
+
+    /// The transaction, under `compares`.
+    pub fn atomic(&self, compares: Vec<Compare>) -> KvWrite {
+        KvWrite::Atomic {
+            compares,
+            steps: self.steps.clone(),
+            otherwise: None,
+        }
+    }
+}
+
+fn key(bytes: Bytes) -> Result<Key, FirnError> {
+    Key::new(bytes.to_vec())
+}

@@ -1,0 +1,514 @@
+//! The sandbox a function runs in: a wasmi engine, the module `firn`'s host calls (the ABI of
+//! docs/functions.md) and Firn's own deterministic WASI imports ([`super::wasi`]), with a
+//! budget of fuel, memory, host calls and writes per run. A run is synchronous and CPU-bound:
+//! callers run it off the async workers. It reads through a [`Host`] and never writes: what
+//! the run wrote comes back as [`Effect`]s for the caller to commit.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use firn_model::limits::{
+    FUNCTION_FUEL_MAX, FUNCTION_HOST_CALLS_MAX, FUNCTION_LOG_BYTES_MAX, FUNCTION_MEMORY_BYTES_MAX,
+    FUNCTION_WRITE_BYTES_MAX, FUNCTION_WRITES_MAX,
+};
+use firn_model::{FirnError, Version};
+use wasmi::{
+    Caller, Config, Engine, Error as WasmError, Extern, Linker, Module, Store, StoreLimits,
+    StoreLimitsBuilder, TrapCode,
+};
+
+/// What started a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputKind {
+    /// `FCALL`, `POST /v1/functions/{name}/call`.
+    Call = 0,
+    /// A trigger's input: a key was written.
+    Put = 1,
+    /// A trigger's input: a key was deleted.
+    Delete = 2,
+    /// A timer fired.
+    Timer = 3,
+}
+
+/// A run's input: what the ABI's `kind`, `key`, `arg`, `stamp_us` and `input_version` answer.
+#[derive(Clone, Debug)]
+pub struct Invocation {
+    pub kind: InputKind,
+    pub keys: Vec<Bytes>,
+    pub args: Vec<Bytes>,
+    /// The run's time (a trigger: its input's commit time), µs since the epoch: the clock
+    /// the function reads.
+    pub stamp_us: u64,
+    /// A trigger input key's version (else 0).
+    pub input_version: Version,
+}
+
+/// Which value of a key a read asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadPoint {
+    /// The value at the run's stamp.
+    Now,
+    /// That version.
+    Version(Version),
+    /// The value as of that time (µs since the epoch), no later than the run's stamp.
+    AtUs(u64),
+}
+
+/// Where a run's reads go: the store, at the run's stamp. Errors are the read's own (a
+/// shard unreachable); the run then fails.
+pub trait Host: Send {
+    fn get(&mut self, key: &[u8], at: ReadPoint) -> Result<Option<Bytes>, FirnError>;
+    /// Keys under `prefix` after `after`, in key order, at most `limit`.
+    fn scan(&mut self, prefix: &[u8], after: &[u8], limit: usize) -> Result<Vec<Bytes>, FirnError>;
+}
+
+/// One write a run made, in the order it made them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    Put(Bytes, Bytes),
+    Del(Bytes),
+    Incr(Bytes, i64),
+    /// An entry added to a stream, its fields and values.
+    XAdd(Bytes, Vec<(Bytes, Bytes)>),
+    /// Published after the commit (publish/subscribe keeps no history).
+    Publish(Bytes, Bytes),
+}
+
+impl Effect {
+    /// The key the write changes (a stream's for `XAdd`); none for a publish.
+    pub fn key(&self) -> Option<&Bytes> {
+        match self {
+            Effect::Put(k, _) | Effect::Del(k) | Effect::Incr(k, _) | Effect::XAdd(k, _) => Some(k),
+            Effect::Publish(..) => None,
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Effect::Put(k, v) | Effect::Publish(k, v) => k.len() + v.len(),
+            Effect::Del(k) | Effect::Incr(k, _) => k.len() + 8,
+            Effect::XAdd(k, fields) => {
+                k.len() + fields.iter().map(|(f, v)| f.len() + v.len()).sum::<usize>()
+            }
+        }
+    }
+}
+
+/// What a run that returned 0 leaves: its writes, its reply and its log lines.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub effects: Vec<Effect>,
+    pub reply: Option<Bytes>,
+    pub log: Vec<String>,
+    /// The fuel the run burnt.
+    pub fuel: u64,
+}
+
+/// The ABI's error codes (docs/functions.md).
+pub(super) const ABSENT: i64 = -1;
+pub(super) const TOO_SMALL: i64 = -2;
+pub(super) const LIMIT: i32 = -3;
+pub(super) const NOT_ALLOWED: i32 = -4;
+
+/// Keys under this prefix are Firn's own (functions, triggers, timers): no run writes one.
+pub const RESERVED_PREFIX: &[u8] = b"_firn/";
+
+/// A compiled module, ready to run many times.
+#[derive(Clone)]
+pub struct Compiled {
+    module: Module,
+}
+
+/// The engine and the host calls, built once a node; each run gets its own store and
+/// instance.
+pub struct Sandbox {
+    engine: Engine,
+    linker: Linker<RunState>,
+}
+
+/// The store's data during one run.
+pub(super) struct RunState {
+    pub(super) input: Invocation,
+    pub(super) host: Box<dyn Host>,
+    /// What the run wrote, in order, and each key's value as its own later reads see it
+    /// (`None`: deleted).
+    effects: Vec<Effect>,
+    written: HashMap<Bytes, Option<Bytes>>,
+    write_bytes: usize,
+    pub(super) reply: Option<Bytes>,
+    pub(super) log: Vec<String>,
+    pub(super) log_bytes: usize,
+    host_calls: usize,
+    /// The first host error (a read that failed): the run fails with it.
+    failed: Option<FirnError>,
+    pub(super) random: u64,
+    limits: StoreLimits,
+}
+
+impl RunState {
+    pub(super) fn stamp_us(&self) -> u64 {
+        self.input.stamp_us
+    }
+
+    /// Counts a host call; past the budget the run ends.
+    pub(super) fn call(&mut self) -> Result<(), WasmError> {
+        self.host_calls += 1;
+        if self.host_calls > FUNCTION_HOST_CALLS_MAX {
+            return Err(WasmError::new(format!(
+                "more than {FUNCTION_HOST_CALLS_MAX} host calls in one run"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Appends to the operator's log, bounded.
+    pub(super) fn log_line(&mut self, line: String) {
+        if self.log_bytes + line.len() <= FUNCTION_LOG_BYTES_MAX {
+            self.log_bytes += line.len();
+            self.log.push(line);
+        }
+    }
+
+    pub(super) fn write(&mut self, effect: Effect) -> i32 {
+        if let Some(k) = effect.key()
+            && k.starts_with(RESERVED_PREFIX)
+        {
+            return NOT_ALLOWED;
+        }
+        let bytes = effect.bytes();
+        if self.effects.len() >= FUNCTION_WRITES_MAX
+            || self.write_bytes + bytes > FUNCTION_WRITE_BYTES_MAX
+        {
+            return LIMIT;
+        }
+        if let Err(e) = self.see_own_write(&effect) {
+            self.failed.get_or_insert(e);
+            return LIMIT;
+        }
+        self.write_bytes += bytes;
+        self.effects.push(effect);
+        0
+    }
+
+    /// Keeps what the run's later reads of the key see.
+    fn see_own_write(&mut self, effect: &Effect) -> Result<(), FirnError> {
+        match effect {
+            Effect::Put(k, v) => {
+                self.written.insert(k.clone(), Some(v.clone()));
+            }
+            Effect::Del(k) => {
+                self.written.insert(k.clone(), None);
+            }
+            Effect::Incr(k, delta) => {
+                let base = self.read(k, ReadPoint::Now)?;
+                let n: i64 = match &base {
+                    None => 0,
+                    Some(v) => std::str::from_utf8(v)
+                        .ok()
+                        .and_then(|s| s.parse().ok())
+                        .ok_or_else(|| {
+                            FirnError::FunctionFailed(
+                                "incr of a value that is not an integer".into(),
+                            )
+                        })?,
+                };
+                let sum = n.checked_add(*delta).ok_or_else(|| {
+                    FirnError::FunctionFailed("incr overflows a 64-bit integer".into())
+                })?;
+                self.written
+                    .insert(k.clone(), Some(Bytes::from(sum.to_string())));
+            }
+            Effect::XAdd(..) | Effect::Publish(..) => {}
+        }
+        Ok(())
+    }
+
+    /// A read through the run's own writes.
+    pub(super) fn read(&mut self, key: &[u8], at: ReadPoint) -> Result<Option<Bytes>, FirnError> {
+        if at == ReadPoint::Now
+            && let Some(v) = self.written.get(key)
+        {
+            return Ok(v.clone());
+        }
+        self.host.get(key, at)
+    }
+}
+
+impl Sandbox {
+    pub fn new() -> Result<Sandbox, FirnError> {
+        let mut config = Config::default();
+        config.consume_fuel(true);
+        let engine = Engine::new(&config);
+        let mut linker = Linker::new(&engine);
+        super::abi::define(&mut linker).map_err(internal)?;
+        super::wasi::define(&mut linker).map_err(internal)?;
+        Ok(Sandbox { engine, linker })
+    }
+
+    /// Compiles and checks a module: it is Wasm, exports `run` of type `() -> i32`, and
+    /// imports only what the sandbox provides, of the right types (an instance is made once,
+    /// with no fuel for any start function to burn).
+    pub fn compile(&self, wasm: &[u8]) -> Result<Compiled, FirnError> {
+        let bad = |why: String| FirnError::BadArgument(format!("not a function module: {why}"));
+        // wasmi answers malformed input with errors; a panic on some input it does not
+        // expect must still not take the node down.
+        let module = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Module::new(&self.engine, wasm)
+        }))
+        .map_err(|_| bad("the module could not be parsed".into()))?
+        .map_err(|e| bad(e.to_string()))?;
+        let run = module
+            .exports()
+            .find(|e| e.name() == "run")
+            .ok_or_else(|| bad("it exports no function `run`".into()))?;
+        match run.ty() {
+            wasmi::ExternType::Func(f)
+                if f.params().is_empty() && f.results() == [wasmi::ValType::I32] => {}
+            _ => return Err(bad("its `run` is not a function of type () -> i32".into())),
+        }
+        let mut store = self.store(probe_input(), Box::new(NoReads));
+        store.set_fuel(FUNCTION_FUEL_MAX).map_err(internal)?;
+        self.linker
+            .instantiate_and_start(&mut store, &module)
+            .map_err(|e| bad(e.to_string()))?;
+        Ok(Compiled { module })
+    }
+
+    fn store(&self, input: Invocation, host: Box<dyn Host>) -> Store<RunState> {
+        let seed = xxhash_rust::xxh3::xxh3_64(
+            &[
+                &input.stamp_us.to_le_bytes()[..],
+                &input.input_version.to_le_bytes(),
+                &input.keys.concat(),
+            ]
+            .concat(),
+        );
+        let state = RunState {
+            input,
+            host,
+            effects: Vec::new(),
+            written: HashMap::new(),
+            write_bytes: 0,
+            reply: None,
+            log: Vec::new(),
+            log_bytes: 0,
+            host_calls: 0,
+            failed: None,
+            random: seed | 1,
+            limits: StoreLimitsBuilder::new()
+                .memory_size(FUNCTION_MEMORY_BYTES_MAX)
+                .instances(1)
+                .build(),
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limits);
+        store
+    }
+
+    /// Runs `compiled` once on `input` in a fresh instance: `_initialize` (a reactor's, as
+    /// Go's `-buildmode=c-shared` makes) then `run`, within the budget.
+    pub fn run(
+        &self,
+        compiled: &Compiled,
+        input: Invocation,
+        host: Box<dyn Host>,
+    ) -> Result<Outcome, FirnError> {
+        let mut store = self.store(input, host);
+        store.set_fuel(FUNCTION_FUEL_MAX).map_err(internal)?;
+        let result = self.run_in(&mut store, &compiled.module);
+        let fuel = FUNCTION_FUEL_MAX - store.get_fuel().unwrap_or(0);
+        let state = store.into_data();
+        if let Some(e) = state.failed {
+            return Err(e);
+        }
+        match result {
+            Ok(0) => Ok(Outcome {
+                effects: state.effects,
+                reply: state.reply,
+                log: state.log,
+                fuel,
+            }),
+            Ok(code) => Err(FirnError::FunctionFailed(format!(
+                "run returned {code}{}",
+                state
+                    .log
+                    .last()
+                    .map(|l| format!(" (its last log line: {l})"))
+                    .unwrap_or_default()
+            ))),
+            Err(e) => Err(FirnError::FunctionFailed(describe(&e))),
+        }
+    }
+
+    fn run_in(&self, store: &mut Store<RunState>, module: &Module) -> Result<i32, WasmError> {
+        let instance = self.linker.instantiate_and_start(&mut *store, module)?;
+        if let Ok(init) = instance.get_typed_func::<(), ()>(&*store, "_initialize") {
+            init.call(&mut *store, ())?;
+        }
+        let run = instance.get_typed_func::<(), i32>(&*store, "run")?;
+        run.call(&mut *store, ())
+    }
+}
+
+/// A trap or error in words a user can act on.
+fn describe(e: &WasmError) -> String {
+    if let Some(code) = e.i32_exit_status() {
+        return format!("the module exited with status {code}");
+    }
+    match e.as_trap_code() {
+        Some(TrapCode::OutOfFuel) => format!(
+            "out of fuel: the run took more than {FUNCTION_FUEL_MAX} instructions (an endless loop?)"
+        ),
+        Some(TrapCode::GrowthOperationLimited) => format!(
+            "out of memory: an instance may grow to {} MiB",
+            FUNCTION_MEMORY_BYTES_MAX >> 20
+        ),
+        Some(code) => format!("trap: {code}"),
+        None => e.to_string(),
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> FirnError {
+    FirnError::Internal(format!("function sandbox: {e}"))
+}
+
+fn probe_input() -> Invocation {
+    Invocation {
+        kind: InputKind::Call,
+        keys: Vec::new(),
+        args: Vec::new(),
+        stamp_us: 0,
+        input_version: 0,
+    }
+}
+
+/// The reads of a module's load check, which runs nothing.
+struct NoReads;
+
+impl Host for NoReads {
+    fn get(&mut self, _: &[u8], _: ReadPoint) -> Result<Option<Bytes>, FirnError> {
+        Ok(None)
+    }
+    fn scan(&mut self, _: &[u8], _: &[u8], _: usize) -> Result<Vec<Bytes>, FirnError> {
+        Ok(Vec::new())
+    }
+}
+
+/// The guest's linear memory.
+fn memory(caller: &Caller<'_, RunState>) -> Result<wasmi::Memory, WasmError> {
+    caller
+        .get_export("memory")
+        .and_then(Extern::into_memory)
+        .ok_or_else(|| WasmError::new("the module exports no memory"))
+}
+
+/// Bytes `[ptr, ptr+len)` of the guest's memory.
+pub(super) fn read_guest(
+    caller: &Caller<'_, RunState>,
+    ptr: i32,
+    len: i32,
+) -> Result<Bytes, WasmError> {
+    if len < 0 || len as usize > FUNCTION_WRITE_BYTES_MAX {
+        return Err(WasmError::new(format!("a length of {len} bytes")));
+    }
+    let mut buf = vec![0u8; len as usize];
+    memory(caller)?
+        .read(caller, ptr as u32 as usize, &mut buf)
+        .map_err(|e| WasmError::new(format!("reading guest memory: {e}")))?;
+    Ok(Bytes::from(buf))
+}
+
+/// Writes `bytes` at `ptr` when they fit in `cap`; answers their length either way (the
+/// ABI's "call again with a bigger buffer").
+pub(super) fn answer_bytes(
+    caller: &mut Caller<'_, RunState>,
+    bytes: &[u8],
+    ptr: i32,
+    cap: i32,
+) -> Result<i64, WasmError> {
+    if bytes.len() <= cap.max(0) as usize {
+        memory(caller)?
+            .write(&mut *caller, ptr as u32 as usize, bytes)
+            .map_err(|e| WasmError::new(format!("writing guest memory: {e}")))?;
+    }
+    Ok(bytes.len() as i64)
+}
+
+/// A read's answer to the guest: the value's length (copied when it fits), or absent.
+pub(super) fn answer_read(
+    caller: &mut Caller<'_, RunState>,
+    value: Result<Option<Bytes>, FirnError>,
+    ptr: i32,
+    cap: i32,
+) -> Result<i64, WasmError> {
+    match value {
+        Ok(Some(v)) => answer_bytes(caller, &v, ptr, cap),
+        Ok(None) => Ok(ABSENT),
+        Err(e) => {
+            let text = e.to_string();
+            caller.data_mut().failed.get_or_insert(e);
+            Err(WasmError::new(format!("a read failed: {text}")))
+        }
+    }
+}
+
+/// A sandbox shared by every run of a node.
+pub type SharedSandbox = Arc<Sandbox>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(input: Invocation) -> Invocation {
+        input
+    }
+
+    fn run(wat_text: &str) -> Result<Outcome, FirnError> {
+        let sandbox = Sandbox::new()?;
+        let compiled = sandbox.compile(&wat::parse_str(wat_text).unwrap())?;
+        let input = call(probe_input());
+        sandbox.run(&compiled, input, Box::new(NoReads))
+    }
+
+    #[test]
+    fn bytes_that_are_not_wasm_are_refused() {
+        let sandbox = Sandbox::new().unwrap();
+        let e = sandbox.compile(b"not a module").err().unwrap();
+        assert!(e.to_string().contains("not a function module"), "{e}");
+    }
+
+    #[test]
+    fn an_endless_loop_runs_out_of_fuel() {
+        let e =
+            run(r#"(module (func (export "run") (result i32) (loop $l (br $l)) (i32.const 0)))"#)
+                .err()
+                .unwrap();
+        assert!(e.to_string().contains("out of fuel"), "{e}");
+    }
+
+    #[test]
+    fn writes_come_back_in_order_and_firn_keys_are_refused() {
+        let outcome = run(
+            r#"(module
+                (import "firn" "put" (func $put (param i32 i32 i32 i32) (result i32)))
+                (import "firn" "reply" (func $reply (param i32 i32)))
+                (memory (export "memory") 1)
+                (data (i32.const 0) "k1v1_firn/x")
+                (global $r (mut i32) (i32.const 0))
+                (func (export "run") (result i32)
+                    (drop (call $put (i32.const 0) (i32.const 2) (i32.const 2) (i32.const 2)))
+                    (global.set $r (call $put (i32.const 4) (i32.const 7) (i32.const 2) (i32.const 2)))
+                    (i32.store (i32.const 100) (global.get $r))
+                    (call $reply (i32.const 100) (i32.const 1))
+                    (i32.const 0)))"#,
+        )
+        .unwrap();
+        assert_eq!(
+            outcome.effects,
+            vec![Effect::Put(Bytes::from("k1"), Bytes::from("v1"))]
+        );
+        // -4 (not allowed), its low byte.
+        assert_eq!(outcome.reply, Some(Bytes::from(vec![0xfc])));
+    }
+}

@@ -1,0 +1,321 @@
+//! Functions next to the data, through RESP as a client uses them: the example modules (Go,
+//! built here with `examples/functions/build.sh`) loaded, called with FCALL and run by
+//! triggers and timers; and modules that misbehave (an endless loop, a huge allocation, a
+//! trap, bytes that are not Wasm), each stopped or refused with a clear error while the node
+//! goes on serving.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::{bulk_text, error_line, ok, redis_conn, start_three_shard_node};
+use redis::aio::MultiplexedConnection;
+
+/// The example functions, built once per test run (Go's `wasip1` port).
+fn examples() -> &'static PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let out = std::env::temp_dir().join(format!("firn-functions-{}", std::process::id()));
+        let status = std::process::Command::new("bash")
+            .arg(root.join("examples/functions/build.sh"))
+            .arg(&out)
+            .status()
+            .expect("bash runs examples/functions/build.sh (Go 1.24 or later must be installed)");
+        assert!(status.success(), "building the example functions failed");
+        out
+    })
+}
+
+fn example(name: &str) -> Vec<u8> {
+    std::fs::read(examples().join(format!("{name}.wasm"))).expect("the example was built")
+}
+
+async fn load(c: &mut MultiplexedConnection, name: &str, module: &[u8]) -> redis::RedisResult<i64> {
+    redis::cmd("FIRN.FUNCTION")
+        .arg("LOAD")
+        .arg(name)
+        .arg(module)
+        .query_async(c)
+        .await
+}
+
+/// Polls `key` until it reads `want` (or the deadline).
+async fn eventually(c: &mut MultiplexedConnection, key: &str, want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got: Option<String> = redis::cmd("GET").arg(key).query_async(c).await.unwrap();
+        if got.as_deref() == Some(want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{key} reads {got:?}, not {want:?}, 20 s on"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn xlen(c: &mut MultiplexedConnection, stream: &str) -> i64 {
+    redis::cmd("XLEN").arg(stream).query_async(c).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loaded_function_is_a_versioned_key_and_fcall_runs_it() {
+    let node = start_three_shard_node().await;
+    let mut c = redis_conn(&node).await;
+    let alert = example("threshold-alert");
+    assert_eq!(load(&mut c, "alert", &alert).await.unwrap(), 1);
+    assert_eq!(load(&mut c, "alert", &alert).await.unwrap(), 2);
+    let info = ok(&mut c, &["FIRN.FUNCTION", "INFO", "alert"]).await;
+    let text = format!("{info:?}");
+    assert!(text.contains(r#""version"'), int(2)"#), "{text}");
+    // The module is the key's value, with the key's history.
+    let history = ok(&mut c, &["FIRN.HISTORY", "_firn/fn/alert"]).await;
+    assert!(format!("{history:?}").matches("version").count() >= 2);
+    // A client may not write Firn's own keys.
+    let refused = error_line(&mut c, &["SET", "_firn/fn/alert", "x"]).await;
+    assert!(refused.contains("kept by Firn"), "{refused}");
+
+    // Below the threshold (30 by default): nothing; above: an alert entry.
+    let _: redis::Value = redis::cmd("FCALL")
+        .arg(&["alert", "1", "sensor/1", "12.5"])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(xlen(&mut c, "alerts").await, 0);
+    let _: redis::Value = redis::cmd("FCALL")
+        .arg(&["alert", "1", "sensor/1", "31.5"])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(xlen(&mut c, "alerts").await, 1);
+    // The function reads config/threshold: raised, the same reading raises nothing.
+    ok(&mut c, &["SET", "config/threshold", "40"]).await;
+    let _: redis::Value = redis::cmd("FCALL")
+        .arg(&["alert", "1", "sensor/1", "31.5"])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(xlen(&mut c, "alerts").await, 1);
+    // A value that is not a number: the run fails, with the function's own log line.
+    let failed = error_line(&mut c, &["FCALL", "alert", "1", "sensor/1", "warm"]).await;
+    assert!(
+        failed.contains("function failed") && failed.contains("not a number"),
+        "{failed}"
+    );
+    let missing = error_line(&mut c, &["FCALL", "nope", "0"]).await;
+    assert!(missing.contains("function not found: nope"), "{missing}");
+    ok(&mut c, &["FIRN.FUNCTION", "DELETE", "alert"]).await;
+    let gone = error_line(&mut c, &["FCALL", "alert", "1", "sensor/1", "50"]).await;
+    assert!(gone.contains("not found"), "{gone}");
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_runs_once_for_each_committed_change_and_reads_at_its_stamp() {
+    let node = start_three_shard_node().await;
+    let mut c = redis_conn(&node).await;
+    load(&mut c, "average", &example("rolling-average"))
+        .await
+        .unwrap();
+    ok(
+        &mut c,
+        &[
+            "FIRN.TRIGGER",
+            "CREATE",
+            "averages",
+            "ON",
+            "PREFIX",
+            "sensor/",
+            "CALL",
+            "average",
+        ],
+    )
+    .await;
+    // Readings of three devices (on different shards, most likely).
+    for (i, v) in ["10", "20", "30", "40", "50", "60"].iter().enumerate() {
+        for device in ["a", "b", "c"] {
+            ok(&mut c, &["SET", &format!("sensor/{device}"), v]).await;
+        }
+        let _ = i;
+    }
+    for device in ["a", "b", "c"] {
+        // Six readings, each counted once; the last average is of the last five.
+        eventually(&mut c, &format!("count/{device}"), "6").await;
+        eventually(&mut c, &format!("avg/{device}"), "40.00").await;
+    }
+    let info = ok(&mut c, &["FIRN.TRIGGER", "INFO", "averages"]).await;
+    assert!(format!("{info:?}").contains("runs"), "{info:?}");
+    // Paused, it leaves new readings; resumed, it takes them.
+    ok(&mut c, &["FIRN.TRIGGER", "PAUSE", "averages"]).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    ok(&mut c, &["SET", "sensor/a", "100"]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let count: String = redis::cmd("GET")
+        .arg("count/a")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(count, "6", "a paused trigger ran");
+    ok(&mut c, &["FIRN.TRIGGER", "RESUME", "averages"]).await;
+    eventually(&mut c, "count/a", "7").await;
+    ok(&mut c, &["FIRN.TRIGGER", "DROP", "averages"]).await;
+    let gone = error_line(&mut c, &["FIRN.TRIGGER", "INFO", "averages"]).await;
+    assert!(gone.contains("trigger not found"), "{gone}");
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_input_goes_to_the_dead_letters_and_the_trigger_goes_on() {
+    let node = start_three_shard_node().await;
+    let mut c = redis_conn(&node).await;
+    load(&mut c, "alert", &example("threshold-alert"))
+        .await
+        .unwrap();
+    ok(
+        &mut c,
+        &[
+            "FIRN.TRIGGER",
+            "CREATE",
+            "alerts",
+            "ON",
+            "PREFIX",
+            "sensor/",
+            "CALL",
+            "alert",
+            "RETRIES",
+            "1",
+            "DEADLETTER",
+            "bad-readings",
+        ],
+    )
+    .await;
+    ok(&mut c, &["SET", "sensor/x", "warm"]).await;
+    ok(&mut c, &["SET", "sensor/x", "35"]).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while xlen(&mut c, "alerts").await < 1 || xlen(&mut c, "bad-readings").await < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "no alert or no dead letter after 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let dead = ok(&mut c, &["XRANGE", "bad-readings", "-", "+"]).await;
+    let text = format!("{dead:?}");
+    assert!(
+        text.contains("sensor/x") && text.contains("not a number"),
+        "{text}"
+    );
+    assert_eq!(xlen(&mut c, "alerts").await, 1);
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timer_fires_once() {
+    let node = start_three_shard_node().await;
+    let mut c = redis_conn(&node).await;
+    load(&mut c, "alert", &example("threshold-alert"))
+        .await
+        .unwrap();
+    // A timer's run has no key: the example refuses it (a failing timer still goes).
+    let counter = wat::parse_str(
+        r#"(module
+            (import "firn" "incr" (func $incr (param i32 i32 i64) (result i32)))
+            (memory (export "memory") 1)
+            (data (i32.const 0) "fired")
+            (func (export "run") (result i32)
+                (drop (call $incr (i32.const 0) (i32.const 5) (i64.const 1)))
+                (i32.const 0)))"#,
+    )
+    .unwrap();
+    load(&mut c, "count", &counter).await.unwrap();
+    ok(
+        &mut c,
+        &["FIRN.TIMER", "SET", "soon", "IN", "200", "CALL", "count"],
+    )
+    .await;
+    let listed = ok(&mut c, &["FIRN.TIMER", "LIST"]).await;
+    assert!(format!("{listed:?}").contains("soon"));
+    eventually(&mut c, "fired", "1").await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let fired: String = redis::cmd("GET")
+        .arg("fired")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(fired, "1", "the timer fired more than once");
+    let listed = ok(&mut c, &["FIRN.TIMER", "LIST"]).await;
+    assert!(!format!("{listed:?}").contains("soon"), "{listed:?}");
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modules_that_misbehave_are_stopped_or_refused_and_the_node_serves_on() {
+    let node = start_three_shard_node().await;
+    // An endless loop burns its fuel for a second or so before it is stopped.
+    let mut c = common::redis_conn_patient(&node).await;
+    let not_wasm = load(&mut c, "junk", b"this is not a module")
+        .await
+        .unwrap_err();
+    assert!(
+        not_wasm.to_string().contains("not a function module"),
+        "{not_wasm}"
+    );
+    let no_run =
+        wat::parse_str(r#"(module (func (export "start") (result i32) (i32.const 0)))"#).unwrap();
+    let refused = load(&mut c, "norun", &no_run).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("exports no function `run`"),
+        "{refused}"
+    );
+    let strange_import = wat::parse_str(
+        r#"(module (import "env" "system" (func (param i32)))
+            (func (export "run") (result i32) (i32.const 0)))"#,
+    )
+    .unwrap();
+    let refused = load(&mut c, "env", &strange_import).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("not a function module"),
+        "{refused}"
+    );
+
+    let looping = wat::parse_str(
+        r#"(module (func (export "run") (result i32) (loop $l (br $l)) (i32.const 0)))"#,
+    )
+    .unwrap();
+    let hungry = wat::parse_str(
+        r#"(module (memory (export "memory") 1)
+            (func (export "run") (result i32)
+                (drop (memory.grow (i32.const 4096)))
+                (if (i32.eq (memory.size) (i32.const 1)) (then unreachable))
+                (i32.const 0)))"#,
+    )
+    .unwrap();
+    let trapping =
+        wat::parse_str(r#"(module (func (export "run") (result i32) unreachable))"#).unwrap();
+    for (name, module, says) in [
+        ("loop", &looping, "out of fuel"),
+        ("hungry", &hungry, "unreachable"),
+        ("trap", &trapping, "unreachable"),
+    ] {
+        load(&mut c, name, module).await.unwrap();
+        let started = Instant::now();
+        let error = common::run(&mut c, &["FCALL", name, "0"])
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("function failed") && error.contains(says),
+            "{name}: {error}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(30));
+        // The connection and the node go on.
+        ok(&mut c, &["SET", "still", name]).await;
+        let v = ok(&mut c, &["GET", "still"]).await;
+        assert_eq!(bulk_text(&v), name);
+    }
+    node.shutdown().await;
+}

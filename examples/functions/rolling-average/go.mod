@@ -1,0 +1,7 @@
+module github.com/firn-db/firn/examples/functions/rolling-average
+
+go 1.24
+
+require github.com/firn-db/firn/sdk/go v0.0.0
+
+replace github.com/firn-db/firn/sdk/go => ../../../sdk/go

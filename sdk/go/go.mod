@@ -1,0 +1,3 @@
+module github.com/firn-db/firn/sdk/go
+
+go 1.24
