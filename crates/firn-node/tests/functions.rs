@@ -319,3 +319,77 @@ async fn modules_that_misbehave_are_stopped_or_refused_and_the_node_serves_on() 
     }
     node.shutdown().await;
 }
+
+/// The versions' values of `key`, oldest first.
+async fn values_of(c: &mut MultiplexedConnection, key: &str) -> Vec<String> {
+    let history = ok(c, &["FIRN.HISTORY", key]).await;
+    let text = format!("{history:?}");
+    // Each version is a map holding its value; the values are the readings' averages.
+    text.split("bulk-string('\"value\"'), bulk-string('\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_over_history_writes_what_the_live_trigger_wrote() {
+    let node = start_three_shard_node().await;
+    let mut c = redis_conn(&node).await;
+    load(&mut c, "average", &example("rolling-average"))
+        .await
+        .unwrap();
+    ok(
+        &mut c,
+        &[
+            "FIRN.TRIGGER",
+            "CREATE",
+            "averages",
+            "ON",
+            "PREFIX",
+            "sensor/",
+            "CALL",
+            "average",
+        ],
+    )
+    .await;
+    let from = firn_model::hlc::system_wall_us();
+    for v in ["10", "35", "20", "80", "15", "40", "22"] {
+        for device in ["a", "b"] {
+            ok(&mut c, &["SET", &format!("sensor/{device}"), v]).await;
+        }
+    }
+    eventually(&mut c, "count/a", "7").await;
+    eventually(&mut c, "count/b", "7").await;
+    let to = firn_model::hlc::system_wall_us();
+    ok(
+        &mut c,
+        &[
+            "FIRN.TRIGGER",
+            "REPLAY",
+            "averages",
+            "FROM",
+            &from.to_string(),
+            "TO",
+            &to.to_string(),
+            "INTO",
+            "replay/",
+        ],
+    )
+    .await;
+    eventually(&mut c, "replay/count/a", "7").await;
+    eventually(&mut c, "replay/count/b", "7").await;
+    for device in ["a", "b"] {
+        let live = values_of(&mut c, &format!("avg/{device}")).await;
+        let replayed = values_of(&mut c, &format!("replay/avg/{device}")).await;
+        assert_eq!(live.len(), 7, "{live:?}");
+        assert_eq!(
+            replayed, live,
+            "the replay of {device} differs from the live run"
+        );
+    }
+    // The replay is a trigger of its own, named after the one it replays.
+    let info = ok(&mut c, &["FIRN.TRIGGER", "INFO", "averages~replay"]).await;
+    assert!(format!("{info:?}").contains("replay/"), "{info:?}");
+    ok(&mut c, &["FIRN.TRIGGER", "DROP", "averages~replay"]).await;
+    node.shutdown().await;
+}

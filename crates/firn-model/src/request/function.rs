@@ -46,6 +46,15 @@ pub enum TriggerRequest {
     Drop(String),
     Info(String),
     List,
+    /// `FIRN.TRIGGER REPLAY name FROM t1 TO t2 INTO prefix`: the trigger's function run again
+    /// over the inputs committed from `t1` to `t2`, each reading the cut at its stamp, its
+    /// writes under `into` — as a trigger of its own, [`replay_name`].
+    Replay {
+        name: String,
+        from_us: u64,
+        to_us: u64,
+        into: Bytes,
+    },
 }
 
 /// Where a new trigger starts.
@@ -78,6 +87,17 @@ pub struct TriggerSpec {
     pub creator: Option<String>,
     /// When it was created, µs since the epoch (`FROM now` starts here).
     pub created_us: u64,
+    /// A replay's end: inputs committed after it are not its (none: a live trigger).
+    #[serde(default)]
+    pub until_us: Option<u64>,
+    /// A replay's prefix: every key its runs write is written under it instead.
+    #[serde(default)]
+    pub into: Option<Bytes>,
+}
+
+/// What a replay of trigger `name` is called: a name no trigger can take (`~`).
+pub fn replay_name(name: &str) -> String {
+    format!("{name}~replay")
 }
 
 /// Retries of a failing input by default.

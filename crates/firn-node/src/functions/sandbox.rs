@@ -84,6 +84,18 @@ impl Effect {
         }
     }
 
+    /// The same write to the key under `prefix` (a replay's); a publish is not replayed.
+    pub fn under(self, prefix: &[u8]) -> Option<Effect> {
+        let moved = |k: Bytes| Bytes::from([prefix, &k[..]].concat());
+        Some(match self {
+            Effect::Put(k, v) => Effect::Put(moved(k), v),
+            Effect::Del(k) => Effect::Del(moved(k)),
+            Effect::Incr(k, by) => Effect::Incr(moved(k), by),
+            Effect::XAdd(k, fields) => Effect::XAdd(moved(k), fields),
+            Effect::Publish(..) => return None,
+        })
+    }
+
     fn bytes(&self) -> usize {
         match self {
             Effect::Put(k, v) | Effect::Publish(k, v) => k.len() + v.len(),

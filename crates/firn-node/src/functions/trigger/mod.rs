@@ -9,11 +9,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use firn_model::function::{TRIGGER_RETRIES_MAX, check_name};
+use firn_model::function::{TRIGGER_RETRIES_MAX, check_name, replay_name};
 use firn_model::{
     CallContext, Compare, CompareOp, CompareTarget, FirnError, Key, KvRead, KvWrite, PutRequest,
-    ReadAt, ReadConsistency, Response, TriggerInfo, TriggerRequest, TriggerSpec, TxnStep,
-    hlc::system_wall_us,
+    ReadAt, ReadConsistency, Response, TriggerFrom, TriggerInfo, TriggerRequest, TriggerSpec,
+    TxnStep, hlc::system_wall_us,
 };
 
 use super::Functions;
@@ -107,6 +107,28 @@ pub async fn run(
 ) -> Result<Response, FirnError> {
     match request {
         TriggerRequest::Create(spec) => create(functions, ctx, spec).await,
+        TriggerRequest::Replay {
+            name,
+            from_us,
+            to_us,
+            into,
+        } => {
+            let (_, live) = spec_of(functions, ctx, &name).await?;
+            if into.starts_with(RESERVED_PREFIX) {
+                return Err(FirnError::BadArgument(
+                    "INTO names a prefix of the user's keys, not under _firn/".into(),
+                ));
+            }
+            let replay = TriggerSpec {
+                name: replay_name(&name),
+                from: TriggerFrom::TimeUs(from_us),
+                until_us: Some(to_us),
+                into: Some(into),
+                deadletter: None,
+                ..live
+            };
+            put_new(functions, ctx, replay).await
+        }
         TriggerRequest::Pause(name) => set_paused(functions, ctx, &name, true).await,
         TriggerRequest::Resume(name) => set_paused(functions, ctx, &name, false).await,
         TriggerRequest::Drop(name) => {
@@ -160,6 +182,17 @@ async fn create(
             "RETRIES is at most {TRIGGER_RETRIES_MAX}"
         )));
     }
+    spec.until_us = None;
+    spec.into = None;
+    put_new(functions, ctx, spec).await
+}
+
+/// Writes a new trigger's definition (none of that name may exist).
+async fn put_new(
+    functions: &Arc<Functions>,
+    ctx: &CallContext,
+    mut spec: TriggerSpec,
+) -> Result<Response, FirnError> {
     // The function must be there (at the version named) when the trigger is made.
     functions.loaded(ctx, &spec.function, spec.version).await?;
     spec.created_us = system_wall_us();
@@ -242,7 +275,8 @@ async fn spec_of(
     ctx: &CallContext,
     name: &str,
 ) -> Result<(u64, TriggerSpec), FirnError> {
-    check_name("trigger", name)?;
+    // A replay is named after its trigger.
+    check_name("trigger", name.strip_suffix("~replay").unwrap_or(name))?;
     let read = KvRead::Get {
         key: trigger_key(name),
         at: ReadAt::Latest,

@@ -119,6 +119,10 @@ async fn round(
     for event in &inputs {
         match run_input(functions, ctx, spec, &loaded, event).await {
             Ok(effects) => {
+                let effects = match &spec.into {
+                    Some(into) => effects.into_iter().filter_map(|e| e.under(into)).collect(),
+                    None => effects,
+                };
                 writes.add(effects)?;
                 runs += 1;
             }
@@ -220,6 +224,10 @@ async fn inputs(
     let mut events: Vec<WatchEvent> = events
         .into_iter()
         .filter(|e| e.info.commit_ts <= closed && Cursor::of(e) > *cursor)
+        .filter(|e| {
+            spec.until_us
+                .is_none_or(|until| e.info.commit_ts.wall_us <= until)
+        })
         .collect();
     events.sort_by_key(Cursor::of);
     events.truncate(INPUTS_PER_COMMIT);

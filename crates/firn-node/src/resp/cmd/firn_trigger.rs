@@ -37,8 +37,13 @@ fn info_reply(t: TriggerInfo) -> Reply {
         Some(v) => format!("{}@{v}", s.function),
         None => s.function.clone(),
     };
-    let dead = crate::functions::trigger::dead_letters(&TriggerSpec { ..s.clone() });
-    Reply::Map(vec![
+    let dead = crate::functions::trigger::dead_letters(&s);
+    let mut replay = Vec::new();
+    if let (Some(until), Some(into)) = (s.until_us, s.into.clone()) {
+        replay.push((text("until"), Reply::Int(until as i64)));
+        replay.push((text("into"), Reply::Bulk(into)));
+    }
+    let mut fields = vec![
         (text("name"), text(&s.name)),
         (text("prefix"), Reply::Bulk(s.prefix.clone())),
         (text("function"), text(&function)),
@@ -57,7 +62,9 @@ fn info_reply(t: TriggerInfo) -> Reply {
             text("lag_ms"),
             t.lag_ms.map_or(Reply::Nil, |l| Reply::Int(l as i64)),
         ),
-    ])
+    ];
+    fields.extend(replay);
+    Reply::Map(fields)
 }
 
 fn firn_trigger(mut args: Args) -> Result<Action, FirnError> {
@@ -71,6 +78,7 @@ fn firn_trigger(mut args: Args) -> Result<Action, FirnError> {
         "PAUSE" => (TriggerRequest::Pause(args.text()?), done),
         "RESUME" => (TriggerRequest::Resume(args.text()?), done),
         "DROP" => (TriggerRequest::Drop(args.text()?), done),
+        "REPLAY" => (parse_replay(&mut args)?, done),
         "INFO" => (TriggerRequest::Info(args.text()?), |r| match r {
             Response::Triggers(mut t) if t.len() == 1 => info_reply(t.remove(0)),
             other => unexpected("FIRN.TRIGGER INFO", other),
@@ -90,6 +98,34 @@ fn firn_trigger(mut args: Args) -> Result<Action, FirnError> {
         FunctionRequest::Trigger(request),
         Render::new(render),
     ))
+}
+
+/// `name FROM t1 TO t2 INTO prefix`.
+fn parse_replay(args: &mut Args) -> Result<TriggerRequest, FirnError> {
+    let name = args.text()?;
+    let mut word = |want: &str| -> Result<String, FirnError> {
+        let got = args.keyword()?;
+        if got != want {
+            return Err(FirnError::BadArgument(format!(
+                "FIRN.TRIGGER REPLAY name FROM t1 TO t2 INTO prefix: expected {want}, got '{got}'"
+            )));
+        }
+        args.text()
+    };
+    let from_us = firn_model::time::parse_micros(&word("FROM")?)?;
+    let to_us = firn_model::time::parse_micros(&word("TO")?)?;
+    let into = Bytes::from(word("INTO")?);
+    if to_us < from_us || into.is_empty() {
+        return Err(FirnError::BadArgument(
+            "FIRN.TRIGGER REPLAY: TO is not before FROM, and INTO names a prefix".into(),
+        ));
+    }
+    Ok(TriggerRequest::Replay {
+        name,
+        from_us,
+        to_us,
+        into,
+    })
 }
 
 /// `name ON PREFIX p CALL fn[@version] [FROM now|0|t] [RETRIES n] [DEADLETTER stream]`.
@@ -135,6 +171,8 @@ fn parse_create(args: &mut Args) -> Result<TriggerSpec, FirnError> {
         paused: false,
         creator: None,
         created_us: 0,
+        until_us: None,
+        into: None,
     };
     while let Some(option) = args.peek_keyword() {
         args.keyword()?;
