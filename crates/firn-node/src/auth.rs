@@ -74,6 +74,14 @@ impl Principal {
         }
     }
 
+    /// The user a request acts for, when users are checked.
+    pub fn user_name(&self) -> Option<&str> {
+        match self {
+            Principal::User(user) => Some(&user.name),
+            _ => None,
+        }
+    }
+
     /// What `ACL WHOAMI` answers: the user, or `default` when nothing is checked.
     pub fn name(&self) -> Result<&str, FirnError> {
         match self {
@@ -198,6 +206,11 @@ impl Users {
     }
 
     /// An HTTP bearer token's user, or `WRONGPASS`.
+    /// The user of that name.
+    pub fn user(&self, name: &str) -> Option<Arc<User>> {
+        self.by_name.get(name).cloned()
+    }
+
     pub fn bearer(&self, token: &str) -> Result<Arc<User>, FirnError> {
         self.by_token
             .get(&sha256_hex(token.as_bytes()))

@@ -180,6 +180,7 @@ impl Session {
     /// after its token, and taken in (see [`Session::take`]).
     pub async fn run(&mut self, router: &Router, request: Request) -> Result<Answer, FirnError> {
         self.authorize(&request.access())?;
+        let request = request.acting_as(self.principal.user_name());
         let result = router.execute(&self.context_for(&request), request).await;
         self.take(router, result).await
     }

@@ -393,3 +393,109 @@ async fn a_replay_over_history_writes_what_the_live_trigger_wrote() {
     ok(&mut c, &["FIRN.TRIGGER", "DROP", "averages~replay"]).await;
     node.shutdown().await;
 }
+
+/// Puts "x" under the key its first argument names (a trigger's: the new value).
+const PUT_NAMED: &str = r#"(module
+    (import "firn" "arg" (func $arg (param i32 i32 i32) (result i32)))
+    (import "firn" "put" (func $put (param i32 i32 i32 i32) (result i32)))
+    (memory (export "memory") 1)
+    (data (i32.const 0) "x")
+    (func (export "run") (result i32)
+        (local $n i32)
+        (local.set $n (call $arg (i32.const 0) (i32.const 16) (i32.const 1000)))
+        (if (i32.lt_s (local.get $n) (i32.const 0)) (then (return (i32.const 1))))
+        (drop (call $put (i32.const 16) (local.get $n) (i32.const 0) (i32.const 1)))
+        (i32.const 0)))"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_runs_with_its_callers_rights_and_a_trigger_with_its_creators() {
+    let users = r#"
+        [users.ops]
+        password = "ops"
+        read = [""]
+        write = [""]
+        admin = [""]
+        [users.dev]
+        password = "dev"
+        read = ["sensor/", "derived/", "_firn/"]
+        write = ["sensor/", "derived/"]
+        admin = ["_firn/trigger/"]
+    "#;
+    let config = firn_node::NodeConfig {
+        resp_addr: ([127, 0, 0, 1], 0).into(),
+        http_addr: ([127, 0, 0, 1], 0).into(),
+        peer_addr: ([127, 0, 0, 1], 0).into(),
+        in_memory: true,
+        users: Some(std::sync::Arc::new(
+            firn_node::auth::Users::parse(users).unwrap(),
+        )),
+        ..firn_node::NodeConfig::default()
+    };
+    let node = firn_node::RunningNode::start(config).await.unwrap();
+    let conn = |who: &str| {
+        redis::Client::open(format!("redis://{who}:{who}@{}/", node.resp_addr)).unwrap()
+    };
+    let mut ops = conn("ops")
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut dev = conn("dev")
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let module = wat::parse_str(PUT_NAMED).unwrap();
+    // Loading needs the administrator of _firn/fn/.
+    let refused = load(&mut dev, "put", &module).await.unwrap_err();
+    assert!(
+        refused.to_string().to_uppercase().contains("NOPERM"),
+        "{refused}"
+    );
+    load(&mut ops, "put", &module).await.unwrap();
+
+    ok(&mut dev, &["FCALL", "put", "0", "derived/a"]).await;
+    let refused = common::run(&mut dev, &["FCALL", "put", "0", "secret/a"])
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().to_uppercase().contains("NOPERM"),
+        "{refused}"
+    );
+    let secret = ok(&mut ops, &["EXISTS", "secret/a"]).await;
+    assert_eq!(secret, redis::Value::Int(0), "a refused run wrote");
+    // ops may write anywhere, and so may its calls.
+    ok(&mut ops, &["FCALL", "put", "0", "secret/b"]).await;
+
+    // dev's trigger writes what dev may, and sends the rest to its dead letters.
+    ok(
+        &mut dev,
+        &[
+            "FIRN.TRIGGER",
+            "CREATE",
+            "puts",
+            "ON",
+            "PREFIX",
+            "sensor/",
+            "CALL",
+            "put",
+        ],
+    )
+    .await;
+    ok(&mut dev, &["SET", "sensor/1", "secret/t"]).await;
+    ok(&mut dev, &["SET", "sensor/2", "derived/t"]).await;
+    eventually(&mut dev, "derived/t", "x").await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while xlen(&mut ops, "_firn/deadletter/puts").await < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "no dead letter for the refused write"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let secret = ok(&mut ops, &["EXISTS", "secret/t"]).await;
+    assert_eq!(
+        secret,
+        redis::Value::Int(0),
+        "the trigger wrote beyond its creator's rights"
+    );
+    node.shutdown().await;
+}

@@ -306,6 +306,7 @@ fn function(request: &super::FunctionRequest) -> Vec<Access> {
     use super::FunctionRequest as F;
     let own = |what: &str| Scope::Prefix(Bytes::from(format!("_firn/{what}/")));
     match request {
+        F::As { request, .. } => function(request),
         F::Call { keys, .. } => keys.iter().map(Access::write_key).collect(),
         F::List | F::Info { .. } => vec![Access::read(own("fn"))],
         F::Trigger(super::TriggerRequest::List | super::TriggerRequest::Info(_)) => {

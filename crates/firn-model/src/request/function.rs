@@ -36,6 +36,13 @@ pub enum FunctionRequest {
     },
     Trigger(TriggerRequest),
     Timer(TimerRequest),
+    /// `request` made by `user` (with `--users`): a call runs with the user's rights, and a
+    /// trigger or timer it makes acts with them. Put on by the session that checked the
+    /// user, never by a client.
+    As {
+        user: String,
+        request: Box<FunctionRequest>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -171,6 +178,9 @@ pub fn check_name(kind: &str, name: &str) -> Result<(), FirnError> {
 
 impl FunctionRequest {
     pub fn is_write(&self) -> bool {
+        if let FunctionRequest::As { request, .. } = self {
+            return request.is_write();
+        }
         !matches!(
             self,
             FunctionRequest::List
@@ -189,6 +199,7 @@ impl FunctionRequest {
             FunctionRequest::Call { .. } => "fcall",
             FunctionRequest::Trigger(_) => "trigger",
             FunctionRequest::Timer(_) => "timer",
+            FunctionRequest::As { request, .. } => request.name(),
         }
     }
 }

@@ -291,6 +291,19 @@ impl Request {
         }
     }
 
+    /// This request as `user` makes it: a function's call, trigger or timer then acts with
+    /// the user's rights ([`FunctionRequest::As`]); other requests are checked where they
+    /// arrive and carry no user.
+    pub fn acting_as(self, user: Option<&str>) -> Request {
+        match (self, user) {
+            (Request::Function(f), Some(user)) => Request::Function(FunctionRequest::As {
+                user: user.to_owned(),
+                request: Box::new(f),
+            }),
+            (request, _) => request,
+        }
+    }
+
     /// A short name for metrics and logs.
     pub fn name(&self) -> &'static str {
         match self {

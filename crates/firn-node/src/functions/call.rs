@@ -10,10 +10,10 @@ use bytes::Bytes;
 use firn_model::limits::TXN_TRIES_MAX;
 use firn_model::{CallContext, FirnError, Key, KvRequest, Request, Response, hlc::system_wall_us};
 
-use super::Functions;
 use super::commit::Writes;
 use super::host::{Cut, StoreReads};
 use super::sandbox::{InputKind, Invocation};
+use super::{Functions, Rights};
 
 pub async fn call(
     functions: &Arc<Functions>,
@@ -21,6 +21,7 @@ pub async fn call(
     name: &str,
     keys: Vec<Key>,
     args: Vec<Bytes>,
+    rights: Rights,
 ) -> Result<Option<Bytes>, FirnError> {
     let loaded = functions.loaded(ctx, name, None).await?;
     for _ in 0..TXN_TRIES_MAX {
@@ -29,6 +30,7 @@ pub async fn call(
             tokio::runtime::Handle::current(),
             ctx.clone(),
             Cut::Newest,
+            rights.clone(),
         );
         let seen = reads.seen();
         let input = Invocation {
@@ -40,7 +42,7 @@ pub async fn call(
         };
         let outcome = functions.run_once(&loaded, input, reads).await?;
         let mut writes = Writes::default();
-        writes.add(outcome.effects)?;
+        writes.add(outcome.effects, &rights)?;
         if writes.steps.is_empty() {
             // Reads only: each was linearizable, and nothing is left to commit.
             functions.publish(writes.publishes).await;

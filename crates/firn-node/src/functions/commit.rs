@@ -7,9 +7,10 @@
 use bytes::Bytes;
 use firn_model::log::encode_fields;
 use firn_model::{
-    Compare, FirnError, Key, KeyChange, KvWrite, LogWrite, PutRequest, StreamId, TxnStep,
+    Access, Compare, FirnError, Key, KeyChange, KvWrite, LogWrite, PutRequest, StreamId, TxnStep,
 };
 
+use super::Rights;
 use super::sandbox::Effect;
 
 /// The transaction steps of a run's writes, and what it publishes once they commit.
@@ -20,8 +21,13 @@ pub struct Writes {
 }
 
 impl Writes {
-    /// Adds a run's effects, in the order it made them.
-    pub fn add(&mut self, effects: Vec<Effect>) -> Result<(), FirnError> {
+    /// Adds a run's effects, in the order it made them; each key written must be within
+    /// `rights`.
+    pub fn add(&mut self, effects: Vec<Effect>, rights: &Rights) -> Result<(), FirnError> {
+        // All checked before any is added: a run's writes are kept whole or not at all.
+        for k in effects.iter().filter_map(Effect::key) {
+            rights.check(&[Access::write_key(&key(k.clone())?)])?;
+        }
         for effect in effects {
             let step = match effect {
                 Effect::Put(k, v) => TxnStep::Write(KvWrite::Put(PutRequest::new(key(k)?, v))),

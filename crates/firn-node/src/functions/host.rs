@@ -32,6 +32,7 @@ pub struct StoreReads {
     runtime: Handle,
     ctx: CallContext,
     cut: Cut,
+    rights: super::Rights,
     /// Each key read at the cut, with the version it had (0: none): what an `FCALL`'s
     /// commit compares.
     seen: Arc<std::sync::Mutex<Vec<(Key, Version)>>>,
@@ -58,12 +59,19 @@ impl Seen {
 }
 
 impl StoreReads {
-    pub fn new(kernel: Arc<Kernel>, runtime: Handle, ctx: CallContext, cut: Cut) -> Self {
+    pub fn new(
+        kernel: Arc<Kernel>,
+        runtime: Handle,
+        ctx: CallContext,
+        cut: Cut,
+        rights: super::Rights,
+    ) -> Self {
         StoreReads {
             kernel,
             runtime,
             ctx,
             cut,
+            rights,
             seen: Arc::default(),
         }
     }
@@ -110,6 +118,7 @@ fn string_value(info: Option<VersionInfo>) -> Option<Bytes> {
 impl Host for StoreReads {
     fn get(&mut self, bytes: &[u8], point: ReadPoint) -> Result<Option<Bytes>, FirnError> {
         let key = key(bytes)?;
+        self.rights.check(&[firn_model::Access::read_key(&key)])?;
         let at = self.at(point);
         let response = self.read(KvRead::Get {
             key: key.clone(),
@@ -149,6 +158,8 @@ impl Host for StoreReads {
     }
 
     fn scan(&mut self, prefix: &[u8], after: &[u8], limit: usize) -> Result<Vec<Bytes>, FirnError> {
+        let scope = firn_model::Scope::Prefix(Bytes::copy_from_slice(prefix));
+        self.rights.check(&[firn_model::Access::read(scope)])?;
         let response = self.read(KvRead::Scan {
             prefix: Bytes::copy_from_slice(prefix),
             cursor: (!after.is_empty()).then(|| Bytes::copy_from_slice(after)),

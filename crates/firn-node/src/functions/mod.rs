@@ -30,6 +30,36 @@ use crate::exec::Kernel;
 use crate::pubsub::Publisher;
 use sandbox::{Compiled, Sandbox};
 
+/// Whose rights a run has (`--users`): the caller's for `FCALL`, the creator's for a trigger
+/// or a timer; everything when users are not checked.
+#[derive(Clone, Default)]
+pub struct Rights(Option<Arc<crate::auth::User>>);
+
+impl Rights {
+    /// The rights of the user named (none: everything).
+    pub fn of(kernel: &Kernel, user: Option<&str>) -> Result<Rights, FirnError> {
+        let Some(name) = user else {
+            return Ok(Rights(None));
+        };
+        match kernel.users().and_then(|users| users.user(name)) {
+            Some(user) => Ok(Rights(Some(user))),
+            // A user taken out of the users file since: no rights at all.
+            None => Err(FirnError::NoPerm {
+                user: name.to_owned(),
+                permission: "any".into(),
+                scope: "the user is no longer in the users file".into(),
+            }),
+        }
+    }
+
+    pub fn check(&self, needs: &[firn_model::Access]) -> Result<(), FirnError> {
+        match &self.0 {
+            Some(user) => user.authorize(needs),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Compiled modules a node keeps (by name and version); past it, the cache starts over.
 const COMPILED_KEPT_MAX: usize = 64;
 
@@ -83,6 +113,10 @@ impl Functions {
         ctx: &CallContext,
         request: FunctionRequest,
     ) -> Result<Answer, FirnError> {
+        let (user, request) = match request {
+            FunctionRequest::As { user, request } => (Some(user), *request),
+            request => (None, request),
+        };
         let response = match request {
             FunctionRequest::Load { name, module } => self.load(ctx, &name, module).await?,
             FunctionRequest::List => Response::Functions(self.list(ctx).await?),
@@ -103,10 +137,16 @@ impl Functions {
                 Response::Done
             }
             FunctionRequest::Call { name, keys, args } => {
-                Response::Called(call::call(self, ctx, &name, keys, args).await?)
+                let rights = Rights::of(&self.kernel, user.as_deref())?;
+                Response::Called(call::call(self, ctx, &name, keys, args, rights).await?)
             }
-            FunctionRequest::Trigger(t) => trigger::run(self, ctx, t).await?,
-            FunctionRequest::Timer(t) => timer::run(self, ctx, t).await?,
+            FunctionRequest::Trigger(t) => trigger::run(self, ctx, t, user).await?,
+            FunctionRequest::Timer(t) => timer::run(self, ctx, t, user).await?,
+            FunctionRequest::As { .. } => {
+                return Err(FirnError::BadArgument(
+                    "a request made as a user twice".into(),
+                ));
+            }
         };
         Ok(Answer::new(response))
     }

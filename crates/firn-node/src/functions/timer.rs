@@ -16,10 +16,10 @@ use firn_model::{
 };
 use tokio::sync::watch;
 
-use super::Functions;
 use super::commit::Writes;
 use super::host::{Cut, StoreReads};
 use super::sandbox::{InputKind, Invocation};
+use super::{Functions, Rights};
 
 const TIMER_PREFIX: &str = "_firn/timer/";
 
@@ -34,6 +34,7 @@ pub async fn run(
     functions: &Arc<Functions>,
     ctx: &CallContext,
     request: TimerRequest,
+    user: Option<String>,
 ) -> Result<Response, FirnError> {
     match request {
         TimerRequest::Set {
@@ -49,7 +50,7 @@ pub async fn run(
                 at_us,
                 function,
                 payload,
-                creator: None,
+                creator: user,
             };
             let value = Bytes::from(serde_json::to_vec(&spec).expect("a timer serializes"));
             functions
@@ -150,11 +151,13 @@ async fn fire(
     timer: &TimerSpec,
 ) -> Result<(), FirnError> {
     let loaded = functions.loaded(ctx, &timer.function, None).await?;
+    let rights = Rights::of(functions.kernel(), timer.creator.as_deref())?;
     let reads = StoreReads::new(
         functions.kernel().clone(),
         tokio::runtime::Handle::current(),
         ctx.clone(),
         Cut::Newest,
+        rights.clone(),
     );
     let seen = reads.seen();
     let input = Invocation {
@@ -166,7 +169,7 @@ async fn fire(
     };
     let mut writes = Writes::default();
     match functions.run_once(&loaded, input, reads).await {
-        Ok(outcome) => writes.add(outcome.effects)?,
+        Ok(outcome) => writes.add(outcome.effects, &rights)?,
         // A timer fires once: a failing run is logged and the timer goes.
         Err(e) => tracing::warn!(timer = %timer.name, "its function failed: {e}"),
     }

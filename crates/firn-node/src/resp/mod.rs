@@ -438,6 +438,7 @@ impl Connection {
                 }
             };
         if let Action::Execute(request, how) = action {
+            let request = request.acting_as(self.client.session.principal().user_name());
             return self.execute(request, how).await;
         }
         if let Action::Once(key, action) = action {

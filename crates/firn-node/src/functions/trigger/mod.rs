@@ -104,9 +104,13 @@ pub async fn run(
     functions: &Arc<Functions>,
     ctx: &CallContext,
     request: TriggerRequest,
+    user: Option<String>,
 ) -> Result<Response, FirnError> {
     match request {
-        TriggerRequest::Create(spec) => create(functions, ctx, spec).await,
+        TriggerRequest::Create(mut spec) => {
+            spec.creator = user;
+            create(functions, ctx, spec).await
+        }
         TriggerRequest::Replay {
             name,
             from_us,

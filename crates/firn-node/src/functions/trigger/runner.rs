@@ -22,10 +22,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::{cursor_key, dead_letters, specs};
-use crate::functions::Functions;
 use crate::functions::commit::Writes;
 use crate::functions::host::{Cut, StoreReads};
 use crate::functions::sandbox::{InputKind, Invocation};
+use crate::functions::{Functions, Rights};
 
 /// How often a leader looks for new inputs when nothing wakes it sooner.
 const LOOK_EVERY: Duration = Duration::from_millis(50);
@@ -114,16 +114,23 @@ async fn round(
         now_us.saturating_sub(oldest.info.commit_ts.wall_us) / 1_000,
     );
     let loaded = functions.loaded(ctx, &spec.function, spec.version).await?;
+    let rights = Rights::of(functions.kernel(), spec.creator.as_deref())?;
     let mut writes = Writes::default();
     let (mut runs, mut dead) = (0, 0);
     for event in &inputs {
-        match run_input(functions, ctx, spec, &loaded, event).await {
+        match run_input(functions, ctx, spec, &loaded, event, &rights).await {
             Ok(effects) => {
                 let effects = match &spec.into {
                     Some(into) => effects.into_iter().filter_map(|e| e.under(into)).collect(),
                     None => effects,
                 };
-                writes.add(effects)?;
+                if let Err(e) = writes.add(effects, &rights) {
+                    // Beyond the creator's rights: a failed input, as a trap is.
+                    functions.triggers.failed(name, &e.to_string());
+                    writes.steps.push(dead_letter(spec, event, &e)?);
+                    dead += 1;
+                    continue;
+                }
                 runs += 1;
             }
             Err(e) => {
@@ -241,6 +248,7 @@ async fn run_input(
     spec: &TriggerSpec,
     loaded: &crate::functions::Loaded,
     event: &WatchEvent,
+    rights: &Rights,
 ) -> Result<Vec<crate::functions::sandbox::Effect>, FirnError> {
     let mut last = None;
     for _ in 0..=spec.retries {
@@ -261,6 +269,7 @@ async fn run_input(
             tokio::runtime::Handle::current(),
             ctx.clone(),
             Cut::At(event.info.commit_ts),
+            rights.clone(),
         );
         match functions.run_once(loaded, input, reads).await {
             Ok(outcome) => return Ok(outcome.effects),
