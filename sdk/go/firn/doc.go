@@ -27,8 +27,8 @@
 // and load the module with `FIRN.FUNCTION LOAD name` (RESP) or `PUT /v1/functions/{name}`
 // (HTTP).
 //
-// Every run gets a fresh instance, so package variables never carry over from one run to
-// the next. A run is deterministic: its reads see the consistent cut at the run's stamp
+// An instance may serve several runs in a row, so package variables may carry over from one
+// run to the next: keep nothing there that a run relies on (keys are for that). A run is deterministic: its reads see the consistent cut at the run's stamp
 // (Stamp) plus its own earlier writes, time.Now is that stamp, and math/rand is seeded from
 // the function, its input and the stamp. Writes are buffered and committed together,
 // atomically, when run returns 0; a run that returns anything else, panics or passes a

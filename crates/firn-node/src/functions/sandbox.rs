@@ -126,10 +126,33 @@ pub(super) const NOT_ALLOWED: i32 = -4;
 /// Keys under this prefix are Firn's own (functions, triggers, timers): no run writes one.
 pub const RESERVED_PREFIX: &[u8] = b"_firn/";
 
-/// A compiled module, ready to run many times.
+/// Instances of a module kept warm, each already past its `_initialize`, for the next runs.
+const WARM_INSTANCES_MAX: usize = 4;
+
+/// A compiled module, ready to run many times, and its warm instances.
 #[derive(Clone)]
 pub struct Compiled {
     module: Module,
+    warm: Arc<std::sync::Mutex<Vec<Warm>>>,
+}
+
+/// An instance past its `_initialize`, in its own store.
+struct Warm {
+    store: Store<RunState>,
+    run: wasmi::TypedFunc<(), i32>,
+}
+
+impl Compiled {
+    fn take(&self) -> Option<Warm> {
+        self.warm.lock().unwrap_or_else(|p| p.into_inner()).pop()
+    }
+
+    fn give_back(&self, warm: Warm) {
+        let mut kept = self.warm.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() < WARM_INSTANCES_MAX {
+            kept.push(warm);
+        }
+    }
 }
 
 /// The engine and the host calls, built once a node; each run gets its own store and
@@ -155,6 +178,9 @@ pub(super) struct RunState {
     /// The first host error (a read that failed): the run fails with it.
     failed: Option<FirnError>,
     pub(super) random: u64,
+    /// The monotonic clock the instance has read (ns): it only goes forward, also when a
+    /// warm instance's next run is stamped earlier (a replay), as runtimes (Go's) expect.
+    pub(super) monotonic_ns: u64,
     limits: StoreLimits,
 }
 
@@ -284,19 +310,16 @@ impl Sandbox {
         self.linker
             .instantiate_and_start(&mut store, &module)
             .map_err(|e| bad(e.to_string()))?;
-        Ok(Compiled { module })
+        Ok(Compiled {
+            module,
+            warm: Arc::default(),
+        })
     }
 
     fn store(&self, input: Invocation, host: Box<dyn Host>) -> Store<RunState> {
-        let seed = xxhash_rust::xxh3::xxh3_64(
-            &[
-                &input.stamp_us.to_le_bytes()[..],
-                &input.input_version.to_le_bytes(),
-                &input.keys.concat(),
-            ]
-            .concat(),
-        );
         let state = RunState {
+            random: seed(&input),
+            monotonic_ns: input.stamp_us.saturating_mul(1_000),
             input,
             host,
             effects: Vec::new(),
@@ -307,7 +330,6 @@ impl Sandbox {
             log_bytes: 0,
             host_calls: 0,
             failed: None,
-            random: seed | 1,
             limits: StoreLimitsBuilder::new()
                 .memory_size(FUNCTION_MEMORY_BYTES_MAX)
                 .instances(1)
@@ -318,19 +340,51 @@ impl Sandbox {
         store
     }
 
-    /// Runs `compiled` once on `input` in a fresh instance: `_initialize` (a reactor's, as
-    /// Go's `-buildmode=c-shared` makes) then `run`, within the budget.
+    /// A new instance past its `_initialize` (a reactor's, as Go's `-buildmode=c-shared`
+    /// makes), which reads `input`'s clock.
+    fn warm_up(&self, compiled: &Compiled, input: &Invocation) -> Result<Warm, FirnError> {
+        let mut store = self.store(input.clone(), Box::new(NoReads));
+        store.set_fuel(FUNCTION_FUEL_MAX).map_err(internal)?;
+        let started = (|| {
+            let instance = self
+                .linker
+                .instantiate_and_start(&mut store, &compiled.module)?;
+            if let Ok(init) = instance.get_typed_func::<(), ()>(&store, "_initialize") {
+                init.call(&mut store, ())?;
+            }
+            instance.get_typed_func::<(), i32>(&store, "run")
+        })();
+        match started {
+            Ok(run) => Ok(Warm { store, run }),
+            Err(e) => Err(FirnError::FunctionFailed(format!(
+                "starting the module: {}",
+                describe(&e)
+            ))),
+        }
+    }
+
+    /// Runs `compiled` once on `input`, within the budget, in a warm instance when one is
+    /// free (else a new one). An instance whose run trapped is dropped; one whose run ended
+    /// serves the next run: a module's memory and globals may outlive a run, so a function
+    /// keeps nothing there it relies on (docs/functions.md).
     pub fn run(
         &self,
         compiled: &Compiled,
         input: Invocation,
         host: Box<dyn Host>,
     ) -> Result<Outcome, FirnError> {
-        let mut store = self.store(input, host);
-        store.set_fuel(FUNCTION_FUEL_MAX).map_err(internal)?;
-        let result = self.run_in(&mut store, &compiled.module);
-        let fuel = FUNCTION_FUEL_MAX - store.get_fuel().unwrap_or(0);
-        let state = store.into_data();
+        let mut warm = match compiled.take() {
+            Some(warm) => warm,
+            None => self.warm_up(compiled, &input)?,
+        };
+        warm.store.data_mut().begin(input, host);
+        warm.store.set_fuel(FUNCTION_FUEL_MAX).map_err(internal)?;
+        let result = warm.run.call(&mut warm.store, ());
+        let fuel = FUNCTION_FUEL_MAX - warm.store.get_fuel().unwrap_or(0);
+        let state = warm.store.data_mut().end();
+        if result.is_ok() {
+            compiled.give_back(warm);
+        }
         if let Some(e) = state.failed {
             return Err(e);
         }
@@ -352,14 +406,55 @@ impl Sandbox {
             Err(e) => Err(FirnError::FunctionFailed(describe(&e))),
         }
     }
+}
 
-    fn run_in(&self, store: &mut Store<RunState>, module: &Module) -> Result<i32, WasmError> {
-        let instance = self.linker.instantiate_and_start(&mut *store, module)?;
-        if let Ok(init) = instance.get_typed_func::<(), ()>(&*store, "_initialize") {
-            init.call(&mut *store, ())?;
+/// The seed of a run's random numbers: its input and stamp.
+fn seed(input: &Invocation) -> u64 {
+    let seed = xxhash_rust::xxh3::xxh3_64(
+        &[
+            &input.stamp_us.to_le_bytes()[..],
+            &input.input_version.to_le_bytes(),
+            &input.keys.concat(),
+            &input.args.concat(),
+        ]
+        .concat(),
+    );
+    seed | 1
+}
+
+/// What a run left, taken out of its store.
+pub(super) struct Ended {
+    effects: Vec<Effect>,
+    reply: Option<Bytes>,
+    log: Vec<String>,
+    failed: Option<FirnError>,
+}
+
+impl RunState {
+    /// Starts a run in this store: its input, its reads, and nothing written yet.
+    fn begin(&mut self, input: Invocation, host: Box<dyn Host>) {
+        self.random = seed(&input);
+        self.input = input;
+        self.host = host;
+        self.effects.clear();
+        self.written.clear();
+        self.write_bytes = 0;
+        self.reply = None;
+        self.log.clear();
+        self.log_bytes = 0;
+        self.host_calls = 0;
+        self.failed = None;
+    }
+
+    /// Ends the run: what it left, and the store holds no reads of it.
+    fn end(&mut self) -> Ended {
+        self.host = Box::new(NoReads);
+        Ended {
+            effects: std::mem::take(&mut self.effects),
+            reply: self.reply.take(),
+            log: std::mem::take(&mut self.log),
+            failed: self.failed.take(),
         }
-        let run = instance.get_typed_func::<(), i32>(&*store, "run")?;
-        run.call(&mut *store, ())
     }
 }
 

@@ -1,5 +1,6 @@
 //! The WASI imports (`wasi_snapshot_preview1`) a function gets: Firn's own, deterministic, so
-//! that a run depends only on its input and the cut it reads. The clock is the run's stamp;
+//! that a run depends only on its input and the cut it reads. The clock is the run's stamp
+//! (the monotonic clock moves on by itself, only forward);
 //! `random_get` is a generator seeded by the run's input and stamp; there are no arguments,
 //! no environment and no files; stdout and stderr go to the operator's log (bounded). Go's
 //! `wasip1` runtime imports fifteen of these; the others answer `ENOSYS` or `EBADF` so modules of
@@ -57,8 +58,16 @@ pub(super) fn define(linker: &mut Linker<RunState>) -> Result<(), wasmi::errors:
     linker.func_wrap(
         MODULE,
         "clock_time_get",
-        |mut c: Caller<'_, RunState>, _id: i32, _precision: i64, out: i32| {
-            let ns = c.data().stamp_us().saturating_mul(1_000);
+        |mut c: Caller<'_, RunState>, id: i32, _precision: i64, out: i32| {
+            // The realtime clock is the run's stamp; the monotonic one (id 1) moves on a
+            // microsecond a reading.
+            let ns = if id == 1 {
+                let state = c.data_mut();
+                state.monotonic_ns = state.monotonic_ns.saturating_add(1_000);
+                state.monotonic_ns
+            } else {
+                c.data().stamp_us().saturating_mul(1_000)
+            };
             write_u64(&mut c, out, ns)?;
             Ok::<i32, WasmError>(SUCCESS)
         },
