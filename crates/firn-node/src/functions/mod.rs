@@ -385,10 +385,13 @@ impl Functions {
     ) -> Result<sandbox::Outcome, FirnError> {
         let sandbox = self.sandbox.clone();
         let compiled = loaded.compiled.clone();
-        let outcome =
-            tokio::task::spawn_blocking(move || sandbox.run(&compiled, input, Box::new(reads)))
-                .await
-                .map_err(|e| FirnError::Internal(format!("a function's run: {e}")))?;
+        let turn = compiled.turn().await;
+        let outcome = tokio::task::spawn_blocking(move || {
+            let _turn = turn;
+            sandbox.run(&compiled, input, Box::new(reads))
+        })
+        .await
+        .map_err(|e| FirnError::Internal(format!("a function's run: {e}")))?;
         if let Ok(o) = &outcome {
             for line in &o.log {
                 tracing::info!(function = %loaded.name, version = loaded.version, "{line}");

@@ -127,13 +127,16 @@ pub(super) const NOT_ALLOWED: i32 = -4;
 pub const RESERVED_PREFIX: &[u8] = b"_firn/";
 
 /// Instances of a module kept warm, each already past its `_initialize`, for the next runs.
-const WARM_INSTANCES_MAX: usize = 4;
+const WARM_INSTANCES_MAX: usize = 16;
 
 /// A compiled module, ready to run many times, and its warm instances.
 #[derive(Clone)]
 pub struct Compiled {
     module: Module,
     warm: Arc<std::sync::Mutex<Vec<Warm>>>,
+    /// Runs at once, one an instance: more wait for a free one rather than start another
+    /// (a Go module's start costs fifty of its runs).
+    running: Arc<tokio::sync::Semaphore>,
 }
 
 /// An instance past its `_initialize`, in its own store.
@@ -143,6 +146,15 @@ struct Warm {
 }
 
 impl Compiled {
+    /// A turn to run this module; the run holds it until it ends.
+    pub async fn turn(&self) -> tokio::sync::OwnedSemaphorePermit {
+        self.running
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed")
+    }
+
     fn take(&self) -> Option<Warm> {
         self.warm.lock().unwrap_or_else(|p| p.into_inner()).pop()
     }
@@ -313,6 +325,7 @@ impl Sandbox {
         Ok(Compiled {
             module,
             warm: Arc::default(),
+            running: Arc::new(tokio::sync::Semaphore::new(WARM_INSTANCES_MAX)),
         })
     }
 

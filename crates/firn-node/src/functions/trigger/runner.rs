@@ -65,11 +65,15 @@ pub async fn run(functions: Arc<Functions>, mut stop: watch::Receiver<bool>) {
     let ctx = CallContext::default();
     let mut triggers: Vec<TriggerSpec> = Vec::new();
     let mut specs_read = tokio::time::Instant::now() - SPECS_EVERY;
+    let mut behind = false;
     loop {
+        // A round that took a full batch looks again at once: more inputs are waiting.
+        let pause = if behind { Duration::ZERO } else { LOOK_EVERY };
         tokio::select! {
-            _ = tokio::time::sleep(LOOK_EVERY) => {}
+            _ = tokio::time::sleep(pause) => {}
             _ = stop.changed() => return,
         }
+        behind = false;
         if specs_read.elapsed() >= SPECS_EVERY {
             match specs(&functions, &ctx, ReadConsistency::Linearizable).await {
                 Ok(s) => triggers = s,
@@ -83,21 +87,25 @@ pub async fn run(functions: Arc<Functions>, mut stop: watch::Receiver<bool>) {
                 continue;
             }
             for spec in triggers.iter().filter(|s| !s.paused) {
-                if let Err(e) = round(&functions, &ctx, spec, &replica).await {
-                    tracing::debug!(trigger = %spec.name, shard = replica.shard_id(), "{e}");
+                match round(&functions, &ctx, spec, &replica).await {
+                    Ok(inputs) => behind |= inputs == INPUTS_PER_COMMIT,
+                    Err(e) => {
+                        tracing::debug!(trigger = %spec.name, shard = replica.shard_id(), "{e}")
+                    }
                 }
             }
         }
     }
 }
 
-/// One batch of a trigger's inputs on one shard: run, and committed with the cursor.
+/// One batch of a trigger's inputs on one shard: run, and committed with the cursor. Answers
+/// how many inputs it took.
 async fn round(
     functions: &Arc<Functions>,
     ctx: &CallContext,
     spec: &TriggerSpec,
     replica: &Arc<ShardReplica>,
-) -> Result<(), FirnError> {
+) -> Result<usize, FirnError> {
     let shard = replica.shard_id();
     let (cursor_version, cursor) = read_cursor(functions, ctx, spec, shard).await?;
     let closed = replica.store().last_commit_ts();
@@ -105,7 +113,7 @@ async fn round(
     let name = &spec.name;
     let Some(oldest) = inputs.first() else {
         functions.triggers.lag(name, shard, 0);
-        return Ok(());
+        return Ok(0);
     };
     let now_us = system_wall_us();
     functions.triggers.lag(
@@ -164,10 +172,10 @@ async fn round(
             }
             functions.triggers.ran(name, runs, dead);
             functions.publish(writes.publishes).await;
-            Ok(())
+            Ok(inputs.len())
         }
         // Another runner moved the cursor: its outputs stand, these are dropped.
-        Response::Steps(None) => Ok(()),
+        Response::Steps(None) => Ok(0),
         other => Err(FirnError::Internal(format!(
             "a trigger's commit answered {other:?}"
         ))),
