@@ -1,6 +1,7 @@
 //! A Rust client for Firn. It speaks the Redis protocol (Firn's `FIRN.*` commands) through
 //! the `redis` crate, and turns answers back into Firn's typed versions; the tagged shared
 //! log is reached over HTTP ([`LogClient`]), and so are consumer groups ([`GroupClient`]).
+//! Functions next to the data — modules, `FCALL` and triggers — are in [`functions`].
 //!
 //! Leases, and what is built on them as in etcd's `concurrency` package: a [`Lease`] kept
 //! alive by a task of its own, a [`Lock`] whose fencing token grows with every holder, and
@@ -20,6 +21,7 @@
 //! ```
 
 mod election;
+pub mod functions;
 mod group;
 mod lease;
 mod local;

@@ -1,5 +1,6 @@
 //! `firn`: run a node (`firn serve`) or talk to one (`put`, `get`, `history`, `watch`, `del`,
-//! `keyspace`, `cluster`, `backup`, `restore`, and `log` for the shared log).
+//! `keyspace`, `cluster`, `backup`, `restore`, `log` for the shared log, and `function` and
+//! `trigger` for functions next to the data).
 
 use std::process::ExitCode;
 
@@ -11,6 +12,7 @@ mod cluster;
 mod config;
 mod file;
 mod followed;
+mod functions;
 mod group;
 mod http;
 mod keyspace;
@@ -22,6 +24,7 @@ mod serve;
 mod txn;
 
 use cluster::{ClusterAction, run_cluster};
+use functions::{FunctionAction, TriggerAction, run_function, run_trigger};
 use group::{GroupAction, run_group};
 use keyspace::{KeyspaceAction, run_keyspace};
 use log::{LogAction, run_log};
@@ -103,6 +106,16 @@ enum Command {
     },
     /// Send one request to a service's workers and print the reply (FIRN.REQUEST).
     Request(RequestArgs),
+    /// Functions next to the data: WebAssembly modules, loaded and called (FCALL).
+    Function {
+        #[command(subcommand)]
+        action: FunctionAction,
+    },
+    /// Triggers: a function run on every committed change of a prefix.
+    Trigger {
+        #[command(subcommand)]
+        action: TriggerAction,
+    },
     /// Inspect the cluster.
     Cluster {
         #[command(subcommand)]
@@ -208,6 +221,8 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Log { action } => run_log(action).await,
         Command::Group { action } => run_group(action).await,
         Command::Request(args) => run_request(args).await,
+        Command::Function { action } => run_function(action).await,
+        Command::Trigger { action } => run_trigger(action).await,
         Command::Cluster { action } => run_cluster(action).await,
     }
 }

@@ -416,7 +416,16 @@ impl Sandbox {
                     .map(|l| format!(" (its last log line: {l})"))
                     .unwrap_or_default()
             ))),
-            Err(e) => Err(FirnError::FunctionFailed(describe(&e))),
+            // A trap's last log line often says why (a Go panic, AssemblyScript's abort).
+            Err(e) => Err(FirnError::FunctionFailed(format!(
+                "{}{}",
+                describe(&e),
+                state
+                    .log
+                    .last()
+                    .map(|l| format!(" (its last log line: {l})"))
+                    .unwrap_or_default()
+            ))),
         }
     }
 }

@@ -76,17 +76,17 @@ pub(super) fn version_json(info: &VersionInfo) -> Json {
 /// Names `key` in `j`: as text in `key` when it is UTF-8, else in `key_base64`, the way
 /// [`value_json`] writes a value, so that a listing never alters a key.
 pub(super) fn set_key(j: &mut Json, key: &Key) {
-    set_name(j, "key", key);
+    set_name(j, "key", key.as_bytes());
 }
 
 /// Names `name` in `j` under `field` as text, or under `{field}_base64` when it is not
-/// UTF-8 (a log name, a tag).
-pub(super) fn set_name(j: &mut Json, field: &str, name: &Key) {
-    match std::str::from_utf8(name.as_bytes()) {
+/// UTF-8 (a log name, a tag, a trigger's prefix).
+pub(super) fn set_name(j: &mut Json, field: &str, name: &[u8]) {
+    match std::str::from_utf8(name) {
         Ok(text) => j[field] = json!(text),
         Err(_) => {
             j[format!("{field}_base64")] =
-                json!(base64::engine::general_purpose::STANDARD.encode(name.as_bytes()))
+                json!(base64::engine::general_purpose::STANDARD.encode(name))
         }
     }
 }

@@ -199,8 +199,8 @@ pub(super) async fn tags(
                         "first_kept": t.first_kept.to_string(),
                         "shards": t.shards,
                     });
-                    set_name(&mut j, "log", &t.log);
-                    set_name(&mut j, "tag", &t.tag);
+                    set_name(&mut j, "log", t.log.as_bytes());
+                    set_name(&mut j, "tag", t.tag.as_bytes());
                     j
                 })
                 .collect();

@@ -1,10 +1,11 @@
 //! The HTTP/JSON front end: parses into the same typed requests the RESP front end does and
 //! calls the same router, in one session per request. Values travel as raw bytes, metadata
 //! in `Firn-*` headers. Endpoints by subsystem: [`kv`], [`log`], [`groups`] and
-//! [`group_events`], [`service`], [`watch`], [`admin`]; the web page in [`ui`], the API's
-//! description in [`openapi`].
+//! [`group_events`], [`service`], [`watch`], [`functions`], [`admin`]; the web page in
+//! [`ui`], the API's description in [`openapi`].
 
 mod admin;
+mod functions;
 mod group_events;
 mod groups;
 mod json;
@@ -98,6 +99,32 @@ pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> 
             axum::routing::delete(drop_keyspace),
         )
         .route("/v1/services/{name}", post(service::request))
+        .route("/v1/functions", get(functions::list))
+        .route(
+            "/v1/functions/{name}",
+            get(functions::info)
+                .put(functions::load)
+                .delete(functions::delete),
+        )
+        .route("/v1/functions/{name}/call", post(functions::call))
+        .route(
+            "/v1/triggers",
+            get(functions::triggers).post(functions::create_trigger),
+        )
+        .route(
+            "/v1/triggers/{name}",
+            get(functions::trigger_info).delete(functions::drop_trigger),
+        )
+        .route("/v1/triggers/{name}/pause", post(functions::pause_trigger))
+        .route(
+            "/v1/triggers/{name}/resume",
+            post(functions::resume_trigger),
+        )
+        .route(
+            "/v1/timers",
+            get(functions::timers).post(functions::set_timer),
+        )
+        .route("/v1/timers/{name}", delete(functions::cancel_timer))
         .route("/v1/local", get(local_region))
         .route("/v1/cluster", get(cluster))
         .route("/v1/cluster/nodes/{id}", delete(remove_node))

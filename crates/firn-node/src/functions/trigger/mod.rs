@@ -79,6 +79,12 @@ impl Triggers {
         });
     }
 
+    /// A round that could not run (its function is gone, a shard is unreachable): the
+    /// last error, not counted as a run's.
+    pub(super) fn stalled(&self, name: &str, error: &str) {
+        self.with(name, |s| s.last_error = Some(error.to_owned()));
+    }
+
     pub(super) fn lag(&self, name: &str, shard: u32, lag_ms: u64) {
         self.with(name, |s| {
             s.lag_ms.insert(shard, lag_ms);

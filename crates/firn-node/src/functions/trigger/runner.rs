@@ -90,6 +90,8 @@ pub async fn run(functions: Arc<Functions>, mut stop: watch::Receiver<bool>) {
                 match round(&functions, &ctx, spec, &replica).await {
                     Ok(inputs) => behind |= inputs == INPUTS_PER_COMMIT,
                     Err(e) => {
+                        // Shown by INFO (say the function was deleted); tried again.
+                        functions.triggers.stalled(&spec.name, &e.to_string());
                         tracing::debug!(trigger = %spec.name, shard = replica.shard_id(), "{e}")
                     }
                 }

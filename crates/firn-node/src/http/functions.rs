@@ -1,0 +1,373 @@
+//! Functions next to the data over HTTP (docs/functions.md): `/v1/functions` (a module is
+//! the raw body of a PUT; a call's keys and arguments are JSON), `/v1/triggers` and
+//! `/v1/timers`. Each endpoint parses into the [`FunctionRequest`] the RESP commands make
+//! (`FIRN.FUNCTION`, `FCALL`, `FIRN.TRIGGER`, `FIRN.TIMER`) and renders its answer; the
+//! work is the router's (`functions/`).
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, JsonRejection};
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use firn_model::function::TRIGGER_RETRIES_DEFAULT;
+use firn_model::hlc::system_wall_us;
+use firn_model::time::parse_micros;
+use firn_model::{
+    FirnError, FunctionInfo, FunctionRequest, Response, TimerRequest, TimerSpec, TriggerFrom,
+    TriggerInfo, TriggerRequest, TriggerSpec,
+};
+use serde::Deserialize;
+use serde_json::{Value as Json, json};
+
+use super::json::set_name;
+use super::params::key_of;
+use super::{ApiError, ApiResult, BODY_BYTES_MAX, Session, bad_json, unexpected};
+use crate::router::Router;
+
+type JsonAnswer = ApiResult<axum::Json<Json>>;
+type Created = ApiResult<(StatusCode, axum::Json<Json>)>;
+
+/// Runs `request` in the request's session; its answer.
+async fn run(
+    router: &Router,
+    session: &Session,
+    request: FunctionRequest,
+) -> Result<Response, ApiError> {
+    Ok(session.execute(router, request.into()).await?.response)
+}
+
+fn function_json(f: &FunctionInfo) -> Json {
+    json!({
+        "name": f.name,
+        "version": f.version,
+        "module_bytes": f.module_bytes,
+        "loaded_us": f.loaded_us,
+    })
+}
+
+/// The one function a load or an info answered.
+fn one_function(response: Response) -> ApiResult<Json> {
+    match response {
+        Response::Functions(f) if f.len() == 1 => Ok(function_json(&f[0])),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// `PUT /v1/functions/{name}`: the body is the module.
+pub(super) async fn load(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    Path(name): Path<String>,
+    module: Result<Bytes, BytesRejection>,
+) -> Created {
+    // A module one byte over the values' ceiling reaches the router, which states the
+    // modules' limit; a body past that is refused here, naming the bodies' limit.
+    let module = module.map_err(|r| match r.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => FirnError::BodyTooLarge {
+            max: BODY_BYTES_MAX,
+        },
+        _ => FirnError::BadArgument(format!("request body: {}", r.body_text())),
+    })?;
+    let response = run(&router, &session, FunctionRequest::Load { name, module }).await?;
+    Ok((StatusCode::CREATED, axum::Json(one_function(response)?)))
+}
+
+pub(super) async fn list(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+) -> JsonAnswer {
+    match run(&router, &session, FunctionRequest::List).await? {
+        Response::Functions(f) => Ok(axum::Json(
+            json!({ "functions": f.iter().map(function_json).collect::<Vec<_>>() }),
+        )),
+        other => Err(unexpected(other)),
+    }
+}
+
+pub(super) async fn info(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    Path(name): Path<String>,
+) -> JsonAnswer {
+    let response = run(&router, &session, FunctionRequest::Info { name }).await?;
+    Ok(axum::Json(one_function(response)?))
+}
+
+pub(super) async fn delete(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    Path(name): Path<String>,
+) -> JsonAnswer {
+    done(run(&router, &session, FunctionRequest::Delete { name }).await?)?;
+    Ok(axum::Json(json!({ "deleted": true })))
+}
+
+/// A call's keys and arguments, as text (both may be left out).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct CallBody {
+    #[serde(default)]
+    keys: Vec<String>,
+    #[serde(default)]
+    args: Vec<String>,
+}
+
+/// `POST /v1/functions/{name}/call`: one run as one transaction (FCALL); answers its reply,
+/// text in `reply` (null: it replied nothing), or any bytes in `reply_base64`.
+pub(super) async fn call(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    Path(name): Path<String>,
+    body: Result<axum::Json<CallBody>, JsonRejection>,
+) -> JsonAnswer {
+    let axum::Json(body) = body.map_err(bad_json)?;
+    let keys = body
+        .keys
+        .into_iter()
+        .map(key_of)
+        .collect::<Result<_, _>>()?;
+    let args = body.args.into_iter().map(Bytes::from).collect();
+    let request = FunctionRequest::Call { name, keys, args };
+    match run(&router, &session, request).await? {
+        Response::Called(None) => Ok(axum::Json(json!({ "reply": null }))),
+        Response::Called(Some(reply)) => {
+            let mut j = json!({});
+            set_name(&mut j, "reply", &reply);
+            Ok(axum::Json(j))
+        }
+        other => Err(unexpected(other)),
+    }
+}
+
+fn done(response: Response) -> ApiResult<()> {
+    match response {
+        Response::Done => Ok(()),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// A trigger to create: `FIRN.TRIGGER CREATE name ON PREFIX p CALL fn[@version] [FROM …]
+/// [RETRIES n] [DEADLETTER stream]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TriggerBody {
+    name: String,
+    prefix: String,
+    function: String,
+    /// The function's version it runs; absent: the newest.
+    version: Option<u64>,
+    /// `now` (the default), `0` (every change still kept), or a time.
+    from: Option<String>,
+    retries: Option<u32>,
+    deadletter: Option<String>,
+}
+
+/// Where a trigger starts, as `FROM` reads it.
+fn trigger_from(text: &str) -> Result<TriggerFrom, FirnError> {
+    Ok(match text.trim().to_ascii_lowercase().as_str() {
+        "now" => TriggerFrom::Now,
+        "0" => TriggerFrom::Start,
+        _ => TriggerFrom::TimeUs(parse_micros(text)?),
+    })
+}
+
+/// `POST /v1/triggers`.
+pub(super) async fn create_trigger(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    body: Result<axum::Json<TriggerBody>, JsonRejection>,
+) -> Created {
+    let axum::Json(body) = body.map_err(bad_json)?;
+    let spec = TriggerSpec {
+        name: body.name,
+        prefix: Bytes::from(body.prefix),
+        function: body.function,
+        version: body.version,
+        from: body
+            .from
+            .as_deref()
+            .map_or(Ok(TriggerFrom::Now), trigger_from)?,
+        retries: body.retries.unwrap_or(TRIGGER_RETRIES_DEFAULT),
+        deadletter: body.deadletter.map(Bytes::from),
+        paused: false,
+        // Set by the node: who created it, and when.
+        creator: None,
+        created_us: 0,
+        until_us: None,
+        into: None,
+    };
+    let create = FunctionRequest::Trigger(TriggerRequest::Create(spec));
+    done(run(&router, &session, create).await?)?;
+    Ok((StatusCode::CREATED, axum::Json(json!({ "created": true }))))
+}
+
+/// A trigger's definition and this node's counts of it. `from` is written as `FROM` takes
+/// it (`now`, `0`, or µs since the epoch as text).
+fn trigger_json(t: &TriggerInfo) -> Json {
+    let s = &t.spec;
+    let from = match s.from {
+        TriggerFrom::Now => "now".to_string(),
+        TriggerFrom::Start => "0".to_string(),
+        TriggerFrom::TimeUs(us) => us.to_string(),
+    };
+    let mut j = json!({
+        "name": s.name,
+        "function": s.function,
+        "version": s.version,
+        "from": from,
+        "retries": s.retries,
+        "paused": s.paused,
+        "creator": s.creator,
+        "created_us": s.created_us,
+        "until_us": s.until_us,
+        "runs": t.runs,
+        "errors": t.errors,
+        "dead_letters": t.dead_letters,
+        "last_error": t.last_error,
+        "lag_ms": t.lag_ms,
+    });
+    set_name(&mut j, "prefix", &s.prefix);
+    set_name(
+        &mut j,
+        "deadletter",
+        &crate::functions::trigger::dead_letters(s),
+    );
+    match &s.into {
+        Some(into) => set_name(&mut j, "into", into),
+        None => j["into"] = Json::Null,
+    }
+    j
+}
+
+pub(super) async fn triggers(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+) -> JsonAnswer {
+    let list = FunctionRequest::Trigger(TriggerRequest::List);
+    match run(&router, &session, list).await? {
+        Response::Triggers(t) => Ok(axum::Json(
+            json!({ "triggers": t.iter().map(trigger_json).collect::<Vec<_>>() }),
+        )),
+        other => Err(unexpected(other)),
+    }
+}
+
+pub(super) async fn trigger_info(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    Path(name): Path<String>,
+) -> JsonAnswer {
+    let info = FunctionRequest::Trigger(TriggerRequest::Info(name));
+    match run(&router, &session, info).await? {
+        Response::Triggers(t) if t.len() == 1 => Ok(axum::Json(trigger_json(&t[0]))),
+        other => Err(unexpected(other)),
+    }
+}
+
+pub(super) async fn drop_trigger(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    Path(name): Path<String>,
+) -> JsonAnswer {
+    let drop = FunctionRequest::Trigger(TriggerRequest::Drop(name));
+    done(run(&router, &session, drop).await?)?;
+    Ok(axum::Json(json!({ "deleted": true })))
+}
+
+pub(super) async fn pause_trigger(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    Path(name): Path<String>,
+) -> JsonAnswer {
+    let pause = FunctionRequest::Trigger(TriggerRequest::Pause(name));
+    done(run(&router, &session, pause).await?)?;
+    Ok(axum::Json(json!({ "paused": true })))
+}
+
+pub(super) async fn resume_trigger(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    Path(name): Path<String>,
+) -> JsonAnswer {
+    let resume = FunctionRequest::Trigger(TriggerRequest::Resume(name));
+    done(run(&router, &session, resume).await?)?;
+    Ok(axum::Json(json!({ "paused": false })))
+}
+
+/// A timer to set: `FIRN.TIMER SET name AT t | IN ms CALL fn [PAYLOAD p]`; exactly one of
+/// `at` and `in_ms`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TimerBody {
+    name: String,
+    at: Option<String>,
+    in_ms: Option<u64>,
+    function: String,
+    #[serde(default)]
+    payload: String,
+}
+
+fn timer_json(t: &TimerSpec) -> Json {
+    let mut j = json!({ "name": t.name, "at_us": t.at_us, "function": t.function });
+    set_name(&mut j, "payload", &t.payload);
+    j
+}
+
+/// `POST /v1/timers`: answers the timer as set (its time in µs since the epoch).
+pub(super) async fn set_timer(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    body: Result<axum::Json<TimerBody>, JsonRejection>,
+) -> Created {
+    let axum::Json(body) = body.map_err(bad_json)?;
+    let at_us = match (&body.at, body.in_ms) {
+        (Some(at), None) => parse_micros(at)?,
+        // As `FIRN.TIMER SET … IN ms` reads it: from this node's clock.
+        (None, Some(ms)) => system_wall_us().saturating_add(ms.saturating_mul(1_000)),
+        _ => {
+            return Err(FirnError::BadArgument(
+                "a timer names exactly one of at (a time) and in_ms (milliseconds from now)".into(),
+            )
+            .into());
+        }
+    };
+    let timer = TimerSpec {
+        name: body.name,
+        at_us,
+        function: body.function,
+        payload: Bytes::from(body.payload),
+        creator: None,
+    };
+    let set = TimerRequest::Set {
+        name: timer.name.clone(),
+        at_us,
+        function: timer.function.clone(),
+        payload: timer.payload.clone(),
+    };
+    done(run(&router, &session, FunctionRequest::Timer(set)).await?)?;
+    Ok((StatusCode::CREATED, axum::Json(timer_json(&timer))))
+}
+
+pub(super) async fn timers(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+) -> JsonAnswer {
+    let list = FunctionRequest::Timer(TimerRequest::List);
+    match run(&router, &session, list).await? {
+        Response::Timers(t) => Ok(axum::Json(
+            json!({ "timers": t.iter().map(timer_json).collect::<Vec<_>>() }),
+        )),
+        other => Err(unexpected(other)),
+    }
+}
+
+pub(super) async fn cancel_timer(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    Path(name): Path<String>,
+) -> JsonAnswer {
+    let cancel = FunctionRequest::Timer(TimerRequest::Cancel(name));
+    done(run(&router, &session, cancel).await?)?;
+    Ok(axum::Json(json!({ "deleted": true })))
+}
