@@ -249,6 +249,27 @@ async fn a_timer_fires_once() {
     assert_eq!(fired, "1", "the timer fired more than once");
     let listed = ok(&mut c, &["FIRN.TIMER", "LIST"]).await;
     assert!(!format!("{listed:?}").contains("soon"), "{listed:?}");
+    // A timer whose function was deleted goes when it is due, without a run.
+    ok(
+        &mut c,
+        &["FIRN.TIMER", "SET", "orphan", "IN", "300", "CALL", "count"],
+    )
+    .await;
+    ok(&mut c, &["FIRN.FUNCTION", "DELETE", "count"]).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while format!("{:?}", ok(&mut c, &["FIRN.TIMER", "LIST"]).await).contains("orphan") {
+        assert!(
+            Instant::now() < deadline,
+            "a timer without its function stays"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let fired: String = redis::cmd("GET")
+        .arg("fired")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(fired, "1");
     node.shutdown().await;
 }
 

@@ -170,12 +170,20 @@ impl Functions {
         let compiled = tokio::task::spawn_blocking(move || sandbox.compile(&checked))
             .await
             .map_err(|e| FirnError::Internal(format!("compiling a module: {e}")))??;
-        self.write(
-            ctx,
-            KvWrite::Put(PutRequest::new(function_key(name), module)),
-        )
-        .await?;
-        let (info, _) = self.info(ctx, name, None).await?;
+        let written = self
+            .write(
+                ctx,
+                KvWrite::Put(PutRequest::new(function_key(name), module)),
+            )
+            .await?;
+        let (mut info, _) = self.info(ctx, name, None).await?;
+        // The version this load wrote (another load may have come after it).
+        if let Response::Written(w) = written.response
+            && let Some(w) = w.first()
+        {
+            info.version = w.version;
+            info.loaded_us = w.commit_ts.wall_us;
+        }
         self.keep(name, info.version, compiled);
         Ok(Response::Functions(vec![info]))
     }

@@ -150,7 +150,12 @@ async fn fire(
     version: u64,
     timer: &TimerSpec,
 ) -> Result<(), FirnError> {
-    let loaded = functions.loaded(ctx, &timer.function, None).await?;
+    let loaded = match functions.loaded(ctx, &timer.function, None).await {
+        Ok(loaded) => Some(loaded),
+        // The function was deleted: the timer goes without a run (it fires once).
+        Err(FirnError::NotFound { .. }) => None,
+        Err(e) => return Err(e),
+    };
     let rights = Rights::of(functions.kernel(), timer.creator.as_deref())?;
     let reads = StoreReads::new(
         functions.kernel().clone(),
@@ -168,7 +173,14 @@ async fn fire(
         input_version: 0,
     };
     let mut writes = Writes::default();
-    match functions.run_once(&loaded, input, reads).await {
+    let outcome = match &loaded {
+        Some(loaded) => functions.run_once(loaded, input, reads).await,
+        None => Err(FirnError::NotFound {
+            kind: "function".into(),
+            name: timer.function.clone(),
+        }),
+    };
+    match outcome {
         Ok(outcome) => writes.add(outcome.effects, &rights)?,
         // A timer fires once: a failing run is logged and the timer goes.
         Err(e) => tracing::warn!(timer = %timer.name, "its function failed: {e}"),
