@@ -259,6 +259,25 @@ fn admin(request: &AdminRequest) -> Vec<Access> {
     }
 }
 
+/// Loading, deleting and arranging functions, triggers and timers is an administrator's;
+/// listing them is a reader's of `_firn/`; `FCALL` writes the keys it names.
+fn function(request: &super::FunctionRequest) -> Vec<Access> {
+    use super::FunctionRequest as F;
+    let own = |what: &str| Scope::Prefix(Bytes::from(format!("_firn/{what}/")));
+    match request {
+        F::As { request, .. } => function(request),
+        F::Call { keys, .. } => keys.iter().map(Access::write_key).collect(),
+        F::List | F::Info { .. } => vec![Access::read(own("fn"))],
+        F::Trigger(super::TriggerRequest::List | super::TriggerRequest::Info(_)) => {
+            vec![Access::read(own("trigger"))]
+        }
+        F::Timer(super::TimerRequest::List) => vec![Access::read(own("timer"))],
+        F::Load { .. } | F::Delete { .. } => vec![Access::admin(own("fn"))],
+        F::Trigger(_) => vec![Access::admin(own("trigger"))],
+        F::Timer(_) => vec![Access::admin(own("timer"))],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,24 +316,5 @@ mod tests {
         assert!(!Scope::everything().within(b"a"));
         assert_eq!(glob_prefix(b"sensor/*"), Bytes::from("sensor/"));
         assert_eq!(glob_prefix(b"*"), Bytes::new());
-    }
-}
-
-/// Loading, deleting and arranging functions, triggers and timers is an administrator's;
-/// listing them is a reader's of `_firn/`; `FCALL` writes the keys it names.
-fn function(request: &super::FunctionRequest) -> Vec<Access> {
-    use super::FunctionRequest as F;
-    let own = |what: &str| Scope::Prefix(Bytes::from(format!("_firn/{what}/")));
-    match request {
-        F::As { request, .. } => function(request),
-        F::Call { keys, .. } => keys.iter().map(Access::write_key).collect(),
-        F::List | F::Info { .. } => vec![Access::read(own("fn"))],
-        F::Trigger(super::TriggerRequest::List | super::TriggerRequest::Info(_)) => {
-            vec![Access::read(own("trigger"))]
-        }
-        F::Timer(super::TimerRequest::List) => vec![Access::read(own("timer"))],
-        F::Load { .. } | F::Delete { .. } => vec![Access::admin(own("fn"))],
-        F::Trigger(_) => vec![Access::admin(own("trigger"))],
-        F::Timer(_) => vec![Access::admin(own("timer"))],
     }
 }
