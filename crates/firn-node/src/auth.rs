@@ -96,7 +96,7 @@ impl Principal {
 /// client reads them but writes them only through `FIRN.FUNCTION`, `FIRN.TRIGGER` and
 /// `FIRN.TIMER`, whatever its rights.
 fn refuse_own_keys(needs: &[Access]) -> Result<(), FirnError> {
-    const OWN: &[u8] = crate::functions::sandbox::RESERVED_PREFIX;
+    const OWN: &[u8] = firn_model::function::RESERVED_PREFIX;
     let own = needs.iter().any(|need| {
         need.permission == Permission::Write
             && match &need.scope {

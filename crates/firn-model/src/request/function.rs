@@ -107,6 +107,10 @@ pub fn replay_name(name: &str) -> String {
     format!("{name}~replay")
 }
 
+/// Keys under this prefix are Firn's own (functions, triggers, timers, their cursors): a
+/// client reads them but writes them only through the commands that keep them.
+pub const RESERVED_PREFIX: &[u8] = b"_firn/";
+
 /// Retries of a failing input by default.
 pub const TRIGGER_RETRIES_DEFAULT: u32 = 3;
 /// The most retries a trigger may ask for.

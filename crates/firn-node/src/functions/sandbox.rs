@@ -124,7 +124,7 @@ pub(super) const LIMIT: i32 = -3;
 pub(super) const NOT_ALLOWED: i32 = -4;
 
 /// Keys under this prefix are Firn's own (functions, triggers, timers): no run writes one.
-pub const RESERVED_PREFIX: &[u8] = b"_firn/";
+pub use firn_model::function::RESERVED_PREFIX;
 
 /// Instances of a module kept warm, each already past its `_initialize`, for the next runs.
 const WARM_INSTANCES_MAX: usize = 16;

@@ -143,6 +143,9 @@ async fn round(
                 }
                 runs += 1;
             }
+            // The store could not answer a read (a shard between leaders): not the
+            // function's fault, so not a dead letter — the round is given up and made again.
+            Err(e) if !the_functions(&e) => return Err(e),
             Err(e) => {
                 functions.triggers.failed(name, &e.to_string());
                 writes.steps.push(dead_letter(spec, event, &e)?);
@@ -182,6 +185,21 @@ async fn round(
             "a trigger's commit answered {other:?}"
         ))),
     }
+}
+
+/// Whether a run's error is the function's own (it trapped, failed, went past a limit or
+/// its rights), which running it again will not change.
+fn the_functions(e: &FirnError) -> bool {
+    matches!(
+        e,
+        FirnError::FunctionFailed(_)
+            | FirnError::NoPerm { .. }
+            | FirnError::WrongType
+            | FirnError::KeyTooLarge { .. }
+            | FirnError::ValueTooLarge { .. }
+            | FirnError::BadArgument(_)
+            | FirnError::Refused(_)
+    )
 }
 
 /// The trigger's cursor on `shard` and its version (0: none yet, so it starts where the
