@@ -74,6 +74,17 @@ pub async fn run(functions: Arc<Functions>, mut stop: watch::Receiver<bool>) {
             _ = stop.changed() => return,
         }
         behind = false;
+        let kernel = functions.kernel().clone();
+        let led: Vec<_> = kernel
+            .replicas()
+            .all()
+            .into_iter()
+            .filter(|r| r.leader() == Some(kernel.node_id()))
+            .collect();
+        // A node that leads no shard runs no trigger, and asks nothing of the others.
+        if led.is_empty() {
+            continue;
+        }
         if specs_read.elapsed() >= SPECS_EVERY {
             match specs(&functions, &ctx, ReadConsistency::Linearizable).await {
                 Ok(s) => triggers = s,
@@ -81,13 +92,9 @@ pub async fn run(functions: Arc<Functions>, mut stop: watch::Receiver<bool>) {
             }
             specs_read = tokio::time::Instant::now();
         }
-        let kernel = functions.kernel().clone();
-        for replica in kernel.replicas().all() {
-            if replica.leader() != Some(kernel.node_id()) {
-                continue;
-            }
+        for replica in &led {
             for spec in triggers.iter().filter(|s| !s.paused) {
-                match round(&functions, &ctx, spec, &replica).await {
+                match round(&functions, &ctx, spec, replica).await {
                     Ok(inputs) => behind |= inputs == INPUTS_PER_COMMIT,
                     Err(e) => {
                         // Shown by INFO (say the function was deleted); tried again.
