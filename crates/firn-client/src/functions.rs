@@ -68,7 +68,8 @@ pub struct Trigger {
     pub errors: u64,
     pub dead_letters: u64,
     pub last_error: Option<String>,
-    /// How far behind its inputs it is (`None` before it has a position on every shard).
+    /// How far behind its inputs it is: the age of the oldest input not yet committed, in ms
+    /// (0 when caught up; `None` before the answering node ran a round).
     pub lag_ms: Option<u64>,
 }
 

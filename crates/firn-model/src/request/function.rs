@@ -159,8 +159,9 @@ pub struct TriggerInfo {
     pub errors: u64,
     pub dead_letters: u64,
     pub last_error: Option<String>,
-    /// How far behind its inputs it is: the newest closed time of its shards less its
-    /// cursors' (ms; none while a shard has no cursor yet).
+    /// How far behind its inputs it is: how long ago the oldest input not yet committed was
+    /// committed, the most over the shards the answering node leads (ms; 0 when caught up;
+    /// none before a round ran there).
     pub lag_ms: Option<u64>,
 }
 
