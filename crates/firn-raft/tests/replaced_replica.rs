@@ -62,6 +62,11 @@ async fn a_replica_added_again_takes_the_next_append_on_the_same_connection() {
         matches!(answer, PeerResponse::Append(AppendEntriesResponse::Success)),
         "the first append to the new replica was answered {answer:?}"
     );
+    // Raft publishes its metrics after it answers: wait (bounded) for the vote to show.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while second.status().term != 1 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(second.status().term, 1, "the new replica took no append");
     second.shutdown().await;
 }
