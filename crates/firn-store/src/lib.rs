@@ -18,5 +18,5 @@ pub mod store;
 pub use backend::{FjallBackend, MemoryBackend, StorageBackend};
 pub use command::{Command, LogOp, Op, SystemOp, TxnOp, TxnPart};
 pub use sink::AppliedSink;
-pub use store::VersionedStore;
 pub use store::expiry::EXPIRE_DUE_MAX;
+pub use store::{ChangePosition, VersionedStore};

@@ -32,6 +32,7 @@ mod apply;
 mod atomic;
 mod blobs;
 mod change;
+mod changes;
 pub mod expiry;
 pub mod group;
 pub mod lease;
@@ -41,7 +42,9 @@ mod read;
 mod replay;
 mod truncate;
 pub mod txn;
+
 use apply::Txn;
+pub use changes::ChangePosition;
 
 const SYS_LAST_TS: &[u8] = b"last_ts";
 const SYS_LIVE_KEYS: &[u8] = b"live_keys";
