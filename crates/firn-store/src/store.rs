@@ -217,7 +217,6 @@ impl VersionedStore {
         self.backend.get(Table::System, key).map_err(io_err)
     }
 
-    /// The commit timestamp of the last applied write.
     /// Waits (at most `timeout`) until this replica has closed time `t`: it holds every
     /// version with `commit_ts ≤ t` that the shard will ever have, so a read as of `t` gives
     /// the same answer on every replica, every time.
@@ -268,7 +267,7 @@ impl VersionedStore {
         self.closed.subscribe()
     }
 
-    /// Every committed version, as it is applied.
+    /// Every committed version, as it is applied (sent before the closed time passes it).
     pub fn subscribe(&self) -> broadcast::Receiver<WatchEvent> {
         self.events.subscribe()
     }
@@ -407,6 +406,14 @@ impl VersionedStore {
         if !txn.held_changes.is_empty() {
             self.change_held(std::mem::take(&mut txn.held_changes));
         }
+        // Versions are sent before time closes over them: a subscriber that reads the closed
+        // time and then takes what its receiver holds has every version stamped up to it.
+        if self.events.receiver_count() > 0 {
+            for event in &txn.events {
+                // A receiver dropped meanwhile is fine: nobody is watching.
+                let _ = self.events.send(event.clone());
+            }
+        }
         let closed = self.closed_after(ts);
         self.closed.send_replace(closed);
         drop(state);
@@ -415,10 +422,6 @@ impl VersionedStore {
             self.reload()?;
         }
         self.tell_sink(&txn.events, closed, flushed_all);
-        for event in txn.events {
-            // No receivers is fine: nobody is watching.
-            let _ = self.events.send(event);
-        }
         Ok(results)
     }
 }

@@ -5,6 +5,7 @@
 //! history to roll back.
 
 use bytes::Bytes;
+use firn_model::limits::{TXN_BYTES_MAX, TXN_STEPS_MAX};
 use firn_model::log::encode_fields;
 use firn_model::{
     Access, Compare, FirnError, Key, KeyChange, KvWrite, LogWrite, PutRequest, StreamId, TxnStep,
@@ -17,6 +18,8 @@ use super::sandbox::Effect;
 #[derive(Debug, Default)]
 pub struct Writes {
     pub steps: Vec<TxnStep>,
+    /// The keys' and values' bytes of the steps added.
+    pub bytes: usize,
     pub publishes: Vec<(Bytes, Bytes)>,
 }
 
@@ -29,6 +32,7 @@ impl Writes {
             rights.check(&[Access::write_key(&key(k.clone())?)])?;
         }
         for effect in effects {
+            self.bytes += effect.bytes();
             let step = match effect {
                 Effect::Put(k, v) => TxnStep::Write(KvWrite::Put(PutRequest::new(key(k)?, v))),
                 Effect::Del(k) => TxnStep::Write(KvWrite::Delete {
@@ -53,6 +57,14 @@ impl Writes {
             self.steps.push(step);
         }
         Ok(())
+    }
+
+    /// Whether a run's `effects` fit beside these writes in a transaction that keeps half
+    /// its bounds free (for the steps and bytes of what goes with them).
+    pub fn has_room_for(&self, effects: &[Effect]) -> bool {
+        let bytes: usize = effects.iter().map(Effect::bytes).sum();
+        self.steps.len() + effects.len() <= TXN_STEPS_MAX / 2
+            && self.bytes + bytes <= TXN_BYTES_MAX / 2
     }
 
     /// The transaction, under `compares`.

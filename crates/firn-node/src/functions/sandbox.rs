@@ -96,7 +96,7 @@ impl Effect {
         })
     }
 
-    fn bytes(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         match self {
             Effect::Put(k, v) | Effect::Publish(k, v) => k.len() + v.len(),
             Effect::Del(k) | Effect::Incr(k, _) => k.len() + 8,

@@ -3,6 +3,7 @@
 //! ([`runner`]). A definition is the key `_firn/trigger/<name>`; a cursor is
 //! `_firn/cursor/<name>/<shard>`. This file owns the definitions and the node's counts.
 
+mod feed;
 pub mod runner;
 
 use std::collections::HashMap;
