@@ -1,6 +1,6 @@
 //! Functions next to the data over RESP (docs/functions.md): load a WebAssembly module as a
 //! function (`FIRN.FUNCTION`), call it as one transaction (`FCALL`), and run it on every
-//! committed change of a prefix (`FIRN.TRIGGER`).
+//! committed change of a prefix, record of a log tag or entry of a stream (`FIRN.TRIGGER`).
 //!
 //! ```no_run
 //! # async fn demo(client: &firn_client::Client) -> firn_client::Result<()> {
@@ -15,7 +15,7 @@
 //! ```
 
 use bytes::Bytes;
-use firn_model::{FunctionInfo, TriggerFrom, Version};
+use firn_model::{EntrySource, FunctionInfo, TriggerFrom, Version};
 use redis::Value;
 
 use super::{Client, Result, as_bytes, as_text, as_u64, pairs, protocol};
@@ -26,6 +26,8 @@ pub struct TriggerCreate {
     pub name: String,
     /// Every committed change of a key under it is an input.
     pub prefix: Bytes,
+    /// Instead of a prefix: every record of a log tag, or entry of a stream.
+    pub entries: Option<EntrySource>,
     pub function: String,
     /// The function's version it runs (`None`: the newest, whenever it changes).
     pub version: Option<Version>,
@@ -42,11 +44,20 @@ impl TriggerCreate {
         TriggerCreate {
             name: name.into(),
             prefix: Bytes::copy_from_slice(prefix),
+            entries: None,
             function: function.into(),
             version: None,
             from: TriggerFrom::Now,
             retries: None,
             deadletter: None,
+        }
+    }
+
+    /// A trigger on the records of a log tag or the entries of a stream, from now on.
+    pub fn on_entries(name: &str, entries: EntrySource, function: &str) -> Self {
+        TriggerCreate {
+            entries: Some(entries),
+            ..TriggerCreate::new(name, b"", function)
         }
     }
 }
@@ -56,7 +67,9 @@ impl TriggerCreate {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Trigger {
     pub name: String,
+    /// Empty for a trigger on a log tag or a stream.
     pub prefix: Bytes,
+    pub entries: Option<EntrySource>,
     pub function: String,
     pub version: Option<Version>,
     pub from: TriggerFrom,
@@ -103,6 +116,7 @@ fn trigger(v: &Value) -> Result<Trigger> {
     let mut t = Trigger {
         name: String::new(),
         prefix: Bytes::new(),
+        entries: None,
         function: String::new(),
         version: None,
         from: TriggerFrom::Now,
@@ -115,10 +129,18 @@ fn trigger(v: &Value) -> Result<Trigger> {
         last_error: None,
         lag_ms: None,
     };
+    let (mut log, mut tag) = (None, None);
     for (field, v) in pairs(v)? {
         match field.as_str() {
             "name" => t.name = as_text(&v)?,
             "prefix" => t.prefix = as_bytes(&v).ok_or_else(|| protocol(&v))?,
+            "stream" => {
+                t.entries = Some(EntrySource::Stream(
+                    as_bytes(&v).ok_or_else(|| protocol(&v))?,
+                ))
+            }
+            "log" => log = Some(as_bytes(&v).ok_or_else(|| protocol(&v))?),
+            "tag" => tag = Some(as_bytes(&v).ok_or_else(|| protocol(&v))?),
             // `fn@3` when it runs one version of the function.
             "function" => {
                 let text = as_text(&v)?;
@@ -148,6 +170,9 @@ fn trigger(v: &Value) -> Result<Trigger> {
             "lag_ms" => t.lag_ms = optional(&v, as_u64)?,
             _ => {}
         }
+    }
+    if let (Some(log), Some(tag)) = (log, tag) {
+        t.entries = Some(EntrySource::Log { log, tag });
     }
     Ok(t)
 }
@@ -204,8 +229,17 @@ impl Client {
             None => t.function.clone(),
         };
         let mut cmd = redis::cmd("FIRN.TRIGGER");
-        cmd.arg("CREATE").arg(&t.name).arg("ON").arg("PREFIX");
-        cmd.arg(t.prefix.as_ref()).arg("CALL").arg(function);
+        cmd.arg("CREATE").arg(&t.name).arg("ON");
+        match &t.entries {
+            None => cmd.arg("PREFIX").arg(t.prefix.as_ref()),
+            Some(EntrySource::Log { log, tag }) => cmd
+                .arg("LOG")
+                .arg(log.as_ref())
+                .arg("TAG")
+                .arg(tag.as_ref()),
+            Some(EntrySource::Stream(stream)) => cmd.arg("STREAM").arg(stream.as_ref()),
+        };
+        cmd.arg("CALL").arg(function);
         cmd.arg("FROM").arg(match t.from {
             TriggerFrom::Now => "now".to_string(),
             TriggerFrom::Start => "0".to_string(),

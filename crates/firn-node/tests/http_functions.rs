@@ -270,6 +270,33 @@ async fn a_trigger_and_a_timer_made_over_http_run() {
     )
     .await;
     assert_eq!(code, 400, "{bad}");
+    // Two inputs at once, or none, are refused; a stream is one.
+    for body in [
+        json!({ "name": "t", "prefix": "in/", "stream": "s", "function": "copy" }),
+        json!({ "name": "t", "log": "l", "function": "copy" }),
+        json!({ "name": "t", "function": "copy" }),
+    ] {
+        let (code, refused) = send("POST", format!("{base}/v1/triggers"), Some(body)).await;
+        assert_eq!(code, 400, "{refused}");
+        assert!(
+            refused["message"]
+                .as_str()
+                .unwrap()
+                .contains("exactly one of"),
+            "{refused}"
+        );
+    }
+    let on_stream = json!({ "name": "entries", "stream": "jobs", "function": "copy" });
+    let (code, created) = send("POST", format!("{base}/v1/triggers"), Some(on_stream)).await;
+    assert_eq!(code, 201, "{created}");
+    let (_, info) = send("GET", format!("{base}/v1/triggers/entries"), None).await;
+    assert_eq!(
+        (&info["stream"], &info["prefix"]),
+        (&json!("jobs"), &json!(null)),
+        "{info}"
+    );
+    let (code, _) = send("DELETE", format!("{base}/v1/triggers/entries"), None).await;
+    assert_eq!(code, 200);
 
     // A timer: set, listed, fired once with its payload, then gone.
     let (code, set) = send(

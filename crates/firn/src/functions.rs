@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 use firn_client::functions::{Trigger, TriggerCreate};
 use firn_model::time::{micros_to_rfc3339, parse_micros};
-use firn_model::{FunctionInfo, TriggerFrom};
+use firn_model::{EntrySource, FunctionInfo, TriggerFrom};
 
 use crate::{Target, connect, show};
 
@@ -57,13 +57,24 @@ pub enum FunctionAction {
 
 #[derive(Subcommand)]
 pub enum TriggerAction {
-    /// Run a function on every committed change of a key under a prefix.
+    /// Run a function on every committed change of a key under a prefix, record of a log
+    /// tag, or entry of a stream.
+    #[command(group(clap::ArgGroup::new("input").required(true).args(["prefix", "log", "stream"])))]
     Create {
         /// The trigger's name.
         name: String,
         /// The keys it follows: every put and delete of a key under this prefix.
         #[arg(long)]
-        prefix: String,
+        prefix: Option<String>,
+        /// The log whose records of `--tag` it follows.
+        #[arg(long, requires = "tag")]
+        log: Option<String>,
+        /// The tag of `--log` whose records it follows.
+        #[arg(long, requires = "log")]
+        tag: Option<String>,
+        /// The stream whose entries it follows.
+        #[arg(long)]
+        stream: Option<String>,
         /// The function it runs: NAME (its newest version) or NAME@VERSION.
         #[arg(long = "call", value_name = "FUNCTION")]
         function: String,
@@ -181,6 +192,9 @@ pub async fn run_trigger(action: TriggerAction) -> Result<(), String> {
         TriggerAction::Create {
             name,
             prefix,
+            log,
+            tag,
+            stream,
             function,
             from,
             retries,
@@ -196,19 +210,45 @@ pub async fn run_trigger(action: TriggerAction) -> Result<(), String> {
                 ),
                 None => (function.as_str(), None),
             };
+            let (base, on) = match (prefix, log.zip(tag), stream) {
+                (Some(prefix), None, None) => (
+                    TriggerCreate::new(&name, prefix.as_bytes(), function),
+                    format!("every change under '{prefix}'"),
+                ),
+                (None, Some((log, tag)), None) => (
+                    TriggerCreate::on_entries(
+                        &name,
+                        EntrySource::Log {
+                            log: log.clone().into(),
+                            tag: tag.clone().into(),
+                        },
+                        function,
+                    ),
+                    format!("every record of tag '{tag}' of log '{log}'"),
+                ),
+                (None, None, Some(stream)) => (
+                    TriggerCreate::on_entries(
+                        &name,
+                        EntrySource::Stream(stream.clone().into()),
+                        function,
+                    ),
+                    format!("every entry of stream '{stream}'"),
+                ),
+                _ => return Err("name one of --prefix, --log with --tag, --stream".into()),
+            };
             let create = TriggerCreate {
                 version,
                 from: trigger_from(&from)?,
                 retries,
                 deadletter: deadletter.map(Into::into),
-                ..TriggerCreate::new(&name, prefix.as_bytes(), function)
+                ..base
             };
             connect(&target)
                 .await?
                 .trigger_create(&create)
                 .await
                 .map_err(show)?;
-            println!("trigger '{name}' created: {function} on every change under '{prefix}'");
+            println!("trigger '{name}' created: {function} on {on}");
         }
         TriggerAction::List { target } => {
             for t in connect(&target).await?.trigger_list().await.map_err(show)? {
@@ -255,11 +295,16 @@ fn trigger_lines(t: &Trigger) -> Vec<String> {
         TriggerFrom::Start => "0".to_string(),
         TriggerFrom::TimeUs(us) => micros_to_rfc3339(us),
     };
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let on = match &t.entries {
+        None => format!("prefix='{}'", text(&t.prefix)),
+        Some(EntrySource::Log { log, tag }) => format!("log='{}' tag='{}'", text(log), text(tag)),
+        Some(EntrySource::Stream(stream)) => format!("stream='{}'", text(stream)),
+    };
     let mut lines = vec![format!(
-        "{:<24} prefix='{}' call={function} from={from} retries={} deadletter={} {} runs={} \
+        "{:<24} {on} call={function} from={from} retries={} deadletter={} {} runs={} \
          errors={} dead_letters={} lag_ms={}",
         t.name,
-        String::from_utf8_lossy(&t.prefix),
         t.retries,
         String::from_utf8_lossy(&t.deadletter),
         if t.paused { "paused" } else { "running" },

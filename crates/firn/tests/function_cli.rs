@@ -143,6 +143,20 @@ fn functions_are_loaded_called_and_run_by_triggers_from_the_command_line() {
         ],
     );
     assert!(bad.contains("not a version number"), "{bad}");
+    // On a log tag: made, and shown with its log and tag.
+    let created = succeeds(
+        &node,
+        &[
+            "trigger", "create", "tagged", "--log", "events", "--tag", "hot", "--call", "copy",
+        ],
+    );
+    assert!(
+        created.contains("every record of tag 'hot' of log 'events'"),
+        "{created}"
+    );
+    let info = succeeds(&node, &["trigger", "info", "tagged"]);
+    assert!(info.contains("log='events' tag='hot'"), "{info}");
+    succeeds(&node, &["trigger", "drop", "tagged"]);
 
     succeeds(&node, &["function", "delete", "echo"]);
     let gone = fails(&node, &["function", "info", "echo"]);

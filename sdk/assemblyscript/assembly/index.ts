@@ -44,6 +44,10 @@ export enum RunKind {
   Delete = 2,
   /** a timer firing; keys() is empty, args() has the timer's payload */
   Timer = 3,
+  /** a trigger's input that is a stream's entry (ON STREAM) or a log tag's record (ON LOG);
+   * keys() has the stream or tag, args() the id and then the fields and values (a record:
+   * its id and its payload) */
+  Entry = 4,
 }
 
 /** A host call that failed: which call, on which key (stream, channel, prefix), and why. */

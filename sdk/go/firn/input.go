@@ -18,6 +18,10 @@ const (
 	KindDelete RunKind = 2
 	// KindTimer: a timer firing; Keys is empty, Args has the timer's payload.
 	KindTimer RunKind = 3
+	// KindEntry: a trigger's input that is a stream's entry (ON STREAM) or a log tag's
+	// record (ON LOG); Keys has the stream or tag, Args the entry's id and then its fields
+	// and values (a record: its id and its payload).
+	KindEntry RunKind = 4
 )
 
 func (k RunKind) String() string {
@@ -30,6 +34,8 @@ func (k RunKind) String() string {
 		return "delete"
 	case KindTimer:
 		return "timer"
+	case KindEntry:
+		return "entry"
 	}
 	return "unknown"
 }

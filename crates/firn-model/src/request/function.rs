@@ -79,8 +79,13 @@ pub enum TriggerFrom {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TriggerSpec {
     pub name: String,
-    /// The keys it follows: every committed change of a key under this prefix.
+    /// The keys it follows: every committed change of a key under this prefix (empty for a
+    /// trigger on a log tag or a stream).
     pub prefix: Bytes,
+    /// A trigger on the records of a log tag or the entries of a stream, instead of a
+    /// prefix's changes.
+    #[serde(default)]
+    pub entries: Option<EntrySource>,
     pub function: String,
     /// The function's version it runs; none: the newest.
     pub version: Option<Version>,
@@ -100,6 +105,26 @@ pub struct TriggerSpec {
     /// A replay's prefix: every key its runs write is written under it instead.
     #[serde(default)]
     pub into: Option<Bytes>,
+}
+
+/// The records a trigger on a log follows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EntrySource {
+    /// `ON LOG l TAG t`: each record of tag `t` of log `l`, its payload the run's argument.
+    Log { log: Bytes, tag: Bytes },
+    /// `ON STREAM s`: each entry added to stream `s`, its id and then its fields and values
+    /// the run's arguments.
+    Stream(Bytes),
+}
+
+impl EntrySource {
+    /// The log and tag the records are read from (a stream is the tag of its own name).
+    pub fn log_and_tag(&self) -> (&Bytes, &Bytes) {
+        match self {
+            EntrySource::Log { log, tag } => (log, tag),
+            EntrySource::Stream(s) => (s, s),
+        }
+    }
 }
 
 /// What a replay of trigger `name` is called: a name no trigger can take (`~`).

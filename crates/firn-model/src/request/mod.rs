@@ -19,7 +19,7 @@ pub use access::{Access, Permission, Scope};
 pub use admin::{AdminRequest, LocalRegionInfo};
 pub use context::{Answer, CallContext, IdemKey, Staleness};
 pub use function::{
-    FunctionInfo, FunctionRequest, TimerRequest, TimerSpec, TriggerFrom, TriggerInfo,
+    EntrySource, FunctionInfo, FunctionRequest, TimerRequest, TimerSpec, TriggerFrom, TriggerInfo,
     TriggerRequest, TriggerSpec,
 };
 pub use group::{

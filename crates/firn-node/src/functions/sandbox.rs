@@ -29,6 +29,8 @@ pub enum InputKind {
     Delete = 2,
     /// A timer fired.
     Timer = 3,
+    /// A trigger's input: a record of a log tag, or a stream's entry.
+    Entry = 4,
 }
 
 /// A run's input: what the ABI's `kind`, `key`, `arg`, `stamp_us` and `input_version` answer.

@@ -14,8 +14,8 @@ use firn_model::function::TRIGGER_RETRIES_DEFAULT;
 use firn_model::hlc::system_wall_us;
 use firn_model::time::parse_micros;
 use firn_model::{
-    FirnError, FunctionInfo, FunctionRequest, Response, TimerRequest, TimerSpec, TriggerFrom,
-    TriggerInfo, TriggerRequest, TriggerSpec,
+    EntrySource, FirnError, FunctionInfo, FunctionRequest, Response, TimerRequest, TimerSpec,
+    TriggerFrom, TriggerInfo, TriggerRequest, TriggerSpec,
 };
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
@@ -147,13 +147,17 @@ fn done(response: Response) -> ApiResult<()> {
     }
 }
 
-/// A trigger to create: `FIRN.TRIGGER CREATE name ON PREFIX p CALL fn[@version] [FROM …]
-/// [RETRIES n] [DEADLETTER stream]`.
+/// A trigger to create: `FIRN.TRIGGER CREATE name ON PREFIX p | LOG l TAG t | STREAM s CALL
+/// fn[@version] [FROM …] [RETRIES n] [DEADLETTER stream]` — exactly one of `prefix`, `log`
+/// with `tag`, `stream`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct TriggerBody {
     name: String,
-    prefix: String,
+    prefix: Option<String>,
+    log: Option<String>,
+    tag: Option<String>,
+    stream: Option<String>,
     function: String,
     /// The function's version it runs; absent: the newest.
     version: Option<u64>,
@@ -179,9 +183,30 @@ pub(super) async fn create_trigger(
     body: Result<axum::Json<TriggerBody>, JsonRejection>,
 ) -> Created {
     let axum::Json(body) = body.map_err(bad_json)?;
+    let (prefix, entries) = match (body.prefix, body.log, body.tag, body.stream) {
+        (Some(prefix), None, None, None) => (Bytes::from(prefix), None),
+        (None, Some(log), Some(tag), None) => (
+            Bytes::new(),
+            Some(EntrySource::Log {
+                log: Bytes::from(log),
+                tag: Bytes::from(tag),
+            }),
+        ),
+        (None, None, None, Some(stream)) => {
+            (Bytes::new(), Some(EntrySource::Stream(Bytes::from(stream))))
+        }
+        _ => {
+            return Err(FirnError::BadArgument(
+                "a trigger follows exactly one of: \"prefix\"; \"log\" with \"tag\"; \"stream\""
+                    .into(),
+            )
+            .into());
+        }
+    };
     let spec = TriggerSpec {
         name: body.name,
-        prefix: Bytes::from(body.prefix),
+        prefix,
+        entries,
         function: body.function,
         version: body.version,
         from: body
@@ -227,7 +252,14 @@ fn trigger_json(t: &TriggerInfo) -> Json {
         "last_error": t.last_error,
         "lag_ms": t.lag_ms,
     });
-    set_name(&mut j, "prefix", &s.prefix);
+    match &s.entries {
+        None => set_name(&mut j, "prefix", &s.prefix),
+        Some(EntrySource::Log { log, tag }) => {
+            set_name(&mut j, "log", log);
+            set_name(&mut j, "tag", tag);
+        }
+        Some(EntrySource::Stream(stream)) => set_name(&mut j, "stream", stream),
+    }
     set_name(
         &mut j,
         "deadletter",

@@ -4,6 +4,7 @@
 //! `_firn/cursor/<name>/<shard>`. This file owns the definitions and the node's counts.
 
 mod feed;
+mod input;
 pub mod runner;
 
 use std::collections::HashMap;
@@ -182,7 +183,16 @@ async fn create(
     mut spec: TriggerSpec,
 ) -> Result<Response, FirnError> {
     check_name("trigger", &spec.name)?;
-    if spec.prefix.starts_with(RESERVED_PREFIX) || RESERVED_PREFIX.starts_with(&spec.prefix) {
+    if let Some(source) = &spec.entries {
+        let (log, tag) = source.log_and_tag();
+        if log.is_empty() || tag.is_empty() {
+            return Err(FirnError::BadArgument(
+                "a trigger's log, tag or stream is named (not empty)".into(),
+            ));
+        }
+        spec.prefix = Bytes::new();
+    } else if spec.prefix.starts_with(RESERVED_PREFIX) || RESERVED_PREFIX.starts_with(&spec.prefix)
+    {
         return Err(FirnError::BadArgument(
             "a trigger's prefix may not cover keys under _firn/ (Firn's own); name a narrower prefix"
                 .into(),

@@ -20,7 +20,7 @@ use firn_model::log::encode_fields;
 use firn_model::{
     CallContext, CommitTs, Compare, CompareOp, CompareTarget, FirnError, KvRead, KvRequest,
     KvWrite, LogWrite, PutRequest, ReadAt, ReadConsistency, Request, Response, StreamId,
-    TriggerFrom, TriggerSpec, TxnStep, WatchEvent, hlc::system_wall_us,
+    TriggerFrom, TriggerSpec, TxnStep, hlc::system_wall_us,
 };
 use firn_raft::ShardReplica;
 use firn_store::ChangePosition;
@@ -28,10 +28,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::feed::Feed;
+use super::input::{self, Input};
 use super::{cursor_key, dead_letters, specs};
 use crate::functions::commit::Writes;
 use crate::functions::host::{Cut, StoreReads};
-use crate::functions::sandbox::{InputKind, Invocation};
 use crate::functions::{Functions, Rights};
 
 /// How often a leader looks for new inputs when nothing wakes it sooner.
@@ -148,7 +148,11 @@ impl Led {
         ctx: &CallContext,
         triggers: &[TriggerSpec],
     ) -> bool {
-        let mut prefixes: Vec<Bytes> = triggers.iter().map(|t| t.prefix.clone()).collect();
+        let mut prefixes: Vec<Bytes> = triggers
+            .iter()
+            .filter(|t| t.entries.is_none())
+            .map(|t| t.prefix.clone())
+            .collect();
         prefixes.sort();
         prefixes.dedup();
         if !self.feed.as_ref().is_some_and(|f| f.serves(&prefixes)) {
@@ -170,7 +174,10 @@ impl Led {
             }
         }
         // What every running trigger is past is let go.
-        let running: Vec<_> = triggers.iter().filter(|s| !s.paused).collect();
+        let running: Vec<_> = triggers
+            .iter()
+            .filter(|s| !s.paused && s.entries.is_none())
+            .collect();
         let passed = running
             .iter()
             .map(|s| self.known.get(&s.name).map(|k| &k.cursor))
@@ -200,20 +207,32 @@ impl Led {
         if let Some(until) = spec.until_us {
             through = through.min(CommitTs::new(until, u32::MAX));
         }
-        let inputs = if through <= known.cursor.commit_ts {
+        let mut passed = None;
+        let inputs: Vec<Input> = if through <= known.cursor.commit_ts {
             Vec::new()
+        } else if let Some(source) = spec.entries.clone() {
+            let after = known.cursor.clone();
+            let (inputs, older) = tokio::task::spawn_blocking(move || {
+                input::records(&store, &source, &after, through, INPUTS_PER_COMMIT)
+            })
+            .await
+            .map_err(|e| FirnError::Internal(format!("reading a trigger's inputs: {e}")))??;
+            passed = older;
+            inputs
         } else if let Some(feed) = self.feed.as_mut()
             && feed.pull()
             && feed.covers(&known.cursor, known.seen_through)
         {
-            feed.changes(&spec.prefix, &known.cursor, through, INPUTS_PER_COMMIT)
+            let changes = feed.changes(&spec.prefix, &known.cursor, through, INPUTS_PER_COMMIT);
+            changes.into_iter().map(Input::of_version).collect()
         } else {
             let (prefix, after) = (spec.prefix.clone(), known.cursor.clone());
-            tokio::task::spawn_blocking(move || {
+            let changes = tokio::task::spawn_blocking(move || {
                 store.changes(&prefix, &after, through, INPUTS_PER_COMMIT)
             })
             .await
-            .map_err(|e| FirnError::Internal(format!("reading a trigger's inputs: {e}")))??
+            .map_err(|e| FirnError::Internal(format!("reading a trigger's inputs: {e}")))??;
+            changes.into_iter().map(Input::of_version).collect()
         };
         // Fewer than a batch: every input up to `through` is among them.
         let seen_through = if inputs.len() < INPUTS_PER_COMMIT {
@@ -224,10 +243,13 @@ impl Led {
         let name = &spec.name;
         if inputs.is_empty() {
             functions.triggers.lag(name, shard, 0);
+            // Records older than the trigger's start are not looked at again.
+            let cursor = passed.unwrap_or(known.cursor);
             self.known.insert(
                 name.clone(),
                 Known {
                     seen_through,
+                    cursor,
                     ..known
                 },
             );
@@ -237,10 +259,10 @@ impl Led {
         functions.triggers.lag(
             name,
             shard,
-            now_us.saturating_sub(inputs[0].info.commit_ts.wall_us) / 1_000,
+            now_us.saturating_sub(inputs[0].stamp().wall_us) / 1_000,
         );
         let (writes, taken, runs, dead) = run_batch(functions, ctx, spec, &inputs).await?;
-        let last = ChangePosition::of(&inputs[taken - 1]);
+        let last = inputs[taken - 1].at.clone();
         let committed = commit(functions, ctx, spec, shard, known.version, &last, writes).await?;
         match committed {
             Some((version, publishes)) => {
@@ -276,15 +298,15 @@ async fn run_batch(
     functions: &Arc<Functions>,
     ctx: &CallContext,
     spec: &TriggerSpec,
-    inputs: &[WatchEvent],
+    inputs: &[Input],
 ) -> Result<(Writes, usize, u64, u64), FirnError> {
     let loaded = functions.loaded(ctx, &spec.function, spec.version).await?;
     let rights = Rights::of(functions.kernel(), spec.creator.as_deref())?;
     let mut writes = Writes::default();
     let (mut taken, mut runs, mut dead) = (0, 0, 0);
-    for event in inputs {
+    for input in inputs {
         let before = writes.steps.len();
-        match run_input(functions, ctx, spec, &loaded, event, &rights).await {
+        match run_input(functions, ctx, spec, &loaded, input, &rights).await {
             Ok(effects) => {
                 let effects = match &spec.into {
                     Some(into) => effects.into_iter().filter_map(|e| e.under(into)).collect(),
@@ -298,7 +320,7 @@ async fn run_batch(
                     // Beyond the creator's rights: a failed input, as a trap is.
                     functions.triggers.failed(&spec.name, &e.to_string());
                     writes.steps.truncate(before);
-                    writes.steps.push(dead_letter(spec, event, &e)?);
+                    writes.steps.push(dead_letter(spec, input, &e)?);
                     dead += 1;
                 } else {
                     runs += 1;
@@ -309,7 +331,7 @@ async fn run_batch(
             Err(e) if !the_functions(&e) => return Err(e),
             Err(e) => {
                 functions.triggers.failed(&spec.name, &e.to_string());
-                writes.steps.push(dead_letter(spec, event, &e)?);
+                writes.steps.push(dead_letter(spec, input, &e)?);
                 dead += 1;
             }
         }
@@ -425,37 +447,29 @@ async fn read_cursor(
     Ok(unknown(0, start))
 }
 
-/// Runs one input (tried again up to the trigger's retries); its writes.
+/// Runs one input (tried again up to the trigger's retries), reading the cut at its stamp;
+/// its writes.
 async fn run_input(
     functions: &Arc<Functions>,
     ctx: &CallContext,
     spec: &TriggerSpec,
     loaded: &crate::functions::Loaded,
-    event: &WatchEvent,
+    input: &Input,
     rights: &Rights,
 ) -> Result<Vec<crate::functions::sandbox::Effect>, FirnError> {
     let mut last = None;
     for _ in 0..=spec.retries {
-        let deleted = event.info.deleted;
-        let input = Invocation {
-            kind: if deleted {
-                InputKind::Delete
-            } else {
-                InputKind::Put
-            },
-            keys: vec![event.key.bytes().clone()],
-            args: event.info.value.iter().cloned().collect(),
-            stamp_us: event.info.commit_ts.wall_us,
-            input_version: event.info.version,
-        };
         let reads = StoreReads::new(
             functions.kernel().clone(),
             tokio::runtime::Handle::current(),
             ctx.clone(),
-            Cut::At(event.info.commit_ts),
+            Cut::At(input.stamp()),
             rights.clone(),
         );
-        match functions.run_once(loaded, input, reads).await {
+        match functions
+            .run_once(loaded, input.invocation.clone(), reads)
+            .await
+        {
             Ok(outcome) => return Ok(outcome.effects),
             Err(e) => last = Some(e),
         }
@@ -463,18 +477,14 @@ async fn run_input(
     Err(last.expect("at least one try"))
 }
 
-/// The entry of a failed input in the trigger's dead letters: its key, version, stamp and
-/// the error.
-fn dead_letter(
-    spec: &TriggerSpec,
-    event: &WatchEvent,
-    error: &FirnError,
-) -> Result<TxnStep, FirnError> {
+/// The entry of a failed input in the trigger's dead letters: its key (or stream, or tag),
+/// version (or id), stamp and the error.
+fn dead_letter(spec: &TriggerSpec, input: &Input, error: &FirnError) -> Result<TxnStep, FirnError> {
     let field = |f: &str, v: String| (Bytes::from(f.to_owned()), Bytes::from(v));
     let fields = [
-        (Bytes::from_static(b"key"), event.key.bytes().clone()),
-        field("version", event.info.version.to_string()),
-        field("stamp", event.info.commit_ts.to_string()),
+        (Bytes::from_static(b"key"), input.key.clone()),
+        field("version", input.id.clone()),
+        field("stamp", input.stamp().to_string()),
         field("error", error.to_string()),
     ];
     Ok(TxnStep::Log(LogWrite::StreamAdd {

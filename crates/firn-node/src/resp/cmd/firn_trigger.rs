@@ -1,11 +1,14 @@
-//! FIRN.TRIGGER CREATE name ON PREFIX p CALL fn[@version] [FROM now|0|t] [RETRIES n]
-//! [DEADLETTER stream] | PAUSE name | RESUME name | DROP name | INFO name | LIST: a function
-//! run on every committed change of a prefix, exactly once in effect (docs/functions.md).
+//! FIRN.TRIGGER CREATE name ON PREFIX p | LOG l TAG t | STREAM s CALL fn[@version]
+//! [FROM now|0|t] [RETRIES n] [DEADLETTER stream] | PAUSE name | RESUME name | DROP name |
+//! INFO name | LIST | REPLAY name FROM t1 TO t2 INTO prefix: a function run on every
+//! committed change of a prefix, record of a log tag or entry of a stream, exactly once in
+//! effect (docs/functions.md).
 
 use bytes::Bytes;
 use firn_model::function::TRIGGER_RETRIES_DEFAULT;
 use firn_model::{
-    FirnError, FunctionRequest, Response, TriggerFrom, TriggerInfo, TriggerRequest, TriggerSpec,
+    EntrySource, FirnError, FunctionRequest, Response, TriggerFrom, TriggerInfo, TriggerRequest,
+    TriggerSpec,
 };
 
 use crate::resp::args::Args;
@@ -21,7 +24,7 @@ pub const FIRN_TRIGGER: CommandSpec = CommandSpec {
     keys: KeyPositions::NONE,
     group: Group::Firn,
     since: FIRST_RELEASE,
-    summary: "CREATE name ON PREFIX p CALL fn [FROM now|0|t] [RETRIES n] [DEADLETTER stream]; PAUSE, RESUME, DROP, INFO name; LIST.",
+    summary: "CREATE name ON PREFIX p | LOG l TAG t | STREAM s CALL fn [FROM now|0|t] [RETRIES n] [DEADLETTER stream]; PAUSE, RESUME, DROP, INFO name; LIST; REPLAY name FROM t1 TO t2 INTO prefix.",
     parse: firn_trigger,
 };
 
@@ -43,9 +46,17 @@ fn info_reply(t: TriggerInfo) -> Reply {
         replay.push((text("until"), Reply::Int(until as i64)));
         replay.push((text("into"), Reply::Bulk(into)));
     }
-    let mut fields = vec![
-        (text("name"), text(&s.name)),
-        (text("prefix"), Reply::Bulk(s.prefix.clone())),
+    let on = match &s.entries {
+        None => vec![(text("prefix"), Reply::Bulk(s.prefix.clone()))],
+        Some(EntrySource::Log { log, tag }) => vec![
+            (text("log"), Reply::Bulk(log.clone())),
+            (text("tag"), Reply::Bulk(tag.clone())),
+        ],
+        Some(EntrySource::Stream(stream)) => vec![(text("stream"), Reply::Bulk(stream.clone()))],
+    };
+    let mut fields = vec![(text("name"), text(&s.name))];
+    fields.extend(on);
+    fields.extend([
         (text("function"), text(&function)),
         (text("from"), from),
         (text("retries"), Reply::Int(s.retries as i64)),
@@ -62,7 +73,7 @@ fn info_reply(t: TriggerInfo) -> Reply {
             text("lag_ms"),
             t.lag_ms.map_or(Reply::Nil, |l| Reply::Int(l as i64)),
         ),
-    ];
+    ]);
     fields.extend(replay);
     Reply::Map(fields)
 }
@@ -89,7 +100,7 @@ fn firn_trigger(mut args: Args) -> Result<Action, FirnError> {
         }),
         other => {
             return Err(FirnError::BadArgument(format!(
-                "unknown FIRN.TRIGGER subcommand '{other}'; use CREATE, PAUSE, RESUME, DROP, INFO or LIST"
+                "unknown FIRN.TRIGGER subcommand '{other}'; use CREATE, PAUSE, RESUME, DROP, INFO, LIST or REPLAY"
             )));
         }
     };
@@ -128,7 +139,8 @@ fn parse_replay(args: &mut Args) -> Result<TriggerRequest, FirnError> {
     })
 }
 
-/// `name ON PREFIX p CALL fn[@version] [FROM now|0|t] [RETRIES n] [DEADLETTER stream]`.
+/// `name ON PREFIX p | LOG l TAG t | STREAM s CALL fn[@version] [FROM now|0|t] [RETRIES n]
+/// [DEADLETTER stream]`.
 fn parse_create(args: &mut Args) -> Result<TriggerSpec, FirnError> {
     let name = args.text()?;
     let expect = |args: &mut Args, word: &str| -> Result<(), FirnError> {
@@ -142,13 +154,21 @@ fn parse_create(args: &mut Args) -> Result<TriggerSpec, FirnError> {
         }
     };
     expect(args, "ON")?;
-    let on = args.keyword()?;
-    if on != "PREFIX" {
-        return Err(FirnError::BadArgument(format!(
-            "a trigger follows ON PREFIX p (log tags and streams are not inputs yet); got '{on}'"
-        )));
-    }
-    let prefix: Bytes = args.bytes()?;
+    let (prefix, entries) = match args.keyword()?.as_str() {
+        "PREFIX" => (args.bytes()?, None),
+        "LOG" => {
+            let log = args.bytes()?;
+            expect(args, "TAG")?;
+            let tag = args.bytes()?;
+            (Bytes::new(), Some(EntrySource::Log { log, tag }))
+        }
+        "STREAM" => (Bytes::new(), Some(EntrySource::Stream(args.bytes()?))),
+        other => {
+            return Err(FirnError::BadArgument(format!(
+                "a trigger follows ON PREFIX p, ON LOG l TAG t or ON STREAM s; got '{other}'"
+            )));
+        }
+    };
     expect(args, "CALL")?;
     let target = args.text()?;
     let (function, version) = match target.split_once('@') {
@@ -163,6 +183,7 @@ fn parse_create(args: &mut Args) -> Result<TriggerSpec, FirnError> {
     let mut spec = TriggerSpec {
         name,
         prefix,
+        entries,
         function,
         version,
         from: TriggerFrom::Now,
