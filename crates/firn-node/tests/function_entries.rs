@@ -4,9 +4,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{error_line, ok, redis_conn, start_three_shard_node};
+use common::{error_line, eventually_reads, ok, redis_conn, start_three_shard_node};
 use redis::aio::MultiplexedConnection;
 
 /// For an entry (kind 4): puts its first argument (the id) under the key its last argument
@@ -31,22 +31,6 @@ const COPY_ID: &str = r#"(module
 
 async fn get(c: &mut MultiplexedConnection, key: &str) -> Option<String> {
     redis::cmd("GET").arg(key).query_async(c).await.unwrap()
-}
-
-/// Polls `key` until it reads `want` (or 20 s pass).
-async fn eventually(c: &mut MultiplexedConnection, key: &str, want: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let got = get(c, key).await;
-        if got.as_deref() == Some(want) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{key} reads {got:?}, not {want:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn load_copy(c: &mut MultiplexedConnection) {
@@ -94,9 +78,9 @@ async fn a_trigger_on_a_stream_runs_once_for_each_entry_added_after_it() {
         ids.push(id);
     }
     for (device, id) in ["d1", "d2", "d3"].iter().zip(&ids) {
-        eventually(&mut c, device, id).await;
+        eventually_reads(&mut c, device, id).await;
     }
-    eventually(&mut c, "entries", "3").await;
+    eventually_reads(&mut c, "entries", "3").await;
     // The entry from before the trigger was made is not its input.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(get(&mut c, "early").await, None);
@@ -140,9 +124,9 @@ async fn a_trigger_on_a_log_tag_runs_once_for_each_record_of_the_tag_on_every_sh
         seqs.push(seq[0].clone());
     }
     let _: Vec<String> = append(&["cold"], "k3").query_async(&mut c).await.unwrap();
-    eventually(&mut c, "k1", &seqs[0]).await;
-    eventually(&mut c, "k2", &seqs[1]).await;
-    eventually(&mut c, "entries", "2").await;
+    eventually_reads(&mut c, "k1", &seqs[0]).await;
+    eventually_reads(&mut c, "k2", &seqs[1]).await;
+    eventually_reads(&mut c, "entries", "2").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(get(&mut c, "k3").await, None, "a record of another tag ran");
     assert_eq!(get(&mut c, "entries").await.as_deref(), Some("2"));

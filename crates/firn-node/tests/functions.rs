@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{bulk_text, error_line, ok, redis_conn, start_three_shard_node};
+use common::{bulk_text, error_line, eventually_reads, ok, redis_conn, start_three_shard_node};
 use redis::aio::MultiplexedConnection;
 
 /// The example functions, built once per test run (Go's `wasip1` port).
@@ -40,22 +40,6 @@ async fn load(c: &mut MultiplexedConnection, name: &str, module: &[u8]) -> redis
         .arg(module)
         .query_async(c)
         .await
-}
-
-/// Polls `key` until it reads `want` (or the deadline).
-async fn eventually(c: &mut MultiplexedConnection, key: &str, want: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let got: Option<String> = redis::cmd("GET").arg(key).query_async(c).await.unwrap();
-        if got.as_deref() == Some(want) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{key} reads {got:?}, not {want:?}, 20 s on"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn xlen(c: &mut MultiplexedConnection, stream: &str) -> i64 {
@@ -144,8 +128,8 @@ async fn a_trigger_runs_once_for_each_committed_change_and_reads_at_its_stamp() 
     }
     for device in ["a", "b", "c"] {
         // Six readings, each counted once; the last average is of the last five.
-        eventually(&mut c, &format!("count/{device}"), "6").await;
-        eventually(&mut c, &format!("avg/{device}"), "40.00").await;
+        eventually_reads(&mut c, &format!("count/{device}"), "6").await;
+        eventually_reads(&mut c, &format!("avg/{device}"), "40.00").await;
     }
     let info = ok(&mut c, &["FIRN.TRIGGER", "INFO", "averages"]).await;
     assert!(format!("{info:?}").contains("runs"), "{info:?}");
@@ -161,7 +145,7 @@ async fn a_trigger_runs_once_for_each_committed_change_and_reads_at_its_stamp() 
         .unwrap();
     assert_eq!(count, "6", "a paused trigger ran");
     ok(&mut c, &["FIRN.TRIGGER", "RESUME", "averages"]).await;
-    eventually(&mut c, "count/a", "7").await;
+    eventually_reads(&mut c, "count/a", "7").await;
     ok(&mut c, &["FIRN.TRIGGER", "DROP", "averages"]).await;
     let gone = error_line(&mut c, &["FIRN.TRIGGER", "INFO", "averages"]).await;
     assert!(gone.contains("trigger not found"), "{gone}");
@@ -239,7 +223,7 @@ async fn a_timer_fires_once() {
     .await;
     let listed = ok(&mut c, &["FIRN.TIMER", "LIST"]).await;
     assert!(format!("{listed:?}").contains("soon"));
-    eventually(&mut c, "fired", "1").await;
+    eventually_reads(&mut c, "fired", "1").await;
     tokio::time::sleep(Duration::from_millis(600)).await;
     let fired: String = redis::cmd("GET")
         .arg("fired")
@@ -379,8 +363,8 @@ async fn a_replay_over_history_writes_what_the_live_trigger_wrote() {
             ok(&mut c, &["SET", &format!("sensor/{device}"), v]).await;
         }
     }
-    eventually(&mut c, "count/a", "7").await;
-    eventually(&mut c, "count/b", "7").await;
+    eventually_reads(&mut c, "count/a", "7").await;
+    eventually_reads(&mut c, "count/b", "7").await;
     let to = firn_model::hlc::system_wall_us();
     ok(
         &mut c,
@@ -397,8 +381,8 @@ async fn a_replay_over_history_writes_what_the_live_trigger_wrote() {
         ],
     )
     .await;
-    eventually(&mut c, "replay/count/a", "7").await;
-    eventually(&mut c, "replay/count/b", "7").await;
+    eventually_reads(&mut c, "replay/count/a", "7").await;
+    eventually_reads(&mut c, "replay/count/b", "7").await;
     for device in ["a", "b"] {
         let live = values_of(&mut c, &format!("avg/{device}")).await;
         let replayed = values_of(&mut c, &format!("replay/avg/{device}")).await;
@@ -503,7 +487,7 @@ async fn a_call_runs_with_its_callers_rights_and_a_trigger_with_its_creators() {
     .await;
     ok(&mut dev, &["SET", "sensor/1", "secret/t"]).await;
     ok(&mut dev, &["SET", "sensor/2", "derived/t"]).await;
-    eventually(&mut dev, "derived/t", "x").await;
+    eventually_reads(&mut dev, "derived/t", "x").await;
     let deadline = Instant::now() + Duration::from_secs(20);
     while xlen(&mut ops, "_firn/deadletter/puts").await < 1 {
         assert!(

@@ -115,6 +115,22 @@ pub fn bulk_text(v: &redis::Value) -> String {
     }
 }
 
+/// Polls GET `key` until it reads `want`; fails the test after 20 s.
+pub async fn eventually_reads(c: &mut redis::aio::MultiplexedConnection, key: &str, want: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let got: Option<String> = redis::cmd("GET").arg(key).query_async(c).await.unwrap();
+        if got.as_deref() == Some(want) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{key} reads {got:?}, not {want:?}, 20 s on"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 pub async fn assert_usable(c: &mut redis::aio::MultiplexedConnection) {
     assert_eq!(
         ok(c, &["PING"]).await,
