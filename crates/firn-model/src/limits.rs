@@ -126,5 +126,8 @@ pub const FUNCTION_LOG_BYTES_MAX: usize = 16 * 1024;
 /// Keys one `scan` host call answers.
 pub const FUNCTION_SCAN_KEYS_MAX: usize = 1_000;
 
+/// Records one `log_read` host call answers.
+pub const FUNCTION_LOG_READ_RECORDS_MAX: usize = 1_000;
+
 /// A function's, trigger's or timer's name: its bytes.
 pub const FUNCTION_NAME_BYTES_MAX: usize = 128;

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{error_line, eventually_reads, ok, redis_conn, start_three_shard_node};
 use redis::aio::MultiplexedConnection;
@@ -189,5 +189,189 @@ async fn a_trigger_names_one_input_and_a_bad_one_is_refused() {
     // Nothing was made, and the connection serves on.
     let list = ok(&mut c, &["FIRN.TRIGGER", "LIST"]).await;
     assert_eq!(list, redis::Value::Array(Vec::new()));
+    node.shutdown().await;
+}
+
+/// For each put: `seen/<key>` = the page `log_read("events", "hot", "")` answers.
+const READ_TAG: &str = r#"(module
+    (import "firn" "key" (func $key (param i32 i32 i32) (result i32)))
+    (import "firn" "log_read"
+        (func $log_read (param i32 i32 i32 i32 i32 i32 i32 i32) (result i64)))
+    (import "firn" "put" (func $put (param i32 i32 i32 i32) (result i32)))
+    (memory (export "memory") 2)
+    (data (i32.const 0) "events")
+    (data (i32.const 16) "hot")
+    (data (i32.const 32) "seen/")
+    (func (export "run") (result i32)
+        (local $k i32) (local $n i64)
+        (local.set $k (call $key (i32.const 0) (i32.const 37) (i32.const 900)))
+        (local.set $n (call $log_read (i32.const 0) (i32.const 6) (i32.const 16) (i32.const 3)
+                                      (i32.const 0) (i32.const 0) (i32.const 1024) (i32.const 60000)))
+        (if (i64.lt_s (local.get $n) (i64.const 0)) (then (return (i32.const 1))))
+        (drop (call $put (i32.const 32) (i32.add (local.get $k) (i32.const 5))
+                         (i32.const 1024) (i32.wrap_i64 (local.get $n))))
+        (i32.const 0)))"#;
+
+/// The ids of a `log_read` page: `[u32 LE length][id][u32 LE length][payload]…`.
+fn page_ids(mut page: &[u8]) -> Vec<String> {
+    let mut items = Vec::new();
+    while !page.is_empty() {
+        let len = u32::from_le_bytes(page[..4].try_into().unwrap()) as usize;
+        items.push(String::from_utf8(page[4..4 + len].to_vec()).unwrap());
+        page = &page[4 + len..];
+    }
+    items.into_iter().step_by(2).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_reads_a_log_tag_as_of_its_inputs_stamp() {
+    let node = start_three_shard_node().await;
+    let mut c = redis_conn(&node).await;
+    let module = wat::parse_str(READ_TAG).unwrap();
+    let _: i64 = redis::cmd("FIRN.FUNCTION")
+        .arg(&["LOAD", "reader"])
+        .arg(module)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    // Paused while the history is written, so every run comes after all of it.
+    ok(
+        &mut c,
+        &[
+            "FIRN.TRIGGER",
+            "CREATE",
+            "readers",
+            "ON",
+            "PREFIX",
+            "in/",
+            "CALL",
+            "reader",
+        ],
+    )
+    .await;
+    ok(&mut c, &["FIRN.TRIGGER", "PAUSE", "readers"]).await;
+    let mut ids = Vec::new();
+    for (record, input) in [("r1", "in/a"), ("r2", "in/b")] {
+        let id: Vec<String> = redis::cmd("FIRN.LOG")
+            .arg(&["APPEND", "events", "TAGS", "1", "hot", record])
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        ids.push(id[0].clone());
+        ok(&mut c, &["SET", input, "x"]).await;
+    }
+    ok(&mut c, &["FIRN.TRIGGER", "RESUME", "readers"]).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let seen = |c: &mut MultiplexedConnection, key: &'static str| {
+        let mut c = c.clone();
+        async move {
+            let v: Option<Vec<u8>> = redis::cmd("GET")
+                .arg(key)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            v
+        }
+    };
+    let (a, b) = loop {
+        if let (Some(a), Some(b)) = (
+            seen(&mut c, "seen/in/a").await,
+            seen(&mut c, "seen/in/b").await,
+        ) {
+            break (a, b);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the trigger wrote nothing in 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // Each run saw the tag as it was at its input's stamp, not as it is now.
+    assert_eq!(page_ids(&a), ids[..1].to_vec());
+    assert_eq!(page_ids(&b), ids.clone());
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_entry_is_added_once_when_its_timer_is_due() {
+    let node = start_three_shard_node().await;
+    let mut c = redis_conn(&node).await;
+    ok(
+        &mut c,
+        &[
+            "FIRN.TIMER",
+            "SET",
+            "wash",
+            "IN",
+            "300",
+            "XADD",
+            "jobs",
+            "task",
+            "wash",
+            "car",
+            "red",
+        ],
+    )
+    .await;
+    let listed = ok(&mut c, &["FIRN.TIMER", "LIST"]).await;
+    assert!(format!("{listed:?}").contains("jobs"), "{listed:?}");
+    let len = |c: &mut MultiplexedConnection| {
+        let mut c = c.clone();
+        async move {
+            let n: i64 = redis::cmd("XLEN")
+                .arg("jobs")
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            n
+        }
+    };
+    assert_eq!(len(&mut c).await, 0, "delivered before its time");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while len(&mut c).await < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the delayed entry was not added in 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let entries: Vec<(String, Vec<String>)> = redis::cmd("XRANGE")
+        .arg(&["jobs", "-", "+"])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].1, ["task", "wash", "car", "red"]);
+    // Once: the timer is gone, and no second entry comes.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(len(&mut c).await, 1);
+    assert_eq!(
+        ok(&mut c, &["FIRN.TIMER", "LIST"]).await,
+        redis::Value::Array(Vec::new())
+    );
+    // Refused, and nothing set: a stream of Firn's own, no field, a field without a value.
+    for bad in [
+        &[
+            "FIRN.TIMER",
+            "SET",
+            "t",
+            "IN",
+            "1",
+            "XADD",
+            "_firn/x",
+            "f",
+            "v",
+        ][..],
+        &["FIRN.TIMER", "SET", "t", "IN", "1", "XADD", "s"][..],
+        &["FIRN.TIMER", "SET", "t", "IN", "1", "XADD", "s", "f"][..],
+        &["FIRN.TIMER", "SET", "t", "IN", "1", "SEND", "s"][..],
+    ] {
+        let e = error_line(&mut c, bad).await;
+        assert!(e.starts_with("ERR"), "{bad:?}: {e}");
+    }
+    assert_eq!(
+        ok(&mut c, &["FIRN.TIMER", "LIST"]).await,
+        redis::Value::Array(Vec::new())
+    );
     node.shutdown().await;
 }

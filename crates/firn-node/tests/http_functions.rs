@@ -298,6 +298,23 @@ async fn a_trigger_and_a_timer_made_over_http_run() {
     let (code, _) = send("DELETE", format!("{base}/v1/triggers/entries"), None).await;
     assert_eq!(code, 200);
 
+    // A delayed entry: set, then added to its stream once.
+    let later = json!({ "name": "later", "in_ms": 200, "stream": "jobs", "fields": ["task", "x"] });
+    let (code, set) = send("POST", format!("{base}/v1/timers"), Some(later)).await;
+    assert_eq!(code, 201, "{set}");
+    assert_eq!(
+        (&set["stream"], &set["fields"]),
+        (&json!("jobs"), &json!(["task", "x"]))
+    );
+    for bad in [
+        json!({ "name": "b", "in_ms": 1, "stream": "jobs", "fields": ["odd"] }),
+        json!({ "name": "b", "in_ms": 1, "stream": "jobs", "function": "ring", "fields": ["f", "v"] }),
+        json!({ "name": "b", "in_ms": 1 }),
+    ] {
+        let (code, refused) = send("POST", format!("{base}/v1/timers"), Some(bad)).await;
+        assert_eq!(code, 400, "{refused}");
+    }
+
     // A timer: set, listed, fired once with its payload, then gone.
     let (code, set) = send(
         "POST",

@@ -7,7 +7,7 @@
 export enum Code {
   /** no such key, version or index */
   Absent = -1,
-  /** the buffer is too small (`scan`) */
+  /** the buffer is too small (`scan`, `log_read`) */
   TooSmall = -2,
   /** a limit of the run was exceeded */
   Limit = -3,
@@ -53,6 +53,9 @@ export declare function get_at(kp: usize, kl: i32, at_us: i64, buf: usize, cap: 
 
 @external("firn", "scan")
 export declare function scan(pp: usize, pl: i32, after_p: usize, after_l: i32, buf: usize, cap: i32): i64;
+
+@external("firn", "log_read")
+export declare function log_read(lp: usize, ll: i32, tp: usize, tl: i32, after_p: usize, after_l: i32, buf: usize, cap: i32): i64;
 
 // Writes, buffered and committed together when `run` returns 0.
 

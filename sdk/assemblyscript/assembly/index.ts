@@ -221,6 +221,65 @@ export function scan(prefix: string): Result<string[]> {
   }
 }
 
+/** A record of a log tag, or an entry of a stream, as logRead answers it. */
+export class LogRecord {
+  constructor(
+    /** its id, "ms-n" */
+    public id: string,
+    /** its payload; a stream entry's is its fields and values, see fields() */
+    public payload: Uint8Array,
+  ) {}
+
+  /** A stream entry's fields and values, in order (field, value, …); null if it is none. */
+  fields(): string[] | null {
+    const items = new Array<string>();
+    return decodeScanPage(this.payload, items) === null && this.payload.length > 0 ? null : items;
+  }
+}
+
+// A record is at most the largest value a store keeps (16 MiB), with its id.
+const LOG_BUF_BYTES_MAX: i32 = 32 << 20;
+
+/** The records of `tag` in `log` after the id `after` ("" for the first), oldest first, as of
+ * the run's cut (a trigger's: its input's stamp): one page of at most 1,000; call it again
+ * with the last id for more. A stream is the tag of its own name: logRead(s, s, after). */
+export function logRead(log: string, tag: string, after: string): Result<LogRecord[]> {
+  const found = new Array<LogRecord>();
+  const l = String.UTF8.encode(log);
+  const t = String.UTF8.encode(tag);
+  const a = String.UTF8.encode(after);
+  let buf = new Uint8Array(SCAN_BUF_BYTES);
+  while (true) {
+    const n = host.log_read(ptr(l), l.byteLength, ptr(t), t.byteLength, ptr(a), a.byteLength, buf.dataStart, buf.length);
+    if (n == 0) return new Result<LogRecord[]>(found);
+    if (n == Code.TooSmall && buf.length < LOG_BUF_BYTES_MAX) {
+      buf = new Uint8Array(2 * buf.length);
+      continue;
+    }
+    if (n < 0) return new Result<LogRecord[]>(found, new FirnError("log_read", tag, <i32>n));
+    if (n > <i64>buf.length) return new Result<LogRecord[]>(found, new FirnError("log_read", tag, Code.ReadFailed));
+    const page = buf.subarray(0, <i32>n);
+    let at = 0;
+    let id: string | null = null;
+    while (at < page.length) {
+      if (page.length - at < 4) return new Result<LogRecord[]>(found, new FirnError("log_read", tag, Code.ReadFailed));
+      const len = load<u32>(page.dataStart + <usize>at);
+      if (<u64>len > <u64>(page.length - at - 4)) {
+        return new Result<LogRecord[]>(found, new FirnError("log_read", tag, Code.ReadFailed));
+      }
+      const item = page.slice(at + 4, at + 4 + <i32>len);
+      at += 4 + <i32>len;
+      if (id === null) {
+        id = text(item);
+      } else {
+        found.push(new LogRecord(id, item));
+        id = null;
+      }
+    }
+    return new Result<LogRecord[]>(found);
+  }
+}
+
 /** Appends a page's keys — [u32 little-endian length][key bytes] items — to `into`, and
  * answers the page's last key; null when the page is empty or malformed. */
 function decodeScanPage(page: Uint8Array, into: string[]): Uint8Array | null {

@@ -81,6 +81,33 @@ function run({ kind = 0, keys = [], args = [], stampUs = 0n, inputVersion = 0n, 
       }
       return BigInt(size);
     },
+    log_read: (lp, ll, tp, tl, ap, al, buf, cap) => {
+      // host.records: [[log, tag, id, payload]…] in id order.
+      const [log, tag, after] = [text(lp, ll), text(tp, tl), text(ap, al)];
+      const page = [];
+      let size = 0;
+      for (const [l, t, id, payload] of host.records ?? []) {
+        if (l !== log || t !== tag || (after !== "" && id <= after)) continue;
+        const parts = [bytes(id), bytes(payload)];
+        const need = 8 + parts[0].length + parts[1].length;
+        if (size + need > cap) {
+          if (page.length === 0) return -2n;
+          break;
+        }
+        page.push(parts);
+        size += need;
+      }
+      const view = new DataView(memory.buffer, buf, size);
+      let at = 0;
+      for (const parts of page) {
+        for (const p of parts) {
+          view.setUint32(at, p.length, true);
+          new Uint8Array(memory.buffer, buf + at + 4, p.length).set(p);
+          at += 4 + p.length;
+        }
+      }
+      return BigInt(size);
+    },
     put: (kp, kl, vp, vl) => write("put", host.writeCode)(kp === 0 ? null : text(kp, kl), guest(vp, vl)),
     del: (kp, kl) => write("del", host.writeCode)(text(kp, kl)),
     incr: (kp, kl, delta) => write("incr", host.writeCode)(text(kp, kl), delta),
@@ -192,6 +219,21 @@ test("scan reads every page, in key order, and grows its buffer for a long key",
   const grown = run({ args: ["scan", "s/"], data: new Map([[long, "v"]]) });
   assert.equal(grown.reply, long);
   assert.equal(run({ args: ["scan", "none/"], data }).reply, "");
+});
+
+test("logRead reads a tag's records after an id, and grows its buffer for a large one", () => {
+  const records = [
+    ["events", "hot", "1-0", "a"],
+    ["events", "cold", "1-1", "x"],
+    ["events", "hot", "2-0", "b"],
+  ];
+  assert.equal(run({ args: ["log_read", "events", "hot", ""], host: { records } }).reply, "1-0=a\n2-0=b");
+  assert.equal(run({ args: ["log_read", "events", "hot", "1-0"], host: { records } }).reply, "2-0=b");
+  assert.equal(run({ args: ["log_read", "events", "none", ""], host: { records } }).reply, "");
+  const large = "y".repeat(40_000);
+  const grown = run({ args: ["log_read", "events", "hot", ""], host: { records: [["events", "hot", "3-0", large]] } });
+  assert.equal(grown.reply, `3-0=${large}`);
+  assert.equal(grown.calls.log_read, 3); // 16 KiB, 32 KiB: too small; then 64 KiB
 });
 
 test("a malformed scan page, or one that does not move on, is a failed read", () => {

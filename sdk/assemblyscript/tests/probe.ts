@@ -15,6 +15,7 @@ import {
   keys,
   kind,
   log,
+  logRead,
   publish,
   put,
   reply,
@@ -44,6 +45,11 @@ export function run(): i32 {
   } else if (op == "scan") {
     const r = scan(a[1]);
     reply(r.error !== null ? failed(r.error) : r.value.join("\n"));
+  } else if (op == "log_read") {
+    const r = logRead(a[1], a[2], a[3]);
+    const lines = new Array<string>();
+    for (let i = 0; i < r.value.length; i++) lines.push(r.value[i].id + "=" + text(r.value[i].payload));
+    reply(r.error !== null ? failed(r.error) : lines.join("\n"));
   } else if (op == "put") {
     written(put(a[1], a[2]));
   } else if (op == "put_bytes") {

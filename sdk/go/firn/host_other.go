@@ -28,6 +28,9 @@ func hostGetAt(unsafe.Pointer, int32, int64, unsafe.Pointer, int32) int64 {
 func hostScan(unsafe.Pointer, int32, unsafe.Pointer, int32, unsafe.Pointer, int32) int64 {
 	panic(notInFirn)
 }
+func hostLogRead(unsafe.Pointer, int32, unsafe.Pointer, int32, unsafe.Pointer, int32, unsafe.Pointer, int32) int64 {
+	panic(notInFirn)
+}
 func hostPut(unsafe.Pointer, int32, unsafe.Pointer, int32) int32     { panic(notInFirn) }
 func hostDel(unsafe.Pointer, int32) int32                            { panic(notInFirn) }
 func hostIncr(unsafe.Pointer, int32, int64) int32                    { panic(notInFirn) }

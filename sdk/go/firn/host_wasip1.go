@@ -40,6 +40,9 @@ func hostGetAt(kp unsafe.Pointer, kl int32, atUs int64, buf unsafe.Pointer, capa
 //go:wasmimport firn scan
 func hostScan(pp unsafe.Pointer, pl int32, afterP unsafe.Pointer, afterL int32, buf unsafe.Pointer, capacity int32) int64
 
+//go:wasmimport firn log_read
+func hostLogRead(lp unsafe.Pointer, ll int32, tp unsafe.Pointer, tl int32, afterP unsafe.Pointer, afterL int32, buf unsafe.Pointer, capacity int32) int64
+
 //go:wasmimport firn put
 func hostPut(kp unsafe.Pointer, kl int32, vp unsafe.Pointer, vl int32) int32
 

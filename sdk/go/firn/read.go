@@ -78,6 +78,55 @@ const (
 	scanBufBytesMax = 1 << 20
 )
 
+// Record is one record of a log tag, or one entry of a stream, as LogRead answers it.
+type Record struct {
+	// ID is the record's id, "ms-n" (a stream entry's id).
+	ID string
+	// Payload is the record's payload; a stream entry's is its fields and values (see
+	// Fields).
+	Payload []byte
+}
+
+// Fields are a stream entry's fields and values, in order: field, value, field, value….
+func (r Record) Fields() ([]string, bool) {
+	return appendScanPage(nil, r.Payload)
+}
+
+// LogRead reads the records of tag in log after the id after ("" for the first), oldest
+// first, as of the run's cut (a trigger's: its input's stamp): one page of up to 1,000
+// records — call it again with the last one's ID for more; none when there are no more. A
+// stream is the tag of its own name: LogRead(s, s, after).
+func LogRead(log, tag, after string) ([]Record, error) {
+	buf := make([]byte, scanBufBytes)
+	for {
+		n := hostLogRead(stringPtr(log), int32(len(log)), stringPtr(tag), int32(len(tag)),
+			stringPtr(after), int32(len(after)), unsafe.Pointer(&buf[0]), int32(len(buf)))
+		switch {
+		case n == 0:
+			return nil, nil
+		case n == codeTooSmall && len(buf) < logBufBytesMax:
+			buf = make([]byte, 2*len(buf))
+			continue
+		case n < 0:
+			return nil, hostError("log_read", tag, n)
+		case n > int64(len(buf)):
+			return nil, &Error{Op: "log_read", Key: tag, Err: ErrRead}
+		}
+		items, ok := appendScanPage(nil, buf[:n])
+		if !ok || len(items)%2 != 0 {
+			return nil, &Error{Op: "log_read", Key: tag, Err: ErrRead}
+		}
+		records := make([]Record, 0, len(items)/2)
+		for i := 0; i < len(items); i += 2 {
+			records = append(records, Record{ID: items[i], Payload: []byte(items[i+1])})
+		}
+		return records, nil
+	}
+}
+
+// logBufBytesMax holds the largest record a store keeps (16 MiB) with its id.
+const logBufBytesMax = 32 << 20
+
 // appendScanPage decodes a page of [u32 little-endian length][key bytes] items.
 func appendScanPage(keys []string, page []byte) ([]string, bool) {
 	for len(page) > 0 {

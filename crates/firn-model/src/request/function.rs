@@ -143,12 +143,15 @@ pub const TRIGGER_RETRIES_MAX: u32 = 100;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TimerRequest {
-    /// `FIRN.TIMER SET name AT t | IN ms CALL fn PAYLOAD p`.
+    /// `FIRN.TIMER SET name AT t | IN ms CALL fn PAYLOAD p`, or `… XADD stream field value…`
+    /// (`entry`; `function` empty): a stream entry delivered at a time.
     Set {
         name: String,
         at_us: u64,
         function: String,
         payload: Bytes,
+        #[serde(default)]
+        entry: Option<DelayedEntry>,
     },
     Cancel(String),
     List,
@@ -159,9 +162,21 @@ pub enum TimerRequest {
 pub struct TimerSpec {
     pub name: String,
     pub at_us: u64,
+    /// The function it runs, with `payload` its argument (empty for a delayed entry).
     pub function: String,
     pub payload: Bytes,
     pub creator: Option<String>,
+    /// A stream entry added when it is due, instead of a function's run.
+    #[serde(default)]
+    pub entry: Option<DelayedEntry>,
+}
+
+/// A stream entry a timer adds when it is due (`FIRN.TIMER SET … XADD stream field value…`):
+/// a delayed job, its id given at delivery.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DelayedEntry {
+    pub stream: Bytes,
+    pub fields: Vec<(Bytes, Bytes)>,
 }
 
 /// A function as `LIST` and `INFO` show it.

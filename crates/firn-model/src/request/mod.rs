@@ -19,8 +19,8 @@ pub use access::{Access, Permission, Scope};
 pub use admin::{AdminRequest, LocalRegionInfo};
 pub use context::{Answer, CallContext, IdemKey, Staleness};
 pub use function::{
-    EntrySource, FunctionInfo, FunctionRequest, TimerRequest, TimerSpec, TriggerFrom, TriggerInfo,
-    TriggerRequest, TriggerSpec,
+    DelayedEntry, EntrySource, FunctionInfo, FunctionRequest, TimerRequest, TimerSpec, TriggerFrom,
+    TriggerInfo, TriggerRequest, TriggerSpec,
 };
 pub use group::{
     ClaimOptions, ConsumerInfo, DeliveryPolicy, GROUP_LIVENESS_MS_DEFAULT, GroupChange, GroupEntry,

@@ -1,9 +1,10 @@
-//! The module `firn` a function imports: its input, reads at the run's cut, writes,
-//! `reply` and `log` (the ABI of docs/functions.md). Each call counts against the run's
-//! budget; a bad pointer or length ends the run.
+//! The module `firn` a function imports: its input, reads at the run's cut (keys, prefixes,
+//! log tags), writes, `reply` and `log` (the ABI of docs/functions.md). Each call counts
+//! against the run's budget; a bad pointer or length ends the run.
 
 use bytes::Bytes;
-use firn_model::limits::FUNCTION_SCAN_KEYS_MAX;
+use firn_model::LogSeq;
+use firn_model::limits::{FUNCTION_LOG_READ_RECORDS_MAX, FUNCTION_SCAN_KEYS_MAX};
 use wasmi::{Caller, Error as WasmError, Linker};
 
 use super::sandbox::{
@@ -129,6 +130,7 @@ pub(super) fn define(linker: &mut Linker<RunState>) -> Result<(), wasmi::errors:
             answer_bytes(&mut c, &out, buf, cap)
         },
     )?;
+    linker.func_wrap("firn", "log_read", log_read)?;
     linker.func_wrap(
         "firn",
         "put",
@@ -204,4 +206,63 @@ pub(super) fn define(linker: &mut Linker<RunState>) -> Result<(), wasmi::errors:
         },
     )?;
     Ok(())
+}
+
+/// `log_read(lp, ll, tp, tl, ap, al, buf, cap)`: the records of tag (`tp`, `tl`) of log
+/// (`lp`, `ll`) after the id (`ap`, `al`) (empty: from the first), as of the run's cut,
+/// written to `buf` as `[u32 LE length][id][u32 LE length][payload]…`, as many as fit.
+#[allow(clippy::too_many_arguments)]
+fn log_read(
+    mut c: Caller<'_, RunState>,
+    lp: i32,
+    ll: i32,
+    tp: i32,
+    tl: i32,
+    ap: i32,
+    al: i32,
+    buf: i32,
+    cap: i32,
+) -> Result<i64, WasmError> {
+    c.data_mut().call()?;
+    let (log, tag, after) = (
+        read_guest(&c, lp, ll)?,
+        read_guest(&c, tp, tl)?,
+        read_guest(&c, ap, al)?,
+    );
+    let after = if after.is_empty() {
+        None
+    } else {
+        let id = std::str::from_utf8(&after)
+            .ok()
+            .and_then(|t| t.parse::<LogSeq>().ok());
+        Some(id.ok_or_else(|| {
+            WasmError::new(format!(
+                "log_read: '{}' is not a record id (ms-n)",
+                String::from_utf8_lossy(&after)
+            ))
+        })?)
+    };
+    let records = match c
+        .data_mut()
+        .host
+        .log_read(&log, &tag, after, FUNCTION_LOG_READ_RECORDS_MAX)
+    {
+        Ok(records) => records,
+        Err(e) => return answer_read(&mut c, Err(e), buf, cap),
+    };
+    let mut out = Vec::new();
+    for (seq, payload) in &records {
+        let id = seq.to_string();
+        if out.len() + 8 + id.len() + payload.len() > cap.max(0) as usize {
+            break;
+        }
+        for part in [id.as_bytes(), payload] {
+            out.extend_from_slice(&(part.len() as u32).to_le_bytes());
+            out.extend_from_slice(part);
+        }
+    }
+    if out.is_empty() && !records.is_empty() {
+        return Ok(TOO_SMALL);
+    }
+    answer_bytes(&mut c, &out, buf, cap)
 }

@@ -1,4 +1,4 @@
-//! A run's reads, from the store through the kernel: at one stamp (a trigger's or a timer's:
+//! A run's reads — keys, prefixes and log tags — from the store through the kernel: at one stamp (a trigger's or a timer's:
 //! the consistent cut, the same on every replica), or of the newest values (`FCALL`),
 //! each remembered with the version it saw so the commit can check nothing changed since.
 //! The sandbox calls these synchronously, on a blocking thread; each waits for the kernel's
@@ -8,9 +8,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use firn_model::limits::KEY_BYTES_MAX;
+use firn_model::log::decode_fields;
 use firn_model::{
     CallContext, CommitTs, Compare, CompareOp, CompareTarget, FirnError, Key, KvRead, KvRequest,
-    ReadAt, ReadConsistency, Request, Response, Version, VersionInfo,
+    LogQuery, LogRead, LogRequest, LogSeq, ReadAt, ReadConsistency, Request, Response, Version,
+    VersionInfo,
 };
 use tokio::runtime::Handle;
 
@@ -177,4 +179,69 @@ impl Host for StoreReads {
             ))),
         }
     }
+
+    fn log_read(
+        &mut self,
+        log: &[u8],
+        tag: &[u8],
+        after: Option<LogSeq>,
+        limit: usize,
+    ) -> Result<Vec<(LogSeq, Bytes)>, FirnError> {
+        let (log, tag) = (key(log)?, key(tag)?);
+        self.rights.check(&[firn_model::Access::read_key(&log)])?;
+        let from = match after {
+            None => LogSeq::ZERO,
+            Some(seq) => match seq.successor() {
+                Some(next) => next,
+                None => return Ok(Vec::new()),
+            },
+        };
+        let stream = log == tag;
+        let query = LogQuery {
+            log,
+            tag,
+            from,
+            to: LogSeq::MAX,
+            limit,
+            reverse: false,
+            block_ms: None,
+            at: match self.cut {
+                Cut::Newest => None,
+                Cut::At(t) => Some(t),
+            },
+            consistency: ReadConsistency::Linearizable,
+            stream: false,
+            from_start: after.is_none(),
+        };
+        let request = Request::Log(LogRequest::Read(LogRead::Query(query)));
+        let answer = self
+            .runtime
+            .block_on(self.kernel.execute(&self.ctx, request))?;
+        match answer.response {
+            Response::Records(records) => Ok(records
+                .into_iter()
+                .map(|r| {
+                    // A stream's entry: its fields and values as `xadd` takes them.
+                    let payload = match decode_fields(&r.payload) {
+                        Ok(fields) if stream => items(fields.iter().flat_map(|(f, v)| [f, v])),
+                        _ => r.payload,
+                    };
+                    (r.seq, payload)
+                })
+                .collect()),
+            other => Err(FirnError::Internal(format!(
+                "a function's log read answered {other:?}"
+            ))),
+        }
+    }
+}
+
+/// Items as the ABI writes them: `[u32 LE length][bytes]…`.
+fn items<'a>(parts: impl Iterator<Item = &'a Bytes>) -> Bytes {
+    let mut out = Vec::new();
+    for part in parts {
+        out.extend_from_slice(&(part.len() as u32).to_le_bytes());
+        out.extend_from_slice(part);
+    }
+    Bytes::from(out)
 }

@@ -12,7 +12,7 @@ use firn_model::limits::{
     FUNCTION_FUEL_MAX, FUNCTION_HOST_CALLS_MAX, FUNCTION_LOG_BYTES_MAX, FUNCTION_MEMORY_BYTES_MAX,
     FUNCTION_WRITE_BYTES_MAX, FUNCTION_WRITES_MAX,
 };
-use firn_model::{FirnError, Version};
+use firn_model::{FirnError, LogSeq, Version};
 use wasmi::{
     Caller, Config, Engine, Error as WasmError, Extern, Linker, Module, Store, StoreLimits,
     StoreLimitsBuilder, TrapCode,
@@ -63,6 +63,16 @@ pub trait Host: Send {
     fn get(&mut self, key: &[u8], at: ReadPoint) -> Result<Option<Bytes>, FirnError>;
     /// Keys under `prefix` after `after`, in key order, at most `limit`.
     fn scan(&mut self, prefix: &[u8], after: &[u8], limit: usize) -> Result<Vec<Bytes>, FirnError>;
+    /// The records of `tag` of log `log` after `after` (none: from the first), oldest first,
+    /// at most `limit`: each one's id and payload (a stream's entry: its fields and values,
+    /// as `xadd` takes them).
+    fn log_read(
+        &mut self,
+        log: &[u8],
+        tag: &[u8],
+        after: Option<LogSeq>,
+        limit: usize,
+    ) -> Result<Vec<(LogSeq, Bytes)>, FirnError>;
 }
 
 /// One write a run made, in the order it made them.
@@ -522,6 +532,16 @@ impl Host for NoReads {
         Ok(None)
     }
     fn scan(&mut self, _: &[u8], _: &[u8], _: usize) -> Result<Vec<Bytes>, FirnError> {
+        Ok(Vec::new())
+    }
+
+    fn log_read(
+        &mut self,
+        _: &[u8],
+        _: &[u8],
+        _: Option<LogSeq>,
+        _: usize,
+    ) -> Result<Vec<(LogSeq, Bytes)>, FirnError> {
         Ok(Vec::new())
     }
 }

@@ -11,14 +11,15 @@ use std::time::Duration;
 use bytes::Bytes;
 use firn_model::function::check_name;
 use firn_model::{
-    CallContext, Compare, CompareOp, CompareTarget, FirnError, Key, KvRequest, KvWrite, PutRequest,
-    ReadConsistency, Request, Response, TimerRequest, TimerSpec, TxnStep, hlc::system_wall_us,
+    CallContext, Compare, CompareOp, CompareTarget, DelayedEntry, FirnError, Key, KvRequest,
+    KvWrite, PutRequest, ReadConsistency, Request, Response, TimerRequest, TimerSpec, TxnStep,
+    hlc::system_wall_us,
 };
 use tokio::sync::watch;
 
 use super::commit::Writes;
 use super::host::{Cut, StoreReads};
-use super::sandbox::{InputKind, Invocation};
+use super::sandbox::{Effect, InputKind, Invocation, RESERVED_PREFIX};
 use super::{Functions, Rights};
 
 const TIMER_PREFIX: &str = "_firn/timer/";
@@ -42,15 +43,22 @@ pub async fn run(
             at_us,
             function,
             payload,
+            entry,
         } => {
             check_name("timer", &name)?;
-            functions.loaded(ctx, &function, None).await?;
+            match &entry {
+                None => {
+                    functions.loaded(ctx, &function, None).await?;
+                }
+                Some(entry) => check_entry(entry)?,
+            }
             let spec = TimerSpec {
                 name: name.clone(),
                 at_us,
                 function,
                 payload,
                 creator: user,
+                entry,
             };
             let value = Bytes::from(serde_json::to_vec(&spec).expect("a timer serializes"));
             functions
@@ -84,6 +92,21 @@ pub async fn run(
                 .collect(),
         )),
     }
+}
+
+/// A delayed entry must name a stream outside `_firn/` and give fields and values.
+fn check_entry(entry: &DelayedEntry) -> Result<(), FirnError> {
+    if entry.stream.is_empty() || entry.stream.starts_with(RESERVED_PREFIX) {
+        return Err(FirnError::BadArgument(
+            "XADD names a stream, not under _firn/ (Firn's own)".into(),
+        ));
+    }
+    if entry.fields.is_empty() {
+        return Err(FirnError::BadArgument(
+            "XADD stream field value [field value …]: an entry has at least one field".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Every timer, with its key and version.
@@ -150,45 +173,28 @@ async fn fire(
     version: u64,
     timer: &TimerSpec,
 ) -> Result<(), FirnError> {
-    let loaded = match functions.loaded(ctx, &timer.function, None).await {
-        Ok(loaded) => Some(loaded),
-        // The function was deleted: the timer goes without a run (it fires once).
-        Err(FirnError::NotFound { .. }) => None,
-        Err(e) => return Err(e),
-    };
     let rights = Rights::of(functions.kernel(), timer.creator.as_deref())?;
-    let reads = StoreReads::new(
-        functions.kernel().clone(),
-        tokio::runtime::Handle::current(),
-        ctx.clone(),
-        Cut::Newest,
-        rights.clone(),
-    );
-    let seen = reads.seen();
-    let input = Invocation {
-        kind: InputKind::Timer,
-        keys: Vec::new(),
-        args: vec![timer.payload.clone()],
-        stamp_us: system_wall_us(),
-        input_version: 0,
-    };
     let mut writes = Writes::default();
-    let outcome = match &loaded {
-        Some(loaded) => functions.run_once(loaded, input, reads).await,
-        None => Err(FirnError::NotFound {
-            kind: "function".into(),
-            name: timer.function.clone(),
-        }),
-    };
-    match outcome {
-        Ok(outcome) => writes.add(outcome.effects, &rights)?,
-        // A timer fires once: a failing run is logged and the timer goes.
-        Err(e) => tracing::warn!(timer = %timer.name, "its function failed: {e}"),
+    let mut compares = Vec::new();
+    match &timer.entry {
+        // A delayed entry: added now, with the timer's deletion.
+        Some(entry) => {
+            let add = Effect::XAdd(entry.stream.clone(), entry.fields.clone());
+            if let Err(e) = writes.add(vec![add], &rights) {
+                tracing::warn!(timer = %timer.name, "its entry is refused: {e}");
+            }
+        }
+        None => {
+            let (effects, seen) = run_function(functions, ctx, timer, &rights).await?;
+            if let Err(e) = writes.add(effects, &rights) {
+                tracing::warn!(timer = %timer.name, "its function's writes are refused: {e}");
+            }
+            compares = seen;
+        }
     }
     writes.steps.push(TxnStep::Write(KvWrite::Delete {
         keys: vec![key.clone()],
     }));
-    let mut compares = seen.unchanged();
     compares.push(Compare {
         key,
         target: CompareTarget::Version(version),
@@ -206,5 +212,51 @@ async fn fire(
         other => Err(FirnError::Internal(format!(
             "a timer's commit answered {other:?}"
         ))),
+    }
+}
+
+/// Runs a due timer's function once, reading the newest values: its writes, and the compares
+/// that what it read is unchanged. A run that fails, or a function deleted meanwhile, writes
+/// nothing: the timer goes all the same (it fires once).
+async fn run_function(
+    functions: &Arc<Functions>,
+    ctx: &CallContext,
+    timer: &TimerSpec,
+    rights: &Rights,
+) -> Result<(Vec<Effect>, Vec<Compare>), FirnError> {
+    let loaded = match functions.loaded(ctx, &timer.function, None).await {
+        Ok(loaded) => Some(loaded),
+        // The function was deleted: the timer goes without a run (it fires once).
+        Err(FirnError::NotFound { .. }) => None,
+        Err(e) => return Err(e),
+    };
+    let reads = StoreReads::new(
+        functions.kernel().clone(),
+        tokio::runtime::Handle::current(),
+        ctx.clone(),
+        Cut::Newest,
+        rights.clone(),
+    );
+    let seen = reads.seen();
+    let input = Invocation {
+        kind: InputKind::Timer,
+        keys: Vec::new(),
+        args: vec![timer.payload.clone()],
+        stamp_us: system_wall_us(),
+        input_version: 0,
+    };
+    let outcome = match &loaded {
+        Some(loaded) => functions.run_once(loaded, input, reads).await,
+        None => Err(FirnError::NotFound {
+            kind: "function".into(),
+            name: timer.function.clone(),
+        }),
+    };
+    match outcome {
+        Ok(outcome) => Ok((outcome.effects, seen.unchanged())),
+        Err(e) => {
+            tracing::warn!(timer = %timer.name, "its function failed: {e}");
+            Ok((Vec::new(), seen.unchanged()))
+        }
     }
 }

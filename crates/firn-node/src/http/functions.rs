@@ -14,8 +14,8 @@ use firn_model::function::TRIGGER_RETRIES_DEFAULT;
 use firn_model::hlc::system_wall_us;
 use firn_model::time::parse_micros;
 use firn_model::{
-    EntrySource, FirnError, FunctionInfo, FunctionRequest, Response, TimerRequest, TimerSpec,
-    TriggerFrom, TriggerInfo, TriggerRequest, TriggerSpec,
+    DelayedEntry, EntrySource, FirnError, FunctionInfo, FunctionRequest, Response, TimerRequest,
+    TimerSpec, TriggerFrom, TriggerInfo, TriggerRequest, TriggerSpec,
 };
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
@@ -327,22 +327,41 @@ pub(super) async fn resume_trigger(
     Ok(axum::Json(json!({ "paused": false })))
 }
 
-/// A timer to set: `FIRN.TIMER SET name AT t | IN ms CALL fn [PAYLOAD p]`; exactly one of
-/// `at` and `in_ms`.
+/// A timer to set: `FIRN.TIMER SET name AT t | IN ms CALL fn [PAYLOAD p] | XADD stream
+/// field value…`; exactly one of `at` and `in_ms`, and of `function` and `stream` (with
+/// `fields`, flat: field, value, …).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct TimerBody {
     name: String,
     at: Option<String>,
     in_ms: Option<u64>,
-    function: String,
+    function: Option<String>,
     #[serde(default)]
     payload: String,
+    stream: Option<String>,
+    #[serde(default)]
+    fields: Vec<String>,
 }
 
 fn timer_json(t: &TimerSpec) -> Json {
-    let mut j = json!({ "name": t.name, "at_us": t.at_us, "function": t.function });
-    set_name(&mut j, "payload", &t.payload);
+    let mut j = json!({ "name": t.name, "at_us": t.at_us });
+    match &t.entry {
+        None => {
+            j["function"] = json!(t.function);
+            set_name(&mut j, "payload", &t.payload);
+        }
+        Some(e) => {
+            set_name(&mut j, "stream", &e.stream);
+            let fields: Vec<String> = e
+                .fields
+                .iter()
+                .flat_map(|(f, v)| [f, v])
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .collect();
+            j["fields"] = json!(fields);
+        }
+    }
     j
 }
 
@@ -364,18 +383,43 @@ pub(super) async fn set_timer(
             .into());
         }
     };
+    let (function, entry) = match (body.function, body.stream) {
+        (Some(function), None) if body.fields.is_empty() => (function, None),
+        (None, Some(stream)) if body.fields.len() % 2 == 0 => {
+            let mut fields = body.fields.into_iter().map(Bytes::from);
+            let pairs = std::iter::from_fn(|| Some((fields.next()?, fields.next()?))).collect();
+            let stream = Bytes::from(stream);
+            (
+                String::new(),
+                Some(DelayedEntry {
+                    stream,
+                    fields: pairs,
+                }),
+            )
+        }
+        _ => {
+            return Err(FirnError::BadArgument(
+                "a timer names a function (and a payload), or a stream and its fields \
+                 (field, value, …), not both"
+                    .into(),
+            )
+            .into());
+        }
+    };
     let timer = TimerSpec {
         name: body.name,
         at_us,
-        function: body.function,
+        function,
         payload: Bytes::from(body.payload),
         creator: None,
+        entry,
     };
     let set = TimerRequest::Set {
         name: timer.name.clone(),
         at_us,
         function: timer.function.clone(),
         payload: timer.payload.clone(),
+        entry: timer.entry.clone(),
     };
     done(run(&router, &session, FunctionRequest::Timer(set)).await?)?;
     Ok((StatusCode::CREATED, axum::Json(timer_json(&timer))))

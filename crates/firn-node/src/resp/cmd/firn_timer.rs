@@ -1,8 +1,11 @@
-//! FIRN.TIMER SET name AT t | IN ms CALL fn [PAYLOAD p] | CANCEL name | LIST: a function run
-//! once, at or after a time, also across leader changes and restarts (docs/functions.md).
+//! FIRN.TIMER SET name AT t | IN ms CALL fn [PAYLOAD p] | XADD stream field value… | CANCEL
+//! name | LIST: a function run, or a stream entry added, once, at or after a time, also
+//! across leader changes and restarts (docs/functions.md).
 
 use bytes::Bytes;
-use firn_model::{FirnError, FunctionRequest, Response, TimerRequest, hlc::system_wall_us};
+use firn_model::{
+    DelayedEntry, FirnError, FunctionRequest, Response, TimerRequest, hlc::system_wall_us,
+};
 
 use crate::resp::args::Args;
 use crate::resp::command::{
@@ -17,7 +20,7 @@ pub const FIRN_TIMER: CommandSpec = CommandSpec {
     keys: KeyPositions::NONE,
     group: Group::Firn,
     since: FIRST_RELEASE,
-    summary: "SET name AT t | IN ms CALL fn [PAYLOAD p]; CANCEL name; LIST: durable timers.",
+    summary: "SET name AT t | IN ms CALL fn [PAYLOAD p] | XADD stream field value…; CANCEL name; LIST: durable timers and delayed stream entries.",
     parse: firn_timer,
 };
 
@@ -42,22 +45,45 @@ fn firn_timer(mut args: Args) -> Result<Action, FirnError> {
                     )));
                 }
             };
-            if args.keyword()? != "CALL" {
-                return Err(FirnError::BadArgument(
-                    "FIRN.TIMER SET name AT t | IN ms CALL fn [PAYLOAD p]".into(),
-                ));
-            }
-            let function = args.text()?;
-            let mut payload = Bytes::new();
-            if args.peek_keyword().as_deref() == Some("PAYLOAD") {
-                args.keyword()?;
-                payload = args.bytes()?;
-            }
-            let set = TimerRequest::Set {
-                name,
-                at_us,
-                function,
-                payload,
+            let usage = "FIRN.TIMER SET name AT t | IN ms CALL fn [PAYLOAD p] | XADD stream field value [field value …]";
+            let set = match args.keyword()?.as_str() {
+                "CALL" => {
+                    let function = args.text()?;
+                    let mut payload = Bytes::new();
+                    if args.peek_keyword().as_deref() == Some("PAYLOAD") {
+                        args.keyword()?;
+                        payload = args.bytes()?;
+                    }
+                    TimerRequest::Set {
+                        name,
+                        at_us,
+                        function,
+                        payload,
+                        entry: None,
+                    }
+                }
+                "XADD" => {
+                    let stream = args.bytes()?;
+                    let mut fields = Vec::new();
+                    while !args.is_empty() {
+                        fields.push((args.bytes()?, args.bytes()?));
+                    }
+                    if fields.is_empty() {
+                        return Err(FirnError::BadArgument(format!("{usage}: no field")));
+                    }
+                    TimerRequest::Set {
+                        name,
+                        at_us,
+                        function: String::new(),
+                        payload: Bytes::new(),
+                        entry: Some(DelayedEntry { stream, fields }),
+                    }
+                }
+                other => {
+                    return Err(FirnError::BadArgument(format!(
+                        "{usage}: expected CALL or XADD, got '{other}'"
+                    )));
+                }
             };
             (set, done)
         }
@@ -66,12 +92,29 @@ fn firn_timer(mut args: Args) -> Result<Action, FirnError> {
             Response::Timers(t) => Reply::Array(
                 t.into_iter()
                     .map(|t| {
-                        Reply::Map(vec![
+                        let mut fields = vec![
                             (Reply::text("name"), Reply::text(&t.name)),
                             (Reply::text("at_us"), Reply::Int(t.at_us as i64)),
-                            (Reply::text("function"), Reply::text(&t.function)),
-                            (Reply::text("payload"), Reply::Bulk(t.payload)),
-                        ])
+                        ];
+                        match t.entry {
+                            None => fields.extend([
+                                (Reply::text("function"), Reply::text(&t.function)),
+                                (Reply::text("payload"), Reply::Bulk(t.payload)),
+                            ]),
+                            Some(e) => fields.extend([
+                                (Reply::text("stream"), Reply::Bulk(e.stream)),
+                                (
+                                    Reply::text("fields"),
+                                    Reply::Array(
+                                        e.fields
+                                            .into_iter()
+                                            .flat_map(|(f, v)| [Reply::Bulk(f), Reply::Bulk(v)])
+                                            .collect(),
+                                    ),
+                                ),
+                            ]),
+                        }
+                        Reply::Map(fields)
                     })
                     .collect(),
             ),
