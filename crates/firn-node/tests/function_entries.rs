@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{error_line, eventually_reads, ok, redis_conn, start_three_shard_node};
+use common::{error_line, eventually_reads, function_load, ok, redis_conn, start_three_shard_node};
 use redis::aio::MultiplexedConnection;
 
 /// For an entry (kind 4): puts its first argument (the id) under the key its last argument
@@ -35,13 +35,7 @@ async fn get(c: &mut MultiplexedConnection, key: &str) -> Option<String> {
 
 async fn load_copy(c: &mut MultiplexedConnection) {
     let module = wat::parse_str(COPY_ID).unwrap();
-    let _: i64 = redis::cmd("FIRN.FUNCTION")
-        .arg("LOAD")
-        .arg("copy")
-        .arg(module)
-        .query_async(c)
-        .await
-        .unwrap();
+    function_load(c, "copy", &module).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -228,12 +222,7 @@ async fn a_run_reads_a_log_tag_as_of_its_inputs_stamp() {
     let node = start_three_shard_node().await;
     let mut c = redis_conn(&node).await;
     let module = wat::parse_str(READ_TAG).unwrap();
-    let _: i64 = redis::cmd("FIRN.FUNCTION")
-        .arg(&["LOAD", "reader"])
-        .arg(module)
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    function_load(&mut c, "reader", &module).await.unwrap();
     // Paused while the history is written, so every run comes after all of it.
     ok(
         &mut c,

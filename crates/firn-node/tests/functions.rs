@@ -10,7 +10,9 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{bulk_text, error_line, eventually_reads, ok, redis_conn, start_three_shard_node};
+use common::{
+    bulk_text, error_line, eventually_reads, function_load, ok, redis_conn, start_three_shard_node,
+};
 use redis::aio::MultiplexedConnection;
 
 /// The example functions, built once per test run (Go's `wasip1` port).
@@ -33,15 +35,6 @@ fn example(name: &str) -> Vec<u8> {
     std::fs::read(examples().join(format!("{name}.wasm"))).expect("the example was built")
 }
 
-async fn load(c: &mut MultiplexedConnection, name: &str, module: &[u8]) -> redis::RedisResult<i64> {
-    redis::cmd("FIRN.FUNCTION")
-        .arg("LOAD")
-        .arg(name)
-        .arg(module)
-        .query_async(c)
-        .await
-}
-
 async fn xlen(c: &mut MultiplexedConnection, stream: &str) -> i64 {
     redis::cmd("XLEN").arg(stream).query_async(c).await.unwrap()
 }
@@ -51,8 +44,8 @@ async fn a_loaded_function_is_a_versioned_key_and_fcall_runs_it() {
     let node = start_three_shard_node().await;
     let mut c = redis_conn(&node).await;
     let alert = example("threshold-alert");
-    assert_eq!(load(&mut c, "alert", &alert).await.unwrap(), 1);
-    assert_eq!(load(&mut c, "alert", &alert).await.unwrap(), 2);
+    assert_eq!(function_load(&mut c, "alert", &alert).await.unwrap(), 1);
+    assert_eq!(function_load(&mut c, "alert", &alert).await.unwrap(), 2);
     let info = ok(&mut c, &["FIRN.FUNCTION", "INFO", "alert"]).await;
     let text = format!("{info:?}");
     assert!(text.contains(r#""version"'), int(2)"#), "{text}");
@@ -102,7 +95,7 @@ async fn a_loaded_function_is_a_versioned_key_and_fcall_runs_it() {
 async fn a_trigger_runs_once_for_each_committed_change_and_reads_at_its_stamp() {
     let node = start_three_shard_node().await;
     let mut c = redis_conn(&node).await;
-    load(&mut c, "average", &example("rolling-average"))
+    function_load(&mut c, "average", &example("rolling-average"))
         .await
         .unwrap();
     ok(
@@ -156,7 +149,7 @@ async fn a_trigger_runs_once_for_each_committed_change_and_reads_at_its_stamp() 
 async fn a_failing_input_goes_to_the_dead_letters_and_the_trigger_goes_on() {
     let node = start_three_shard_node().await;
     let mut c = redis_conn(&node).await;
-    load(&mut c, "alert", &example("threshold-alert"))
+    function_load(&mut c, "alert", &example("threshold-alert"))
         .await
         .unwrap();
     ok(
@@ -201,7 +194,7 @@ async fn a_failing_input_goes_to_the_dead_letters_and_the_trigger_goes_on() {
 async fn a_timer_fires_once() {
     let node = start_three_shard_node().await;
     let mut c = redis_conn(&node).await;
-    load(&mut c, "alert", &example("threshold-alert"))
+    function_load(&mut c, "alert", &example("threshold-alert"))
         .await
         .unwrap();
     // A timer's run has no key: the example refuses it (a failing timer still goes).
@@ -215,7 +208,7 @@ async fn a_timer_fires_once() {
                 (i32.const 0)))"#,
     )
     .unwrap();
-    load(&mut c, "count", &counter).await.unwrap();
+    function_load(&mut c, "count", &counter).await.unwrap();
     ok(
         &mut c,
         &["FIRN.TIMER", "SET", "soon", "IN", "200", "CALL", "count"],
@@ -262,7 +255,7 @@ async fn modules_that_misbehave_are_stopped_or_refused_and_the_node_serves_on() 
     let node = start_three_shard_node().await;
     // An endless loop burns its fuel for a second or so before it is stopped.
     let mut c = common::redis_conn_patient(&node).await;
-    let not_wasm = load(&mut c, "junk", b"this is not a module")
+    let not_wasm = function_load(&mut c, "junk", b"this is not a module")
         .await
         .unwrap_err();
     assert!(
@@ -271,7 +264,7 @@ async fn modules_that_misbehave_are_stopped_or_refused_and_the_node_serves_on() 
     );
     let no_run =
         wat::parse_str(r#"(module (func (export "start") (result i32) (i32.const 0)))"#).unwrap();
-    let refused = load(&mut c, "norun", &no_run).await.unwrap_err();
+    let refused = function_load(&mut c, "norun", &no_run).await.unwrap_err();
     assert!(
         refused.to_string().contains("exports no function `run`"),
         "{refused}"
@@ -281,7 +274,9 @@ async fn modules_that_misbehave_are_stopped_or_refused_and_the_node_serves_on() 
             (func (export "run") (result i32) (i32.const 0)))"#,
     )
     .unwrap();
-    let refused = load(&mut c, "env", &strange_import).await.unwrap_err();
+    let refused = function_load(&mut c, "env", &strange_import)
+        .await
+        .unwrap_err();
     assert!(
         refused.to_string().contains("not a function module"),
         "{refused}"
@@ -306,7 +301,7 @@ async fn modules_that_misbehave_are_stopped_or_refused_and_the_node_serves_on() 
         ("hungry", &hungry, "unreachable"),
         ("trap", &trapping, "unreachable"),
     ] {
-        load(&mut c, name, module).await.unwrap();
+        function_load(&mut c, name, module).await.unwrap();
         let started = Instant::now();
         let error = common::run(&mut c, &["FCALL", name, "0"])
             .await
@@ -340,7 +335,7 @@ async fn values_of(c: &mut MultiplexedConnection, key: &str) -> Vec<String> {
 async fn a_replay_over_history_writes_what_the_live_trigger_wrote() {
     let node = start_three_shard_node().await;
     let mut c = redis_conn(&node).await;
-    load(&mut c, "average", &example("rolling-average"))
+    function_load(&mut c, "average", &example("rolling-average"))
         .await
         .unwrap();
     ok(
@@ -450,12 +445,12 @@ async fn a_call_runs_with_its_callers_rights_and_a_trigger_with_its_creators() {
         .unwrap();
     let module = wat::parse_str(PUT_NAMED).unwrap();
     // Loading needs the administrator of _firn/fn/.
-    let refused = load(&mut dev, "put", &module).await.unwrap_err();
+    let refused = function_load(&mut dev, "put", &module).await.unwrap_err();
     assert!(
         refused.to_string().to_uppercase().contains("NOPERM"),
         "{refused}"
     );
-    load(&mut ops, "put", &module).await.unwrap();
+    function_load(&mut ops, "put", &module).await.unwrap();
 
     ok(&mut dev, &["FCALL", "put", "0", "derived/a"]).await;
     let refused = common::run(&mut dev, &["FCALL", "put", "0", "secret/a"])

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{error_line, ok, redis_conn, start_three_shard_node};
+use common::{error_line, function_load, ok, redis_conn, start_three_shard_node};
 use redis::aio::MultiplexedConnection;
 
 /// The example module, built once per test run; `None` when npm is not installed.
@@ -47,11 +47,7 @@ fn threshold_alert() -> Option<&'static [u8]> {
 }
 
 async fn load(c: &mut MultiplexedConnection, name: &str, module: &[u8]) -> i64 {
-    redis::cmd("FIRN.FUNCTION")
-        .arg("LOAD")
-        .arg(name)
-        .arg(module)
-        .query_async(c)
+    function_load(c, name, module)
         .await
         .unwrap_or_else(|e| panic!("loading {name}: {e}"))
 }

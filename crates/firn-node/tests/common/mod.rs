@@ -115,6 +115,20 @@ pub fn bulk_text(v: &redis::Value) -> String {
     }
 }
 
+/// `FIRN.FUNCTION LOAD name module`: the version it was loaded as.
+pub async fn function_load(
+    c: &mut redis::aio::MultiplexedConnection,
+    name: &str,
+    module: &[u8],
+) -> redis::RedisResult<i64> {
+    redis::cmd("FIRN.FUNCTION")
+        .arg("LOAD")
+        .arg(name)
+        .arg(module)
+        .query_async(c)
+        .await
+}
+
 /// Polls GET `key` until it reads `want`; fails the test after 20 s.
 pub async fn eventually_reads(c: &mut redis::aio::MultiplexedConnection, key: &str, want: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
