@@ -88,6 +88,22 @@ pub struct Loaded {
     pub compiled: Compiled,
 }
 
+/// Whether a run's error is the function's own (it trapped, failed, went past a limit or
+/// its rights), which running it again will not change — not the store's (a read that could
+/// not reach a shard's leader), after which the run is made again.
+pub(crate) fn functions_own(e: &FirnError) -> bool {
+    matches!(
+        e,
+        FirnError::FunctionFailed(_)
+            | FirnError::NoPerm { .. }
+            | FirnError::WrongType
+            | FirnError::KeyTooLarge { .. }
+            | FirnError::ValueTooLarge { .. }
+            | FirnError::BadArgument(_)
+            | FirnError::Refused(_)
+    )
+}
+
 impl Functions {
     pub fn new(
         kernel: Arc<Kernel>,

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use super::commit::Writes;
 use super::host::{Cut, StoreReads};
 use super::sandbox::{Effect, InputKind, Invocation, RESERVED_PREFIX};
-use super::{Functions, Rights};
+use super::{Functions, Rights, functions_own};
 
 const TIMER_PREFIX: &str = "_firn/timer/";
 
@@ -217,7 +217,8 @@ async fn fire(
 
 /// Runs a due timer's function once, reading the newest values: its writes, and the compares
 /// that what it read is unchanged. A run that fails, or a function deleted meanwhile, writes
-/// nothing: the timer goes all the same (it fires once).
+/// nothing: the timer goes all the same (it fires once). A read the store could not answer
+/// is an error: the timer is looked at again.
 async fn run_function(
     functions: &Arc<Functions>,
     ctx: &CallContext,
@@ -254,6 +255,8 @@ async fn run_function(
     };
     match outcome {
         Ok(outcome) => Ok((outcome.effects, seen.unchanged())),
+        // The store could not answer a read: the timer stays, to fire at the next look.
+        Err(e) if !functions_own(&e) && !matches!(e, FirnError::NotFound { .. }) => Err(e),
         Err(e) => {
             tracing::warn!(timer = %timer.name, "its function failed: {e}");
             Ok((Vec::new(), seen.unchanged()))

@@ -24,6 +24,7 @@ use firn_model::{
 };
 use firn_raft::ShardReplica;
 use firn_store::ChangePosition;
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
@@ -32,7 +33,7 @@ use super::input::{self, Input};
 use super::{cursor_key, dead_letters, specs};
 use crate::functions::commit::Writes;
 use crate::functions::host::{Cut, StoreReads};
-use crate::functions::{Functions, Rights};
+use crate::functions::{Functions, Rights, functions_own};
 
 /// How often a leader looks for new inputs when nothing wakes it sooner.
 const LOOK_EVERY: Duration = Duration::from_millis(50);
@@ -43,6 +44,10 @@ const SPECS_EVERY: Duration = Duration::from_millis(500);
 /// The most inputs one commit takes (their outputs and the cursor in one transaction); fewer
 /// when their writes would pass half a transaction's bound.
 pub const INPUTS_PER_COMMIT: usize = 256;
+
+/// Inputs of a batch run at once. Each run reads the fixed cut at its own input's stamp and
+/// none sees another's writes, so runs may overlap; their writes are added in input order.
+const RUNS_AT_ONCE: usize = 4;
 
 /// Where a trigger is on one shard, as its cursor key holds it: the last input whose
 /// outputs committed.
@@ -291,9 +296,9 @@ impl Led {
     }
 }
 
-/// Runs a batch's inputs in order, as many as fit one transaction: their writes (dead letters
-/// among them), how many inputs they cover, how many ran and how many went to the dead
-/// letters.
+/// Runs a batch's inputs, as many as fit one transaction: their writes (dead letters among
+/// them) in input order, how many inputs they cover, how many ran and how many went to the
+/// dead letters.
 async fn run_batch(
     functions: &Arc<Functions>,
     ctx: &CallContext,
@@ -302,11 +307,20 @@ async fn run_batch(
 ) -> Result<(Writes, usize, u64, u64), FirnError> {
     let loaded = functions.loaded(ctx, &spec.function, spec.version).await?;
     let rights = Rights::of(functions.kernel(), spec.creator.as_deref())?;
+    let (loaded, rights) = (&loaded, &rights);
+    // Futures do nothing until polled: `buffered` starts a few at a time, in order.
+    let started: Vec<_> = inputs
+        .iter()
+        .map(|input| run_input(functions, ctx, spec, loaded, input, rights))
+        .collect();
+    let mut results = futures::stream::iter(started)
+        .buffered(RUNS_AT_ONCE)
+        .zip(futures::stream::iter(inputs));
     let mut writes = Writes::default();
     let (mut taken, mut runs, mut dead) = (0, 0, 0);
-    for input in inputs {
+    while let Some((result, input)) = results.next().await {
         let before = writes.steps.len();
-        match run_input(functions, ctx, spec, &loaded, input, &rights).await {
+        match result {
             Ok(effects) => {
                 let effects = match &spec.into {
                     Some(into) => effects.into_iter().filter_map(|e| e.under(into)).collect(),
@@ -328,7 +342,7 @@ async fn run_batch(
             }
             // The store could not answer a read (a shard between leaders): not the
             // function's fault, so not a dead letter — the round is given up and made again.
-            Err(e) if !the_functions(&e) => return Err(e),
+            Err(e) if !functions_own(&e) => return Err(e),
             Err(e) => {
                 functions.triggers.failed(&spec.name, &e.to_string());
                 writes.steps.push(dead_letter(spec, input, &e)?);
@@ -389,21 +403,6 @@ async fn commit(
             "a trigger's commit answered {other:?}"
         ))),
     }
-}
-
-/// Whether a run's error is the function's own (it trapped, failed, went past a limit or
-/// its rights), which running it again will not change.
-fn the_functions(e: &FirnError) -> bool {
-    matches!(
-        e,
-        FirnError::FunctionFailed(_)
-            | FirnError::NoPerm { .. }
-            | FirnError::WrongType
-            | FirnError::KeyTooLarge { .. }
-            | FirnError::ValueTooLarge { .. }
-            | FirnError::BadArgument(_)
-            | FirnError::Refused(_)
-    )
 }
 
 /// The trigger's cursor on `shard` as its key holds it (version 0: none yet, so it starts
