@@ -284,6 +284,29 @@ impl Client {
         self.trigger_named("DROP", name).await
     }
 
+    /// Runs the trigger's function again over the inputs committed from `from_us` to `to_us`
+    /// (µs since the epoch), every key it writes put under `into`: a trigger of its own,
+    /// whose name this answers (`<name>~replay`; [`Client::trigger_info`] shows its
+    /// progress, [`Client::trigger_drop`] ends it).
+    pub async fn trigger_replay(
+        &self,
+        name: &str,
+        from_us: u64,
+        to_us: u64,
+        into: &[u8],
+    ) -> Result<String> {
+        let mut cmd = redis::cmd("FIRN.TRIGGER");
+        cmd.arg("REPLAY").arg(name);
+        cmd.arg("FROM")
+            .arg(from_us)
+            .arg("TO")
+            .arg(to_us)
+            .arg("INTO")
+            .arg(into);
+        self.run(&cmd).await?;
+        Ok(firn_model::function::replay_name(name))
+    }
+
     async fn trigger_named(&self, subcommand: &str, name: &str) -> Result<()> {
         self.run(redis::cmd("FIRN.TRIGGER").arg(subcommand).arg(name))
             .await

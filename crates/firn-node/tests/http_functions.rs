@@ -248,6 +248,31 @@ async fn a_trigger_and_a_timer_made_over_http_run() {
     assert_eq!((code, resumed), (200, json!({ "paused": false })));
     eventually(&base, "out/d", "later").await;
 
+    // A replay over the last hour: a trigger of its own, named after this one.
+    let now = firn_model::hlc::system_wall_us();
+    let replay = json!({ "from": (now - 3_600_000_000).to_string(), "to": now.to_string(), "into": "again/" });
+    let (code, started) = send(
+        "POST",
+        format!("{base}/v1/triggers/copier/replay"),
+        Some(replay),
+    )
+    .await;
+    assert_eq!(
+        (code, &started),
+        (201, &json!({ "replay": "copier~replay" }))
+    );
+    let (code, _) = send("GET", format!("{base}/v1/triggers/copier~replay"), None).await;
+    assert_eq!(code, 200);
+    let backwards = json!({ "from": now.to_string(), "to": "0", "into": "again/" });
+    let (code, refused) = send(
+        "POST",
+        format!("{base}/v1/triggers/copier/replay"),
+        Some(backwards),
+    )
+    .await;
+    assert_eq!(code, 400, "{refused}");
+    let (code, _) = send("DELETE", format!("{base}/v1/triggers/copier~replay"), None).await;
+    assert_eq!(code, 200);
     let (code, dropped) = send("DELETE", format!("{base}/v1/triggers/copier"), None).await;
     assert_eq!((code, dropped), (200, json!({ "deleted": true })));
     let (code, gone) = send("GET", format!("{base}/v1/triggers/copier"), None).await;

@@ -1,5 +1,5 @@
 //! `firn function load|list|info|delete|call` and `firn trigger create|list|info|pause|
-//! resume|drop`: functions next to the data (docs/functions.md), over RESP (`FIRN.FUNCTION`,
+//! resume|drop|replay`: functions next to the data (docs/functions.md), over RESP (`FIRN.FUNCTION`,
 //! `FCALL`, `FIRN.TRIGGER`).
 
 use std::io::Write;
@@ -105,6 +105,24 @@ pub enum TriggerAction {
     Resume(Named),
     /// Delete a trigger and its position.
     Drop(Named),
+    /// Run a trigger's function again over the inputs committed between two times, every
+    /// key it writes put under another prefix: a trigger of its own, NAME~replay (follow it
+    /// with `firn trigger info NAME~replay`, end it with `firn trigger drop NAME~replay`).
+    Replay {
+        /// The trigger's name.
+        name: String,
+        /// From this time: µs since the epoch or RFC 3339.
+        #[arg(long)]
+        from: String,
+        /// To this time.
+        #[arg(long)]
+        to: String,
+        /// The prefix its writes go under.
+        #[arg(long)]
+        into: String,
+        #[command(flatten)]
+        target: Target,
+    },
 }
 
 pub async fn run_function(action: FunctionAction) -> Result<(), String> {
@@ -274,6 +292,22 @@ pub async fn run_trigger(action: TriggerAction) -> Result<(), String> {
             let client = connect(&target).await?;
             client.trigger_resume(&name).await.map_err(show)?;
             println!("trigger '{name}' resumed");
+        }
+        TriggerAction::Replay {
+            name,
+            from,
+            to,
+            into,
+            target,
+        } => {
+            let from_us = parse_micros(&from).map_err(|e| format!("--from: {e}"))?;
+            let to_us = parse_micros(&to).map_err(|e| format!("--to: {e}"))?;
+            let replay = connect(&target)
+                .await?
+                .trigger_replay(&name, from_us, to_us, into.as_bytes())
+                .await
+                .map_err(show)?;
+            println!("replay '{replay}' started: its writes go under '{into}'");
         }
         TriggerAction::Drop(Named { name, target }) => {
             let client = connect(&target).await?;

@@ -133,6 +133,21 @@ fn functions_are_loaded_called_and_run_by_triggers_from_the_command_line() {
         }),
         "the resumed trigger did not copy in/b"
     );
+    // A replay over the last hour, as a trigger of its own.
+    let now = firn_model::hlc::system_wall_us();
+    let (from, to) = ((now - 3_600_000_000).to_string(), now.to_string());
+    let started = succeeds(
+        &node,
+        &[
+            "trigger", "replay", "copier", "--from", &from, "--to", &to, "--into", "again/",
+        ],
+    );
+    assert!(
+        started.contains("replay 'copier~replay' started"),
+        "{started}"
+    );
+    assert!(succeeds(&node, &["trigger", "info", "copier~replay"]).contains("copier~replay"));
+    succeeds(&node, &["trigger", "drop", "copier~replay"]);
     succeeds(&node, &["trigger", "drop", "copier"]);
     let gone = fails(&node, &["trigger", "info", "copier"]);
     assert!(gone.contains("trigger not found: copier"), "{gone}");

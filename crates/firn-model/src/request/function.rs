@@ -47,7 +47,7 @@ pub enum FunctionRequest {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TriggerRequest {
-    Create(TriggerSpec),
+    Create(Box<TriggerSpec>),
     Pause(String),
     Resume(String),
     Drop(String),

@@ -10,7 +10,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, JsonRejection};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use firn_model::function::TRIGGER_RETRIES_DEFAULT;
+use firn_model::function::{TRIGGER_RETRIES_DEFAULT, replay_name};
 use firn_model::hlc::system_wall_us;
 use firn_model::time::parse_micros;
 use firn_model::{
@@ -222,7 +222,7 @@ pub(super) async fn create_trigger(
         until_us: None,
         into: None,
     };
-    let create = FunctionRequest::Trigger(TriggerRequest::Create(spec));
+    let create = FunctionRequest::Trigger(TriggerRequest::Create(Box::new(spec)));
     done(run(&router, &session, create).await?)?;
     Ok((StatusCode::CREATED, axum::Json(json!({ "created": true }))))
 }
@@ -325,6 +325,44 @@ pub(super) async fn resume_trigger(
     let resume = FunctionRequest::Trigger(TriggerRequest::Resume(name));
     done(run(&router, &session, resume).await?)?;
     Ok(axum::Json(json!({ "paused": false })))
+}
+
+/// A replay: `FIRN.TRIGGER REPLAY name FROM t1 TO t2 INTO prefix`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ReplayBody {
+    /// Times: µs since the epoch, or RFC 3339.
+    from: String,
+    to: String,
+    into: String,
+}
+
+/// `POST /v1/triggers/{name}/replay`: answers the replay's own name, `<name>~replay`.
+pub(super) async fn replay_trigger(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    Path(name): Path<String>,
+    body: Result<axum::Json<ReplayBody>, JsonRejection>,
+) -> Created {
+    let axum::Json(body) = body.map_err(bad_json)?;
+    let (from_us, to_us) = (parse_micros(&body.from)?, parse_micros(&body.to)?);
+    if to_us < from_us || body.into.is_empty() {
+        return Err(FirnError::BadArgument(
+            "a replay's `to` is not before its `from`, and `into` names a prefix".into(),
+        )
+        .into());
+    }
+    let replay = TriggerRequest::Replay {
+        name: name.clone(),
+        from_us,
+        to_us,
+        into: Bytes::from(body.into),
+    };
+    done(run(&router, &session, FunctionRequest::Trigger(replay)).await?)?;
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(json!({ "replay": replay_name(&name) })),
+    ))
 }
 
 /// A timer to set: `FIRN.TIMER SET name AT t | IN ms CALL fn [PAYLOAD p] | XADD stream

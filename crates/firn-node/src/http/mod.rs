@@ -121,6 +121,10 @@ pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> 
             post(functions::resume_trigger),
         )
         .route(
+            "/v1/triggers/{name}/replay",
+            post(functions::replay_trigger),
+        )
+        .route(
             "/v1/timers",
             get(functions::timers).post(functions::set_timer),
         )

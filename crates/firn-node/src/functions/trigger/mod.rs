@@ -117,7 +117,7 @@ pub async fn run(
     match request {
         TriggerRequest::Create(mut spec) => {
             spec.creator = user;
-            create(functions, ctx, spec).await
+            create(functions, ctx, *spec).await
         }
         TriggerRequest::Replay {
             name,

@@ -330,7 +330,7 @@ async fn run_batch(
                     // The next commit takes it (and runs it again, reading the same cut).
                     break;
                 }
-                if let Err(e) = writes.add(effects, &rights) {
+                if let Err(e) = writes.add(effects, rights) {
                     // Beyond the creator's rights: a failed input, as a trap is.
                     functions.triggers.failed(&spec.name, &e.to_string());
                     writes.steps.truncate(before);

@@ -85,7 +85,10 @@ fn firn_trigger(mut args: Args) -> Result<Action, FirnError> {
         other => unexpected("FIRN.TRIGGER", other),
     };
     let (request, render): (TriggerRequest, fn(Response) -> Reply) = match sub.as_str() {
-        "CREATE" => (TriggerRequest::Create(parse_create(&mut args)?), done),
+        "CREATE" => (
+            TriggerRequest::Create(Box::new(parse_create(&mut args)?)),
+            done,
+        ),
         "PAUSE" => (TriggerRequest::Pause(args.text()?), done),
         "RESUME" => (TriggerRequest::Resume(args.text()?), done),
         "DROP" => (TriggerRequest::Drop(args.text()?), done),
