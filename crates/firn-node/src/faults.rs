@@ -8,6 +8,8 @@
 //!   a transaction across shards is prepared, before the anchor decides.
 //! - `txn-after-decide`: a coordinator aborts the process once the anchor has decided,
 //!   before the other parts are resolved.
+//! - `function-read`: a function's read (of a key, a prefix or a log tag) answers
+//!   `TRYAGAIN`, as when its shard's leader cannot be reached.
 
 /// Reads `FAIL_POINTS`, if set. A setting the crate cannot parse is refused.
 pub fn from_env() -> Result<(), String> {

@@ -93,12 +93,18 @@ impl StoreReads {
     }
 
     fn read(&self, read: KvRead) -> Result<Response, FirnError> {
+        fail::fail_point!("function-read", |_| Err(unanswered()));
         let request = Request::Kv(KvRequest::Read(read));
         let answer = self
             .runtime
             .block_on(self.kernel.execute(&self.ctx, request))?;
         Ok(answer.response)
     }
+}
+
+/// What the `function-read` fault point answers: a read the store could not answer.
+fn unanswered() -> FirnError {
+    FirnError::TryAgain("fault point function-read: the store did not answer".into())
 }
 
 fn key(bytes: &[u8]) -> Result<Key, FirnError> {
@@ -213,6 +219,7 @@ impl Host for StoreReads {
             stream: false,
             from_start: after.is_none(),
         };
+        fail::fail_point!("function-read", |_| Err(unanswered()));
         let request = Request::Log(LogRequest::Read(LogRead::Query(query)));
         let answer = self
             .runtime
