@@ -160,7 +160,13 @@ impl Led {
             .collect();
         prefixes.sort();
         prefixes.dedup();
-        if !self.feed.as_ref().is_some_and(|f| f.serves(&prefixes)) {
+        // Drained at every look, busy or idle, so that it keeps up with the store's buffer
+        // however few of the shard's writes are the triggers' inputs.
+        if !self
+            .feed
+            .as_mut()
+            .is_some_and(|f| f.serves(&prefixes) && f.pull())
+        {
             self.feed = Some(Feed::start(self.replica.store(), prefixes));
         }
         self.known
