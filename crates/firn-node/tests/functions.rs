@@ -499,3 +499,45 @@ async fn a_call_runs_with_its_callers_rights_and_a_trigger_with_its_creators() {
     );
     node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_value_as_input_goes_to_the_dead_letters_with_its_reason() {
+    let node = start_three_shard_node().await;
+    let mut c = redis_conn(&node).await;
+    let module = wat::parse_str(PUT_NAMED).unwrap();
+    function_load(&mut c, "put", &module).await.unwrap();
+    ok(
+        &mut c,
+        &[
+            "FIRN.TRIGGER",
+            "CREATE",
+            "big",
+            "ON",
+            "PREFIX",
+            "in/",
+            "CALL",
+            "put",
+            "RETRIES",
+            "0",
+        ],
+    )
+    .await;
+    // Above the inline limit (1 MiB): kept beside the log, not given to a run.
+    let large = "x".repeat(2 << 20);
+    ok(&mut c, &["SET", "in/large", &large]).await;
+    ok(&mut c, &["SET", "in/small", "out/small"]).await;
+    eventually_reads(&mut c, "out/small", "x").await;
+    // The two may be on different shards, whose rounds go their own pace.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while xlen(&mut c, "_firn/deadletter/big").await < 1 {
+        assert!(Instant::now() < deadline, "no dead letter after 20 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let dead = ok(&mut c, &["XRANGE", "_firn/deadletter/big", "-", "+"]).await;
+    let text = format!("{dead:?}");
+    assert!(
+        text.contains("in/large") && text.contains("large value"),
+        "{text}"
+    );
+    node.shutdown().await;
+}

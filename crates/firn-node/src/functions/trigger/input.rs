@@ -20,6 +20,9 @@ pub struct Input {
     /// How a dead letter names it: its key (or stream, or tag) and its version (or id).
     pub key: Bytes,
     pub id: String,
+    /// A put of a large value (kept beside the log): a function reads values up to the
+    /// inline value limit, so such an input is refused, not run without its value.
+    pub too_large: bool,
 }
 
 impl Input {
@@ -27,8 +30,10 @@ impl Input {
     pub fn of_version(event: WatchEvent) -> Input {
         let at = ChangePosition::of(&event);
         let key = event.key.bytes().clone();
+        let too_large = event.info.blob.is_some() && event.info.value.is_none();
         Input {
             at,
+            too_large,
             id: event.info.version.to_string(),
             invocation: Invocation {
                 kind: if event.info.deleted {
@@ -71,6 +76,7 @@ impl Input {
             },
             key: tag.clone(),
             id,
+            too_large: false,
         }
     }
 

@@ -462,6 +462,12 @@ async fn run_input(
     input: &Input,
     rights: &Rights,
 ) -> Result<Vec<crate::functions::sandbox::Effect>, FirnError> {
+    if input.too_large {
+        return Err(FirnError::Refused(
+            "the input is a large value; a function reads values up to the inline value limit"
+                .into(),
+        ));
+    }
     let mut last = None;
     for _ in 0..=spec.retries {
         let reads = StoreReads::new(
