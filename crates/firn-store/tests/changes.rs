@@ -164,3 +164,20 @@ proptest! {
         );
     }
 }
+
+#[test]
+fn a_position_reads_back_from_a_trigger_cursor_as_stored() {
+    // A trigger's cursor key holds a position as postcard writes it: (wall µs, logical, key,
+    // version), field after field — as cursors written before the type had a name.
+    let stored = postcard::to_allocvec(&(1_700_000u64, 3u32, b"s/a".to_vec(), 7u64)).unwrap();
+    let read: ChangePosition = postcard::from_bytes(&stored).unwrap();
+    assert_eq!(
+        read,
+        ChangePosition {
+            commit_ts: CommitTs::new(1_700_000, 3),
+            key: b"s/a".to_vec(),
+            version: 7,
+        }
+    );
+    assert_eq!(postcard::to_allocvec(&read).unwrap(), stored);
+}

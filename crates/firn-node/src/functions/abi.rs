@@ -11,7 +11,7 @@ use super::sandbox::{
     Effect, LIMIT, ReadPoint, RunState, TOO_SMALL, answer_bytes, answer_read, read_guest,
 };
 
-/// Fields and values encoded as `[u32 LE length][bytes]…`.
+/// Fields and values encoded as `[u32 LE length][bytes]…` (see [`push_item`]).
 fn decode_items(mut b: &[u8]) -> Option<Vec<Bytes>> {
     let mut items = Vec::new();
     while !b.is_empty() {
@@ -20,6 +20,13 @@ fn decode_items(mut b: &[u8]) -> Option<Vec<Bytes>> {
         b = &b[4 + len..];
     }
     Some(items)
+}
+
+/// Appends `part` as an item of `[u32 LE length][bytes]…`, the encoding of `scan`'s keys,
+/// `log_read`'s records and `xadd`'s fields.
+pub(super) fn push_item(out: &mut Vec<u8>, part: &[u8]) {
+    out.extend_from_slice(&(part.len() as u32).to_le_bytes());
+    out.extend_from_slice(part);
 }
 
 /// The module `firn`: inputs, reads, writes, reply and log (docs/functions.md).
@@ -117,8 +124,7 @@ pub(super) fn define(linker: &mut Linker<RunState>) -> Result<(), wasmi::errors:
                 if out.len() + 4 + k.len() > cap.max(0) as usize {
                     break;
                 }
-                out.extend_from_slice(&(k.len() as u32).to_le_bytes());
-                out.extend_from_slice(&k);
+                push_item(&mut out, &k);
             }
             if out.is_empty() && cap >= 0 {
                 // Keys there, but not even the first fits.
@@ -256,10 +262,8 @@ fn log_read(
         if out.len() + 8 + id.len() + payload.len() > cap.max(0) as usize {
             break;
         }
-        for part in [id.as_bytes(), payload] {
-            out.extend_from_slice(&(part.len() as u32).to_le_bytes());
-            out.extend_from_slice(part);
-        }
+        push_item(&mut out, id.as_bytes());
+        push_item(&mut out, payload);
     }
     if out.is_empty() && !records.is_empty() {
         return Ok(TOO_SMALL);

@@ -16,6 +16,7 @@ use firn_model::{
 };
 use tokio::runtime::Handle;
 
+use super::abi::push_item;
 use super::sandbox::{Host, ReadPoint};
 use crate::exec::Kernel;
 
@@ -230,7 +231,14 @@ impl Host for StoreReads {
                 .map(|r| {
                     // A stream's entry: its fields and values as `xadd` takes them.
                     let payload = match decode_fields(&r.payload) {
-                        Ok(fields) if stream => items(fields.iter().flat_map(|(f, v)| [f, v])),
+                        Ok(fields) if stream => {
+                            let mut items = Vec::new();
+                            for (field, value) in &fields {
+                                push_item(&mut items, field);
+                                push_item(&mut items, value);
+                            }
+                            Bytes::from(items)
+                        }
                         _ => r.payload,
                     };
                     (r.seq, payload)
@@ -241,14 +249,4 @@ impl Host for StoreReads {
             ))),
         }
     }
-}
-
-/// Items as the ABI writes them: `[u32 LE length][bytes]…`.
-fn items<'a>(parts: impl Iterator<Item = &'a Bytes>) -> Bytes {
-    let mut out = Vec::new();
-    for part in parts {
-        out.extend_from_slice(&(part.len() as u32).to_le_bytes());
-        out.extend_from_slice(part);
-    }
-    Bytes::from(out)
 }

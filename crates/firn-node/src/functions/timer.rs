@@ -226,9 +226,12 @@ async fn run_function(
     rights: &Rights,
 ) -> Result<(Vec<Effect>, Vec<Compare>), FirnError> {
     let loaded = match functions.loaded(ctx, &timer.function, None).await {
-        Ok(loaded) => Some(loaded),
+        Ok(loaded) => loaded,
         // The function was deleted: the timer goes without a run (it fires once).
-        Err(FirnError::NotFound { .. }) => None,
+        Err(FirnError::NotFound { .. }) => {
+            tracing::warn!(timer = %timer.name, "its function '{}' is gone", timer.function);
+            return Ok((Vec::new(), Vec::new()));
+        }
         Err(e) => return Err(e),
     };
     let reads = StoreReads::new(
@@ -246,17 +249,10 @@ async fn run_function(
         stamp_us: system_wall_us(),
         input_version: 0,
     };
-    let outcome = match &loaded {
-        Some(loaded) => functions.run_once(loaded, input, reads).await,
-        None => Err(FirnError::NotFound {
-            kind: "function".into(),
-            name: timer.function.clone(),
-        }),
-    };
-    match outcome {
+    match functions.run_once(&loaded, input, reads).await {
         Ok(outcome) => Ok((outcome.effects, seen.unchanged())),
         // The store could not answer a read: the timer stays, to fire at the next look.
-        Err(e) if !functions_own(&e) && !matches!(e, FirnError::NotFound { .. }) => Err(e),
+        Err(e) if !functions_own(&e) => Err(e),
         Err(e) => {
             tracing::warn!(timer = %timer.name, "its function failed: {e}");
             Ok((Vec::new(), seen.unchanged()))

@@ -346,12 +346,6 @@ pub(super) async fn replay_trigger(
 ) -> Created {
     let axum::Json(body) = body.map_err(bad_json)?;
     let (from_us, to_us) = (parse_micros(&body.from)?, parse_micros(&body.to)?);
-    if to_us < from_us || body.into.is_empty() {
-        return Err(FirnError::BadArgument(
-            "a replay's `to` is not before its `from`, and `into` names a prefix".into(),
-        )
-        .into());
-    }
     let replay = TriggerRequest::Replay {
         name: name.clone(),
         from_us,

@@ -5,13 +5,15 @@
 //! versions of it.
 
 use firn_model::{CommitTs, FirnError, Key, KeyspaceMode, Version, WatchEvent};
+use serde::{Deserialize, Serialize};
 
 use super::VersionedStore;
 use crate::backend::Table;
 use crate::record::KeyMeta;
 
 /// A place in a shard's commit order: a version of a key, ordered by (stamp, key, version).
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+/// Serialized, it is a trigger's cursor.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ChangePosition {
     pub commit_ts: CommitTs,
     pub key: Vec<u8>,

@@ -125,12 +125,17 @@ pub async fn run(
             to_us,
             into,
         } => {
-            let (_, live) = spec_of(functions, ctx, &name).await?;
-            if into.starts_with(RESERVED_PREFIX) {
+            if to_us < from_us {
                 return Err(FirnError::BadArgument(
-                    "INTO names a prefix of the user's keys, not under _firn/".into(),
+                    "a replay's TO is not before its FROM".into(),
                 ));
             }
+            if into.is_empty() || into.starts_with(RESERVED_PREFIX) {
+                return Err(FirnError::BadArgument(
+                    "INTO names a prefix of the user's keys, not empty and not under _firn/".into(),
+                ));
+            }
+            let (_, live) = spec_of(functions, ctx, &name).await?;
             let replay = TriggerSpec {
                 name: replay_name(&name),
                 from: TriggerFrom::TimeUs(from_us),

@@ -25,7 +25,6 @@ use firn_model::{
 use firn_raft::ShardReplica;
 use firn_store::ChangePosition;
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::feed::Feed;
@@ -48,35 +47,6 @@ pub const INPUTS_PER_COMMIT: usize = 256;
 /// Inputs of a batch run at once. Each run reads the fixed cut at its own input's stamp and
 /// none sees another's writes, so runs may overlap; their writes are added in input order.
 const RUNS_AT_ONCE: usize = 4;
-
-/// Where a trigger is on one shard, as its cursor key holds it: the last input whose
-/// outputs committed.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-struct Cursor {
-    wall_us: u64,
-    logical: u32,
-    key: Vec<u8>,
-    version: u64,
-}
-
-impl Cursor {
-    fn of(at: &ChangePosition) -> Cursor {
-        Cursor {
-            wall_us: at.commit_ts.wall_us,
-            logical: at.commit_ts.logical,
-            key: at.key.clone(),
-            version: at.version,
-        }
-    }
-
-    fn position(&self) -> ChangePosition {
-        ChangePosition {
-            commit_ts: CommitTs::new(self.wall_us, self.logical),
-            key: self.key.clone(),
-            version: self.version,
-        }
-    }
-}
 
 /// What a runner knows of a trigger's cursor on a shard it leads: the cursor, the version of
 /// its key (the next commit's compare), and a stamp through which no input lies beyond it.
@@ -372,7 +342,7 @@ async fn commit(
     last: &ChangePosition,
     mut writes: Writes,
 ) -> Result<Option<(u64, Vec<(Bytes, Bytes)>)>, FirnError> {
-    let cursor = Bytes::from(postcard::to_allocvec(&Cursor::of(last)).expect("a cursor encodes"));
+    let cursor = Bytes::from(postcard::to_allocvec(last).expect("a cursor encodes"));
     writes
         .steps
         .push(TxnStep::Write(KvWrite::Put(PutRequest::new(
@@ -434,9 +404,9 @@ async fn read_cursor(
         && let Some(cursor) = v
             .value
             .as_deref()
-            .and_then(|b| postcard::from_bytes::<Cursor>(b).ok())
+            .and_then(|b| postcard::from_bytes::<ChangePosition>(b).ok())
     {
-        return Ok(unknown(v.version, cursor.position()));
+        return Ok(unknown(v.version, cursor));
     }
     let start_us = match spec.from {
         TriggerFrom::Now => spec.created_us,

@@ -68,9 +68,6 @@ fn firn_timer(mut args: Args) -> Result<Action, FirnError> {
                     while !args.is_empty() {
                         fields.push((args.bytes()?, args.bytes()?));
                     }
-                    if fields.is_empty() {
-                        return Err(FirnError::BadArgument(format!("{usage}: no field")));
-                    }
                     TimerRequest::Set {
                         name,
                         at_us,

@@ -129,11 +129,6 @@ fn parse_replay(args: &mut Args) -> Result<TriggerRequest, FirnError> {
     let from_us = firn_model::time::parse_micros(&word("FROM")?)?;
     let to_us = firn_model::time::parse_micros(&word("TO")?)?;
     let into = Bytes::from(word("INTO")?);
-    if to_us < from_us || into.is_empty() {
-        return Err(FirnError::BadArgument(
-            "FIRN.TRIGGER REPLAY: TO is not before FROM, and INTO names a prefix".into(),
-        ));
-    }
     Ok(TriggerRequest::Replay {
         name,
         from_us,
