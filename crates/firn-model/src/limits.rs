@@ -89,6 +89,28 @@ impl Default for Limits {
 }
 
 impl Limits {
+    /// The records of one log append: 1 to `LOG_BATCH_RECORDS_MAX` of them, each with 1 to
+    /// `LOG_TAGS_MAX` tags and a payload within the value limit.
+    pub fn check_records(&self, records: &[crate::NewRecord]) -> Result<(), crate::FirnError> {
+        use crate::log::{LOG_BATCH_RECORDS_MAX, LOG_TAGS_MAX};
+        if records.is_empty() || records.len() > LOG_BATCH_RECORDS_MAX {
+            return Err(crate::FirnError::BadArgument(format!(
+                "{} records in one append; an append takes 1 to {LOG_BATCH_RECORDS_MAX}",
+                records.len()
+            )));
+        }
+        for r in records {
+            if r.tags.is_empty() || r.tags.len() > LOG_TAGS_MAX {
+                return Err(crate::FirnError::BadArgument(format!(
+                    "a record has {} tags; records carry 1 to {LOG_TAGS_MAX}",
+                    r.tags.len()
+                )));
+            }
+            self.check_value(r.payload.len())?;
+        }
+        Ok(())
+    }
+
     pub fn check_value(&self, len: usize) -> Result<(), crate::FirnError> {
         if len > self.value_bytes_max {
             return Err(crate::FirnError::ValueTooLarge {

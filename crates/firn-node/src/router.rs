@@ -8,13 +8,14 @@
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use firn_model::{Answer, CallContext, FirnError, KvRequest, KvWrite, Request};
+use firn_model::{Answer, CallContext, CommitTs, FirnError, KvRequest, KvWrite, Request, TxnStep};
 use firn_raft::ShardReplica;
 use futures::future::BoxFuture;
 
 use crate::admin::Admin;
 use crate::blob::files::BlobFiles;
 use crate::blob::{BlobConfig, Blobs};
+use crate::cluster::layout::ClusterLayout;
 use crate::exec::{Kernel, KernelParts, Pending, Subsystems, ready, resend_while_refused};
 use crate::functions::Functions;
 use crate::groups::Groups;
@@ -215,5 +216,13 @@ impl Subsystems for Router {
         request: Request,
     ) -> BoxFuture<'a, Result<Answer, FirnError>> {
         Box::pin(Router::execute(self, ctx, request))
+    }
+
+    fn note_transaction_appends<'a>(
+        &'a self,
+        layout: &'a ClusterLayout,
+        steps: Vec<&'a TxnStep>,
+    ) -> BoxFuture<'a, Result<Option<CommitTs>, FirnError>> {
+        Box::pin(self.log.note_transaction_appends(layout, steps))
     }
 }

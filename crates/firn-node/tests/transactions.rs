@@ -435,3 +435,215 @@ async fn xadd_inside_a_transaction_across_shards_appends_at_the_one_stamp() {
         .unwrap();
     assert_eq!(now, "after");
 }
+
+/// A record as `FIRN.LOG RANGE` shows it: (seq, tags, payload, commit stamp).
+fn log_record(v: &redis::Value) -> (String, Vec<String>, String, String) {
+    let redis::Value::Array(parts) = v else {
+        panic!("not a record: {v:?}");
+    };
+    let redis::Value::Array(tags) = &parts[1] else {
+        panic!("no tags: {v:?}");
+    };
+    (
+        common::bulk_text(&parts[0]),
+        tags.iter().map(common::bulk_text).collect(),
+        common::bulk_text(&parts[2]),
+        common::bulk_text(&parts[3]),
+    )
+}
+
+#[tokio::test]
+async fn log_appends_inside_a_transaction_commit_with_it_across_shards() {
+    let node = common::start_three_shard_node().await;
+    let client = redis::Client::open(format!("redis://{}/", node.resp_addr)).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    // Tags named like keys of two shards: the records have two homes, the key a third or
+    // one of them.
+    let (a, b) = common::two_keys_in_different_shards();
+    let order = "order-1";
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("SET")
+        .arg(order)
+        .arg("paid")
+        .cmd("FIRN.LOG")
+        .arg("APPEND")
+        .arg("events")
+        .arg("TAGS")
+        .arg(1)
+        .arg(&a)
+        .arg("first")
+        .arg("TAGS")
+        .arg(2)
+        .arg(&b)
+        .arg(&a)
+        .arg("second")
+        .arg("TAGS")
+        .arg(1)
+        .arg(&b)
+        .arg("third");
+    let (set, seqs): (String, Vec<String>) = pipe.query_async(&mut c).await.unwrap();
+    assert_eq!(set, "OK");
+    assert_eq!(seqs.len(), 3, "{seqs:?}");
+
+    let reader = c.clone();
+    let range = |tag: &str| {
+        let mut c = reader.clone();
+        let tag = tag.to_string();
+        async move {
+            let v: redis::Value = redis::cmd("FIRN.LOG")
+                .arg("RANGE")
+                .arg("events")
+                .arg(&tag)
+                .arg("-")
+                .arg("+")
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            let redis::Value::Array(records) = v else {
+                panic!("not an array: {v:?}");
+            };
+            records.iter().map(log_record).collect::<Vec<_>>()
+        }
+    };
+    let of_a = range(&a).await;
+    let of_b = range(&b).await;
+    let payloads = |rs: &[(String, Vec<String>, String, String)]| {
+        rs.iter().map(|r| r.2.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(payloads(&of_a), ["first", "second"]);
+    assert_eq!(payloads(&of_b), ["second", "third"]);
+    // The seqs answered are the records' own.
+    assert_eq!(of_a[0].0, seqs[0]);
+    assert_eq!(of_b[0].0, seqs[1]);
+    assert_eq!(of_b[1].0, seqs[2]);
+    assert_eq!(of_b[0].1, [b.clone(), a.clone()]);
+
+    // One commit stamp: each home's first record is stamped with the key's version, the
+    // next record a logical tick after it; a read just before it sees none of them.
+    let version: redis::Value = redis::cmd("FIRN.GET")
+        .arg(order)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let version = format!("{version:?}");
+    let stamp = |s: &str| -> (u64, u32) {
+        let (w, l) = s.split_once('-').unwrap();
+        (w.parse().unwrap(), l.parse().unwrap())
+    };
+    let first = stamp(&of_a[0].3);
+    assert!(
+        version.contains(&of_a[0].3),
+        "the key's version is not stamped {}: {version}",
+        of_a[0].3
+    );
+    assert_eq!(
+        stamp(&of_b[0].3),
+        first,
+        "each home's first record at the stamp"
+    );
+    assert_eq!(stamp(&of_b[1].3), (first.0, first.1 + 1));
+    let before = format!("{}-0", first.0 - 1);
+    let earlier: redis::Value = redis::cmd("FIRN.LOG")
+        .arg("RANGE")
+        .arg("events")
+        .arg(&a)
+        .arg("-")
+        .arg("+")
+        .arg("ASOF")
+        .arg(&before)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(
+        earlier,
+        redis::Value::Array(vec![]),
+        "records seen before their stamp"
+    );
+
+    // Later appends come after the transaction's records, in the same tags.
+    let later: Vec<String> = redis::cmd("FIRN.LOG")
+        .arg("APPEND")
+        .arg("events")
+        .arg("TAGS")
+        .arg(1)
+        .arg(&b)
+        .arg("fourth")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let of_b = range(&b).await;
+    assert_eq!(payloads(&of_b), ["second", "third", "fourth"]);
+    assert_eq!(of_b[2].0, later[0]);
+
+    // A compare that fails runs the other branch: no record of the first.
+    let ran: (i64, Vec<redis::Value>) = redis::cmd("FIRN.TXN")
+        .arg("IF")
+        .arg(order)
+        .arg("VALUE")
+        .arg("=")
+        .arg("unpaid")
+        .arg("THEN")
+        .arg(7)
+        .arg("FIRN.LOG")
+        .arg("APPEND")
+        .arg("events")
+        .arg("TAGS")
+        .arg(1)
+        .arg(&a)
+        .arg("never")
+        .arg("ELSE")
+        .arg(3)
+        .arg("SET")
+        .arg(order)
+        .arg("checked")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(ran.0, 0);
+    assert_eq!(payloads(&range(&a).await), ["first", "second"]);
+
+    // Within one shard (the key's, and the tag's home) it is one entry, at one stamp too.
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("SET")
+        .arg(&a)
+        .arg("noted")
+        .cmd("FIRN.LOG")
+        .arg("APPEND")
+        .arg("events")
+        .arg("TAGS")
+        .arg(1)
+        .arg(&a)
+        .arg("fifth");
+    let (_, seqs): (String, Vec<String>) = pipe.query_async(&mut c).await.unwrap();
+    let of_a = range(&a).await;
+    assert_eq!(payloads(&of_a), ["first", "second", "fifth"]);
+    assert_eq!(of_a[2].0, seqs[0]);
+    let version: redis::Value = redis::cmd("FIRN.GET")
+        .arg(&a)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(format!("{version:?}").contains(&of_a[2].3), "{version:?}");
+
+    // Bad records are refused before anything runs.
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("SET")
+        .arg(order)
+        .arg("bad")
+        .cmd("FIRN.LOG")
+        .arg("APPEND")
+        .arg("events")
+        .arg("TAGS")
+        .arg(0)
+        .arg("payload");
+    assert!(pipe.query_async::<redis::Value>(&mut c).await.is_err());
+    let now: String = redis::cmd("GET")
+        .arg(order)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(now, "checked");
+}

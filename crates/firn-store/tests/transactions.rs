@@ -31,6 +31,17 @@ fn prepare(txn: u128, is_anchor: bool, steps: Vec<TxnStep>) -> Op {
     })
 }
 
+/// The resolution of `txn` committed at `at`.
+fn committed(txn: u128, at: CommitTs) -> Op {
+    Op::Txn(TxnOp::Resolve {
+        txn: TxnId(txn),
+        outcome: TxnOutcome::Committed {
+            at,
+            otherwise: false,
+        },
+    })
+}
+
 fn prepared_at(answer: Result<Response, FirnError>) -> CommitTs {
     match answer {
         Ok(Response::Prepared {
@@ -77,17 +88,7 @@ fn a_prepared_part_holds_its_keys_and_closed_time_until_it_commits_at_the_one_st
 
     // Committed at a stamp above the prepare (another shard prepared later).
     let t = CommitTs::new(500, 0);
-    let resolved = apply(
-        &store,
-        450,
-        Op::Txn(TxnOp::Resolve {
-            txn: TxnId(1),
-            outcome: TxnOutcome::Committed {
-                at: t,
-                otherwise: false,
-            },
-        }),
-    );
+    let resolved = apply(&store, 450, committed(1, t));
     assert_eq!(resolved, Ok(Response::Done));
     for k in ["a", "b"] {
         let v = store.get(k.as_bytes(), ReadAt::Latest).unwrap().unwrap();
@@ -99,18 +100,7 @@ fn a_prepared_part_holds_its_keys_and_closed_time_until_it_commits_at_the_one_st
     let next = put(&store, 460, "a", "after");
     assert!(next.commit_ts > t);
     // A resolution heard twice changes nothing.
-    apply(
-        &store,
-        600,
-        Op::Txn(TxnOp::Resolve {
-            txn: TxnId(1),
-            outcome: TxnOutcome::Committed {
-                at: t,
-                otherwise: false,
-            },
-        }),
-    )
-    .unwrap();
+    apply(&store, 600, committed(1, t)).unwrap();
     assert_eq!(
         value_at(&store, "a", ReadAt::Latest).as_deref(),
         Some("after")
@@ -225,4 +215,118 @@ fn an_aborted_part_writes_nothing_and_a_changed_watched_key_holds_nothing() {
         "{watched:?}"
     );
     assert!(store.undecided().is_empty());
+}
+
+fn records(log: &str, home: u32, tagged: &[(&[&str], &str)]) -> TxnStep {
+    TxnStep::Records {
+        log: key(log),
+        home,
+        records: tagged
+            .iter()
+            .map(|(tags, payload)| firn_model::NewRecord {
+                tags: tags.iter().map(|t| key(t)).collect(),
+                payload: Bytes::from(payload.to_string()),
+            })
+            .collect(),
+    }
+}
+
+fn seqs_of(store: &firn_store::VersionedStore, tag: &str) -> Vec<(firn_model::LogSeq, CommitTs)> {
+    store
+        .log_page(
+            b"events",
+            tag.as_bytes(),
+            firn_model::LogSeq::ZERO,
+            firn_model::LogSeq::MAX,
+            100,
+            false,
+            None,
+            false,
+        )
+        .unwrap()
+        .records
+        .into_iter()
+        .map(|r| (r.seq, r.commit_ts))
+        .collect()
+}
+
+#[test]
+fn a_prepared_part_holds_its_records_tags_and_gives_the_seqs_of_the_commit_stamp() {
+    let store = mem_store();
+    let append = |tag: &str| {
+        Op::Log(firn_store::LogOp::Append {
+            log: key("events"),
+            home: 2,
+            records: vec![firn_model::NewRecord {
+                tags: vec![key(tag)],
+                payload: Bytes::from("plain"),
+            }],
+            stream: None,
+        })
+    };
+    apply(&store, 100, append("t")).unwrap();
+    let step = records("events", 2, &[(&["t"], "one"), (&["u", "t"], "two")]);
+    let answered = match apply(&store, 200, prepare(1, false, vec![step.clone()])) {
+        Ok(Response::Prepared { at, steps, .. }) => (at, steps),
+        other => panic!("not prepared: {other:?}"),
+    };
+    // The dry run answers the seqs of its own stamp and the tick after it.
+    let p = answered.0;
+    match &answered.1[..] {
+        [Ok(Response::Appended(a))] => {
+            assert_eq!(a[0].commit_ts, p);
+            assert_eq!(a[1].commit_ts, CommitTs::new(p.wall_us, p.logical + 1));
+            assert_eq!(a[1].seq, firn_model::LogSeq::from_stamp(a[1].commit_ts, 2));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        seqs_of(&store, "t").len(),
+        1,
+        "nothing appended at the prepare"
+    );
+    // Its tags are held: a plain append to one is refused for now, to another tag taken;
+    // another transaction's records of a held tag conflict; a trim of it waits too.
+    let refused = apply(&store, 300, append("u"));
+    assert!(
+        matches!(refused, Err(FirnError::TryAgain(_))),
+        "{refused:?}"
+    );
+    apply(&store, 310, append("v")).unwrap();
+    let conflict = apply(
+        &store,
+        320,
+        prepare(2, false, vec![records("events", 2, &[(&["t"], "x")])]),
+    );
+    assert!(
+        matches!(conflict, Err(FirnError::TxnConflict(_))),
+        "{conflict:?}"
+    );
+    let trim = apply(
+        &store,
+        330,
+        Op::Log(firn_store::LogOp::Trim {
+            log: key("events"),
+            tag: None,
+            before: firn_model::LogSeq::new(1, 0),
+        }),
+    );
+    assert!(matches!(trim, Err(FirnError::TryAgain(_))), "{trim:?}");
+
+    // Committed at a later stamp: the records take it and the tick after it.
+    let t = CommitTs::new(500, 7);
+    apply(&store, 400, committed(1, t)).unwrap();
+    let t1 = CommitTs::new(500, 8);
+    let of_t = seqs_of(&store, "t");
+    assert_eq!(of_t.len(), 3, "{of_t:?}");
+    assert_eq!(of_t[1], (firn_model::LogSeq::from_stamp(t, 2), t));
+    assert_eq!(of_t[2], (firn_model::LogSeq::from_stamp(t1, 2), t1));
+    assert_eq!(
+        seqs_of(&store, "u"),
+        vec![(firn_model::LogSeq::from_stamp(t1, 2), t1)]
+    );
+    // The tags are free again, and a later record goes after the transaction's.
+    apply(&store, 450, append("t")).unwrap();
+    let of_t = seqs_of(&store, "t");
+    assert!(of_t[3].1 > t1, "{of_t:?}");
 }

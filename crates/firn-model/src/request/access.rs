@@ -201,6 +201,7 @@ fn kv_write(write: &KvWrite) -> Vec<Access> {
                 crate::TxnStep::Read(r) => kv_read(r),
                 crate::TxnStep::Write(w) => kv_write(w),
                 crate::TxnStep::Log(w) => vec![Access::write_key(log_write_key(w))],
+                crate::TxnStep::Records { log, .. } => vec![Access::write_key(log)],
             })
             .chain(
                 compares

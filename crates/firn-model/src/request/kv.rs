@@ -177,9 +177,21 @@ pub enum KeyExpiry {
 pub enum TxnStep {
     Read(KvRead),
     Write(KvWrite),
-    /// An entry added to a stream (`XADD`), the one log append a transaction takes: a
-    /// stream is a key, so its shard holds it for the transaction like any other.
+    /// An entry added to a stream (`XADD`: a stream is a key, so its shard holds it for the
+    /// transaction like any other), or records appended to a log (`FIRN.LOG APPEND`: the
+    /// node places them as [`TxnStep::Records`]).
     Log(super::LogWrite),
+    /// A log append's records whose home (their first tag's shard) is the shard running
+    /// the step, named here since a shard's store does not know its own id: the node
+    /// makes it of `Log(LogWrite::Append)`, splitting an append whose records have several
+    /// homes; no client sends it. Each record's seq is its stamp (the transaction's, and
+    /// the logical ticks after it for the records after the first), and the part holds its
+    /// tags on the shard until it is resolved.
+    Records {
+        log: Key,
+        home: u32,
+        records: Vec<crate::NewRecord>,
+    },
 }
 
 impl TxnStep {
@@ -213,7 +225,13 @@ impl TxnStep {
                 | KvWrite::Change { .. }
                 | KvWrite::Expire { .. },
             ) => Ok(()),
-            TxnStep::Log(super::LogWrite::StreamAdd { .. }) => Ok(()),
+            TxnStep::Log(super::LogWrite::StreamAdd { .. } | super::LogWrite::Append { .. }) => {
+                Ok(())
+            }
+            TxnStep::Records { .. } => Err(crate::FirnError::BadArgument(
+                "a log append is placed on its records' shards by the node; send it as an append"
+                    .into(),
+            )),
             TxnStep::Read(r) => Err(refused(r.name())),
             TxnStep::Write(w) => Err(refused(w.name())),
             TxnStep::Log(w) => Err(refused(w.name())),
@@ -223,12 +241,13 @@ impl TxnStep {
     /// Why `what` (a command's or request's name) is no transaction step.
     pub fn refused(what: &str) -> crate::FirnError {
         crate::FirnError::BadArgument(format!(
-            "{what} cannot run inside a transaction (GET, MGET, EXISTS, TYPE, the writes of keys \
-             and XADD can)"
+            "{what} cannot run inside a transaction (GET, MGET, EXISTS, TYPE, the writes of keys, \
+             XADD and FIRN.LOG APPEND can)"
         ))
     }
 
-    /// The keys the step names.
+    /// The keys the step names (a log append names its log; placed on its records' home,
+    /// it names none: its records are held by their tags).
     pub fn keys(&self) -> NamedKeys<'_> {
         match self {
             TxnStep::Read(r) => r.keys(),
@@ -241,6 +260,7 @@ impl TxnStep {
             TxnStep::Log(
                 super::LogWrite::Append { log, .. } | super::LogWrite::Trim { log, .. },
             ) => Box::new(std::iter::once(log)),
+            TxnStep::Records { .. } => Box::new(std::iter::empty()),
         }
     }
 

@@ -34,7 +34,7 @@ use firn_model::limits::BLOB_BYTES_MAX;
 use firn_model::limits::{KEY_BYTES_MAX, KEYS_PER_REQUEST_MAX, PAGE_ITEMS_MAX};
 use firn_model::{
     Answer, BlobRef, CallContext, CommitTs, FirnError, KeyRange, KvRead, KvRequest, KvWrite,
-    Limits, PutRequest, Request, Response, SnapshotOf,
+    Limits, PutRequest, Request, Response, SnapshotOf, TxnStep,
 };
 use firn_raft::{NodeId, ShardId, ShardReplica};
 use futures::future::BoxFuture;
@@ -87,6 +87,15 @@ pub trait Subsystems: Send + Sync {
         ctx: &'a CallContext,
         request: Request,
     ) -> BoxFuture<'a, Result<Answer, FirnError>>;
+
+    /// Makes the shared log's directory notes that the log appends among a transaction's
+    /// `steps` need before the transaction is proposed (see `crate::log`); answers the
+    /// newest stamp a note was made at, which the transaction must follow.
+    fn note_transaction_appends<'a>(
+        &'a self,
+        layout: &'a ClusterLayout,
+        steps: Vec<&'a TxnStep>,
+    ) -> BoxFuture<'a, Result<Option<CommitTs>, FirnError>>;
 }
 
 pub struct Kernel {
@@ -343,6 +352,14 @@ impl Kernel {
             }
         };
         self.origins.count(&layout, &request);
+        let noted = match self.after_log_notes(ctx, &layout, &request).await {
+            Ok(noted) => noted,
+            Err(e) => {
+                metered.count_error();
+                return ready(Err(e));
+            }
+        };
+        let ctx = noted.as_ref().unwrap_or(ctx);
         let request = match self.lease_flow(ctx, request).await {
             Ok(pending) => return metered.around(pending),
             Err(request) => *request,
@@ -375,6 +392,38 @@ impl Kernel {
             }
         };
         metered.around(outcome)
+    }
+
+    /// `ctx` to follow the log's directory notes that a transaction's log appends need,
+    /// made first (`None`: `ctx` as it is, nothing to note).
+    async fn after_log_notes(
+        &self,
+        ctx: &CallContext,
+        layout: &ClusterLayout,
+        request: &KvRequest,
+    ) -> Result<Option<CallContext>, FirnError> {
+        let KvRequest::Write(KvWrite::Atomic {
+            steps, otherwise, ..
+        }) = request
+        else {
+            return Ok(None);
+        };
+        let appends: Vec<&TxnStep> = steps
+            .iter()
+            .chain(otherwise.iter().flatten())
+            .filter(|s| matches!(s, TxnStep::Log(firn_model::LogWrite::Append { .. })))
+            .collect();
+        if appends.is_empty() {
+            return Ok(None);
+        }
+        let noted = self
+            .subsystems()?
+            .note_transaction_appends(layout, appends)
+            .await?;
+        Ok(noted.map(|at| CallContext {
+            after: ctx.after.max(Some(at)),
+            ..ctx.clone()
+        }))
     }
 
     /// Runs one shard's part where it can be served. The outer future finishes once the

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use firn_model::{Key, KeyRange, KvRead, KvRequest, KvWrite};
+use firn_model::{Key, KeyRange, KvRead, KvRequest, KvWrite, LogWrite, TxnStep};
 use firn_raft::ShardId;
 use firn_store::Op;
 
@@ -104,9 +104,28 @@ pub(super) fn plan(layout: &ClusterLayout, request: KvRequest) -> Plan {
                 let at = write.keys().next().map_or(0, &shard);
                 Plan::One(at, ShardPart::Write(Op::Kv(write)))
             }
-            // One shard's (one spanning shards is a `Kernel::transact`): its first key's.
-            write @ KvWrite::Atomic { .. } => {
-                let at = write.keys().next().map_or(0, &shard);
+            // One shard's (one spanning shards is a `Kernel::transact`): where its first
+            // step's first key (or record) goes, with its log appends placed there.
+            KvWrite::Atomic {
+                compares,
+                steps,
+                otherwise,
+            } => {
+                let at = steps
+                    .iter()
+                    .chain(otherwise.iter().flatten())
+                    .flat_map(|s| step_shards(layout, s))
+                    .chain(compares.iter().map(|c| shard(&c.key)))
+                    .next()
+                    .unwrap_or(0);
+                let place = |steps: Vec<TxnStep>| {
+                    steps.into_iter().map(|s| placed(s, at)).collect::<Vec<_>>()
+                };
+                let write = KvWrite::Atomic {
+                    compares,
+                    steps: place(steps),
+                    otherwise: otherwise.map(place),
+                };
                 Plan::One(at, ShardPart::Write(Op::Kv(write)))
             }
             // The manifest goes where its blob was uploaded: the key's shard (checked).
@@ -205,17 +224,49 @@ pub(super) fn across_shards(
 fn spans_shards_all(
     layout: &ClusterLayout,
     compares: &[firn_model::Compare],
-    steps: &[firn_model::TxnStep],
-    otherwise: Option<&[firn_model::TxnStep]>,
+    steps: &[TxnStep],
+    otherwise: Option<&[TxnStep]>,
 ) -> bool {
-    let mut keys = steps
+    let mut shards = steps
         .iter()
         .chain(otherwise.into_iter().flatten())
-        .flat_map(firn_model::TxnStep::keys)
-        .chain(compares.iter().map(|c| &c.key));
-    let Some(first) = keys.next() else {
+        .flat_map(|s| step_shards(layout, s))
+        .chain(
+            compares
+                .iter()
+                .map(|c| layout.shard_of_key(c.key.as_bytes())),
+        );
+    let Some(first) = shards.next() else {
         return false;
     };
-    let home = layout.shard_of_key(first.as_bytes());
-    keys.any(|k| layout.shard_of_key(k.as_bytes()) != home)
+    shards.any(|s| s != first)
+}
+
+/// Where each thing a transaction's step places goes, in order: each key its step names to
+/// the key's shard — or, for a log append, each record to its home, the shard of its first
+/// tag's name (records are routed by name, as every append is; a log names no key).
+pub(crate) fn step_shards(layout: &ClusterLayout, step: &TxnStep) -> Vec<ShardId> {
+    match step {
+        TxnStep::Log(LogWrite::Append { records, .. }) => records
+            .iter()
+            .map(|r| {
+                r.tags
+                    .first()
+                    .map_or(0, |t| layout.shard_of_name(t.as_bytes()))
+            })
+            .collect(),
+        step => step
+            .keys()
+            .map(|k| layout.shard_of_key(k.as_bytes()))
+            .collect(),
+    }
+}
+
+/// `step` as the shard `home` runs it: a log append's records (every one of them homed
+/// there) with their home named, which the store needs for their seqs.
+pub(crate) fn placed(step: TxnStep, home: ShardId) -> TxnStep {
+    match step {
+        TxnStep::Log(LogWrite::Append { log, records }) => TxnStep::Records { log, home, records },
+        step => step,
+    }
 }

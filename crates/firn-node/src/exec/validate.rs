@@ -147,7 +147,11 @@ impl Kernel {
                             payload,
                             ..
                         }) => self.limits.check_value(payload.len()),
-                        firn_model::TxnStep::Log(_) => Ok(()),
+                        firn_model::TxnStep::Log(firn_model::LogWrite::Append {
+                            records, ..
+                        }) => self.limits.check_records(records),
+                        // Refused by `check` above: the node makes these.
+                        firn_model::TxnStep::Log(_) | firn_model::TxnStep::Records { .. } => Ok(()),
                     }
                 })
             }
@@ -239,6 +243,9 @@ fn step_bytes(step: &firn_model::TxnStep) -> usize {
             ..
         }) => suffix.len(),
         firn_model::TxnStep::Log(firn_model::LogWrite::StreamAdd { payload, .. }) => payload.len(),
+        firn_model::TxnStep::Log(firn_model::LogWrite::Append { records, .. }) => {
+            records.iter().map(|r| r.payload.len()).sum()
+        }
         _ => 0,
     }
 }

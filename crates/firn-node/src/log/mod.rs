@@ -17,7 +17,7 @@ use firn_store::LogOp;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use firn_model::log::{LOG_BATCH_RECORDS_MAX, LOG_READ_RECORDS_MAX, LOG_SHARDS_MAX, LOG_TAGS_MAX};
+use firn_model::log::{LOG_READ_RECORDS_MAX, LOG_SHARDS_MAX};
 use firn_model::{
     Answer, Appended, CallContext, CommitTs, Durability, FirnError, Key, LogRequest, LogSeq,
     LogWrite, NewRecord, Response,
@@ -169,26 +169,18 @@ impl Log {
         log: Key,
         records: Vec<NewRecord>,
     ) -> Result<Pending, FirnError> {
-        self.check_records(&records)?;
+        self.kernel.limits().check_records(&records)?;
         let mut ctx = ctx.clone();
-        // Group by home, noting each home in the directory of the records' other
-        // tags first: a reader of such a tag then finds the home before any record
-        // there is committed, and the records are stamped above the note.
+        if let Some(at) = self
+            .note_appends(layout, [(&log, records.as_slice())])
+            .await?
+        {
+            ctx.after = ctx.after.max(Some(at));
+        }
         let mut homes: BTreeMap<ShardId, Vec<(usize, NewRecord)>> = BTreeMap::new();
-        let mut notes = vec![(log.clone(), None, layout.shard_of_name(log.as_bytes()))];
         for (i, record) in records.into_iter().enumerate() {
             let home = layout.shard_of_name(record.tags[0].as_bytes());
-            for tag in &record.tags[1..] {
-                if layout.shard_of_name(tag.as_bytes()) != home {
-                    notes.push((log.clone(), Some(tag.clone()), home));
-                }
-            }
             homes.entry(home).or_default().push((i, record));
-        }
-        for note in notes {
-            if let Some(at) = self.note(layout, note).await? {
-                ctx.after = ctx.after.max(Some(at));
-            }
         }
         let mut started = Vec::with_capacity(homes.len());
         let mut order = Vec::with_capacity(homes.len());
@@ -291,23 +283,54 @@ impl Log {
         }))
     }
 
-    fn check_records(&self, records: &[NewRecord]) -> Result<(), FirnError> {
-        if records.is_empty() || records.len() > LOG_BATCH_RECORDS_MAX {
-            return Err(FirnError::BadArgument(format!(
-                "{} records in one append; an append takes 1 to {LOG_BATCH_RECORDS_MAX}",
-                records.len()
-            )));
-        }
-        for r in records {
-            if r.tags.is_empty() || r.tags.len() > LOG_TAGS_MAX {
-                return Err(FirnError::BadArgument(format!(
-                    "a record has {} tags; records carry 1 to {LOG_TAGS_MAX}",
-                    r.tags.len()
-                )));
+    /// Makes the notes appends of `records` to their logs need before they are proposed:
+    /// the log's own (it exists), and each record's home in the directory of its other
+    /// tags — a reader of such a tag then finds the home before any record there is
+    /// committed. Answers the newest stamp a note was made at: the appends go after it, so
+    /// their records are stamped above their notes. An append inside a transaction needs
+    /// them too ([`Self::note_transaction_appends`]).
+    pub async fn note_appends<'r>(
+        &self,
+        layout: &ClusterLayout,
+        appends: impl IntoIterator<Item = (&'r Key, &'r [NewRecord])>,
+    ) -> Result<Option<CommitTs>, FirnError> {
+        let mut notes = Vec::new();
+        for (log, records) in appends {
+            notes.push((log.clone(), None, layout.shard_of_name(log.as_bytes())));
+            for record in records {
+                let Some((first, others)) = record.tags.split_first() else {
+                    continue;
+                };
+                let home = layout.shard_of_name(first.as_bytes());
+                for tag in others {
+                    if layout.shard_of_name(tag.as_bytes()) != home {
+                        notes.push((log.clone(), Some(tag.clone()), home));
+                    }
+                }
             }
-            self.kernel.limits().check_value(r.payload.len())?;
         }
-        Ok(())
+        notes.sort();
+        notes.dedup();
+        let mut newest = None;
+        for note in notes {
+            newest = newest.max(self.note(layout, note).await?);
+        }
+        Ok(newest)
+    }
+
+    /// [`Self::note_appends`] for the log appends among a transaction's steps.
+    pub async fn note_transaction_appends(
+        &self,
+        layout: &ClusterLayout,
+        steps: Vec<&firn_model::TxnStep>,
+    ) -> Result<Option<CommitTs>, FirnError> {
+        let appends = steps.into_iter().filter_map(|step| match step {
+            firn_model::TxnStep::Log(LogWrite::Append { log, records }) => {
+                Some((log, records.as_slice()))
+            }
+            _ => None,
+        });
+        self.note_appends(layout, appends).await
     }
 
     /// Makes sure a note is in place: `(log, None, shard)` that the log exists, on the

@@ -3,10 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use firn_model::{CommitTs, Compare, FirnError, Key, KvRead, KvWrite, Response, TxnStep, Written};
+use firn_model::{
+    Appended, CommitTs, Compare, FirnError, Key, KvRead, KvWrite, LogSeq, LogWrite, Response,
+    TxnStep, Written,
+};
 use firn_raft::ShardId;
 
 use crate::cluster::layout::ClusterLayout;
+use crate::exec::plan::{placed, step_shards};
 
 /// One shard's part: the compares of its keys, and its steps of each branch in the
 /// transaction's order.
@@ -47,18 +51,19 @@ impl Split {
         otherwise: Option<Vec<TxnStep>>,
     ) -> Split {
         let shard = |k: &Key| layout.shard_of_key(k.as_bytes());
+        let shards = |s: &TxnStep| step_shards(layout, s);
         let every = || steps.iter().chain(otherwise.iter().flatten());
         let anchor = every()
             .filter(|s| s.writes())
             .chain(every())
-            .flat_map(TxnStep::keys)
-            .chain(compares.iter().map(|c| &c.key))
+            .flat_map(shards)
+            .chain(compares.iter().map(|c| shard(&c.key)))
             .next()
-            .map_or(0, shard);
+            .unwrap_or(0);
         let mut parts: BTreeMap<ShardId, Part> = BTreeMap::new();
-        let ran = place(&mut parts, steps, anchor, &shard, |p| &mut p.steps);
+        let ran = place(&mut parts, steps, anchor, &shards, |p| &mut p.steps);
         let ran_otherwise = otherwise.map(|o| {
-            place(&mut parts, o, anchor, &shard, |p| {
+            place(&mut parts, o, anchor, &shards, |p| {
                 p.otherwise.get_or_insert_with(Vec::new)
             })
         });
@@ -95,16 +100,25 @@ impl Split {
             (Some(ran), true) => ran,
             _ => &self.ran,
         };
+        let parts = &self.parts;
         let mut take = |shard: ShardId, i: usize| -> Result<Response, FirnError> {
             let (prepared, answers) = by_shard
                 .get_mut(&shard)
                 .ok_or_else(|| FirnError::Internal("a shard went unanswered".into()))?;
             let prepared = *prepared;
+            let step = parts.get(&shard).and_then(|p| match otherwise {
+                false => p.steps.get(i),
+                true => p.otherwise.as_ref().and_then(|o| o.get(i)),
+            });
+            let records = matches!(step, Some(TxnStep::Records { .. }));
             answers
                 .get_mut(i)
                 .map(|a| std::mem::replace(a, Err(FirnError::Internal("taken".into()))))
                 .unwrap_or_else(|| Err(FirnError::Internal("a step went unanswered".into())))
-                .map(|r| stamped(r, prepared, at))
+                .map(|r| match records {
+                    true => records_stamped(r, prepared, at, shard),
+                    false => stamped(r, prepared, at),
+                })
         };
         ran.iter()
             .map(|ran| match ran {
@@ -121,33 +135,35 @@ impl Split {
     }
 }
 
-/// Places each of `steps` in the part (its branch `branch`) of the shard of its keys,
-/// splitting one of several keys in several shards; where each went.
+/// Places each of `steps` in the part (its branch `branch`) of the shard of its keys (of
+/// its records, for a log append: [`step_shards`]), splitting one whose keys are in several
+/// shards; where each went.
 fn place(
     parts: &mut BTreeMap<ShardId, Part>,
     steps: Vec<TxnStep>,
     anchor: ShardId,
-    shard: &dyn Fn(&Key) -> ShardId,
+    shards: &dyn Fn(&TxnStep) -> Vec<ShardId>,
     branch: impl Fn(&mut Part) -> &mut Vec<TxnStep>,
 ) -> Vec<Ran> {
     let mut ran = Vec::with_capacity(steps.len());
     for step in steps {
         let mut by_shard: BTreeMap<ShardId, Vec<usize>> = BTreeMap::new();
-        for (i, k) in step.keys().enumerate() {
-            by_shard.entry(shard(k)).or_default().push(i);
+        let placed_in = shards(&step);
+        let n = placed_in.len();
+        for (i, shard) in placed_in.into_iter().enumerate() {
+            by_shard.entry(shard).or_default().push(i);
         }
         if by_shard.len() <= 1 {
             let at = by_shard.into_keys().next().unwrap_or(anchor);
             let list = branch(parts.entry(at).or_default());
-            list.push(step);
+            list.push(placed(step, at));
             ran.push(Ran::One(at, list.len() - 1));
             continue;
         }
-        let n = step.keys().count();
         let mut pieces = Vec::new();
         for (at, positions) in by_shard {
             let list = branch(parts.entry(at).or_default());
-            list.push(piece(&step, &positions));
+            list.push(placed(piece(&step, &positions), at));
             pieces.push((at, list.len() - 1, positions));
         }
         ran.push(Ran::Split(pieces, n));
@@ -155,10 +171,14 @@ fn place(
     ran
 }
 
-/// The part of a step of several keys that names the keys at `positions`.
+/// The part of a step of several keys (or records) that names those at `positions`.
 fn piece(step: &TxnStep, positions: &[usize]) -> TxnStep {
     let pick = |keys: &[Key]| positions.iter().map(|&i| keys[i].clone()).collect();
     match step {
+        TxnStep::Log(LogWrite::Append { log, records }) => TxnStep::Log(LogWrite::Append {
+            log: log.clone(),
+            records: positions.iter().map(|&i| records[i].clone()).collect(),
+        }),
         TxnStep::Read(KvRead::MGet {
             keys,
             at,
@@ -187,9 +207,15 @@ fn piece(step: &TxnStep, positions: &[usize]) -> TxnStep {
 fn merge(pieces: Vec<(Response, &Vec<usize>)>, n: usize) -> Result<Response, FirnError> {
     let mut values = vec![None; n];
     let mut written = vec![None; n];
+    let mut appended = vec![None; n];
     let mut count = None;
     for (answer, positions) in pieces {
         match answer {
+            Response::Appended(records) => {
+                for (a, &i) in records.into_iter().zip(positions) {
+                    appended[i] = Some(a);
+                }
+            }
             Response::Values(vs) => {
                 for (v, &i) in vs.into_iter().zip(positions) {
                     values[i] = Some(v);
@@ -207,6 +233,13 @@ fn merge(pieces: Vec<(Response, &Vec<usize>)>, n: usize) -> Result<Response, Fir
                 )));
             }
         }
+    }
+    if appended.iter().any(Option::is_some) {
+        return appended
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .map(Response::Appended)
+            .ok_or_else(|| FirnError::Internal("a record of an append went unanswered".into()));
     }
     Ok(match count {
         Some(c) => Response::Count(c),
@@ -245,4 +278,27 @@ fn stamped(response: Response, prepared: CommitTs, at: CommitTs) -> Response {
         ),
         other => other,
     }
+}
+
+/// The answer of a log append's records in a part prepared at `prepared` on `home`, as the
+/// resolution gives them at `at`: each record's stamp was `k` logical ticks after the
+/// prepare's, and is as many after the commit stamp; its seq is that stamp's in `home`.
+fn records_stamped(
+    response: Response,
+    prepared: CommitTs,
+    at: CommitTs,
+    home: ShardId,
+) -> Response {
+    let Response::Appended(records) = response else {
+        return response;
+    };
+    let restamp = |a: Appended| {
+        let k = a.commit_ts.logical.saturating_sub(prepared.logical);
+        let commit_ts = CommitTs::new(at.wall_us, at.logical.saturating_add(k));
+        Appended {
+            seq: LogSeq::from_stamp(commit_ts, home),
+            commit_ts,
+        }
+    };
+    Response::Appended(records.into_iter().map(restamp).collect())
 }

@@ -61,6 +61,10 @@ pub(super) struct Txn<'a> {
     /// Whether the command may commit in several storage batches (a bulk delete; see
     /// [`BULK_BATCH_WRITES_MAX`]). Only a command applied alone may.
     pub(super) paged: bool,
+    /// Inside a transaction's steps: log records given stamps so far (the first takes the
+    /// transaction's stamp, each next one the logical tick after; see
+    /// [`Txn::record_stamp`]).
+    pub(super) records_stamped: u32,
 }
 
 impl<'a> Txn<'a> {
@@ -81,6 +85,7 @@ impl<'a> Txn<'a> {
             held_changes: Vec::new(),
             kept: HashMap::new(),
             paged: false,
+            records_stamped: 0,
         }
     }
 
@@ -204,8 +209,12 @@ impl<'a> Txn<'a> {
     /// (its steps' answers) without writing it.
     pub(super) fn dry_run<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
         let mark = self.mark();
+        // What `back_to` does not undo: the stamp (raised past a transaction's records)
+        // and the log's metadata in view (a tag's last seq, read by a stream's next id).
+        let (ts, tag_metas) = (self.ts, self.tag_metas.clone());
         let out = f(self);
         self.back_to(mark);
+        (self.ts, self.tag_metas) = (ts, tag_metas);
         out
     }
 

@@ -61,11 +61,15 @@ impl Txn<'_> {
     }
 
     /// Runs `steps` in order, each seeing what those before it wrote, to their answers.
+    /// Every version is stamped with the stamp at the start; a log record takes a stamp
+    /// of its own (its seq is its stamp), the logical ticks after it, and the stamp is
+    /// raised past the last of them at the end, so later entries are stamped above.
     pub(super) fn run_steps(
         &mut self,
         steps: &[TxnStep],
     ) -> Result<Vec<Result<Response, FirnError>>, FirnError> {
         self.written = Some(Default::default());
+        self.records_stamped = 0;
         let mut answers = Vec::with_capacity(steps.len());
         for step in steps {
             // A step refused (INCR of a word, say) changes nothing and the others run, as
@@ -75,6 +79,9 @@ impl Txn<'_> {
                 TxnStep::Write(write) => self.kv(write),
                 TxnStep::Read(read) => self.read_step(read),
                 TxnStep::Log(write) => self.stream_step(write),
+                TxnStep::Records { log, home, records } => {
+                    self.transaction_records(log, *home, records)
+                }
             };
             match &answer {
                 Err(FirnError::Internal(e)) => return Err(FirnError::Internal(e.clone())),
@@ -84,6 +91,10 @@ impl Txn<'_> {
             answers.push(answer);
         }
         self.written = None;
+        if let Some(last) = self.records_stamped.checked_sub(1) {
+            self.ts = self.ts.max(self.record_stamp_at(last)?);
+        }
+        self.records_stamped = 0;
         Ok(answers)
     }
 
@@ -108,6 +119,7 @@ impl Txn<'_> {
                 );
                 self.log(&op)
             }
+            // A log's append runs placed on its records' home (`TxnStep::Records`).
             other => Err(TxnStep::refused(other.name())),
         }
     }

@@ -116,6 +116,18 @@ fn too_small() -> FirnError {
     )
 }
 
+/// The lowest seq a record of tags with `metas` may take: above their trim points and the
+/// whole log's.
+fn trim_floor(metas: &[Option<TagMeta>], log_trim: &LogMeta) -> LogSeq {
+    metas
+        .iter()
+        .flatten()
+        .map(|m| m.first_kept)
+        .chain([log_trim.trimmed_before])
+        .max()
+        .unwrap_or_default()
+}
+
 /// The id a stream entry gets: Redis's rules, with the commit stamp as the clock.
 fn stream_id(rule: StreamId, last: LogSeq, ts: CommitTs) -> Result<LogSeq, FirnError> {
     let ms = ts.wall_us / 1_000;
@@ -170,16 +182,7 @@ impl Txn<'_> {
                 // Each record of a batch has a stamp, and so a seq, of its own.
                 self.ts = self.ts.successor();
             }
-            let mut tags: Vec<&Key> = Vec::with_capacity(record.tags.len());
-            for t in &record.tags {
-                if !tags.contains(&t) {
-                    tags.push(t);
-                }
-            }
-            let mut metas = Vec::with_capacity(tags.len());
-            for t in &tags {
-                metas.push(self.tag_meta(log.as_bytes(), t.as_bytes())?);
-            }
+            let (tags, mut metas) = self.record_tags(log, record)?;
             let seq = match stream {
                 Some(s) => {
                     let last = metas[0].as_ref().map_or(LogSeq::ZERO, |m| m.last);
@@ -188,13 +191,7 @@ impl Txn<'_> {
                 None => {
                     // A record's seq is its stamp: raise the stamp above a trim point set
                     // from another shard's seqs, so that no record lands below it.
-                    let floor = metas
-                        .iter()
-                        .flatten()
-                        .map(|m| m.first_kept)
-                        .chain([log_trim.trimmed_before])
-                        .max()
-                        .unwrap_or_default();
+                    let floor = trim_floor(&metas, &log_trim);
                     if floor > LogSeq::ZERO {
                         self.ts = self.ts.max(floor.stamp().successor());
                     }
@@ -203,7 +200,7 @@ impl Txn<'_> {
             };
             match stream {
                 Some(s) => self.push_stream_entry(log, &tags, record, seq, &mut metas, s),
-                None => self.add_entry(log, &tags, Some(record), seq, &mut metas),
+                None => self.add_entry(log, &tags, Some(record), seq, self.ts, &mut metas),
             }
             out.push(Appended {
                 seq,
@@ -218,6 +215,72 @@ impl Txn<'_> {
             self.stream_trim(tag, *trim)?;
         }
         Ok(Response::Appended(out))
+    }
+
+    /// A log append as a transaction's step, in `home` (this shard, the records' first
+    /// tags'): each record's seq is its own stamp, the transaction's and the logical ticks
+    /// after it ([`Txn::record_stamp_at`]). Its tags are held from the prepare to the
+    /// resolution, so no other record of them comes between and the seqs the prepare
+    /// answered are those given here. A record that would land below its log's trim point
+    /// (a trim from a shard whose clock runs ahead) is refused, changing nothing.
+    pub(super) fn transaction_records(
+        &mut self,
+        log: &Key,
+        home: u32,
+        records: &[NewRecord],
+    ) -> Result<Response, FirnError> {
+        let log_trim = self.store.log_meta(log.as_bytes())?.unwrap_or_default();
+        let mut placed = Vec::with_capacity(records.len());
+        for (i, record) in records.iter().enumerate() {
+            let stamp = self.record_stamp_at(self.records_stamped + i as u32)?;
+            let seq = LogSeq::from_stamp(stamp, home);
+            let (tags, metas) = self.record_tags(log, record)?;
+            let floor = trim_floor(&metas, &log_trim);
+            if seq < floor {
+                return Err(FirnError::TryAgain(format!(
+                    "log '{log}' is trimmed through {floor}, past this transaction's stamp; retry"
+                )));
+            }
+            placed.push((record, tags, metas, seq, stamp));
+        }
+        let mut out = Vec::with_capacity(placed.len());
+        for (record, tags, mut metas, seq, stamp) in placed {
+            self.add_entry(log, &tags, Some(record), seq, stamp, &mut metas);
+            out.push(Appended {
+                seq,
+                commit_ts: stamp,
+            });
+        }
+        self.records_stamped += records.len() as u32;
+        Ok(Response::Appended(out))
+    }
+
+    /// A record's tags, each once, and their metadata here.
+    fn record_tags<'r>(
+        &self,
+        log: &Key,
+        record: &'r NewRecord,
+    ) -> Result<(Vec<&'r Key>, Vec<Option<TagMeta>>), FirnError> {
+        let mut tags: Vec<&Key> = Vec::with_capacity(record.tags.len());
+        for t in &record.tags {
+            if !tags.contains(&t) {
+                tags.push(t);
+            }
+        }
+        let metas = tags
+            .iter()
+            .map(|t| self.tag_meta(log.as_bytes(), t.as_bytes()))
+            .collect::<Result<_, _>>()?;
+        Ok((tags, metas))
+    }
+
+    /// The stamp of a transaction's `k`-th log record (from 0): `k` logical ticks after the
+    /// transaction's.
+    pub(super) fn record_stamp_at(&self, k: u32) -> Result<CommitTs, FirnError> {
+        let logical = self.ts.logical.checked_add(k).ok_or_else(|| {
+            FirnError::TryAgain("a transaction's log records ran out of stamps; retry".into())
+        })?;
+        Ok(CommitTs::new(self.ts.wall_us, logical))
     }
 
     /// A stream's new entry, unless the trim that follows it would drop the entry itself
@@ -242,7 +305,7 @@ impl Txn<'_> {
             Some(StreamTrim::MinId { id, limit: None }) => seq >= id,
             _ => true,
         };
-        self.add_entry(log, tags, kept.then_some(record), seq, metas);
+        self.add_entry(log, tags, kept.then_some(record), seq, self.ts, metas);
     }
 
     /// Counts an entry at `seq` under each of its tags, and stores `record` there unless
@@ -253,13 +316,14 @@ impl Txn<'_> {
         tags: &[&Key],
         record: Option<&NewRecord>,
         seq: LogSeq,
+        commit_ts: CommitTs,
         metas: &mut [Option<TagMeta>],
     ) {
         let stored = record.map(|record| {
             encode(&StoredEntry {
                 tags: record.tags.clone(),
                 payload: record.payload.clone(),
-                commit_ts: self.ts,
+                commit_ts,
             })
         });
         for (tag, meta) in tags.iter().zip(metas.iter_mut()) {

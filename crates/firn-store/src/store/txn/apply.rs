@@ -3,11 +3,11 @@
 use firn_model::{FirnError, Key, KeyRange, KvWrite, Response, TxnId, TxnOutcome, TxnStep};
 
 use super::{
-    DECIDED, DECIDED_CURSOR, HeldChange, PARTS, RECORD_KEPT_US, RECORDS,
-    RECORDS_DROPPED_PER_DECISION, Record, StoredPart, decided_row, row,
+    DECIDED, DECIDED_CURSOR, HeldChange, Holds, PARTS, RECORD_KEPT_US, RECORDS,
+    RECORDS_DROPPED_PER_DECISION, Record, StoredPart, decided_row, record_tags, row,
 };
 use crate::backend::Table;
-use crate::command::{Op, TxnOp, TxnPart};
+use crate::command::{LogOp, Op, TxnOp, TxnPart};
 use crate::record::encode;
 use crate::store::apply::Txn;
 
@@ -35,10 +35,10 @@ impl Txn<'_> {
         if held.is_empty() {
             return Ok(());
         }
-        let refuse = |key: &[u8]| match held.holder(key) {
+        let refuse = |holds: Holds<'_>| match held.holder(holds) {
             Some(txn) => Err(FirnError::TryAgain(format!(
-                "key '{}' is held by transaction {txn}, being committed; retry",
-                String::from_utf8_lossy(key)
+                "{} is held by transaction {txn}, being committed; retry",
+                describe(holds)
             ))),
             None => Ok(()),
         };
@@ -55,8 +55,43 @@ impl Txn<'_> {
                 target: KeyRange::Prefix(_),
                 ..
             }) => busy(),
+            // A log's records and trims, by their tags (a stream's are its key's, below).
+            Op::Log(LogOp::Append {
+                log,
+                records,
+                stream: None,
+                ..
+            }) => records.iter().flat_map(|r| &r.tags).try_for_each(|tag| {
+                refuse(Holds::Tag {
+                    log: log.as_bytes(),
+                    tag: tag.as_bytes(),
+                })
+            }),
+            Op::Log(LogOp::Trim {
+                log,
+                tag: Some(tag),
+                ..
+            }) => refuse(Holds::Tag {
+                log: log.as_bytes(),
+                tag: tag.as_bytes(),
+            }),
+            Op::Log(LogOp::Trim { log, tag: None, .. }) if held.holds_tags_of(log.as_bytes()) => {
+                busy()
+            }
+            // A transaction in this shard alone: its keys, and its records' tags.
+            Op::Kv(
+                write @ KvWrite::Atomic {
+                    steps, otherwise, ..
+                },
+            ) => write
+                .keys()
+                .map(|k| Holds::Key(k.as_bytes()))
+                .chain(record_tags(steps.iter().chain(otherwise.iter().flatten())))
+                .try_for_each(refuse),
             // An idempotent write's own op is checked when it runs.
-            op => op.named_keys().try_for_each(|k| refuse(k.as_bytes())),
+            op => op
+                .named_keys()
+                .try_for_each(|k| refuse(Holds::Key(k.as_bytes()))),
         }
     }
 
@@ -85,10 +120,12 @@ impl Txn<'_> {
         }
         {
             let held = self.store.held.read().unwrap_or_else(|p| p.into_inner());
-            for key in &keys {
-                if let Some(other) = held.holder(key.as_bytes()) {
+            let tags = record_tags(steps.iter().chain(otherwise.into_iter().flatten()));
+            for holds in keys.iter().map(|k| Holds::Key(k.as_bytes())).chain(tags) {
+                if let Some(other) = held.holder(holds) {
                     return Err(FirnError::TxnConflict(format!(
-                        "key '{key}' is held by transaction {other}"
+                        "{} is held by transaction {other}",
+                        describe(holds)
                     )));
                 }
             }
@@ -240,10 +277,23 @@ impl Txn<'_> {
             let entry_ts = self.ts;
             self.ts = at;
             let ran = self.run_steps(steps);
-            self.ts = entry_ts.max(at);
+            // Above the commit stamp, and above the stamps its records took after it.
+            self.ts = entry_ts.max(self.ts);
             ran?;
         }
         Ok(())
+    }
+}
+
+/// What a part holds, as its refusals name it.
+fn describe(holds: Holds<'_>) -> String {
+    match holds {
+        Holds::Key(key) => format!("key '{}'", String::from_utf8_lossy(key)),
+        Holds::Tag { log, tag } => format!(
+            "tag '{}' of log '{}'",
+            String::from_utf8_lossy(tag),
+            String::from_utf8_lossy(log)
+        ),
     }
 }
 

@@ -88,10 +88,49 @@ pub struct HeldPart {
 /// What the shard's undecided parts hold, in memory: read from the rows when the store
 /// opens (or installs a snapshot), then kept by each transaction entry's changes
 /// ([`HeldChange`]) — never by scanning rows a shard writes and deletes by the thousand.
+/// A part holds keys (those it reads and writes) and log tags (those of the records it
+/// appends: another record of a tag could otherwise take a seq the resolution gives, or
+/// one below it once the tag was read past it); both are [`held_name`]s.
 #[derive(Debug, Default)]
 pub(crate) struct Held {
-    keys: HashMap<Vec<u8>, TxnId>,
+    names: HashMap<Vec<u8>, TxnId>,
     parts: HashMap<TxnId, (HeldPart, Vec<Vec<u8>>)>,
+}
+
+/// What a part holds: a key, or a log's tag.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Holds<'a> {
+    Key(&'a [u8]),
+    Tag { log: &'a [u8], tag: &'a [u8] },
+}
+
+/// The tags of the log records `steps` append.
+pub(crate) fn record_tags<'s>(steps: impl Iterator<Item = &'s TxnStep>) -> Vec<Holds<'s>> {
+    steps
+        .flat_map(|step| match step {
+            TxnStep::Records { log, records, .. } => records
+                .iter()
+                .flat_map(|r| &r.tags)
+                .map(|tag| Holds::Tag {
+                    log: log.as_bytes(),
+                    tag: tag.as_bytes(),
+                })
+                .collect(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+/// The name [`Held`] knows `holds` by (a key and a tag never share one).
+pub(crate) fn held_name(holds: Holds<'_>) -> Vec<u8> {
+    match holds {
+        Holds::Key(key) => [b"k".as_slice(), key].concat(),
+        Holds::Tag { log, tag } => {
+            let mut name = b"t".to_vec();
+            name.extend_from_slice(&super::log::tag_key(log, tag));
+            name
+        }
+    }
 }
 
 /// A change an entry made to what the shard holds, applied once its batch is written.
@@ -102,12 +141,20 @@ pub(crate) enum HeldChange {
 }
 
 impl Held {
-    /// The transaction holding `key`, if any.
-    pub(crate) fn holder(&self, key: &[u8]) -> Option<TxnId> {
-        if self.keys.is_empty() {
+    /// The transaction holding `holds`, if any.
+    pub(crate) fn holder(&self, holds: Holds<'_>) -> Option<TxnId> {
+        if self.names.is_empty() {
             return None;
         }
-        self.keys.get(key).copied()
+        self.names.get(&held_name(holds)).copied()
+    }
+
+    /// Whether any part holds a tag of `log`.
+    pub(crate) fn holds_tags_of(&self, log: &[u8]) -> bool {
+        let prefix = held_name(Holds::Tag { log, tag: b"" });
+        // A tag's name is `t`, the log's, then the tag's own (its length first).
+        let log_part = &prefix[..prefix.len() - 2];
+        self.names.keys().any(|n| n.starts_with(log_part))
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -126,16 +173,16 @@ impl Held {
 
     pub(crate) fn change(&mut self, change: HeldChange) {
         match change {
-            HeldChange::Prepared(part, keys) => {
-                for key in &keys {
-                    self.keys.insert(key.clone(), part.txn);
+            HeldChange::Prepared(part, names) => {
+                for name in &names {
+                    self.names.insert(name.clone(), part.txn);
                 }
-                self.parts.insert(part.txn, (part, keys));
+                self.parts.insert(part.txn, (part, names));
             }
             HeldChange::Resolved(txn) => {
-                if let Some((_, keys)) = self.parts.remove(&txn) {
-                    for key in keys {
-                        self.keys.remove(&key);
+                if let Some((_, names)) = self.parts.remove(&txn) {
+                    for name in names {
+                        self.names.remove(&name);
                     }
                 }
             }
@@ -167,8 +214,18 @@ impl StoredPart {
                 deadline_us: self.deadline_us,
                 prepared: self.prepared,
             },
-            self.keys.iter().map(|k| k.as_bytes().to_vec()).collect(),
+            self.held_names(),
         )
+    }
+
+    /// The [`held_name`]s of its keys and of the tags of the records it appends.
+    fn held_names(&self) -> Vec<Vec<u8>> {
+        let keys = self.keys.iter().map(|k| Holds::Key(k.as_bytes()));
+        let tags = record_tags(self.steps.iter().chain(self.otherwise.iter().flatten()));
+        let mut names: Vec<Vec<u8>> = keys.chain(tags).map(held_name).collect();
+        names.sort();
+        names.dedup();
+        names
     }
 }
 
@@ -187,7 +244,7 @@ impl VersionedStore {
             return Vec::new();
         }
         keys.into_iter()
-            .filter(|k| held.holder(k.as_bytes()).is_some())
+            .filter(|k| held.holder(Holds::Key(k.as_bytes())).is_some())
             .cloned()
             .collect()
     }
