@@ -290,6 +290,14 @@ def test_txn_runs_one_branch_at_one_stamp(client: firn.Client, ns: str) -> None:
     assert client.txn(compare=[(fence, "version", "=", 1)], then=[("INCRBY", fence, 5)]).replies == [6]
     with pytest.raises(firn.FirnError, match="= or !="):
         client.txn(compare=[(lock, "exists", ">", True)])
+    # A record appended to a log with a write: its seq is the step's reply.
+    log = "audit-" + ns
+    done = client.txn(then=[("SET", lock, "audited"), ("FIRN.LOG", "APPEND", log, "TAGS", 1, lock, "taken")])
+    assert done.replies[0] == b"OK"
+    records = client.log.range(log, lock)
+    assert [r.value for r in records] == [b"taken"]
+    assert done.replies[1] == [records[0].seq.encode()]
+    assert records[0].commit_ts == client.get(lock).commit_ts
 
 
 def test_writes_carry_idempotency_keys_and_a_key_sent_again_applies_once(client: firn.Client, ns: str) -> None:

@@ -30,6 +30,12 @@ pub enum Step {
     Delete(Vec<u8>),
     Get(Vec<u8>),
     IncrBy(Vec<u8>, i64),
+    /// A record appended to a log with its tags (1 to 16), as `FIRN.LOG APPEND`.
+    Append {
+        log: Vec<u8>,
+        tags: Vec<Vec<u8>>,
+        payload: Vec<u8>,
+    },
 }
 
 /// A transaction: compares on keys, the steps that run when they all hold, and the steps
@@ -89,6 +95,15 @@ impl Txn {
                     Step::Delete(k) => cmd.arg(2).arg("DEL").arg(k),
                     Step::Get(k) => cmd.arg(2).arg("GET").arg(k),
                     Step::IncrBy(k, by) => cmd.arg(3).arg("INCRBY").arg(k).arg(*by),
+                    Step::Append { log, tags, payload } => cmd
+                        .arg(6 + tags.len())
+                        .arg("FIRN.LOG")
+                        .arg("APPEND")
+                        .arg(log)
+                        .arg("TAGS")
+                        .arg(tags.len())
+                        .arg(tags)
+                        .arg(payload),
                 };
             }
         }
@@ -105,6 +120,8 @@ pub enum StepReply {
     Value(Option<Bytes>),
     /// A delete's count, an increment's new value.
     Int(i64),
+    /// An append's seqs, one per record (`ms-n`).
+    Seqs(Vec<String>),
     /// The step failed (and changed nothing): its error line.
     Error(String),
 }
@@ -146,6 +163,14 @@ fn step_reply(v: &Value) -> StepReply {
         Value::Nil => StepReply::Value(None),
         Value::BulkString(b) => StepReply::Value(Some(Bytes::copy_from_slice(b))),
         Value::Int(n) => StepReply::Int(*n),
+        Value::Array(seqs) => StepReply::Seqs(
+            seqs.iter()
+                .map(|s| match s {
+                    Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                    other => format!("{other:?}"),
+                })
+                .collect(),
+        ),
         Value::ServerError(e) => {
             StepReply::Error(format!("{} {}", e.code(), e.details().unwrap_or_default()))
         }

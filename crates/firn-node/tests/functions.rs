@@ -35,6 +35,24 @@ fn example(name: &str) -> Vec<u8> {
     std::fs::read(examples().join(format!("{name}.wasm"))).expect("the example was built")
 }
 
+/// `FIRN.TRIGGER CREATE name ON PREFIX prefix CALL function`.
+async fn prefix_trigger(c: &mut MultiplexedConnection, name: &str, prefix: &str, function: &str) {
+    ok(
+        c,
+        &[
+            "FIRN.TRIGGER",
+            "CREATE",
+            name,
+            "ON",
+            "PREFIX",
+            prefix,
+            "CALL",
+            function,
+        ],
+    )
+    .await;
+}
+
 async fn xlen(c: &mut MultiplexedConnection, stream: &str) -> i64 {
     redis::cmd("XLEN").arg(stream).query_async(c).await.unwrap()
 }
@@ -98,20 +116,7 @@ async fn a_trigger_runs_once_for_each_committed_change_and_reads_at_its_stamp() 
     function_load(&mut c, "average", &example("rolling-average"))
         .await
         .unwrap();
-    ok(
-        &mut c,
-        &[
-            "FIRN.TRIGGER",
-            "CREATE",
-            "averages",
-            "ON",
-            "PREFIX",
-            "sensor/",
-            "CALL",
-            "average",
-        ],
-    )
-    .await;
+    prefix_trigger(&mut c, "averages", "sensor/", "average").await;
     // Readings of three devices (on different shards, most likely).
     for (i, v) in ["10", "20", "30", "40", "50", "60"].iter().enumerate() {
         for device in ["a", "b", "c"] {
@@ -338,20 +343,7 @@ async fn a_replay_over_history_writes_what_the_live_trigger_wrote() {
     function_load(&mut c, "average", &example("rolling-average"))
         .await
         .unwrap();
-    ok(
-        &mut c,
-        &[
-            "FIRN.TRIGGER",
-            "CREATE",
-            "averages",
-            "ON",
-            "PREFIX",
-            "sensor/",
-            "CALL",
-            "average",
-        ],
-    )
-    .await;
+    prefix_trigger(&mut c, "averages", "sensor/", "average").await;
     let from = firn_model::hlc::system_wall_us();
     for v in ["10", "35", "20", "80", "15", "40", "22"] {
         for device in ["a", "b"] {
@@ -538,6 +530,78 @@ async fn a_large_value_as_input_goes_to_the_dead_letters_with_its_reason() {
     assert!(
         text.contains("in/large") && text.contains("large value"),
         "{text}"
+    );
+    node.shutdown().await;
+}
+
+/// The payloads of the records of `tag` in `log`, oldest first (none while the log is not
+/// known yet).
+async fn log_payloads(c: &mut MultiplexedConnection, log: &str, tag: &str) -> Vec<String> {
+    let range = ["FIRN.LOG", "RANGE", log, tag, "-", "+", "LIMIT", "1000"];
+    match common::run(c, &range).await {
+        Err(e) if e.code() == Some("NOLOG") => Vec::new(),
+        Err(e) => panic!("{range:?}: {e}"),
+        Ok(redis::Value::Array(records)) => records
+            .iter()
+            .map(|r| match r {
+                redis::Value::Array(parts) => bulk_text(&parts[2]),
+                other => panic!("not a record: {other:?}"),
+            })
+            .collect(),
+        Ok(other) => panic!("not an array: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_out_appends_each_input_once_to_its_log_tag() {
+    let node = start_three_shard_node().await;
+    let mut c = redis_conn(&node).await;
+    function_load(&mut c, "fanout", &example("fan-out"))
+        .await
+        .unwrap();
+    prefix_trigger(&mut c, "orders", "orders/", "fanout").await;
+    // Orders whose keys are on every shard, for two regions.
+    let mut want: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+    for i in 0..24 {
+        let region = if i % 3 == 0 { "us" } else { "eu" };
+        let order = format!(r#"{{"region":"{region}","item":"i{i}"}}"#);
+        ok(&mut c, &["SET", &format!("orders/{i}"), &order]).await;
+        want.entry(region).or_default().push(order);
+    }
+    for (region, orders) in &want {
+        let tag = format!("region:{region}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut got = log_payloads(&mut c, "orders", &tag).await;
+            if got.len() >= orders.len() || Instant::now() > deadline {
+                // Each order once (the order of records follows the commits, not the puts).
+                got.sort();
+                let mut orders = orders.clone();
+                orders.sort();
+                assert_eq!(got, orders, "the records of {tag}");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // Called directly, the record commits with the call.
+    let _: redis::Value = redis::cmd("FCALL")
+        .arg("fanout")
+        .arg(1)
+        .arg("orders/direct")
+        .arg(r#"{"region":"ap","item":"x"}"#)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(
+        log_payloads(&mut c, "orders", "region:ap").await,
+        [r#"{"region":"ap","item":"x"}"#]
+    );
+    // Nothing more arrives later: every input was appended exactly once.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        log_payloads(&mut c, "orders", "region:eu").await.len(),
+        want["eu"].len()
     );
     node.shutdown().await;
 }

@@ -627,6 +627,33 @@ async fn log_appends_inside_a_transaction_commit_with_it_across_shards() {
         .unwrap();
     assert!(format!("{version:?}").contains(&of_a[2].3), "{version:?}");
 
+    // Over HTTP, `append` is a step of `POST /v1/txn` too.
+    let base = format!("http://{}", node.http_addr);
+    let tag = a.clone();
+    let answer = tokio::task::spawn_blocking(move || {
+        let body = serde_json::json!({
+            "then": [
+                {"op": "put", "key": "order-2", "value": "paid"},
+                {"op": "append", "log": "events", "records": [{"tags": [tag], "value": "sixth"}]},
+            ],
+        });
+        ureq::post(&format!("{base}/v1/txn"))
+            .send_json(body)
+            .unwrap()
+            .into_json::<serde_json::Value>()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(answer["succeeded"], true, "{answer}");
+    let of_a = range(&a).await;
+    assert_eq!(of_a.last().unwrap().2, "sixth");
+    assert_eq!(
+        answer["results"][1]["appended"][0]["seq"],
+        of_a.last().unwrap().0.as_str(),
+        "{answer}"
+    );
+
     // Bad records are refused before anything runs.
     let mut pipe = redis::pipe();
     pipe.atomic()

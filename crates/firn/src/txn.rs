@@ -2,7 +2,8 @@
 //!
 //! Each `--if` is `KEY VERSION|VALUE|EXISTS|STAMP OP OPERAND`, each `--then`/`--else` one
 //! command with its arguments (`SET k v`, `INCRBY n 2`, `GET k`, `DEL k` …), words apart
-//! by spaces. It prints whether the compares held, then each command's reply.
+//! by spaces (`FIRN.LOG APPEND log TAGS 1 tag payload` appends a record with the other
+//! writes). It prints whether the compares held, then each command's reply.
 
 use clap::Args;
 use redis::Value;
@@ -71,6 +72,11 @@ fn shown(v: &Value) -> String {
         Value::Nil => "(nil)".into(),
         Value::Int(n) => format!("(integer) {n}"),
         Value::BulkString(b) => format!("\"{}\"", String::from_utf8_lossy(b)),
+        // An append's seqs.
+        Value::Array(items) => format!(
+            "[{}]",
+            items.iter().map(shown).collect::<Vec<_>>().join(", ")
+        ),
         Value::ServerError(e) => {
             format!("(error) {} {}", e.code(), e.details().unwrap_or_default())
         }

@@ -98,6 +98,22 @@ fn txn_runs_the_then_commands_while_the_compares_hold_and_the_else_ones_after() 
         text(&out.stdout),
         "a compare failed: the --else commands ran\n1) \"me\"\n"
     );
+    // A record appended with a write; its seq is shown as the command's reply.
+    let out = firn(
+        &node,
+        &[
+            "txn",
+            "--then",
+            "SET lock audited",
+            "--then",
+            "FIRN.LOG APPEND audit TAGS 1 lock taken",
+        ],
+    );
+    let shown = text(&out.stdout);
+    assert!(
+        shown.starts_with("succeeded: the --then commands ran\n1) OK\n2) [\""),
+        "{shown}"
+    );
     let out = firn(&node, &["txn", "--if", "lock EXISTS"]);
     assert!(!out.status.success());
     assert!(

@@ -495,6 +495,39 @@ async fn the_rust_client_runs_compare_then_write() {
         second.replies,
         vec![StepReply::Value(Some(bytes::Bytes::from("me")))]
     );
+    // A record appended to a log, with a write, in one transaction.
+    let audit = Txn::new()
+        .then(Step::Put(lock.clone().into(), b"audited".to_vec()))
+        .then(Step::Append {
+            log: b"audit".to_vec(),
+            tags: vec![fence.clone().into()],
+            payload: b"lock audited".to_vec(),
+        });
+    let done = client.txn(&audit).await.unwrap();
+    let [StepReply::Ok, StepReply::Seqs(seqs)] = &done.replies[..] else {
+        panic!("{:?}", done.replies);
+    };
+    let range = redis::cmd("FIRN.LOG")
+        .arg("RANGE")
+        .arg("audit")
+        .arg(&fence)
+        .arg("-")
+        .arg("+")
+        .clone();
+    let redis::Value::Array(records) = client.raw(&range).await.unwrap() else {
+        panic!("no records");
+    };
+    let held: Vec<String> = records
+        .iter()
+        .map(|r| match r {
+            redis::Value::Array(parts) => match &parts[0] {
+                redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(held, *seqs);
 }
 
 /// Exactly once under leader kills: clients send every write (an increment of a counter on

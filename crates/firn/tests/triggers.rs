@@ -1,8 +1,9 @@
 //! A trigger's effects happen once per input through kill -9 of the leaders that run it: a
-//! trigger counts each key written under `in/` into `seen/<key>`, writers put keys on
-//! every shard while the leader of each shard is killed and restarted in turn, and at the
-//! end every input key is counted exactly once (none missed, none doubled) and nothing
-//! else is counted. And a timer set before its shard's leader is killed fires once.
+//! trigger counts each key written under `in/` into `seen/<key>` and appends the key to the
+//! log `seen` under the tag `all`, writers put keys on every shard while the leader of each
+//! shard is killed and restarted in turn, and at the end every input key is counted exactly
+//! once and appended exactly once (none missed, none doubled) and nothing else is. And a
+//! timer set before its shard's leader is killed fires once.
 
 mod common;
 
@@ -15,18 +16,26 @@ use common::Cluster;
 
 type Shared = Arc<std::sync::Mutex<Cluster>>;
 
-/// On each put, `incr("seen/" + key, 1)`: a count of the runs whose effects committed.
+/// On each put, `incr("seen/" + key, 1)` — a count of the runs whose effects committed —
+/// and `log_append("seen", ["all"], key)`, in the run's one transaction.
 const COUNTER: &str = r#"(module
     (import "firn" "kind" (func $kind (result i32)))
     (import "firn" "key" (func $key (param i32 i32 i32) (result i32)))
     (import "firn" "incr" (func $incr (param i32 i32 i64) (result i32)))
+    (import "firn" "log_append" (func $append (param i32 i32 i32 i32 i32 i32) (result i32)))
     (memory (export "memory") 1)
     (data (i32.const 0) "seen/")
+    (data (i32.const 8000) "seen")
+    (data (i32.const 8010) "\03\00\00\00all")
     (func (export "run") (result i32)
         (local $n i32)
         (if (i32.ne (call $kind) (i32.const 1)) (then (return (i32.const 0))))
         (local.set $n (call $key (i32.const 0) (i32.const 5) (i32.const 4000)))
         (if (i32.lt_s (call $incr (i32.const 0) (i32.add (local.get $n) (i32.const 5)) (i64.const 1))
+                      (i32.const 0))
+            (then (return (i32.const 1))))
+        (if (i32.lt_s (call $append (i32.const 8000) (i32.const 4) (i32.const 8010) (i32.const 7)
+                                    (i32.const 5) (local.get $n))
                       (i32.const 0))
             (then (return (i32.const 1))))
         (i32.const 0)))"#;
@@ -186,8 +195,35 @@ async fn a_trigger_counts_every_input_once_through_leader_kills() {
             assert_eq!(count.as_deref(), Some("1"), "{key} counted {count:?} times");
         }
     }
+    // And appended once each: the log's tag holds every input key exactly once.
+    let range = redis::cmd("FIRN.LOG")
+        .arg(&["RANGE", "seen", "all", "-", "+", "LIMIT", "10000"])
+        .clone();
+    let redis::Value::Array(records) = settled(&addrs, &range).await else {
+        panic!("FIRN.LOG RANGE answered no array")
+    };
+    let mut appended: Vec<String> = records
+        .iter()
+        .map(|r| match r {
+            redis::Value::Array(parts) => redis::from_redis_value(parts[2].clone()).unwrap(),
+            other => panic!("not a record: {other:?}"),
+        })
+        .collect();
+    appended.sort();
+    let inputs: Vec<String> = inputs.into_iter().collect();
+    assert_eq!(
+        appended.len(),
+        inputs.len(),
+        "{} records for {} inputs",
+        appended.len(),
+        inputs.len()
+    );
+    assert_eq!(
+        appended, inputs,
+        "the records are not the inputs, once each"
+    );
     eprintln!(
-        "{} inputs of {attempted} writes, each counted once",
+        "{} inputs of {attempted} writes, each counted once and appended once",
         want.len()
     );
 }

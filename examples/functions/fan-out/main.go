@@ -1,9 +1,11 @@
 // fan-out: a trigger on the puts under orders/, whose values are JSON orders such as
-// {"region":"eu","item":"x"}. Each order is appended to the stream orders:<region> and
-// published on the channel orders.<region>, so each region's workers read only theirs:
+// {"region":"eu","item":"x"}. Each order is appended to the log orders under the tag
+// region:<region> (and published on the channel orders.<region>), so each region's workers
+// read only theirs — FIRN.LOG NEXT orders region:eu <seq>, or a trigger of their own:
 //
 //	FIRN.FUNCTION LOAD fanout <fan-out.wasm>
 //	FIRN.TRIGGER CREATE orders ON PREFIX orders/ CALL fanout
+//	FIRN.TRIGGER CREATE eu-orders ON LOG orders TAG region:eu CALL …
 //
 // It can be tried directly too: FCALL fanout 1 orders/17 '{"region":"eu","item":"x"}'
 package main
@@ -37,8 +39,9 @@ func run() int32 {
 		firn.Log("fan-out: %s is not an order with a region: %q", key, value)
 		return 1
 	}
-	// The entry and the message go out together with the run's commit, or not at all.
-	if err := firn.XAdd("orders:"+o.Region, "key", key, "order", string(value)); err != nil {
+	// The record commits with the run's other writes (and the trigger's progress): once,
+	// or not at all. The message goes out after the commit.
+	if err := firn.LogAppend("orders", []string{"region:" + o.Region}, value); err != nil {
 		firn.Log("fan-out: %v", err)
 		return 1
 	}

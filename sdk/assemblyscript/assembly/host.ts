@@ -71,6 +71,9 @@ export declare function incr(kp: usize, kl: i32, delta: i64): i32;
 @external("firn", "xadd")
 export declare function xadd(sp: usize, sl: i32, fp: usize, fl: i32): i32;
 
+@external("firn", "log_append")
+export declare function log_append(lp: usize, ll: i32, tp: usize, tl: i32, pp: usize, pl: i32): i32;
+
 @external("firn", "publish")
 export declare function publish(cp: usize, cl: i32, mp: usize, ml: i32): i32;
 

@@ -330,22 +330,40 @@ export function xadd(stream: string, fieldsAndValues: string[]): FirnError | nul
   if (n == 0 || n % 2 != 0) {
     return new FirnError("xadd", stream, 0, "an entry needs field-value pairs; got " + n.toString() + " strings");
   }
+  const fields = encodeItems(fieldsAndValues);
+  const s = String.UTF8.encode(stream);
+  return written("xadd", stream, host.xadd(ptr(s), s.byteLength, data(fields), fields.length));
+}
+
+/** Appends a record with its tags (1 to 16; the first names the shard that keeps it) and
+ * payload to the log, as FIRN.LOG APPEND log TAGS n tag… payload, committed with the run's
+ * other writes. Its seq is the commit's stamp; each tag's readers see it in order. */
+export function logAppend<T>(log: string, tags: string[], payload: T): FirnError | null {
+  if (tags.length == 0) return new FirnError("log_append", log, 0, "a record needs a tag");
+  const l = String.UTF8.encode(log);
+  const t = encodeItems(tags);
+  const p = bytesOf<T>(payload);
+  return written("log_append", log, host.log_append(ptr(l), l.byteLength, data(t), t.length, data(p), p.length));
+}
+
+/** Strings as `[u32 LE length][UTF-8 bytes]…` (xadd's fields, logAppend's tags). */
+function encodeItems(items: string[]): Uint8Array {
+  const n = items.length;
   const encoded = new Array<ArrayBuffer>(n);
   let size = 0;
   for (let i = 0; i < n; i++) {
-    encoded[i] = String.UTF8.encode(fieldsAndValues[i]);
+    encoded[i] = String.UTF8.encode(items[i]);
     size += 4 + encoded[i].byteLength;
   }
-  const fields = new Uint8Array(size);
-  let at: usize = fields.dataStart;
+  const out = new Uint8Array(size);
+  let at: usize = out.dataStart;
   for (let i = 0; i < n; i++) {
     const len = encoded[i].byteLength;
     store<u32>(at, <u32>len); // wasm is little-endian, as the ABI wants
     memory.copy(at + 4, changetype<usize>(encoded[i]), <usize>len);
     at += 4 + <usize>len;
   }
-  const s = String.UTF8.encode(stream);
-  return written("xadd", stream, host.xadd(ptr(s), s.byteLength, data(fields), fields.length));
+  return out;
 }
 
 /** Publishes msg on the pub/sub channel once the run's writes have committed (never, if the

@@ -112,6 +112,8 @@ function run({ kind = 0, keys = [], args = [], stampUs = 0n, inputVersion = 0n, 
     del: (kp, kl) => write("del", host.writeCode)(text(kp, kl)),
     incr: (kp, kl, delta) => write("incr", host.writeCode)(text(kp, kl), delta),
     xadd: (sp, sl, fp, fl) => write("xadd", host.writeCode)(text(sp, sl), decodeItems(guest(fp, fl))),
+    log_append: (lp, ll, tp, tl, pp, pl) =>
+      write("log_append", host.writeCode)(text(lp, ll), decodeItems(guest(tp, tl)), text(pp, pl)),
     publish: (cp, cl, mp, ml) => write("publish", host.writeCode)(text(cp, cl), text(mp, ml)),
     reply: (p, l) => {
       state.reply = text(p, l);
@@ -271,6 +273,14 @@ test("xadd encodes its fields as length-prefixed items, and wants pairs", () => 
   const odd = run({ args: ["xadd", "alerts", "sensor"] });
   assert.deepEqual(odd.writes, []);
   assert.equal(odd.reply, 'error 0 firn: xadd "alerts": an entry needs field-value pairs; got 1 strings');
+});
+
+test("logAppend encodes its tags as length-prefixed items, and wants one", () => {
+  const r = run({ args: ["log_append", "orders", "region:eu", "all", "{\"item\":1}"] });
+  assert.deepEqual(r.writes, [["log_append", "orders", ["region:eu", "all"], '{"item":1}']]);
+  const none = run({ args: ["log_append", "orders", "payload"] });
+  assert.deepEqual(none.writes, []);
+  assert.equal(none.reply, 'error 0 firn: log_append "orders": a record needs a tag');
 });
 
 test("a refused write is a FirnError", () => {

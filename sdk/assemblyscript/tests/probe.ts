@@ -15,6 +15,7 @@ import {
   keys,
   kind,
   log,
+  logAppend,
   logRead,
   publish,
   put,
@@ -60,6 +61,8 @@ export function run(): i32 {
     written(incr(a[1], I64.parseInt(a[2])));
   } else if (op == "xadd") {
     written(xadd(a[1], a.slice(2)));
+  } else if (op == "log_append") {
+    written(logAppend(a[1], a.slice(2, a.length - 1), a[a.length - 1]));
   } else if (op == "publish") {
     written(publish(a[1], a[2]));
   } else if (op == "abort") {

@@ -36,5 +36,8 @@ func hostDel(unsafe.Pointer, int32) int32                            { panic(not
 func hostIncr(unsafe.Pointer, int32, int64) int32                    { panic(notInFirn) }
 func hostXAdd(unsafe.Pointer, int32, unsafe.Pointer, int32) int32    { panic(notInFirn) }
 func hostPublish(unsafe.Pointer, int32, unsafe.Pointer, int32) int32 { panic(notInFirn) }
-func hostReply(unsafe.Pointer, int32)                                { panic(notInFirn) }
-func hostLog(unsafe.Pointer, int32)                                  { panic(notInFirn) }
+func hostLogAppend(unsafe.Pointer, int32, unsafe.Pointer, int32, unsafe.Pointer, int32) int32 {
+	panic(notInFirn)
+}
+func hostReply(unsafe.Pointer, int32) { panic(notInFirn) }
+func hostLog(unsafe.Pointer, int32)   { panic(notInFirn) }

@@ -55,6 +55,9 @@ func hostIncr(kp unsafe.Pointer, kl int32, delta int64) int32
 //go:wasmimport firn xadd
 func hostXAdd(sp unsafe.Pointer, sl int32, fp unsafe.Pointer, fl int32) int32
 
+//go:wasmimport firn log_append
+func hostLogAppend(lp unsafe.Pointer, ll int32, tp unsafe.Pointer, tl int32, pp unsafe.Pointer, pl int32) int32
+
 //go:wasmimport firn publish
 func hostPublish(cp unsafe.Pointer, cl int32, mp unsafe.Pointer, ml int32) int32
 

@@ -32,16 +32,35 @@ func XAdd(stream string, fieldsAndValues ...string) error {
 		return &Error{Op: "xadd", Key: stream, Err: fmt.Errorf(
 			"an entry needs field-value pairs; got %d strings", len(fieldsAndValues))}
 	}
+	fields := encodeItems(fieldsAndValues)
+	return written("xadd", stream, hostXAdd(stringPtr(stream), int32(len(stream)), bytesPtr(fields), int32(len(fields))))
+}
+
+// LogAppend appends a record with tags (1 to 16; the first names the shard that keeps it)
+// and payload to log, as FIRN.LOG APPEND log TAGS n tag… payload, committed with the
+// run's other writes. Its seq is the commit's stamp; readers of each tag see it in order.
+func LogAppend(log string, tags []string, payload []byte) error {
+	if len(tags) == 0 {
+		return &Error{Op: "log_append", Key: log, Err: fmt.Errorf("a record needs a tag")}
+	}
+	encoded := encodeItems(tags)
+	return written("log_append", log, hostLogAppend(stringPtr(log), int32(len(log)),
+		bytesPtr(encoded), int32(len(encoded)), bytesPtr(payload), int32(len(payload))))
+}
+
+// encodeItems encodes strings as [u32 little-endian length][bytes]… (xadd's fields,
+// log_append's tags).
+func encodeItems(items []string) []byte {
 	size := 0
-	for _, s := range fieldsAndValues {
+	for _, s := range items {
 		size += 4 + len(s)
 	}
-	fields := make([]byte, 0, size)
-	for _, s := range fieldsAndValues {
-		fields = binary.LittleEndian.AppendUint32(fields, uint32(len(s)))
-		fields = append(fields, s...)
+	out := make([]byte, 0, size)
+	for _, s := range items {
+		out = binary.LittleEndian.AppendUint32(out, uint32(len(s)))
+		out = append(out, s...)
 	}
-	return written("xadd", stream, hostXAdd(stringPtr(stream), int32(len(stream)), bytesPtr(fields), int32(len(fields))))
+	return out
 }
 
 // Publish sends msg to the pub/sub channel once the run's writes have committed (never, if

@@ -459,7 +459,8 @@ class Client:
         version while it has a value, 0 when none), ``"value"``, ``"exists"`` (a bool, with
         ``"="`` or ``"!="``) or ``"stamp"`` (a :class:`CommitTs`); op ``=``, ``!=``, ``<``,
         ``<=``, ``>``, ``>=``. A command is its words, as a ``MULTI`` would queue it:
-        ``("SET", "k", "v")``, ``("INCRBY", "n", 2)``, ``("GET", "k")``, ``("DEL", "k")``.
+        ``("SET", "k", "v")``, ``("INCRBY", "n", 2)``, ``("GET", "k")``, ``("DEL", "k")``,
+        ``("FIRN.LOG", "APPEND", "log", "TAGS", 1, "tag", payload)`` (its reply: the seqs).
 
         >>> c.txn(compare=[("lock", "exists", "=", False)],          # doctest: +SKIP
         ...       then=[("SET", "lock", "me"), ("INCR", "fence")],

@@ -5,13 +5,14 @@
 use bytes::Bytes;
 use firn_model::LogSeq;
 use firn_model::limits::{FUNCTION_LOG_READ_RECORDS_MAX, FUNCTION_SCAN_KEYS_MAX};
+use firn_model::log::LOG_TAGS_MAX;
 use wasmi::{Caller, Error as WasmError, Linker};
 
 use super::sandbox::{
     Effect, LIMIT, ReadPoint, RunState, TOO_SMALL, answer_bytes, answer_read, read_guest,
 };
 
-/// Fields and values encoded as `[u32 LE length][bytes]…` (see [`push_item`]).
+/// Fields and values (or tags) encoded as `[u32 LE length][bytes]…` (see [`push_item`]).
 fn decode_items(mut b: &[u8]) -> Option<Vec<Bytes>> {
     let mut items = Vec::new();
     while !b.is_empty() {
@@ -23,7 +24,7 @@ fn decode_items(mut b: &[u8]) -> Option<Vec<Bytes>> {
 }
 
 /// Appends `part` as an item of `[u32 LE length][bytes]…`, the encoding of `scan`'s keys,
-/// `log_read`'s records and `xadd`'s fields.
+/// `log_read`'s records, `xadd`'s fields and `log_append`'s tags.
 pub(super) fn push_item(out: &mut Vec<u8>, part: &[u8]) {
     out.extend_from_slice(&(part.len() as u32).to_le_bytes());
     out.extend_from_slice(part);
@@ -179,6 +180,20 @@ pub(super) fn define(linker: &mut Linker<RunState>) -> Result<(), wasmi::errors:
                 .map(|p| (p[0].clone(), p[1].clone()))
                 .collect();
             Ok(c.data_mut().write(Effect::XAdd(stream, pairs)))
+        },
+    )?;
+    linker.func_wrap(
+        "firn",
+        "log_append",
+        |mut c: Caller<'_, RunState>, lp: i32, ll: i32, tp: i32, tl: i32, pp: i32, pl: i32| {
+            c.data_mut().call()?;
+            let log = read_guest(&c, lp, ll)?;
+            let (tags, payload) = (read_guest(&c, tp, tl)?, read_guest(&c, pp, pl)?);
+            let Some(tags) = decode_items(&tags).filter(|t| (1..=LOG_TAGS_MAX).contains(&t.len()))
+            else {
+                return Ok::<i32, WasmError>(LIMIT);
+            };
+            Ok(c.data_mut().write(Effect::Append(log, tags, payload)))
         },
     )?;
     linker.func_wrap(

@@ -8,7 +8,8 @@ use bytes::Bytes;
 use firn_model::limits::{TXN_BYTES_MAX, TXN_STEPS_MAX};
 use firn_model::log::encode_fields;
 use firn_model::{
-    Access, Compare, FirnError, Key, KeyChange, KvWrite, LogWrite, PutRequest, StreamId, TxnStep,
+    Access, Compare, FirnError, Key, KeyChange, KvWrite, LogWrite, NewRecord, PutRequest, StreamId,
+    TxnStep,
 };
 
 use super::Rights;
@@ -48,6 +49,13 @@ impl Writes {
                     payload: encode_fields(&fields),
                     trim: None,
                     no_create: false,
+                }),
+                Effect::Append(log, tags, payload) => TxnStep::Log(LogWrite::Append {
+                    log: key(log)?,
+                    records: vec![NewRecord {
+                        tags: tags.into_iter().map(key).collect::<Result<_, _>>()?,
+                        payload,
+                    }],
                 }),
                 Effect::Publish(channel, message) => {
                     self.publishes.push((channel, message));

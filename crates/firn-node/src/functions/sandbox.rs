@@ -83,15 +83,22 @@ pub enum Effect {
     Incr(Bytes, i64),
     /// An entry added to a stream, its fields and values.
     XAdd(Bytes, Vec<(Bytes, Bytes)>),
+    /// A record appended to a log: the log, the record's tags, its payload.
+    Append(Bytes, Vec<Bytes>, Bytes),
     /// Published after the commit (publish/subscribe keeps no history).
     Publish(Bytes, Bytes),
 }
 
 impl Effect {
-    /// The key the write changes (a stream's for `XAdd`); none for a publish.
+    /// The key the write changes (a stream's for `XAdd`, the log's name for `Append`, as a
+    /// log's writes are allowed); none for a publish.
     pub fn key(&self) -> Option<&Bytes> {
         match self {
-            Effect::Put(k, _) | Effect::Del(k) | Effect::Incr(k, _) | Effect::XAdd(k, _) => Some(k),
+            Effect::Put(k, _)
+            | Effect::Del(k)
+            | Effect::Incr(k, _)
+            | Effect::XAdd(k, _)
+            | Effect::Append(k, ..) => Some(k),
             Effect::Publish(..) => None,
         }
     }
@@ -104,6 +111,8 @@ impl Effect {
             Effect::Del(k) => Effect::Del(moved(k)),
             Effect::Incr(k, by) => Effect::Incr(moved(k), by),
             Effect::XAdd(k, fields) => Effect::XAdd(moved(k), fields),
+            // A log is moved by its name; its tags stay.
+            Effect::Append(log, tags, payload) => Effect::Append(moved(log), tags, payload),
             Effect::Publish(..) => return None,
         })
     }
@@ -114,6 +123,9 @@ impl Effect {
             Effect::Del(k) | Effect::Incr(k, _) => k.len() + 8,
             Effect::XAdd(k, fields) => {
                 k.len() + fields.iter().map(|(f, v)| f.len() + v.len()).sum::<usize>()
+            }
+            Effect::Append(log, tags, payload) => {
+                log.len() + tags.iter().map(Bytes::len).sum::<usize>() + payload.len()
             }
         }
     }
@@ -281,7 +293,7 @@ impl RunState {
                 self.written
                     .insert(k.clone(), Some(Bytes::from(sum.to_string())));
             }
-            Effect::XAdd(..) | Effect::Publish(..) => {}
+            Effect::XAdd(..) | Effect::Append(..) | Effect::Publish(..) => {}
         }
         Ok(())
     }

@@ -32,6 +32,19 @@ pub(super) struct RecordBody {
     value_base64: Option<String>,
 }
 
+impl RecordBody {
+    pub(super) fn into_record(self) -> Result<NewRecord, FirnError> {
+        Ok(NewRecord {
+            tags: self
+                .tags
+                .into_iter()
+                .map(key_of)
+                .collect::<Result<_, _>>()?,
+            payload: payload_of(self.value, self.value_base64)?,
+        })
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct AppendBody {
@@ -50,26 +63,26 @@ pub(super) async fn append(
     let records = body
         .records
         .into_iter()
-        .map(|r| {
-            Ok(NewRecord {
-                tags: r.tags.into_iter().map(key_of).collect::<Result<_, _>>()?,
-                payload: payload_of(r.value, r.value_base64)?,
-            })
-        })
+        .map(RecordBody::into_record)
         .collect::<Result<Vec<_>, FirnError>>()?;
     let write = LogWrite::Append {
         log: key_of(log)?,
         records,
     };
     match session.execute(&router, write.into()).await?.response {
-        Response::Appended(appended) => Ok(axum::Json(json!({
-            "appended": appended
-                .iter()
-                .map(|a| json!({ "seq": a.seq.to_string(), "commit_ts": a.commit_ts.to_string() }))
-                .collect::<Vec<_>>()
-        }))),
+        Response::Appended(appended) => Ok(axum::Json(appended_json(&appended))),
         other => Err(unexpected(other)),
     }
+}
+
+/// `{"appended": [{seq, commit_ts}]}`: an append's records, in the order given.
+pub(super) fn appended_json(appended: &[firn_model::Appended]) -> Json {
+    json!({
+        "appended": appended
+            .iter()
+            .map(|a| json!({ "seq": a.seq.to_string(), "commit_ts": a.commit_ts.to_string() }))
+            .collect::<Vec<_>>()
+    })
 }
 
 /// `GET /v1/log/{log}/{tag}/{read}`: `next?min=`, `prev?max=`, `tail`, or

@@ -5,7 +5,8 @@
 //! {"compare": [{"key": "a", "version": 3}, {"key": "b", "exists": false},
 //!              {"key": "c", "value": "x", "op": "!="}, {"key": "d", "stamp": "…", "op": "<="}],
 //!  "then": [{"op": "put", "key": "a", "value": "1"}, {"op": "delete", "key": "b"},
-//!           {"op": "get", "key": "c"}, {"op": "incr", "key": "n", "by": 2}],
+//!           {"op": "get", "key": "c"}, {"op": "incr", "key": "n", "by": 2},
+//!           {"op": "append", "log": "events", "records": [{"tags": ["paid"], "value": "a"}]}],
 //!  "else": [{"op": "get", "key": "a"}]}
 //! ```
 //! answers `{"succeeded": true|false, "results": [...]}`, one result per step of the branch
@@ -17,13 +18,14 @@ use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
 use firn_model::time::parse_read_time;
 use firn_model::{
-    Compare, CompareOp, CompareTarget, FirnError, KeyChange, KvRead, KvWrite, PutRequest, ReadAt,
-    ReadConsistency, Response, TxnStep, WriteCondition,
+    Compare, CompareOp, CompareTarget, FirnError, KeyChange, KvRead, KvWrite, LogWrite, PutRequest,
+    ReadAt, ReadConsistency, Response, TxnStep, WriteCondition,
 };
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
 
 use super::json::{payload_of, value_json, version_json, written_json};
+use super::log::{RecordBody, appended_json};
 use super::params::key_of;
 use super::{ApiResult, Session, bad_json, unexpected};
 use crate::router::Router;
@@ -74,6 +76,11 @@ enum StepBody {
         key: String,
         #[serde(default = "one")]
         by: i64,
+    },
+    /// Records appended to a log, as `POST /v1/log/{log}` takes them.
+    Append {
+        log: String,
+        records: Vec<RecordBody>,
     },
 }
 
@@ -140,6 +147,13 @@ impl StepBody {
                 key: key_of(key)?,
                 change: KeyChange::IncrBy(by),
             }),
+            StepBody::Append { log, records } => TxnStep::Log(LogWrite::Append {
+                log: key_of(log)?,
+                records: records
+                    .into_iter()
+                    .map(RecordBody::into_record)
+                    .collect::<Result<_, _>>()?,
+            }),
         })
     }
 }
@@ -175,7 +189,7 @@ pub(super) async fn txn(
 }
 
 /// One step's answer: what a put or delete wrote, what a get found (`found`, null when
-/// nothing), an increment's new `value`; or the step's `error`.
+/// nothing), an increment's new `value`, an append's `appended`; or the step's `error`.
 fn result_json(answer: Result<Response, FirnError>) -> Json {
     match answer {
         Ok(Response::Written(w)) => w.first().map(written_json).unwrap_or(Json::Null),
@@ -186,6 +200,7 @@ fn result_json(answer: Result<Response, FirnError>) -> Json {
             j[field] = v;
             j
         }
+        Ok(Response::Appended(appended)) => appended_json(&appended),
         Ok(other) => json!({ "error": "ERR", "message": format!("unexpected answer {other:?}") }),
         Err(e) => json!({ "error": e.resp_code(), "message": e.to_string() }),
     }
