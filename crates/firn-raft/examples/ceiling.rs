@@ -347,7 +347,12 @@ fn cpu_seconds() -> f64 {
     // Fields after the command's closing parenthesis: utime is the 12th, stime the 13th.
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     (ticks(11) + ticks(12)) / 100.0
 }
 
@@ -408,7 +413,10 @@ async fn main() {
     // A leader takes writes once a quorum has acknowledged it (its lease).
     leader
         .wait(Some(Duration::from_secs(10)))
-        .metrics(|m| m.last_quorum_acked.is_some(), "a quorum acknowledged the leader")
+        .metrics(
+            |m| m.last_quorum_acked.is_some(),
+            "a quorum acknowledged the leader",
+        )
         .await
         .expect("the leader's lease starts");
 
