@@ -9,10 +9,27 @@
 //! shows them all.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tracing::{Level, Metadata};
+use tracing_subscriber::filter::{EnvFilter, FilterExt as _};
+use tracing_subscriber::layer::Filter;
+
+/// The node's log filter: `env` (the operator's `RUST_LOG`, or the default) and the thinning
+/// of openraft's warnings, as one filter — so a place `env` turns off is off for good, decided
+/// once when first reached, and never made (a span) or asked about again on each call.
+pub fn filter<S>(env: EnvFilter, quiet: ConsensusWarnings) -> impl Filter<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    let quiet = Arc::new(quiet);
+    let places = quiet.clone();
+    env.and(
+        tracing_subscriber::filter::dynamic_filter_fn(move |meta, _| quiet.shown(meta))
+            .with_callsite_filter(move |meta| places.interest(meta)),
+    )
+}
 
 /// While a node starts, its peers start too: none of openraft's warnings then.
 pub const STARTING: Duration = Duration::from_secs(10);
@@ -107,6 +124,28 @@ mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         tracing::subscriber::with_default(Grab(seen.clone()), f);
         seen.lock().unwrap().clone()
+    }
+
+    /// The node's filter turns openraft's debug spans off for good — none is made — while
+    /// Firn's own events and openraft's warnings (thinned) still reach the log.
+    #[test]
+    fn the_node_filter_makes_no_span_its_levels_turn_off() {
+        use tracing_subscriber::Layer as _;
+        use tracing_subscriber::layer::SubscriberExt as _;
+        let env = EnvFilter::new("info,openraft=warn");
+        let subscriber = tracing_subscriber::registry().with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::sink)
+                .with_filter(filter(env, ConsensusWarnings::new(true))),
+        );
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::debug_span!(target: "openraft::core", "replicate");
+            assert!(span.is_disabled(), "an openraft debug span was made");
+            assert!(!tracing::enabled!(target: "openraft::core", Level::INFO));
+            assert!(tracing::enabled!(target: "firn_node::cluster", Level::INFO));
+            assert!(!tracing::enabled!(target: "firn_node::cluster", Level::DEBUG));
+            assert!(tracing::enabled!(target: "openraft::core", Level::ERROR));
+        });
     }
 
     #[test]

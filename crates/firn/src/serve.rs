@@ -379,17 +379,12 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
     let explicit = std::env::var_os("RUST_LOG").is_some();
     let env = filter::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| filter::EnvFilter::new(DEFAULT_LOG_FILTER));
-    let quiet = std::sync::Arc::new(crate::logs::ConsensusWarnings::new(!explicit));
-    let places = quiet.clone();
+    let quiet = crate::logs::ConsensusWarnings::new(!explicit);
     tracing_subscriber::registry()
         .with(
             tracing_subscriber::fmt::layer()
                 .with_ansi(std::io::stdout().is_terminal())
-                .with_filter(env)
-                .with_filter(
-                    filter::dynamic_filter_fn(move |meta, _| quiet.shown(meta))
-                        .with_callsite_filter(move |meta| places.interest(meta)),
-                ),
+                .with_filter(crate::logs::filter(env, quiet)),
         )
         .init();
     firn_node::faults::from_env()?;
