@@ -11,7 +11,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::{
-    bulk_text, error_line, eventually_reads, function_load, ok, redis_conn, start_three_shard_node,
+    bulk_text, error_line, eventually_reads, function_load, ok, redis_conn_patient,
+    start_three_shard_node,
 };
 use redis::aio::MultiplexedConnection;
 
@@ -60,7 +61,7 @@ async fn xlen(c: &mut MultiplexedConnection, stream: &str) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_loaded_function_is_a_versioned_key_and_fcall_runs_it() {
     let node = start_three_shard_node().await;
-    let mut c = redis_conn(&node).await;
+    let mut c = redis_conn_patient(&node).await;
     let alert = example("threshold-alert");
     assert_eq!(function_load(&mut c, "alert", &alert).await.unwrap(), 1);
     assert_eq!(function_load(&mut c, "alert", &alert).await.unwrap(), 2);
@@ -112,7 +113,7 @@ async fn a_loaded_function_is_a_versioned_key_and_fcall_runs_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trigger_runs_once_for_each_committed_change_and_reads_at_its_stamp() {
     let node = start_three_shard_node().await;
-    let mut c = redis_conn(&node).await;
+    let mut c = redis_conn_patient(&node).await;
     function_load(&mut c, "average", &example("rolling-average"))
         .await
         .unwrap();
@@ -153,7 +154,7 @@ async fn a_trigger_runs_once_for_each_committed_change_and_reads_at_its_stamp() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_input_goes_to_the_dead_letters_and_the_trigger_goes_on() {
     let node = start_three_shard_node().await;
-    let mut c = redis_conn(&node).await;
+    let mut c = redis_conn_patient(&node).await;
     function_load(&mut c, "alert", &example("threshold-alert"))
         .await
         .unwrap();
@@ -198,7 +199,7 @@ async fn a_failing_input_goes_to_the_dead_letters_and_the_trigger_goes_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timer_fires_once() {
     let node = start_three_shard_node().await;
-    let mut c = redis_conn(&node).await;
+    let mut c = redis_conn_patient(&node).await;
     function_load(&mut c, "alert", &example("threshold-alert"))
         .await
         .unwrap();
@@ -339,7 +340,7 @@ async fn values_of(c: &mut MultiplexedConnection, key: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_over_history_writes_what_the_live_trigger_wrote() {
     let node = start_three_shard_node().await;
-    let mut c = redis_conn(&node).await;
+    let mut c = redis_conn_patient(&node).await;
     function_load(&mut c, "average", &example("rolling-average"))
         .await
         .unwrap();
@@ -495,7 +496,7 @@ async fn a_call_runs_with_its_callers_rights_and_a_trigger_with_its_creators() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_value_as_input_goes_to_the_dead_letters_with_its_reason() {
     let node = start_three_shard_node().await;
-    let mut c = redis_conn(&node).await;
+    let mut c = redis_conn_patient(&node).await;
     let module = wat::parse_str(PUT_NAMED).unwrap();
     function_load(&mut c, "put", &module).await.unwrap();
     ok(
@@ -555,7 +556,7 @@ async fn log_payloads(c: &mut MultiplexedConnection, log: &str, tag: &str) -> Ve
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fan_out_appends_each_input_once_to_its_log_tag() {
     let node = start_three_shard_node().await;
-    let mut c = redis_conn(&node).await;
+    let mut c = redis_conn_patient(&node).await;
     function_load(&mut c, "fanout", &example("fan-out"))
         .await
         .unwrap();

@@ -70,7 +70,8 @@ pub async fn redis_conn_resp3(node: &RunningNode) -> redis::aio::MultiplexedConn
     client.get_multiplexed_async_connection().await.unwrap()
 }
 
-/// A connection whose replies may take longer than the client's default 500 ms (`BLOCK`).
+/// A connection whose replies may take longer than the client's default 500 ms (`BLOCK`, a
+/// module of megabytes loaded on a busy machine).
 pub async fn redis_conn_patient(node: &RunningNode) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(format!("redis://{}/", node.resp_addr)).unwrap();
     let config =
