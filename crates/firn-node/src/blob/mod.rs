@@ -327,6 +327,39 @@ impl Blobs {
             .buffered(READ_AHEAD)
     }
 
+    /// Bytes `start..end` of `blob` (`end` exclusive, within its size), only the chunks
+    /// that hold them read: a ranged read of a large value (the file view's `Range`).
+    pub fn stream_range(
+        self: &Arc<Self>,
+        blob: BlobRef,
+        start: u64,
+        end: u64,
+    ) -> impl Stream<Item = Result<Bytes, FirnError>> + Send + 'static {
+        let this = self.clone();
+        let chunk = u64::from(blob.chunk_bytes.max(1));
+        let end = end.min(blob.size);
+        let chunks = if start < end {
+            (start / chunk) as usize..((end - 1) / chunk) as usize + 1
+        } else {
+            0..0
+        };
+        let blob = Arc::new(blob);
+        futures::stream::iter(chunks)
+            .map(move |i| {
+                let (this, blob) = (this.clone(), blob.clone());
+                async move {
+                    let data = this.chunk(&blob, i, false).await?;
+                    let offset = i as u64 * chunk;
+                    let from = start.saturating_sub(offset).min(data.len() as u64) as usize;
+                    let to = (end - offset).min(data.len() as u64) as usize;
+                    let part = data.slice(from..to.max(from));
+                    metrics::counter!("firn_blob_read_bytes_total").increment(part.len() as u64);
+                    Ok(part)
+                }
+            })
+            .buffered(READ_AHEAD)
+    }
+
     /// The whole blob in memory (RESP answers; bounded by the caller).
     pub async fn load(self: &Arc<Self>, blob: BlobRef) -> Result<Bytes, FirnError> {
         let mut out = Vec::with_capacity(blob.size as usize);

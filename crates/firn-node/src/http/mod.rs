@@ -1,10 +1,11 @@
 //! The HTTP/JSON front end: parses into the same typed requests the RESP front end does and
 //! calls the same router, in one session per request. Values travel as raw bytes, metadata
-//! in `Firn-*` headers. Endpoints by subsystem: [`kv`], [`log`], [`groups`] and
+//! in `Firn-*` headers. Endpoints by subsystem: [`kv`], [`fs`] (the file view), [`log`], [`groups`] and
 //! [`group_events`], [`service`], [`watch`], [`functions`], [`admin`]; the web page in
 //! [`ui`], the API's description in [`openapi`].
 
 mod admin;
+mod fs;
 mod functions;
 mod group_events;
 mod groups;
@@ -67,6 +68,9 @@ const BODY_BYTES_MAX: usize = VALUE_BYTES_MAX_CEILING + 1;
 pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> HttpRouter {
     HttpRouter::new()
         .route("/v1/kv/{*key}", get(get_kv).put(put_kv).delete(delete_kv))
+        .route("/v1/fs", get(fs::root))
+        .route("/v1/fs/", get(fs::root))
+        .route("/v1/fs/{*path}", get(fs::read))
         .route("/v1/history/{*key}", get(history))
         .route("/v1/scan", get(scan))
         .route("/v1/mget", get(mget))
