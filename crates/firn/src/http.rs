@@ -29,7 +29,7 @@ pub struct HttpTarget {
 }
 
 /// A key in a URL path: every byte but letters, digits, `-._~` and `/` escaped.
-const PATH: &AsciiSet = &NON_ALPHANUMERIC
+pub(crate) const PATH: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'-')
     .remove(b'.')
     .remove(b'_')

@@ -19,6 +19,7 @@ mod keyspace;
 mod kv;
 mod log;
 mod logs;
+mod mount;
 mod request;
 mod serve;
 mod txn;
@@ -79,6 +80,9 @@ enum Command {
     Snapshot(kv::SnapshotArgs),
     /// Print every new version of a key (or of every key under a prefix) as it commits.
     Watch(kv::WatchArgs),
+    /// Mount the store's file view (keys as files, prefixes as directories, DIR/@T/ at any
+    /// time) read-only through FUSE, until interrupted or unmounted.
+    Mount(mount::MountArgs),
     /// Delete a key (writes a tombstone version).
     Del(kv::DelArgs),
     /// Compare, then write, across shards, as one transaction: when every --if holds the
@@ -215,6 +219,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Watch(args) => kv::watch(args).await,
         Command::Del(args) => kv::delete(args).await,
         Command::Txn(args) => txn::txn(args).await,
+        Command::Mount(args) => mount::mount(args).await,
         Command::Backup(args) => backup::backup(args).await,
         Command::Restore(args) => backup::restore(args).await,
         Command::Keyspace { action } => run_keyspace(action).await,

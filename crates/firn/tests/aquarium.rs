@@ -1,6 +1,7 @@
 //! The Freeze-Frame File System's "wave in an aquarium" (examples/aquarium), as a test: six
 //! cameras in three shards film for 3 s, odd cameras look at the one before, two readers
-//! take snapshots on random replicas. No snapshot may break a promise of a consistent cut;
+//! take snapshots on random replicas (and then read the cameras as files through `firn mount`
+//! directories, one a node). No snapshot may break a promise of a consistent cut;
 //! reading the cameras one by one instead must be caught torn by the same check.
 
 mod common;
@@ -61,6 +62,52 @@ async fn snapshots_of_the_aquarium_are_never_torn() {
             .count()
             >= report.snapshots.len() / 2
     );
+    // Through the file view: every camera's file at one time under `firn mount`
+    // directories (one a node), held to the same check.
+    let mounts = tempfile::tempdir().unwrap();
+    let mut mounted = Vec::new();
+    for i in 0..3 {
+        let dir = mounts.path().join(format!("node{i}"));
+        std::fs::create_dir(&dir).unwrap();
+        let child = common::mount::mount(&cluster.http_addr(i), &dir, &[]);
+        mounted.push((child, dir));
+    }
+    config.reads = Reads::Files(mounted.iter().map(|(_, d)| d.clone()).collect());
+    config.run_for = Duration::from_secs(3);
+    let files = run(&config).await.unwrap();
+    let violations = check(&files);
+    eprintln!(
+        "aquarium, as files: {} snapshots ({} read again through another node's mount), {} frames, {} violations",
+        files.snapshots.len(),
+        files.rechecked(),
+        files.frames_written(),
+        violations.len()
+    );
+    for (child, dir) in mounted {
+        common::mount::stop(child, &dir);
+    }
+    assert!(violations.is_empty(), "{violations:#?}");
+    // Each file is a lookup and a read through FUSE, each a read at T: slower than one
+    // snapshot call, so fewer rows (about 35 in 3 s on 2 cores, debug build).
+    assert!(
+        files.snapshots.len() >= 10,
+        "only {} snapshots",
+        files.snapshots.len()
+    );
+    assert!(
+        files.rechecked() >= 2,
+        "only {} rechecked",
+        files.rechecked()
+    );
+    assert!(
+        files
+            .snapshots
+            .iter()
+            .filter(|s| s.frames.iter().all(Option::is_some))
+            .count()
+            >= files.snapshots.len() / 2
+    );
+
     // The control: the same cameras read one by one (each read linearizable, but not one
     // cut) are caught torn by the same check.
     config.reads = Reads::OneByOne;

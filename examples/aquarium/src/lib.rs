@@ -48,11 +48,16 @@ pub struct Config {
 }
 
 /// How a reader reads the cameras.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Reads {
     /// One snapshot: every camera as of one time T, on one replica.
     #[default]
     Snapshot,
+    /// Through the file view, as any program reads files: each camera's file at one time T
+    /// (`DIR/@T/<camera>`, T this machine's clock now, never before the reader's last) under
+    /// one of these `firn mount` directories (one a node), picked at random; a recheck reads
+    /// the same T under another.
+    Files(Vec<std::path::PathBuf>),
     /// The control: each camera with its own linearizable read, one after another, on
     /// random nodes. The row claims the time of the newest frame it got, and the cameras
     /// read before that frame was written show older frames: torn.
@@ -285,7 +290,24 @@ pub async fn run(config: &Config) -> Result<Report, Error> {
             while started.elapsed() < config.run_for {
                 let node = fastrand::usize(..n);
                 let asked = system_wall_us();
-                let (at, frames, again) = match config.reads {
+                let (at, frames, again) = match &config.reads {
+                    Reads::Files(mounts) => {
+                        let at = CommitTs::end_of_micros(system_wall_us()).max(token);
+                        token = at;
+                        let m = fastrand::usize(..mounts.len());
+                        let frames = read_files(&mounts[m], &config.cameras, at).await?;
+                        let recheck = config.recheck_every > 0
+                            && (taken.len() + 1) % config.recheck_every == 0;
+                        let again = if recheck && mounts.len() > 1 {
+                            let other =
+                                (m + 1 + fastrand::usize(..mounts.len() - 1)) % mounts.len();
+                            let frames = read_files(&mounts[other], &config.cameras, at).await?;
+                            Some((other, at, frames))
+                        } else {
+                            None
+                        };
+                        (at, frames, again)
+                    }
                     Reads::OneByOne => {
                         let (at, frames) = one_by_one(&nodes, &of).await?;
                         (at, frames, None)
@@ -338,6 +360,29 @@ pub async fn run(config: &Config) -> Result<Report, Error> {
     }
     report.elapsed = started.elapsed();
     Ok(report)
+}
+
+/// Every camera's frame at `at` read as a file under the mount `root`: `root/@T/<camera>`
+/// (absent: no frame then), off the async workers.
+async fn read_files(
+    root: &std::path::Path,
+    cameras: &[String],
+    at: CommitTs,
+) -> Result<Frames, Error> {
+    let dir = root.join(format!("@{at}"));
+    let cameras = cameras.to_vec();
+    tokio::task::spawn_blocking(move || {
+        cameras
+            .iter()
+            .map(|cam| match std::fs::read(dir.join(cam)) {
+                Ok(bytes) => Frame::decode(&bytes).map(Some),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(format!("{}: {e}", dir.join(cam).display()).into()),
+            })
+            .collect()
+    })
+    .await
+    .map_err(|e| Error::from(e.to_string()))?
 }
 
 /// The control reader: each camera read on its own, latest and linearizable, on a random

@@ -44,6 +44,10 @@ struct Args {
     /// instead of one snapshot, and see the rows tear.
     #[arg(long)]
     one_by_one: bool,
+    /// Read the cameras as files instead: `firn mount` directories of the store (one a
+    /// node, comma-separated), each camera's file read at one time under DIR/@T/.
+    #[arg(long, value_delimiter = ',', conflicts_with = "one_by_one")]
+    files: Vec<std::path::PathBuf>,
 }
 
 const CAMERAS_MAX: usize = 1_000;
@@ -80,6 +84,9 @@ async fn aquarium(args: Args) -> Result<usize, firn_aquarium::Error> {
     config.snapshot_every = args.snapshot_every;
     if args.one_by_one {
         config.reads = firn_aquarium::Reads::OneByOne;
+    }
+    if !args.files.is_empty() {
+        config.reads = firn_aquarium::Reads::Files(args.files.clone());
     }
     let first = firn_client::Client::connect(&config.nodes[0])
         .await

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod logs;
+pub mod mount;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
