@@ -44,10 +44,13 @@ pub enum Table {
     /// encoded (stream, group, key hash) → [`crate::store::group::KeyHolder`]: which
     /// consumer of an `hrw` group holds entries of a key, and how many
     GroupKeys,
+    /// encoded (key, event time, version) → nothing: the versions of a versioned keyspace's
+    /// keys that carry an event time, in event-time order (`crate::store::event_index`)
+    EventIndex,
 }
 
 /// How many tables a state machine has.
-pub const TABLES: usize = 11;
+pub const TABLES: usize = 12;
 
 impl Table {
     pub const ALL: [Table; TABLES] = [
@@ -62,6 +65,7 @@ impl Table {
         Table::GroupPending,
         Table::GroupConsumers,
         Table::GroupKeys,
+        Table::EventIndex,
     ];
 
     fn index(self) -> usize {
@@ -92,6 +96,7 @@ impl Table {
             Table::GroupPending => "group_pending",
             Table::GroupConsumers => "group_consumers",
             Table::GroupKeys => "group_keys",
+            Table::EventIndex => "event_index",
         };
         format!("{namespace}_{table}")
     }
@@ -384,6 +389,7 @@ impl FjallBackend {
             open(Table::GroupPending)?,
             open(Table::GroupConsumers)?,
             open(Table::GroupKeys)?,
+            open(Table::EventIndex)?,
         ];
         let journal = Mutex::new(JournalSync::new(db.clone(), dir));
         let _memtables = memtable_reaper::watch(keyspaces.iter().cloned());

@@ -33,6 +33,7 @@ mod atomic;
 mod blobs;
 mod change;
 mod changes;
+mod event_index;
 pub mod expiry;
 pub mod group;
 pub mod lease;
@@ -173,6 +174,7 @@ impl VersionedStore {
                 .then(a.prefix.cmp(&b.prefix))
         });
         *self.keyspaces.write().unwrap_or_else(|p| p.into_inner()) = specs;
+        self.ensure_event_index()?;
 
         let last_ts = self
             .system_get(SYS_LAST_TS)?

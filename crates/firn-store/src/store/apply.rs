@@ -403,6 +403,7 @@ impl<'a> Txn<'a> {
             Table::GroupPending,
             Table::GroupConsumers,
             Table::GroupKeys,
+            Table::EventIndex,
         ] {
             self.flush_table(table)?;
         }
@@ -580,12 +581,13 @@ impl<'a> Txn<'a> {
                     meta.oldest = version;
                 }
                 self.put_record(k, version, &record);
-                if let Some(max) = spec.max_versions {
-                    while version - meta.oldest + 1 > max {
-                        self.batch
-                            .remove(Table::Versions, version_key(k, meta.oldest));
-                        meta.oldest += 1;
-                    }
+                self.index_event_time(k, version, record.event_time_us);
+                if let Some(max) = spec.max_versions
+                    && version - meta.oldest + 1 > max
+                {
+                    let keep_from = version + 1 - max;
+                    self.remove_indexed_versions(k, meta.oldest, keep_from - 1)?;
+                    meta.oldest = keep_from;
                 }
             }
             KeyspaceMode::Latest => {

@@ -156,20 +156,8 @@ impl VersionedStore {
                 };
                 Ok(ended(t, found))
             }
-            ReadAt::EventTime(t) => {
-                // Event times follow no order: every stored version is looked at.
-                let mut best: Option<VersionInfo> = None;
-                self.walk_records(key, meta.oldest, meta.latest, false, |info| {
-                    let rank = |i: &VersionInfo| (i.event_time_us, i.version);
-                    if info.event_time_us.is_some_and(|e| e <= t)
-                        && best.as_ref().is_none_or(|b| rank(&info) > rank(b))
-                    {
-                        best = Some(info);
-                    }
-                    Ok(true)
-                })?;
-                Ok(best)
-            }
+            // A seek into the event-time index (`event_index.rs`).
+            ReadAt::EventTime(t) => self.read_by_event_time(key, &meta, t),
         }
     }
 

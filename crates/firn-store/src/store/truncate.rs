@@ -75,11 +75,11 @@ impl Txn<'_> {
         }
         let removed = bound - meta.oldest;
         while meta.oldest < bound {
-            // One version and the metadata at least.
-            self.make_room(2)?;
-            let room = (BULK_BATCH_WRITES_MAX - self.batch.len() - 1) as u64;
+            // One version, its event-time row and the metadata at least.
+            self.make_room(3)?;
+            let room = ((BULK_BATCH_WRITES_MAX - self.batch.len() - 1) / 2) as u64;
             let to = bound.min(meta.oldest + room);
-            self.remove_versions(key, meta.oldest, to - 1);
+            self.remove_indexed_versions(key, meta.oldest, to - 1)?;
             meta.oldest = to;
             self.set_meta(key, meta.clone());
         }
