@@ -256,6 +256,10 @@ fn read_args(cmd: &mut redis::Cmd, at: ReadAt, consistency: ReadConsistency) {
         ReadAt::EventTime(t) => {
             cmd.arg("EVENTTIME").arg(t);
         }
+        ReadAt::EventTimeAsOf { event_us, as_of } => {
+            cmd.arg("EVENTTIME").arg(event_us);
+            cmd.arg("ASOF").arg(as_of.to_string());
+        }
     }
     match consistency {
         ReadConsistency::Linearizable => {}

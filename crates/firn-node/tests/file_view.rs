@@ -8,8 +8,8 @@ mod common;
 use std::io::Read;
 use std::net::SocketAddr;
 
-use common::three_shard_config;
-use firn_node::{NodeConfig, RunningNode};
+use common::{start_three_shard_node, start_three_shard_node_with};
+use firn_node::NodeConfig;
 
 fn agent() -> ureq::Agent {
     ureq::AgentBuilder::new()
@@ -51,7 +51,7 @@ fn names(listing: &serde_json::Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_read_as_files_and_prefixes_as_directories_now_and_at_a_time() {
-    let node = RunningNode::start(three_shard_config()).await.unwrap();
+    let node = start_three_shard_node().await;
     let base = format!("http://{}", node.http_addr);
     tokio::task::spawn_blocking(move || {
         let a = agent();
@@ -255,16 +255,17 @@ async fn keys_read_as_files_and_prefixes_as_directories_now_and_at_a_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_value_is_read_by_range_from_the_chunks_that_hold_it() {
     let dir = tempfile::tempdir().unwrap();
-    let config = NodeConfig {
+    let data_dir = dir.path().to_path_buf();
+    let node = start_three_shard_node_with(|config| NodeConfig {
         in_memory: false,
-        data_dir: dir.path().to_path_buf(),
+        data_dir: data_dir.clone(),
         limits: firn_model::Limits {
             value_bytes_max: 64 * 1024,
         },
         http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        ..three_shard_config()
-    };
-    let node = RunningNode::start(config).await.unwrap();
+        ..config
+    })
+    .await;
     let base = format!("http://{}", node.http_addr);
     tokio::task::spawn_blocking(move || {
         let chunk = firn_model::blob::BLOB_CHUNK_BYTES;

@@ -14,8 +14,7 @@ use firn_model::{
 use firn_node::RunningNode;
 
 async fn three_shard_node() -> RunningNode {
-    let config = common::three_shard_config();
-    let node = RunningNode::start(config).await.expect("node starts");
+    let node = common::start_three_shard_node().await;
     // Wait until every shard has a leader: a first write to each succeeds.
     let deadline = Instant::now() + Duration::from_secs(20);
     for tag in [

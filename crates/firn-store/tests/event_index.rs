@@ -137,3 +137,39 @@ fn versions_written_before_the_index_existed_are_indexed_when_the_store_opens() 
         );
     }
 }
+
+/// Bitemporal: a late write for an event time already read changes what a read by event
+/// time answers now, but not what it answered as of a time before the late write.
+#[test]
+fn a_read_at_an_event_time_as_of_a_time_is_what_was_known_then() {
+    let store = mem_store();
+    let put = |wall: u64, event: u64, v: &str| {
+        let mut put = PutRequest::new(key("t"), Bytes::from(v.to_string()));
+        put.event_time_us = Some(event);
+        match apply(&store, wall, Op::Kv(KvWrite::Put(put))).unwrap() {
+            Response::Written(w) => w[0].commit_ts,
+            other => panic!("{other:?}"),
+        }
+    };
+    let first = put(10, 100, "on time");
+    let _other = put(20, 200, "next");
+    let late = put(30, 100, "corrected late");
+    let read = |at: ReadAt| {
+        store
+            .get(b"t", at)
+            .unwrap()
+            .and_then(|i| i.value)
+            .map(|v| String::from_utf8(v.to_vec()).unwrap())
+    };
+    let as_known = |event_us, as_of| read(ReadAt::EventTimeAsOf { event_us, as_of });
+    assert_eq!(
+        read(ReadAt::EventTime(150)).as_deref(),
+        Some("corrected late")
+    );
+    assert_eq!(as_known(150, first).as_deref(), Some("on time"));
+    assert_eq!(as_known(150, late).as_deref(), Some("corrected late"));
+    // Before anything was written at or below that event time: nothing known.
+    assert_eq!(as_known(150, firn_model::CommitTs::new(5, 0)), None);
+    assert_eq!(as_known(50, late), None);
+    assert_eq!(as_known(250, first).as_deref(), Some("on time"));
+}

@@ -45,7 +45,8 @@ pub struct GetArgs {
     version: Option<u64>,
     /// Newest version committed at or before this time (µs, RFC 3339, or WALL-LOGICAL);
     /// the replica waits until it has closed that time, so every replica answers alike.
-    #[arg(long, visible_alias = "at", conflicts_with = "event_time")]
+    /// With --event-time: the value at that event time as it was known at this time.
+    #[arg(long, visible_alias = "at")]
     as_of: Option<String>,
     /// The version with the greatest event time at or before this time.
     #[arg(long)]
@@ -309,10 +310,18 @@ fn read_at(
     as_of: Option<String>,
     event_time: Option<String>,
 ) -> Result<ReadAt, String> {
+    let as_of = as_of
+        .map(|t| parse_read_time(&t).map_err(|e| e.to_string()))
+        .transpose()?;
+    let event_time = event_time
+        .map(|t| parse_micros(&t).map_err(|e| e.to_string()))
+        .transpose()?;
     Ok(match (version, as_of, event_time) {
         (Some(v), _, _) => ReadAt::Version(v),
-        (_, Some(t), _) => ReadAt::AsOf(parse_read_time(&t).map_err(|e| e.to_string())?),
-        (_, _, Some(t)) => ReadAt::EventTime(parse_micros(&t).map_err(|e| e.to_string())?),
+        // The value at that event time as it was known then.
+        (_, Some(as_of), Some(event_us)) => ReadAt::EventTimeAsOf { event_us, as_of },
+        (_, Some(t), _) => ReadAt::AsOf(t),
+        (_, _, Some(t)) => ReadAt::EventTime(t),
         _ => ReadAt::Latest,
     })
 }

@@ -383,19 +383,10 @@ impl KvRead {
     /// The time a read is at, for reads as of a commit time (`ASOF t`).
     pub fn as_of(&self) -> Option<CommitTs> {
         match self {
-            KvRead::Get {
-                at: ReadAt::AsOf(t),
-                ..
+            KvRead::Get { at, .. } | KvRead::MGet { at, .. } | KvRead::Scan { at, .. } => {
+                at.as_of()
             }
-            | KvRead::MGet {
-                at: ReadAt::AsOf(t),
-                ..
-            }
-            | KvRead::Scan {
-                at: ReadAt::AsOf(t),
-                ..
-            }
-            | KvRead::History { as_of: Some(t), .. } => Some(*t),
+            KvRead::History { as_of: Some(t), .. } => Some(*t),
             _ => None,
         }
     }

@@ -51,6 +51,44 @@ pub enum ReadAt {
     AsOf(CommitTs),
     /// The version with the greatest event time ≤ T (ties: the newest version).
     EventTime(u64),
+    /// Bitemporal: the version with the greatest event time ≤ `event_us` among those
+    /// committed at or before `as_of` — the value at event time e as Firn knew it at time t
+    /// (`EVENTTIME e ASOF t`), so a late write after t does not change the answer.
+    EventTimeAsOf {
+        event_us: u64,
+        as_of: CommitTs,
+    },
+}
+
+impl ReadAt {
+    /// This read with another option given after it: `ASOF t` with `EVENTTIME e` (in
+    /// either order) is the bitemporal read; any other second option is refused.
+    pub fn and(self, next: ReadAt) -> Result<ReadAt, crate::FirnError> {
+        match (self, next) {
+            (ReadAt::Latest, next) => Ok(next),
+            (ReadAt::AsOf(as_of), ReadAt::EventTime(event_us))
+            | (ReadAt::EventTime(event_us), ReadAt::AsOf(as_of)) => {
+                Ok(ReadAt::EventTimeAsOf { event_us, as_of })
+            }
+            _ => Err(crate::FirnError::BadArgument(
+                "give at most one of VERSION, ASOF, EVENTTIME — or EVENTTIME with ASOF: the value at that event time as it was known at that time".into(),
+            )),
+        }
+    }
+
+    /// The commit time the read is at, when it is at one: it is answered once that time is
+    /// closed, alike on every replica.
+    pub fn as_of(&self) -> Option<CommitTs> {
+        match self {
+            ReadAt::AsOf(t) | ReadAt::EventTimeAsOf { as_of: t, .. } => Some(*t),
+            _ => None,
+        }
+    }
+
+    /// Whether it reads by event time (the index, not a point read of a version).
+    pub fn by_event_time(&self) -> bool {
+        matches!(self, ReadAt::EventTime(_) | ReadAt::EventTimeAsOf { .. })
+    }
 }
 
 /// How fresh a read must be.

@@ -272,9 +272,9 @@ const POINT_READS_INLINE_MAX: usize = 16;
 /// key's history) — are not.
 fn is_short(read: &KvRead) -> bool {
     match read {
-        KvRead::Get { at, .. } => !matches!(at, ReadAt::EventTime(_)),
+        KvRead::Get { at, .. } => !at.by_event_time(),
         KvRead::MGet { keys, at, .. } => {
-            keys.len() <= POINT_READS_INLINE_MAX && !matches!(at, ReadAt::EventTime(_))
+            keys.len() <= POINT_READS_INLINE_MAX && !at.by_event_time()
         }
         KvRead::Exists { keys, .. } => keys.len() <= POINT_READS_INLINE_MAX,
         KvRead::DbSize | KvRead::Type { .. } | KvRead::Expiry { .. } | KvRead::Lease { .. } => true,

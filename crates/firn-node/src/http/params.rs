@@ -59,9 +59,10 @@ pub(super) fn consistency(q: &HashMap<String, String>) -> Result<ReadConsistency
         .map_or(Ok(ReadConsistency::Linearizable), |c| c.parse())
 }
 
-/// `version`, `as_of` or `event_time`: at most one.
+/// `version`, `as_of` or `event_time`: at most one — or `event_time` with `as_of`, the
+/// bitemporal read.
 pub(super) fn read_at(q: &HashMap<String, String>) -> Result<ReadAt, FirnError> {
-    let given: Vec<ReadAt> = [
+    let given = [
         param_u64(q, "version")?.map(ReadAt::Version),
         q.get("as_of")
             .map(|t| parse_read_time(t))
@@ -71,17 +72,16 @@ pub(super) fn read_at(q: &HashMap<String, String>) -> Result<ReadAt, FirnError> 
             .map(|t| parse_micros(t))
             .transpose()?
             .map(ReadAt::EventTime),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    match given.as_slice() {
-        [] => Ok(ReadAt::Latest),
-        [one] => Ok(*one),
-        _ => Err(FirnError::BadArgument(
-            "give at most one of version, as_of, event_time".into(),
-        )),
-    }
+    ];
+    given
+        .into_iter()
+        .flatten()
+        .try_fold(ReadAt::Latest, |at, next| at.and(next))
+        .map_err(|_| {
+            FirnError::BadArgument(
+                "give at most one of version, as_of, event_time — or event_time with as_of".into(),
+            )
+        })
 }
 
 /// The repeated `key` parameters (`?key=a&key=b`, so the query is read as a list of pairs),

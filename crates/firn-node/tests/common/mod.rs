@@ -35,28 +35,57 @@ fn free_addr() -> SocketAddr {
         .unwrap()
 }
 
+/// How many times a start whose loopback port was taken meanwhile is tried again.
+const PORT_TRIES: usize = 5;
+
+/// Starts the nodes `configs` makes (called again for each try), all together. A port is
+/// chosen free and bound by its node a moment later; another test can take it in between
+/// (`Address already in use`): then every node of the try is stopped and the start is tried
+/// again on new ports.
+pub async fn start_on_free_ports(configs: impl Fn() -> Vec<NodeConfig>) -> Vec<RunningNode> {
+    for attempt in 1..=PORT_TRIES {
+        let results =
+            futures::future::join_all(configs().into_iter().map(RunningNode::start)).await;
+        if results.iter().all(Result::is_ok) {
+            return results.into_iter().map(|r| r.expect("started")).collect();
+        }
+        let taken = results
+            .iter()
+            .any(|r| matches!(r, Err(e) if e.to_string().contains("Address already in use")));
+        let why = results
+            .iter()
+            .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
+            .collect::<Vec<_>>()
+            .join("; ");
+        for node in results.into_iter().flatten() {
+            node.shutdown().await;
+        }
+        assert!(taken && attempt < PORT_TRIES, "nodes did not start: {why}");
+    }
+    unreachable!("the last try either started or failed its assertion")
+}
+
 /// `n` in-process nodes of one cluster with `shards` shards, one replica each (in memory,
 /// FLUSHALL allowed), as soon as each has started: leaders may still be being elected.
 pub async fn start_cluster(n: u64, shards: u32) -> Vec<RunningNode> {
-    let peers: BTreeMap<u64, String> = (1..=n).map(|i| (i, free_addr().to_string())).collect();
-    let config = |node_id: u64| NodeConfig {
-        resp_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        peer_addr: peers[&node_id].parse().unwrap(),
-        in_memory: true,
-        allow_flushall: true,
-        node_id,
-        peers: peers.clone(),
-        shards,
-        replication: 1,
-        ..NodeConfig::default()
-    };
-    let starts = (1..=n).map(|i| RunningNode::start(config(i)));
-    futures::future::join_all(starts)
-        .await
-        .into_iter()
-        .map(|r| r.expect("node starts"))
-        .collect()
+    start_on_free_ports(|| {
+        let peers: BTreeMap<u64, String> = (1..=n).map(|i| (i, free_addr().to_string())).collect();
+        (1..=n)
+            .map(|node_id| NodeConfig {
+                resp_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+                http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+                peer_addr: peers[&node_id].parse().unwrap(),
+                in_memory: true,
+                allow_flushall: true,
+                node_id,
+                peers: peers.clone(),
+                shards,
+                replication: 1,
+                ..NodeConfig::default()
+            })
+            .collect()
+    })
+    .await
 }
 
 pub async fn redis_conn(node: &RunningNode) -> redis::aio::MultiplexedConnection {
@@ -187,7 +216,14 @@ pub fn two_keys_in_different_shards() -> (String, String) {
 /// A node of three shards of its own ([`three_shard_config`]), started.
 #[allow(dead_code)] // not every test binary needs it
 pub async fn start_three_shard_node() -> RunningNode {
-    RunningNode::start(three_shard_config())
+    start_three_shard_node_with(|c| c).await
+}
+
+/// A node of three shards of its own, its [`three_shard_config`] changed by `change`, started
+/// (on new ports if another test took one meanwhile).
+#[allow(dead_code)] // not every test binary needs it
+pub async fn start_three_shard_node_with(change: impl Fn(NodeConfig) -> NodeConfig) -> RunningNode {
+    start_on_free_ports(|| vec![change(three_shard_config())])
         .await
-        .expect("node starts")
+        .remove(0)
 }

@@ -158,6 +158,22 @@ impl VersionedStore {
             }
             // A seek into the event-time index (`event_index.rs`).
             ReadAt::EventTime(t) => self.read_by_event_time(key, &meta, t),
+            // The same among the versions committed by `as_of`: those up to the newest
+            // version then (stamps grow with versions).
+            ReadAt::EventTimeAsOf { event_us, as_of } => {
+                let known = match self.search_as_of(key, &meta, as_of)? {
+                    Some(found) => found,
+                    None => self.scan_as_of(key, &meta, as_of)?,
+                };
+                let Some(known) = known else {
+                    return Ok(None);
+                };
+                let then = KeyMeta {
+                    latest: known.version,
+                    ..meta
+                };
+                self.read_by_event_time(key, &then, event_us)
+            }
         }
     }
 
@@ -315,7 +331,9 @@ impl VersionedStore {
             }
             let visible = match at {
                 // Truncated history at T is skipped rather than failing the whole page.
-                ReadAt::AsOf(_) | ReadAt::EventTime(_) => self.get(&k, at).unwrap_or(None),
+                ReadAt::AsOf(_) | ReadAt::EventTime(_) | ReadAt::EventTimeAsOf { .. } => {
+                    self.get(&k, at).unwrap_or(None)
+                }
                 _ => self.get(&k, at)?,
             };
             if let Some(info) = visible {

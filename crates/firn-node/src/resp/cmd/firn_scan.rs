@@ -32,8 +32,8 @@ fn firn_scan(mut args: Args) -> Result<Action, FirnError> {
             "CURSOR" => cursor = Some(args.bytes()?).filter(|c| !c.is_empty()),
             "COUNT" | "LIMIT" => limit = args.usize("COUNT")?,
             "MATCH" => pattern = Some(args.bytes()?),
-            "ASOF" => at = ReadAt::AsOf(args.read_time()?),
-            "EVENTTIME" => at = ReadAt::EventTime(args.micros()?),
+            "ASOF" => at = at.and(ReadAt::AsOf(args.read_time()?))?,
+            "EVENTTIME" => at = at.and(ReadAt::EventTime(args.micros()?))?,
             "CONSISTENCY" => consistency = args.text()?.parse()?,
             other => {
                 return Err(FirnError::BadArgument(format!(

@@ -84,13 +84,8 @@ pub fn read_options(
     let mut at = ReadAt::Latest;
     let mut consistency = ReadConsistency::Linearizable;
     let set_at = |new: ReadAt, at: &mut ReadAt| {
-        if *at != ReadAt::Latest {
-            return Err(FirnError::BadArgument(
-                "give at most one of VERSION, ASOF, EVENTTIME".into(),
-            ));
-        }
-        *at = new;
-        Ok(())
+        *at = at.and(new)?;
+        Ok::<(), FirnError>(())
     };
     while let Some(kw) = args.peek_keyword() {
         match kw.as_str() {
