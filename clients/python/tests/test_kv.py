@@ -71,6 +71,17 @@ def test_event_time_reads_pick_by_the_writers_own_clock(client: firn.Client, ns:
     assert client.get(ns + "s").value == b"22.0"  # type: ignore[union-attr]
 
 
+def test_an_event_time_read_as_of_a_time_is_what_was_known_then(client: firn.Client, ns: str) -> None:
+    t0 = datetime(2026, 1, 1, 10, 0, tzinfo=timezone.utc)
+    on_time = client.put(ns + "b", "21.5", event_time=t0)
+    client.put(ns + "b", "22.0", event_time=t0)  # a correction, arriving late
+    then = client.get(ns + "b", event_time=t0, as_of=on_time.commit_ts)
+    assert then is not None and then.value == b"21.5" and then.version == 1
+    assert client.get(ns + "b", event_time=t0).value == b"22.0"  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="at most one of"):
+        client.get(ns + "b", version=1, as_of=on_time.commit_ts)
+
+
 def test_if_version_writes_only_over_the_expected_version(client: firn.Client, ns: str) -> None:
     assert client.put(ns + "c", "a", if_version=0).version == 1
     with pytest.raises(firn.ConflictError) as e:

@@ -103,8 +103,13 @@ def lease_ttl_s(ttl_s: Union[int, float]) -> int:
 
 def _one_read_at(version: Optional[int], as_of: Optional[TimeLike], event_time: Optional[TimeLike]) -> List[Any]:
     given = [n for n, v in (("version", version), ("as_of", as_of), ("event_time", event_time)) if v is not None]
-    if len(given) > 1:
-        raise ValueError(f"give at most one of version, as_of and event_time, not {' and '.join(given)}")
+    if len(given) > 1 and given != ["as_of", "event_time"]:
+        raise ValueError(
+            f"give at most one of version, as_of and event_time (or event_time with as_of), not {' and '.join(given)}"
+        )
+    if as_of is not None and event_time is not None:
+        # Bitemporal: the value at that event time as it was known at as_of.
+        return ["EVENTTIME", time_arg(event_time, "event_time"), "ASOF", time_arg(as_of, "as_of")]
     if version is not None:
         check_positive(version, "version")
         return ["VERSION", version]
@@ -325,7 +330,9 @@ class Client:
     ) -> Optional[Version]:
         """The key's newest version, or the one at ``version``, or the newest committed at
         or before ``as_of``, or the one with the greatest event time at or before
-        ``event_time``. ``None`` when absent (or deleted) there."""
+        ``event_time`` — with ``as_of`` too, among the versions committed by then: the value
+        at that event time as it was known at ``as_of``. ``None`` when absent (or deleted)
+        there."""
         k = key_bytes(key)
         args = ["FIRN.GET", k] + _one_read_at(version, as_of, event_time) + _consistency(consistency)
         v = version_from(k, self._session.call(*args))
