@@ -77,9 +77,11 @@ impl Remote {
 
     /// What `path` names at `at` (now when none).
     pub fn stat(&self, path: &str, at: Option<&str>) -> Result<Stat, Failure> {
+        // A directory's answer lists a page of its children: one is enough to know it.
         let answer = self
             .target
             .request("HEAD", &self.url(path, at))
+            .query("limit", "1")
             .call()
             .map_err(failure)?;
         if answer.content_type() == "application/octet-stream" {
