@@ -180,9 +180,7 @@ impl Remote {
 fn failure(e: ureq::Error) -> Failure {
     match e {
         ureq::Error::Status(404, _) => Failure::NotFound,
-        ureq::Error::Status(401 | 403, r) => {
-            Failure::Denied(crate::http::failed(ureq::Error::Status(403, r)))
-        }
+        e @ ureq::Error::Status(401 | 403, _) => Failure::Denied(crate::http::failed(e)),
         other => Failure::Other(crate::http::failed(other)),
     }
 }
