@@ -260,6 +260,9 @@ fn read_args(cmd: &mut redis::Cmd, at: ReadAt, consistency: ReadConsistency) {
             cmd.arg("EVENTTIME").arg(event_us);
             cmd.arg("ASOF").arg(as_of.to_string());
         }
+        ReadAt::EventTimeComplete(t) => {
+            cmd.arg("EVENTTIME").arg(t).arg("COMPLETE");
+        }
     }
     match consistency {
         ReadConsistency::Linearizable => {}

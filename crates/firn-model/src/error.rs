@@ -116,6 +116,24 @@ pub enum FirnError {
     /// returned non-zero, or went past a limit. Nothing it wrote was kept.
     #[error("function failed: {0}")]
     FunctionFailed(String),
+    /// A write whose event time is at or below its keyspace's watermark, in a keyspace
+    /// whose late policy refuses such writes: nothing was written.
+    #[error(
+        "event time {event_us} is at or below the watermark {watermark_us} of keyspace '{prefix}' (late writes are refused there)"
+    )]
+    Late {
+        prefix: String,
+        event_us: u64,
+        watermark_us: u64,
+    },
+    /// A read that waits for a watermark (`COMPLETE`, `FIRN.WATERMARK … WAIT`) that did
+    /// not reach its event time in time.
+    #[error("{0}")]
+    NotComplete(String),
+    /// This node's clock is beyond `--max-clock-offset` from its peers': it stamps no
+    /// writes and takes no leaderships or leases until it is back within bound.
+    #[error("{0}")]
+    ClockSkew(String),
 }
 
 impl FirnError {
@@ -139,6 +157,9 @@ impl FirnError {
             FirnError::NoAuth => "NOAUTH",
             FirnError::WrongPass => "WRONGPASS",
             FirnError::NoPerm { .. } => "NOPERM",
+            FirnError::Late { .. } => "LATE",
+            FirnError::NotComplete(_) => "NOTCOMPLETE",
+            FirnError::ClockSkew(_) => "CLOCKSKEW",
             FirnError::WrongArity(_) | FirnError::UnknownCommand(_) => "ERR",
             _ => "ERR",
         }
@@ -150,7 +171,9 @@ impl FirnError {
             FirnError::KeyTooLarge { .. }
             | FirnError::ValueTooLarge { .. }
             | FirnError::BodyTooLarge { .. } => 413,
-            FirnError::Conflict { .. } => 409,
+            FirnError::Conflict { .. } | FirnError::Late { .. } => 409,
+            FirnError::NotComplete(_) => 504,
+            FirnError::ClockSkew(_) => 503,
             FirnError::Compacted { .. } => 410,
             FirnError::KeyspaceNotFound(_)
             | FirnError::LeaseNotFound(_)

@@ -16,6 +16,7 @@ pub mod log;
 pub mod request;
 pub mod slot;
 pub mod time;
+pub mod watermark;
 
 pub use blob::BlobRef;
 pub use error::FirnError;
@@ -28,3 +29,4 @@ pub use lease::{LeaseChange, LeaseId, LeaseInfo, LeaseWrite, lease_key};
 pub use limits::Limits;
 pub use log::{Appended, LogRecord, LogSeq, NewRecord, StreamId, StreamTrim, TagInfo, TagListing};
 pub use request::*;
+pub use watermark::{LatePolicy, WatermarkInfo, WatermarkPolicy, WatermarkRequest, WatermarkState};

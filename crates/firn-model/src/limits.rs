@@ -56,6 +56,9 @@ pub const PAGE_ITEMS_DEFAULT: usize = 100;
 /// milliseconds, far past any real use and far from overflowing a stamp's microseconds.
 pub const TTL_MS_MAX: u64 = 100 * 365 * 24 * 3_600 * 1_000;
 
+/// Most a keyspace's allowed lateness may be (`FIRN.WATERMARK … LATENESS`): a year.
+pub const LATENESS_US_MAX: u64 = 365 * 24 * 3_600 * 1_000_000;
+
 /// The shortest and the longest TTL of a lease, in seconds (`FIRN.LEASE GRANT`).
 pub const LEASE_TTL_S_MIN: u64 = 1;
 pub const LEASE_TTL_S_MAX: u64 = 365 * 24 * 3_600;

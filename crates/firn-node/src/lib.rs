@@ -41,6 +41,7 @@ pub mod storage_stats;
 pub mod tls;
 pub mod txn;
 pub mod watch;
+pub mod watermark;
 
 pub use config::NodeConfig;
 pub use node::RunningNode;

@@ -566,22 +566,6 @@ async fn firn_commands_expose_versions_time_and_keyspaces() {
     node.shutdown().await;
 }
 
-/// A field of a RESP map, whether it came as a map (RESP3) or as a flat array (RESP2).
-fn field<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
-    let is = |k: &Value| {
-        matches!(k, Value::BulkString(b) if b == name.as_bytes())
-            || matches!(k, Value::SimpleString(s) if s == name)
-    };
-    match v {
-        Value::Map(pairs) => pairs.iter().find(|(k, _)| is(k)).map(|(_, v)| v),
-        Value::Array(items) => items
-            .chunks(2)
-            .find(|pair| pair.len() == 2 && is(&pair[0]))
-            .map(|pair| &pair[1]),
-        _ => None,
-    }
-}
-
 /// `FIRN.GET key EVENTTIME e ASOF t` (either order), and over HTTP `event_time` with
 /// `as_of`: the value at event time e as it was known at t — a late write after t changes
 /// the plain read by event time, not this one. Other pairs of options are refused.

@@ -116,6 +116,8 @@ pub enum SystemOp {
     /// Writes down the expiries due by the entry's stamp (`store/expiry.rs`); a leader
     /// proposes one when the soonest is due.
     ExpireDue,
+    /// A keyspace's event-time watermark moved, or its late policy set.
+    Watermark(crate::store::watermark::WatermarkOp),
 }
 
 /// One shard's part of a transaction across shards, as the coordinator prepares it.

@@ -19,4 +19,5 @@ pub use backend::{FjallBackend, MemoryBackend, StorageBackend};
 pub use command::{Command, LogOp, Op, SystemOp, TxnOp, TxnPart};
 pub use sink::AppliedSink;
 pub use store::expiry::EXPIRE_DUE_MAX;
+pub use store::watermark::WatermarkOp;
 pub use store::{ChangePosition, VersionedStore};

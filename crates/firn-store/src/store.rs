@@ -43,6 +43,7 @@ mod read;
 mod replay;
 mod truncate;
 pub mod txn;
+pub mod watermark;
 
 use apply::Txn;
 pub use changes::ChangePosition;
@@ -106,6 +107,8 @@ pub struct VersionedStore {
     backend: Arc<dyn StorageBackend>,
     /// Registered keyspaces, longest prefix first; always contains the default `""`.
     keyspaces: RwLock<Vec<KeyspaceSpec>>,
+    /// Each keyspace's event-time watermark and late policy, by prefix (see [`watermark`]).
+    watermarks: RwLock<std::collections::HashMap<String, firn_model::WatermarkState>>,
     /// The durability of the shards this store serves the keys of (see [`Self::in_lane`]).
     lane: Durability,
     apply_state: Mutex<ApplyState>,
@@ -137,6 +140,7 @@ impl VersionedStore {
         let store = VersionedStore {
             backend,
             keyspaces: RwLock::new(Vec::new()),
+            watermarks: RwLock::new(Default::default()),
             lane,
             apply_state: Mutex::new(ApplyState::default()),
             events,
@@ -174,6 +178,7 @@ impl VersionedStore {
                 .then(a.prefix.cmp(&b.prefix))
         });
         *self.keyspaces.write().unwrap_or_else(|p| p.into_inner()) = specs;
+        *self.watermarks.write().unwrap_or_else(|p| p.into_inner()) = watermark::load(self)?;
         self.ensure_event_index()?;
 
         let last_ts = self

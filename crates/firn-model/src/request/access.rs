@@ -257,6 +257,16 @@ fn admin(request: &AdminRequest) -> Vec<Access> {
         // The region holds the newest values of every LOCAL keyspace, readable by whoever can
         // open the file: naming it takes reading everything.
         AdminRequest::LocalRegion => vec![Access::read(Scope::everything())],
+        // A watermark is read by whoever reads the keyspace, advanced by whoever writes
+        // it; its policy is the keyspace's definition, an administrator's.
+        AdminRequest::Watermark(w) => {
+            let scope = Scope::Prefix(Bytes::from(w.prefix().to_owned()));
+            vec![match w {
+                crate::WatermarkRequest::Get { .. } => Access::read(scope),
+                crate::WatermarkRequest::Advance { .. } => Access::write(scope),
+                crate::WatermarkRequest::Policy { .. } => Access::admin(scope),
+            }]
+        }
     }
 }
 

@@ -15,6 +15,8 @@ pub enum AdminRequest {
     KeyspaceList,
     /// Where this node's shared-memory region is, for a client on the same host.
     LocalRegion,
+    /// A keyspace's event-time watermark: read, wait for, advance, or its policy.
+    Watermark(crate::WatermarkRequest),
 }
 
 /// What a client needs to open a node's shared-memory region (FIRN.LOCAL).
@@ -39,6 +41,9 @@ impl AdminRequest {
             AdminRequest::KeyspaceDrop { .. } => "keyspace_drop",
             AdminRequest::KeyspaceList => "keyspace_list",
             AdminRequest::LocalRegion => "local_region",
+            AdminRequest::Watermark(crate::WatermarkRequest::Get { .. }) => "watermark_get",
+            AdminRequest::Watermark(crate::WatermarkRequest::Advance { .. }) => "watermark_advance",
+            AdminRequest::Watermark(crate::WatermarkRequest::Policy { .. }) => "watermark_policy",
         }
     }
 }

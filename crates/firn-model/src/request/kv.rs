@@ -41,6 +41,10 @@ pub enum KvRead {
         limit: usize,
         as_of: Option<CommitTs>,
         consistency: ReadConsistency,
+        /// Only the corrections: versions written late, with an event time at or below
+        /// their keyspace's watermark, and kept (`FIRN.HISTORY … CORRECTIONS`).
+        #[serde(default)]
+        corrections: bool,
     },
     /// Live keys under `prefix` after `cursor`, in key order, at most `limit`.
     Scan {

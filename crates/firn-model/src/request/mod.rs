@@ -58,6 +58,11 @@ pub enum ReadAt {
         event_us: u64,
         as_of: CommitTs,
     },
+    /// The value at event time `event_us` once it is final (`EVENTTIME e COMPLETE`): the
+    /// read waits until the key's keyspace watermark has reached e, then reads as of the
+    /// first stamp at which it had, so later corrections never change the answer. The
+    /// node resolves it into [`ReadAt::EventTimeAsOf`] before any shard reads.
+    EventTimeComplete(u64),
 }
 
 impl ReadAt {
@@ -69,6 +74,9 @@ impl ReadAt {
             (ReadAt::AsOf(as_of), ReadAt::EventTime(event_us))
             | (ReadAt::EventTime(event_us), ReadAt::AsOf(as_of)) => {
                 Ok(ReadAt::EventTimeAsOf { event_us, as_of })
+            }
+            (ReadAt::EventTime(event_us), ReadAt::EventTimeComplete(_)) => {
+                Ok(ReadAt::EventTimeComplete(event_us))
             }
             _ => Err(crate::FirnError::BadArgument(
                 "give at most one of VERSION, ASOF, EVENTTIME — or EVENTTIME with ASOF: the value at that event time as it was known at that time".into(),
@@ -87,7 +95,10 @@ impl ReadAt {
 
     /// Whether it reads by event time (the index, not a point read of a version).
     pub fn by_event_time(&self) -> bool {
-        matches!(self, ReadAt::EventTime(_) | ReadAt::EventTimeAsOf { .. })
+        matches!(
+            self,
+            ReadAt::EventTime(_) | ReadAt::EventTimeAsOf { .. } | ReadAt::EventTimeComplete(_)
+        )
     }
 }
 
@@ -585,6 +596,8 @@ pub enum Response {
     Lease(Option<crate::LeaseInfo>),
     /// The keys attached to a lease and their newest versions (a [`KvRead::LeaseKeys`]).
     LeaseKeys(Vec<(Key, crate::Version)>),
+    /// A keyspace's event-time watermark (`FIRN.WATERMARK`), or one shard's part of it.
+    Watermark(crate::WatermarkInfo),
 }
 
 /// One shard's part of a log read: its records of the tag in the query's range and what it

@@ -50,6 +50,7 @@ impl Admin {
                 let op = Op::System(SystemOp::KeyspaceCreate(def.spec.clone()));
                 self.define(def, false, op).await
             }
+            AdminRequest::Watermark(request) => self.kernel.watermark(request).await,
             AdminRequest::LocalRegion => match self.kernel.replicas().local_region() {
                 Some(region) => Ok(Answer::new(Response::LocalRegion(region.info()))),
                 None => Err(FirnError::Refused(

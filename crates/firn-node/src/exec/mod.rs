@@ -360,6 +360,13 @@ impl Kernel {
             }
         };
         let ctx = noted.as_ref().unwrap_or(ctx);
+        let request = match self.complete_read(request).await {
+            Ok(request) => request,
+            Err(e) => {
+                metered.count_error();
+                return ready(Err(e));
+            }
+        };
         let request = match self.lease_flow(ctx, request).await {
             Ok(pending) => return metered.around(pending),
             Err(request) => *request,
@@ -460,6 +467,17 @@ impl Kernel {
                     Ok(answer) => ready(answer),
                     Err(part) => ready(self.forward_to_leader(shard, part, ctx, hops).await),
                 },
+                (
+                    ShardPart::Watermark {
+                        prefix,
+                        of_key,
+                        reach,
+                    },
+                    Some(replica),
+                ) => ready(self.barrier(shard, false).await.and_then(|()| {
+                    let info = replica.store().watermark_info(&prefix, of_key, reach)?;
+                    Ok(Answer::new(Response::Watermark(info)))
+                })),
                 (ShardPart::Keyspaces, Some(replica)) => ready(
                     self.barrier(shard, false)
                         .await

@@ -71,8 +71,18 @@ impl Kernel {
             [only] => self.replicas.get(only.id),
             _ => None,
         };
-        let snapshot = reads.iter().any(|r| matches!(r, KvRead::Snapshot { .. }));
-        let (Some(replica), false) = (single_local, snapshot) else {
+        // A snapshot, and a read that waits for a watermark first, are planned as alone.
+        let planned = reads.iter().any(|r| {
+            matches!(
+                r,
+                KvRead::Snapshot { .. }
+                    | KvRead::Get {
+                        at: firn_model::ReadAt::EventTimeComplete(_),
+                        ..
+                    }
+            )
+        });
+        let (Some(replica), false) = (single_local, planned) else {
             return futures::future::join_all(
                 reads
                     .into_iter()
@@ -369,11 +379,17 @@ fn read_replica(
             to,
             limit,
             as_of,
+            corrections,
             ..
-        } => Ok((
-            Response::History(store.history(key.as_bytes(), from, to, limit, as_of)?),
-            None,
-        )),
+        } => {
+            let key = key.as_bytes();
+            let versions = if corrections {
+                store.corrections(key, from, to, limit, as_of)?
+            } else {
+                store.history(key, from, to, limit, as_of)?
+            };
+            Ok((Response::History(versions), None))
+        }
         KvRead::Scan {
             prefix,
             cursor,

@@ -253,6 +253,15 @@ fn step_bytes(step: &firn_model::TxnStep) -> usize {
 /// Checks a read against the stated limits: done before any barrier or wait, so a
 /// malformed read is refused at once.
 pub fn validate_read(read: &KvRead) -> Result<(), FirnError> {
+    if let KvRead::MGet { at, .. } | KvRead::Scan { at, .. } = read
+        && matches!(at, firn_model::ReadAt::EventTimeComplete(_))
+    {
+        return Err(FirnError::BadArgument(
+            "COMPLETE reads one key (FIRN.GET, GET /v1/kv/{key}): it waits for that key's \
+             keyspace watermark"
+                .into(),
+        ));
+    }
     match read {
         KvRead::MGet { keys, .. } | KvRead::Exists { keys, .. } => check_key_count(keys.len()),
         KvRead::History { limit, .. } => check_page(*limit),

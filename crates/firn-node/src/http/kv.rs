@@ -19,7 +19,9 @@ use serde::Deserialize;
 use serde_json::{Value as Json, json};
 
 use super::json::{scan_page_json, values_json, version_headers, version_json, written_json};
-use super::params::{consistency, cursor_of, key_of, keys_and_params, param_u64, read_at};
+use super::params::{
+    consistency, cursor_of, key_of, keys_and_params, param_bool, param_u64, read_at,
+};
 use super::{ApiResult, Params, Session, bad_json, unexpected};
 use crate::router::Router;
 
@@ -154,6 +156,7 @@ pub(super) async fn history(
         limit: param_u64(&q, "limit")?.map_or(PAGE_ITEMS_DEFAULT, |l| l as usize),
         as_of: q.get("as_of").map(|t| parse_read_time(t)).transpose()?,
         consistency: consistency(&q)?,
+        corrections: param_bool(&q, "corrections")?.unwrap_or(false),
     }
     .into();
     match session.execute(&router, request).await?.response {

@@ -20,6 +20,7 @@ mod service;
 mod txn;
 mod ui;
 mod watch;
+mod watermark;
 
 use self::admin::{
     cluster, create_keyspace, drop_keyspace, healthz, list_keyspaces, local_region, metrics,
@@ -101,6 +102,12 @@ pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> 
         .route(
             "/v1/keyspaces/{*prefix}",
             axum::routing::delete(drop_keyspace),
+        )
+        .route("/v1/watermark", get(watermark::get))
+        .route("/v1/watermark/advance", post(watermark::advance))
+        .route(
+            "/v1/watermark/policy",
+            axum::routing::put(watermark::policy),
         )
         .route("/v1/services/{name}", post(service::request))
         .route("/v1/functions", get(functions::list))

@@ -30,6 +30,22 @@ pub(super) fn cursor_of(q: &HashMap<String, String>) -> Result<Option<Bytes>, Fi
     }
 }
 
+/// A `true`/`false` parameter.
+pub(super) fn param_bool(
+    q: &HashMap<String, String>,
+    name: &str,
+) -> Result<Option<bool>, FirnError> {
+    q.get(name)
+        .map(|v| match v.as_str() {
+            "true" | "1" => Ok(true),
+            "false" | "0" => Ok(false),
+            _ => Err(FirnError::BadArgument(format!(
+                "{name} is true or false, not '{v}'"
+            ))),
+        })
+        .transpose()
+}
+
 pub(super) fn param_u64(q: &HashMap<String, String>, name: &str) -> Result<Option<u64>, FirnError> {
     q.get(name)
         .map(|v| {
@@ -73,7 +89,7 @@ pub(super) fn read_at(q: &HashMap<String, String>) -> Result<ReadAt, FirnError> 
             .transpose()?
             .map(ReadAt::EventTime),
     ];
-    given
+    let at = given
         .into_iter()
         .flatten()
         .try_fold(ReadAt::Latest, |at, next| at.and(next))
@@ -81,7 +97,14 @@ pub(super) fn read_at(q: &HashMap<String, String>) -> Result<ReadAt, FirnError> 
             FirnError::BadArgument(
                 "give at most one of version, as_of, event_time — or event_time with as_of".into(),
             )
-        })
+        })?;
+    match (param_bool(q, "complete")?, at) {
+        (None | Some(false), at) => Ok(at),
+        (Some(true), ReadAt::EventTime(e)) => Ok(ReadAt::EventTimeComplete(e)),
+        (Some(true), _) => Err(FirnError::BadArgument(
+            "complete=true goes with event_time (and not as_of: it chooses the time itself)".into(),
+        )),
+    }
 }
 
 /// The repeated `key` parameters (`?key=a&key=b`, so the query is read as a list of pairs),

@@ -91,7 +91,7 @@ mod tests {
     fn every_route_is_described_and_unknown_parameters_are_named() {
         assert_eq!(
             TAKES[&("GET".to_string(), "/v1/kv/{key}".to_string())],
-            ["version", "as_of", "event_time", "consistency"]
+            ["version", "as_of", "event_time", "complete", "consistency"]
         );
         let names = |q: &[&str]| q.iter().map(|n| n.to_string()).collect::<Vec<_>>();
         assert!(unknown("GET", "/v1/kv/{*key}", &names(&["version", "consistency"])).is_none());

@@ -159,6 +159,14 @@ pub enum ShardPart {
     /// Close time through this stamp now, on the shard's leader (a reader waits for it;
     /// see `firn_raft::closer`). Answers `Response::Done` once the leader has applied it.
     Close(CommitTs),
+    /// The watermark state of the keyspace `prefix` (or, `of_key`, of the key's keyspace)
+    /// on the shard, and the first stamp an advance reached `reach` at (answers
+    /// `Response::Watermark`).
+    Watermark {
+        prefix: bytes::Bytes,
+        of_key: bool,
+        reach: Option<u64>,
+    },
 }
 
 /// One shard's part of a listing of every log's tags.

@@ -138,6 +138,22 @@ pub async fn error_line(c: &mut redis::aio::MultiplexedConnection, args: &[&str]
     }
 }
 
+/// A field of a RESP map, whether it came as a map (RESP3) or as a flat array (RESP2).
+pub fn field<'a>(v: &'a redis::Value, name: &str) -> Option<&'a redis::Value> {
+    let is = |k: &redis::Value| {
+        matches!(k, redis::Value::BulkString(b) if b == name.as_bytes())
+            || matches!(k, redis::Value::SimpleString(s) if s == name)
+    };
+    match v {
+        redis::Value::Map(pairs) => pairs.iter().find(|(k, _)| is(k)).map(|(_, v)| v),
+        redis::Value::Array(items) => items
+            .chunks(2)
+            .find(|pair| pair.len() == 2 && is(&pair[0]))
+            .map(|pair| &pair[1]),
+        _ => None,
+    }
+}
+
 pub fn bulk_text(v: &redis::Value) -> String {
     match v {
         redis::Value::BulkString(b) => String::from_utf8(b.clone()).unwrap(),

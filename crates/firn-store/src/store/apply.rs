@@ -287,6 +287,7 @@ impl<'a> Txn<'a> {
             SystemOp::KeyspaceDrop { prefix } => self.drop_keyspace(prefix),
             SystemOp::CloseTime => Ok(Response::Done),
             SystemOp::ExpireDue => self.expire_due(),
+            SystemOp::Watermark(op) => self.watermark(op),
         }
     }
 
@@ -384,6 +385,7 @@ impl<'a> Txn<'a> {
         }
         self.batch
             .remove(Table::Keyspaces, prefix.as_bytes().to_vec());
+        self.drop_watermark(prefix)?;
         self.keyspaces_changed = true;
         Ok(Response::Done)
     }
@@ -512,6 +514,7 @@ impl<'a> Txn<'a> {
     ) -> Result<Written, FirnError> {
         let k = key.as_bytes();
         let spec = self.store.keyspace_for(k);
+        let correction = self.check_late(&spec.prefix, event_time_us)?;
         let mut meta = self.meta(k)?;
         let existed = meta.is_live();
         let was = meta.live_kind();
@@ -581,7 +584,7 @@ impl<'a> Txn<'a> {
                     meta.oldest = version;
                 }
                 self.put_record(k, version, &record);
-                self.index_event_time(k, version, record.event_time_us);
+                self.index_event_time(k, version, record.event_time_us, correction);
                 if let Some(max) = spec.max_versions
                     && version - meta.oldest + 1 > max
                 {

@@ -24,6 +24,9 @@ use crate::record::{KeyMeta, VersionRecord, decode, version_of, version_prefix};
 /// Set in the system table once the index holds a row for every stored version with an
 /// event time.
 const SYS_EVENT_INDEX: &[u8] = b"event_index";
+/// The value of the index row of a correction: a version written with an event time at
+/// or below its keyspace's watermark (other rows are empty).
+const CORRECTION: &[u8] = &[1];
 /// Rows one page of a read examines (stale rows are skipped page by page).
 const READ_PAGE_ROWS: usize = 64;
 /// Versions read, and rows written, per batch while the index is built.
@@ -100,6 +103,71 @@ impl VersionedStore {
         }
     }
 
+    /// The corrections among `key`'s stored versions `from..=to` (committed by `as_of`),
+    /// oldest first, at most `limit`: the versions whose index rows are marked so. Walks the
+    /// key's index rows a page at a time.
+    pub fn corrections(
+        &self,
+        key: &[u8],
+        from: Version,
+        to: Option<Version>,
+        limit: usize,
+        as_of: Option<firn_model::CommitTs>,
+    ) -> Result<Vec<VersionInfo>, FirnError> {
+        self.in_lane(key)?;
+        let Some(meta) = self.meta(key)? else {
+            return Ok(Vec::new());
+        };
+        let (from, to) = (
+            from.max(meta.oldest),
+            to.unwrap_or(meta.latest).min(meta.latest),
+        );
+        let mut versions = Vec::new();
+        let (lowest, highest) = (index_key(key, 0, 0), index_key(key, u64::MAX, Version::MAX));
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let lower = match &after {
+                Some(row) => Bound::Excluded(row.as_slice()),
+                None => Bound::Included(lowest.as_slice()),
+            };
+            let rows = self
+                .backend
+                .range(
+                    Table::EventIndex,
+                    lower,
+                    Bound::Included(highest.as_slice()),
+                    false,
+                    BUILD_PAGE,
+                )
+                .map_err(io_err)?;
+            versions.extend(
+                rows.iter()
+                    .filter(|(_, mark)| mark.as_slice() == CORRECTION)
+                    .map(|(row, _)| version_of(row))
+                    .filter(|v| (from..=to).contains(v)),
+            );
+            if rows.len() < BUILD_PAGE {
+                break;
+            }
+            after = rows.last().map(|(row, _)| row.clone());
+        }
+        versions.sort_unstable();
+        let mut out = Vec::new();
+        for v in versions {
+            if out.len() >= limit {
+                break;
+            }
+            let Some(record) = self.record(key, v)? else {
+                continue;
+            };
+            if as_of.is_some_and(|t| record.commit_ts > t) {
+                break;
+            }
+            out.push(record.into_info(v));
+        }
+        Ok(out)
+    }
+
     /// Builds the index from the stored versions unless it is marked built (data written
     /// before it existed, or a snapshot from such a node).
     pub(super) fn ensure_event_index(&self) -> Result<(), FirnError> {
@@ -140,16 +208,23 @@ impl VersionedStore {
 }
 
 impl Txn<'_> {
-    /// Indexes `key`'s version `version`, written with event time `event_time_us`.
+    /// Indexes `key`'s version `version`, written with event time `event_time_us`; a
+    /// `correction` (written late, below the watermark) is marked so in its row.
     pub(super) fn index_event_time(
         &mut self,
         key: &[u8],
         version: Version,
         event_time_us: Option<u64>,
+        correction: bool,
     ) {
         if let Some(e) = event_time_us {
+            let mark = if correction {
+                CORRECTION.to_vec()
+            } else {
+                Vec::new()
+            };
             self.batch
-                .put(Table::EventIndex, index_key(key, e, version), Vec::new());
+                .put(Table::EventIndex, index_key(key, e, version), mark);
         }
     }
 

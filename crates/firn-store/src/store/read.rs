@@ -158,6 +158,10 @@ impl VersionedStore {
             }
             // A seek into the event-time index (`event_index.rs`).
             ReadAt::EventTime(t) => self.read_by_event_time(key, &meta, t),
+            // The node turns it into `EventTimeAsOf` from the watermark's state first.
+            ReadAt::EventTimeComplete(_) => Err(FirnError::BadArgument(
+                "EVENTTIME … COMPLETE reads one key on a node (it waits for the watermark)".into(),
+            )),
             // The same among the versions committed by `as_of`: those up to the newest
             // version then (stamps grow with versions).
             ReadAt::EventTimeAsOf { event_us, as_of } => {

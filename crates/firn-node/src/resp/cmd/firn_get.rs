@@ -17,7 +17,7 @@ pub const FIRN_GET: CommandSpec = CommandSpec {
     keys: KeyPositions::FIRST,
     group: Group::Firn,
     since: FIRST_RELEASE,
-    summary: "The key's version (newest, VERSION n, ASOF t or EVENTTIME t) with its stamps; CONSISTENCY c.",
+    summary: "The key's version (newest, VERSION n, ASOF t, EVENTTIME t [ASOF t | COMPLETE]) with its stamps; CONSISTENCY c.",
     parse: firn_get,
 };
 

@@ -1,5 +1,5 @@
-//! FIRN.HISTORY key [FROM v] [TO v] [LIMIT n] [ASOF t] [CONSISTENCY c]: a key's versions,
-//! oldest first.
+//! FIRN.HISTORY key [FROM v] [TO v] [LIMIT n] [ASOF t] [CONSISTENCY c] [CORRECTIONS]: a
+//! key's versions (or only its corrections: versions written late and kept), oldest first.
 
 use firn_model::{FirnError, KvRead, ReadConsistency, Response, limits::PAGE_ITEMS_DEFAULT};
 
@@ -17,18 +17,19 @@ pub const FIRN_HISTORY: CommandSpec = CommandSpec {
     keys: KeyPositions::FIRST,
     group: Group::Firn,
     since: FIRST_RELEASE,
-    summary: "The key's versions, oldest first: FROM v, TO v, LIMIT n, ASOF t, CONSISTENCY c.",
+    summary: "The key's versions, oldest first: FROM v, TO v, LIMIT n, ASOF t, CONSISTENCY c, CORRECTIONS (only versions written late).",
     parse: firn_history,
 };
 
 fn firn_history(mut args: Args) -> Result<Action, FirnError> {
     let key = args.key()?;
-    let (mut from, mut to, mut limit, mut as_of, mut consistency) = (
+    let (mut from, mut to, mut limit, mut as_of, mut consistency, mut corrections) = (
         1,
         None,
         PAGE_ITEMS_DEFAULT,
         None,
         ReadConsistency::Linearizable,
+        false,
     );
     while !args.is_empty() {
         match args.keyword()?.as_str() {
@@ -37,9 +38,11 @@ fn firn_history(mut args: Args) -> Result<Action, FirnError> {
             "LIMIT" => limit = args.usize("LIMIT")?,
             "ASOF" => as_of = Some(args.read_time()?),
             "CONSISTENCY" => consistency = args.text()?.parse()?,
+            "CORRECTIONS" => corrections = true,
             other => {
                 return Err(FirnError::BadArgument(format!(
-                    "unknown FIRN.HISTORY option '{other}'; use FROM, TO, LIMIT, ASOF, CONSISTENCY"
+                    "unknown FIRN.HISTORY option '{other}'; use FROM, TO, LIMIT, ASOF, \
+                     CONSISTENCY, CORRECTIONS"
                 )));
             }
         }
@@ -52,6 +55,7 @@ fn firn_history(mut args: Args) -> Result<Action, FirnError> {
             limit,
             as_of,
             consistency,
+            corrections,
         },
         Render::new(show_history),
     ))

@@ -29,6 +29,7 @@ pub mod firn_trigger;
 pub mod firn_truncate;
 pub mod firn_txn;
 pub mod firn_watch;
+pub mod firn_watermark;
 pub mod get;
 pub mod idmp;
 pub mod mget;
@@ -103,6 +104,17 @@ pub fn read_options(
                 args.bytes()?;
                 let t = args.micros()?;
                 set_at(ReadAt::EventTime(t), &mut at)?;
+            }
+            // One key's read by event time, once its keyspace's watermark has passed it.
+            "COMPLETE" if allow_version => {
+                args.bytes()?;
+                let ReadAt::EventTime(e) = at else {
+                    return Err(FirnError::BadArgument(
+                        "COMPLETE follows EVENTTIME e (and not ASOF: it chooses the time itself)"
+                            .into(),
+                    ));
+                };
+                at = ReadAt::EventTimeComplete(e);
             }
             "CONSISTENCY" => {
                 args.bytes()?;

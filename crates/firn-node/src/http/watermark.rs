@@ -1,0 +1,150 @@
+//! `/v1/watermark`: a keyspace's event-time watermark — read (or waited for), moved up,
+//! its rules set — as `FIRN.WATERMARK` does over RESP.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::extract::rejection::JsonRejection;
+use firn_model::time::{parse_duration_us, parse_micros};
+use firn_model::{
+    AdminRequest, FirnError, Response, WatermarkInfo, WatermarkPolicy, WatermarkRequest,
+};
+use serde::Deserialize;
+use serde_json::{Value as Json, json};
+
+use super::params::param_u64;
+use super::{ApiResult, Params, Session, bad_json, unexpected};
+use crate::router::Router;
+
+/// How long `wait_for` waits without `timeout_ms`.
+const WAIT_MS_DEFAULT: u64 = 5_000;
+
+pub(super) fn watermark_json(info: &WatermarkInfo) -> Json {
+    json!({
+        "prefix": info.prefix,
+        "watermark_us": info.watermark_us,
+        "advanced_us": info.state.advanced_us,
+        "lateness_us": info.state.policy.lateness_us,
+        "late": info.state.policy.late.to_string(),
+    })
+}
+
+/// `GET /v1/watermark?prefix=p[&wait_for=t&timeout_ms=n]`.
+pub(super) async fn get(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    axum::extract::Query(q): Params,
+) -> ApiResult<axum::Json<Json>> {
+    let prefix = q.get("prefix").cloned().ok_or_else(|| {
+        FirnError::BadArgument("prefix is required (\"\": the default keyspace)".into())
+    })?;
+    let wait_for = q.get("wait_for").map(|t| parse_micros(t)).transpose()?;
+    let timeout_ms = param_u64(&q, "timeout_ms")?.unwrap_or(WAIT_MS_DEFAULT);
+    if timeout_ms > crate::watermark::WAIT_MS_MAX {
+        return Err(FirnError::BadArgument(format!(
+            "timeout_ms is at most {}",
+            crate::watermark::WAIT_MS_MAX
+        ))
+        .into());
+    }
+    let request = WatermarkRequest::Get {
+        prefix,
+        wait_for,
+        timeout_ms,
+    };
+    match session
+        .execute(&router, AdminRequest::Watermark(request).into())
+        .await?
+        .response
+    {
+        Response::Watermark(info) => Ok(axum::Json(watermark_json(&info))),
+        other => Err(unexpected(other)),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AdvanceBody {
+    prefix: String,
+    /// An event time: microseconds since the epoch, or RFC 3339.
+    to: Json,
+}
+
+/// `POST /v1/watermark/advance` `{"prefix": p, "to": t}`.
+pub(super) async fn advance(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    body: Result<axum::Json<AdvanceBody>, JsonRejection>,
+) -> ApiResult<axum::Json<Json>> {
+    let axum::Json(body) = body.map_err(bad_json)?;
+    let to_us = match &body.to {
+        Json::Number(n) => parse_micros(&n.to_string())?,
+        Json::String(s) => parse_micros(s)?,
+        other => {
+            return Err(FirnError::BadArgument(format!(
+                "to is an event time (microseconds or RFC 3339), not {other}"
+            ))
+            .into());
+        }
+    };
+    let request = WatermarkRequest::Advance {
+        prefix: body.prefix.clone(),
+        to_us,
+    };
+    session
+        .execute(&router, AdminRequest::Watermark(request).into())
+        .await?;
+    Ok(axum::Json(
+        json!({ "prefix": body.prefix, "advanced_us": to_us }),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PolicyBody {
+    prefix: String,
+    /// The allowed lateness: seconds or a duration with units (`"5s"`); null or absent:
+    /// none.
+    lateness: Option<Json>,
+    /// `"keep"` (the default) or `"refuse"`.
+    late: Option<String>,
+}
+
+/// `PUT /v1/watermark/policy` `{"prefix": p, "lateness": d, "late": "keep"|"refuse"}`.
+pub(super) async fn policy(
+    State(router): State<Arc<Router>>,
+    axum::Extension(session): axum::Extension<Session>,
+    body: Result<axum::Json<PolicyBody>, JsonRejection>,
+) -> ApiResult<axum::Json<Json>> {
+    let axum::Json(body) = body.map_err(bad_json)?;
+    let lateness_us = match body.lateness {
+        None | Some(Json::Null) => None,
+        Some(Json::Number(n)) => Some(parse_duration_us(&n.to_string())?),
+        Some(Json::String(s)) => Some(parse_duration_us(&s)?),
+        Some(other) => {
+            return Err(FirnError::BadArgument(format!(
+                "lateness must be seconds or a duration like \"5s\", not {other}"
+            ))
+            .into());
+        }
+    };
+    let policy = WatermarkPolicy {
+        lateness_us,
+        late: body
+            .late
+            .as_deref()
+            .map_or(Ok(Default::default()), str::parse)?,
+    };
+    let request = WatermarkRequest::Policy {
+        prefix: body.prefix.clone(),
+        policy,
+    };
+    session
+        .execute(&router, AdminRequest::Watermark(request).into())
+        .await?;
+    Ok(axum::Json(json!({
+        "prefix": body.prefix,
+        "lateness_us": policy.lateness_us,
+        "late": policy.late.to_string(),
+    })))
+}
