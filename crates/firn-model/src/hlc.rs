@@ -7,6 +7,7 @@
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -100,12 +101,24 @@ impl FromStr for CommitTs {
 /// The source of wall-clock time, injectable so that tests control it.
 pub type WallClock = fn() -> u64;
 
-/// Microseconds since the Unix epoch from the system clock.
+/// Microseconds since the Unix epoch from the system clock (shifted by
+/// [`set_wall_offset_us`], which only tests set).
 pub fn system_wall_us() -> u64 {
-    SystemTime::now()
+    let us = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
+        .unwrap_or(0);
+    us.saturating_add_signed(WALL_OFFSET_US.load(Ordering::Relaxed))
+}
+
+/// What [`system_wall_us`] adds to the system clock's reading.
+static WALL_OFFSET_US: AtomicI64 = AtomicI64::new(0);
+
+/// Shifts this process's reading of the wall clock by `us` (negative: behind): how a test
+/// gives one node a clock that is off (`firn serve --clock-offset-file`), as a machine whose
+/// clock drifted would have. Never set otherwise.
+pub fn set_wall_offset_us(us: i64) {
+    WALL_OFFSET_US.store(us, Ordering::Relaxed);
 }
 
 /// How long until the wall clock next reads `phase_us` past a multiple of `every_us` µs (a
@@ -121,11 +134,16 @@ fn wait_for_phase(wall_us: u64, every_us: u64, phase_us: u64) -> std::time::Dura
     std::time::Duration::from_micros(every_us - at)
 }
 
-/// A hybrid logical clock: never goes backwards, follows the wall clock when it can.
+/// A hybrid logical clock: never goes backwards, follows the wall clock when it can. A
+/// node whose wall clock is found beyond the cluster's bound on clock offsets stamps nothing
+/// until it is back ([`HybridClock::stamp`]).
 #[derive(Debug)]
 pub struct HybridClock {
     wall: WallClock,
     last: Mutex<CommitTs>,
+    /// Set while the wall clock is beyond the bound; `why` says by how much.
+    beyond: AtomicBool,
+    why: Mutex<String>,
 }
 
 impl HybridClock {
@@ -133,7 +151,31 @@ impl HybridClock {
         HybridClock {
             wall,
             last: Mutex::new(CommitTs::ZERO),
+            beyond: AtomicBool::new(false),
+            why: Mutex::new(String::new()),
         }
+    }
+
+    /// A stamp for a write: [`HybridClock::now`], unless the wall clock is beyond the
+    /// bound on clock offsets (`CLOCKSKEW`, and nothing is stamped).
+    pub fn stamp(&self) -> Result<CommitTs, crate::FirnError> {
+        if self.beyond.load(Ordering::Acquire) {
+            let why = self.why.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            return Err(crate::FirnError::ClockSkew(why));
+        }
+        Ok(self.now())
+    }
+
+    /// Marks the wall clock beyond the bound (`Some`, with why) or back within it.
+    pub fn set_beyond_bound(&self, why: Option<String>) {
+        let beyond = why.is_some();
+        *self.why.lock().unwrap_or_else(|p| p.into_inner()) = why.unwrap_or_default();
+        self.beyond.store(beyond, Ordering::Release);
+    }
+
+    /// Whether the wall clock is within the bound on clock offsets (as far as known).
+    pub fn within_bound(&self) -> bool {
+        !self.beyond.load(Ordering::Acquire)
     }
 
     pub fn system() -> Self {
@@ -166,6 +208,20 @@ impl HybridClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_clock_beyond_the_bound_stamps_nothing_until_it_is_back() {
+        let clock = HybridClock::system();
+        let first = clock.stamp().unwrap();
+        clock.set_beyond_bound(Some("3 s ahead".into()));
+        assert!(!clock.within_bound());
+        match clock.stamp() {
+            Err(crate::FirnError::ClockSkew(why)) => assert_eq!(why, "3 s ahead"),
+            other => panic!("{other:?}"),
+        }
+        clock.set_beyond_bound(None);
+        assert!(clock.stamp().unwrap() > first);
+    }
 
     #[test]
     fn the_wait_ends_at_the_next_moment_of_the_phase() {

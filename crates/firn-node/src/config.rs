@@ -40,6 +40,13 @@ pub struct NodeConfig {
     /// The same when nobody has wanted closed time for a while: an idle cluster then writes
     /// a close entry a shard this often. At most `close_time_every` means no difference.
     pub close_time_idle_every: Duration,
+    /// The bound on the offset between this node's clock and its peers' (`--max-clock-offset`,
+    /// default 500 ms): beyond it, from a majority of its peers, the node stamps no writes
+    /// and leads no shard until it is back (see `crate::clock`). Zero: not enforced.
+    pub max_clock_offset: Duration,
+    /// A file holding the milliseconds to shift this process's clock by, read a few times a
+    /// second: how tests give a node a clock that is off. Never set otherwise.
+    pub clock_offset_file: Option<PathBuf>,
     /// This node's id in the cluster (1 for a single node).
     pub node_id: u64,
     /// Listener for other nodes (default 127.0.0.1:7381).
@@ -133,6 +140,8 @@ impl Default for NodeConfig {
             snapshot_catchup_entries: SNAPSHOT_CATCHUP_ENTRIES_DEFAULT,
             close_time_every: CLOSE_TIME_EVERY_DEFAULT,
             close_time_idle_every: CLOSE_TIME_IDLE_EVERY_DEFAULT,
+            max_clock_offset: crate::clock::MAX_CLOCK_OFFSET_DEFAULT,
+            clock_offset_file: None,
             node_id: 1,
             peer_addr: SocketAddr::from(([127, 0, 0, 1], 7381)),
             peers: BTreeMap::new(),

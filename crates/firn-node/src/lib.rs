@@ -13,6 +13,7 @@
 pub mod admin;
 pub mod auth;
 pub mod blob;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod disk;

@@ -131,6 +131,19 @@ const diskText = (disk) => {
   return disk.low ? `${mib(disk.free_bytes)} · below the reserve (${mib(disk.reserve_bytes)}): writes refused` : mib(disk.free_bytes);
 };
 
+// A node's clock against its peers': within the bound on clock offsets or beyond it (then
+// it stamps no writes and leads no shard), with the offset it measured to each peer.
+const clockText = (clock) => {
+  if (!clock) return "";
+  const bound = `${Math.round(clock.max_offset_us / 1000)} ms`;
+  const ms = (us) => `${us >= 0 ? "+" : "−"}${(Math.abs(us) / 1000).toFixed(2)} ms`;
+  const peers = Object.entries(clock.peers || {})
+    .map(([id, o]) => `node ${id} ${ms(o.offset_us)} ±${(o.uncertainty_us / 1000).toFixed(2)}`)
+    .join(", ");
+  const state = clock.within_bound ? `within ${bound}` : `BEYOND ${bound}: stamps no writes`;
+  return peers ? `${state} · ${peers}` : state;
+};
+
 async function refreshCluster() {
   try {
     const answer = await apiJson("/v1/cluster");
@@ -140,6 +153,7 @@ async function refreshCluster() {
       n.node_id, n.resp_addr, n.http_addr, n.up ? "up" : "down", n.meta,
       n.replicas.map((r) => `${r.shard_id}:${r.state}${r.recovering ? " (recovering)" : ""}`).join(" "),
       diskText(n.disk),
+      clockText(n.clock),
     ]);
     fillTable("#shards", cluster.shards, (s) => [
       s.shard_id,

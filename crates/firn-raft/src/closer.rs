@@ -116,7 +116,10 @@ pub(crate) async fn run(
         if raft.metrics().borrow_watched().current_leader != Some(node_id) {
             continue;
         }
-        let now = clock.now();
+        // A clock beyond the bound on clock offsets closes nothing.
+        let Ok(now) = clock.stamp() else {
+            continue;
+        };
         let quiet = Duration::from_micros(now.wall_us.saturating_sub(store.applied_ts().wall_us));
         if !due(&policy, &demand, now.wall_us, phase_us, quiet) {
             continue;

@@ -35,7 +35,8 @@ impl ShardReplica {
                     .map(|a| Instant::now() - a.elapsed()),
             )
         };
-        if !leads {
+        // No lease on a clock beyond the bound on clock offsets.
+        if !leads || !self.clock.within_bound() {
             return None;
         }
         let single = self.raft.voter_ids().count() <= 1;

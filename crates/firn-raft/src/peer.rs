@@ -36,10 +36,12 @@ use crate::transport::{BoxedPeerStream, PeerTransport, PlainTcp};
 use crate::types::{FirnRaft, NodeId, ShardId};
 
 mod appends;
+pub mod clock;
 mod counts;
 mod pool;
 use appends::AppendStreams;
 pub(crate) use appends::Covers;
+pub use clock::{ClockOffset, ClockOffsets};
 pub use pool::{APPENDS_IN_FLIGHT_MAX, Lane, PeerPool, SentCall};
 
 /// Largest frame: an append of many large values fits. A snapshot travels in chunks far
@@ -107,6 +109,19 @@ pub enum PeerResponse {
 pub(crate) struct Envelope<T> {
     pub(crate) id: u64,
     pub(crate) body: T,
+    /// The sender's wall clock as it sent the frame: what the caller measures a peer's
+    /// clock offset by (`clock`).
+    pub(crate) wall_us: u64,
+}
+
+impl<T> Envelope<T> {
+    pub(crate) fn new(id: u64, body: T) -> Self {
+        Envelope {
+            id,
+            body,
+            wall_us: firn_model::hlc::system_wall_us(),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -233,7 +248,7 @@ pub(crate) struct Replies(mpsc::Sender<Bytes>);
 
 impl Replies {
     pub(crate) async fn send(&self, id: u64, body: PeerResponse) {
-        if let Some(bytes) = encode(&Envelope { id, body }) {
+        if let Some(bytes) = encode(&Envelope::new(id, body)) {
             // A closed queue: the connection is gone, and the answer with it.
             let _ = self.0.send(bytes).await;
         }
@@ -380,7 +395,7 @@ async fn serve_connection(
             _ = &mut writer_stopped => None,
         };
         let Some(Ok(frame)) = frame else { break };
-        let Ok(Envelope { id, body }) = postcard::from_bytes::<Envelope<PeerRequest>>(&frame)
+        let Ok(Envelope { id, body, .. }) = postcard::from_bytes::<Envelope<PeerRequest>>(&frame)
         else {
             tracing::warn!("peer sent an undecodable frame; closing the connection");
             break;

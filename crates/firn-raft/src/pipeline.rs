@@ -226,7 +226,7 @@ mod tests {
             }
             for (i, id) in held.into_iter().enumerate() {
                 let body = PeerResponse::Append(answer(i));
-                sink.send(encode(&Envelope { id, body }).unwrap())
+                sink.send(encode(&Envelope::new(id, body)).unwrap())
                     .await
                     .unwrap();
             }

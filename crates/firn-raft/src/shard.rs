@@ -110,7 +110,7 @@ pub struct ShardReplica {
     pub(crate) node_id: NodeId,
     pub(crate) raft: Raft<FirnRaft, ShardStateMachine>,
     store: Arc<VersionedStore>,
-    clock: Arc<HybridClock>,
+    pub(crate) clock: Arc<HybridClock>,
     read_rounds: Arc<Mutex<ReadRounds>>,
     closer: Option<tokio::task::JoinHandle<()>>,
     /// How the closer closes time (`None`: it does not).
@@ -401,8 +401,9 @@ impl ShardReplica {
     /// them applied in the order it sent them.
     pub async fn propose(&self, op: Op) -> Result<ProposalOutcome, FirnError> {
         self.check_quorum()?;
+        // A node whose clock is beyond the bound on clock offsets stamps nothing.
         let cmd = Command {
-            ts: self.clock.now(),
+            ts: self.clock.stamp()?,
             op,
         };
         let (responder, done) = ProgressResponder::complete_only();
@@ -445,7 +446,9 @@ impl ShardReplica {
     /// (ReadIndex: the leader confirms it still leads, then waits for apply). With `lease`,
     /// a leader whose lease holds skips the confirmation round trip.
     pub async fn linearizable_barrier(&self, lease: bool) -> Result<(), FirnError> {
+        // A lease is only as good as the clocks that time it: none beyond the bound.
         if lease
+            && self.clock.within_bound()
             && self
                 .raft
                 .ensure_linearizable(ReadPolicy::LeaseRead)
@@ -508,7 +511,10 @@ impl ShardReplica {
     /// while it holds) and returns the log index a replica must have applied to serve a
     /// linearizable read begun now.
     pub async fn read_index(&self, lease: bool) -> Result<u64, FirnError> {
-        if lease && let Ok(l) = self.raft.get_read_linearizer(ReadPolicy::LeaseRead).await {
+        if lease
+            && self.clock.within_bound()
+            && let Ok(l) = self.raft.get_read_linearizer(ReadPolicy::LeaseRead).await
+        {
             return Ok(l.read_log_id().log_id().index);
         }
         self.raft

@@ -88,8 +88,8 @@ async fn status(args: StatusArgs) -> Result<(), String> {
 
 fn print_nodes(view: &Value) {
     println!(
-        "{:<6} {:<22} {:<22} {:<5} {:<10} note",
-        "node", "resp", "http", "up", "meta"
+        "{:<6} {:<22} {:<22} {:<5} {:<10} {:<7} note",
+        "node", "resp", "http", "up", "meta", "clock"
     );
     let leaving: Vec<u64> = items(view, "leaving").filter_map(|n| n.as_u64()).collect();
     for n in items(view, "nodes") {
@@ -101,15 +101,55 @@ fn print_nodes(view: &Value) {
         } else {
             ""
         };
+        let clock = &n["clock"];
+        let (state, offsets) = clock_text(clock);
         println!(
-            "{:<6} {:<22} {:<22} {:<5} {:<10} {note}",
+            "{:<6} {:<22} {:<22} {:<5} {:<10} {:<7} {note}",
             n["node_id"].as_u64().unwrap_or(0),
             n["resp_addr"].as_str().unwrap_or("-"),
             n["http_addr"].as_str().unwrap_or("-"),
             n["up"].as_bool().unwrap_or(false),
             n["meta"].as_str().unwrap_or("-"),
+            state,
         );
+        if let Some(offsets) = offsets {
+            println!("       {offsets}");
+        }
     }
+}
+
+/// A node's clock as the table shows it: `ok` or `BEYOND` (its clock is beyond the bound
+/// on clock offsets: it stamps no writes), and a line of the offsets it measured to its
+/// peers (`node 2 +0.12 ms ±0.05`).
+fn clock_text(clock: &Value) -> (&'static str, Option<String>) {
+    let Some(view) = clock.as_object() else {
+        return ("-", None);
+    };
+    let state = if view["within_bound"].as_bool().unwrap_or(true) {
+        "ok"
+    } else {
+        "BEYOND"
+    };
+    let peers: Vec<String> = view["peers"]
+        .as_object()
+        .map(|peers| {
+            peers
+                .iter()
+                .map(|(node, o)| {
+                    let ms = |v: &Value| v.as_f64().unwrap_or(0.0) / 1_000.0;
+                    format!(
+                        "node {node} {:+.2} ms ±{:.2}",
+                        ms(&o["offset_us"]),
+                        ms(&o["uncertainty_us"])
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let bound_ms = view["max_offset_us"].as_u64().unwrap_or(0) / 1_000;
+    let line = (!peers.is_empty())
+        .then(|| format!("clock offsets (bound {bound_ms} ms): {}", peers.join(", ")));
+    (state, line)
 }
 
 fn print_shards(view: &Value) {

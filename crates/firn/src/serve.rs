@@ -70,6 +70,17 @@ pub struct ServeArgs {
     /// go on every --close-time-every for 10 s. At most --close-time-every: no difference.
     #[arg(long, env = "FIRN_CLOSE_TIME_IDLE_EVERY", default_value = "1s", value_parser = humantime::parse_duration)]
     close_time_idle_every: Duration,
+    /// The bound on the offset between this node's clock and its peers' clocks, measured on
+    /// the traffic between them: a node whose clock is beyond it from a majority of its
+    /// peers stamps no writes (CLOCKSKEW), leads no shard and answers no read from a leader
+    /// lease until it is back within it. Every guarantee about time holds within this bound.
+    /// 0 turns the check off.
+    #[arg(long, env = "FIRN_MAX_CLOCK_OFFSET", default_value = "500ms", value_parser = humantime::parse_duration)]
+    max_clock_offset: Duration,
+    /// For tests: a file holding milliseconds to shift this node's clock by (read four
+    /// times a second), to make a node whose clock is off on purpose.
+    #[arg(long, env = "FIRN_CLOCK_OFFSET_FILE", hide = true)]
+    clock_offset_file: Option<PathBuf>,
     /// This node's id in the cluster: a number from 1, or `host-ordinal`: one more than
     /// the number that ends this host's name, as a Kubernetes StatefulSet names its pods
     /// (`firn-0` is node 1, `firn-2` node 3).
@@ -312,6 +323,8 @@ fn node_config(args: &ServeArgs) -> Result<(NodeConfig, Option<String>), String>
         snapshot_catchup_entries: args.snapshot_catchup_entries,
         close_time_every: args.close_time_every,
         close_time_idle_every: args.close_time_idle_every,
+        max_clock_offset: args.max_clock_offset,
+        clock_offset_file: args.clock_offset_file.clone(),
         node_id,
         peer_addr: args.peer_addr,
         peers: firn_node::cluster::layout::parse_peers(&args.peers)

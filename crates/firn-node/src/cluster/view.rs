@@ -32,6 +32,9 @@ pub struct NodeView {
     pub replicas: Vec<ReplicaView>,
     /// The node's data disk (none for a node that did not answer).
     pub disk: Option<DiskView>,
+    /// The node's clock against its peers' (none for a node that did not answer).
+    #[serde(default)]
+    pub clock: Option<crate::clock::ClockView>,
 }
 
 /// A node's data disk, as its last look found it (see `crate::disk`).
@@ -55,6 +58,7 @@ impl NodeView {
             meta: String::new(),
             replicas: Vec::new(),
             disk: None,
+            clock: None,
         }
     }
 }

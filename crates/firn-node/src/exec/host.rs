@@ -51,6 +51,7 @@ impl Kernel {
                 })
                 .collect(),
             disk: Some(self.disk.view()),
+            clock: Some(self.clock.view()),
         }
     }
 

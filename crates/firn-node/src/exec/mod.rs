@@ -116,6 +116,8 @@ pub struct Kernel {
     /// This node's data disk: the shards it leads refuse writes that add data while it is
     /// low on space.
     disk: Arc<DiskSpace>,
+    /// This node's clock against its peers'.
+    clock: Arc<crate::clock::ClockBound>,
     /// Where requests for shards not held here go.
     remote: remote::RemoteShards,
     /// The subsystems above, once the router that holds them is built.
@@ -133,6 +135,7 @@ pub struct KernelParts {
     pub client_addrs: (String, String),
     pub users: Option<Arc<crate::auth::Users>>,
     pub disk: Arc<DiskSpace>,
+    pub clock: Arc<crate::clock::ClockBound>,
 }
 
 impl Kernel {
@@ -140,6 +143,7 @@ impl Kernel {
         Kernel {
             users: parts.users,
             disk: parts.disk,
+            clock: parts.clock,
             node_id: parts.replicas.node_id(),
             client_addrs: parts.client_addrs,
             replicas: parts.replicas,
@@ -181,6 +185,10 @@ impl Kernel {
     }
 
     /// This node's data disk, as far as its free space goes.
+    pub fn clock_bound(&self) -> &Arc<crate::clock::ClockBound> {
+        &self.clock
+    }
+
     pub fn disk(&self) -> &Arc<DiskSpace> {
         &self.disk
     }

@@ -129,7 +129,7 @@ fn replica_factory(
     storage: &mut Storage,
     peer_addr: String,
     (pool, groups, peers): (Arc<PeerPool>, LocalGroups, PeerClient),
-    failures: Arc<watch::Sender<Option<String>>>,
+    (clock, failures): (Arc<HybridClock>, Arc<watch::Sender<Option<String>>>),
 ) -> Result<ReplicaFactory, FirnError> {
     let (stripes, checkpoints) = storage.start_syncing(config)?;
     Ok(ReplicaFactory {
@@ -148,7 +148,7 @@ fn replica_factory(
         in_memory: config.in_memory,
         pool,
         groups,
-        clock: Arc::new(HybridClock::system()),
+        clock,
         failures,
         disk: storage.disk.clone(),
     })
@@ -378,12 +378,24 @@ impl RunningNode {
         // Why the node cannot go on: the cluster refused its join, or a group's storage failed.
         let (fail, failed) = watch::channel(None);
         let fail = Arc::new(fail);
+        // One clock stamps every group's writes here, judged against its peers' clocks.
+        let clock = Arc::new(HybridClock::system());
+        let clock_bound = Arc::new(crate::clock::ClockBound::new(
+            clock.clone(),
+            pool.clone(),
+            config.max_clock_offset,
+            // A relative path is in the node's data directory.
+            config
+                .clock_offset_file
+                .as_ref()
+                .map(|f| config.data_dir.join(f)),
+        ));
         let factory = replica_factory(
             &config,
             &mut storage,
             peer_addr_text,
             (pool, groups, peers.clone()),
-            fail.clone(),
+            (clock, fail.clone()),
         )?;
         let meta_replica = factory
             .open(
@@ -393,6 +405,7 @@ impl RunningNode {
                 firn_model::Durability::Disk,
             )
             .await?;
+        let meta_replica_here = meta_replica.clone();
         let meta = Arc::new(Meta::new(config.node_id, meta_replica));
         let meta_client = Arc::new(MetaClient::new(meta.clone(), peers.clone()));
         let local = open_local_region(&config, &data_dir)?;
@@ -405,6 +418,7 @@ impl RunningNode {
             files: blob_files.clone(),
         };
         let replicas = Arc::new(Replicas::new(factory, local.clone(), intake));
+
         let (publish, layout) = watch::channel(Arc::new(ClusterLayout::empty()));
         let router = Router::new(RouterParts {
             kernel: KernelParts {
@@ -417,6 +431,7 @@ impl RunningNode {
                 client_addrs: (announced(resp_addr), announced(http_addr)),
                 users: config.users.clone(),
                 disk: disk.clone(),
+                clock: clock_bound,
             },
             log_index_bytes: config.log_index_bytes,
             blobs: crate::blob::BlobConfig {
@@ -425,6 +440,11 @@ impl RunningNode {
             },
             blob_files,
         });
+        tasks.push(tokio::spawn(crate::clock::run(
+            router.kernel().clone(),
+            meta_replica_here,
+            stop_rx.clone(),
+        )));
         tasks.extend(spawn_housekeeping(
             &router,
             storage.stats,

@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::Framed;
 use tokio_util::sync::CancellationToken;
 
+use super::clock::{ClockOffset, ClockOffsets};
 use super::counts;
 use super::{
     CONNECT_TIMEOUT, Envelope, PEER_BUSY, PEER_SEND_QUEUE, PeerError, PeerRequest, PeerResponse,
@@ -34,7 +35,8 @@ pub const APPENDS_IN_FLIGHT_MAX: usize = 32;
 /// retry. A call whose request did leave and that hears nothing is lost: the peer may have
 /// handled it.
 enum Heard {
-    Answer(PeerResponse),
+    /// The answer, and the peer's wall clock when it sent it.
+    Answer(PeerResponse, u64),
     NotSent,
 }
 
@@ -200,7 +202,7 @@ impl PeerConn {
                 };
                 let Some(Ok(frame)) = frame else { break };
                 *reader_last.lock().unwrap_or_else(|p| p.into_inner()) = std::time::Instant::now();
-                let Ok(Envelope { id, body }) =
+                let Ok(Envelope { id, body, wall_us }) =
                     postcard::from_bytes::<Envelope<PeerResponse>>(&frame)
                 else {
                     break;
@@ -210,7 +212,7 @@ impl PeerConn {
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&id)
                 {
-                    let _ = waiter.send(Heard::Answer(body));
+                    let _ = waiter.send(Heard::Answer(body, wall_us));
                 }
             }
             reader_alive.store(false, Ordering::Release);
@@ -270,6 +272,8 @@ pub struct PeerPool {
     next_id: AtomicU64,
     /// Appends of one replication stream sent before their answers (see `crate::pipeline`).
     appends_in_flight: usize,
+    /// Each peer's clock offset, measured on the answers to this node's calls.
+    offsets: Arc<ClockOffsets>,
 }
 
 impl PeerPool {
@@ -285,6 +289,7 @@ impl PeerPool {
             conns: Default::default(),
             next_id: AtomicU64::new(1),
             appends_in_flight: 1,
+            offsets: Arc::default(),
         }
     }
 
@@ -296,6 +301,11 @@ impl PeerPool {
             appends_in_flight: n.clamp(1, APPENDS_IN_FLIGHT_MAX),
             ..self
         }
+    }
+
+    /// Each peer's clock offset from this node's, as the answers to its calls measure it.
+    pub fn clock_offsets(&self) -> Vec<(NodeId, ClockOffset)> {
+        self.offsets.estimates()
     }
 
     /// How many appends of a replication stream go out before their answers.
@@ -340,11 +350,8 @@ impl PeerPool {
         .await
         .map_err(|_| unreachable("connect timed out".into()))?
         .map_err(|e| unreachable(e.to_string()))?;
-        let bytes = encode(&Envelope {
-            id: 1,
-            body: request,
-        })
-        .ok_or_else(|| unreachable("request could not be encoded".into()))?;
+        let bytes = encode(&Envelope::new(1, request))
+            .ok_or_else(|| unreachable("request could not be encoded".into()))?;
         let (done, answer) = oneshot::channel();
         conn.pending
             .lock()
@@ -355,10 +362,10 @@ impl PeerPool {
             .await
             .map_err(|_| unreachable("connection closed".into()))?;
         match tokio::time::timeout(timeout, answer).await {
-            Ok(Ok(Heard::Answer(PeerResponse::Error(e)))) => {
+            Ok(Ok(Heard::Answer(PeerResponse::Error(e), _))) => {
                 Err(unreachable(format!("refused: {e}")))
             }
-            Ok(Ok(Heard::Answer(response))) => Ok(response),
+            Ok(Ok(Heard::Answer(response, _))) => Ok(response),
             Ok(Ok(Heard::NotSent)) => Err(unreachable("connection closed".into())),
             Ok(Err(_)) => Err(unreachable(
                 "the connection dropped before an answer".into(),
@@ -444,7 +451,7 @@ impl PeerPool {
                     PeerError::Unreachable(target, why)
                 })??;
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            let bytes = encode(&Envelope { id, body: request }).ok_or_else(|| {
+            let bytes = encode(&Envelope::new(id, request)).ok_or_else(|| {
                 PeerError::Unreachable(target, "request could not be encoded".into())
             })?;
             let (done, answer) = oneshot::channel();
@@ -452,6 +459,8 @@ impl PeerPool {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(id, done);
+            let (sent_wall_us, sent_at) =
+                (firn_model::hlc::system_wall_us(), std::time::Instant::now());
             if conn.tx.send((id, bytes)).await.is_err() {
                 conn.pending
                     .lock()
@@ -466,6 +475,7 @@ impl PeerPool {
                 answer,
                 deadline,
                 timeout,
+                sent: (sent_wall_us, sent_at, self.offsets.clone()),
             })
         };
         counts::counted(target, sent.await)
@@ -480,6 +490,9 @@ pub struct SentCall {
     answer: oneshot::Receiver<Heard>,
     deadline: tokio::time::Instant,
     timeout: Duration,
+    /// When it was sent, by this node's wall clock and by the monotonic one, and where the
+    /// clock offset its answer measures goes.
+    sent: (u64, std::time::Instant, Arc<ClockOffsets>),
 }
 
 impl SentCall {
@@ -491,14 +504,19 @@ impl SentCall {
 
     async fn wait(self) -> Result<PeerResponse, PeerError> {
         let (target, conn, id, timeout) = (self.target, self.conn, self.id, self.timeout);
-        match tokio::time::timeout_at(self.deadline, self.answer).await {
+        let heard = tokio::time::timeout_at(self.deadline, self.answer).await;
+        if let Ok(Ok(Heard::Answer(_, peer_wall_us))) = &heard {
+            let (sent_wall_us, sent_at, offsets) = self.sent;
+            offsets.record(target, sent_wall_us, sent_at.elapsed(), *peer_wall_us);
+        }
+        match heard {
             // Not handled: safe to retry, like a request that never left.
-            Ok(Ok(Heard::Answer(PeerResponse::Error(e)))) if e.starts_with(PEER_BUSY) => {
+            Ok(Ok(Heard::Answer(PeerResponse::Error(e), _))) if e.starts_with(PEER_BUSY) => {
                 let why = e[PEER_BUSY.len()..].trim_start_matches(':').trim_start();
                 Err(PeerError::Busy(target, why.to_string()))
             }
-            Ok(Ok(Heard::Answer(PeerResponse::Error(e)))) => Err(PeerError::Remote(target, e)),
-            Ok(Ok(Heard::Answer(response))) => Ok(response),
+            Ok(Ok(Heard::Answer(PeerResponse::Error(e), _))) => Err(PeerError::Remote(target, e)),
+            Ok(Ok(Heard::Answer(response, _))) => Ok(response),
             Ok(Ok(Heard::NotSent)) => Err(PeerError::Unreachable(
                 target,
                 "the connection closed before the request was sent".into(),

@@ -57,3 +57,42 @@ impl ShardReplica {
         }
     }
 }
+
+impl ShardReplica {
+    /// Follows the node's clock against the bound on clock offsets: beyond it, this replica
+    /// stands for no election and, while it leads, hands leadership to the voter among
+    /// `within` (the nodes whose clocks are within the bound) that has replicated the most;
+    /// back within it, it stands again (unless it is recovering). Called every time the node
+    /// looks at its clock; a transfer that fails is tried again then.
+    pub async fn follow_clock_bound(&self, within: &[NodeId]) {
+        let in_bound = self.clock.within_bound();
+        self.raft
+            .runtime_config()
+            .elect(in_bound && !self.is_recovering());
+        if in_bound || self.leader() != Some(self.node_id) {
+            return;
+        }
+        let to = {
+            let metrics = self.raft.metrics();
+            let m = metrics.borrow_watched();
+            let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
+            m.replication.as_ref().and_then(|replication| {
+                replication
+                    .iter()
+                    .filter(|(n, _)| {
+                        **n != self.node_id && voters.contains(n) && within.contains(n)
+                    })
+                    .max_by_key(|(_, matched)| matched.as_ref().map(|l| l.index))
+                    .map(|(n, _)| *n)
+            })
+        };
+        if let Some(to) = to {
+            tracing::warn!(
+                shard = self.shard_id,
+                to,
+                "this node's clock is beyond the bound on clock offsets: handing leadership away"
+            );
+            let _ = self.transfer_leader(to).await;
+        }
+    }
+}

@@ -53,7 +53,8 @@ impl ShardReplica {
     /// what its disks hold). It votes and stands for election again.
     pub fn recovered(&self) {
         if self.recovering.swap(false, Ordering::AcqRel) {
-            self.raft.runtime_config().elect(true);
+            // Not while the node's clock is beyond the bound (`follow_clock_bound`).
+            self.raft.runtime_config().elect(self.clock.within_bound());
             tracing::info!(
                 shard = self.shard_id,
                 "memory replica recovered: it votes again"
