@@ -320,3 +320,30 @@ def test_writes_carry_idempotency_keys_and_a_key_sent_again_applies_once(client:
     same = client._session.call("IDMP", client.producer, "1000000", "INCR", ns + "n")
     assert again == same == 1
     assert client.get(ns + "once").version == w.version
+
+
+def test_late_writes_become_corrections_or_are_refused_and_complete_reads_stay(client: firn.Client, ns: str) -> None:
+    client.create_keyspace(ns)
+    key = f"{ns}temp"
+    assert client.watermark(ns).watermark is None
+    client.put(key, "on time", event_time=1_000)
+    client.advance_watermark(ns, 2_000)
+    with pytest.raises(firn.RequestError, match="never moves back"):
+        client.advance_watermark(ns, 1_500)
+    assert client.watermark(ns).watermark == 2_000
+    late = client.put(key, "corrected", event_time=1_500)
+    assert [v.version for v in client.history(key, corrections=True)] == [late.version]
+    assert client.get(key, event_time=1_800).text == "corrected"
+    assert client.get(key, event_time=1_800, complete=True).text == "on time"
+    with pytest.raises(ValueError):
+        client.get(key, event_time=1_800, as_of=5, complete=True)
+    client.set_watermark_policy(ns, late="refuse")
+    with pytest.raises(firn.LateError):
+        client.put(key, "too late", event_time=1_900)
+    assert len(client.history(key)) == 2
+    with pytest.raises(firn.NotCompleteError):
+        client.wait_watermark(ns, 9_000, timeout_ms=100)
+    client.set_watermark_policy(ns, lateness="1s", late="refuse")
+    w = client.watermark(ns)
+    assert (w.lateness_us, w.late) == (1_000_000, "refuse")
+    assert w.watermark is not None and w.watermark > 2_000

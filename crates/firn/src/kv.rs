@@ -51,6 +51,10 @@ pub struct GetArgs {
     /// The version with the greatest event time at or before this time.
     #[arg(long)]
     event_time: Option<String>,
+    /// With --event-time: the final value at that event time — wait (up to 10 s) until the
+    /// key's keyspace watermark has passed it, then read as of the moment it did.
+    #[arg(long, requires = "event_time", conflicts_with_all = ["as_of", "output"])]
+    complete: bool,
     /// Read locally: the newest value from the shared-memory region of the node on this
     /// host when it holds the key (a LOCAL keyspace), else the node's replica as it is
     /// (possibly stale); says on stderr how fresh the answer is. With --version, --as-of or
@@ -182,7 +186,10 @@ pub async fn get(args: GetArgs) -> Result<(), String> {
     if let Some(path) = args.output.clone() {
         return get_into_file(args, path).await;
     }
-    let at = read_at(args.version, args.as_of, args.event_time)?;
+    let at = match read_at(args.version, args.as_of, args.event_time)? {
+        ReadAt::EventTime(e) if args.complete => ReadAt::EventTimeComplete(e),
+        at => at,
+    };
     if args.local && at == ReadAt::Latest {
         return get_local(connect(&args.target).await?, &args.key, args.meta).await;
     }

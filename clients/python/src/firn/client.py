@@ -44,7 +44,7 @@ from .errors import (
 )
 from .groups import Streams
 from .log import Log
-from .models import FileVersion, Keyspace, Snapshot, SnapshotPage, TxnResult, Version, WriteResult
+from .models import FileVersion, Keyspace, Snapshot, SnapshotPage, TxnResult, Version, Watermark, WriteResult
 from .stamps import CommitTs, TimeLike, time_arg
 from .watch import Watch
 
@@ -99,6 +99,17 @@ def lease_ttl_s(ttl_s: Union[int, float]) -> int:
     if not 1 <= ttl_s <= LEASE_TTL_S_MAX:
         raise ValueError(f"ttl_s is {ttl_s}; a lease lives 1 to {LEASE_TTL_S_MAX} s")
     return int(-(-ttl_s // 1))
+
+
+def _watermark_from(reply: Any) -> Watermark:
+    m = parse_map(reply)
+    return Watermark(
+        prefix=m[b"prefix"],
+        watermark=opt_int(m.get(b"watermark")),
+        advanced=opt_int(m.get(b"advanced")),
+        lateness_us=opt_int(m.get(b"lateness_us")),
+        late=text(m.get(b"late")) or "keep",
+    )
 
 
 def _one_read_at(version: Optional[int], as_of: Optional[TimeLike], event_time: Optional[TimeLike]) -> List[Any]:
@@ -326,15 +337,23 @@ class Client:
         version: Optional[int] = None,
         as_of: Optional[TimeLike] = None,
         event_time: Optional[TimeLike] = None,
+        complete: bool = False,
         consistency: Optional[str] = None,
     ) -> Optional[Version]:
         """The key's newest version, or the one at ``version``, or the newest committed at
         or before ``as_of``, or the one with the greatest event time at or before
         ``event_time`` — with ``as_of`` too, among the versions committed by then: the value
-        at that event time as it was known at ``as_of``. ``None`` when absent (or deleted)
-        there."""
+        at that event time as it was known at ``as_of``. With ``complete=True`` (and
+        ``event_time``): the final value at that event time, once the keyspace's watermark
+        has passed it (waits up to 10 s, then :class:`~firn.NotCompleteError`). ``None``
+        when absent (or deleted) there."""
         k = key_bytes(key)
-        args = ["FIRN.GET", k] + _one_read_at(version, as_of, event_time) + _consistency(consistency)
+        at = _one_read_at(version, as_of, event_time)
+        if complete:
+            if event_time is None or as_of is not None:
+                raise ValueError("complete=True goes with event_time, and not with as_of (it chooses the time)")
+            at.append("COMPLETE")
+        args = ["FIRN.GET", k] + at + _consistency(consistency)
         v = version_from(k, self._session.call(*args))
         if v is not None:
             self._session.seen_over_resp(v.commit_ts)
@@ -546,11 +565,13 @@ class Client:
         to_version: Optional[int] = None,
         limit: Optional[int] = None,
         as_of: Optional[TimeLike] = None,
+        corrections: bool = False,
         consistency: Optional[str] = None,
     ) -> List[Version]:
         """The key's versions, oldest first, tombstones included (``deleted``). ``limit``
         defaults to the server's 100 (at most 10,000); ``as_of``: only versions committed at
-        or before it."""
+        or before it; ``corrections``: only the versions written late (an event time at or
+        below the keyspace's watermark) and kept."""
         k = key_bytes(key)
         args: List[Any] = ["FIRN.HISTORY", k]
         check_positive(from_version, "from_version")
@@ -564,6 +585,8 @@ class Client:
             args += ["LIMIT", limit]
         if as_of is not None:
             args += ["ASOF", time_arg(as_of, "as_of")]
+        if corrections:
+            args.append("CORRECTIONS")
         args += _consistency(consistency)
         versions = [v for v in (version_from(k, r) for r in self._session.call(*args)) if v is not None]
         if versions:
@@ -726,6 +749,38 @@ class Client:
                 )
             )
         return out
+
+    def watermark(self, prefix: KeyLike) -> Watermark:
+        """The event-time watermark of the keyspace ``prefix`` names (``""``: the default)."""
+        return _watermark_from(self._session.call("FIRN.WATERMARK", as_bytes(prefix, "prefix")))
+
+    def wait_watermark(self, prefix: KeyLike, event_time: TimeLike, *, timeout_ms: int = 5_000) -> Watermark:
+        """The keyspace's watermark once it has reached ``event_time``;
+        :class:`~firn.NotCompleteError` after ``timeout_ms`` (at most 60,000)."""
+        check_positive(timeout_ms, "timeout_ms", high=60_000)
+        reply = self._session.call(
+            "FIRN.WATERMARK", as_bytes(prefix, "prefix"), "WAIT", time_arg(event_time, "event_time"),
+            "TIMEOUT", timeout_ms,
+        )
+        return _watermark_from(reply)
+
+    def advance_watermark(self, prefix: KeyLike, to: TimeLike) -> None:
+        """Moves the keyspace's watermark up to ``to``: every write with an event time at or
+        below it has arrived. A lower one than the current is refused, nothing changed."""
+        self._session.call("FIRN.WATERMARK", as_bytes(prefix, "prefix"), "ADVANCE", time_arg(to, "to"))
+
+    def set_watermark_policy(
+        self, prefix: KeyLike, *, lateness: Optional[Union[int, str]] = None, late: str = "keep"
+    ) -> None:
+        """Sets the keyspace's allowed lateness (seconds, or ``"500ms"``, ``"5s"``; ``None``:
+        none) and what a late write becomes: ``keep`` (a correction) or ``refuse``
+        (:class:`~firn.LateError`)."""
+        if late not in ("keep", "refuse"):
+            raise ValueError(f"unknown late policy {late!r}; use keep or refuse")
+        args: List[Any] = ["FIRN.WATERMARK", as_bytes(prefix, "prefix"), "POLICY", "LATE", late]
+        if lateness is not None:
+            args += ["LATENESS", f"{lateness}s" if isinstance(lateness, int) else str(lateness)]
+        self._session.call(*args)
 
     def drop_keyspace(self, prefix: KeyLike) -> None:
         self._session.call("FIRN.KEYSPACE", "DROP", as_bytes(prefix, "prefix"))

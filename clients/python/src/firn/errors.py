@@ -28,6 +28,9 @@ __all__ = [
     "UncertainError",
     "ClusterDownError",
     "NoSpaceError",
+    "LateError",
+    "NotCompleteError",
+    "ClockSkewError",
     "ServiceTimeoutError",
     "FirnConnectionError",
     "FirnTimeout",
@@ -165,6 +168,27 @@ class NoSpaceError(FirnError):
     code = "NOSPACE"
 
 
+class LateError(FirnError):
+    """``LATE``: the write's event time is at or below its keyspace's watermark, and the
+    keyspace refuses late writes; nothing was written."""
+
+    code = "LATE"
+
+
+class NotCompleteError(FirnError):
+    """``NOTCOMPLETE``: the keyspace's watermark did not reach the event time asked for in
+    time (a ``complete`` read, :meth:`~firn.Client.wait_watermark`); ask again later."""
+
+    code = "NOTCOMPLETE"
+
+
+class ClockSkewError(FirnError):
+    """``CLOCKSKEW``: the node that would stamp the write has a clock beyond the cluster's
+    bound on clock offsets; nothing was written. Retry at another node."""
+
+    code = "CLOCKSKEW"
+
+
 class ServiceTimeoutError(FirnError):
     """``TIMEOUT``: a service request got no reply in time."""
 
@@ -219,6 +243,9 @@ _BY_CODE: Dict[str, Type[FirnError]] = {
     "UNCERTAIN": UncertainError,
     "CLUSTERDOWN": ClusterDownError,
     "NOSPACE": NoSpaceError,
+    "LATE": LateError,
+    "NOTCOMPLETE": NotCompleteError,
+    "CLOCKSKEW": ClockSkewError,
     "TIMEOUT": ServiceTimeoutError,
     "NOAUTH": AuthError,
     "WRONGPASS": AuthError,

@@ -234,3 +234,18 @@ class Keyspace:
     durability: str
     local: bool
     follow: str
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """A keyspace's event-time watermark (``FIRN.WATERMARK``): every write with an event
+    time at or below ``watermark`` (µs since the epoch; ``None``: none yet) has arrived.
+    ``advanced``: the highest a writer moved it to; ``lateness_us``: the allowed lateness
+    (the watermark is at least now minus it); ``late``: what a late write becomes
+    (``keep``: a correction, ``refuse``: ``LATE``)."""
+
+    prefix: bytes
+    watermark: Optional[int]
+    advanced: Optional[int]
+    lateness_us: Optional[int]
+    late: str
