@@ -68,6 +68,10 @@ pub struct NodeConfig {
     /// Most RESP connections open at once; one more is told `ERR max number of clients
     /// reached` and closed.
     pub resp_connections_max: usize,
+    /// The MQTT listener (`--mqtt-addr`); `None`: no MQTT (the default).
+    pub mqtt_addr: Option<SocketAddr>,
+    /// The key prefix MQTT topics live under (`--mqtt-prefix`, default `mqtt/`).
+    pub mqtt_prefix: String,
     /// Most bytes the local log index holds (see [`crate::log_index`]); 0 turns it off.
     pub log_index_bytes: usize,
     /// The shared-memory region for local reads (see [`crate::local`]).
@@ -149,6 +153,8 @@ impl Default for NodeConfig {
             replication: REPLICATION_DEFAULT,
             join: None,
             resp_connections_max: RESP_CONNECTIONS_MAX,
+            mqtt_addr: None,
+            mqtt_prefix: crate::mqtt::PREFIX_DEFAULT.to_owned(),
             log_index_bytes: LOG_INDEX_BYTES_DEFAULT,
             local_region: LocalRegionSetting::default(),
             follow_interval: crate::cluster::follow::FOLLOW_INTERVAL_DEFAULT,

@@ -29,6 +29,7 @@ pub mod lease;
 pub mod local;
 pub mod log;
 pub mod metrics;
+pub mod mqtt;
 pub mod node;
 pub mod pubsub;
 pub mod recovery;

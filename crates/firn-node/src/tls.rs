@@ -180,6 +180,7 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
 pub enum ClientListener {
     Resp,
     Http,
+    Mqtt,
 }
 
 impl ClientListener {
@@ -187,6 +188,7 @@ impl ClientListener {
         match self {
             ClientListener::Resp => "resp",
             ClientListener::Http => "http",
+            ClientListener::Mqtt => "mqtt",
         }
     }
 
@@ -194,6 +196,8 @@ impl ClientListener {
         match self {
             ClientListener::Resp => RESP_TLS_REQUIRED,
             ClientListener::Http => HTTP_TLS_REQUIRED,
+            // MQTT has no way to say it before a CONNECT: the connection just closes.
+            ClientListener::Mqtt => b"",
         }
     }
 }

@@ -117,7 +117,19 @@ pub enum SystemOp {
     /// proposes one when the soonest is due.
     ExpireDue,
     /// A keyspace's event-time watermark moved, or its late policy set.
-    Watermark(crate::store::watermark::WatermarkOp),
+    Watermark(WatermarkOp),
+}
+
+/// A change to a keyspace's watermark, applied by every shard in its log order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WatermarkOp {
+    /// Raises the watermark to `to_us`; one below the current is refused, nothing changed.
+    Advance { prefix: String, to_us: u64 },
+    /// Sets the keyspace's allowed lateness and late policy.
+    Policy {
+        prefix: String,
+        policy: firn_model::WatermarkPolicy,
+    },
 }
 
 /// One shard's part of a transaction across shards, as the coordinator prepares it.

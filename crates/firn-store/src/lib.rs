@@ -16,8 +16,7 @@ pub mod sink;
 pub mod store;
 
 pub use backend::{FjallBackend, MemoryBackend, StorageBackend};
-pub use command::{Command, LogOp, Op, SystemOp, TxnOp, TxnPart};
+pub use command::{Command, LogOp, Op, SystemOp, TxnOp, TxnPart, WatermarkOp};
 pub use sink::AppliedSink;
 pub use store::expiry::EXPIRE_DUE_MAX;
-pub use store::watermark::WatermarkOp;
 pub use store::{ChangePosition, VersionedStore};

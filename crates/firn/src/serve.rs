@@ -113,6 +113,14 @@ pub struct ServeArgs {
     /// reached` and closed.
     #[arg(long, env = "FIRN_MAX_CONNECTIONS", default_value_t = firn_node::config::RESP_CONNECTIONS_MAX)]
     max_connections: usize,
+    /// Listen for MQTT 3.1.1 and 5.0 clients here (off by default; TLS and --users apply
+    /// as on the other ports). Its connections are bounded by --max-connections too.
+    #[arg(long, env = "FIRN_MQTT_ADDR")]
+    mqtt_addr: Option<SocketAddr>,
+    /// The key prefix MQTT topics live under: topic `T` is the key `PREFIX T`; messages
+    /// published without retain go to the log named by the prefix without its `/`.
+    #[arg(long, env = "FIRN_MQTT_PREFIX", default_value = firn_node::mqtt::PREFIX_DEFAULT)]
+    mqtt_prefix: String,
     /// Most bytes of log records this node keeps in its local log index, so that repeated
     /// reads of a tag's records skip the shards that index it (default 64 MiB); 0 turns it
     /// off.
@@ -334,6 +342,8 @@ fn node_config(args: &ServeArgs) -> Result<(NodeConfig, Option<String>), String>
         join: args.join.clone(),
         advertise_host: args.advertise_host.clone(),
         resp_connections_max: args.max_connections,
+        mqtt_addr: args.mqtt_addr,
+        mqtt_prefix: args.mqtt_prefix.clone(),
         log_index_bytes: args.log_index_bytes,
         local_region: local_region(
             args.local_region.as_deref(),
@@ -425,6 +435,14 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
             args.users.is_some()
         )
     );
+    if let Some(mqtt) = node.mqtt_addr {
+        println!(
+            "firn MQTT: mosquitto_sub -h {} -p {} -t '#' -v   (topic T is the key {}T)",
+            mqtt.ip(),
+            mqtt.port(),
+            args.mqtt_prefix
+        );
+    }
     let failed = tokio::select! {
         _ = wait_for_stop_signal() => None,
         why = node.failure() => Some(why),

@@ -20,12 +20,8 @@ use std::time::Duration;
 
 use firn_model::HybridClock;
 use firn_raft::NodeId;
-use firn_raft::ShardReplica;
 use firn_raft::peer::{ClockOffset, PeerPool};
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
-
-use crate::exec::Kernel;
 
 /// How often the node looks at its clock offsets.
 pub const LOOK_EVERY: Duration = Duration::from_millis(250);
@@ -124,43 +120,6 @@ impl ClockBound {
             .and_then(|text| text.trim().parse::<i64>().ok())
             .unwrap_or(0);
         firn_model::hlc::set_wall_offset_us(ms.saturating_mul(1_000));
-    }
-}
-
-/// Looks at the clock every [`LOOK_EVERY`] until `stop`, and has every replica here (the
-/// meta group's among them) follow what it finds: beyond the bound, a replica that leads
-/// hands leadership to a node whose clock is within it (as that node says), if any.
-pub async fn run(kernel: Arc<Kernel>, meta: Arc<ShardReplica>, mut stop: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(LOOK_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.changed() => return,
-        }
-        let bound = kernel.clock_bound();
-        bound.read_offset_file();
-        bound.look();
-        let mut replicas = kernel.replicas().all();
-        replicas.push(meta.clone());
-        let leads = replicas
-            .iter()
-            .any(|r| r.leader() == Some(kernel.node_id()));
-        let within: Vec<NodeId> = if !bound.clock.within_bound() && leads {
-            kernel
-                .cluster_view()
-                .await
-                .nodes
-                .iter()
-                .filter(|n| n.clock.as_ref().is_some_and(|c| c.within_bound))
-                .map(|n| n.node_id)
-                .collect()
-        } else {
-            Vec::new()
-        };
-        for replica in replicas {
-            replica.follow_clock_bound(&within).await;
-        }
     }
 }
 

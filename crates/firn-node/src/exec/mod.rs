@@ -12,6 +12,7 @@
 //! subsystem's read part on a replica here, running any request to its answer) it asks
 //! through [`Subsystems`], which the router implements.
 
+pub mod clock;
 mod host;
 pub mod merge;
 mod origin;

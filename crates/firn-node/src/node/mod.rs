@@ -36,6 +36,8 @@ pub struct RunningNode {
     pub resp_addr: SocketAddr,
     pub http_addr: SocketAddr,
     pub peer_addr: SocketAddr,
+    /// The MQTT listener, when the node has one.
+    pub mqtt_addr: Option<SocketAddr>,
     router: Arc<Router>,
     stop: watch::Sender<bool>,
     /// Why the node cannot go on (the cluster refused to let it join, a group's storage
@@ -353,6 +355,19 @@ impl RunningNode {
         let (resp_listener, resp_addr) = bind(config.resp_addr, "RESP").await?;
         let (http_listener, http_addr) = bind(config.http_addr, "HTTP").await?;
         let (peer_listener, peer_addr) = bind(config.peer_addr, "peers").await?;
+        let mqtt = match config.mqtt_addr {
+            Some(addr) => {
+                let settings = crate::mqtt::MqttSettings::new(
+                    &config.mqtt_prefix,
+                    config.limits.value_bytes_max,
+                    config.resp_connections_max,
+                )
+                .map_err(FirnError::BadArgument)?;
+                Some((bind(addr, "MQTT").await?, Arc::new(settings)))
+            }
+            None => None,
+        };
+        let mqtt_addr = mqtt.as_ref().map(|((_, addr), _)| *addr);
 
         let announced = |bound: SocketAddr| advertised(config.advertise_host.as_deref(), bound);
         let peer_addr_text = announced(peer_addr);
@@ -440,7 +455,7 @@ impl RunningNode {
             },
             blob_files,
         });
-        tasks.push(tokio::spawn(crate::clock::run(
+        tasks.push(tokio::spawn(crate::exec::clock::follow_clock(
             router.kernel().clone(),
             meta_replica_here,
             stop_rx.clone(),
@@ -465,6 +480,15 @@ impl RunningNode {
             .await?,
         );
 
+        if let Some(((listener, _), settings)) = mqtt {
+            tasks.push(tokio::spawn(crate::mqtt::serve(
+                listener,
+                router.clone(),
+                settings,
+                tls.clients.clone(),
+                stop_rx.clone(),
+            )));
+        }
         tasks.extend(serve_clients(
             &router,
             (resp_listener, http_listener),
@@ -491,6 +515,7 @@ impl RunningNode {
             resp_addr,
             http_addr,
             peer_addr,
+            mqtt_addr,
             router,
             stop,
             failed,

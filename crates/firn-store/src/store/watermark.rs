@@ -12,29 +12,17 @@ use std::collections::HashMap;
 use std::ops::Bound;
 
 use firn_model::{CommitTs, FirnError, LatePolicy, Response, WatermarkInfo, WatermarkState};
-use serde::{Deserialize, Serialize};
 
 use super::apply::Txn;
 use super::{VersionedStore, io_err, prefix_end};
 use crate::backend::Table;
+use crate::command::WatermarkOp;
 use crate::record::{decode, encode};
 
 /// `System` rows of each keyspace's state: this, then the prefix.
 const STATE_ROWS: &[u8] = b"watermark/";
 /// `System` rows of advances: this, the prefix's length (4 bytes), the prefix, then W.
 const REACHED_ROWS: &[u8] = b"watermark_reached/";
-
-/// A change to a keyspace's watermark, applied by every shard in its log order.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum WatermarkOp {
-    /// Raises the watermark to `to_us`; one below the current is refused, nothing changed.
-    Advance { prefix: String, to_us: u64 },
-    /// Sets the keyspace's allowed lateness and late policy.
-    Policy {
-        prefix: String,
-        policy: firn_model::WatermarkPolicy,
-    },
-}
 
 fn state_row(prefix: &str) -> Vec<u8> {
     [STATE_ROWS, prefix.as_bytes()].concat()

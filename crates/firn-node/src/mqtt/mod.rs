@@ -1,0 +1,100 @@
+//! The MQTT face (docs/architecture.md, "MQTT"): `firn serve --mqtt-addr`. A third front end
+//! over the same core as RESP and HTTP: a topic is a key under `--mqtt-prefix`, a retained
+//! PUBLISH a version of it, any other a record of the shared log under its tag; a
+//! subscription listens on the cluster's publish/subscribe channels of those keys.
+
+mod connection;
+pub mod topic;
+mod wire;
+
+use std::sync::Arc;
+
+use firn_model::Key;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+
+pub use connection::{INFLIGHT_MAX, RETAINED_PER_SUBSCRIBE_MAX};
+
+use crate::router::Router;
+use crate::tls::{ClientListener, ClientTls};
+
+/// The default key prefix of MQTT topics.
+pub const PREFIX_DEFAULT: &str = "mqtt/";
+
+/// How the MQTT listener maps topics and what it takes.
+pub struct MqttSettings {
+    /// Topic `T` is the key `prefix T`.
+    pub prefix: String,
+    /// The log non-retained messages are appended to: the prefix without its last `/`.
+    pub log: Key,
+    /// The largest packet taken: a value's limit and room for the topic.
+    pub packet_bytes_max: u32,
+    pub connections_max: usize,
+}
+
+impl MqttSettings {
+    pub fn new(
+        prefix: &str,
+        value_bytes_max: usize,
+        connections_max: usize,
+    ) -> Result<Self, String> {
+        let log_name = prefix.strip_suffix('/').unwrap_or(prefix);
+        if log_name.is_empty() {
+            return Err(
+                "--mqtt-prefix needs a name before its '/' (the log of non-retained messages)"
+                    .into(),
+            );
+        }
+        let log = Key::new(bytes::Bytes::copy_from_slice(log_name.as_bytes()))
+            .map_err(|e| format!("--mqtt-prefix: {e}"))?;
+        Ok(MqttSettings {
+            prefix: prefix.to_owned(),
+            log,
+            packet_bytes_max: u32::try_from(value_bytes_max.saturating_add(64 * 1024))
+                .unwrap_or(u32::MAX),
+            connections_max,
+        })
+    }
+}
+
+/// Counts an event of the MQTT listener (`firn_mqtt_total{event}`).
+fn counted(event: &'static str) {
+    metrics::counter!("firn_mqtt_total", "event" => event).increment(1);
+}
+
+/// Serves MQTT on `listener` until `stop`: at most `connections_max` connections (one past
+/// it is closed at once).
+pub async fn serve(
+    listener: TcpListener,
+    router: Arc<Router>,
+    settings: Arc<MqttSettings>,
+    tls: ClientTls,
+    mut stop: watch::Receiver<bool>,
+) {
+    let slots = Arc::new(Semaphore::new(settings.connections_max));
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((tcp, _)) = accepted else { continue };
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    counted("refused_at_limit");
+                    continue;
+                };
+                let _ = tcp.set_nodelay(true);
+                let (router, settings, tls, stop) =
+                    (router.clone(), settings.clone(), tls.clone(), stop.clone());
+                connections.spawn(async move {
+                    let _slot = slot;
+                    if let Some(stream) = tls.accept(tcp, ClientListener::Mqtt).await {
+                        connection::run(stream, router, settings, stop).await;
+                    }
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = stop.changed() => break,
+        }
+    }
+    connections.shutdown().await;
+}

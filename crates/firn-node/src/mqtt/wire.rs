@@ -1,0 +1,314 @@
+//! MQTT 3.1.1 and 5.0 packets (decoded and encoded by `rmqtt-codec`) as the connection
+//! speaks them: one set of types whatever the protocol level, turned into each level's
+//! packets here and nowhere else.
+
+use std::num::NonZeroU16;
+
+use bytes::Bytes;
+use bytestring::ByteString;
+use rmqtt_codec::types::{Publish as WirePublish, QoS};
+use rmqtt_codec::{MqttPacket, v3, v5};
+
+/// The protocol level a connection's CONNECT named.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    V3,
+    V5,
+}
+
+/// A CONNECT, as the connection needs it.
+#[derive(Clone, Debug)]
+pub struct Connect {
+    pub client_id: String,
+    pub clean: bool,
+    pub keep_alive_s: u16,
+    pub username: Option<String>,
+    pub password: Option<Bytes>,
+}
+
+/// A PUBLISH either way.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Publish {
+    pub topic: String,
+    pub payload: Bytes,
+    pub qos: u8,
+    pub retain: bool,
+    pub packet_id: Option<u16>,
+}
+
+/// What a client sends.
+#[derive(Debug)]
+pub enum In {
+    Connect(Connect),
+    Publish(Publish),
+    PubAck(u16),
+    Subscribe {
+        packet_id: u16,
+        filters: Vec<(String, u8)>,
+    },
+    Unsubscribe {
+        packet_id: u16,
+        filters: Vec<String>,
+    },
+    Ping,
+    Disconnect,
+    /// A packet a client does not send to a server, or one Firn does not take (QoS 2's
+    /// PUBREC/PUBREL/PUBCOMP, AUTH): the connection closes.
+    Unexpected(&'static str),
+}
+
+/// Why a CONNECT is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    BadCredentials,
+    NotAuthorized,
+    IdentifierRejected,
+}
+
+/// Why a PUBLISH, or a filter of a SUBSCRIBE, is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    NotAuthorized,
+    TopicInvalid,
+    QuotaExceeded,
+    Unspecified,
+}
+
+/// What the server sends.
+#[derive(Debug)]
+pub enum Out {
+    /// Accepted (with the client id the server gave one that sent none), or refused; and
+    /// the largest packet the server takes (told in 5.0).
+    ConnAck {
+        result: Result<Option<String>, Refused>,
+        packet_bytes_max: u32,
+    },
+    Publish(Publish),
+    PubAck {
+        packet_id: u16,
+        refused: Option<Reason>,
+    },
+    /// Each filter's granted QoS, or why it was refused.
+    SubAck {
+        packet_id: u16,
+        granted: Vec<Result<u8, Reason>>,
+    },
+    UnsubAck {
+        packet_id: u16,
+        count: usize,
+    },
+    PingResp,
+    /// 5.0 only: why the server closes the connection.
+    Disconnect(Reason),
+}
+
+fn qos(q: QoS) -> u8 {
+    q.value()
+}
+
+fn packet_id(id: NonZeroU16) -> u16 {
+    id.get()
+}
+
+fn publish_of(p: WirePublish) -> Publish {
+    Publish {
+        topic: p.topic.to_string(),
+        payload: p.payload,
+        qos: qos(p.qos),
+        retain: p.retain,
+        packet_id: p.packet_id.map(packet_id),
+    }
+}
+
+/// A decoded packet as [`In`].
+pub fn incoming(packet: MqttPacket) -> In {
+    match packet {
+        MqttPacket::V3(p) => match p {
+            v3::Packet::Connect(c) => In::Connect(Connect {
+                client_id: c.client_id.to_string(),
+                clean: c.clean_session,
+                keep_alive_s: c.keep_alive,
+                username: c.username.map(|u| u.to_string()),
+                password: c.password,
+            }),
+            v3::Packet::Publish(p) => In::Publish(publish_of(*p)),
+            v3::Packet::PublishAck { packet_id: id } => In::PubAck(packet_id(id)),
+            v3::Packet::Subscribe {
+                packet_id: id,
+                topic_filters,
+            } => In::Subscribe {
+                packet_id: packet_id(id),
+                filters: topic_filters
+                    .into_iter()
+                    .map(|(f, q)| (f.to_string(), qos(q)))
+                    .collect(),
+            },
+            v3::Packet::Unsubscribe {
+                packet_id: id,
+                topic_filters,
+            } => In::Unsubscribe {
+                packet_id: packet_id(id),
+                filters: topic_filters.into_iter().map(|f| f.to_string()).collect(),
+            },
+            v3::Packet::PingRequest => In::Ping,
+            v3::Packet::Disconnect => In::Disconnect,
+            _ => In::Unexpected("a packet a server does not take (QoS 2 is not supported)"),
+        },
+        MqttPacket::V5(p) => match p {
+            v5::Packet::Connect(c) => In::Connect(Connect {
+                client_id: c.client_id.to_string(),
+                clean: c.clean_start,
+                keep_alive_s: c.keep_alive,
+                username: c.username.map(|u| u.to_string()),
+                password: c.password,
+            }),
+            v5::Packet::Publish(p) => In::Publish(publish_of(*p)),
+            v5::Packet::PublishAck(a) => In::PubAck(packet_id(a.packet_id)),
+            v5::Packet::Subscribe(s) => In::Subscribe {
+                packet_id: packet_id(s.packet_id),
+                filters: s
+                    .topic_filters
+                    .into_iter()
+                    .map(|(f, o)| (f.to_string(), qos(o.qos)))
+                    .collect(),
+            },
+            v5::Packet::Unsubscribe(u) => In::Unsubscribe {
+                packet_id: packet_id(u.packet_id),
+                filters: u.topic_filters.into_iter().map(|f| f.to_string()).collect(),
+            },
+            v5::Packet::PingRequest => In::Ping,
+            v5::Packet::Disconnect(_) => In::Disconnect,
+            _ => {
+                In::Unexpected("a packet a server does not take (QoS 2 and AUTH are not supported)")
+            }
+        },
+        MqttPacket::Version(_) => In::Unexpected("a second protocol negotiation"),
+    }
+}
+
+fn id(packet_id: u16) -> NonZeroU16 {
+    NonZeroU16::new(packet_id).unwrap_or(NonZeroU16::MIN)
+}
+
+fn qos_of(q: u8) -> QoS {
+    match q {
+        0 => QoS::AtMostOnce,
+        1 => QoS::AtLeastOnce,
+        _ => QoS::ExactlyOnce,
+    }
+}
+
+fn wire_publish(p: Publish) -> WirePublish {
+    WirePublish {
+        dup: false,
+        retain: p.retain,
+        qos: qos_of(p.qos),
+        topic: ByteString::from(p.topic),
+        packet_id: p.packet_id.map(id),
+        payload: p.payload,
+        properties: None,
+    }
+}
+
+/// `out` as a packet of protocol level `level` (`None`: nothing to send at that level).
+pub fn outgoing(level: Level, out: Out) -> Option<MqttPacket> {
+    Some(match level {
+        Level::V3 => MqttPacket::V3(match out {
+            Out::ConnAck { result, .. } => v3::Packet::ConnectAck(v3::ConnectAck {
+                session_present: false,
+                return_code: match result {
+                    Ok(_) => v3::ConnectAckReason::ConnectionAccepted,
+                    Err(Refused::BadCredentials) => v3::ConnectAckReason::BadUserNameOrPassword,
+                    Err(Refused::NotAuthorized) => v3::ConnectAckReason::NotAuthorized,
+                    Err(Refused::IdentifierRejected) => v3::ConnectAckReason::IdentifierRejected,
+                },
+            }),
+            Out::Publish(p) => v3::Packet::Publish(Box::new(wire_publish(p))),
+            // 3.1.1 has no negative PUBACK: a refused PUBLISH closes the connection instead.
+            Out::PubAck { packet_id, .. } => v3::Packet::PublishAck {
+                packet_id: id(packet_id),
+            },
+            Out::SubAck { packet_id, granted } => v3::Packet::SubscribeAck {
+                packet_id: id(packet_id),
+                status: granted
+                    .into_iter()
+                    .map(|g| match g {
+                        Ok(q) => v3::SubscribeReturnCode::Success(qos_of(q)),
+                        Err(_) => v3::SubscribeReturnCode::Failure,
+                    })
+                    .collect(),
+            },
+            Out::UnsubAck { packet_id, .. } => v3::Packet::UnsubscribeAck {
+                packet_id: id(packet_id),
+            },
+            Out::PingResp => v3::Packet::PingResponse,
+            Out::Disconnect(_) => return None,
+        }),
+        Level::V5 => MqttPacket::V5(match out {
+            Out::ConnAck {
+                result,
+                packet_bytes_max,
+            } => v5::Packet::ConnectAck(Box::new(v5::ConnectAck {
+                session_present: false,
+                max_packet_size: Some(packet_bytes_max),
+                assigned_client_id: result.clone().ok().flatten().map(ByteString::from),
+                reason_code: match result {
+                    Ok(_) => v5::ConnectAckReason::Success,
+                    Err(Refused::BadCredentials) => v5::ConnectAckReason::BadUserNameOrPassword,
+                    Err(Refused::NotAuthorized) => v5::ConnectAckReason::NotAuthorized,
+                    Err(Refused::IdentifierRejected) => {
+                        v5::ConnectAckReason::ClientIdentifierNotValid
+                    }
+                },
+                max_qos: QoS::AtLeastOnce,
+                subscription_identifiers_available: false,
+                shared_subscription_available: false,
+                ..Default::default()
+            })),
+            Out::Publish(p) => v5::Packet::Publish(Box::new(wire_publish(p))),
+            Out::PubAck { packet_id, refused } => v5::Packet::PublishAck(v5::PublishAck {
+                packet_id: id(packet_id),
+                reason_code: match refused {
+                    None => v5::PublishAckReason::Success,
+                    Some(Reason::NotAuthorized) => v5::PublishAckReason::NotAuthorized,
+                    Some(Reason::TopicInvalid) => v5::PublishAckReason::TopicNameInvalid,
+                    Some(Reason::QuotaExceeded) => v5::PublishAckReason::QuotaExceeded,
+                    Some(Reason::Unspecified) => v5::PublishAckReason::UnspecifiedError,
+                },
+                ..Default::default()
+            }),
+            Out::SubAck { packet_id, granted } => v5::Packet::SubscribeAck(v5::SubscribeAck {
+                packet_id: id(packet_id),
+                properties: Default::default(),
+                reason_string: None,
+                status: granted
+                    .into_iter()
+                    .map(|g| match g {
+                        Ok(0) => v5::SubscribeAckReason::GrantedQos0,
+                        Ok(_) => v5::SubscribeAckReason::GrantedQos1,
+                        Err(Reason::NotAuthorized) => v5::SubscribeAckReason::NotAuthorized,
+                        Err(Reason::TopicInvalid) => v5::SubscribeAckReason::TopicFilterInvalid,
+                        Err(Reason::QuotaExceeded) => v5::SubscribeAckReason::QuotaExceeded,
+                        Err(Reason::Unspecified) => v5::SubscribeAckReason::UnspecifiedError,
+                    })
+                    .collect(),
+            }),
+            Out::UnsubAck { packet_id, count } => v5::Packet::UnsubscribeAck(v5::UnsubscribeAck {
+                packet_id: id(packet_id),
+                properties: Default::default(),
+                reason_string: None,
+                status: vec![v5::UnsubscribeAckReason::Success; count],
+            }),
+            Out::PingResp => v5::Packet::PingResponse,
+            Out::Disconnect(reason) => v5::Packet::Disconnect(v5::Disconnect {
+                reason_code: match reason {
+                    Reason::NotAuthorized => v5::DisconnectReasonCode::NotAuthorized,
+                    Reason::TopicInvalid => v5::DisconnectReasonCode::TopicNameInvalid,
+                    Reason::QuotaExceeded => v5::DisconnectReasonCode::QuotaExceeded,
+                    Reason::Unspecified => v5::DisconnectReasonCode::ProtocolError,
+                },
+                ..Default::default()
+            }),
+        }),
+    })
+}
