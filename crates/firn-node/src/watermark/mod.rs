@@ -98,7 +98,7 @@ impl Kernel {
                 .state
                 .policy
                 .lateness_us
-                .map(|l| CommitTs::end_of_micros(e.saturating_add(l) - 1))
+                .map(|l| CommitTs::end_of_micros(e.saturating_add(l).saturating_sub(1)))
                 .filter(|t| t.wall_us < now);
             if let Some(t) = [info.reached_at, by_lateness].into_iter().flatten().min() {
                 break t;
