@@ -6,11 +6,12 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response as HttpResponse};
-use firn_model::time::parse_duration_us;
+
 use firn_model::{AdminRequest, FirnError, Follow, KeyspaceDef, KeyspaceSpec, Response};
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
 
+use super::params::json_duration_us;
 use super::{ApiResult, Session, bad_json, unexpected};
 use crate::router::Router;
 
@@ -87,28 +88,8 @@ pub(super) async fn create_keyspace(
         spec.mode = m.parse()?;
     }
     spec.max_versions = body.max_versions;
-    spec.max_age_us = match body.max_age {
-        None | Some(Json::Null) => None,
-        Some(Json::Number(n)) => Some(parse_duration_us(&n.to_string())?),
-        Some(Json::String(s)) => Some(parse_duration_us(&s)?),
-        Some(other) => {
-            return Err(FirnError::BadArgument(format!(
-                "max_age must be seconds or a duration like \"7d\", not {other}"
-            ))
-            .into());
-        }
-    };
-    spec.ttl_ms = match body.ttl {
-        None | Some(Json::Null) => None,
-        Some(Json::Number(n)) => Some(parse_duration_us(&n.to_string())? / 1_000),
-        Some(Json::String(s)) => Some(parse_duration_us(&s)? / 1_000),
-        Some(other) => {
-            return Err(FirnError::BadArgument(format!(
-                "ttl must be seconds or a duration like \"15m\", not {other}"
-            ))
-            .into());
-        }
-    };
+    spec.max_age_us = json_duration_us("max_age", body.max_age, "7d")?;
+    spec.ttl_ms = json_duration_us("ttl", body.ttl, "15m")?.map(|us| us / 1_000);
     if let Some(d) = body.durability {
         spec.durability = d.parse()?;
     }

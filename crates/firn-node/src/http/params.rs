@@ -120,3 +120,21 @@ pub(super) fn keys_and_params(
     let params = pairs.into_iter().filter(|(n, _)| n != "key").collect();
     Ok((keys, params))
 }
+
+/// A duration a JSON body gives as seconds (a number) or with units (`"90s"`, `"7d"`), in
+/// microseconds; null or absent: none. `example` is a form the error suggests.
+pub(super) fn json_duration_us(
+    name: &str,
+    value: Option<serde_json::Value>,
+    example: &str,
+) -> Result<Option<u64>, FirnError> {
+    use firn_model::time::parse_duration_us;
+    match value {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::Number(n)) => parse_duration_us(&n.to_string()).map(Some),
+        Some(serde_json::Value::String(s)) => parse_duration_us(&s).map(Some),
+        Some(other) => Err(FirnError::BadArgument(format!(
+            "{name} must be seconds or a duration like \"{example}\", not {other}"
+        ))),
+    }
+}

@@ -5,14 +5,14 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
-use firn_model::time::{parse_duration_us, parse_micros};
+use firn_model::time::parse_micros;
 use firn_model::{
     AdminRequest, FirnError, Response, WatermarkInfo, WatermarkPolicy, WatermarkRequest,
 };
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
 
-use super::params::param_u64;
+use super::params::{json_duration_us, param_u64};
 use super::{ApiResult, Params, Session, bad_json, unexpected};
 use crate::router::Router;
 
@@ -117,17 +117,7 @@ pub(super) async fn policy(
     body: Result<axum::Json<PolicyBody>, JsonRejection>,
 ) -> ApiResult<axum::Json<Json>> {
     let axum::Json(body) = body.map_err(bad_json)?;
-    let lateness_us = match body.lateness {
-        None | Some(Json::Null) => None,
-        Some(Json::Number(n)) => Some(parse_duration_us(&n.to_string())?),
-        Some(Json::String(s)) => Some(parse_duration_us(&s)?),
-        Some(other) => {
-            return Err(FirnError::BadArgument(format!(
-                "lateness must be seconds or a duration like \"5s\", not {other}"
-            ))
-            .into());
-        }
-    };
+    let lateness_us = json_duration_us("lateness", body.lateness, "5s")?;
     let policy = WatermarkPolicy {
         lateness_us,
         late: body

@@ -17,7 +17,7 @@ use crate::exec::Kernel;
 use crate::rpc::ShardPart;
 
 /// How often a wait for a watermark looks again.
-const WAIT_POLL: Duration = Duration::from_millis(20);
+const WAIT_POLL: Duration = Duration::from_millis(50);
 /// The longest a read with `COMPLETE` waits for its key's watermark.
 pub const COMPLETE_WAIT_MAX: Duration = Duration::from_secs(10);
 /// The longest `FIRN.WATERMARK … WAIT` may ask to wait.
