@@ -132,7 +132,7 @@ impl Answerer {
             Call::ServiceReply => serve!(body, ServiceReply, |c| router
                 .services()
                 .reply_slots()
-                .complete(c.token, c.payload)),
+                .complete(c.token, &c.service, c.payload)),
             Call::OriginCounts => serve!(body, OriginCounts, |_| router.kernel().origin_report()),
             Call::BlobChunk => serve!(body, BlobChunk, |c| router
                 .large()

@@ -400,3 +400,88 @@ async fn http_needs_a_bearer_token_and_reaches_only_the_users_prefixes() {
     .unwrap();
     Arc::try_unwrap(node).ok().unwrap().shutdown().await;
 }
+
+/// One `FIRN.SERVE service BLOCK 5000`: the request id it was given.
+async fn served_id(c: &mut redis::aio::MultiplexedConnection, service: &str) -> Vec<u8> {
+    match run(c, &["FIRN.SERVE", service, "BLOCK", "5000"]).await {
+        Ok(Value::Array(parts)) => match &parts[0] {
+            Value::BulkString(id) => id.clone(),
+            other => panic!("FIRN.SERVE {service} answered an id of {other:?}"),
+        },
+        other => panic!("FIRN.SERVE {service} answered {other:?}"),
+    }
+}
+
+/// A request to `service` sent on a connection of its own, answering the reply's text.
+fn request(
+    node: &RunningNode,
+    service: &'static str,
+    payload: &'static str,
+) -> tokio::task::JoinHandle<Result<Value, String>> {
+    let addr = node.resp_addr;
+    tokio::spawn(async move {
+        let mut c = redis::Client::open(format!("redis://ops:hunter2@{addr}/"))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        run(
+            &mut c,
+            &["FIRN.REQUEST", service, payload, "TIMEOUT", "10000"],
+        )
+        .await
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_replies_only_to_requests_of_the_service_it_may_write() {
+    let node = start().await;
+    let mut worker = conn(&node, "billing-worker:ledger@").await;
+    let mut ops = conn(&node, "ops:hunter2@").await;
+
+    // Its own service: served and answered with write on firn.svc:{billing} alone.
+    let billing = request(&node, "billing", "invoice 7");
+    let id = served_id(&mut worker, "billing").await;
+    assert_eq!(
+        run(
+            &mut worker,
+            &["FIRN.REPLY", std::str::from_utf8(&id).unwrap(), "paid"]
+        )
+        .await,
+        Ok(Value::Int(1))
+    );
+    assert_eq!(
+        billing.await.unwrap(),
+        Ok(Value::BulkString(b"paid".to_vec()))
+    );
+
+    // Another service's request: the id names `shipping`, which the worker may not write.
+    let shipping = request(&node, "shipping", "parcel 9");
+    let id = served_id(&mut ops, "shipping").await;
+    let id = String::from_utf8(id).unwrap();
+    refused(
+        run(&mut worker, &["FIRN.REPLY", &id, "forged"]).await,
+        "NOPERM",
+        "a reply to another service's request",
+    );
+    // Nor may it pass that request's reply address off as one of its own service: the
+    // waiting requester is not completed by it.
+    let (address, _) = id.rsplit_once('/').unwrap();
+    assert_eq!(
+        run(
+            &mut worker,
+            &["FIRN.REPLY", &format!("{address}/billing"), "forged"]
+        )
+        .await,
+        Ok(Value::Int(0))
+    );
+    assert_eq!(
+        run(&mut ops, &["FIRN.REPLY", &id, "shipped"]).await,
+        Ok(Value::Int(1))
+    );
+    assert_eq!(
+        shipping.await.unwrap(),
+        Ok(Value::BulkString(b"shipped".to_vec()))
+    );
+    node.shutdown().await;
+}

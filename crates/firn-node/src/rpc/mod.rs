@@ -265,11 +265,13 @@ pub struct Publish {
     pub message: bytes::Bytes,
 }
 
-/// A worker's reply for a request waiting at another node (see `services/`).
+/// A worker's reply for a request waiting at another node (see `services/`): it completes
+/// the slot `token` only if that slot waits on `service`.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ServiceReply {
     pub token: u64,
     pub payload: bytes::Bytes,
+    pub service: bytes::Bytes,
 }
 
 /// Sends typed calls to other nodes.

@@ -217,7 +217,7 @@ impl Services {
         if let Some(k) = &key {
             self.kernel.limits().check_value(k.len())?;
         }
-        let slot = self.slots.open()?;
+        let slot = self.slots.open(service.clone())?;
         let deadline_ms = now_ms() + timeout_ms;
         let mut fields = vec![(Bytes::from_static(FIELD_PAYLOAD), payload)];
         if let Some(k) = key {
@@ -332,7 +332,7 @@ impl Services {
         // requester should not wait on the ack's commit.
         let (finished, delivered) = futures::future::join(
             self.finish_request(ctx, &stream, id.entry),
-            self.deliver_reply(id.node, id.token, payload),
+            self.deliver_reply(id.node, id.token, id.service.clone(), payload),
         )
         .await;
         match (finished, delivered) {
@@ -346,13 +346,24 @@ impl Services {
         }
     }
 
-    async fn deliver_reply(&self, node: NodeId, token: u64, payload: Bytes) -> bool {
+    async fn deliver_reply(
+        &self,
+        node: NodeId,
+        token: u64,
+        service: Bytes,
+        payload: Bytes,
+    ) -> bool {
         if node == self.kernel.node_id() {
-            return self.slots.complete(token, payload);
+            return self.slots.complete(token, &service, payload);
         }
+        let reply = ServiceReply {
+            token,
+            payload,
+            service,
+        };
         self.kernel
             .peers()
-            .call_within(node, ServiceReply { token, payload }, REPLY_PEER_TIMEOUT)
+            .call_within(node, reply, REPLY_PEER_TIMEOUT)
             .await
             .unwrap_or_else(|e| {
                 tracing::debug!(node, "a reply could not reach its requester's node: {e}");

@@ -188,10 +188,11 @@ fn served_reply(served: ServedRequest) -> Reply {
 
 impl ServiceAction {
     /// A service is its stream (`firn.svc:{S}`): a request writes it, a worker reads and
-    /// writes it (its group); a reply is written on behalf of any service, so workers that
-    /// reply are given `write` on `firn.svc:`.
+    /// writes it (its group), and a reply, whose id names the service, writes it too (it
+    /// acks and deletes the request's entry there). So a worker given one service's stream
+    /// replies to that service's requests and to no other's.
     pub fn access(&self) -> Result<Vec<firn_model::Access>, FirnError> {
-        use firn_model::{Access, Scope};
+        use firn_model::Access;
         Ok(match self {
             ServiceAction::Request { service, .. } => {
                 vec![Access::write_key(&crate::services::service_stream(
@@ -202,9 +203,12 @@ impl ServiceAction {
                 let stream = crate::services::service_stream(service)?;
                 vec![Access::read_key(&stream), Access::write_key(&stream)]
             }
-            ServiceAction::Reply { .. } => vec![Access::write(Scope::Prefix(Bytes::from_static(
-                b"firn.svc:",
-            )))],
+            ServiceAction::Reply { id, .. } => {
+                let id = crate::services::RequestId::parse(id)?;
+                vec![Access::write_key(&crate::services::service_stream(
+                    &id.service,
+                )?)]
+            }
         })
     }
 }
