@@ -25,6 +25,15 @@ pub enum RegionError {
         actual: u64,
         expected: u64,
     },
+    #[error(
+        "{path}: cannot give it to group {gid}: {source} (the node's user must be root or a \
+         member of the group)"
+    )]
+    Group {
+        path: PathBuf,
+        gid: u32,
+        source: std::io::Error,
+    },
     #[error("{path} is already written by another process (a node given the same region path?)")]
     InUse { path: PathBuf },
     #[error("{path} was replaced by its node (retired): open it again")]

@@ -8,14 +8,18 @@
 //! [`RegionReader`]s map it read-only. A read copies the key's entry, then its shard's row,
 //! then checks the entry did not change — so every answer carries a [`Bound`] that holds:
 //! linearizable under the node's lease, else "at least as new as the row's stamp, at most
-//! this stale". This crate knows nothing of Raft or sockets.
+//! this stale". The file is the node's user's alone unless a group of readers is named
+//! ([`RegionReaders`]): whoever reads it reads every `LOCAL` keyspace. This crate knows
+//! nothing of Raft or sockets.
 
+mod access;
 mod error;
 mod layout;
 mod reader;
 mod seqlock;
 mod writer;
 
+pub use access::RegionReaders;
 pub use error::RegionError;
 pub use layout::{
     ENTRIES_MAX, KEY_BYTES_MAX_CEILING, LAYOUT_VERSION, PROBE_MAX, RegionConfig,

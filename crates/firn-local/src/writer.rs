@@ -3,12 +3,14 @@
 //! keeps its own copy of the shard epochs to decide which slots are stale.
 
 use std::fs::OpenOptions;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
 use firn_model::CommitTs;
 use memmap2::MmapMut;
 
+use crate::access::RegionReaders;
 use crate::error::RegionError;
 use crate::layout::{
     self, LAYOUT_VERSION, MAGIC, PROBE_MAX, RegionConfig, Words, entry, header, key_hash, shard,
@@ -63,7 +65,9 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RegionError + '_ {
 }
 
 /// An exclusive lock beside the region (`<path>.lock`): the region itself is replaced by
-/// rename when its size changes, so the lock lives in a file that never is.
+/// rename when its size changes, so the lock lives in a file that never is. The node's
+/// user's alone, whoever reads the region: anyone who could open it could take the lock
+/// first and keep the node from starting.
 fn lock_writer(path: &Path) -> Result<std::fs::File, RegionError> {
     let lock_path = path.with_extension("region-lock");
     let file = OpenOptions::new()
@@ -71,7 +75,11 @@ fn lock_writer(path: &Path) -> Result<std::fs::File, RegionError> {
         .write(true)
         .create(true)
         .truncate(false)
+        .mode(0o600)
         .open(&lock_path)
+        .map_err(io(&lock_path))?;
+    // One an older build made may be open to others.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
         .map_err(io(&lock_path))?;
     use std::os::fd::AsRawFd;
     // SAFETY: flock on a descriptor this function owns.
@@ -95,20 +103,31 @@ fn map_rw(path: &Path) -> Result<MmapMut, RegionError> {
 }
 
 impl RegionWriter {
-    /// Opens the region at `path`: the file there if it has this layout and `config`
-    /// (reused in place, so readers that map it see this run's writes), else a new one.
-    /// Either way nothing published before is trusted: every shard is absent until
-    /// [`open_shard`](Self::open_shard), under a new epoch.
-    pub fn open(path: &Path, config: RegionConfig, node_id: u64) -> Result<Self, RegionError> {
+    /// Opens the region at `path`, readable by `readers`: the file there if it has this
+    /// layout and `config` and grants exactly `readers` (reused in place, so readers that
+    /// map it see this run's writes), else a new one. Either way nothing published before
+    /// is trusted: every shard is absent until [`open_shard`](Self::open_shard), under a
+    /// new epoch.
+    pub fn open(
+        path: &Path,
+        config: RegionConfig,
+        node_id: u64,
+        readers: RegionReaders,
+    ) -> Result<Self, RegionError> {
         config.validate()?;
         let lock = lock_writer(path)?;
+        // A file that grants other readers is replaced, not changed in place: a process
+        // that mapped it while it was open to it keeps the mapping whatever the mode, so
+        // only a new file (and the old one retired) shuts it out.
+        let granted = readers.granted_by(path);
         let reusable = match map_rw(path) {
             Ok(map) if map.len() >= header::WORDS * 8 => {
                 let words = Self::words_of(&map);
                 let same = words[header::MAGIC].load(Ordering::Relaxed) == MAGIC
                     && words[header::VERSION].load(Ordering::Relaxed) == LAYOUT_VERSION
                     && layout::config_of(words) == config
-                    && map.len() as u64 == config.file_bytes();
+                    && map.len() as u64 == config.file_bytes()
+                    && granted;
                 if !same && words[header::MAGIC].load(Ordering::Relaxed) == MAGIC {
                     // Readers of the old file must reopen.
                     words[header::RETIRED].store(1, Ordering::Release);
@@ -119,7 +138,7 @@ impl RegionWriter {
         };
         let map = match reusable {
             Some(map) => map,
-            None => Self::create(path, &config)?,
+            None => Self::create(path, &config, readers)?,
         };
         let mut writer = RegionWriter {
             _lock: lock,
@@ -131,17 +150,29 @@ impl RegionWriter {
         Ok(writer)
     }
 
-    /// A new zeroed file of `config`'s size with its header, moved into place whole.
-    fn create(path: &Path, config: &RegionConfig) -> Result<MmapMut, RegionError> {
+    /// A new zeroed file of `config`'s size with its header, readable by `readers`, moved
+    /// into place whole.
+    fn create(
+        path: &Path,
+        config: &RegionConfig,
+        readers: RegionReaders,
+    ) -> Result<MmapMut, RegionError> {
         let tmp = path.with_extension("region-new");
+        // One left by a run that died mid-create may have been opened by anyone its mode
+        // let in: a file made anew is open to nobody but its creator until `apply`.
+        match std::fs::remove_file(&tmp) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(&tmp)(e)),
+            _ => {}
+        }
         {
             let file = OpenOptions::new()
                 .read(true)
                 .write(true)
-                .create(true)
-                .truncate(true)
+                .create_new(true)
+                .mode(0o600)
                 .open(&tmp)
                 .map_err(io(&tmp))?;
+            readers.apply(&file, &tmp)?;
             file.set_len(config.file_bytes()).map_err(io(&tmp))?;
         }
         let map = map_rw(&tmp)?;

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use firn_local::{Bound, LocalRead, RegionConfig, RegionReader, RegionWriter, ShardState};
+use firn_local::{
+    Bound, LocalRead, RegionConfig, RegionReader, RegionReaders, RegionWriter, ShardState,
+};
 use firn_model::CommitTs;
 
 const KEYS: usize = 64;
@@ -91,7 +93,7 @@ fn readers_racing_a_writer_never_see_a_torn_value_or_one_older_than_its_bound() 
         value_bytes_max: 64,
         shards_max: 2,
     };
-    let mut writer = RegionWriter::open(&path, config, 1).unwrap();
+    let mut writer = RegionWriter::open(&path, config, 1, RegionReaders::Owner).unwrap();
     writer.open_shard(0);
     let writes: Arc<Mutex<Vec<Vec<u64>>>> = Arc::new(Mutex::new(vec![Vec::new(); KEYS]));
     let done = Arc::new(AtomicBool::new(false));
@@ -192,7 +194,8 @@ fn child_reader() {
 fn a_reader_in_another_process_sees_the_writers_values() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.region");
-    let mut writer = RegionWriter::open(&path, RegionConfig::default(), 1).unwrap();
+    let mut writer =
+        RegionWriter::open(&path, RegionConfig::default(), 1, RegionReaders::Owner).unwrap();
     writer.set_cluster_id([3; 16]);
     writer.open_shard(0);
     writer.publish(0, b"shared", Some(&value(1, 1)), 1, CommitTs::new(1, 0));

@@ -1,9 +1,12 @@
 //! The region's contract, one property at a time: what a publish makes a reader see, what
-//! makes it go remote, and which files a reader refuses.
+//! makes it go remote, which files a reader refuses, and who may open one.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
 
 use firn_local::{
-    Bound, LocalRead, Published, RegionConfig, RegionReader, RegionWriter, RemoteReason,
-    ShardState, now_mono_ns,
+    Bound, LocalRead, Published, RegionConfig, RegionReader, RegionReaders, RegionWriter,
+    RemoteReason, ShardState, now_mono_ns,
 };
 use firn_model::CommitTs;
 
@@ -25,7 +28,7 @@ fn ts(wall_us: u64) -> CommitTs {
 /// A writer with shard 0 open and a reader of it.
 fn pair(dir: &tempfile::TempDir) -> (RegionWriter, RegionReader) {
     let path = dir.path().join("r.region");
-    let mut w = RegionWriter::open(&path, small(), 1).unwrap();
+    let mut w = RegionWriter::open(&path, small(), 1, RegionReaders::Owner).unwrap();
     w.set_cluster_id(CLUSTER);
     w.open_shard(0);
     let r = RegionReader::open(&path, Some(CLUSTER)).unwrap();
@@ -191,7 +194,7 @@ fn reopening_the_writer_reuses_the_file_and_trusts_nothing_published_before() {
     w.publish(0, b"k", Some(b"v"), 1, ts(1));
     let before = r.header().incarnation;
     drop(w);
-    let mut w = RegionWriter::open(&path, small(), 1).unwrap();
+    let mut w = RegionWriter::open(&path, small(), 1, RegionReaders::Owner).unwrap();
     assert_eq!(
         r.header().incarnation,
         before + 1,
@@ -223,7 +226,7 @@ fn a_reader_refuses_other_clusters_other_layouts_and_retired_files() {
         ..small()
     };
     drop(w);
-    let _w2 = RegionWriter::open(&path, bigger, 1).unwrap();
+    let _w2 = RegionWriter::open(&path, bigger, 1, RegionReaders::Owner).unwrap();
     assert_eq!(
         old.get(b"k", None),
         LocalRead::Remote(RemoteReason::Retired)
@@ -260,7 +263,7 @@ fn a_second_writer_is_refused_and_a_stopped_one_leaves_nothing_to_trust() {
     let (mut w, r) = pair(&dir);
     w.publish(0, b"k", Some(b"v"), 1, ts(1));
     assert!(matches!(
-        RegionWriter::open(&path, small(), 2),
+        RegionWriter::open(&path, small(), 2, RegionReaders::Owner),
         Err(firn_local::RegionError::InUse { .. })
     ));
     drop(w);
@@ -268,7 +271,8 @@ fn a_second_writer_is_refused_and_a_stopped_one_leaves_nothing_to_trust() {
         r.get(b"k", None),
         LocalRead::Remote(RemoteReason::ShardNotHere)
     );
-    RegionWriter::open(&path, small(), 2).expect("free again once the first is gone");
+    RegionWriter::open(&path, small(), 2, RegionReaders::Owner)
+        .expect("free again once the first is gone");
 }
 
 #[test]
@@ -281,9 +285,75 @@ fn a_bad_config_is_refused_with_what_is_allowed() {
             ..small()
         },
         1,
+        RegionReaders::Owner,
     )
     .err()
     .unwrap()
     .to_string();
     assert!(e.contains("power of two"), "{e}");
+}
+
+// Who may open a region: the node's user alone unless a group is named, and a file that
+// others could read (left by an older build, or changed by hand) is replaced at the
+// writer's start, so that a reader who mapped it stops seeing new values.
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+/// This process's own group: one it may always give its files to.
+fn own_gid() -> u32 {
+    // SAFETY: getgid has no preconditions and cannot fail.
+    unsafe { libc::getgid() }
+}
+
+#[test]
+fn a_new_region_and_its_lock_are_readable_by_the_owner_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.region");
+    let _w = RegionWriter::open(&path, small(), 1, RegionReaders::Owner).unwrap();
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(mode(&path.with_extension("region-lock")), 0o600);
+}
+
+#[test]
+fn a_region_for_a_group_is_readable_by_the_group_and_no_one_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.region");
+    let _w = RegionWriter::open(&path, small(), 1, RegionReaders::Group(own_gid())).unwrap();
+    assert_eq!(mode(&path), 0o640);
+    assert_eq!(std::fs::metadata(&path).unwrap().gid(), own_gid());
+}
+
+#[test]
+fn a_region_others_could_read_is_replaced_and_its_old_readers_retired() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.region");
+    let w = RegionWriter::open(&path, small(), 1, RegionReaders::Owner).unwrap();
+    drop(w);
+    // As an older build left it, or as a hand's chmod made it.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let before = std::fs::metadata(&path).unwrap().ino();
+    let old = RegionReader::open(&path, None).unwrap();
+
+    let _w = RegionWriter::open(&path, small(), 1, RegionReaders::Owner).unwrap();
+    assert_eq!(mode(&path), 0o600);
+    assert_ne!(
+        std::fs::metadata(&path).unwrap().ino(),
+        before,
+        "a new file"
+    );
+    assert_eq!(
+        old.get(b"k", None),
+        LocalRead::Remote(RemoteReason::Retired)
+    );
+}
+
+#[test]
+fn a_group_region_is_made_owner_only_again_when_the_group_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.region");
+    drop(RegionWriter::open(&path, small(), 1, RegionReaders::Group(own_gid())).unwrap());
+    let _w = RegionWriter::open(&path, small(), 1, RegionReaders::Owner).unwrap();
+    assert_eq!(mode(&path), 0o600);
 }

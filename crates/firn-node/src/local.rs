@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use firn_local::{Published, RegionConfig, RegionWriter, ShardState};
+use firn_local::{Published, RegionConfig, RegionReaders, RegionWriter, ShardState};
 use firn_model::{CommitTs, FirnError, KeyKind, KeyspaceMode, LocalRegionInfo, WatchEvent};
 use firn_raft::{ShardId, ShardReplica};
 use firn_store::{AppliedSink, VersionedStore};
@@ -27,21 +27,23 @@ pub const LEASE_PUBLISH_EVERY: Duration = Duration::from_millis(50);
 /// for this long: the longest a lease it published before could still run.
 const LEASE_QUIET_AFTER_TRANSFER: Duration = Duration::from_millis(600);
 
-/// Where a node's region lives and how large it is.
+/// Where a node's region lives, how large it is, and who besides the node's user may read
+/// it (whoever reads it reads every `LOCAL` keyspace, past the prefixes users are granted).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LocalRegionSetting {
     /// `local.region` in the data directory. (A file rewritten continuously is written
     /// back to disk by the kernel now and then; `At` a path in /dev/shm avoids that.)
-    Default(RegionConfig),
+    Default(RegionConfig, RegionReaders),
     /// At this path.
-    At(PathBuf, RegionConfig),
+    At(PathBuf, RegionConfig, RegionReaders),
     /// No region: local reads are off on this node.
     Off,
 }
 
 impl Default for LocalRegionSetting {
+    /// In the data directory, the node's user's alone.
     fn default() -> Self {
-        LocalRegionSetting::Default(RegionConfig::default())
+        LocalRegionSetting::Default(RegionConfig::default(), RegionReaders::Owner)
     }
 }
 
@@ -96,10 +98,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl LocalRegion {
-    /// Opens (or creates) the region at `path`; everything a previous run published there
-    /// is invalidated.
-    pub fn open(path: &Path, config: RegionConfig, node_id: u64) -> Result<Arc<Self>, FirnError> {
-        let region = RegionWriter::open(path, config.clone(), node_id).map_err(|e| {
+    /// Opens (or creates) the region at `path`, readable by `readers`; everything a
+    /// previous run published there is invalidated.
+    pub fn open(
+        path: &Path,
+        config: RegionConfig,
+        readers: RegionReaders,
+        node_id: u64,
+    ) -> Result<Arc<Self>, FirnError> {
+        let region = RegionWriter::open(path, config.clone(), node_id, readers).map_err(|e| {
             FirnError::Internal(format!(
                 "opening the local-read region {}: {e}",
                 path.display()
@@ -107,7 +114,7 @@ impl LocalRegion {
         })?;
         // Announced to clients in other working directories: absolute.
         let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-        tracing::info!(path = %path.display(), "local-read region open");
+        tracing::info!(path = %path.display(), ?readers, "local-read region open");
         Ok(Arc::new(LocalRegion {
             path,
             config,

@@ -15,6 +15,8 @@ use firn_node::{NodeConfig, RunningNode};
 
 use crate::config::{Setting, render};
 
+mod unix_group;
+
 #[derive(Args)]
 pub struct ServeArgs {
     /// Read settings from this TOML file: `key = value` lines, each key a flag's long name
@@ -137,6 +139,12 @@ pub struct ServeArgs {
     /// Largest value published in the region; a larger one is read from the node.
     #[arg(long, env = "FIRN_LOCAL_VALUE_BYTES", default_value_t = firn_local::RegionConfig::default().value_bytes_max)]
     local_value_bytes: u32,
+    /// A group (a name, or a number) whose members may read the region: the file is then
+    /// given to it with mode 0640; the node's user must be root or a member. Default: the
+    /// node's user alone (mode 0600). Whoever reads the region reads every `LOCAL`
+    /// keyspace, whatever --users grants them.
+    #[arg(long, env = "FIRN_LOCAL_REGION_GROUP", value_name = "GROUP")]
+    local_region_group: Option<String>,
     /// Least time between two moves of one shard's leader toward its clients, to different
     /// nodes (keyspaces with FOLLOW on): a workload that alternates faster is followed at most
     /// once per interval. Read by the node that leads the meta group.
@@ -281,24 +289,33 @@ fn host_name() -> Result<String, String> {
     Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
 
-/// The region setting the three `--local-*` flags describe, checked.
-fn local_region(
-    at: Option<&str>,
-    entries: u32,
-    value_bytes_max: u32,
-) -> Result<LocalRegionSetting, String> {
+/// The region setting the four `--local-*` flags describe, checked.
+fn local_region(args: &ServeArgs) -> Result<LocalRegionSetting, String> {
     let config = firn_local::RegionConfig {
-        entries,
-        value_bytes_max,
+        entries: args.local_entries,
+        value_bytes_max: args.local_value_bytes,
         ..firn_local::RegionConfig::default()
     };
     config
         .validate()
         .map_err(|e| format!("--local-entries / --local-value-bytes: {e}"))?;
-    Ok(match at {
+    let readers = match args.local_region_group.as_deref() {
+        None => firn_local::RegionReaders::Owner,
+        Some(_) if args.local_region.as_deref() == Some("off") => {
+            return Err(
+                "--local-region-group names the region's readers, but --local-region \
+                        is off: there is no region"
+                    .into(),
+            );
+        }
+        Some(group) => firn_local::RegionReaders::Group(
+            unix_group::group_id(group).map_err(|e| format!("--local-region-group: {e}"))?,
+        ),
+    };
+    Ok(match args.local_region.as_deref() {
         Some("off") => LocalRegionSetting::Off,
-        Some(path) => LocalRegionSetting::At(path.into(), config),
-        None => LocalRegionSetting::Default(config),
+        Some(path) => LocalRegionSetting::At(path.into(), config, readers),
+        None => LocalRegionSetting::Default(config, readers),
     })
 }
 
@@ -345,11 +362,7 @@ fn node_config(args: &ServeArgs) -> Result<(NodeConfig, Option<String>), String>
         mqtt_addr: args.mqtt_addr,
         mqtt_prefix: args.mqtt_prefix.clone(),
         log_index_bytes: args.log_index_bytes,
-        local_region: local_region(
-            args.local_region.as_deref(),
-            args.local_entries,
-            args.local_value_bytes,
-        )?,
+        local_region: local_region(args)?,
         follow_interval: args.follow_interval,
         memory_checkpoint_every: args.memory_checkpoint_every,
         stripes: args.stripes.map(usize::from),
@@ -587,6 +600,54 @@ mod tests {
             let e = node_id_from_host_name(bad).unwrap_err();
             assert!(e.contains("does not end in a number"), "{bad}: {e}");
         }
+    }
+
+    fn region_readers(args: &[&str]) -> Result<firn_local::RegionReaders, String> {
+        match node_config(&serve_args(args))?.0.local_region {
+            LocalRegionSetting::Default(_, readers) | LocalRegionSetting::At(_, _, readers) => {
+                Ok(readers)
+            }
+            LocalRegionSetting::Off => Err("off".into()),
+        }
+    }
+
+    #[test]
+    fn the_region_is_the_node_users_alone_unless_a_group_is_named() {
+        use firn_local::RegionReaders::{Group, Owner};
+        assert_eq!(region_readers(&[]), Ok(Owner));
+        assert_eq!(
+            region_readers(&["--local-region-group", "4242"]),
+            Ok(Group(4242))
+        );
+        // Every Unix host has the group `root`, id 0.
+        assert_eq!(
+            region_readers(&["--local-region-group", "root"]),
+            Ok(Group(0))
+        );
+        assert_eq!(
+            region_readers(&["--local-region", "/dev/shm/r", "--local-region-group", "0"]),
+            Ok(Group(0))
+        );
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut file, b"local-region-group = \"7\"\n").unwrap();
+        assert_eq!(
+            region_readers(&["--config", file.path().to_str().unwrap()]),
+            Ok(Group(7))
+        );
+    }
+
+    #[test]
+    fn a_region_group_that_is_not_is_refused_before_starting() {
+        let e = region_readers(&["--local-region-group", "no-such-group-of-firn"]).unwrap_err();
+        assert_eq!(
+            e,
+            "--local-region-group: no group named 'no-such-group-of-firn' on this host"
+        );
+        let e = region_readers(&["--local-region-group", "99999999999"]).unwrap_err();
+        assert!(e.contains("is no group id"), "{e}");
+        let e =
+            region_readers(&["--local-region", "off", "--local-region-group", "0"]).unwrap_err();
+        assert!(e.contains("--local-region is off"), "{e}");
     }
 
     #[test]

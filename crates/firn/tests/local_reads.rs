@@ -277,3 +277,35 @@ async fn every_local_answer_keeps_its_bound_under_writes_and_across_a_kill_9() {
     );
     drop(cluster);
 }
+
+fn mode_and_group(path: &std::path::Path) -> (u32, u32) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta = std::fs::metadata(path).unwrap();
+    (meta.permissions().mode() & 0o777, meta.gid())
+}
+
+/// A region holds every `LOCAL` keyspace, whatever prefixes users are granted: the node
+/// makes it its user's alone, or readable by the group it is given, and a file that others
+/// could read is made so again at start.
+#[test]
+fn the_region_file_is_the_node_users_alone_unless_a_group_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let region = dir.path().join("local.region");
+    // SAFETY: getgid has no preconditions and cannot fail.
+    let gid = unsafe { libc::getgid() };
+
+    let node = common::FirnProcess::start(dir.path(), &[]);
+    assert_eq!(mode_and_group(&region).0, 0o600);
+    drop(node);
+
+    let gid_text = gid.to_string();
+    let node = common::FirnProcess::start(dir.path(), &["--local-region-group", &gid_text]);
+    assert_eq!(mode_and_group(&region), (0o640, gid));
+    drop(node);
+
+    // Opened to everyone by hand while the node was down.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&region, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let _node = common::FirnProcess::start(dir.path(), &[]);
+    assert_eq!(mode_and_group(&region).0, 0o600);
+}

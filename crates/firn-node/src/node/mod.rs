@@ -264,14 +264,18 @@ fn open_local_region(
 ) -> Result<Option<Arc<LocalRegion>>, FirnError> {
     Ok(match &config.local_region {
         LocalRegionSetting::Off => None,
-        LocalRegionSetting::Default(c) => Some(LocalRegion::open(
+        LocalRegionSetting::Default(c, readers) => Some(LocalRegion::open(
             &data_dir.join(crate::local::REGION_FILE),
             c.clone(),
+            *readers,
             config.node_id,
         )?),
-        LocalRegionSetting::At(path, c) => {
-            Some(LocalRegion::open(path, c.clone(), config.node_id)?)
-        }
+        LocalRegionSetting::At(path, c, readers) => Some(LocalRegion::open(
+            path,
+            c.clone(),
+            *readers,
+            config.node_id,
+        )?),
     })
 }
 
