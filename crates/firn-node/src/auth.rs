@@ -7,15 +7,23 @@
 //!
 //! ```toml
 //! [users.alice]
-//! password = "sha256:5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8"
-//! tokens = ["sha256:…"]          # HTTP bearer tokens
+//! password = "$argon2id$v=19$m=19456,t=2,p=1$…"   # firn hash-password
+//! tokens = ["$argon2id$v=19$…"]  # HTTP bearer tokens
 //! read = ["sensor/", "cfg:"]     # key prefixes ("" is every key)
 //! write = ["sensor/"]
 //! admin = []
 //! ```
 //!
-//! Secrets are `sha256:` and the hex SHA-256 of the secret (`printf %s SECRET | sha256sum`),
-//! or the secret itself as plain text (for tests and examples; the file then holds it).
+//! Secrets are argon2 PHC strings (`firn hash-password`, [`hash_secret`]); `sha256:` and the
+//! hex SHA-256 of the secret, or the secret itself as plain text, are still read (see
+//! [`secret`]). An argon2 secret is verified once per node and secret, then remembered
+//! ([`verified`]): a bearer token is checked on every HTTP request.
+
+mod secret;
+mod verified;
+
+pub use secret::{ARGON2_LANES, ARGON2_MEMORY_KIB, ARGON2_PASSES, hash_secret};
+pub use verified::VERIFIED_SECRETS_MAX;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -23,22 +31,26 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use firn_model::{Access, FirnError, Permission};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
+
+use secret::StoredSecret;
+use verified::{Presented, VerifiedSecrets, off_the_runtime};
 
 /// Every user a node knows, by name and by bearer token.
 #[derive(Debug, Default)]
 pub struct Users {
     by_name: BTreeMap<String, Arc<User>>,
-    /// SHA-256 (hex) of a bearer token → its user.
-    by_token: HashMap<String, Arc<User>>,
+    /// SHA-256 of a fast (`sha256:` or plain) bearer token → its user.
+    by_token: HashMap<[u8; 32], Arc<User>>,
+    /// The argon2 tokens and their users: salted, so found only by trying each.
+    argon2_tokens: Vec<(StoredSecret, Arc<User>)>,
+    verified: VerifiedSecrets,
 }
 
 #[derive(Debug)]
 pub struct User {
     name: String,
-    /// SHA-256 (hex) of the password; none: the user signs in with tokens only.
-    password: Option<String>,
+    /// None: the user signs in with tokens only.
+    password: Option<StoredSecret>,
     grants: Vec<(Permission, Bytes)>,
 }
 
@@ -135,25 +147,6 @@ impl User {
     }
 }
 
-fn sha256_hex(secret: &[u8]) -> String {
-    Sha256::digest(secret)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// A secret as the file gives it: `sha256:<64 hex digits>`, or the text itself.
-fn secret_hash(given: &str) -> Result<String, String> {
-    match given.strip_prefix("sha256:") {
-        Some(hex) if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
-            Ok(hex.to_ascii_lowercase())
-        }
-        Some(_) => Err("a sha256: secret is 64 hex digits".into()),
-        None if given.is_empty() => Err("an empty secret".into()),
-        None => Ok(sha256_hex(given.as_bytes())),
-    }
-}
-
 impl Users {
     /// Reads a users file; every problem names the file and the user.
     pub fn load(path: &Path) -> Result<Self, String> {
@@ -177,8 +170,13 @@ impl Users {
         for (name, item) in table.iter() {
             let user = Arc::new(parse_user(name, item).map_err(|e| format!("user `{name}`: {e}"))?);
             for token in user_tokens(name, item)? {
-                if users.by_token.insert(token, user.clone()).is_some() {
-                    return Err(format!("user `{name}`: a token another user has"));
+                match token.sha256() {
+                    Some(hash) => {
+                        if users.by_token.insert(hash, user.clone()).is_some() {
+                            return Err(format!("user `{name}`: a token another user has"));
+                        }
+                    }
+                    None => users.argon2_tokens.push((token, user.clone())),
                 }
             }
             users.by_name.insert(name.to_string(), user);
@@ -195,27 +193,55 @@ impl Users {
             .ok()
             .and_then(|n| self.by_name.get(n))
             .ok_or(FirnError::WrongPass)?;
-        match &user.password {
-            // In constant time: an early exit would tell a guesser how much of the stored
-            // hash its guess's hash matches.
-            Some(hash) if bool::from(hash.as_bytes().ct_eq(sha256_hex(password).as_bytes())) => {
-                Ok(user.clone())
-            }
-            _ => Err(FirnError::WrongPass),
+        let Some(secret) = &user.password else {
+            return Err(FirnError::WrongPass);
+        };
+        if !secret.is_argon2() {
+            return secret
+                .matches(password)
+                .then(|| user.clone())
+                .ok_or(FirnError::WrongPass);
         }
+        let presented = Presented::Password {
+            user: user.name.as_bytes(),
+        };
+        if let Some(known) = self.verified.get(presented, password) {
+            return Ok(known);
+        }
+        if !off_the_runtime(|| secret.matches(password)) {
+            return Err(FirnError::WrongPass);
+        }
+        self.verified.insert(presented, password, user.clone());
+        Ok(user.clone())
     }
 
-    /// An HTTP bearer token's user, or `WRONGPASS`.
     /// The user of that name.
     pub fn user(&self, name: &str) -> Option<Arc<User>> {
         self.by_name.get(name).cloned()
     }
 
+    /// An HTTP bearer token's user, or `WRONGPASS`. A token not seen before is tried
+    /// against each argon2 token of the file (one argon2 run each), then remembered.
     pub fn bearer(&self, token: &str) -> Result<Arc<User>, FirnError> {
-        self.by_token
-            .get(&sha256_hex(token.as_bytes()))
-            .cloned()
-            .ok_or(FirnError::WrongPass)
+        let token = token.as_bytes();
+        if let Some(user) = self.by_token.get(&secret::sha256_of(token)) {
+            return Ok(user.clone());
+        }
+        if self.argon2_tokens.is_empty() {
+            return Err(FirnError::WrongPass);
+        }
+        if let Some(user) = self.verified.get(Presented::Token, token) {
+            return Ok(user);
+        }
+        let found = off_the_runtime(|| {
+            self.argon2_tokens
+                .iter()
+                .find(|(secret, _)| secret.matches(token))
+                .map(|(_, user)| user.clone())
+        })
+        .ok_or(FirnError::WrongPass)?;
+        self.verified.insert(Presented::Token, token, found.clone());
+        Ok(found)
     }
 
     pub fn len(&self) -> usize {
@@ -257,7 +283,8 @@ fn parse_user(name: &str, item: &toml_edit::Item) -> Result<User, String> {
         match key {
             "password" => {
                 let given = value.as_str().ok_or("`password` is a string")?;
-                user.password = Some(secret_hash(given).map_err(|e| format!("password: {e}"))?);
+                user.password =
+                    Some(StoredSecret::parse(given).map_err(|e| format!("password: {e}"))?);
             }
             "tokens" => {}
             "read" | "write" | "admin" => {
@@ -283,14 +310,14 @@ fn parse_user(name: &str, item: &toml_edit::Item) -> Result<User, String> {
     Ok(user)
 }
 
-fn user_tokens(name: &str, item: &toml_edit::Item) -> Result<Vec<String>, String> {
+fn user_tokens(name: &str, item: &toml_edit::Item) -> Result<Vec<StoredSecret>, String> {
     let Some(tokens) = item.as_table_like().and_then(|t| t.get("tokens")) else {
         return Ok(Vec::new());
     };
     strings(tokens, "tokens")
         .and_then(|ts| {
             ts.iter()
-                .map(|t| secret_hash(t).map_err(|e| format!("tokens: {e}")))
+                .map(|t| StoredSecret::parse(t).map_err(|e| format!("tokens: {e}")))
                 .collect()
         })
         .map_err(|e| format!("user `{name}`: {e}"))
@@ -374,6 +401,39 @@ admin = [""]
     }
 
     #[test]
+    fn argon2_secrets_sign_in_once_verified_and_remembered() {
+        let file = format!(
+            "[users.carol]\npassword = \"{}\"\ntokens = [\"{}\"]\nread = [\"\"]\n",
+            hash_secret(b"s3cret").unwrap(),
+            hash_secret(b"carol-token").unwrap()
+        );
+        let users = Users::parse(&file).unwrap();
+        assert_eq!(
+            users.login(b"carol", b"s3cret!").unwrap_err(),
+            FirnError::WrongPass
+        );
+        assert_eq!(
+            users.bearer("carol-tokens").unwrap_err(),
+            FirnError::WrongPass
+        );
+        assert_eq!(users.verified.len(), 0, "failures are not remembered");
+        assert_eq!(users.login(b"carol", b"s3cret").unwrap().name(), "carol");
+        assert_eq!(users.bearer("carol-token").unwrap().name(), "carol");
+        assert_eq!(users.verified.len(), 2);
+        // Remembered: a thousand more requests cost what a few argon2 runs would (each
+        // takes tens of milliseconds).
+        let began = std::time::Instant::now();
+        for _ in 0..1_000 {
+            assert_eq!(users.bearer("carol-token").unwrap().name(), "carol");
+        }
+        assert!(
+            began.elapsed() < std::time::Duration::from_millis(500),
+            "{:?}",
+            began.elapsed()
+        );
+    }
+
+    #[test]
     fn a_bad_users_file_is_refused_with_what_is_wrong() {
         for (text, why) in [
             ("", "no [users.NAME]"),
@@ -386,6 +446,10 @@ admin = [""]
                 "unknown key `reed`",
             ),
             ("[users.a]\npassword = \"sha256:12\"\n", "64 hex digits"),
+            (
+                "[users.a]\npassword = \"$argon2id$v=19$m=19456,t=2,p=1$bad\"\n",
+                "not an argon2 hash",
+            ),
             (
                 "[users.a]\npassword = \"p\"\nread = \"x\"\n",
                 "list of strings",

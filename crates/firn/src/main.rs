@@ -1,6 +1,6 @@
 //! `firn`: run a node (`firn serve`) or talk to one (`put`, `get`, `history`, `watch`, `del`,
-//! `keyspace`, `cluster`, `backup`, `restore`, `log` for the shared log, and `function` and
-//! `trigger` for functions next to the data).
+//! `keyspace`, `cluster`, `backup`, `restore`, `log` for the shared log, `function` and
+//! `trigger` for functions next to the data, and `hash-password` for a users file).
 
 use std::process::ExitCode;
 
@@ -14,6 +14,7 @@ mod file;
 mod followed;
 mod functions;
 mod group;
+mod hash_password;
 mod http;
 mod keyspace;
 mod kv;
@@ -125,6 +126,10 @@ enum Command {
         #[command(subcommand)]
         action: ClusterAction,
     },
+    /// Hash a password or bearer token for a users file (`firn serve --users`): reads it
+    /// from standard input (`printf %s SECRET | firn hash-password`) and prints an argon2id
+    /// hash (19 MiB, 2 passes, 1 lane, a random salt) to give as `password` or in `tokens`.
+    HashPassword,
 }
 
 fn main() -> ExitCode {
@@ -229,6 +234,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Function { action } => run_function(action).await,
         Command::Trigger { action } => run_trigger(action).await,
         Command::Cluster { action } => run_cluster(action).await,
+        Command::HashPassword => hash_password::hash_password(),
     }
 }
 
