@@ -1,25 +1,29 @@
 //! One MQTT connection: CONNECT (the protocol level read first, then the codec for it),
 //! then PUBLISH written through the core in the order sent and acknowledged once committed,
 //! SUBSCRIBE as publish/subscribe patterns narrowed by MQTT's matching (the retained
-//! messages sent first), deliveries at the granted QoS, and keep-alive.
+//! messages sent first), deliveries at the granted QoS, and keep-alive. A persistent
+//! session takes its deliveries from its queue instead, and keeps its filters in its record.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use firn_model::{
-    Access, FirnError, Key, KeyspaceMode, KvRead, KvWrite, LogWrite, NewRecord, PutRequest, ReadAt,
-    ReadConsistency, Request, Response, Scope,
+    Access, FirnError, Key, KeyspaceMode, KvRead, KvWrite, LogSeq, LogWrite, NewRecord, PutRequest,
+    ReadAt, ReadConsistency, Request, Response, Scope,
 };
 use futures::stream::FuturesOrdered;
 use futures::{SinkExt, StreamExt};
 use rmqtt_codec::version::{ProtocolVersion, VersionCodec};
 use rmqtt_codec::{MqttCodec, MqttPacket, v3, v5};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::codec::Framed;
 
+use super::queue::{self, QueueReader, Queued};
+use super::registry::Registry;
+use super::session::{self, SESSION_EXPIRY_S_MAX, SESSION_FILTERS_MAX, SessionRecord};
 use super::topic::{channel_glob, check_filter, check_topic, fixed_prefix, matches};
 use super::wire::{self, In, Level, Out, Reason, Refused};
 use super::{MqttSettings, counted};
@@ -52,6 +56,7 @@ pub async fn run(
     stream: ClientStream,
     router: Arc<Router>,
     settings: Arc<MqttSettings>,
+    sessions: Arc<Registry>,
     mut stop: watch::Receiver<bool>,
 ) {
     let max = settings.packet_bytes_max;
@@ -86,19 +91,16 @@ pub async fn run(
         subscriber: router.publisher().pubsub().subscriber(),
         filters: BTreeMap::new(),
         next_id: 0,
-        inflight: HashSet::new(),
+        inflight: HashMap::new(),
+        sessions,
+        persistent: None,
+        enqueued: None,
     };
     let principal = match conn.sign_in(&connect) {
         Ok(p) => p,
         Err(refused) => {
             counted("refused");
-            let packet_bytes_max = conn.settings.packet_bytes_max;
-            let _ = conn
-                .send(Out::ConnAck {
-                    result: Err(refused),
-                    packet_bytes_max,
-                })
-                .await;
+            let _ = conn.refuse_connect(refused).await;
             return;
         }
     };
@@ -108,8 +110,20 @@ pub async fn run(
         .client_id
         .is_empty()
         .then(|| format!("firn-{:016x}", rand_id()));
+    let client = assigned
+        .clone()
+        .unwrap_or_else(|| connect.client_id.clone());
+    let session_present = match conn.resume(&connect, &client).await {
+        Ok(present) => present,
+        Err(refused) => {
+            counted("refused");
+            let _ = conn.refuse_connect(refused).await;
+            return;
+        }
+    };
     let accepted = Out::ConnAck {
         result: Ok(assigned),
+        session_present,
         packet_bytes_max: conn.settings.packet_bytes_max,
     };
     if conn.send(accepted).await.is_err() {
@@ -120,6 +134,27 @@ pub async fn run(
         .then(|| Duration::from_millis(u64::from(connect.keep_alive_s) * 1_500));
     if let Err(why) = conn.serve(keep_alive, &mut stop).await {
         tracing::debug!("mqtt connection ended: {why}");
+    }
+    // A session's expiry counts from its connection's end.
+    if let Some(p) = &conn.persistent
+        && let Err(e) = session::renew(&router, &p.client, p.record.expiry_s).await
+    {
+        tracing::debug!(client = p.client, "renewing an MQTT session's expiry: {e}");
+    }
+}
+
+/// A persistent session, while its client is connected.
+struct Persistent {
+    client: String,
+    record: SessionRecord,
+    reader: QueueReader,
+    /// When its expiry is next moved along.
+    renew_at: Instant,
+}
+
+impl Persistent {
+    fn renew_every(&self) -> Duration {
+        Duration::from_secs((self.record.expiry_s / 2).max(1))
     }
 }
 
@@ -133,8 +168,16 @@ struct Connection {
     /// Each filter subscribed to: its granted QoS and the channel pattern it listens on.
     filters: BTreeMap<String, (u8, Bytes)>,
     next_id: u16,
-    /// Packet ids of deliveries at QoS 1 not yet acknowledged.
-    inflight: HashSet<u16>,
+    /// Packet ids of deliveries at QoS 1 not yet acknowledged, with the queue entry each
+    /// came from (a persistent session's).
+    inflight: HashMap<u16, Option<LogSeq>>,
+    /// Every node's persistent sessions, as this node knows them.
+    sessions: Arc<Registry>,
+    /// This connection's session, if it outlives the connection.
+    persistent: Option<Persistent>,
+    /// Done once the last PUBLISH's message is in the queues it goes to: the next one's
+    /// waits for it, so that queues keep the order the client sent.
+    enqueued: Option<oneshot::Receiver<()>>,
 }
 
 impl Connection {
@@ -156,6 +199,86 @@ impl Connection {
             .login(name.as_bytes(), &password)
             .map(Principal::User)
             .map_err(|_| Refused::BadCredentials)
+    }
+
+    async fn refuse_connect(&mut self, refused: Refused) -> Result<(), String> {
+        let packet_bytes_max = self.settings.packet_bytes_max;
+        self.send(Out::ConnAck {
+            result: Err(refused),
+            session_present: false,
+            packet_bytes_max,
+        })
+        .await
+    }
+
+    /// Takes up `client`'s persistent session (true: it had one) or makes one, if the
+    /// CONNECT asks for a session that outlives it; a clean one drops any it had.
+    async fn resume(&mut self, c: &wire::Connect, client: &str) -> Result<bool, Refused> {
+        let expiry_s = match c.expiry_s {
+            // 5.0: the client's interval, "never" (u32::MAX) included, within the bound.
+            Some(s) => u64::from(s).min(SESSION_EXPIRY_S_MAX),
+            None if !c.clean => SESSION_EXPIRY_S_MAX,
+            None => 0,
+        };
+        let router = self.router.clone();
+        if (c.clean || expiry_s == 0) && self.sessions.knows(client) {
+            session::drop_session(&router, client)
+                .await
+                .map_err(|_| Refused::Unavailable)?;
+            self.sessions.set(client, None);
+        }
+        if expiry_s == 0 {
+            return Ok(false);
+        }
+        let user = self.session.principal().user_name().map(str::to_owned);
+        let existing = match c.clean {
+            true => None,
+            false => session::load(&router, client)
+                .await
+                .map_err(|_| Refused::Unavailable)?,
+        };
+        if existing.as_ref().is_some_and(|r| r.user != user) {
+            // A session is its user's: another signing in with its client id does not get
+            // its messages.
+            return Err(Refused::NotAuthorized);
+        }
+        if !self.sessions.has_room(client) {
+            return Err(Refused::Unavailable);
+        }
+        let present = existing.is_some();
+        let record = SessionRecord {
+            user,
+            expiry_s,
+            filters: existing.map(|r| r.filters).unwrap_or_default(),
+        };
+        queue::make(&router, client)
+            .await
+            .map_err(|_| Refused::Unavailable)?;
+        session::save(&router, client, &record)
+            .await
+            .map_err(|_| Refused::Unavailable)?;
+        self.sessions.set(client, Some(&record));
+        for (filter, q) in &record.filters {
+            self.filters.insert(filter.clone(), (*q, Bytes::new()));
+        }
+        let reader = QueueReader::start(router, client).map_err(|_| Refused::IdentifierRejected)?;
+        let persistent = Persistent {
+            client: client.to_owned(),
+            record,
+            reader,
+            renew_at: Instant::now(),
+        };
+        let first_renewal = Instant::now() + persistent.renew_every();
+        self.persistent = Some(Persistent {
+            renew_at: first_renewal,
+            ..persistent
+        });
+        counted(if present {
+            "session_resumed"
+        } else {
+            "session_made"
+        });
+        Ok(present)
     }
 
     async fn send(&mut self, out: Out) -> Result<(), String> {
@@ -180,6 +303,19 @@ impl Connection {
                 }
             };
             let may_deliver = self.inflight.len() < INFLIGHT_MAX;
+            let renew_at = self.persistent.as_ref().map(|p| p.renew_at);
+            let renewal = async {
+                match renew_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let queued = async {
+                match self.persistent.as_mut() {
+                    Some(p) => p.reader.messages.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 packet = self.wire.next() => {
                     let packet = match packet {
@@ -198,6 +334,12 @@ impl Connection {
                 Some(delivery) = self.subscriber.next(), if may_deliver => {
                     self.deliver(delivery).await?;
                 }
+                message = queued, if may_deliver => match message {
+                    Some(Ok(m)) => self.deliver_queued(m).await?,
+                    Some(Err(e)) => return Err(format!("reading the session's queue: {e}")),
+                    None => return Err("the session's queue reader ended".into()),
+                },
+                _ = renewal => self.renew(),
                 _ = silent => return Err("no packet within 1.5 times the keep-alive".into()),
                 _ = stop.changed() => return Ok(()),
             }
@@ -223,7 +365,9 @@ impl Connection {
         match packet {
             In::Publish(p) => self.publish(p, writes).await?,
             In::PubAck(id) => {
-                self.inflight.remove(&id);
+                if let Some(Some(seq)) = self.inflight.remove(&id) {
+                    self.ack_queued(seq);
+                }
             }
             In::Subscribe { packet_id, filters } => self.subscribe(packet_id, filters).await?,
             In::Unsubscribe { packet_id, filters } => {
@@ -231,6 +375,7 @@ impl Connection {
                 for f in filters {
                     self.unsubscribe(&f);
                 }
+                self.save_filters().await?;
                 self.send(Out::UnsubAck { packet_id, count }).await?;
             }
             In::Ping => self.send(Out::PingResp).await?,
@@ -277,11 +422,26 @@ impl Connection {
             None => None,
         };
         let router = self.router.clone();
+        let sessions = self.sessions.clone();
+        let (enqueued, done) = oneshot::channel();
+        let before = self.enqueued.replace(done);
         writes.push_back(Box::pin(async move {
-            let written = match started {
+            let mut written = match started {
                 Some(started) => started.answer(&router, false).await.map(|_| ()),
                 None => Ok(()),
             };
+            // In every persistent session's queue it matches before it is acknowledged,
+            // after the message before it.
+            if let Some(before) = before {
+                let _ = before.await;
+            }
+            if written.is_ok() {
+                let clients = sessions.matching(&p.topic);
+                if !clients.is_empty() {
+                    written = queue::enqueue(&router, &clients, &p.topic, &p.payload).await;
+                }
+            }
+            let _ = enqueued.send(());
             (p, key, written)
         }));
         counted("publish");
@@ -385,6 +545,7 @@ impl Connection {
             }
             granted.push(outcome);
         }
+        self.save_filters().await?;
         self.send(Out::SubAck { packet_id, granted }).await?;
         for (filter, q) in retained {
             self.send_retained(&filter, q).await?;
@@ -403,6 +564,14 @@ impl Connection {
         self.session
             .authorize(&[Access::read(Scope::Prefix(reads))])
             .map_err(|_| Reason::NotAuthorized)?;
+        if self.persistent.is_some() {
+            // Delivered from the session's queue, not from publish/subscribe.
+            if !self.filters.contains_key(filter) && self.filters.len() >= SESSION_FILTERS_MAX {
+                return Err(Reason::QuotaExceeded);
+            }
+            self.filters.insert(filter.to_owned(), (q, Bytes::new()));
+            return Ok(q);
+        }
         let glob = channel_glob(prefix, filter);
         if !self.subscriber.subscribe(Kind::Pattern, glob.clone()) {
             return Err(Reason::QuotaExceeded);
@@ -415,6 +584,9 @@ impl Connection {
         let Some((_, glob)) = self.filters.remove(filter) else {
             return;
         };
+        if self.persistent.is_some() {
+            return;
+        }
         if !self.filters.values().any(|(_, g)| *g == glob) {
             self.subscriber.unsubscribe(Kind::Pattern, &glob);
         }
@@ -518,7 +690,76 @@ impl Connection {
             _ => return Ok(()),
         }
         let q = matching.iter().map(|(q, _)| *q).max().unwrap_or(0);
-        self.send_publish(topic, d.message, q, false).await
+        self.send_publish(topic, d.message, q, false)
+            .await
+            .map(|_| ())
+    }
+
+    /// A persistent session's filters, written to its record (and known here at once)
+    /// before the SUBACK or UNSUBACK that tells the client.
+    async fn save_filters(&mut self) -> Result<(), String> {
+        let Some(p) = self.persistent.as_mut() else {
+            return Ok(());
+        };
+        p.record.filters = self
+            .filters
+            .iter()
+            .map(|(f, (q, _))| (f.clone(), *q))
+            .collect();
+        session::save(&self.router, &p.client, &p.record)
+            .await
+            .map_err(|e| format!("writing the session's filters: {e}"))?;
+        self.sessions.set(&p.client, Some(&p.record));
+        Ok(())
+    }
+
+    /// Moves a connected persistent session's expiry along (in the background: a failed
+    /// renewal is tried again at the next).
+    fn renew(&mut self) {
+        let Some(p) = self.persistent.as_mut() else {
+            return;
+        };
+        p.renew_at = Instant::now() + p.renew_every();
+        let (router, client, expiry_s) = (self.router.clone(), p.client.clone(), p.record.expiry_s);
+        tokio::spawn(async move {
+            if let Err(e) = session::renew(&router, &client, expiry_s).await {
+                tracing::debug!(client, "renewing an MQTT session's expiry: {e}");
+            }
+        });
+    }
+
+    /// A message of this session's queue: sent at the highest QoS of the filters that match
+    /// it now; one no filter matches any more (or this user may no longer read) is
+    /// acknowledged without being sent.
+    async fn deliver_queued(&mut self, m: Queued) -> Result<(), String> {
+        let q = self
+            .filters
+            .iter()
+            .filter(|(f, _)| !m.topic.is_empty() && matches(f, &m.topic))
+            .map(|(_, (q, _))| *q)
+            .max();
+        let readable = Key::new(Bytes::from(format!("{}{}", self.settings.prefix, m.topic)))
+            .is_ok_and(|key| self.readable(&key));
+        match q {
+            Some(q) if readable => {
+                let id = self.send_publish(m.topic, m.payload, q, false).await?;
+                match id {
+                    Some(id) => {
+                        self.inflight.insert(id, Some(m.seq));
+                    }
+                    None => self.ack_queued(m.seq),
+                }
+            }
+            _ => self.ack_queued(m.seq),
+        }
+        Ok(())
+    }
+
+    /// Acks (and deletes) entry `seq` of this session's queue, in the background.
+    fn ack_queued(&self, seq: LogSeq) {
+        if let Some(p) = &self.persistent {
+            tokio::spawn(queue::ack(self.router.clone(), p.client.clone(), seq));
+        }
     }
 
     /// Whether this connection's user may read `key` (what a message on its channel is).
@@ -526,16 +767,17 @@ impl Connection {
         self.session.authorize(&[Access::read_key(key)]).is_ok()
     }
 
+    /// Sends a message; the packet id it went with at QoS 1.
     async fn send_publish(
         &mut self,
         topic: String,
         payload: Bytes,
         q: u8,
         retain: bool,
-    ) -> Result<(), String> {
+    ) -> Result<Option<u16>, String> {
         let packet_id = (q > 0).then(|| self.next_packet_id());
         if let Some(id) = packet_id {
-            self.inflight.insert(id);
+            self.inflight.insert(id, None);
         }
         counted("delivered");
         self.send(Out::Publish(wire::Publish {
@@ -545,13 +787,14 @@ impl Connection {
             retain,
             packet_id,
         }))
-        .await
+        .await?;
+        Ok(packet_id)
     }
 
     fn next_packet_id(&mut self) -> u16 {
         loop {
             self.next_id = self.next_id.wrapping_add(1).max(1);
-            if !self.inflight.contains(&self.next_id) {
+            if !self.inflight.contains_key(&self.next_id) {
                 return self.next_id;
             }
         }

@@ -4,6 +4,9 @@
 //! subscription listens on the cluster's publish/subscribe channels of those keys.
 
 mod connection;
+mod queue;
+mod registry;
+mod session;
 pub mod topic;
 mod wire;
 
@@ -15,6 +18,9 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
 pub use connection::{INFLIGHT_MAX, RETAINED_PER_SUBSCRIBE_MAX};
+pub use queue::SESSION_QUEUE_MAX;
+pub use registry::SESSIONS_MAX;
+pub use session::{SESSION_EXPIRY_S_MAX, SESSION_FILTERS_MAX};
 
 use crate::router::Router;
 use crate::tls::{ClientListener, ClientTls};
@@ -60,7 +66,12 @@ impl MqttSettings {
 
 /// Counts an event of the MQTT listener (`firn_mqtt_total{event}`).
 fn counted(event: &'static str) {
-    metrics::counter!("firn_mqtt_total", "event" => event).increment(1);
+    counted_by(event, 1);
+}
+
+/// Counts `n` events of the MQTT listener.
+fn counted_by(event: &'static str, n: u64) {
+    metrics::counter!("firn_mqtt_total", "event" => event).increment(n);
 }
 
 /// Serves MQTT on `listener` until `stop`: at most `connections_max` connections (one past
@@ -73,6 +84,12 @@ pub async fn serve(
     mut stop: watch::Receiver<bool>,
 ) {
     let slots = Arc::new(Semaphore::new(settings.connections_max));
+    let sessions = Arc::new(registry::Registry::default());
+    let following = tokio::spawn(registry::follow(
+        router.clone(),
+        sessions.clone(),
+        stop.clone(),
+    ));
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -83,12 +100,17 @@ pub async fn serve(
                     continue;
                 };
                 let _ = tcp.set_nodelay(true);
-                let (router, settings, tls, stop) =
-                    (router.clone(), settings.clone(), tls.clone(), stop.clone());
+                let (router, settings, sessions, tls, stop) = (
+                    router.clone(),
+                    settings.clone(),
+                    sessions.clone(),
+                    tls.clone(),
+                    stop.clone(),
+                );
                 connections.spawn(async move {
                     let _slot = slot;
                     if let Some(stream) = tls.accept(tcp, ClientListener::Mqtt).await {
-                        connection::run(stream, router, settings, stop).await;
+                        connection::run(stream, router, settings, sessions, stop).await;
                     }
                 });
             }
@@ -97,4 +119,5 @@ pub async fn serve(
         }
     }
     connections.shutdown().await;
+    following.abort();
 }

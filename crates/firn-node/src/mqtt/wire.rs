@@ -24,6 +24,8 @@ pub struct Connect {
     pub keep_alive_s: u16,
     pub username: Option<String>,
     pub password: Option<Bytes>,
+    /// 5.0's Session Expiry Interval, in seconds (3.1.1 has none: `None`).
+    pub expiry_s: Option<u32>,
 }
 
 /// A PUBLISH either way.
@@ -63,6 +65,8 @@ pub enum Refused {
     BadCredentials,
     NotAuthorized,
     IdentifierRejected,
+    /// The node keeps as many sessions as it may, or could not read or write this one.
+    Unavailable,
 }
 
 /// Why a PUBLISH, or a filter of a SUBSCRIBE, is refused.
@@ -81,6 +85,7 @@ pub enum Out {
     /// the largest packet the server takes (told in 5.0).
     ConnAck {
         result: Result<Option<String>, Refused>,
+        session_present: bool,
         packet_bytes_max: u32,
     },
     Publish(Publish),
@@ -130,6 +135,7 @@ pub fn incoming(packet: MqttPacket) -> In {
                 keep_alive_s: c.keep_alive,
                 username: c.username.map(|u| u.to_string()),
                 password: c.password,
+                expiry_s: None,
             }),
             v3::Packet::Publish(p) => In::Publish(publish_of(*p)),
             v3::Packet::PublishAck { packet_id: id } => In::PubAck(packet_id(id)),
@@ -161,6 +167,7 @@ pub fn incoming(packet: MqttPacket) -> In {
                 keep_alive_s: c.keep_alive,
                 username: c.username.map(|u| u.to_string()),
                 password: c.password,
+                expiry_s: Some(c.session_expiry_interval_secs),
             }),
             v5::Packet::Publish(p) => In::Publish(publish_of(*p)),
             v5::Packet::PublishAck(a) => In::PubAck(packet_id(a.packet_id)),
@@ -214,13 +221,18 @@ fn wire_publish(p: Publish) -> WirePublish {
 pub fn outgoing(level: Level, out: Out) -> Option<MqttPacket> {
     Some(match level {
         Level::V3 => MqttPacket::V3(match out {
-            Out::ConnAck { result, .. } => v3::Packet::ConnectAck(v3::ConnectAck {
-                session_present: false,
+            Out::ConnAck {
+                result,
+                session_present,
+                ..
+            } => v3::Packet::ConnectAck(v3::ConnectAck {
+                session_present,
                 return_code: match result {
                     Ok(_) => v3::ConnectAckReason::ConnectionAccepted,
                     Err(Refused::BadCredentials) => v3::ConnectAckReason::BadUserNameOrPassword,
                     Err(Refused::NotAuthorized) => v3::ConnectAckReason::NotAuthorized,
                     Err(Refused::IdentifierRejected) => v3::ConnectAckReason::IdentifierRejected,
+                    Err(Refused::Unavailable) => v3::ConnectAckReason::ServiceUnavailable,
                 },
             }),
             Out::Publish(p) => v3::Packet::Publish(Box::new(wire_publish(p))),
@@ -247,9 +259,10 @@ pub fn outgoing(level: Level, out: Out) -> Option<MqttPacket> {
         Level::V5 => MqttPacket::V5(match out {
             Out::ConnAck {
                 result,
+                session_present,
                 packet_bytes_max,
             } => v5::Packet::ConnectAck(Box::new(v5::ConnectAck {
-                session_present: false,
+                session_present,
                 max_packet_size: Some(packet_bytes_max),
                 assigned_client_id: result.clone().ok().flatten().map(ByteString::from),
                 reason_code: match result {
@@ -259,6 +272,7 @@ pub fn outgoing(level: Level, out: Out) -> Option<MqttPacket> {
                     Err(Refused::IdentifierRejected) => {
                         v5::ConnectAckReason::ClientIdentifierNotValid
                     }
+                    Err(Refused::Unavailable) => v5::ConnectAckReason::ServerUnavailable,
                 },
                 max_qos: QoS::AtLeastOnce,
                 subscription_identifiers_available: false,
