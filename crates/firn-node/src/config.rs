@@ -72,6 +72,9 @@ pub struct NodeConfig {
     pub mqtt_addr: Option<SocketAddr>,
     /// The key prefix MQTT topics live under (`--mqtt-prefix`, default `mqtt/`).
     pub mqtt_prefix: String,
+    /// This node's cluster is a site that sends keys to a hub (`--site`, `--hub`,
+    /// `--uplink`); `None`: it is not (the default).
+    pub uplink: Option<crate::uplink::UplinkConfig>,
     /// Most bytes the local log index holds (see [`crate::log_index`]); 0 turns it off.
     pub log_index_bytes: usize,
     /// The shared-memory region for local reads (see [`crate::local`]).
@@ -155,6 +158,7 @@ impl Default for NodeConfig {
             resp_connections_max: RESP_CONNECTIONS_MAX,
             mqtt_addr: None,
             mqtt_prefix: crate::mqtt::PREFIX_DEFAULT.to_owned(),
+            uplink: None,
             log_index_bytes: LOG_INDEX_BYTES_DEFAULT,
             local_region: LocalRegionSetting::default(),
             follow_interval: crate::cluster::follow::FOLLOW_INTERVAL_DEFAULT,

@@ -123,6 +123,18 @@ pub struct ServeArgs {
     /// published without retain go to the log named by the prefix without its `/`.
     #[arg(long, env = "FIRN_MQTT_PREFIX", default_value = firn_node::mqtt::PREFIX_DEFAULT)]
     mqtt_prefix: String,
+    /// This cluster is a site named NAME that sends keys to a hub (with --hub and --uplink):
+    /// on the hub, its key K is `sites/NAME/K`.
+    #[arg(long, env = "FIRN_SITE", requires_all = ["hub", "uplink"])]
+    site: Option<String>,
+    /// The hub a site sends to: any node of the hub's cluster, as
+    /// `redis://[user:password@]host:port` (its RESP address).
+    #[arg(long, env = "FIRN_HUB", requires = "site")]
+    hub: Option<String>,
+    /// What a site sends to its hub: key prefixes, comma-separated (`sensor/,alerts/`).
+    /// Each version goes up once, in order, committed at the hub with the site's cursor.
+    #[arg(long, env = "FIRN_UPLINK", requires = "site")]
+    uplink: Option<String>,
     /// Most bytes of log records this node keeps in its local log index, so that repeated
     /// reads of a tag's records skip the shards that index it (default 64 MiB); 0 turns it
     /// off.
@@ -361,6 +373,12 @@ fn node_config(args: &ServeArgs) -> Result<(NodeConfig, Option<String>), String>
         resp_connections_max: args.max_connections,
         mqtt_addr: args.mqtt_addr,
         mqtt_prefix: args.mqtt_prefix.clone(),
+        uplink: match (&args.site, &args.hub, &args.uplink) {
+            (Some(site), Some(hub), Some(uplink)) => {
+                Some(firn_node::uplink::UplinkConfig::parse(site, hub, uplink)?)
+            }
+            _ => None,
+        },
         log_index_bytes: args.log_index_bytes,
         local_region: local_region(args)?,
         follow_interval: args.follow_interval,

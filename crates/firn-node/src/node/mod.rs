@@ -484,6 +484,13 @@ impl RunningNode {
             .await?,
         );
 
+        if let Some(uplink) = config.uplink.clone() {
+            tasks.push(tokio::spawn(crate::uplink::run(
+                router.clone(),
+                std::sync::Arc::new(uplink),
+                stop_rx.clone(),
+            )));
+        }
         if let Some(((listener, _), settings)) = mqtt {
             tasks.push(tokio::spawn(crate::mqtt::serve(
                 listener,

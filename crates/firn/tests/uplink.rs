@@ -1,0 +1,313 @@
+//! A site and its hub: two clusters of one node each, the site on 127.0.0.2 and the hub on
+//! 127.0.0.3. The hub is cut off (firewall rules on its address, as the partition test makes
+//! them) for 30 s while a writer keeps writing at the site; healed, every acknowledged site
+//! write is at the hub exactly once, in each key's order, with the site's stamp as its event
+//! time. Then again with the site's node killed during the cut and started again.
+//!
+//! Needs root and iptables (the README's test command installs iptables).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{FirnProcess, free_ports, wait_until};
+
+/// Firewall rules that drop every TCP packet to or from `ip`; removed when dropped.
+struct Cut {
+    rules: Vec<[String; 2]>,
+}
+
+fn iptables(action: &str, rule: &[String; 2]) {
+    let status = Command::new("iptables")
+        .args([
+            action, "INPUT", &rule[0], &rule[1], "-p", "tcp", "-j", "DROP",
+        ])
+        .status()
+        .expect("iptables is needed for the uplink test (the README's test command installs it)");
+    assert!(
+        status.success(),
+        "iptables {action} failed (the test needs root)"
+    );
+}
+
+impl Cut {
+    fn off(ip: &str) -> Cut {
+        let rules = vec![
+            ["-s".to_string(), ip.to_string()],
+            ["-d".to_string(), ip.to_string()],
+        ];
+        for rule in &rules {
+            iptables("-I", rule);
+        }
+        Cut { rules }
+    }
+}
+
+impl Drop for Cut {
+    fn drop(&mut self) {
+        for rule in &self.rules {
+            iptables("-D", rule);
+        }
+    }
+}
+
+const SITE_IP: &str = "127.0.0.2";
+const HUB_IP: &str = "127.0.0.3";
+const KEYS: usize = 8;
+
+struct Nodes {
+    hub: FirnProcess,
+    hub_resp: String,
+    site_resp: String,
+    site_http: String,
+    site_args: Vec<String>,
+    site_dir: tempfile::TempDir,
+    _hub_dir: tempfile::TempDir,
+}
+
+fn start() -> (Nodes, FirnProcess) {
+    let ports = free_ports(6);
+    let hub_dir = tempfile::tempdir().unwrap();
+    let hub_resp = format!("{HUB_IP}:{}", ports[0]);
+    let hub = FirnProcess::start_with(
+        hub_dir.path(),
+        &[
+            "--resp-addr",
+            &hub_resp,
+            "--http-addr",
+            &format!("{HUB_IP}:{}", ports[1]),
+            "--peer-addr",
+            &format!("{HUB_IP}:{}", ports[2]),
+        ],
+    );
+    let site_args: Vec<String> = [
+        "--resp-addr".to_string(),
+        format!("{SITE_IP}:{}", ports[3]),
+        "--http-addr".to_string(),
+        format!("{SITE_IP}:{}", ports[4]),
+        "--peer-addr".to_string(),
+        format!("{SITE_IP}:{}", ports[5]),
+        "--site".to_string(),
+        "plant1".to_string(),
+        "--hub".to_string(),
+        format!("redis://{hub_resp}"),
+        "--uplink".to_string(),
+        "sensor/".to_string(),
+    ]
+    .into();
+    let site_dir = tempfile::tempdir().unwrap();
+    let nodes = Nodes {
+        hub,
+        hub_resp,
+        site_resp: format!("{SITE_IP}:{}", ports[3]),
+        site_http: format!("{SITE_IP}:{}", ports[4]),
+        site_args,
+        site_dir,
+        _hub_dir: hub_dir,
+    };
+    let site = nodes.start_site();
+    (nodes, site)
+}
+
+impl Nodes {
+    /// How long the oldest version not yet at the hub has waited, as the site says.
+    fn site_lag_ms(&self) -> f64 {
+        let text = ureq::get(&format!("http://{}/metrics", self.site_http))
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap();
+        text.lines()
+            .filter(|l| l.starts_with("firn_uplink_lag_ms"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .fold(0.0, f64::max)
+    }
+
+    fn start_site(&self) -> FirnProcess {
+        let args: Vec<&str> = self.site_args.iter().map(String::as_str).collect();
+        FirnProcess::start_with(self.site_dir.path(), &args)
+    }
+}
+
+fn connect(addr: &str) -> redis::Connection {
+    let client = redis::Client::open(format!("redis://{addr}/")).unwrap();
+    let con = client
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .unwrap();
+    con.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    con
+}
+
+/// Writes `sensor/k<i % KEYS>` = `<run>-<i>` at the site until told to stop, noting each
+/// write the site acknowledged; a refused or unanswered one (the site being killed) is not
+/// noted, and writing goes on once the site answers again.
+fn writer(site: Arc<Mutex<String>>, run: &'static str, stop: Arc<AtomicBool>) -> Vec<String> {
+    let mut acked = Vec::new();
+    let mut con: Option<redis::Connection> = None;
+    let mut i = 0usize;
+    while !stop.load(Ordering::Relaxed) {
+        if con.is_none() {
+            let addr = site.lock().unwrap().clone();
+            con = redis::Client::open(format!("redis://{addr}/"))
+                .ok()
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)).ok());
+            if con.is_none() {
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        }
+        let value = format!("{run}-{i}");
+        let key = format!("sensor/k{}", i % KEYS);
+        let set: redis::RedisResult<String> = redis::cmd("SET")
+            .arg(&key)
+            .arg(&value)
+            .query(con.as_mut().unwrap());
+        match set {
+            Ok(_) => acked.push(value),
+            Err(_) => con = None,
+        }
+        i += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    acked
+}
+
+/// Each key's values at `addr` under `prefix`, oldest first, with each version's event time
+/// (at the hub) or commit stamp (at the site), in microseconds.
+fn histories(addr: &str, prefix: &str, stamps: bool) -> BTreeMap<usize, Vec<(String, u64)>> {
+    let mut con = connect(addr);
+    let mut all = BTreeMap::new();
+    for k in 0..KEYS {
+        let versions: Vec<redis::Value> = redis::cmd("FIRN.HISTORY")
+            .arg(format!("{prefix}sensor/k{k}"))
+            .arg("LIMIT")
+            .arg(10_000)
+            .query(&mut con)
+            .unwrap();
+        let mut values = Vec::new();
+        for v in versions {
+            let map: BTreeMap<String, redis::Value> = redis::from_redis_value(v).unwrap();
+            let text = |f: &str| -> String {
+                redis::from_redis_value(map.get(f).cloned().unwrap_or(redis::Value::Nil))
+                    .unwrap_or_default()
+            };
+            let stamp = if stamps {
+                // `wall_us-logical`
+                text("commit_ts")
+                    .split('-')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            } else {
+                text("event_time").parse().unwrap()
+            };
+            values.push((text("value"), stamp));
+        }
+        all.insert(k, values);
+    }
+    all
+}
+
+/// Every acknowledged write is at the hub exactly once, each key's in the site's order,
+/// with the site's commit stamp as its event time.
+fn assert_hub_has_exactly(nodes: &Nodes, site_resp: &str, acked: &[String]) {
+    let site = histories(site_resp, "", true);
+    let want: usize = site.values().map(Vec::len).sum();
+    let acked_in_site: usize = acked.len();
+    assert!(
+        want >= acked_in_site,
+        "the site lost acknowledged writes: {want} < {acked_in_site}"
+    );
+    for value in acked {
+        let i: usize = value.rsplit('-').next().unwrap().parse().unwrap();
+        assert!(
+            site[&(i % KEYS)].iter().any(|(v, _)| v == value),
+            "the site lost acknowledged {value}"
+        );
+    }
+    let mut hub = BTreeMap::new();
+    let caught_up = wait_until(Duration::from_secs(60), || {
+        hub = histories(&nodes.hub_resp, "sites/plant1/", false);
+        hub.values().map(Vec::len).sum::<usize>() >= want
+    });
+    assert!(
+        caught_up,
+        "the hub has {} of the site's {want} versions",
+        hub.values().map(Vec::len).sum::<usize>()
+    );
+    // A moment more: anything sent twice would show now.
+    std::thread::sleep(Duration::from_secs(1));
+    let hub = histories(&nodes.hub_resp, "sites/plant1/", false);
+    assert_eq!(
+        hub, site,
+        "the hub's versions are the site's, once each, in order"
+    );
+    let lag = nodes.site_lag_ms();
+    assert!(lag < 5_000.0, "caught up, the site's lag is {lag} ms");
+}
+
+#[test]
+fn a_site_cut_off_from_its_hub_sends_everything_once_in_order_after_healing() {
+    let (nodes, site) = start();
+    let site_resp = nodes.site_resp.clone();
+    let addr = Arc::new(Mutex::new(site_resp.clone()));
+
+    // Up and running: the first writes reach the hub.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writing = {
+        let (addr, stop) = (addr.clone(), stop.clone());
+        std::thread::spawn(move || writer(addr, "cut", stop))
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    {
+        // The hub cut off for 30 s; the site keeps taking writes.
+        let _cut = Cut::off(HUB_IP);
+        let started = Instant::now();
+        std::thread::sleep(Duration::from_secs(30));
+        assert!(started.elapsed() >= Duration::from_secs(30));
+        // Nothing went up meanwhile: what waits is as old as the cut, nearly.
+        let lag = nodes.site_lag_ms();
+        assert!(
+            lag > 20_000.0,
+            "the site's uplink lag during the cut: {lag} ms"
+        );
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    let acked = writing.join().unwrap();
+    assert!(
+        acked.len() > 1_000,
+        "the site kept taking writes: {}",
+        acked.len()
+    );
+    assert_hub_has_exactly(&nodes, &site_resp, &acked);
+
+    // Again, with the site's node killed during the cut and started again.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writing = {
+        let (addr, stop) = (addr.clone(), stop.clone());
+        std::thread::spawn(move || writer(addr, "kill", stop))
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    let site = {
+        let _cut = Cut::off(HUB_IP);
+        std::thread::sleep(Duration::from_secs(5));
+        site.kill_9();
+        let site = nodes.start_site();
+        std::thread::sleep(Duration::from_secs(5));
+        site
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    let mut acked_after_kill = writing.join().unwrap();
+    let mut all = acked;
+    all.append(&mut acked_after_kill);
+    assert_hub_has_exactly(&nodes, &site_resp, &all);
+    drop(site);
+    drop(nodes.hub);
+}
