@@ -8,7 +8,11 @@
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use firn_model::{Answer, CallContext, CommitTs, FirnError, KvRequest, KvWrite, Request, TxnStep};
+use bytes::Bytes;
+use firn_model::{
+    Answer, CallContext, CommitTs, FirnError, Key, KvRead, KvRequest, KvWrite, ReadAt,
+    ReadConsistency, Request, Response, TxnStep, VersionInfo,
+};
 use firn_raft::ShardReplica;
 use futures::future::BoxFuture;
 
@@ -167,6 +171,39 @@ impl Router {
             Some(write) => self.again_while_refused(ctx, write, since, result).await,
             None => result,
         }
+    }
+
+    /// The newest version of each live key under `prefix`, at most `max_keys` of them, read
+    /// page by page (linearizable): Firn's own reads of its bookkeeping prefixes (MQTT
+    /// sessions, a hub's site cursors, a site's downlink keys), on no client's behalf.
+    pub async fn latest_under(
+        &self,
+        prefix: Bytes,
+        max_keys: usize,
+    ) -> Result<Vec<(Key, VersionInfo)>, FirnError> {
+        const PAGE: usize = 1_000;
+        let mut all = Vec::new();
+        let mut cursor = None;
+        while all.len() < max_keys {
+            let scan = KvRead::Scan {
+                prefix: prefix.clone(),
+                cursor,
+                limit: PAGE.min(max_keys - all.len()),
+                pattern: None,
+                at: ReadAt::Latest,
+                consistency: ReadConsistency::Linearizable,
+            };
+            let answer = self.execute(&CallContext::default(), scan.into()).await?;
+            let Response::Scan { keys, next_cursor } = answer.response else {
+                break;
+            };
+            all.extend(keys);
+            match next_cursor {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+        Ok(all)
     }
 
     /// A write answered `TRYAGAIN` (nothing applied: say a leader here stepped down before it

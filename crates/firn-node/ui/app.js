@@ -168,6 +168,15 @@ async function refreshCluster() {
       s.moving ? `${s.moving.add ? `adding node ${s.moving.add}` : ""}${s.moving.add && s.moving.remove ? ", " : ""}${s.moving.remove ? `removing node ${s.moving.remove}` : ""}` : "",
       s.followed ? `${s.followed.step} ${s.followed.from ?? "?"} → ${s.followed.to}, ${Math.round((Date.now() - s.followed.at_ms) / 1000)} s ago` : "",
     ]);
+    // On a hub: the sites that send to it, as their cursors here say.
+    const sites = answer.sites || [];
+    $("#sites-part").hidden = sites.length === 0;
+    fillTable("#sites", sites, (s) => [
+      s.site,
+      s.shards,
+      `${(s.since_contact_ms / 1000).toFixed(1)} s ago`,
+      `${(s.lag_ms / 1000).toFixed(1)} s`,
+    ]);
     const leaving = $("#leaving");
     leaving.hidden = cluster.leaving.length === 0;
     leaving.textContent = `leaving: ${cluster.leaving.map((id) => `node ${id}`).join(", ")}`;

@@ -125,7 +125,7 @@ pub struct ServeArgs {
     mqtt_prefix: String,
     /// This cluster is a site named NAME that sends keys to a hub (with --hub and --uplink):
     /// on the hub, its key K is `sites/NAME/K`.
-    #[arg(long, env = "FIRN_SITE", requires_all = ["hub", "uplink"])]
+    #[arg(long, env = "FIRN_SITE", requires = "hub")]
     site: Option<String>,
     /// The hub a site sends to: any node of the hub's cluster, as
     /// `redis://[user:password@]host:port` (its RESP address).
@@ -135,6 +135,12 @@ pub struct ServeArgs {
     /// Each version goes up once, in order, committed at the hub with the site's cursor.
     #[arg(long, env = "FIRN_UPLINK", requires = "site")]
     uplink: Option<String>,
+    /// What a site takes from its hub: key prefixes, comma-separated (`config/`). The
+    /// hub's `sites/NAME/P…` are the desired state of the site's `P…`: once a second the
+    /// site's keys are made the same (written where they differ, deleted where the hub has
+    /// none).
+    #[arg(long, env = "FIRN_DOWNLINK", requires = "site")]
+    downlink: Option<String>,
     /// Most bytes of log records this node keeps in its local log index, so that repeated
     /// reads of a tag's records skip the shards that index it (default 64 MiB); 0 turns it
     /// off.
@@ -373,10 +379,13 @@ fn node_config(args: &ServeArgs) -> Result<(NodeConfig, Option<String>), String>
         resp_connections_max: args.max_connections,
         mqtt_addr: args.mqtt_addr,
         mqtt_prefix: args.mqtt_prefix.clone(),
-        uplink: match (&args.site, &args.hub, &args.uplink) {
-            (Some(site), Some(hub), Some(uplink)) => {
-                Some(firn_node::uplink::UplinkConfig::parse(site, hub, uplink)?)
-            }
+        uplink: match (&args.site, &args.hub) {
+            (Some(site), Some(hub)) => Some(firn_node::uplink::UplinkConfig::parse(
+                site,
+                hub,
+                args.uplink.as_deref(),
+                args.downlink.as_deref(),
+            )?),
             _ => None,
         },
         log_index_bytes: args.log_index_bytes,

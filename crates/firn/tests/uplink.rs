@@ -62,6 +62,7 @@ const KEYS: usize = 8;
 struct Nodes {
     hub: FirnProcess,
     hub_resp: String,
+    hub_http: String,
     site_resp: String,
     site_http: String,
     site_args: Vec<String>,
@@ -97,12 +98,15 @@ fn start() -> (Nodes, FirnProcess) {
         format!("redis://{hub_resp}"),
         "--uplink".to_string(),
         "sensor/".to_string(),
+        "--downlink".to_string(),
+        "config/".to_string(),
     ]
     .into();
     let site_dir = tempfile::tempdir().unwrap();
     let nodes = Nodes {
         hub,
         hub_resp,
+        hub_http: format!("{HUB_IP}:{}", ports[1]),
         site_resp: format!("{SITE_IP}:{}", ports[3]),
         site_http: format!("{SITE_IP}:{}", ports[4]),
         site_args,
@@ -131,6 +135,17 @@ impl Nodes {
         let args: Vec<&str> = self.site_args.iter().map(String::as_str).collect();
         FirnProcess::start_with(self.site_dir.path(), &args)
     }
+}
+
+/// Waits (bounded) until the site's `key` has `want` (`None`: no value).
+fn site_comes_to(nodes: &Nodes, key: &str, want: Option<&str>) {
+    let mut con = connect(&nodes.site_resp);
+    let mut got: Option<String> = None;
+    let came = wait_until(Duration::from_secs(10), || {
+        got = redis::cmd("GET").arg(key).query(&mut con).unwrap();
+        got.as_deref() == want
+    });
+    assert!(came, "the site's {key} is {got:?}, not the hub's {want:?}");
 }
 
 fn connect(addr: &str) -> redis::Connection {
@@ -249,6 +264,28 @@ fn assert_hub_has_exactly(nodes: &Nodes, site_resp: &str, acked: &[String]) {
     );
     let lag = nodes.site_lag_ms();
     assert!(lag < 5_000.0, "caught up, the site's lag is {lag} ms");
+    // The hub shows the site, heard from within its keep-alive.
+    let cluster: serde_json::Value = ureq::get(&format!("http://{}/v1/cluster", nodes.hub_http))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    let sites = cluster["sites"].as_array().unwrap();
+    assert_eq!(sites.len(), 1, "{cluster}");
+    assert_eq!(sites[0]["site"], "plant1");
+    assert!(
+        sites[0]["since_contact_ms"].as_u64().unwrap() < 10_000,
+        "{sites:?}"
+    );
+    let metrics = ureq::get(&format!("http://{}/metrics", nodes.hub_http))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    assert!(
+        metrics.contains("firn_hub_site_last_contact_ms{site=\"plant1\"}"),
+        "{metrics}"
+    );
 }
 
 #[test]
@@ -263,7 +300,24 @@ fn a_site_cut_off_from_its_hub_sends_everything_once_in_order_after_healing() {
         let (addr, stop) = (addr.clone(), stop.clone());
         std::thread::spawn(move || writer(addr, "cut", stop))
     };
-    std::thread::sleep(Duration::from_secs(2));
+    // Desired state comes down: the hub's sites/plant1/config/… become the site's config/….
+    let mut hub = connect(&nodes.hub_resp);
+    for (k, v) in [("mode", "eco"), ("old", "x")] {
+        let _: () = redis::cmd("SET")
+            .arg(format!("sites/plant1/config/{k}"))
+            .arg(v)
+            .query(&mut hub)
+            .unwrap();
+    }
+    site_comes_to(&nodes, "config/mode", Some("eco"));
+    site_comes_to(&nodes, "config/old", Some("x"));
+    // A change made at the site is put back: the hub's is the desired state.
+    let _: () = redis::cmd("SET")
+        .arg("config/mode")
+        .arg("local")
+        .query(&mut connect(&site_resp))
+        .unwrap();
+    site_comes_to(&nodes, "config/mode", Some("eco"));
     {
         // The hub cut off for 30 s; the site keeps taking writes.
         let _cut = Cut::off(HUB_IP);
@@ -286,6 +340,19 @@ fn a_site_cut_off_from_its_hub_sends_everything_once_in_order_after_healing() {
         acked.len()
     );
     assert_hub_has_exactly(&nodes, &site_resp, &acked);
+    // Changed and deleted at the hub after the cut: the site follows.
+    let mut hub = connect(&nodes.hub_resp);
+    let _: () = redis::cmd("SET")
+        .arg("sites/plant1/config/mode")
+        .arg("boost")
+        .query(&mut hub)
+        .unwrap();
+    let _: i64 = redis::cmd("DEL")
+        .arg("sites/plant1/config/old")
+        .query(&mut hub)
+        .unwrap();
+    site_comes_to(&nodes, "config/mode", Some("boost"));
+    site_comes_to(&nodes, "config/old", None);
 
     // Again, with the site's node killed during the cut and started again.
     let stop = Arc::new(AtomicBool::new(false));

@@ -125,13 +125,18 @@ pub(super) async fn drop_keyspace(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// This node's replicas (`shards`, as in /healthz) and the whole cluster as this node sees
-/// it (`nodes`, `cluster`).
+/// This node's replicas (`shards`, as in /healthz), the whole cluster as this node sees it
+/// (`nodes`, `cluster`) and, on a hub, the sites that send to it (`sites`; empty when it
+/// could not be read).
 pub(super) async fn cluster(State(router): State<Arc<Router>>) -> axum::Json<Json> {
     let view = router.kernel().cluster_view().await;
-    axum::Json(
-        json!({ "node_id": router.kernel().node_id(), "shards": router.kernel().replicas().status(), "cluster": view }),
-    )
+    let sites = crate::uplink::sites(&router).await.unwrap_or_default();
+    axum::Json(json!({
+        "node_id": router.kernel().node_id(),
+        "shards": router.kernel().replicas().status(),
+        "cluster": view,
+        "sites": sites,
+    }))
 }
 
 /// Starts removing a node: 202, the move goes on in the background (see /v1/cluster).
@@ -175,6 +180,8 @@ pub(super) async fn healthz(State(router): State<Arc<Router>>) -> HttpResponse {
         .into_response()
 }
 
-pub(super) async fn metrics() -> String {
+pub(super) async fn metrics(State(router): State<Arc<Router>>) -> String {
+    // The sites that send here, as of now (their gauges are set as they are read).
+    let _ = crate::uplink::sites(&router).await;
     crate::metrics::handle().render()
 }

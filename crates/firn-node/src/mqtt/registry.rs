@@ -8,9 +8,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use firn_model::{
-    CallContext, KeyRange, KvRead, ReadAt, ReadConsistency, Response, WatchFrom, WatchRequest,
-};
+use firn_model::{KeyRange, WatchFrom, WatchRequest};
 use tokio::sync::watch;
 
 use super::session::{SESSION_PREFIX, SessionRecord, client_of};
@@ -20,8 +18,6 @@ use crate::router::Router;
 /// Persistent sessions a node keeps filters of, at most; past it a new session is refused
 /// at its CONNECT (`Quota exceeded`, 5.0; `Server unavailable`, 3.1.1).
 pub const SESSIONS_MAX: usize = 100_000;
-/// Session records read a page while the registry is built.
-const SCAN_PAGE: usize = 1_000;
 /// How long the registry waits before following again after its watch ended.
 const REFOLLOW_PAUSE: Duration = Duration::from_secs(1);
 
@@ -143,34 +139,15 @@ async fn read_all(
     router: &Router,
     prefix: Bytes,
 ) -> Result<HashMap<String, Vec<(String, u8)>>, firn_model::FirnError> {
-    let mut all = HashMap::new();
-    let mut cursor = None;
-    loop {
-        let scan = KvRead::Scan {
-            prefix: prefix.clone(),
-            cursor,
-            limit: SCAN_PAGE,
-            pattern: None,
-            at: ReadAt::Latest,
-            consistency: ReadConsistency::Linearizable,
-        };
-        let answer = router.execute(&CallContext::default(), scan.into()).await?;
-        let Response::Scan { keys, next_cursor } = answer.response else {
-            return Ok(all);
-        };
-        for (key, version) in keys {
-            if let (Some(client), Some(record)) = (
-                client_of(key.as_bytes()),
-                version.value.as_deref().and_then(SessionRecord::decode),
-            ) {
-                all.insert(client, record.filters);
-            }
-        }
-        match next_cursor {
-            Some(c) => cursor = Some(c),
-            None => return Ok(all),
-        }
-    }
+    let records = router.latest_under(prefix, SESSIONS_MAX).await?;
+    Ok(records
+        .into_iter()
+        .filter_map(|(key, version)| {
+            let client = client_of(key.as_bytes())?;
+            let record = version.value.as_deref().and_then(SessionRecord::decode)?;
+            Some((client, record.filters))
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -106,6 +106,46 @@ impl Hub {
         }
     }
 
+    /// The hub's keys under `prefix` and their values, at most `max` keys (a page of keys
+    /// read, then their values; a key deleted in between is left out).
+    pub async fn values_under(
+        &mut self,
+        prefix: &[u8],
+        max: usize,
+    ) -> Result<Vec<(Vec<u8>, Bytes)>, String> {
+        let mut out = Vec::new();
+        let mut cursor: Vec<u8> = Vec::new();
+        loop {
+            let mut scan = redis::cmd("FIRN.SCAN");
+            scan.arg(prefix);
+            if !cursor.is_empty() {
+                scan.arg("CURSOR").arg(&cursor);
+            }
+            scan.arg("COUNT").arg(1_000);
+            let (next, keys): (Vec<u8>, Vec<Vec<u8>>) =
+                redis::from_redis_value(self.call(&scan).await?)
+                    .map_err(|e| format!("FIRN.SCAN answered: {e}"))?;
+            if !keys.is_empty() {
+                let mut mget = redis::cmd("MGET");
+                for k in &keys {
+                    mget.arg(k);
+                }
+                let values: Vec<Option<Vec<u8>>> = redis::from_redis_value(self.call(&mget).await?)
+                    .map_err(|e| format!("MGET answered: {e}"))?;
+                for (k, v) in keys.into_iter().zip(values) {
+                    if let Some(v) = v {
+                        out.push((k, Bytes::from(v)));
+                    }
+                }
+            }
+            if next.is_empty() || out.len() >= max {
+                out.truncate(max);
+                return Ok(out);
+            }
+            cursor = next;
+        }
+    }
+
     /// Sends `changes` and the new cursor `next` in one transaction, applied only if the
     /// cursor at `key` is still `expected` (`None`: there is none yet).
     pub async fn send(

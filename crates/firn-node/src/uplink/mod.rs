@@ -1,10 +1,17 @@
 //! A site's uplink to its hub (docs/architecture.md, "Sites and a hub"): on every node, for
 //! every shard it leads, a runner sends the shard's versions under the uplink prefixes to the
 //! hub, after the cursor the hub keeps for that shard, each batch committed at the hub
-//! together with the cursor ([`runner`]; the hub's side of it: [`hub`]).
+//! together with the cursor ([`runner`]; the hub's side of it: [`hub`]). A hub shows the
+//! sites that send to it from those cursors ([`sites`]).
 
+mod downlink;
 mod hub;
 mod runner;
+mod sites;
+
+pub use downlink::DOWNLINK_KEYS_MAX;
+
+pub use sites::{SiteView, sites};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,7 +33,8 @@ pub const HUB_CURSOR_PREFIX: &str = "firn.uplink/";
 /// How often a node looks at which shards it leads.
 const LOOK_EVERY: Duration = Duration::from_millis(250);
 
-/// What a site sends to its hub (`--site`, `--hub`, `--uplink`).
+/// What a site sends to its hub and takes back (`--site`, `--hub`, `--uplink`,
+/// `--downlink`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UplinkConfig {
     pub site: String,
@@ -34,11 +42,38 @@ pub struct UplinkConfig {
     pub hub: String,
     /// The key prefixes that go up.
     pub prefixes: Vec<Bytes>,
+    /// The key prefixes whose desired state comes down from the hub.
+    pub downlink: Vec<Bytes>,
+}
+
+/// A comma-separated list of key prefixes.
+fn prefixes_of(flag: &str, list: Option<&str>) -> Result<Vec<Bytes>, String> {
+    let mut prefixes = Vec::new();
+    for entry in list
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+    {
+        if entry.starts_with("log:") || entry.starts_with("stream:") {
+            return Err(format!(
+                "{flag} '{entry}': logs and streams do not go between sites and hubs yet; name key prefixes"
+            ));
+        }
+        prefixes.push(Bytes::copy_from_slice(entry.as_bytes()));
+    }
+    Ok(prefixes)
 }
 
 impl UplinkConfig {
-    /// Checks `--site`, `--hub` and `--uplink` (a comma-separated list of key prefixes).
-    pub fn parse(site: &str, hub: &str, uplink: &str) -> Result<UplinkConfig, String> {
+    /// Checks `--site`, `--hub`, `--uplink` and `--downlink` (comma-separated lists of key
+    /// prefixes; one of them at least, and no prefix in both — a key would go round).
+    pub fn parse(
+        site: &str,
+        hub: &str,
+        uplink: Option<&str>,
+        downlink: Option<&str>,
+    ) -> Result<UplinkConfig, String> {
         let name_ok = !site.is_empty()
             && site.len() <= SITE_NAME_BYTES_MAX
             && site
@@ -56,22 +91,30 @@ impl UplinkConfig {
             ));
         }
         redis::Client::open(hub).map_err(|e| format!("--hub '{hub}': {e}"))?;
-        let mut prefixes = Vec::new();
-        for entry in uplink.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-            if entry.starts_with("log:") || entry.starts_with("stream:") {
+        let prefixes = prefixes_of("--uplink", uplink)?;
+        let downlink = prefixes_of("--downlink", downlink)?;
+        if prefixes.is_empty() && downlink.is_empty() {
+            return Err(
+                "--site needs --uplink or --downlink naming a key prefix (say 'sensor/')".into(),
+            );
+        }
+        for up in &prefixes {
+            if let Some(down) = downlink
+                .iter()
+                .find(|d| d.starts_with(up) || up.starts_with(d))
+            {
                 return Err(format!(
-                    "--uplink '{entry}': logs and streams do not go up yet; name key prefixes"
+                    "--uplink '{}' and --downlink '{}' overlap: a key would be sent up and taken down again",
+                    String::from_utf8_lossy(up),
+                    String::from_utf8_lossy(down)
                 ));
             }
-            prefixes.push(Bytes::copy_from_slice(entry.as_bytes()));
-        }
-        if prefixes.is_empty() {
-            return Err("--uplink names no key prefix (say 'sensor/,alerts/')".into());
         }
         Ok(UplinkConfig {
             site: site.to_owned(),
             hub: hub.to_owned(),
             prefixes,
+            downlink,
         })
     }
 
@@ -85,6 +128,14 @@ impl UplinkConfig {
         k
     }
 
+    /// The site key a hub key of this site's stands for (`sites/NAME/K` → `K`).
+    pub fn site_key_of<'k>(&self, hub_key: &'k [u8]) -> Option<&'k [u8]> {
+        hub_key
+            .strip_prefix(HUB_SITES_PREFIX.as_bytes())?
+            .strip_prefix(self.site.as_bytes())?
+            .strip_prefix(b"/")
+    }
+
     /// The hub key that holds shard `shard`'s cursor.
     pub fn cursor_key(&self, shard: ShardId) -> String {
         format!("{HUB_CURSOR_PREFIX}{}/{shard}", self.site)
@@ -95,11 +146,14 @@ impl UplinkConfig {
 pub async fn run(router: Arc<Router>, config: Arc<UplinkConfig>, mut stop: watch::Receiver<bool>) {
     let mut runners: HashMap<ShardId, JoinHandle<()>> = HashMap::new();
     let node = router.kernel().node_id();
+    let downlink = (!config.downlink.is_empty())
+        .then(|| tokio::spawn(downlink::run(router.clone(), config.clone(), stop.clone())));
     loop {
         runners.retain(|_, r| !r.is_finished());
         for replica in router.kernel().replicas().all() {
             let shard = replica.shard_id();
-            if replica.leader() == Some(node) && !runners.contains_key(&shard) {
+            let wanted = !config.prefixes.is_empty() && replica.leader() == Some(node);
+            if wanted && !runners.contains_key(&shard) {
                 let task = runner::follow(router.clone(), config.clone(), replica, stop.clone());
                 runners.insert(shard, tokio::spawn(task));
             }
@@ -112,6 +166,9 @@ pub async fn run(router: Arc<Router>, config: Arc<UplinkConfig>, mut stop: watch
     for (_, r) in runners {
         r.abort();
     }
+    if let Some(d) = downlink {
+        d.abort();
+    }
 }
 
 #[cfg(test)]
@@ -120,21 +177,35 @@ mod tests {
 
     #[test]
     fn a_config_names_a_site_a_hub_and_key_prefixes() {
-        let c =
-            UplinkConfig::parse("plant-1", "redis://127.0.0.1:7379", "sensor/, alerts/").unwrap();
+        let c = UplinkConfig::parse(
+            "plant-1",
+            "redis://127.0.0.1:7379",
+            Some("sensor/, alerts/"),
+            Some("config/"),
+        )
+        .unwrap();
         assert_eq!(c.prefixes, [Bytes::from("sensor/"), Bytes::from("alerts/")]);
+        assert_eq!(c.downlink, [Bytes::from("config/")]);
         assert_eq!(c.hub_key(b"sensor/t"), b"sites/plant-1/sensor/t");
+        assert_eq!(
+            c.site_key_of(b"sites/plant-1/config/x"),
+            Some(&b"config/x"[..])
+        );
+        assert_eq!(c.site_key_of(b"sites/plant-2/config/x"), None);
         assert_eq!(c.cursor_key(3), "firn.uplink/plant-1/3");
-        for (site, hub, uplink) in [
-            ("", "redis://h:1", "a/"),
-            ("a/b", "redis://h:1", "a/"),
-            ("s", "http://h:1", "a/"),
-            ("s", "redis://h:1", ""),
-            ("s", "redis://h:1", "a/,log:events"),
+        for (site, hub, uplink, downlink) in [
+            ("", "redis://h:1", Some("a/"), None),
+            ("a/b", "redis://h:1", Some("a/"), None),
+            ("s", "http://h:1", Some("a/"), None),
+            ("s", "redis://h:1", Some(""), None),
+            ("s", "redis://h:1", None, None),
+            ("s", "redis://h:1", Some("a/,log:events"), None),
+            ("s", "redis://h:1", Some("a/"), Some("a/b/")),
+            ("s", "redis://h:1", Some("a/b"), Some("a/")),
         ] {
             assert!(
-                UplinkConfig::parse(site, hub, uplink).is_err(),
-                "{site} {hub} {uplink}"
+                UplinkConfig::parse(site, hub, uplink, downlink).is_err(),
+                "{site} {hub} {uplink:?} {downlink:?}"
             );
         }
     }

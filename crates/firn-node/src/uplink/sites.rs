@@ -1,0 +1,73 @@
+//! The hub's view of the sites that send to it: read from the cursors they keep at it
+//! (`firn.uplink/<site>/<shard>`, see `hub.rs`), for `/v1/cluster`, `/metrics` and the web
+//! page. A cluster needs no setting to be a hub: any that holds such cursors shows them.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use firn_model::FirnError;
+use firn_model::hlc::system_wall_us;
+use serde::Serialize;
+
+use super::HUB_CURSOR_PREFIX;
+use super::hub::HubCursor;
+use crate::router::Router;
+
+/// Cursors read at most (a site has one a shard): past it the view is cut short.
+const CURSORS_MAX: usize = 10_000;
+
+/// One site as the hub last heard from it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SiteView {
+    pub site: String,
+    /// The site's shards that sent anything.
+    pub shards: usize,
+    /// The site's wall clock when its latest batch or keep-alive was sent (ms since the
+    /// Unix epoch), and how long ago that is by this node's clock.
+    pub last_contact_unix_ms: u64,
+    pub since_contact_ms: u64,
+    /// The most any of its shards' oldest unsent version had waited, as of their last
+    /// batches (ms): what the site had not yet sent then.
+    pub lag_ms: u64,
+}
+
+/// Every site that keeps cursors here; also sets `firn_hub_site_last_contact_ms{site}` and
+/// `firn_hub_site_lag_ms{site}`.
+pub async fn sites(router: &Router) -> Result<Vec<SiteView>, FirnError> {
+    let prefix = Bytes::from_static(HUB_CURSOR_PREFIX.as_bytes());
+    let mut by_site: BTreeMap<String, Vec<HubCursor>> = BTreeMap::new();
+    for (key, version) in router.latest_under(prefix, CURSORS_MAX).await? {
+        let site = key
+            .as_bytes()
+            .strip_prefix(HUB_CURSOR_PREFIX.as_bytes())
+            .and_then(|rest| rest.split(|&b| b == b'/').next())
+            .and_then(|s| std::str::from_utf8(s).ok());
+        let parsed = version
+            .value
+            .as_deref()
+            .and_then(|v| serde_json::from_slice::<HubCursor>(v).ok());
+        if let (Some(site), Some(c)) = (site, parsed) {
+            by_site.entry(site.to_owned()).or_default().push(c);
+        }
+    }
+    let now_ms = system_wall_us() / 1_000;
+    let views: Vec<SiteView> = by_site
+        .into_iter()
+        .map(|(site, cursors)| {
+            let last = cursors.iter().map(|c| c.sent_unix_ms).max().unwrap_or(0);
+            SiteView {
+                shards: cursors.len(),
+                last_contact_unix_ms: last,
+                since_contact_ms: now_ms.saturating_sub(last),
+                lag_ms: cursors.iter().map(|c| c.lag_ms).max().unwrap_or(0),
+                site,
+            }
+        })
+        .collect();
+    for v in &views {
+        metrics::gauge!("firn_hub_site_last_contact_ms", "site" => v.site.clone())
+            .set(v.last_contact_unix_ms as f64);
+        metrics::gauge!("firn_hub_site_lag_ms", "site" => v.site.clone()).set(v.lag_ms as f64);
+    }
+    Ok(views)
+}
