@@ -141,6 +141,11 @@ pub struct ServeArgs {
     /// none).
     #[arg(long, env = "FIRN_DOWNLINK", requires = "site")]
     downlink: Option<String>,
+    /// The hub's cluster id (32 hex digits, `firn_cluster_id` in its CLUSTER INFO): a site
+    /// sends only to the hub it first reached, or to the one named here (to move it to a
+    /// new hub).
+    #[arg(long, env = "FIRN_HUB_CLUSTER_ID", requires = "site")]
+    hub_cluster_id: Option<String>,
     /// Most bytes of log records this node keeps in its local log index, so that repeated
     /// reads of a tag's records skip the shards that index it (default 64 MiB); 0 turns it
     /// off.
@@ -380,12 +385,15 @@ fn node_config(args: &ServeArgs) -> Result<(NodeConfig, Option<String>), String>
         mqtt_addr: args.mqtt_addr,
         mqtt_prefix: args.mqtt_prefix.clone(),
         uplink: match (&args.site, &args.hub) {
-            (Some(site), Some(hub)) => Some(firn_node::uplink::UplinkConfig::parse(
-                site,
-                hub,
-                args.uplink.as_deref(),
-                args.downlink.as_deref(),
-            )?),
+            (Some(site), Some(hub)) => Some(
+                firn_node::uplink::UplinkConfig::parse(
+                    site,
+                    hub,
+                    args.uplink.as_deref(),
+                    args.downlink.as_deref(),
+                )?
+                .naming_hub(args.hub_cluster_id.as_deref())?,
+            ),
             _ => None,
         },
         log_index_bytes: args.log_index_bytes,

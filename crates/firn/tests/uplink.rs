@@ -61,6 +61,7 @@ const KEYS: usize = 8;
 
 struct Nodes {
     hub: FirnProcess,
+    hub_args: Vec<String>,
     hub_resp: String,
     hub_http: String,
     site_resp: String,
@@ -74,16 +75,17 @@ fn start() -> (Nodes, FirnProcess) {
     let ports = free_ports(6);
     let hub_dir = tempfile::tempdir().unwrap();
     let hub_resp = format!("{HUB_IP}:{}", ports[0]);
+    let hub_args: Vec<String> = vec![
+        "--resp-addr".into(),
+        hub_resp.clone(),
+        "--http-addr".into(),
+        format!("{HUB_IP}:{}", ports[1]),
+        "--peer-addr".into(),
+        format!("{HUB_IP}:{}", ports[2]),
+    ];
     let hub = FirnProcess::start_with(
         hub_dir.path(),
-        &[
-            "--resp-addr",
-            &hub_resp,
-            "--http-addr",
-            &format!("{HUB_IP}:{}", ports[1]),
-            "--peer-addr",
-            &format!("{HUB_IP}:{}", ports[2]),
-        ],
+        &hub_args.iter().map(String::as_str).collect::<Vec<_>>(),
     );
     let site_args: Vec<String> = [
         "--resp-addr".to_string(),
@@ -105,6 +107,7 @@ fn start() -> (Nodes, FirnProcess) {
     let site_dir = tempfile::tempdir().unwrap();
     let nodes = Nodes {
         hub,
+        hub_args,
         hub_resp,
         hub_http: format!("{HUB_IP}:{}", ports[1]),
         site_resp: format!("{SITE_IP}:{}", ports[3]),
@@ -375,6 +378,36 @@ fn a_site_cut_off_from_its_hub_sends_everything_once_in_order_after_healing() {
     let mut all = acked;
     all.append(&mut acked_after_kill);
     assert_hub_has_exactly(&nodes, &site_resp, &all);
+
+    // Another cluster now answers at the hub's address (founded with another peer address,
+    // so with another id): it is refused, nothing sent to it.
+    nodes.hub.kill_9();
+    let other_dir = tempfile::tempdir().unwrap();
+    let other_peer = format!("{HUB_IP}:{}", free_ports(1)[0]);
+    let mut other_args: Vec<&str> = nodes.hub_args.iter().map(String::as_str).collect();
+    other_args.truncate(4);
+    other_args.extend(["--peer-addr", &other_peer]);
+    let other = FirnProcess::start_with(other_dir.path(), &other_args);
+    let _: () = redis::cmd("SET")
+        .arg("sensor/after")
+        .arg("x")
+        .query(&mut connect(&site_resp))
+        .unwrap();
+    let refused = wait_until(Duration::from_secs(15), || {
+        let metrics = ureq::get(&format!("http://{}/metrics", nodes.site_http))
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap();
+        metrics.contains("firn_uplink_wrong_hub_total")
+    });
+    assert!(refused, "the site did not refuse a hub of another cluster");
+    std::thread::sleep(Duration::from_secs(1));
+    let scan: (String, Vec<String>) = redis::cmd("FIRN.SCAN")
+        .arg("sites/")
+        .query(&mut connect(&nodes.hub_resp))
+        .unwrap();
+    assert!(scan.1.is_empty(), "sent to another cluster: {scan:?}");
     drop(site);
-    drop(nodes.hub);
+    drop(other);
 }

@@ -89,6 +89,11 @@ pub fn closed_lag_ms(now_us: u64, closed_wall_us: u64) -> Option<u64> {
 /// The whole cluster as one node sees it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ClusterView {
+    /// The cluster's id (32 hex digits; fixed when it was founded): what tells one cluster
+    /// from another at the same address (a site checks its hub by it). `None` while this
+    /// node does not know the layout yet.
+    #[serde(default)]
+    pub cluster_id: Option<String>,
     pub nodes: Vec<NodeView>,
     /// Nodes being removed (their replicas are moving elsewhere).
     pub leaving: Vec<NodeId>,
@@ -164,6 +169,7 @@ impl ClusterView {
             })
             .collect();
         ClusterView {
+            cluster_id: layout.cluster_id.clone(),
             nodes,
             leaving: layout.leaving.iter().copied().collect(),
             shards,

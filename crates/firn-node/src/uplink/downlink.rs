@@ -35,7 +35,13 @@ pub async fn run(router: Arc<Router>, config: Arc<UplinkConfig>, mut stop: watch
             continue;
         }
         if hub.is_none() {
-            match Hub::connect(&config.hub).await {
+            let connected = match Hub::connect(&config.hub).await {
+                Ok(mut h) => super::identity::check(&router, &config, &mut h)
+                    .await
+                    .map(|()| h),
+                Err(e) => Err(e),
+            };
+            match connected {
                 Ok(h) => hub = Some(h),
                 Err(e) => {
                     tracing::debug!("downlink from the hub: {e}");

@@ -93,6 +93,20 @@ impl Hub {
             .map_err(|e| format!("the hub answered: {e}"))
     }
 
+    /// The hub's cluster id (`CLUSTER INFO`'s `firn_cluster_id`).
+    pub async fn cluster_id(&mut self) -> Result<String, String> {
+        let info: String =
+            redis::from_redis_value(self.call(redis::cmd("CLUSTER").arg("INFO")).await?)
+                .map_err(|e| format!("CLUSTER INFO answered: {e}"))?;
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix("firn_cluster_id:"))
+            .filter(|id| !id.is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                "the hub did not say its cluster id (not a Firn node, or one still joining)".into()
+            })
+    }
+
     /// The cursor the hub keeps at `key`: its raw value and what it says (`None`: none yet).
     pub async fn cursor(&mut self, key: &str) -> Result<Option<(Bytes, HubCursor)>, String> {
         match self.call(redis::cmd("GET").arg(key)).await? {

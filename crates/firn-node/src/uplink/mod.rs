@@ -6,6 +6,7 @@
 
 mod downlink;
 mod hub;
+mod identity;
 mod runner;
 mod sites;
 
@@ -44,6 +45,9 @@ pub struct UplinkConfig {
     pub prefixes: Vec<Bytes>,
     /// The key prefixes whose desired state comes down from the hub.
     pub downlink: Vec<Bytes>,
+    /// The hub's cluster id, when the operator names it (`--hub-cluster-id`): else the
+    /// first hub the site reaches is the one it sends to.
+    pub hub_cluster_id: Option<String>,
 }
 
 /// A comma-separated list of key prefixes.
@@ -115,7 +119,26 @@ impl UplinkConfig {
             hub: hub.to_owned(),
             prefixes,
             downlink,
+            hub_cluster_id: None,
         })
+    }
+
+    /// The hub named by its cluster id (`--hub-cluster-id`): 32 hex digits.
+    pub fn naming_hub(mut self, id: Option<&str>) -> Result<UplinkConfig, String> {
+        if let Some(id) = id {
+            if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!("--hub-cluster-id '{id}': 32 hex digits"));
+            }
+            self.hub_cluster_id = Some(id.to_ascii_lowercase());
+        }
+        Ok(self)
+    }
+
+    /// The hub's address without its password (for messages).
+    pub fn hub_address(&self) -> &str {
+        self.hub
+            .rsplit_once('@')
+            .map_or(self.hub.trim_start_matches("redis://"), |(_, host)| host)
     }
 
     /// Where site key `key` lives at the hub.

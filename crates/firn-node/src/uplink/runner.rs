@@ -37,6 +37,7 @@ struct Known {
 }
 
 struct Runner {
+    router: Arc<Router>,
     config: Arc<UplinkConfig>,
     replica: Arc<ShardReplica>,
     hub: Option<Hub>,
@@ -57,6 +58,7 @@ pub async fn follow(
     let node = router.kernel().node_id();
     let shard = replica.shard_id().to_string();
     let mut runner = Runner {
+        router,
         config,
         replica,
         hub: None,
@@ -98,7 +100,9 @@ impl Runner {
         let shard = self.replica.shard_id();
         let cursor_key = self.config.cursor_key(shard);
         if self.hub.is_none() {
-            self.hub = Some(Hub::connect(&self.config.hub).await?);
+            let mut hub = Hub::connect(&self.config.hub).await?;
+            super::identity::check(&self.router, &self.config, &mut hub).await?;
+            self.hub = Some(hub);
         }
         let known = match self.known.take() {
             Some(k) => k,

@@ -218,11 +218,12 @@ pub fn cluster_reply(sub: &str, view: &ClusterView, me: u64) -> Reply {
                 .map(|s| (s.slots.1 - s.slots.0) as u32 + 1)
                 .sum();
             Reply::Bulk(Bytes::from(format!(
-                "cluster_enabled:1\r\ncluster_state:{}\r\ncluster_slots_assigned:16384\r\ncluster_slots_ok:{slots_ok}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:{}\r\ncluster_known_nodes:{}\r\ncluster_size:{}\r\ncluster_nodes_up:{up}\r\ncluster_shards_with_leader:{led}\r\n",
+                "cluster_enabled:1\r\ncluster_state:{}\r\ncluster_slots_assigned:16384\r\ncluster_slots_ok:{slots_ok}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:{}\r\ncluster_known_nodes:{}\r\ncluster_size:{}\r\ncluster_nodes_up:{up}\r\ncluster_shards_with_leader:{led}\r\nfirn_cluster_id:{}\r\n",
                 if view.healthy() { "ok" } else { "fail" },
                 16384 - slots_ok,
                 view.nodes.len(),
                 view.shards.len(),
+                view.cluster_id.as_deref().unwrap_or(""),
             )))
         }
         _ => Reply::Bulk(Bytes::from(
