@@ -457,3 +457,62 @@ fn a_persistent_subscriber_gets_what_it_missed_even_across_a_node_kill() {
         "every message, in order per topic"
     );
 }
+
+#[test]
+fn a_clients_will_is_published_when_it_goes_without_disconnect() {
+    let node = start();
+    let sub = Sub::start(&node, &["-t", "status/#", "-q", "1"]);
+    // A device with a will, keeping its connection open (`-l` reads stdin)...
+    let device = |id: &str| {
+        Command::new("mosquitto_pub")
+            .args(["-h", "127.0.0.1", "-p", &node.mqtt_port.to_string()])
+            .args(["-i", id, "-t", "telemetry", "-l", "-q", "1"])
+            .args(["--will-topic", &format!("status/{id}")])
+            .args([
+                "--will-payload",
+                "offline",
+                "--will-qos",
+                "1",
+                "--will-retain",
+            ])
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("mosquitto_pub (Debian's mosquitto-clients)")
+    };
+    let mut first = device("dev1");
+    let mut stdin = first.stdin.take().unwrap();
+    writeln!(stdin, "hello").unwrap();
+    let mut r = redis(&node);
+    assert!(wait_until(Duration::from_secs(10), || {
+        redis::cmd("FIRN.LOG")
+            .arg("RANGE")
+            .arg("mqtt")
+            .arg("mqtt/telemetry")
+            .arg("-")
+            .arg("+")
+            .query::<Vec<redis::Value>>(&mut r)
+            .is_ok_and(|v| !v.is_empty())
+    }));
+    assert!(
+        sub.nothing_for(Duration::from_millis(300)),
+        "no will while connected"
+    );
+    // ...dropped without DISCONNECT (killed): its will is published, retained.
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert_eq!(sub.next(), "status/dev1 offline");
+    let retained: Option<String> = redis::cmd("GET")
+        .arg("mqtt/status/dev1")
+        .query(&mut r)
+        .unwrap();
+    assert_eq!(retained.as_deref(), Some("offline"));
+    // One that says DISCONNECT leaves no will.
+    let mut second = device("dev2");
+    drop(second.stdin.take());
+    assert!(second.wait().unwrap().success());
+    assert!(
+        sub.nothing_for(Duration::from_millis(500)),
+        "a will after a clean DISCONNECT"
+    );
+    drop(stdin);
+}

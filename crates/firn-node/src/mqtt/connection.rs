@@ -95,6 +95,7 @@ pub async fn run(
         sessions,
         persistent: None,
         enqueued: None,
+        disconnected: false,
     };
     let principal = match conn.sign_in(&connect) {
         Ok(p) => p,
@@ -134,6 +135,14 @@ pub async fn run(
         .then(|| Duration::from_millis(u64::from(connect.keep_alive_s) * 1_500));
     if let Err(why) = conn.serve(keep_alive, &mut stop).await {
         tracing::debug!("mqtt connection ended: {why}");
+    }
+    // Gone without DISCONNECT (dropped, silent past its keep-alive, a bad packet): its will
+    // is published — unless the node is stopping, which is no fault of the client's.
+    if let Some(will) = connect.will
+        && !conn.disconnected
+        && !*stop.borrow()
+    {
+        conn.publish_will(will).await;
     }
     // A session's expiry counts from its connection's end.
     if let Some(p) = &conn.persistent
@@ -178,6 +187,8 @@ struct Connection {
     /// Done once the last PUBLISH's message is in the queues it goes to: the next one's
     /// waits for it, so that queues keep the order the client sent.
     enqueued: Option<oneshot::Receiver<()>>,
+    /// The client said DISCONNECT: its will is not published.
+    disconnected: bool,
 }
 
 impl Connection {
@@ -379,7 +390,10 @@ impl Connection {
                 self.send(Out::UnsubAck { packet_id, count }).await?;
             }
             In::Ping => self.send(Out::PingResp).await?,
-            In::Disconnect => return Ok(false),
+            In::Disconnect => {
+                self.disconnected = true;
+                return Ok(false);
+            }
             In::Connect(_) => return Err("a second CONNECT".into()),
             In::Unexpected(what) => {
                 self.send(Out::Disconnect(Reason::Unspecified)).await?;
@@ -693,6 +707,48 @@ impl Connection {
         self.send_publish(topic, d.message, q, false)
             .await
             .map(|_| ())
+    }
+
+    /// Publishes the client's last will as the client would have: written (retained or to
+    /// the log) with its permission, delivered, and queued for the persistent sessions it
+    /// matches. One that cannot be written is dropped (logged).
+    async fn publish_will(&mut self, will: wire::Publish) {
+        let key = match check_topic(&will.topic)
+            .map_err(FirnError::BadArgument)
+            .and_then(|()| {
+                Key::new(Bytes::from(format!(
+                    "{}{}",
+                    self.settings.prefix, will.topic
+                )))
+            }) {
+            Ok(key) => key,
+            Err(e) => {
+                tracing::debug!("an MQTT will to '{}' is not published: {e}", will.topic);
+                return;
+            }
+        };
+        let written = match self.write_of(&will, &key) {
+            Ok(Some(request)) => self.session.run(&self.router, request).await.map(|_| ()),
+            Ok(None) => self.session.authorize(&[Access::write_key(&key)]),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            tracing::debug!("an MQTT will to '{}' is not published: {e}", will.topic);
+            counted("will_refused");
+            return;
+        }
+        let _ = self
+            .router
+            .publisher()
+            .publish(key.bytes().clone(), will.payload.clone())
+            .await;
+        let clients = self.sessions.matching(&will.topic);
+        if !clients.is_empty()
+            && let Err(e) = queue::enqueue(&self.router, &clients, &will.topic, &will.payload).await
+        {
+            tracing::debug!("queueing an MQTT will: {e}");
+        }
+        counted("will_published");
     }
 
     /// A persistent session's filters, written to its record (and known here at once)

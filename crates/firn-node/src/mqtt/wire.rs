@@ -26,6 +26,8 @@ pub struct Connect {
     pub password: Option<Bytes>,
     /// 5.0's Session Expiry Interval, in seconds (3.1.1 has none: `None`).
     pub expiry_s: Option<u32>,
+    /// The last will: published for the client if its connection ends without DISCONNECT.
+    pub will: Option<Publish>,
 }
 
 /// A PUBLISH either way.
@@ -125,6 +127,17 @@ fn publish_of(p: WirePublish) -> Publish {
     }
 }
 
+/// A last will, as the PUBLISH it becomes.
+fn will(topic: ByteString, payload: Bytes, q: QoS, retain: bool) -> Publish {
+    Publish {
+        topic: topic.to_string(),
+        payload,
+        qos: qos(q),
+        retain,
+        packet_id: None,
+    }
+}
+
 /// A decoded packet as [`In`].
 pub fn incoming(packet: MqttPacket) -> In {
     match packet {
@@ -136,6 +149,9 @@ pub fn incoming(packet: MqttPacket) -> In {
                 username: c.username.map(|u| u.to_string()),
                 password: c.password,
                 expiry_s: None,
+                will: c
+                    .last_will
+                    .map(|w| will(w.topic, w.message, w.qos, w.retain)),
             }),
             v3::Packet::Publish(p) => In::Publish(publish_of(*p)),
             v3::Packet::PublishAck { packet_id: id } => In::PubAck(packet_id(id)),
@@ -168,6 +184,9 @@ pub fn incoming(packet: MqttPacket) -> In {
                 username: c.username.map(|u| u.to_string()),
                 password: c.password,
                 expiry_s: Some(c.session_expiry_interval_secs),
+                will: c
+                    .last_will
+                    .map(|w| will(w.topic, w.message, w.qos, w.retain)),
             }),
             v5::Packet::Publish(p) => In::Publish(publish_of(*p)),
             v5::Packet::PublishAck(a) => In::PubAck(packet_id(a.packet_id)),
