@@ -516,3 +516,52 @@ fn a_clients_will_is_published_when_it_goes_without_disconnect() {
     );
     drop(stdin);
 }
+
+/// Reads exactly `n` bytes from `stream` (bounded by its read timeout).
+fn read_n(stream: &mut std::net::TcpStream, n: usize) -> Vec<u8> {
+    let mut buf = vec![0; n];
+    stream
+        .read_exact(&mut buf)
+        .expect("an answer from the broker");
+    buf
+}
+
+#[test]
+fn a_qos_2_publish_is_written_once_even_when_sent_again_before_its_release() {
+    let node = start();
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", node.mqtt_port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // CONNECT (3.1.1, clean session, keep-alive 60, client id "q2").
+    s.write_all(b"\x10\x0e\x00\x04MQTT\x04\x02\x00\x3c\x00\x02q2")
+        .unwrap();
+    assert_eq!(read_n(&mut s, 4), b"\x20\x02\x00\x00", "CONNACK accepted");
+    // PUBLISH QoS 2 to "t", packet id 7, then the same again with DUP (its PUBREC "lost").
+    s.write_all(b"\x34\x06\x00\x01t\x00\x07x").unwrap();
+    assert_eq!(read_n(&mut s, 4), b"\x50\x02\x00\x07", "PUBREC");
+    s.write_all(b"\x3c\x06\x00\x01t\x00\x07x").unwrap();
+    assert_eq!(read_n(&mut s, 4), b"\x50\x02\x00\x07", "PUBREC again");
+    // PUBREL: PUBCOMP. The id is free again: a new message with it is a new message.
+    s.write_all(b"\x62\x02\x00\x07").unwrap();
+    assert_eq!(read_n(&mut s, 4), b"\x70\x02\x00\x07", "PUBCOMP");
+    s.write_all(b"\x34\x06\x00\x01t\x00\x07y").unwrap();
+    assert_eq!(read_n(&mut s, 4), b"\x50\x02\x00\x07", "PUBREC of the next");
+    s.write_all(b"\x62\x02\x00\x07").unwrap();
+    assert_eq!(
+        read_n(&mut s, 4),
+        b"\x70\x02\x00\x07",
+        "PUBCOMP of the next"
+    );
+    let mut r = redis(&node);
+    let records: Vec<redis::Value> = redis::cmd("FIRN.LOG")
+        .arg("RANGE")
+        .arg("mqtt")
+        .arg("mqtt/t")
+        .arg("-")
+        .arg("+")
+        .query(&mut r)
+        .unwrap();
+    assert_eq!(records.len(), 2, "x once, then y: {records:?}");
+    // And mosquitto_pub at QoS 2 goes through the whole exchange.
+    let (ok, said) = publish(&node, &["-t", "t2", "-m", "z", "-q", "2", "-V", "mqttv5"]);
+    assert!(ok, "{said}");
+}

@@ -4,7 +4,7 @@
 //! messages sent first), deliveries at the granted QoS, and keep-alive. A persistent
 //! session takes its deliveries from its queue instead, and keeps its filters in its record.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -96,6 +96,8 @@ pub async fn run(
         persistent: None,
         enqueued: None,
         disconnected: false,
+        qos2_writing: HashSet::new(),
+        qos2_received: HashSet::new(),
     };
     let principal = match conn.sign_in(&connect) {
         Ok(p) => p,
@@ -189,6 +191,10 @@ struct Connection {
     enqueued: Option<oneshot::Receiver<()>>,
     /// The client said DISCONNECT: its will is not published.
     disconnected: bool,
+    /// QoS 2 PUBLISHes being written, and those written and told so (PUBREC) whose PUBREL
+    /// has not come: a PUBLISH sent again with one of these ids is not written again.
+    qos2_writing: HashSet<u16>,
+    qos2_received: HashSet<u16>,
 }
 
 impl Connection {
@@ -380,6 +386,10 @@ impl Connection {
                     self.ack_queued(seq);
                 }
             }
+            In::PubRel(packet_id) => {
+                let known = self.qos2_received.remove(&packet_id);
+                self.send(Out::PubComp { packet_id, known }).await?;
+            }
             In::Subscribe { packet_id, filters } => self.subscribe(packet_id, filters).await?,
             In::Unsubscribe { packet_id, filters } => {
                 let count = filters.len();
@@ -410,9 +420,21 @@ impl Connection {
         p: wire::Publish,
         writes: &mut FuturesOrdered<Writing>,
     ) -> Result<(), String> {
-        if p.qos > 1 {
-            self.send(Out::Disconnect(Reason::Unspecified)).await?;
-            return Err("QoS 2 is not supported (CONNACK says QoS 1 at most)".into());
+        if p.qos == 2
+            && let Some(packet_id) = p.packet_id
+        {
+            // Sent again before its PUBREL: written once already (or being written).
+            if self.qos2_received.contains(&packet_id) {
+                return self
+                    .send(Out::PubRec {
+                        packet_id,
+                        refused: None,
+                    })
+                    .await;
+            }
+            if !self.qos2_writing.insert(packet_id) {
+                return Ok(());
+            }
         }
         let key = match check_topic(&p.topic)
             .map_err(FirnError::BadArgument)
@@ -505,7 +527,19 @@ impl Connection {
         e: FirnError,
     ) -> Result<(), String> {
         counted("publish_refused");
+        if p.qos == 2
+            && let Some(packet_id) = p.packet_id
+        {
+            self.qos2_writing.remove(&packet_id);
+        }
         match (self.level, p.packet_id) {
+            (Level::V5, Some(packet_id)) if p.qos == 2 => {
+                self.send(Out::PubRec {
+                    packet_id,
+                    refused: Some(reason),
+                })
+                .await
+            }
             (Level::V5, Some(packet_id)) => {
                 self.send(Out::PubAck {
                     packet_id,
@@ -535,12 +569,24 @@ impl Connection {
             .publisher()
             .publish(key.bytes().clone(), p.payload.clone())
             .await;
-        if let Some(packet_id) = p.packet_id {
-            self.send(Out::PubAck {
-                packet_id,
-                refused: None,
-            })
-            .await?;
+        match p.packet_id {
+            Some(packet_id) if p.qos == 2 => {
+                self.qos2_writing.remove(&packet_id);
+                self.qos2_received.insert(packet_id);
+                self.send(Out::PubRec {
+                    packet_id,
+                    refused: None,
+                })
+                .await?;
+            }
+            Some(packet_id) => {
+                self.send(Out::PubAck {
+                    packet_id,
+                    refused: None,
+                })
+                .await?;
+            }
+            None => {}
         }
         Ok(())
     }

@@ -46,6 +46,8 @@ pub enum In {
     Connect(Connect),
     Publish(Publish),
     PubAck(u16),
+    /// QoS 2's PUBREL: the client releases a message it was told was received.
+    PubRel(u16),
     Subscribe {
         packet_id: u16,
         filters: Vec<(String, u8)>,
@@ -57,7 +59,7 @@ pub enum In {
     Ping,
     Disconnect,
     /// A packet a client does not send to a server, or one Firn does not take (QoS 2's
-    /// PUBREC/PUBREL/PUBCOMP, AUTH): the connection closes.
+    /// PUBREC and PUBCOMP, as deliveries go at QoS 1 at most; AUTH): the connection closes.
     Unexpected(&'static str),
 }
 
@@ -94,6 +96,16 @@ pub enum Out {
     PubAck {
         packet_id: u16,
         refused: Option<Reason>,
+    },
+    /// QoS 2: received (and written), or refused with the reason (5.0).
+    PubRec {
+        packet_id: u16,
+        refused: Option<Reason>,
+    },
+    /// QoS 2: released (`known`: the packet id was awaiting its PUBREL).
+    PubComp {
+        packet_id: u16,
+        known: bool,
     },
     /// Each filter's granted QoS, or why it was refused.
     SubAck {
@@ -155,6 +167,7 @@ pub fn incoming(packet: MqttPacket) -> In {
             }),
             v3::Packet::Publish(p) => In::Publish(publish_of(*p)),
             v3::Packet::PublishAck { packet_id: id } => In::PubAck(packet_id(id)),
+            v3::Packet::PublishRelease { packet_id: id } => In::PubRel(packet_id(id)),
             v3::Packet::Subscribe {
                 packet_id: id,
                 topic_filters,
@@ -174,7 +187,7 @@ pub fn incoming(packet: MqttPacket) -> In {
             },
             v3::Packet::PingRequest => In::Ping,
             v3::Packet::Disconnect => In::Disconnect,
-            _ => In::Unexpected("a packet a server does not take (QoS 2 is not supported)"),
+            _ => In::Unexpected("a packet a server does not take"),
         },
         MqttPacket::V5(p) => match p {
             v5::Packet::Connect(c) => In::Connect(Connect {
@@ -190,6 +203,7 @@ pub fn incoming(packet: MqttPacket) -> In {
             }),
             v5::Packet::Publish(p) => In::Publish(publish_of(*p)),
             v5::Packet::PublishAck(a) => In::PubAck(packet_id(a.packet_id)),
+            v5::Packet::PublishRelease(r) => In::PubRel(packet_id(r.packet_id)),
             v5::Packet::Subscribe(s) => In::Subscribe {
                 packet_id: packet_id(s.packet_id),
                 filters: s
@@ -204,9 +218,7 @@ pub fn incoming(packet: MqttPacket) -> In {
             },
             v5::Packet::PingRequest => In::Ping,
             v5::Packet::Disconnect(_) => In::Disconnect,
-            _ => {
-                In::Unexpected("a packet a server does not take (QoS 2 and AUTH are not supported)")
-            }
+            _ => In::Unexpected("a packet a server does not take (AUTH is not supported)"),
         },
         MqttPacket::Version(_) => In::Unexpected("a second protocol negotiation"),
     }
@@ -236,6 +248,17 @@ fn wire_publish(p: Publish) -> WirePublish {
     }
 }
 
+/// A 5.0 PUBACK's or PUBREC's reason code.
+fn ack_reason(refused: Option<Reason>) -> v5::PublishAckReason {
+    match refused {
+        None => v5::PublishAckReason::Success,
+        Some(Reason::NotAuthorized) => v5::PublishAckReason::NotAuthorized,
+        Some(Reason::TopicInvalid) => v5::PublishAckReason::TopicNameInvalid,
+        Some(Reason::QuotaExceeded) => v5::PublishAckReason::QuotaExceeded,
+        Some(Reason::Unspecified) => v5::PublishAckReason::UnspecifiedError,
+    }
+}
+
 /// `out` as a packet of protocol level `level` (`None`: nothing to send at that level).
 pub fn outgoing(level: Level, out: Out) -> Option<MqttPacket> {
     Some(match level {
@@ -257,6 +280,12 @@ pub fn outgoing(level: Level, out: Out) -> Option<MqttPacket> {
             Out::Publish(p) => v3::Packet::Publish(Box::new(wire_publish(p))),
             // 3.1.1 has no negative PUBACK: a refused PUBLISH closes the connection instead.
             Out::PubAck { packet_id, .. } => v3::Packet::PublishAck {
+                packet_id: id(packet_id),
+            },
+            Out::PubRec { packet_id, .. } => v3::Packet::PublishReceived {
+                packet_id: id(packet_id),
+            },
+            Out::PubComp { packet_id, .. } => v3::Packet::PublishComplete {
                 packet_id: id(packet_id),
             },
             Out::SubAck { packet_id, granted } => v3::Packet::SubscribeAck {
@@ -293,7 +322,7 @@ pub fn outgoing(level: Level, out: Out) -> Option<MqttPacket> {
                     }
                     Err(Refused::Unavailable) => v5::ConnectAckReason::ServerUnavailable,
                 },
-                max_qos: QoS::AtLeastOnce,
+                max_qos: QoS::ExactlyOnce,
                 subscription_identifiers_available: false,
                 shared_subscription_available: false,
                 ..Default::default()
@@ -301,12 +330,20 @@ pub fn outgoing(level: Level, out: Out) -> Option<MqttPacket> {
             Out::Publish(p) => v5::Packet::Publish(Box::new(wire_publish(p))),
             Out::PubAck { packet_id, refused } => v5::Packet::PublishAck(v5::PublishAck {
                 packet_id: id(packet_id),
-                reason_code: match refused {
-                    None => v5::PublishAckReason::Success,
-                    Some(Reason::NotAuthorized) => v5::PublishAckReason::NotAuthorized,
-                    Some(Reason::TopicInvalid) => v5::PublishAckReason::TopicNameInvalid,
-                    Some(Reason::QuotaExceeded) => v5::PublishAckReason::QuotaExceeded,
-                    Some(Reason::Unspecified) => v5::PublishAckReason::UnspecifiedError,
+                reason_code: ack_reason(refused),
+                ..Default::default()
+            }),
+            Out::PubRec { packet_id, refused } => v5::Packet::PublishReceived(v5::PublishAck {
+                packet_id: id(packet_id),
+                reason_code: ack_reason(refused),
+                ..Default::default()
+            }),
+            Out::PubComp { packet_id, known } => v5::Packet::PublishComplete(v5::PublishAck2 {
+                packet_id: id(packet_id),
+                reason_code: if known {
+                    v5::PublishAck2Reason::Success
+                } else {
+                    v5::PublishAck2Reason::PacketIdNotFound
                 },
                 ..Default::default()
             }),
