@@ -565,3 +565,30 @@ fn a_qos_2_publish_is_written_once_even_when_sent_again_before_its_release() {
     let (ok, said) = publish(&node, &["-t", "t2", "-m", "z", "-q", "2", "-V", "mqttv5"]);
     assert!(ok, "{said}");
 }
+
+#[test]
+fn a_second_connection_with_a_client_id_takes_it_over() {
+    let node = start();
+    let connect = || {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", node.mqtt_port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        // CONNECT (3.1.1, clean session, keep-alive 60, client id "twin").
+        s.write_all(b"\x10\x10\x00\x04MQTT\x04\x02\x00\x3c\x00\x04twin")
+            .unwrap();
+        assert_eq!(read_n(&mut s, 4), b"\x20\x02\x00\x00", "CONNACK accepted");
+        s
+    };
+    let mut first = connect();
+    let mut second = connect();
+    // The first is closed (end of stream); the second goes on.
+    let mut rest = Vec::new();
+    first
+        .read_to_end(&mut rest)
+        .expect("the first connection is closed");
+    second.write_all(b"\xc0\x00").unwrap();
+    assert_eq!(
+        read_n(&mut second, 2),
+        b"\xd0\x00",
+        "PINGRESP on the second"
+    );
+}

@@ -21,6 +21,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::codec::Framed;
 
+use super::clients::Clients;
 use super::queue::{self, QueueReader, Queued};
 use super::registry::Registry;
 use super::session::{self, SESSION_EXPIRY_S_MAX, SESSION_FILTERS_MAX, SessionRecord};
@@ -50,15 +51,24 @@ type Writing = std::pin::Pin<
     Box<dyn std::future::Future<Output = (wire::Publish, Key, Result<(), FirnError>)> + Send>,
 >;
 
-/// Serves one connection until it closes, the client goes silent past its keep-alive, or
-/// the node stops.
+/// What every connection of the listener shares.
+pub struct Shared {
+    /// Every node's persistent sessions, as this node knows them.
+    pub sessions: Arc<Registry>,
+    /// This node's connections by client id.
+    pub clients: Arc<Clients>,
+}
+
+/// Serves one connection until it closes, the client goes silent past its keep-alive, a
+/// newer connection takes its client id over, or the node stops.
 pub async fn run(
     stream: ClientStream,
     router: Arc<Router>,
     settings: Arc<MqttSettings>,
-    sessions: Arc<Registry>,
+    shared: Shared,
     mut stop: watch::Receiver<bool>,
 ) {
+    let Shared { sessions, clients } = shared;
     let max = settings.packet_bytes_max;
     let mut wire: Wire = Framed::new(stream, MqttCodec::Version(VersionCodec));
     let level = match tokio::time::timeout(CONNECT_WAIT, wire.next()).await {
@@ -116,6 +126,8 @@ pub async fn run(
     let client = assigned
         .clone()
         .unwrap_or_else(|| connect.client_id.clone());
+    // A connection with this client id here is closed first (MQTT's takeover).
+    let mut held = clients.hold(&client).await;
     let session_present = match conn.resume(&connect, &client).await {
         Ok(present) => present,
         Err(refused) => {
@@ -135,7 +147,10 @@ pub async fn run(
     counted("connected");
     let keep_alive = (connect.keep_alive_s > 0)
         .then(|| Duration::from_millis(u64::from(connect.keep_alive_s) * 1_500));
-    if let Err(why) = conn.serve(keep_alive, &mut stop).await {
+    if let Err(why) = conn
+        .serve(keep_alive, &mut stop, &mut held.taken_over)
+        .await
+    {
         tracing::debug!("mqtt connection ended: {why}");
     }
     // Gone without DISCONNECT (dropped, silent past its keep-alive, a bad packet): its will
@@ -309,6 +324,7 @@ impl Connection {
         &mut self,
         keep_alive: Option<Duration>,
         stop: &mut watch::Receiver<bool>,
+        taken_over: &mut watch::Receiver<bool>,
     ) -> Result<(), String> {
         let mut writes: FuturesOrdered<Writing> = FuturesOrdered::new();
         let mut deadline = keep_alive.map(|k| Instant::now() + k);
@@ -359,6 +375,10 @@ impl Connection {
                 _ = renewal => self.renew(),
                 _ = silent => return Err("no packet within 1.5 times the keep-alive".into()),
                 _ = stop.changed() => return Ok(()),
+                _ = taken_over.changed() => {
+                    counted("closed_taken_over");
+                    return Err("a newer connection took its client id over".into());
+                }
             }
         }
     }

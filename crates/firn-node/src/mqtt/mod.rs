@@ -3,6 +3,7 @@
 //! PUBLISH a version of it, any other a record of the shared log under its tag; a
 //! subscription listens on the cluster's publish/subscribe channels of those keys.
 
+mod clients;
 mod connection;
 mod queue;
 mod registry;
@@ -85,6 +86,7 @@ pub async fn serve(
 ) {
     let slots = Arc::new(Semaphore::new(settings.connections_max));
     let sessions = Arc::new(registry::Registry::default());
+    let clients = Arc::new(clients::Clients::default());
     let following = tokio::spawn(registry::follow(
         router.clone(),
         sessions.clone(),
@@ -100,17 +102,19 @@ pub async fn serve(
                     continue;
                 };
                 let _ = tcp.set_nodelay(true);
-                let (router, settings, sessions, tls, stop) = (
+                let (router, settings, sessions, clients, tls, stop) = (
                     router.clone(),
                     settings.clone(),
                     sessions.clone(),
+                    clients.clone(),
                     tls.clone(),
                     stop.clone(),
                 );
                 connections.spawn(async move {
                     let _slot = slot;
                     if let Some(stream) = tls.accept(tcp, ClientListener::Mqtt).await {
-                        connection::run(stream, router, settings, sessions, stop).await;
+                        let shared = connection::Shared { sessions, clients };
+                        connection::run(stream, router, settings, shared, stop).await;
                     }
                 });
             }
