@@ -41,6 +41,10 @@ const CONNECT_WAIT: Duration = Duration::from_secs(10);
 pub const INFLIGHT_MAX: usize = 64;
 /// Retained messages a SUBSCRIBE sends at most (the newest of that many topics).
 pub const RETAINED_PER_SUBSCRIBE_MAX: usize = 10_000;
+/// A persistent session's acknowledged messages are acked in its queue together: at most
+/// this many, or what came within this long of the first.
+const ACK_BATCH_MAX: usize = 64;
+const ACK_BATCH_WAIT: Duration = Duration::from_millis(5);
 /// Keys a retained-message scan reads a page.
 const RETAINED_PAGE: usize = 1_000;
 
@@ -108,6 +112,8 @@ pub async fn run(
         disconnected: false,
         qos2_writing: HashSet::new(),
         qos2_received: HashSet::new(),
+        acks: Vec::new(),
+        acks_due: None,
     };
     let principal = match conn.sign_in(&connect) {
         Ok(p) => p,
@@ -152,6 +158,13 @@ pub async fn run(
         .await
     {
         tracing::debug!("mqtt connection ended: {why}");
+    }
+    // What the client acknowledged is acked before the session can be taken up again.
+    if let Some(p) = &conn.persistent
+        && !conn.acks.is_empty()
+    {
+        let seqs = std::mem::take(&mut conn.acks);
+        queue::ack(router.clone(), p.client.clone(), seqs).await;
     }
     // Gone without DISCONNECT (dropped, silent past its keep-alive, a bad packet): its will
     // is published — unless the node is stopping, which is no fault of the client's.
@@ -210,6 +223,10 @@ struct Connection {
     /// has not come: a PUBLISH sent again with one of these ids is not written again.
     qos2_writing: HashSet<u16>,
     qos2_received: HashSet<u16>,
+    /// Queue entries delivered and acknowledged, not yet acked in the queue, and when they
+    /// are (the first's time + `ACK_BATCH_WAIT`).
+    acks: Vec<LogSeq>,
+    acks_due: Option<Instant>,
 }
 
 impl Connection {
@@ -343,6 +360,13 @@ impl Connection {
                     None => std::future::pending().await,
                 }
             };
+            let acks_due = self.acks_due;
+            let acks_flush = async {
+                match acks_due {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             let queued = async {
                 match self.persistent.as_mut() {
                     Some(p) => p.reader.messages.recv().await,
@@ -373,6 +397,7 @@ impl Connection {
                     None => return Err("the session's queue reader ended".into()),
                 },
                 _ = renewal => self.renew(),
+                _ = acks_flush => self.flush_acks(),
                 _ = silent => return Err("no packet within 1.5 times the keep-alive".into()),
                 _ = stop.changed() => return Ok(()),
                 _ = taken_over.changed() => {
@@ -877,10 +902,27 @@ impl Connection {
         Ok(())
     }
 
-    /// Acks (and deletes) entry `seq` of this session's queue, in the background.
-    fn ack_queued(&self, seq: LogSeq) {
-        if let Some(p) = &self.persistent {
-            tokio::spawn(queue::ack(self.router.clone(), p.client.clone(), seq));
+    /// Notes entry `seq` of this session's queue as done: acked (and deleted) with the
+    /// others of the next few milliseconds, in one ack and one delete.
+    fn ack_queued(&mut self, seq: LogSeq) {
+        if self.persistent.is_none() {
+            return;
+        }
+        if self.acks.is_empty() {
+            self.acks_due = Some(Instant::now() + ACK_BATCH_WAIT);
+        }
+        self.acks.push(seq);
+        if self.acks.len() >= ACK_BATCH_MAX {
+            self.flush_acks();
+        }
+    }
+
+    /// Acks (and deletes) the entries noted done, in the background.
+    fn flush_acks(&mut self) {
+        self.acks_due = None;
+        let seqs = std::mem::take(&mut self.acks);
+        if let (Some(p), false) = (&self.persistent, seqs.is_empty()) {
+            tokio::spawn(queue::ack(self.router.clone(), p.client.clone(), seqs));
         }
     }
 

@@ -99,19 +99,16 @@ pub async fn make(router: &Router, client: &str) -> Result<(), FirnError> {
     }
 }
 
-/// Acks and deletes the entry `seq` of client `client`'s queue (both idempotent; an entry
-/// left pending by a failure is delivered again on the session's next connection).
-pub async fn ack(router: Arc<Router>, client: String, seq: LogSeq) {
+/// Acks and deletes the entries `seqs` of client `client`'s queue (both idempotent; an
+/// entry left pending by a failure is delivered again on the session's next connection).
+pub async fn ack(router: Arc<Router>, client: String, seqs: Vec<LogSeq>) {
     let Ok(key) = queue_key(&client) else { return };
     let acked = GroupWrite::Change {
         key: key.clone(),
         group: Bytes::from_static(GROUP),
-        change: GroupChange::Ack { ids: vec![seq] },
+        change: GroupChange::Ack { ids: seqs.clone() },
     };
-    let deleted = LogWrite::StreamDel {
-        key,
-        ids: vec![seq],
-    };
+    let deleted = LogWrite::StreamDel { key, ids: seqs };
     let c = ctx();
     let (a, d) = futures::future::join(
         router.execute(&c, acked.into()),
