@@ -1,0 +1,5 @@
+*2
+$12
+FIRN.TRIGGER
+$1
+k
