@@ -174,12 +174,13 @@ impl Router {
     }
 
     /// The newest version of each live key under `prefix`, at most `max_keys` of them, read
-    /// page by page (linearizable): Firn's own reads of its bookkeeping prefixes (MQTT
+    /// page by page at `consistency`: Firn's own reads of its bookkeeping prefixes (MQTT
     /// sessions, a hub's site cursors, a site's downlink keys), on no client's behalf.
     pub async fn latest_under(
         &self,
         prefix: Bytes,
         max_keys: usize,
+        consistency: ReadConsistency,
     ) -> Result<Vec<(Key, VersionInfo)>, FirnError> {
         const PAGE: usize = 1_000;
         let mut all = Vec::new();
@@ -191,7 +192,7 @@ impl Router {
                 limit: PAGE.min(max_keys - all.len()),
                 pattern: None,
                 at: ReadAt::Latest,
-                consistency: ReadConsistency::Linearizable,
+                consistency,
             };
             let answer = self.execute(&CallContext::default(), scan.into()).await?;
             let Response::Scan { keys, next_cursor } = answer.response else {

@@ -280,15 +280,16 @@ fn assert_hub_has_exactly(nodes: &Nodes, site_resp: &str, acked: &[String]) {
         sites[0]["since_contact_ms"].as_u64().unwrap() < 10_000,
         "{sites:?}"
     );
-    let metrics = ureq::get(&format!("http://{}/metrics", nodes.hub_http))
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap();
-    assert!(
-        metrics.contains("firn_hub_site_last_contact_ms{site=\"plant1\"}"),
-        "{metrics}"
-    );
+    // The hub's gauges are set every 5 s.
+    let shown = wait_until(Duration::from_secs(12), || {
+        ureq::get(&format!("http://{}/metrics", nodes.hub_http))
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap()
+            .contains("firn_hub_site_last_contact_ms{site=\"plant1\"}")
+    });
+    assert!(shown, "the hub's /metrics does not show the site");
 }
 
 #[test]

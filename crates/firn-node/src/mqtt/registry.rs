@@ -8,7 +8,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use firn_model::{KeyRange, WatchFrom, WatchRequest};
+use firn_model::{KeyRange, ReadConsistency, WatchFrom, WatchRequest};
 use tokio::sync::watch;
 
 use super::session::{SESSION_PREFIX, SessionRecord, client_of};
@@ -139,7 +139,9 @@ async fn read_all(
     router: &Router,
     prefix: Bytes,
 ) -> Result<HashMap<String, Vec<(String, u8)>>, firn_model::FirnError> {
-    let records = router.latest_under(prefix, SESSIONS_MAX).await?;
+    let records = router
+        .latest_under(prefix, SESSIONS_MAX, ReadConsistency::Linearizable)
+        .await?;
     Ok(records
         .into_iter()
         .filter_map(|(key, version)| {

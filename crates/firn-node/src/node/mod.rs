@@ -484,6 +484,11 @@ impl RunningNode {
             .await?,
         );
 
+        // Any cluster can be a hub: the sites that send to it are shown from their cursors.
+        tasks.push(tokio::spawn(crate::uplink::follow_sites(
+            router.clone(),
+            stop_rx.clone(),
+        )));
         if let Some(uplink) = config.uplink.clone() {
             tasks.push(tokio::spawn(crate::uplink::run(
                 router.clone(),

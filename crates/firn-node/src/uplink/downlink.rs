@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use firn_model::{CallContext, Key, KvWrite, PutRequest};
+use firn_model::{CallContext, Key, KvWrite, PutRequest, ReadConsistency};
 use tokio::sync::watch;
 
 use super::UplinkConfig;
@@ -127,7 +127,11 @@ async fn site_values(
     prefix: &Bytes,
 ) -> Result<BTreeMap<Vec<u8>, Bytes>, firn_model::FirnError> {
     let keys = router
-        .latest_under(prefix.clone(), DOWNLINK_KEYS_MAX)
+        .latest_under(
+            prefix.clone(),
+            DOWNLINK_KEYS_MAX,
+            ReadConsistency::Linearizable,
+        )
         .await?;
     Ok(keys
         .into_iter()

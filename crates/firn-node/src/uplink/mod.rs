@@ -12,7 +12,7 @@ mod sites;
 
 pub use downlink::DOWNLINK_KEYS_MAX;
 
-pub use sites::{SiteView, sites};
+pub use sites::{SiteView, follow as follow_sites, sites};
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -3,11 +3,14 @@
 //! page. A cluster needs no setting to be a hub: any that holds such cursors shows them.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
-use firn_model::FirnError;
+use firn_model::ReadConsistency;
 use firn_model::hlc::system_wall_us;
 use serde::Serialize;
+use tokio::sync::watch;
 
 use super::HUB_CURSOR_PREFIX;
 use super::hub::HubCursor;
@@ -15,6 +18,10 @@ use crate::router::Router;
 
 /// Cursors read at most (a site has one a shard): past it the view is cut short.
 const CURSORS_MAX: usize = 10_000;
+/// The longest the view may take to read.
+const SITES_READ_WAIT: Duration = Duration::from_secs(1);
+/// How often the hub's site gauges are set.
+const GAUGES_EVERY: Duration = Duration::from_secs(5);
 
 /// One site as the hub last heard from it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -31,12 +38,40 @@ pub struct SiteView {
     pub lag_ms: u64,
 }
 
-/// Every site that keeps cursors here; also sets `firn_hub_site_last_contact_ms{site}` and
-/// `firn_hub_site_lag_ms{site}`.
-pub async fn sites(router: &Router) -> Result<Vec<SiteView>, FirnError> {
-    let prefix = Bytes::from_static(HUB_CURSOR_PREFIX.as_bytes());
+/// Every site that keeps cursors here, as this node's replicas have them (a local read,
+/// bounded by [`SITES_READ_WAIT`]: the view is never what makes `/v1/cluster` slow or fail;
+/// none when it could not be read in time).
+pub async fn sites(router: &Router) -> Vec<SiteView> {
+    let read = router.latest_under(
+        Bytes::from_static(HUB_CURSOR_PREFIX.as_bytes()),
+        CURSORS_MAX,
+        ReadConsistency::Local,
+    );
+    match tokio::time::timeout(SITES_READ_WAIT, read).await {
+        Ok(Ok(cursors)) => views_of(cursors),
+        _ => Vec::new(),
+    }
+}
+
+/// Sets `firn_hub_site_last_contact_ms{site}` and `firn_hub_site_lag_ms{site}` every
+/// [`GAUGES_EVERY`] until `stop` (on every node: any cluster can be a hub).
+pub async fn follow(router: Arc<Router>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(GAUGES_EVERY) => {}
+            _ = stop.changed() => return,
+        }
+        for v in sites(&router).await {
+            metrics::gauge!("firn_hub_site_last_contact_ms", "site" => v.site.clone())
+                .set(v.last_contact_unix_ms as f64);
+            metrics::gauge!("firn_hub_site_lag_ms", "site" => v.site.clone()).set(v.lag_ms as f64);
+        }
+    }
+}
+
+fn views_of(cursors: Vec<(firn_model::Key, firn_model::VersionInfo)>) -> Vec<SiteView> {
     let mut by_site: BTreeMap<String, Vec<HubCursor>> = BTreeMap::new();
-    for (key, version) in router.latest_under(prefix, CURSORS_MAX).await? {
+    for (key, version) in cursors {
         let site = key
             .as_bytes()
             .strip_prefix(HUB_CURSOR_PREFIX.as_bytes())
@@ -64,10 +99,5 @@ pub async fn sites(router: &Router) -> Result<Vec<SiteView>, FirnError> {
             }
         })
         .collect();
-    for v in &views {
-        metrics::gauge!("firn_hub_site_last_contact_ms", "site" => v.site.clone())
-            .set(v.last_contact_unix_ms as f64);
-        metrics::gauge!("firn_hub_site_lag_ms", "site" => v.site.clone()).set(v.lag_ms as f64);
-    }
-    Ok(views)
+    views
 }
