@@ -11,6 +11,7 @@ mod auth;
 mod client;
 pub mod cmd;
 pub mod command;
+pub mod frame;
 pub mod registry;
 pub mod reply;
 mod subscribed;
@@ -26,7 +27,6 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use firn_model::limits::RESP_FRAME_BYTES_MAX;
 use firn_model::{FirnError, KvRead, KvRequest, Pipelining, Request};
-use redis_protocol::resp2;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
@@ -36,6 +36,7 @@ use self::client::Client;
 use self::cmd::scan::CursorTable;
 use self::cmd::{cluster, firn_watch, server};
 use self::command::{Action, Render};
+use self::frame::Frame;
 use self::reply::{Reply, answered};
 use crate::router::Router;
 use crate::session::Started;
@@ -246,9 +247,6 @@ struct Connection {
     watched: Vec<(firn_model::Key, firn_model::CommitTs)>,
 }
 
-/// One command as received: its upper-cased name and arguments.
-type Frame = (String, VecDeque<Bytes>);
-
 impl Connection {
     fn new(
         stream: ClientStream,
@@ -329,49 +327,9 @@ impl Connection {
         Ok(())
     }
 
-    /// Takes one complete command from the input, if there is one. A malformed frame yields
-    /// an error reply and the unparseable input is dropped, so the connection can go on.
+    /// Takes one complete command from the input, if there is one (see [`frame`]).
     fn next_frame(&mut self) -> Option<Result<Frame, Reply>> {
-        // Empty lines between commands are skipped, as Redis does (`redis-cli --pipe` sends
-        // one before its closing ECHO).
-        while self.input.first().is_some_and(|b| *b != b'*') {
-            match self.next_inline()? {
-                Some(frame) => return Some(Ok(frame)),
-                None => continue,
-            }
-        }
-        if self.input.is_empty() {
-            return None;
-        }
-        match resp2::decode::decode_bytes_mut(&mut self.input) {
-            Ok(Some((frame, _, _))) => Some(frame_to_command(frame)),
-            Ok(None) => None,
-            Err(e) => {
-                self.input.clear();
-                Some(Err(Reply::Error(format!(
-                    "ERR Protocol error: {}",
-                    e.details().replace(['\r', '\n'], " ")
-                ))))
-            }
-        }
-    }
-
-    /// Inline commands (`PING\r\n`, as typed into telnet): `None` while the line is
-    /// incomplete, `Some(None)` for an empty line (consumed).
-    fn next_inline(&mut self) -> Option<Option<Frame>> {
-        let end = self.input.iter().position(|&b| b == b'\n')?;
-        let line = self.input.split_to(end + 1);
-        let text = String::from_utf8_lossy(&line);
-        let mut words = text
-            .split_whitespace()
-            .map(|w| Bytes::copy_from_slice(w.as_bytes()));
-        let Some(name) = words.next() else {
-            return Some(None);
-        };
-        Some(Some((
-            String::from_utf8_lossy(&name).to_ascii_uppercase(),
-            words.collect(),
-        )))
+        frame::next_command(&mut self.input)
     }
 
     /// Awaits every queued answer, in order, into the output buffer.
@@ -608,29 +566,4 @@ impl Connection {
             }
         }
     }
-}
-
-fn frame_to_command(frame: resp2::types::BytesFrame) -> Result<Frame, Reply> {
-    use resp2::types::BytesFrame as F;
-    let F::Array(parts) = frame else {
-        return Err(Reply::Error(
-            "ERR Protocol error: expected an array of bulk strings".into(),
-        ));
-    };
-    let mut items = VecDeque::with_capacity(parts.len());
-    for part in parts {
-        match part {
-            F::BulkString(b) | F::SimpleString(b) => items.push_back(b),
-            F::Integer(i) => items.push_back(Bytes::from(i.to_string())),
-            _ => {
-                return Err(Reply::Error(
-                    "ERR Protocol error: command arguments must be bulk strings".into(),
-                ));
-            }
-        }
-    }
-    let Some(name) = items.pop_front() else {
-        return Err(Reply::Error("ERR Protocol error: empty command".into()));
-    };
-    Ok((String::from_utf8_lossy(&name).to_ascii_uppercase(), items))
 }
