@@ -14,10 +14,12 @@ mod kv;
 pub(crate) mod linger;
 mod log;
 mod openapi;
-mod params;
+#[doc(hidden)]
+pub mod params;
 mod query;
 mod service;
-mod txn;
+#[doc(hidden)]
+pub mod txn;
 mod ui;
 mod watch;
 mod watermark;

@@ -1,4 +1,5 @@
-//! Query parameters and path segments, read into the typed values requests take.
+//! Query parameters and path segments, read into the typed values requests take. Public
+//! only for the fuzz targets (`crates/firn-fuzz-targets`), which feed them any input.
 
 use std::collections::HashMap;
 
@@ -6,13 +7,13 @@ use axum::body::Bytes;
 use firn_model::time::{parse_micros, parse_read_time};
 use firn_model::{FirnError, Key, LogSeq, ReadAt, ReadConsistency};
 
-pub(super) fn key_of(path: String) -> Result<Key, FirnError> {
+pub fn key_of(path: String) -> Result<Key, FirnError> {
     Key::new(Bytes::from(path))
 }
 
 /// A page's `cursor`, as the previous page's `next_cursor` gave it (see
 /// [`super::json::cursor_text`]); none when absent or empty.
-pub(super) fn cursor_of(q: &HashMap<String, String>) -> Result<Option<Bytes>, FirnError> {
+pub fn cursor_of(q: &HashMap<String, String>) -> Result<Option<Bytes>, FirnError> {
     use base64::Engine;
     let Some(cursor) = q.get("cursor").filter(|c| !c.is_empty()) else {
         return Ok(None);
@@ -31,10 +32,7 @@ pub(super) fn cursor_of(q: &HashMap<String, String>) -> Result<Option<Bytes>, Fi
 }
 
 /// A `true`/`false` parameter.
-pub(super) fn param_bool(
-    q: &HashMap<String, String>,
-    name: &str,
-) -> Result<Option<bool>, FirnError> {
+pub fn param_bool(q: &HashMap<String, String>, name: &str) -> Result<Option<bool>, FirnError> {
     q.get(name)
         .map(|v| match v.as_str() {
             "true" | "1" => Ok(true),
@@ -46,7 +44,7 @@ pub(super) fn param_bool(
         .transpose()
 }
 
-pub(super) fn param_u64(q: &HashMap<String, String>, name: &str) -> Result<Option<u64>, FirnError> {
+pub fn param_u64(q: &HashMap<String, String>, name: &str) -> Result<Option<u64>, FirnError> {
     q.get(name)
         .map(|v| {
             v.parse::<u64>().map_err(|_| {
@@ -58,7 +56,7 @@ pub(super) fn param_u64(q: &HashMap<String, String>, name: &str) -> Result<Optio
 
 /// A seq bound: `<ms>-<n>`, or `<ms>` alone meaning the millisecond's first seq (its last
 /// with `end`), as Redis reads a stream id in a range.
-pub(super) fn seq_param(
+pub fn seq_param(
     q: &HashMap<String, String>,
     name: &str,
     end: bool,
@@ -70,14 +68,14 @@ pub(super) fn seq_param(
         .transpose()
 }
 
-pub(super) fn consistency(q: &HashMap<String, String>) -> Result<ReadConsistency, FirnError> {
+pub fn consistency(q: &HashMap<String, String>) -> Result<ReadConsistency, FirnError> {
     q.get("consistency")
         .map_or(Ok(ReadConsistency::Linearizable), |c| c.parse())
 }
 
 /// `version`, `as_of` or `event_time`: at most one — or `event_time` with `as_of`, the
 /// bitemporal read.
-pub(super) fn read_at(q: &HashMap<String, String>) -> Result<ReadAt, FirnError> {
+pub fn read_at(q: &HashMap<String, String>) -> Result<ReadAt, FirnError> {
     let given = [
         param_u64(q, "version")?.map(ReadAt::Version),
         q.get("as_of")
@@ -109,7 +107,7 @@ pub(super) fn read_at(q: &HashMap<String, String>) -> Result<ReadAt, FirnError> 
 
 /// The repeated `key` parameters (`?key=a&key=b`, so the query is read as a list of pairs),
 /// and the other parameters.
-pub(super) fn keys_and_params(
+pub fn keys_and_params(
     pairs: Vec<(String, String)>,
 ) -> Result<(Vec<Key>, HashMap<String, String>), FirnError> {
     let keys = pairs
@@ -123,7 +121,7 @@ pub(super) fn keys_and_params(
 
 /// A duration a JSON body gives as seconds (a number) or with units (`"90s"`, `"7d"`), in
 /// microseconds; null or absent: none. `example` is a form the error suggests.
-pub(super) fn json_duration_us(
+pub fn json_duration_us(
     name: &str,
     value: Option<serde_json::Value>,
     example: &str,

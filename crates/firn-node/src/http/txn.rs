@@ -32,7 +32,7 @@ use crate::router::Router;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct TxnBody {
+pub struct TxnBody {
     #[serde(default)]
     compare: Vec<CompareBody>,
     #[serde(default)]
@@ -86,6 +86,27 @@ enum StepBody {
 
 fn one() -> i64 {
     1
+}
+
+impl TxnBody {
+    /// The transaction the body asks for, every compare and step checked.
+    pub fn into_write(self) -> Result<KvWrite, FirnError> {
+        let compares = self
+            .compare
+            .into_iter()
+            .map(CompareBody::into_compare)
+            .collect::<Result<_, _>>()?;
+        let steps = |list: Vec<StepBody>| {
+            list.into_iter()
+                .map(StepBody::into_step)
+                .collect::<Result<Vec<_>, FirnError>>()
+        };
+        Ok(KvWrite::Atomic {
+            compares,
+            steps: steps(self.then)?,
+            otherwise: Some(steps(self.otherwise)?),
+        })
+    }
 }
 
 impl CompareBody {
@@ -164,21 +185,7 @@ pub(super) async fn txn(
     body: Result<axum::Json<TxnBody>, JsonRejection>,
 ) -> ApiResult<axum::Json<Json>> {
     let axum::Json(body) = body.map_err(bad_json)?;
-    let compares = body
-        .compare
-        .into_iter()
-        .map(CompareBody::into_compare)
-        .collect::<Result<_, _>>()?;
-    let steps = |list: Vec<StepBody>| {
-        list.into_iter()
-            .map(StepBody::into_step)
-            .collect::<Result<Vec<_>, FirnError>>()
-    };
-    let write = KvWrite::Atomic {
-        compares,
-        steps: steps(body.then)?,
-        otherwise: Some(steps(body.otherwise)?),
-    };
+    let write = body.into_write()?;
     match session.execute(&router, write.into()).await?.response {
         Response::Branch { succeeded, steps } => Ok(axum::Json(json!({
             "succeeded": succeeded,
