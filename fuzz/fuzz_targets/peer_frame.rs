@@ -1,16 +1,6 @@
-//! A frame from a peer, as the peer connection decodes it: a postcard request (what a node
-//! serves) or response (what a caller reads). Framing is tokio-util's length-delimited
-//! codec; what is fuzzed here is the body. No input may panic.
+//! A frame's body from a peer, decoded as a request, a response and an envelope. The body
+//! is `firn_fuzz_targets::peer_frame` (crates/firn-fuzz-targets), which `cargo test` also
+//! replays over the corpus. No input may panic, hang or exhaust memory.
 #![no_main]
 
-use firn_raft::peer::{PeerRequest, PeerResponse};
-use libfuzzer_sys::fuzz_target;
-
-fuzz_target!(|data: &[u8]| {
-    let _ = postcard::from_bytes::<PeerRequest>(data);
-    let _ = postcard::from_bytes::<PeerResponse>(data);
-    // As an envelope (id, body, sender's wall clock): the body after a varint id.
-    if let Ok((_id, rest)) = postcard::take_from_bytes::<u64>(data) {
-        let _ = postcard::take_from_bytes::<PeerRequest>(rest);
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| firn_fuzz_targets::peer_frame(data));
