@@ -68,6 +68,9 @@ pub struct NodeConfig {
     /// Most RESP connections open at once; one more is told `ERR max number of clients
     /// reached` and closed.
     pub resp_connections_max: usize,
+    /// Longest a RESP client may take none of its replies while some wait to go out; it is
+    /// closed then (see `resp::OUTPUT_FLUSH_BYTES` for what it holds meanwhile).
+    pub resp_output_stall_max: Duration,
     /// The MQTT listener (`--mqtt-addr`); `None`: no MQTT (the default).
     pub mqtt_addr: Option<SocketAddr>,
     /// The key prefix MQTT topics live under (`--mqtt-prefix`, default `mqtt/`).
@@ -124,10 +127,17 @@ pub const CLOSE_TIME_EVERY_DEFAULT: Duration = Duration::from_millis(50);
 /// twentieth of what closing every 50 ms writes (docs/deploy.md).
 pub const CLOSE_TIME_IDLE_EVERY_DEFAULT: Duration = Duration::from_secs(1);
 
-/// Default limit of open RESP connections: Redis's default `maxclients`. Each connection
-/// holds two 16 KiB buffers and up to 1,024 pipelined replies, so the limit bounds the
-/// node's memory for clients (and its file descriptors) rather than its throughput.
-pub const RESP_CONNECTIONS_MAX: usize = 10_000;
+/// Default limit of open RESP connections: twice Redis's default `maxclients`, so that a
+/// node holds 10,000 idle clients beside 1,000 busy ones. Each connection holds two 16 KiB
+/// buffers and at most 64 KiB of replies plus one (`resp::OUTPUT_FLUSH_BYTES`), so the
+/// limit bounds the node's memory for clients (and its file descriptors: `firn serve`
+/// raises its open-file limit to fit) rather than its throughput.
+pub const RESP_CONNECTIONS_MAX: usize = 20_000;
+
+/// Default of [`NodeConfig::resp_output_stall_max`]: Redis closes a pub/sub client whose
+/// output stayed over its soft limit for 60 s; a client that reads nothing for as long is
+/// gone or stuck, and holds a connection slot.
+pub const RESP_OUTPUT_STALL_MAX_DEFAULT: Duration = Duration::from_secs(60);
 
 /// Default bound of the local log index: enough for a few hundred thousand small records,
 /// small beside the node's storage caches.
@@ -156,6 +166,7 @@ impl Default for NodeConfig {
             replication: REPLICATION_DEFAULT,
             join: None,
             resp_connections_max: RESP_CONNECTIONS_MAX,
+            resp_output_stall_max: RESP_OUTPUT_STALL_MAX_DEFAULT,
             mqtt_addr: None,
             mqtt_prefix: crate::mqtt::PREFIX_DEFAULT.to_owned(),
             uplink: None,

@@ -80,6 +80,11 @@ fn describe() {
     describe_counter!(
         "firn_pubsub_messages_dropped_total",
         "published messages a subscriber of this node lost because its queue was full \
-         (pubsub::SUBSCRIBER_QUEUE_MESSAGES_MAX)"
+         (pubsub::SUBSCRIBER_QUEUE_MESSAGES_MAX messages or SUBSCRIBER_QUEUE_BYTES_MAX bytes)"
+    );
+    describe_counter!(
+        "firn_resp_clients_closed_total",
+        "RESP connections the node closed for a bound (reason=output_stalled: the client took \
+         none of its replies for --max-output-stall)"
     );
 }

@@ -15,6 +15,7 @@ use firn_node::{NodeConfig, RunningNode};
 
 use crate::config::{Setting, render};
 
+mod open_files;
 mod unix_group;
 
 #[derive(Args)]
@@ -112,9 +113,14 @@ pub struct ServeArgs {
     #[arg(long, env = "FIRN_REPLICATION", default_value_t = firn_node::config::REPLICATION_DEFAULT)]
     replication: usize,
     /// Most RESP connections open at once; one more is told `ERR max number of clients
-    /// reached` and closed.
+    /// reached` and closed. The open-file limit is raised to fit (up to the hard limit;
+    /// past it fewer are taken, and the node says so).
     #[arg(long, env = "FIRN_MAX_CONNECTIONS", default_value_t = firn_node::config::RESP_CONNECTIONS_MAX)]
     max_connections: usize,
+    /// Longest a RESP client may take none of its replies while some wait to go out (it
+    /// pipelines and never reads, or a subscriber stopped reading): it is disconnected then.
+    #[arg(long, env = "FIRN_MAX_OUTPUT_STALL", default_value = "60s", value_parser = humantime::parse_duration)]
+    max_output_stall: Duration,
     /// Listen for MQTT 3.1.1 and 5.0 clients here (off by default; TLS and --users apply
     /// as on the other ports). Its connections are bounded by --max-connections too.
     #[arg(long, env = "FIRN_MQTT_ADDR")]
@@ -356,6 +362,9 @@ fn node_config(args: &ServeArgs) -> Result<(NodeConfig, Option<String>), String>
     if args.max_connections == 0 {
         return Err("--max-connections must be at least 1".into());
     }
+    if args.max_output_stall.is_zero() {
+        return Err("--max-output-stall must be more than 0".into());
+    }
     let (node_id, host) = args.node_id.resolve()?;
     let config = NodeConfig {
         resp_addr: args.resp_addr,
@@ -382,6 +391,7 @@ fn node_config(args: &ServeArgs) -> Result<(NodeConfig, Option<String>), String>
         join: args.join.clone(),
         advertise_host: args.advertise_host.clone(),
         resp_connections_max: args.max_connections,
+        resp_output_stall_max: args.max_output_stall,
         mqtt_addr: args.mqtt_addr,
         mqtt_prefix: args.mqtt_prefix.clone(),
         uplink: match (&args.site, &args.hub) {
@@ -470,6 +480,10 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
         ),
         _ => tracing::info!("no users file: nothing is checked (see --users)"),
     }
+    let mut config = config;
+    let listeners = 1 + u64::from(config.mqtt_addr.is_some());
+    config.resp_connections_max =
+        open_files::fit_connections(config.resp_connections_max, listeners);
     let node = RunningNode::start(config)
         .await
         .map_err(|e| e.to_string())?;

@@ -317,7 +317,7 @@ fn each_setting_comes_from_the_highest_source_that_gives_it() {
         setting(&settings, "snapshot-every"),
         ("5", format!("config file {config}").as_str())
     );
-    assert_eq!(setting(&settings, "max-connections"), ("10000", "default"));
+    assert_eq!(setting(&settings, "max-connections"), ("20000", "default"));
     assert_eq!(
         setting(&settings, "allow-flushall"),
         ("true", "environment FIRN_ALLOW_FLUSHALL")

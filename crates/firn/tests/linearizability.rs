@@ -4,91 +4,32 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Cluster, FirnProcess, Rng, kill_leaders, seed};
-use firn_check::register::{Register, RegisterOp, RegisterOut};
-use firn_check::{Operation, check_per_key};
-use firn_client::{Client, ClientError, PutOptions};
-use firn_model::{ReadAt, ReadConsistency};
+use common::{Cluster, FirnProcess, free_ports, kill_leaders, seed};
+use firn_check::check_per_key;
+use firn_check::register::Register;
+use firn_client::Client;
+use firn_soak::workload::register::{History, ReadPath, Registers, check_history};
 
 const CLIENTS: usize = 6;
 const OPS_PER_CLIENT: usize = 150;
 /// Pause between one client's operations, so the run spans the kill and the restart.
 const THINK: Duration = Duration::from_millis(3);
 const KEYS: u64 = 3;
-/// How long one operation may take before it counts as "outcome unknown".
-const OP_TIMEOUT: Duration = Duration::from_secs(5);
 
-type History = Vec<(u64, Operation<RegisterOp, RegisterOut>)>;
-
-/// How reads are served: the real linearizable path, or a deliberately stale one (as of a
-/// time in the past) that the checker must catch.
-#[derive(Clone, Copy, PartialEq)]
-enum ReadPath {
-    Linearizable,
-    StaleBy(Duration),
-}
-
-async fn run_op(
-    client: &Client,
-    key: &str,
-    op: &RegisterOp,
-    reads: ReadPath,
-) -> Result<RegisterOut, ClientError> {
-    match op {
-        RegisterOp::Put(v) => Ok(RegisterOut::Written(
-            client
-                .put(key.as_bytes(), v.as_bytes(), PutOptions::default())
-                .await?
-                .version,
-        )),
-        RegisterOp::Get => {
-            let at = match reads {
-                ReadPath::Linearizable => ReadAt::Latest,
-                ReadPath::StaleBy(lag) => {
-                    let now_us = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .unwrap()
-                        .as_micros() as u64;
-                    ReadAt::AsOf(firn_model::CommitTs::end_of_micros(
-                        now_us - lag.as_micros() as u64,
-                    ))
-                }
-            };
-            let got = client
-                .get(key.as_bytes(), at, ReadConsistency::Linearizable)
-                .await?;
-            Ok(match got {
-                Some(info) => RegisterOut::Read {
-                    version: info.version,
-                    value: info.value.map(|v| String::from_utf8_lossy(&v).into_owned()),
-                },
-                None => RegisterOut::Read {
-                    version: 0,
-                    value: None,
-                },
-            })
-        }
-        RegisterOp::CPut { if_version, value } => {
-            let opts = PutOptions {
-                if_version: Some(*if_version),
-                event_time_us: None,
-            };
-            match client.put(key.as_bytes(), value.as_bytes(), opts).await {
-                Ok(ack) => Ok(RegisterOut::Written(ack.version)),
-                Err(ClientError::Server { code, message }) if code == "CONFLICT" => {
-                    let current = message
-                        .rsplit(' ')
-                        .next()
-                        .and_then(|n| n.parse().ok())
-                        .unwrap_or(u64::MAX);
-                    Ok(RegisterOut::Conflict(current))
-                }
-                Err(e) => Err(e),
-            }
-        }
+/// The clients: put / get / conditional put on keys k0..k2.
+fn registers(reads: ReadPath, ops_per_client: usize) -> Registers {
+    Registers {
+        prefix: "k".into(),
+        keys: KEYS,
+        clients: CLIENTS,
+        think: THINK,
+        ops_per_client,
+        value_bytes: 0,
+        reads,
     }
 }
 
@@ -96,34 +37,36 @@ async fn run_op(
 async fn history_under_kill_and_restart_is_linearizable() {
     let seed = seed("linearizability");
     let dir = tempfile::tempdir().unwrap();
-    let node = FirnProcess::start(dir.path(), &[]);
-    let addrs = Arc::new(RwLock::new(vec![node.resp_addr()]));
-    let faults = {
-        let addrs = addrs.clone();
-        async move {
-            // SIGKILL the node mid-run, then restart it on the same data.
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            node.kill_9();
-            let again = tokio::task::spawn_blocking(move || FirnProcess::start(dir.path(), &[]))
-                .await
-                .unwrap();
-            addrs.write().unwrap()[0] = again.resp_addr();
-            (again, ())
-        }
+    // The same ports after the restart, so that the clients find the node again.
+    let ports = free_ports(3);
+    let args: Vec<String> = ["--resp-addr", "--http-addr", "--peer-addr"]
+        .iter()
+        .zip(&ports)
+        .flat_map(|(flag, port)| [flag.to_string(), format!("127.0.0.1:{port}")])
+        .collect();
+    let start = move |dir: std::path::PathBuf| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        FirnProcess::start_with(&dir, &args)
     };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let history = record_history(
+    let node = start(dir.path().to_path_buf());
+    let addrs = vec![node.resp_addr()];
+    let faults = async move {
+        // SIGKILL the node mid-run, then restart it on the same data.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        node.kill_9();
+        let path = dir.path().to_path_buf();
+        let again = tokio::task::spawn_blocking(move || start(path))
+            .await
+            .unwrap();
+        (again, dir)
+    };
+    let (history, _node) = record_history(
         seed,
-        ReadPath::Linearizable,
-        OPS_PER_CLIENT,
+        registers(ReadPath::Linearizable, OPS_PER_CLIENT),
         addrs,
-        async move {
-            let (again, ()) = faults.await;
-            let _ = tx.send(again);
-        },
+        faults,
     )
     .await;
-    drop(rx);
     assert_linearizable(seed, &history, "single node, kill -9 and restart");
 }
 
@@ -132,15 +75,11 @@ async fn the_checker_rejects_the_history_of_a_stale_read_path() {
     let seed = seed("linearizability");
     let dir = tempfile::tempdir().unwrap();
     let node = FirnProcess::start(dir.path(), &[]);
-    let addrs = Arc::new(RwLock::new(vec![node.resp_addr()]));
-    let history = record_history(
-        seed,
+    let stale = registers(
         ReadPath::StaleBy(Duration::from_millis(150)),
         OPS_PER_CLIENT,
-        addrs,
-        async {},
-    )
-    .await;
+    );
+    let (history, ()) = record_history(seed, stale, vec![node.resp_addr()], async {}).await;
     assert!(
         check_per_key(&Register::default(), &history).is_err(),
         "reads 150 ms in the past went unnoticed (seed {seed})"
@@ -165,7 +104,8 @@ async fn cluster_history_under_leader_kills_is_linearizable() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
-    let history = record_history(seed, ReadPath::Linearizable, ops, addrs, faults).await;
+    let clients = registers(ReadPath::Linearizable, ops);
+    let (history, ()) = record_history(seed, clients, addrs, faults).await;
     drop(cluster);
     assert_linearizable(seed, &history, "3-node cluster, leader kills");
 }
@@ -175,8 +115,7 @@ async fn memory_cluster_history_under_leader_kills_is_linearizable() {
     let seed = seed("linearizability");
     let (cluster, addrs) = three_nodes(&[]).await;
     // The keys k0..k2 are in memory: acknowledged once a majority holds them in memory.
-    let first = addrs.read().unwrap()[0].clone();
-    let client = Client::connect(&first).await.unwrap();
+    let client = Client::connect(&addrs[0]).await.unwrap();
     let spec = firn_model::KeyspaceSpec {
         prefix: "k".into(),
         durability: firn_model::Durability::Memory,
@@ -212,7 +151,8 @@ async fn memory_cluster_history_under_leader_kills_is_linearizable() {
             }
         }
     };
-    let history = record_history(seed, ReadPath::Linearizable, 200, addrs, faults).await;
+    let clients = registers(ReadPath::Linearizable, 200);
+    let (history, ()) = record_history(seed, clients, addrs, faults).await;
     drop(cluster);
     assert_linearizable(
         seed,
@@ -222,7 +162,7 @@ async fn memory_cluster_history_under_leader_kills_is_linearizable() {
 }
 
 /// A 3-node cluster with leaders, and its RESP addresses.
-async fn three_nodes(extra: &[&str]) -> (Arc<Mutex<Cluster>>, Arc<RwLock<Vec<String>>>) {
+async fn three_nodes(extra: &[&str]) -> (Arc<Mutex<Cluster>>, Vec<String>) {
     let extra: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
     let cluster = tokio::task::spawn_blocking(move || {
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
@@ -233,7 +173,7 @@ async fn three_nodes(extra: &[&str]) -> (Arc<Mutex<Cluster>>, Arc<RwLock<Vec<Str
     .await
     .unwrap();
     let addrs = (0..3).map(|i| cluster.resp_addr(i)).collect::<Vec<_>>();
-    (Arc::new(Mutex::new(cluster)), Arc::new(RwLock::new(addrs)))
+    (Arc::new(Mutex::new(cluster)), addrs)
 }
 
 /// The indexes (in `/v1/cluster`'s shard list) of the memory shards, as node `i` sees them.
@@ -258,101 +198,19 @@ fn recovering(cluster: &Cluster) -> bool {
         })
 }
 
-/// Runs the clients against `addrs` (client `c` starts at `addrs[c % n]` and moves to the
-/// next address after a failure) while `faults` runs, and returns what they saw, per key.
-async fn record_history(
+/// Runs `clients` against `addrs` while `faults` runs, and returns what they saw, per key,
+/// with what the faults left.
+async fn record_history<T>(
     seed: u64,
-    reads: ReadPath,
-    ops_per_client: usize,
-    addrs: Arc<RwLock<Vec<String>>>,
-    faults: impl std::future::Future<Output = ()>,
-) -> History {
-    let history: Arc<Mutex<History>> = Arc::default();
+    clients: Registers,
+    addrs: Vec<String>,
+    faults: impl std::future::Future<Output = T>,
+) -> (History, T) {
+    let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
-    let mut tasks = Vec::new();
-    for c in 0..CLIENTS {
-        let (addrs, history) = (addrs.clone(), history.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut rng = Rng::for_process(seed, c);
-            let mut client: Option<Client> = None;
-            let mut target = c;
-            let mut last_version_seen = 0;
-            for i in 0..ops_per_client {
-                tokio::time::sleep(THINK).await;
-                let key = rng.next() % KEYS;
-                let op = match rng.next() % 3 {
-                    0 => RegisterOp::Put(format!("c{c}-{i}")),
-                    1 => RegisterOp::Get,
-                    _ => RegisterOp::CPut {
-                        if_version: last_version_seen,
-                        value: format!("c{c}-{i}"),
-                    },
-                };
-                if client.is_none() {
-                    let addr = {
-                        let addrs = addrs.read().unwrap();
-                        addrs[target % addrs.len()].clone()
-                    };
-                    client = Client::connect(&addr).await.ok();
-                    if client.is_none() {
-                        target += 1;
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                }
-                let cl = client.as_ref().expect("connected above");
-                let invoked_at = t0.elapsed().as_nanos() as u64;
-                let result =
-                    tokio::time::timeout(OP_TIMEOUT, run_op(cl, &format!("k{key}"), &op, reads))
-                        .await;
-                let completed_at = t0.elapsed().as_nanos() as u64;
-                let record = match result {
-                    Ok(Ok(out)) => {
-                        let (RegisterOut::Written(v)
-                        | RegisterOut::Read { version: v, .. }
-                        | RegisterOut::Conflict(v)) = &out;
-                        last_version_seen = *v;
-                        Some(Operation {
-                            client: c,
-                            invoked_at,
-                            completed_at: Some(completed_at),
-                            op,
-                            out: Some(out),
-                        })
-                    }
-                    // Refused before it was applied (TRYAGAIN, CLUSTERDOWN): nothing happened.
-                    Ok(Err(ClientError::Server { code, .. }))
-                        if code == "TRYAGAIN" || code == "CLUSTERDOWN" =>
-                    {
-                        target += 1;
-                        client = None;
-                        None
-                    }
-                    // A failed read changed nothing; any other failed write (UNCERTAIN, a
-                    // dropped connection, a timeout) may or may not have happened.
-                    _ => {
-                        client = None;
-                        target += 1;
-                        (op != RegisterOp::Get).then_some(Operation {
-                            client: c,
-                            invoked_at,
-                            completed_at: None,
-                            op,
-                            out: None,
-                        })
-                    }
-                };
-                if let Some(r) = record {
-                    history.lock().unwrap().push((key, r));
-                }
-            }
-        }));
-    }
-    faults.await;
-    for t in tasks {
-        t.await.unwrap();
-    }
-    history.lock().unwrap().clone()
+    let recording = tokio::spawn(async move { clients.record(seed, &addrs, stop, t0).await });
+    let left = faults.await;
+    (recording.await.unwrap(), left)
 }
 
 fn assert_linearizable(seed: u64, history: &History, what: &str) {
@@ -369,9 +227,12 @@ fn assert_linearizable(seed: u64, history: &History, what: &str) {
         completed > history.len() / 2,
         "too few operations completed ({completed})"
     );
-    if let Err((key, verdict)) = check_per_key(&Register::default(), history) {
-        panic!("{what}: key k{key} is not linearizable (seed {seed}): {verdict:?}");
-    }
+    let checked = check_history(&registers(ReadPath::Linearizable, 0), history);
+    assert!(
+        checked.violations.is_empty() && checked.unchecked_keys.is_empty(),
+        "{what} (seed {seed}): {:?}",
+        checked
+    );
 }
 
 /// Shard 0's replica on node index `i`, as that node reports it: (Raft state, term).

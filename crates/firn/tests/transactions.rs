@@ -183,9 +183,9 @@ async fn a_bank_across_shards_keeps_its_sum_through_transfers_and_leader_kills()
             let mut c = connect_any(&addrs, &mut next).await;
             let mut committed = 0;
             while Instant::now() < until {
-                let from = &accounts[rng.next() as usize % ACCOUNTS];
-                let to = &accounts[rng.next() as usize % ACCOUNTS];
-                let amount = 1 + (rng.next() % 10) as i64;
+                let from = &accounts[rng.next_u64() as usize % ACCOUNTS];
+                let to = &accounts[rng.next_u64() as usize % ACCOUNTS];
+                let amount = 1 + (rng.next_u64() % 10) as i64;
                 let sent: redis::RedisResult<redis::Value> = redis::pipe()
                     .atomic()
                     .incr(from, -amount)
@@ -398,10 +398,10 @@ async fn transactions_across_shards_are_strictly_serializable_through_leader_kil
             let mut history = Vec::new();
             let mut seq = 0u64;
             while go_on() {
-                let mops = (0..2 + rng.next() % 3)
+                let mops = (0..2 + rng.next_u64() % 3)
                     .map(|_| {
-                        let key = keys[rng.next() as usize % REGISTERS].clone();
-                        if rng.next().is_multiple_of(2) {
+                        let key = keys[rng.next_u64() as usize % REGISTERS].clone();
+                        if rng.next_u64().is_multiple_of(2) {
                             Mop::Read { key, value: None }
                         } else {
                             seq += 1;
@@ -550,7 +550,7 @@ async fn writes_sent_again_with_their_keys_apply_once_through_leader_kills() {
             let mut id = 0u64;
             while Instant::now() < until {
                 id += 1;
-                let what = (rng.next() % 5) as usize;
+                let what = (rng.next_u64() % 5) as usize;
                 let mut cmd = redis::cmd("IDMP");
                 cmd.arg(format!("writer-{p}")).arg(id);
                 match what {
@@ -568,7 +568,7 @@ async fn writes_sent_again_with_their_keys_apply_once_through_leader_kills() {
                         .arg("INCR")
                         .arg(&counters[2]),
                 };
-                let sends = 1 + rng.next() % 3;
+                let sends = 1 + rng.next_u64() % 3;
                 let mut sent = 0;
                 // Sent `sends` times whatever the answer, then until one is an answer.
                 loop {

@@ -312,7 +312,10 @@ fn serve_clients(
         resp_listener,
         router.clone(),
         stop_rx.clone(),
-        config.resp_connections_max,
+        crate::resp::Bounds {
+            connections_max: config.resp_connections_max,
+            output_stall_max: config.resp_output_stall_max,
+        },
         tls.clone(),
     ))];
     tasks.push(tokio::spawn(

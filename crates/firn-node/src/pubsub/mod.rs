@@ -6,8 +6,8 @@
 mod subscribers;
 
 pub use subscribers::{
-    Delivery, Kind, PubSub, SUBSCRIBER_QUEUE_MESSAGES_MAX, SUBSCRIPTIONS_PER_CONNECTION_MAX,
-    Subscriber,
+    Delivery, Kind, PubSub, SUBSCRIBER_QUEUE_BYTES_MAX, SUBSCRIBER_QUEUE_MESSAGES_MAX,
+    SUBSCRIPTIONS_PER_CONNECTION_MAX, Subscriber,
 };
 
 use std::sync::Arc;

@@ -1,11 +1,13 @@
 //! The node's publish/subscribe registry: which connections listen to which channels and
 //! patterns, each through a bounded queue of its own. Delivery is fire-and-forget, as in
 //! Redis: nothing is stored, a message reaches the subscribers present when it arrives, and
-//! one whose queue is full loses it (counted in `firn_pubsub_messages_dropped_total`) rather
-//! than slow the publisher or grow without bound. It never touches Raft, the disk or the
+//! one whose queue is full (in messages or in bytes) loses it (counted in
+//! `firn_pubsub_messages_dropped_total`) rather than slow the publisher or grow without
+//! bound. It never touches Raft, the disk or the
 //! network: fanning a message out to other nodes is the router's (`pubsub/`).
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -16,6 +18,10 @@ use tokio::sync::mpsc;
 /// that reads more slowly than messages arrive loses the excess, as a Redis client past its
 /// output buffer limit does (Redis closes it; Firn keeps it and drops).
 pub const SUBSCRIBER_QUEUE_MESSAGES_MAX: usize = 1_024;
+/// Message bytes a subscriber's queue holds before newer ones are dropped for it, whatever
+/// their number: 1,024 messages of the largest value size would be 1 GiB a subscriber.
+/// Redis's figure for a pub/sub client's buffer (its soft limit: 8 MiB).
+pub const SUBSCRIBER_QUEUE_BYTES_MAX: usize = 8 << 20;
 /// Channels and patterns one connection may subscribe to at once (each costs an entry in
 /// the registry and a glob match per message for patterns).
 pub const SUBSCRIPTIONS_PER_CONNECTION_MAX: usize = 10_000;
@@ -29,7 +35,31 @@ pub struct Delivery {
     pub message: Bytes,
 }
 
-type Senders = HashMap<u64, mpsc::Sender<Delivery>>;
+type Senders = HashMap<u64, Queue>;
+
+/// The sending end of one subscriber's queue, with the message bytes in it.
+#[derive(Clone)]
+struct Queue {
+    tx: mpsc::Sender<Delivery>,
+    bytes: Arc<AtomicUsize>,
+}
+
+impl Queue {
+    /// Queues `delivery` unless the queue is full in messages or in bytes.
+    fn offer(&self, delivery: Delivery) -> bool {
+        let len = delivery.message.len();
+        let before = self.bytes.fetch_add(len, Ordering::AcqRel);
+        if before + len > SUBSCRIBER_QUEUE_BYTES_MAX && before > 0 {
+            self.bytes.fetch_sub(len, Ordering::AcqRel);
+            return false;
+        }
+        if self.tx.try_send(delivery).is_err() {
+            self.bytes.fetch_sub(len, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+}
 
 /// Channels and patterns → the queues of the connections subscribed to them.
 #[derive(Default)]
@@ -49,6 +79,10 @@ impl PubSub {
     /// through which it (un)subscribes. Dropping the handle removes its subscriptions.
     pub fn subscriber(self: &Arc<Self>) -> Subscriber {
         let (tx, rx) = mpsc::channel(SUBSCRIBER_QUEUE_MESSAGES_MAX);
+        let queue = Queue {
+            tx,
+            bytes: Arc::default(),
+        };
         let id = {
             let mut r = self.inner.lock().expect("pubsub registry lock");
             r.next_subscriber += 1;
@@ -57,7 +91,7 @@ impl PubSub {
         Subscriber {
             id,
             registry: self.clone(),
-            tx,
+            queue,
             rx,
             channels: BTreeSet::new(),
             patterns: BTreeSet::new(),
@@ -70,14 +104,14 @@ impl PubSub {
     pub fn deliver(&self, channel: &Bytes, message: &Bytes) -> usize {
         let r = self.inner.lock().expect("pubsub registry lock");
         let mut receivers = 0;
-        let mut send = |tx: &mpsc::Sender<Delivery>, pattern: Option<&Bytes>| {
+        let mut send = |queue: &Queue, pattern: Option<&Bytes>| {
             receivers += 1;
             let delivery = Delivery {
                 pattern: pattern.cloned(),
                 channel: channel.clone(),
                 message: message.clone(),
             };
-            if tx.try_send(delivery).is_err() {
+            if !queue.offer(delivery) {
                 metrics::counter!("firn_pubsub_messages_dropped_total").increment(1);
             }
         };
@@ -132,7 +166,7 @@ pub enum Kind {
 pub struct Subscriber {
     id: u64,
     registry: Arc<PubSub>,
-    tx: mpsc::Sender<Delivery>,
+    queue: Queue,
     rx: mpsc::Receiver<Delivery>,
     channels: BTreeSet<Bytes>,
     patterns: BTreeSet<Bytes>,
@@ -173,7 +207,7 @@ impl Subscriber {
         table
             .entry(name.clone())
             .or_default()
-            .insert(self.id, self.tx.clone());
+            .insert(self.id, self.queue.clone());
         drop(r);
         match kind {
             Kind::Channel => self.channels.insert(name),
@@ -206,13 +240,22 @@ impl Subscriber {
 
     /// A message already queued for this connection, without waiting.
     pub fn try_next(&mut self) -> Option<Delivery> {
-        self.rx.try_recv().ok()
+        self.rx.try_recv().ok().map(|d| self.taken(d))
     }
 
     /// The next message for this connection (waits; never ends while the handle lives,
     /// since it holds a sender of its own queue).
     pub async fn next(&mut self) -> Option<Delivery> {
-        self.rx.recv().await
+        let d = self.rx.recv().await?;
+        Some(self.taken(d))
+    }
+
+    /// `d`, out of the queue: its bytes no longer count.
+    fn taken(&self, d: Delivery) -> Delivery {
+        self.queue
+            .bytes
+            .fetch_sub(d.message.len(), Ordering::AcqRel);
+        d
     }
 }
 
@@ -271,5 +314,36 @@ mod tests {
         }
         assert_eq!(a.next().await.unwrap().message, b("0"));
         assert_eq!(ps.deliver(&b("c"), &b("late")), 1);
+    }
+
+    #[tokio::test]
+    async fn a_queue_full_in_bytes_drops_newer_messages_until_one_is_taken() {
+        let ps = Arc::new(PubSub::default());
+        let mut a = ps.subscriber();
+        a.subscribe(Kind::Channel, b("c"));
+        let big = Bytes::from(vec![b'x'; 1 << 20]);
+        let fits = SUBSCRIBER_QUEUE_BYTES_MAX / big.len();
+        for _ in 0..fits + 3 {
+            assert_eq!(ps.deliver(&b("c"), &big), 1, "still counted as a receiver");
+        }
+        let mut queued = 0;
+        while a.try_next().is_some() {
+            queued += 1;
+        }
+        assert_eq!(queued, fits, "past the byte bound, messages are dropped");
+        ps.deliver(&b("c"), &big);
+        assert_eq!(a.try_next().unwrap().message.len(), big.len());
+    }
+
+    #[tokio::test]
+    async fn one_message_larger_than_the_byte_bound_still_reaches_an_empty_queue() {
+        let ps = Arc::new(PubSub::default());
+        let mut a = ps.subscriber();
+        a.subscribe(Kind::Channel, b("c"));
+        let huge = Bytes::from(vec![b'x'; SUBSCRIBER_QUEUE_BYTES_MAX + 1]);
+        ps.deliver(&b("c"), &huge);
+        ps.deliver(&b("c"), &b("small"));
+        assert_eq!(a.try_next().unwrap().message.len(), huge.len());
+        assert!(a.try_next().is_none(), "nothing fits beside it");
     }
 }

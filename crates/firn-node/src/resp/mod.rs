@@ -44,6 +44,23 @@ use crate::tls::{ClientListener, ClientStream, ClientTls};
 
 /// Most replies a connection holds before it writes them out (a bound on pipelining memory).
 const PIPELINE_DEPTH_MAX: usize = 1_024;
+/// Encoded replies a connection holds before it hands them to the kernel, however many
+/// commands its pipeline still holds: with [`PIPELINE_DEPTH_MAX`] alone, 1,024 replies of
+/// 1 MiB values waited in memory at once. A connection reads no more requests while its
+/// replies wait, so a client that never reads costs the node at most this plus one reply
+/// (and what the kernel's socket buffers hold), until [`Bounds::output_stall_max`] closes it.
+pub const OUTPUT_FLUSH_BYTES: usize = 64 * 1024;
+/// Reads a connection sends in a row share one read barrier, up to [`PIPELINE_DEPTH_MAX`];
+/// but a batch holds every value it read until it is written out, so a batch is sized to
+/// answer about this many bytes: it starts at [`READS_BATCH_FIRST`] reads, doubles while
+/// its answers are smaller, and shrinks in proportion when they are larger (1 read of a
+/// 1 MiB value at a time, 1,024 of a small one).
+const READS_BATCH_BYTES_TARGET: usize = 1 << 20;
+/// A connection's first batch of reads, before it knows how large its answers are.
+const READS_BATCH_FIRST: usize = 16;
+/// Output buffer capacity kept after a large reply went out: beyond it the buffer is
+/// given back, so that one large value does not stay allocated for an idle connection.
+const OUTPUT_KEPT_BYTES_MAX: usize = 1 << 20;
 /// How long a stopping node waits for its RESP connections to end. Each answers what it has
 /// read and ends when it next waits for input (a watching one at once); one still waiting
 /// for the router after this long is closed without its answers (a write in flight may
@@ -57,6 +74,16 @@ const REFUSAL_WAIT: Duration = Duration::from_secs(1);
 /// so a flood of connections costs the node at most this many tasks beyond its limit.
 const REFUSALS_IN_FLIGHT_MAX: usize = 256;
 
+/// The bounds on the node's RESP connections (`NodeConfig`).
+#[derive(Clone, Copy, Debug)]
+pub struct Bounds {
+    /// Most connections open at once (`--max-connections`).
+    pub connections_max: usize,
+    /// Longest a connection may take none of its replies while some wait to go out
+    /// (`--max-output-stall`); it is closed then.
+    pub output_stall_max: Duration,
+}
+
 /// What every connection of the node shares.
 pub struct Shared {
     pub router: Arc<Router>,
@@ -65,6 +92,7 @@ pub struct Shared {
     /// One permit per connection the node may hold (`NodeConfig::resp_connections_max`).
     slots: Arc<Semaphore>,
     connections_max: usize,
+    output_stall_max: Duration,
     started: Instant,
     resp_port: u16,
     /// Connections waiting in a blocking command now (`BLOCK`, a service's wait): INFO's
@@ -115,15 +143,19 @@ fn new_run_id() -> String {
     out
 }
 
-/// Accepts RESP connections until `stop`, at most `connections_max` at once, then waits up
-/// to [`SHUTDOWN_CONNECTIONS_WAIT`] for them to end.
+/// Accepts RESP connections until `stop`, at most `bounds.connections_max` at once, then
+/// waits up to [`SHUTDOWN_CONNECTIONS_WAIT`] for them to end.
 pub async fn serve(
     listener: TcpListener,
     router: Arc<Router>,
     mut stop: watch::Receiver<bool>,
-    connections_max: usize,
+    bounds: Bounds,
     tls: ClientTls,
 ) {
+    let Bounds {
+        connections_max,
+        output_stall_max,
+    } = bounds;
     let slots = Arc::new(Semaphore::new(connections_max));
     let shared = Arc::new(Shared {
         router,
@@ -131,6 +163,7 @@ pub async fn serve(
         next_client_id: AtomicU64::new(1),
         slots: slots.clone(),
         connections_max,
+        output_stall_max,
         started: Instant::now(),
         resp_port: listener.local_addr().map(|a| a.port()).unwrap_or(0),
         blocked: AtomicU64::new(0),
@@ -226,16 +259,19 @@ enum Queued {
 
 struct Connection {
     stream: ClientStream,
-    #[allow(dead_code)]
     peer: SocketAddr,
     /// What the connection-local commands act on: id, protocol, session, closing.
     client: Client,
     shared: Arc<Shared>,
     input: BytesMut,
     output: BytesMut,
+    /// Set when a write failed or stalled: later writes fail at once (`flush`).
+    output_failed: Option<std::io::ErrorKind>,
     queue: VecDeque<Queued>,
     /// Consecutive reads not yet executed: they share one read-index barrier.
     reads: Vec<(KvRead, Render)>,
+    /// Most reads in the next batch (see [`READS_BATCH_BYTES_TARGET`]).
+    reads_max: usize,
     /// Its subscriptions, while it has any (`subscribed.rs`).
     subscriber: Option<crate::pubsub::Subscriber>,
     /// Set when the node stops: the connection ends when it next waits for input, or at
@@ -263,8 +299,10 @@ impl Connection {
             shared,
             input: BytesMut::with_capacity(16 * 1024),
             output: BytesMut::with_capacity(16 * 1024),
+            output_failed: None,
             queue: VecDeque::new(),
             reads: Vec::new(),
+            reads_max: READS_BATCH_FIRST,
             subscriber: None,
             stop,
             multi: None,
@@ -286,7 +324,9 @@ impl Connection {
                 if self.client.closing {
                     break;
                 }
-                if self.queue.len() + self.reads.len() >= PIPELINE_DEPTH_MAX {
+                if self.queue.len() + self.reads.len() >= PIPELINE_DEPTH_MAX
+                    || self.reads.len() >= self.reads_max
+                {
                     self.flush_reads().await;
                     self.drain().await;
                 }
@@ -319,10 +359,48 @@ impl Connection {
         }
     }
 
+    /// Writes out the replies encoded so far. A client that takes none of them for
+    /// [`Bounds::output_stall_max`] is closed (`firn_resp_clients_closed_total`), as is one
+    /// whose socket failed; the connection then ends at its next `flush`.
     async fn flush(&mut self) -> std::io::Result<()> {
-        if !self.output.is_empty() {
-            self.stream.write_all(&self.output).await?;
+        use std::io::{Error, ErrorKind};
+        if let Some(kind) = self.output_failed {
             self.output.clear();
+            return Err(Error::new(kind, "an earlier write to the client failed"));
+        }
+        let stall_max = self.shared.output_stall_max;
+        while !self.output.is_empty() {
+            let written = match tokio::time::timeout(stall_max, self.stream.write(&self.output))
+                .await
+            {
+                Ok(Ok(0)) => Err(Error::new(ErrorKind::WriteZero, "the client closed")),
+                Ok(written) => written,
+                Err(_) => {
+                    metrics::counter!("firn_resp_clients_closed_total", "reason" => "output_stalled")
+                        .increment(1);
+                    tracing::info!(
+                        peer = %self.peer,
+                        waiting_bytes = self.output.len(),
+                        "closing a RESP connection that took none of its replies for {stall_max:?}"
+                    );
+                    Err(Error::new(
+                        ErrorKind::TimedOut,
+                        "the client read no replies",
+                    ))
+                }
+            };
+            match written {
+                Ok(n) => bytes::Buf::advance(&mut self.output, n),
+                Err(e) => {
+                    self.output_failed = Some(e.kind());
+                    self.client.closing = true;
+                    self.output.clear();
+                    return Err(e);
+                }
+            }
+        }
+        if self.output.capacity() > OUTPUT_KEPT_BYTES_MAX {
+            self.output = BytesMut::with_capacity(16 * 1024);
         }
         Ok(())
     }
@@ -332,7 +410,9 @@ impl Connection {
         frame::next_command(&mut self.input)
     }
 
-    /// Awaits every queued answer, in order, into the output buffer.
+    /// Awaits every queued answer, in order, into the output buffer; past
+    /// [`OUTPUT_FLUSH_BYTES`] the buffer goes out first (a failed write ends the connection
+    /// at its next `flush`, which reports it).
     async fn drain(&mut self) {
         while let Some(q) = self.queue.pop_front() {
             let reply = match q {
@@ -345,6 +425,9 @@ impl Connection {
                 }
             };
             reply.encode(self.client.proto, &mut self.output);
+            if self.output.len() >= OUTPUT_FLUSH_BYTES {
+                let _ = self.flush().await;
+            }
         }
     }
 
@@ -360,10 +443,18 @@ impl Connection {
         let (reads, renders): (Vec<KvRead>, Vec<Render>) = self.reads.drain(..).unzip();
         let ctx = self.client.session.context();
         let results = self.shared.router.kernel().execute_reads(&ctx, reads).await;
+        let (count, mut bytes) = (renders.len(), 0);
         for (how, result) in renders.into_iter().zip(results) {
             let reply = how.show(self.client.session.take(&self.shared.router, result).await);
+            bytes += reply.payload_bytes();
             self.queue.push_back(Queued::Ready(reply));
         }
+        self.reads_max = if bytes <= READS_BATCH_BYTES_TARGET {
+            (count * 2).max(self.reads_max)
+        } else {
+            count * READS_BATCH_BYTES_TARGET / bytes
+        }
+        .clamp(1, PIPELINE_DEPTH_MAX);
     }
 
     fn has_pending_writes(&self) -> bool {

@@ -39,6 +39,23 @@ impl Reply {
         Reply::Error(format!("{} {}", e.resp_code(), msg))
     }
 
+    /// The bytes of its strings, nested ones included: about what encoding it takes (the
+    /// framing aside), known before encoding it.
+    pub fn payload_bytes(&self) -> usize {
+        match self {
+            Reply::Ok | Reply::Int(_) | Reply::Nil => 0,
+            Reply::Simple(s) | Reply::Error(s) => s.len(),
+            Reply::Bulk(b) => b.len(),
+            Reply::Array(items) | Reply::Push(items) => {
+                items.iter().map(Reply::payload_bytes).sum()
+            }
+            Reply::Map(pairs) | Reply::MapOrPairs(pairs) => pairs
+                .iter()
+                .map(|(k, v)| k.payload_bytes() + v.payload_bytes())
+                .sum(),
+        }
+    }
+
     pub fn encode(&self, proto: u8, out: &mut BytesMut) {
         // Encoding our own well-formed frames into a growable buffer cannot fail.
         if proto >= 3 {

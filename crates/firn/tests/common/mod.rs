@@ -120,6 +120,22 @@ impl Drop for FirnProcess {
     }
 }
 
+/// The sum of the samples whose line starts with `line_start` (a name, or a name with its
+/// labels) in the `/metrics` of the node whose HTTP address is `http_addr`; 0 until
+/// counted, or while unreachable.
+pub fn metrics_sum(http_addr: &str, line_start: &str) -> f64 {
+    let text = ureq::get(&format!("http://{http_addr}/metrics"))
+        .timeout(Duration::from_secs(2))
+        .call()
+        .ok()
+        .and_then(|r| r.into_string().ok())
+        .unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with(line_start))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// The `firn` binary the tests start: `FIRN_TEST_BIN` if set (a copy of one's own build,
 /// when others share the target directory and rebuild `target/debug/firn`), else Cargo's.
 pub fn firn_bin() -> String {
@@ -137,25 +153,9 @@ pub fn wait_until<F: FnMut() -> bool>(timeout: Duration, mut f: F) -> bool {
     false
 }
 
-/// Free loopback ports, found by binding port 0 (a small race with other programs, which
-/// the tests accept).
+/// Free loopback ports.
 pub fn free_ports(n: usize) -> Vec<u16> {
-    // Below the kernel's ephemeral range (32768 and up by default): a port picked there can
-    // be taken by an outgoing connection before the node gets to bind it.
-    const LOW: u32 = 20_000;
-    const SPAN: u32 = 12_000;
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let base = std::process::id().wrapping_mul(1_009);
-    let mut ports = Vec::with_capacity(n);
-    while ports.len() < n {
-        let i = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        assert!(i < SPAN, "no free port left in {LOW}..{}", LOW + SPAN);
-        let port = (LOW + base.wrapping_add(i) % SPAN) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            ports.push(port);
-        }
-    }
-    ports
+    firn_soak::cluster::free_ports("127.0.0.1", n)
 }
 
 /// A cluster of real `firn` processes on loopback.
@@ -339,16 +339,7 @@ impl Cluster {
     /// The sum of the samples whose line starts with `line_start` (a name, or a name with
     /// its labels) in node index `i`'s `/metrics`; 0 until counted, or while unreachable.
     pub fn counter(&self, i: usize, line_start: &str) -> f64 {
-        let text = ureq::get(&format!("http://{}/metrics", self.http_addr(i)))
-            .timeout(Duration::from_secs(2))
-            .call()
-            .ok()
-            .and_then(|r| r.into_string().ok())
-            .unwrap_or_default();
-        text.lines()
-            .filter(|l| l.starts_with(line_start))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        metrics_sum(&self.http_addr(i), line_start)
     }
 
     pub fn cluster_json(&self, i: usize) -> Option<serde_json::Value> {
@@ -417,17 +408,7 @@ pub fn key_in_shard(shard: u32, tag: &str) -> String {
 
 /// The first `n` keys `{prefix}{i}` that live in `shard` of the default layout (3 shards).
 pub fn keys_in_shard(shard: u32, prefix: &str, n: usize) -> Vec<String> {
-    let layout = firn_node::cluster::layout::ClusterLayout::new(
-        firn_node::cluster::layout::parse_peers("1=a,2=b,3=c").unwrap(),
-        3,
-        3,
-    )
-    .unwrap();
-    (0..)
-        .map(|i| format!("{prefix}{i}"))
-        .filter(|k| layout.shard_of_key(k.as_bytes()) == shard)
-        .take(n)
-        .collect()
+    firn_soak::keys_in_shard(3, shard, prefix, n)
 }
 
 /// Kills (SIGKILL) the leader of each of `shards` in turn, `pause` after the previous
@@ -463,21 +444,8 @@ pub async fn kill_leaders(
 
 /// A small deterministic generator: tests print their seed, so a failure can be replayed
 /// with FIRN_TEST_SEED.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// Process `p`'s own stream of the run's `seed`.
-    pub fn for_process(seed: u64, p: usize) -> Rng {
-        Rng(seed.wrapping_add((p as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1)
-    }
-}
+#[allow(unused_imports)] // not every test binary draws
+pub use firn_soak::Rng;
 
 /// FIRN_TEST_SEED, or one from the clock; printed with `what` so a failure can be replayed.
 pub fn seed(what: &str) -> u64 {

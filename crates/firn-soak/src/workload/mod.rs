@@ -1,0 +1,6 @@
+//! The workloads a soak run checks, each recording a history for its checker in `firn-check`.
+
+pub mod conn;
+pub mod groups;
+pub mod log;
+pub mod register;
