@@ -33,9 +33,13 @@ impl Rng {
         self.next_u64().checked_rem(n).unwrap_or(0)
     }
 
-    /// Process `p`'s own stream of the run's `seed`.
+    /// Process `p`'s own stream of the run's `seed`: the two mixed (splitmix64's finalizer),
+    /// so that neighbouring seeds (a soak's runs are S, S+1, …) draw unrelated streams.
     pub fn for_process(seed: u64, p: usize) -> Rng {
-        Rng(seed.wrapping_add((p as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1)
+        let mut z = seed.wrapping_add((p as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        Rng((z ^ (z >> 31)) | 1)
     }
 }
 

@@ -13,13 +13,19 @@ use firn_check::log;
 
 use crate::cluster::{Cluster, SHARDS};
 use crate::faults::{FaultCounts, FaultKind, Firewall, heal_all, inject};
+use crate::workload::bank::Bank;
 use crate::workload::groups::{Groups, Redelivery};
 use crate::workload::log::Logs;
 use crate::workload::register::{self, ReadPath, Registers};
+use crate::workload::txn::Txns;
 use crate::{Rng, keys_in_shard};
 
-/// The first of the loopback addresses the run's nodes take (`127.0.0.40` and up).
-const FIRST_IP: u8 = 40;
+/// The first of the loopback addresses the run's nodes take: one of 16 blocks of 8 from
+/// `127.0.0.64`, chosen by the process id, so that soaks running at once (a test run and a
+/// long soak) cut only their own nodes apart.
+fn first_ip() -> u8 {
+    64 + (std::process::id() % 16) as u8 * 8
+}
 /// How long the cluster may take to settle: at the start, and once every fault is healed.
 const SETTLE_MAX: Duration = Duration::from_secs(60);
 /// Workloads go on this long after the cluster settled again, so that every history covers
@@ -30,6 +36,10 @@ const FINISH_MAX: Duration = Duration::from_secs(90);
 /// Bytes of a large value: past the inline limit (1 MiB), so it is stored as a blob.
 const LARGE_VALUE_BYTES: usize = 1536 * 1024;
 
+/// How far in the past `stale_reads` reads: well past an operation's time on a loaded
+/// machine, so that the broken path is caught however slowly the run goes.
+const STALE_BY: Duration = Duration::from_secs(3);
+
 #[derive(Clone, Debug)]
 pub struct Options {
     pub bin: PathBuf,
@@ -39,8 +49,8 @@ pub struct Options {
     pub faults: Vec<FaultKind>,
     /// Where a failing run's directory is kept.
     pub keep: PathBuf,
-    /// Serve register reads from 150 ms in the past: a broken read path the checker must
-    /// catch, to show that the soak can fail.
+    /// Serve register reads from 3 s in the past: a broken read path the checker must catch,
+    /// to show that the soak can fail.
     pub stale_reads: bool,
 }
 
@@ -51,9 +61,11 @@ pub struct Report {
     pub faults: FaultCounts,
     /// Operations checked, per workload.
     pub checked: BTreeMap<&'static str, usize>,
-    /// Guarantees broken (and runs that could not finish: a cluster that never settled, a
-    /// workload that could not drain).
+    /// Guarantees broken: a history its checker refused, an answer no correct store gives.
     pub violations: Vec<String>,
+    /// Why the run could not finish its checks: a cluster that did not settle once every
+    /// fault was healed, a log not read to its end or a group not drained in time.
+    pub unfinished: Vec<String>,
     /// Register keys whose history was too large for the search.
     pub unchecked_keys: usize,
     pub elapsed: Duration,
@@ -64,6 +76,11 @@ pub struct Report {
 impl Report {
     pub fn operations(&self) -> usize {
         self.checked.values().sum()
+    }
+
+    /// The run broke a guarantee or could not finish its checks.
+    pub fn failed(&self) -> bool {
+        !self.violations.is_empty() || !self.unfinished.is_empty()
     }
 }
 
@@ -80,20 +97,24 @@ pub async fn run(seed: u64, options: &Options) -> Report {
     {
         Ok(dir) => dir,
         Err(e) => {
-            report.violations.push(format!("no run directory: {e}"));
+            report.unfinished.push(format!("no run directory: {e}"));
             return report;
         }
     };
     let mut journal = String::new();
     if let Err(e) = run_in(seed, options, dir.path(), &mut report, &mut journal).await {
-        report.violations.push(e);
+        report.unfinished.push(e);
     }
     report.elapsed = started.elapsed();
     let _ = std::fs::write(dir.path().join("faults.txt"), &journal);
-    if !report.violations.is_empty() {
+    if report.failed() {
         let _ = std::fs::write(
             dir.path().join("violations.txt"),
             report.violations.join("\n\n"),
+        );
+        let _ = std::fs::write(
+            dir.path().join("unfinished.txt"),
+            report.unfinished.join("\n\n"),
         );
         let kept = options.keep.join(format!("seed-{seed}"));
         let _ = std::fs::create_dir_all(&options.keep);
@@ -125,7 +146,7 @@ async fn run_in(
     };
     let (bin, nodes, run_dir) = (options.bin.clone(), options.nodes, dir.to_path_buf());
     let cluster = tokio::task::spawn_blocking(move || {
-        let c = Cluster::start(&bin, &run_dir, nodes, FIRST_IP)?;
+        let c = Cluster::start(&bin, &run_dir, nodes, first_ip())?;
         if c.wait_settled(SETTLE_MAX) {
             Ok(c)
         } else {
@@ -150,7 +171,7 @@ async fn run_in(
     // However the run ends, its workloads stop.
     let _stop_at_end = StopOnDrop(stop.clone());
     let reads = match options.stale_reads {
-        true => ReadPath::StaleBy(Duration::from_millis(150)),
+        true => ReadPath::StaleBy(STALE_BY),
         false => ReadPath::Linearizable,
     };
     let registers = |prefix: &str, keys, clients, think_ms, value_bytes| Registers {
@@ -204,6 +225,25 @@ async fn run_in(
     let group_run = {
         let (addrs, stop) = (addrs.clone(), stop.clone());
         tokio::spawn(async move { groups.record(seed.wrapping_add(5), &addrs, stop, t0).await })
+    };
+
+    let bank_run = {
+        let (addrs, stop) = (addrs.clone(), stop.clone());
+        tokio::spawn(async move {
+            Bank::new(SHARDS)
+                .record(seed.wrapping_add(6), &addrs, stop)
+                .await
+        })
+    };
+
+    let txn_run = {
+        let (addrs, stop) = (addrs.clone(), stop.clone());
+        let txns = Txns {
+            enough_committed: 0,
+            run_max,
+            ..Txns::new(SHARDS)
+        };
+        tokio::spawn(async move { txns.record(seed.wrapping_add(7), &addrs, stop, t0).await })
     };
 
     // The faults, then everything healed and settled, then a little more running.
@@ -275,7 +315,7 @@ async fn run_in(
                         .push(format!("log: {}", history.explain(&v)));
                 }
             }
-            Err(e) => report.violations.push(format!("log: {e}")),
+            Err(e) => report.unfinished.push(format!("log: {e}")),
         }
         match group_run.await.map_err(|e| format!("group: {e}"))? {
             Ok(history) => {
@@ -287,7 +327,32 @@ async fn run_in(
                         .push(format!("group: {}", history.explain(&v)));
                 }
             }
-            Err(e) => report.violations.push(format!("group: {e}")),
+            Err(e) => report.unfinished.push(format!("group: {e}")),
+        }
+        match bank_run.await.map_err(|e| format!("bank: {e}"))? {
+            Ok(history) => {
+                let _ = std::fs::write(dir.join("bank.history"), format!("{history:#?}"));
+                report.checked.insert("bank", history.operations());
+                report.violations.extend(
+                    history
+                        .violations()
+                        .into_iter()
+                        .map(|v| format!("bank: {v}")),
+                );
+            }
+            Err(e) => report.unfinished.push(format!("bank: {e}")),
+        }
+        match txn_run.await.map_err(|e| format!("txn: {e}"))? {
+            Ok(history) => {
+                let _ = std::fs::write(dir.join("txn.history"), format!("{history:#?}"));
+                report.checked.insert("txn", history.txns.len());
+                if let Err(anomalies) = firn_check::txn::check(&history.txns, &history.versions) {
+                    report
+                        .violations
+                        .extend(anomalies.iter().take(5).map(|a| format!("txn: {a}")));
+                }
+            }
+            Err(e) => report.unfinished.push(format!("txn: {e}")),
         }
         Ok::<(), String>(())
     };

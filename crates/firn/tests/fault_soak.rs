@@ -50,7 +50,7 @@ async fn soak_runs_find_no_violation_and_a_stale_read_path_is_caught() {
     for r in 0..runs {
         let report = run(first.wrapping_add(r), &options(false)).await;
         eprintln!("fault soak: {}", describe(&report));
-        assert!(report.violations.is_empty(), "{}", describe(&report));
+        assert!(!report.failed(), "{}", describe(&report));
         assert!(
             report.operations() >= CHECKED_MIN,
             "too few operations checked to mean anything: {}",
@@ -67,7 +67,7 @@ async fn soak_runs_find_no_violation_and_a_stale_read_path_is_caught() {
             .violations
             .iter()
             .any(|v| v.contains("not linearizable")),
-        "reads 150 ms in the past went unnoticed: {}",
+        "reads 3 s in the past went unnoticed: {}",
         describe(&report)
     );
     if let Some(dir) = report.kept {

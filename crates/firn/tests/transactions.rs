@@ -9,7 +9,7 @@ mod common;
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{Cluster, key_in_shard, read_latest};
@@ -137,326 +137,91 @@ async fn kill_each_leader(cluster: &Shared) {
     .await;
 }
 
-/// Accounts on every shard (two a shard), each starting at 100.
-const ACCOUNTS: usize = 6;
-const OPENING: i64 = 100;
-
-fn accounts() -> Vec<String> {
-    (0..3)
-        .flat_map(|s| common::keys_in_shard(s, "bank/", 2))
-        .collect()
-}
-
 /// A connection to the first node of `from` that answers, starting at `next`.
 async fn connect_any(addrs: &[String], next: &mut usize) -> redis::aio::MultiplexedConnection {
-    let config =
-        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(20)));
-    loop {
-        let addr = &addrs[*next % addrs.len()];
-        *next += 1;
-        if let Ok(client) = redis::Client::open(format!("redis://{addr}/"))
-            && let Ok(c) = client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
-        {
-            return c;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let forever = Instant::now() + Duration::from_secs(3600);
+    firn_soak::workload::bank::connect_any(addrs, next, forever)
+        .await
+        .expect("a node answers")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bank_across_shards_keeps_its_sum_through_transfers_and_leader_kills() {
+    use firn_soak::workload::bank::{Bank, ReadKind};
     let seed = common::seed("bank");
     let (cluster, addrs) = three_nodes().await;
-    let accounts = accounts();
-    let total = OPENING * ACCOUNTS as i64;
-    exec_set(&addrs[0], &accounts, &OPENING.to_string())
-        .await
-        .expect("the accounts open");
+    let stop = Arc::new(AtomicBool::new(false));
     let until = Instant::now() + Duration::from_secs(14);
-    let transfers = (0..3).map(|p| {
-        let (addrs, accounts) = (addrs.clone(), accounts.clone());
-        tokio::spawn(async move {
-            let mut rng = common::Rng::for_process(seed, p);
-            let mut next = p;
-            let mut c = connect_any(&addrs, &mut next).await;
-            let mut committed = 0;
-            while Instant::now() < until {
-                let from = &accounts[rng.next_u64() as usize % ACCOUNTS];
-                let to = &accounts[rng.next_u64() as usize % ACCOUNTS];
-                let amount = 1 + (rng.next_u64() % 10) as i64;
-                let sent: redis::RedisResult<redis::Value> = redis::pipe()
-                    .atomic()
-                    .incr(from, -amount)
-                    .incr(to, amount)
-                    .query_async(&mut c)
-                    .await;
-                let both_counted = |a: &[redis::Value]| {
-                    a.len() == 2 && a.iter().all(|v| matches!(v, redis::Value::Int(_)))
-                };
-                match sent {
-                    Ok(redis::Value::Array(a)) if both_counted(&a) => committed += 1,
-                    Ok(other) => panic!("a transfer answered {other:?}"),
-                    // A node killed, a leader moving, keys held: a transfer applied whole
-                    // or not at all either way.
-                    Err(e) if e.is_io_error() || e.is_connection_dropped() => {
-                        c = connect_any(&addrs, &mut next).await
-                    }
-                    // Refused (TRYAGAIN: keys held, a leader moving) or UNCERTAIN: whole or
-                    // not at all, which the sums check.
-                    Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
-                }
-            }
-            committed
-        })
-    });
-    let transfers: Vec<_> = transfers.collect();
-    // Readers: a snapshot of every account at one time, and every account read in one
-    // transaction; each sum must be the opening total.
-    let readers = (0..2).map(|p| {
-        let (addrs, accounts) = (addrs.clone(), accounts.clone());
-        tokio::spawn(async move {
-            let mut next = p + 1;
-            let mut c = connect_any(&addrs, &mut next).await;
-            let mut sums = Vec::new();
-            while Instant::now() < until {
-                let read: redis::RedisResult<Vec<i64>> = if p == 0 {
-                    snapshot_of(&addrs[next % addrs.len()], &accounts).await
-                } else {
-                    redis::pipe()
-                        .atomic()
-                        .mget(&accounts)
-                        .query_async::<(Vec<i64>,)>(&mut c)
-                        .await
-                        .map(|(v,)| v)
-                };
-                match read {
-                    // Every account absent: a snapshot at a time before the bank opened.
-                    Ok(values) if values.iter().all(|v| *v == -1_000_000) => {}
-                    Ok(values) => sums.push((values.iter().sum::<i64>(), values)),
-                    Err(e) if e.is_io_error() || e.is_connection_dropped() => {
-                        c = connect_any(&addrs, &mut next).await
-                    }
-                    Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
-                }
-            }
-            sums
-        })
-    });
-    let readers: Vec<_> = readers.collect();
-    kill_each_leader(&cluster).await;
-    let mut committed = 0;
-    for t in transfers {
-        committed += t.await.unwrap();
-    }
-    let mut checked = [0usize; 2];
-    for (p, r) in readers.into_iter().enumerate() {
-        for (sum, values) in r.await.unwrap() {
-            assert_eq!(sum, total, "a read saw a transfer in part: {values:?}");
-            checked[p] += 1;
-        }
-    }
-    let finally = {
-        let client = Client::connect(&addrs[0]).await.unwrap();
-        let mut sum = 0;
-        for k in &accounts {
-            let v = read_latest(&client, k.as_bytes()).await.unwrap();
-            sum += String::from_utf8_lossy(&v.value.unwrap())
-                .parse::<i64>()
-                .unwrap();
-        }
-        sum
+    let recording = {
+        let stop = stop.clone();
+        tokio::spawn(async move { Bank::new(3).record(seed, &addrs, stop).await })
     };
+    kill_each_leader(&cluster).await;
+    tokio::time::sleep_until(until.into()).await;
+    stop.store(true, Ordering::Relaxed);
+    let history = recording
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    let count = |kind| history.reads.iter().filter(|(k, _)| *k == kind).count();
+    let counts = [
+        count(ReadKind::Snapshot),
+        count(ReadKind::SnapshotPast),
+        count(ReadKind::Transaction),
+    ];
     eprintln!(
-        "bank: {committed} transfers committed, {} snapshot sums and {} transactional sums checked",
-        checked[0], checked[1]
+        "bank: {} transfers committed, {} unknown; sums checked of {} snapshots, {} snapshots a second back, {} transactions",
+        history.transfers_committed, history.transfers_unknown, counts[0], counts[1], counts[2]
     );
-    assert_eq!(finally, total, "the bank's sum changed");
+    let violations = history.violations();
+    assert!(violations.is_empty(), "seed {seed}: {violations:#?}");
     // Enough transfers to matter; how many get through the kills in 14 s depends on the
     // machine's load (the claim is the sums, not the rate).
-    assert!(committed >= 10, "only {committed} transfers committed");
     assert!(
-        checked.iter().all(|n| *n > 0),
-        "too few reads checked: {checked:?}"
+        history.transfers_committed >= 10,
+        "only {} transfers committed",
+        history.transfers_committed
     );
-}
-
-/// Every account read at one time across the shards (`FIRN.SNAPSHOT`) through `addr`.
-async fn snapshot_of(addr: &str, accounts: &[String]) -> redis::RedisResult<Vec<i64>> {
-    let io = |e: String| redis::RedisError::from((redis::ErrorKind::Io, "snapshot", e));
-    let client = Client::connect(addr).await.map_err(|e| io(e.to_string()))?;
-    let keys = accounts
-        .iter()
-        .map(|k| firn_model::Key::new(bytes::Bytes::from(k.clone())).unwrap())
-        .collect();
-    let (_, found) = client
-        .snapshot(&firn_model::SnapshotOf::Keys(keys), None)
-        .await
-        .map_err(|e| io(e.to_string()))?;
-    Ok(found
-        .into_iter()
-        .map(|(_, v)| {
-            let value = v.and_then(|v| v.value).unwrap_or_default();
-            // An account absent: read at a time before the bank opened (all absent then),
-            // or a cut that is not one (some absent): a sum far from the total says so.
-            String::from_utf8_lossy(&value)
-                .parse()
-                .unwrap_or(-1_000_000)
-        })
-        .collect())
-}
-
-/// Registers on every shard (two a shard) that random transactions read and write.
-const REGISTERS: usize = 6;
-/// Committed transactions the registers' check wants before it stops.
-const ENOUGH_COMMITTED: usize = 40;
-
-/// One transaction of reads and writes of the registers, run through `c`; what the client
-/// saw of it.
-async fn run_txn(
-    c: &mut redis::aio::MultiplexedConnection,
-    keys: &[String],
-    mops: Vec<firn_check::txn::Mop>,
-    started: Instant,
-) -> firn_check::txn::Txn {
-    use firn_check::txn::{Mop, Status};
-    let invoked_at = started.elapsed().as_micros() as u64;
-    let mut pipe = redis::pipe();
-    pipe.atomic();
-    for m in &mops {
-        match m {
-            Mop::Read { key, .. } => pipe.get(key),
-            Mop::Write { key, value } => pipe.set(key, value),
-        };
-    }
-    let _ = keys;
-    let answer: redis::RedisResult<Vec<redis::Value>> = pipe.query_async(c).await;
-    let completed_at = started.elapsed().as_micros() as u64;
-    let (status, mops) = match answer {
-        Ok(values) => {
-            let mops = mops
-                .into_iter()
-                .zip(values)
-                .map(|(m, v)| match (m, v) {
-                    (Mop::Read { key, .. }, redis::Value::Nil) => Mop::Read { key, value: None },
-                    (Mop::Read { key, .. }, redis::Value::BulkString(b)) => Mop::Read {
-                        key,
-                        value: Some(String::from_utf8_lossy(&b).parse().unwrap()),
-                    },
-                    (m @ Mop::Write { .. }, redis::Value::Okay) => m,
-                    (m, v) => panic!("{m:?} answered {v:?}"),
-                })
-                .collect();
-            (Status::Committed, mops)
-        }
-        // Refused, nothing applied.
-        Err(e) if matches!(e.code(), Some("TRYAGAIN" | "EXECABORT")) => (Status::Aborted, mops),
-        // A connection lost, UNCERTAIN: applied or not, reads unknown.
-        Err(_) => (
-            Status::Unknown,
-            mops.into_iter()
-                .filter(|m| matches!(m, Mop::Write { .. }))
-                .collect(),
-        ),
-    };
-    firn_check::txn::Txn {
-        client: 0,
-        invoked_at,
-        completed_at,
-        status,
-        mops,
-    }
+    assert!(
+        counts.iter().all(|n| *n > 0),
+        "too few reads checked: {counts:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactions_across_shards_are_strictly_serializable_through_leader_kills() {
-    use firn_check::txn::Mop;
+    use firn_check::txn::Status;
+    use firn_soak::workload::txn::Txns;
     let seed = common::seed("registers");
     let (cluster, addrs) = three_nodes().await;
-    let keys: Vec<String> = (0..3)
-        .flat_map(|s| common::keys_in_shard(s, "reg/", REGISTERS / 3))
-        .collect();
-    let started = Instant::now();
     // The leader kills take the first seconds; after them the clients go on until enough
     // transactions committed to make the check mean something (a loaded machine is slower),
     // within a hard bound.
-    let (kills_over, bound) = (Duration::from_secs(14), Duration::from_secs(60));
-    let committed = Arc::new(AtomicUsize::new(0));
-    let clients = (0..4).map(|p| {
-        let (addrs, keys, committed) = (addrs.clone(), keys.clone(), committed.clone());
-        let enough = committed.clone();
-        let go_on = move || {
-            let elapsed = started.elapsed();
-            elapsed < kills_over
-                || (elapsed < bound && enough.load(Ordering::Relaxed) < ENOUGH_COMMITTED)
-        };
-        tokio::spawn(async move {
-            let mut rng = common::Rng::for_process(seed, p);
-            let mut next = p;
-            let mut c = connect_any(&addrs, &mut next).await;
-            let mut history = Vec::new();
-            let mut seq = 0u64;
-            while go_on() {
-                let mops = (0..2 + rng.next_u64() % 3)
-                    .map(|_| {
-                        let key = keys[rng.next_u64() as usize % REGISTERS].clone();
-                        if rng.next_u64().is_multiple_of(2) {
-                            Mop::Read { key, value: None }
-                        } else {
-                            seq += 1;
-                            Mop::Write {
-                                key,
-                                value: p as u64 * 1_000_000 + seq,
-                            }
-                        }
-                    })
-                    .collect();
-                let mut txn = run_txn(&mut c, &keys, mops, started).await;
-                txn.client = p;
-                if txn.status == firn_check::txn::Status::Committed {
-                    committed.fetch_add(1, Ordering::Relaxed);
-                }
-                if txn.status == firn_check::txn::Status::Unknown {
-                    c = connect_any(&addrs, &mut next).await;
-                }
-                history.push(txn);
-            }
-            history
-        })
-    });
-    let clients: Vec<_> = clients.collect();
+    let txns = Txns::new(3);
+    let enough = txns.enough_committed;
+    let t0 = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let recording = {
+        let stop = stop.clone();
+        tokio::spawn(async move { txns.record(seed, &addrs, stop, t0).await })
+    };
     kill_each_leader(&cluster).await;
-    let mut history = Vec::new();
-    for c in clients {
-        history.extend(c.await.unwrap());
-    }
-    // Each register's versions, oldest first, as the store keeps them.
-    let client = Client::connect(&addrs[0]).await.unwrap();
-    let mut versions = firn_check::txn::VersionOrder::new();
-    for k in &keys {
-        let all = common::settled(|| client.history(k.as_bytes(), 1, None, 10_000, None))
-            .await
-            .unwrap();
-        versions.insert(
-            k.clone(),
-            all.into_iter()
-                .filter_map(|v| v.value)
-                .map(|b| String::from_utf8_lossy(&b).parse().unwrap())
-                .collect(),
-        );
-    }
-    let count = |s| history.iter().filter(|t| t.status == s).count();
+    tokio::time::sleep_until((t0 + Duration::from_secs(14)).into()).await;
+    stop.store(true, Ordering::Relaxed);
+    let history = recording
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     let (ok, refused, unknown) = (
-        count(firn_check::txn::Status::Committed),
-        count(firn_check::txn::Status::Aborted),
-        count(firn_check::txn::Status::Unknown),
+        history.count(Status::Committed),
+        history.count(Status::Aborted),
+        history.count(Status::Unknown),
     );
     eprintln!("registers: {ok} committed, {refused} refused, {unknown} unknown");
-    match firn_check::txn::check(&history, &versions) {
+    match firn_check::txn::check(&history.txns, &history.versions) {
         Ok(summary) => eprintln!("checked: {summary:?}"),
         Err(anomalies) => panic!(
-            "{} anomalies, the first: {}",
+            "seed {seed}: {} anomalies, the first: {}",
             anomalies.len(),
             anomalies
                 .iter()
@@ -467,13 +232,12 @@ async fn transactions_across_shards_are_strictly_serializable_through_leader_kil
         ),
     }
     assert!(
-        ok >= ENOUGH_COMMITTED,
+        ok >= enough,
         "only {ok} transactions committed in {:?}",
-        started.elapsed()
+        t0.elapsed()
     );
 }
 
-/// The Rust client's `txn`: a lock taken with a fencing counter, then refused while held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rust_client_runs_compare_then_write() {
     use firn_client::txn::{Step, StepReply, Txn};
