@@ -321,8 +321,9 @@ impl Sandbox {
     }
 
     /// Compiles and checks a module: it is Wasm, exports `run` of type `() -> i32`, and
-    /// imports only what the sandbox provides, of the right types (an instance is made once,
-    /// with no fuel for any start function to burn).
+    /// imports only what the sandbox provides, of the right types (an instance is made once;
+    /// its start function, if it has one, runs within one run's fuel, so a start that never
+    /// ends costs what an endless run costs and the module is refused).
     pub fn compile(&self, wasm: &[u8]) -> Result<Compiled, FirnError> {
         let bad = |why: String| FirnError::BadArgument(format!("not a function module: {why}"));
         // wasmi answers malformed input with errors; a panic on some input it does not
@@ -648,6 +649,21 @@ mod tests {
                 .err()
                 .unwrap();
         assert!(e.to_string().contains("out of fuel"), "{e}");
+    }
+
+    #[test]
+    fn a_module_whose_start_function_never_ends_is_refused_once_its_fuel_runs_out() {
+        let sandbox = Sandbox::new().unwrap();
+        let module = wat::parse_str(
+            r#"(module (func $start (loop $l (br $l))) (start $start)
+                (func (export "run") (result i32) (i32.const 0)))"#,
+        )
+        .unwrap();
+        let e = sandbox.compile(&module).err().unwrap().to_string();
+        assert!(
+            e.contains("not a function module") && e.contains("fuel"),
+            "{e}"
+        );
     }
 
     #[test]
