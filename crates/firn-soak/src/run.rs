@@ -14,6 +14,7 @@ use firn_check::log;
 use crate::cluster::{Cluster, SHARDS};
 use crate::faults::{FaultCounts, FaultKind, Firewall, heal_all, inject};
 use crate::workload::bank::Bank;
+use crate::workload::effects::Effects;
 use crate::workload::groups::{Groups, Redelivery};
 use crate::workload::log::Logs;
 use crate::workload::register::{self, ReadPath, Registers};
@@ -32,7 +33,7 @@ const SETTLE_MAX: Duration = Duration::from_secs(60);
 /// the recovery.
 const AFTER_HEAL: Duration = Duration::from_secs(2);
 /// Longest the workloads take to finish once asked to stop (their drains included).
-const FINISH_MAX: Duration = Duration::from_secs(90);
+const FINISH_MAX: Duration = Duration::from_secs(180);
 /// Bytes of a large value: past the inline limit (1 MiB), so it is stored as a blob.
 const LARGE_VALUE_BYTES: usize = 1536 * 1024;
 
@@ -165,6 +166,8 @@ async fn run_in(
     let addrs: Vec<String> = (0..cluster.len()).map(|i| cluster.resp_addr(i)).collect();
     let cluster = Arc::new(Mutex::new(cluster));
     memory_keyspace(&addrs[0], "m").await?;
+    let effects = Effects::default();
+    effects.set_up(&addrs).await?;
 
     let t0 = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
@@ -244,6 +247,11 @@ async fn run_in(
             ..Txns::new(SHARDS)
         };
         tokio::spawn(async move { txns.record(seed.wrapping_add(7), &addrs, stop, t0).await })
+    };
+
+    let effects_run = {
+        let (addrs, stop) = (addrs.clone(), stop.clone());
+        tokio::spawn(async move { effects.record(&addrs, stop).await })
     };
 
     // The faults, then everything healed and settled, then a little more running.
@@ -353,6 +361,20 @@ async fn run_in(
                 }
             }
             Err(e) => report.unfinished.push(format!("txn: {e}")),
+        }
+        match effects_run.await.map_err(|e| format!("effects: {e}"))? {
+            Ok(outcome) => {
+                report
+                    .checked
+                    .insert("effects", outcome.inputs + outcome.timers);
+                report.violations.extend(
+                    outcome
+                        .violations
+                        .into_iter()
+                        .map(|v| format!("effects: {v}")),
+                );
+            }
+            Err(e) => report.unfinished.push(format!("effects: {e}")),
         }
         Ok::<(), String>(())
     };

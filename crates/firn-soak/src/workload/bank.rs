@@ -371,3 +371,37 @@ pub async fn connect_any(
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn history(reads: Vec<Vec<i64>>, finally: Vec<i64>) -> BankHistory {
+        BankHistory {
+            opening_total: 300,
+            reads: reads.into_iter().map(|r| (ReadKind::Snapshot, r)).collect(),
+            finally,
+            ..BankHistory::default()
+        }
+    }
+
+    #[test]
+    fn a_read_of_a_transfer_in_part_is_a_violation() {
+        let whole = history(
+            vec![vec![100, 100, 100], vec![90, 110, 100]],
+            vec![95, 105, 100],
+        );
+        assert!(whole.violations().is_empty());
+        // 10 taken from the first account, not yet given to the second.
+        let torn = history(vec![vec![90, 100, 100]], vec![100, 100, 100]);
+        let found = torn.violations();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("in part"), "{found:?}");
+    }
+
+    #[test]
+    fn a_final_sum_off_the_total_is_a_violation() {
+        let lost = history(vec![], vec![100, 100, 90]);
+        assert!(lost.violations()[0].contains("newest balances"));
+    }
+}

@@ -2,6 +2,7 @@
 
 pub mod bank;
 pub mod conn;
+pub mod effects;
 pub mod groups;
 pub mod log;
 pub mod register;
