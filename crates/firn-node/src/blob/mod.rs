@@ -241,10 +241,12 @@ impl Blobs {
             .await;
     }
 
-    /// A chunk of a blob sealed here, for a peer.
+    /// A chunk of a blob sealed here, for a peer: at most one chunk's bytes
+    /// (`BLOB_CHUNK_BYTES`), so a request cannot make this node allocate more.
     pub async fn serve_read(&self, r: BlobRead) -> Result<Bytes, FirnError> {
+        let len = chunk_read_len(r.len)?;
         self.blocking(move |f| {
-            f.read(r.shard, r.id, r.offset, r.len as usize)
+            f.read(r.shard, r.id, r.offset, len)
                 .map_err(|e| FirnError::TryAgain(format!("blob {}: {e}", r.id)))
         })
         .await
@@ -421,9 +423,30 @@ impl Blobs {
     }
 }
 
+/// The bytes a peer's blob read may ask for: at most one chunk.
+fn chunk_read_len(len: u32) -> Result<usize, FirnError> {
+    let len = len as usize;
+    if len > firn_model::blob::BLOB_CHUNK_BYTES {
+        return Err(FirnError::BadArgument(format!(
+            "a blob read is at most {} bytes, not {len}",
+            firn_model::blob::BLOB_CHUNK_BYTES
+        )));
+    }
+    Ok(len)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_peer_reads_at_most_one_chunk_of_a_blob() {
+        let chunk = firn_model::blob::BLOB_CHUNK_BYTES as u32;
+        assert_eq!(chunk_read_len(chunk).unwrap(), chunk as usize);
+        assert_eq!(chunk_read_len(7).unwrap(), 7);
+        assert!(chunk_read_len(chunk + 1).is_err());
+        assert!(chunk_read_len(u32::MAX).is_err());
+    }
 
     #[test]
     fn chunks_of_large_values_take_the_bulk_lane_and_nothing_else_does() {
