@@ -7,7 +7,7 @@
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -134,6 +134,9 @@ fn wait_for_phase(wall_us: u64, every_us: u64, phase_us: u64) -> std::time::Dura
     std::time::Duration::from_micros(every_us - at)
 }
 
+/// [`HybridClock`]'s lead when it has no peer to wait for.
+const NO_PEERS: u64 = u64::MAX;
+
 /// A hybrid logical clock: never goes backwards, follows the wall clock when it can. A
 /// node whose wall clock is found beyond the cluster's bound on clock offsets stamps nothing
 /// until it is back ([`HybridClock::stamp`]).
@@ -144,6 +147,10 @@ pub struct HybridClock {
     /// Set while the wall clock is beyond the bound; `why` says by how much.
     beyond: AtomicBool,
     why: Mutex<String>,
+    /// How far this clock may be ahead of its slowest peer's, as measured (µs): a write is
+    /// acknowledged only once its stamp is that far behind this clock
+    /// ([`HybridClock::commit_wait`]). [`NO_PEERS`]: a node alone waits for nothing.
+    lead_us: AtomicU64,
 }
 
 impl HybridClock {
@@ -153,7 +160,35 @@ impl HybridClock {
             last: Mutex::new(CommitTs::ZERO),
             beyond: AtomicBool::new(false),
             why: Mutex::new(String::new()),
+            lead_us: AtomicU64::new(NO_PEERS),
         }
+    }
+
+    /// Sets how far this clock may be ahead of its slowest peer's (µs; 0 when none may be
+    /// behind), or that it has no peer (`None`).
+    pub fn set_lead_us(&self, us: Option<u64>) {
+        self.lead_us.store(
+            us.map_or(NO_PEERS, |us| us.min(NO_PEERS - 1)),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// How long a write stamped `ts` must still wait before it is acknowledged: until every
+    /// peer's clock, as measured, has passed `ts`, so that a write another client begins
+    /// after the acknowledgement — at any shard, whatever leader stamps it — gets a larger
+    /// stamp. Nothing while the clocks agree (the time the write took to commit has passed
+    /// already); up to the lead on a clock that is ahead.
+    ///
+    /// A stamp can be ahead of this wall clock (stamps never go back, so after the clock
+    /// stepped back they go on from the highest one): the wait covers that too.
+    pub fn commit_wait(&self, ts: CommitTs) -> Option<std::time::Duration> {
+        let lead = self.lead_us.load(Ordering::Relaxed);
+        if lead == NO_PEERS {
+            return None;
+        }
+        let until = ts.wall_us.saturating_add(lead);
+        let now = (self.wall)();
+        (until > now).then(|| std::time::Duration::from_micros(until - now))
     }
 
     /// A stamp for a write: [`HybridClock::now`], unless the wall clock is beyond the
@@ -253,6 +288,32 @@ mod tests {
 
     fn frozen_wall() -> u64 {
         1_000
+    }
+
+    #[test]
+    fn a_write_waits_until_its_stamp_is_the_lead_behind_the_clock() {
+        let clock = HybridClock::new(frozen_wall);
+        // No peers: acknowledged at once, even a stamp ahead of the wall clock.
+        assert_eq!(clock.commit_wait(CommitTs::new(1_000, 0)), None);
+        assert_eq!(clock.commit_wait(CommitTs::new(5_000, 0)), None);
+        // Peers whose clocks are all ahead: only a stamp ahead of this wall clock waits.
+        clock.set_lead_us(Some(0));
+        assert_eq!(clock.commit_wait(CommitTs::new(1_000, 0)), None);
+        assert_eq!(
+            clock.commit_wait(CommitTs::new(1_400, 2)),
+            Some(std::time::Duration::from_micros(400))
+        );
+        clock.set_lead_us(Some(300));
+        // Stamped now: the whole lead. Stamped long enough ago: nothing.
+        assert_eq!(
+            clock.commit_wait(CommitTs::new(1_000, 0)),
+            Some(std::time::Duration::from_micros(300))
+        );
+        assert_eq!(
+            clock.commit_wait(CommitTs::new(800, 3)),
+            Some(std::time::Duration::from_micros(100))
+        );
+        assert_eq!(clock.commit_wait(CommitTs::new(700, 0)), None);
     }
 
     #[test]

@@ -402,10 +402,8 @@ impl ShardReplica {
     pub async fn propose(&self, op: Op) -> Result<ProposalOutcome, FirnError> {
         self.check_quorum()?;
         // A node whose clock is beyond the bound on clock offsets stamps nothing.
-        let cmd = Command {
-            ts: self.clock.stamp()?,
-            op,
-        };
+        let stamp = self.clock.stamp()?;
+        let cmd = Command { ts: stamp, op };
         let (responder, done) = ProgressResponder::complete_only();
         let proposed = std::time::Instant::now();
         self.raft
@@ -426,10 +424,16 @@ impl ShardReplica {
             };
             match done {
                 Ok(Ok(resp)) => {
+                    let mut stamped = stamp;
                     if let Ok(Response::Written(w)) = &resp.data
                         && let Some(last) = w.last()
                     {
                         clock.observe(last.commit_ts);
+                        stamped = stamped.max(last.commit_ts);
+                    }
+                    // Acknowledged only once every peer's clock has passed the stamp.
+                    if let Some(wait) = clock.commit_wait(stamped) {
+                        tokio::time::sleep(wait).await;
                     }
                     resp.data
                 }

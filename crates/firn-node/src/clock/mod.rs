@@ -102,6 +102,9 @@ impl ClockBound {
         metrics::gauge!("firn_clock_max_offset_us").set(self.max_offset.as_micros() as f64);
         let within_bound = why.is_none();
         self.clock.set_beyond_bound(why);
+        let lead = commit_wait_lead_us(&peers, self.max_offset);
+        self.clock.set_lead_us((!peers.is_empty()).then_some(lead));
+        metrics::gauge!("firn_clock_commit_wait_us").set(lead as f64);
         *self.view.write().unwrap_or_else(|p| p.into_inner()) = ClockView {
             max_offset_us: self.max_offset.as_micros() as u64,
             within_bound,
@@ -121,6 +124,20 @@ impl ClockBound {
             .unwrap_or(0);
         firn_model::hlc::set_wall_offset_us(ms.saturating_mul(1_000));
     }
+}
+
+/// How far this node's clock may be ahead of its slowest peer's: for each peer, its clock is
+/// within `offset ± uncertainty` of this one's, so it has passed a stamp taken here once this
+/// clock is `uncertainty − offset` past it. The most over the peers, at most `max` (beyond
+/// it a node stamps nothing at all), 0 when none may be behind. Writes acknowledged here wait
+/// that long after their stamp ([`HybridClock::commit_wait`]).
+pub fn commit_wait_lead_us(peers: &BTreeMap<NodeId, ClockOffset>, max: Duration) -> u64 {
+    peers
+        .values()
+        .map(|o| (o.uncertainty_us as i64).saturating_sub(o.offset_us).max(0) as u64)
+        .max()
+        .unwrap_or(0)
+        .min(max.as_micros() as u64)
 }
 
 /// Why this node's clock is beyond `max` — off by more than it, at least, from a majority of
@@ -161,6 +178,40 @@ mod tests {
             offset_us,
             uncertainty_us,
         }
+    }
+
+    #[test]
+    fn a_clock_ahead_of_a_peer_waits_out_the_lead_and_one_behind_waits_nothing() {
+        let max = Duration::from_millis(500);
+        let peers = |offsets: &[ClockOffset]| -> BTreeMap<NodeId, ClockOffset> {
+            offsets
+                .iter()
+                .enumerate()
+                .map(|(i, o)| (i as u64 + 2, *o))
+                .collect()
+        };
+        // Alone: nothing to wait for.
+        assert_eq!(commit_wait_lead_us(&BTreeMap::new(), max), 0);
+        // Peers ahead of this clock (by more than the uncertainty): nothing.
+        assert_eq!(
+            commit_wait_lead_us(&peers(&[off(2_000, 100), off(900, 50)]), max),
+            0
+        );
+        // Clocks that agree: the uncertainty of the measurement.
+        assert_eq!(
+            commit_wait_lead_us(&peers(&[off(10, 60), off(-5, 40)]), max),
+            50
+        );
+        // One peer 250 ms behind: its offset and uncertainty, the most over the peers.
+        assert_eq!(
+            commit_wait_lead_us(&peers(&[off(-250_000, 80), off(20, 30)]), max),
+            250_080
+        );
+        // Never more than the bound (beyond it the node stamps nothing anyway).
+        assert_eq!(
+            commit_wait_lead_us(&peers(&[off(-2_000_000, 80)]), max),
+            500_000
+        );
     }
 
     #[test]
