@@ -180,16 +180,18 @@ mod tests {
         }
     }
 
+    /// Peers 2, 3, … with these offsets from this node's clock.
+    fn peers(offsets: &[ClockOffset]) -> BTreeMap<NodeId, ClockOffset> {
+        offsets
+            .iter()
+            .enumerate()
+            .map(|(i, o)| (i as u64 + 2, *o))
+            .collect()
+    }
+
     #[test]
     fn a_clock_ahead_of_a_peer_waits_out_the_lead_and_one_behind_waits_nothing() {
         let max = Duration::from_millis(500);
-        let peers = |offsets: &[ClockOffset]| -> BTreeMap<NodeId, ClockOffset> {
-            offsets
-                .iter()
-                .enumerate()
-                .map(|(i, o)| (i as u64 + 2, *o))
-                .collect()
-        };
         // Alone: nothing to wait for.
         assert_eq!(commit_wait_lead_us(&BTreeMap::new(), max), 0);
         // Peers ahead of this clock (by more than the uncertainty): nothing.
@@ -217,13 +219,6 @@ mod tests {
     #[test]
     fn a_clock_is_beyond_the_bound_when_a_majority_of_peers_are_certainly_far() {
         let max = Duration::from_millis(500);
-        let peers = |offsets: &[ClockOffset]| -> BTreeMap<NodeId, ClockOffset> {
-            offsets
-                .iter()
-                .enumerate()
-                .map(|(i, o)| (i as u64 + 2, *o))
-                .collect()
-        };
         // Alone, or all near: within.
         assert_eq!(beyond_bound(&BTreeMap::new(), max), None);
         assert_eq!(
