@@ -3,9 +3,10 @@
 //!
 //! Kills never take more than one node down at once, and wait until every replica has
 //! recovered from the last one: a memory-durability keyspace promises an acknowledged write
-//! only while a majority of its replicas keeps it in memory. Clock offsets stay within half
-//! the cluster's bound (`--max-clock-offset`, 500 ms by default), where every guarantee
-//! about time is promised. Everything else — pauses, partitions of any minority, one-way
+//! only while a majority of its replicas keeps it in memory. A clock step is within half
+//! the cluster's bound (`--max-clock-offset`, 500 ms by default), which Firn slews in, or
+//! beyond the bound, which it takes at once and then refuses to stamp with: every guarantee
+//! about time must hold through both. Everything else — pauses, partitions of any minority, one-way
 //! loss, a full disk — may hit any node, leaders included.
 
 use std::collections::BTreeMap;
@@ -29,7 +30,7 @@ pub enum FaultKind {
     Partition,
     /// Packets from one node to another dropped, the other way not.
     OneWay,
-    /// A node's clock shifted (within the bound).
+    /// A node's clock stepped: within half the bound, or beyond it ([`clock_step_ms`]).
     Clock,
     /// A node's disk filled below its reserve (writes refused with NOSPACE), then freed.
     DiskFull,
@@ -158,7 +159,7 @@ pub async fn inject(
         let hold = Duration::from_millis(300 + rng.below(2_700));
         let (c, f) = (cluster.clone(), firewall.clone());
         let pick = rng.next_u64();
-        let offset = rng.below(501) as i64 - 250;
+        let offset = clock_step_ms(rng.next_u64());
         let started = tokio::task::spawn_blocking(move || {
             let mut c = c.lock().unwrap();
             start_fault(&mut c, &f, kind, pick, offset)
@@ -181,6 +182,19 @@ pub async fn inject(
         note(format!("healed {kind}"));
     }
     Ok(counts)
+}
+
+/// The step a `clock` fault gives a node's clock (ms): two times in three within half the
+/// bound (Firn slews it in), otherwise 0.6 to 1.5 s beyond it (Firn takes it at once and
+/// the node stamps nothing until it is judged, then nothing while it is beyond).
+pub fn clock_step_ms(pick: u64) -> i64 {
+    let sign = if pick & 1 == 0 { 1 } else { -1 };
+    let size = (pick >> 8) as i64;
+    if pick % 3 == 2 {
+        sign * (600 + size % 901)
+    } else {
+        sign * (size % 251)
+    }
 }
 
 /// What heals a fault.
@@ -297,4 +311,27 @@ pub fn heal_all(c: &mut Cluster, firewall: &Firewall) -> Result<(), String> {
         c.restart(i)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_steps_are_within_half_the_bound_or_beyond_it() {
+        let mut rng = Rng::for_process(7, 0);
+        let (mut small, mut large) = (0, 0);
+        for _ in 0..3_000 {
+            let ms = clock_step_ms(rng.next_u64());
+            match ms.unsigned_abs() {
+                0..=250 => small += 1,
+                600..=1_500 => large += 1,
+                other => panic!("a step of {other} ms"),
+            }
+        }
+        assert!(
+            (1_800..2_200).contains(&small) && large == 3_000 - small,
+            "{small} {large}"
+        );
+    }
 }

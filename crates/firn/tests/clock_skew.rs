@@ -108,6 +108,8 @@ fn a_node_whose_clock_goes_off_is_found_and_stamps_nothing_until_it_is_back() {
     );
     assert_eq!(c.counter(2, "firn_clock_beyond_bound"), 1.0);
     assert_eq!(c.counter(0, "firn_clock_beyond_bound"), 0.0);
+    // A step beyond the bound is taken at once, and counted.
+    assert!(c.counter(2, "firn_clock_steps_total") >= 1.0);
     // It hands its leaderships away and takes none back.
     c.wait_for_leaders(0, Some(3));
     std::thread::sleep(Duration::from_secs(1));
@@ -188,4 +190,38 @@ fn a_node_whose_clock_goes_off_is_found_and_stamps_nothing_until_it_is_back() {
     assert_eq!(get(&c, 0, "after").as_deref(), Some("1"));
     assert!(matches!(refused_value.as_deref(), Some("1") | Some("2")));
     c.stop(0);
+}
+
+#[test]
+fn a_step_within_the_bound_is_slewed_in_not_taken() {
+    let c = Cluster::start(3, &["--clock-offset-file", "clock-offset"]);
+    c.wait_for_leaders(0, None);
+    let seen = || clock_of(&c, 0, 1)["peers"]["3"]["offset_us"].as_i64();
+    assert!(
+        wait_until(Duration::from_secs(10), || seen()
+            .is_some_and(|us| us.abs() < 20_000)),
+        "node 1 measured node 3: {:?}",
+        seen()
+    );
+    let steps_before = c.counter(2, "firn_clock_steps_total");
+    // Node 3's system clock is set 300 ms ahead: within the bound, so Firn takes it in at
+    // 0.2 ms a second. Two seconds on, node 3's clock is still within a few milliseconds
+    // of the others' (a clock that took the step would be 300 ms ahead), and no write was
+    // refused for it.
+    skew(&c, 2, 300);
+    let until = Instant::now() + Duration::from_secs(2);
+    let mut i = 0;
+    while Instant::now() < until {
+        set(&c, 2, &format!("slew-{i}"), "v").unwrap();
+        i += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let us = seen().unwrap();
+    assert!(
+        (-20_000..20_000).contains(&us),
+        "node 3 is {us} µs from node 1 two seconds after a 300 ms step"
+    );
+    assert_eq!(within(&c, 0, 3), Some(true));
+    assert_eq!(c.counter(2, "firn_clock_steps_total"), steps_before);
+    assert_eq!(get(&c, 0, &format!("slew-{}", i - 1)).as_deref(), Some("v"));
 }

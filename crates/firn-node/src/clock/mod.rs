@@ -15,10 +15,11 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use firn_model::HybridClock;
+use firn_model::hlc::wall;
 use firn_raft::NodeId;
 use firn_raft::peer::{ClockOffset, PeerPool};
 use serde::{Deserialize, Serialize};
@@ -48,6 +49,8 @@ pub struct ClockBound {
     /// A file holding milliseconds to shift this process's clock by (tests only).
     offset_file: Option<PathBuf>,
     view: RwLock<ClockView>,
+    /// The clock's steps taken at once, and their sum (µs), as last logged.
+    steps_seen: Mutex<(u64, i64)>,
 }
 
 impl ClockBound {
@@ -57,7 +60,9 @@ impl ClockBound {
         max_offset: Duration,
         offset_file: Option<PathBuf>,
     ) -> Self {
+        wall::set_step_limit_us(max_offset.as_micros() as u64);
         ClockBound {
+            steps_seen: Mutex::new((wall::steps(), wall::steps_total_us())),
             clock,
             pool,
             max_offset,
@@ -81,6 +86,21 @@ impl ClockBound {
 
     /// Judges the peers' offsets, and tells the clock, the log and the metrics.
     pub fn look(&self) {
+        // Read before the offsets: a step after this is judged at the next look.
+        let steps = wall::steps();
+        let (seen, seen_total_us) = *self.steps_seen.lock().unwrap_or_else(|p| p.into_inner());
+        if steps != seen {
+            let total_us = wall::steps_total_us();
+            tracing::warn!(
+                "this node's clock stepped by {:+} ms (beyond --max-clock-offset, so taken at \
+                 once; smaller steps are slewed at {} ppm): its peers' offsets are judged again \
+                 before it stamps another write",
+                (total_us - seen_total_us) / 1_000,
+                wall::SLEW_PPM
+            );
+            metrics::counter!("firn_clock_steps_total").increment(steps - seen);
+            *self.steps_seen.lock().unwrap_or_else(|p| p.into_inner()) = (steps, total_us);
+        }
         let peers: BTreeMap<NodeId, ClockOffset> = self.pool.clock_offsets().into_iter().collect();
         for (peer, o) in &peers {
             let peer = peer.to_string();
@@ -104,6 +124,7 @@ impl ClockBound {
         self.clock.set_beyond_bound(why);
         let lead = commit_wait_lead_us(&peers, self.max_offset);
         self.clock.set_lead_us((!peers.is_empty()).then_some(lead));
+        self.clock.set_judged_steps(steps);
         metrics::gauge!("firn_clock_commit_wait_us").set(lead as f64);
         *self.view.write().unwrap_or_else(|p| p.into_inner()) = ClockView {
             max_offset_us: self.max_offset.as_micros() as u64,
@@ -128,16 +149,19 @@ impl ClockBound {
 
 /// How far this node's clock may be ahead of its slowest peer's: for each peer, its clock is
 /// within `offset ± uncertainty` of this one's, so it has passed a stamp taken here once this
-/// clock is `uncertainty − offset` past it. The most over the peers, at most `max` (beyond
-/// it a node stamps nothing at all), 0 when none may be behind. Writes acknowledged here wait
-/// that long after their stamp ([`HybridClock::commit_wait`]).
+/// clock is `uncertainty − offset` past it. The most over the peers within the bound, 0 when
+/// none may be behind. A peer certainly beyond the bound is not waited for: beyond it a node
+/// stamps nothing, and no wait within the bound would cover it. With `max` zero (the check
+/// off) nothing is waited for. Writes acknowledged here wait that long after their stamp
+/// ([`HybridClock::commit_wait`]).
 pub fn commit_wait_lead_us(peers: &BTreeMap<NodeId, ClockOffset>, max: Duration) -> u64 {
+    let max_us = max.as_micros() as u64;
     peers
         .values()
+        .filter(|o| o.at_least_us() <= max_us)
         .map(|o| (o.uncertainty_us as i64).saturating_sub(o.offset_us).max(0) as u64)
         .max()
         .unwrap_or(0)
-        .min(max.as_micros() as u64)
 }
 
 /// Why this node's clock is beyond `max` — off by more than it, at least, from a majority of
@@ -209,10 +233,20 @@ mod tests {
             commit_wait_lead_us(&peers(&[off(-250_000, 80), off(20, 30)]), max),
             250_080
         );
-        // Never more than the bound (beyond it the node stamps nothing anyway).
+        // A peer certainly beyond the bound is not waited for (it stamps nothing); one
+        // that may be within it is, by all it may be behind.
         assert_eq!(
-            commit_wait_lead_us(&peers(&[off(-2_000_000, 80)]), max),
-            500_000
+            commit_wait_lead_us(&peers(&[off(-2_000_000, 80), off(-100, 30)]), max),
+            130
+        );
+        assert_eq!(
+            commit_wait_lead_us(&peers(&[off(-500_050, 80)]), max),
+            500_130
+        );
+        // The check off: nothing.
+        assert_eq!(
+            commit_wait_lead_us(&peers(&[off(-2_000, 80)]), Duration::ZERO),
+            0
         );
     }
 

@@ -461,6 +461,7 @@ impl PeerPool {
                 .insert(id, done);
             let (sent_wall_us, sent_at) =
                 (firn_model::hlc::system_wall_us(), std::time::Instant::now());
+            let sent_steps = firn_model::hlc::wall::steps();
             if conn.tx.send((id, bytes)).await.is_err() {
                 conn.pending
                     .lock()
@@ -475,7 +476,7 @@ impl PeerPool {
                 answer,
                 deadline,
                 timeout,
-                sent: (sent_wall_us, sent_at, self.offsets.clone()),
+                sent: ((sent_wall_us, sent_steps), sent_at, self.offsets.clone()),
             })
         };
         counts::counted(target, sent.await)
@@ -490,9 +491,9 @@ pub struct SentCall {
     answer: oneshot::Receiver<Heard>,
     deadline: tokio::time::Instant,
     timeout: Duration,
-    /// When it was sent, by this node's wall clock and by the monotonic one, and where the
-    /// clock offset its answer measures goes.
-    sent: (u64, std::time::Instant, Arc<ClockOffsets>),
+    /// When it was sent, by this node's wall clock (and the steps that clock had taken) and
+    /// by the monotonic one, and where the clock offset its answer measures goes.
+    sent: ((u64, u64), std::time::Instant, Arc<ClockOffsets>),
 }
 
 impl SentCall {
@@ -506,8 +507,8 @@ impl SentCall {
         let (target, conn, id, timeout) = (self.target, self.conn, self.id, self.timeout);
         let heard = tokio::time::timeout_at(self.deadline, self.answer).await;
         if let Ok(Ok(Heard::Answer(_, peer_wall_us))) = &heard {
-            let (sent_wall_us, sent_at, offsets) = self.sent;
-            offsets.record(target, sent_wall_us, sent_at.elapsed(), *peer_wall_us);
+            let (sent, sent_at, offsets) = self.sent;
+            offsets.record(target, sent, sent_at.elapsed(), *peer_wall_us);
         }
         match heard {
             // Not handled: safe to retry, like a request that never left.

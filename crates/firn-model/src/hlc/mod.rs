@@ -4,11 +4,13 @@
 //! lexicographically. Only the shard leader reads the clock, when it proposes a write; apply
 //! never does (it only raises a stamp above the previous one, deterministically).
 
+pub mod wall;
+
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -101,24 +103,17 @@ impl FromStr for CommitTs {
 /// The source of wall-clock time, injectable so that tests control it.
 pub type WallClock = fn() -> u64;
 
-/// Microseconds since the Unix epoch from the system clock (shifted by
-/// [`set_wall_offset_us`], which only tests set).
+/// Microseconds since the Unix epoch by Firn's wall clock: the system clock, its small steps
+/// slewed and its large ones counted ([`wall`]).
 pub fn system_wall_us() -> u64 {
-    let us = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0);
-    us.saturating_add_signed(WALL_OFFSET_US.load(Ordering::Relaxed))
+    wall::now_us()
 }
 
-/// What [`system_wall_us`] adds to the system clock's reading.
-static WALL_OFFSET_US: AtomicI64 = AtomicI64::new(0);
-
-/// Shifts this process's reading of the wall clock by `us` (negative: behind): how a test
-/// gives one node a clock that is off (`firn serve --clock-offset-file`), as a machine whose
-/// clock drifted would have. Never set otherwise.
+/// Shifts this process's reading of the system clock by `us` (negative: behind): how a test
+/// gives one node a clock that steps (`firn serve --clock-offset-file`), as a machine whose
+/// clock was set would have. Never set otherwise.
 pub fn set_wall_offset_us(us: i64) {
-    WALL_OFFSET_US.store(us, Ordering::Relaxed);
+    wall::set_test_offset_us(us);
 }
 
 /// How long until the wall clock next reads `phase_us` past a multiple of `every_us` µs (a
@@ -134,71 +129,115 @@ fn wait_for_phase(wall_us: u64, every_us: u64, phase_us: u64) -> std::time::Dura
     std::time::Duration::from_micros(every_us - at)
 }
 
-/// [`HybridClock`]'s lead when it has no peer to wait for.
-const NO_PEERS: u64 = u64::MAX;
+/// How long a write stamped `ts` waits at wall clock `now_us` under a lead of `lead_us`
+/// judged `since_us` ago ([`HybridClock::commit_wait`]).
+fn wait_for(ts: CommitTs, lead_us: u64, since_us: u64, now_us: u64) -> Option<std::time::Duration> {
+    let drift = since_us.saturating_mul(2 * wall::MAX_RATE_PPM) / 1_000_000;
+    let until = ts.wall_us.saturating_add(lead_us).saturating_add(drift);
+    (until > now_us).then(|| std::time::Duration::from_micros(until - now_us))
+}
+
+/// How far this clock may be ahead of its slowest peer's, as measured, and when that was
+/// judged: the measurements lose certainty as they age ([`wall::MAX_RATE_PPM`]).
+#[derive(Clone, Copy, Debug)]
+struct Lead {
+    us: u64,
+    judged: Instant,
+}
 
 /// A hybrid logical clock: never goes backwards, follows the wall clock when it can. A
-/// node whose wall clock is found beyond the cluster's bound on clock offsets stamps nothing
-/// until it is back ([`HybridClock::stamp`]).
+/// node whose wall clock is found beyond the cluster's bound on clock offsets, or stepped
+/// and not yet judged again, stamps nothing until it is back ([`HybridClock::stamp`]).
 #[derive(Debug)]
 pub struct HybridClock {
     wall: WallClock,
+    /// How many steps the wall clock has taken at once ([`wall::steps`]).
+    steps: fn() -> u64,
     last: Mutex<CommitTs>,
     /// Set while the wall clock is beyond the bound; `why` says by how much.
     beyond: AtomicBool,
     why: Mutex<String>,
-    /// How far this clock may be ahead of its slowest peer's, as measured (µs): a write is
-    /// acknowledged only once its stamp is that far behind this clock
-    /// ([`HybridClock::commit_wait`]). [`NO_PEERS`]: a node alone waits for nothing.
-    lead_us: AtomicU64,
+    /// The steps the last judgement of the peers' offsets took into account.
+    judged_steps: AtomicU64,
+    /// How far this clock may be ahead of its slowest peer's: a write is acknowledged only
+    /// once its stamp is that far behind this clock ([`HybridClock::commit_wait`]). `None`:
+    /// a node alone waits for nothing.
+    lead: Mutex<Option<Lead>>,
 }
 
 impl HybridClock {
     pub fn new(wall: WallClock) -> Self {
+        Self::with_steps(wall, wall::steps)
+    }
+
+    fn with_steps(wall: WallClock, steps: fn() -> u64) -> Self {
         HybridClock {
             wall,
+            steps,
             last: Mutex::new(CommitTs::ZERO),
             beyond: AtomicBool::new(false),
             why: Mutex::new(String::new()),
-            lead_us: AtomicU64::new(NO_PEERS),
+            judged_steps: AtomicU64::new(steps()),
+            lead: Mutex::new(None),
         }
     }
 
     /// Sets how far this clock may be ahead of its slowest peer's (µs; 0 when none may be
-    /// behind), or that it has no peer (`None`).
+    /// behind) as judged now, or that it has no peer (`None`).
     pub fn set_lead_us(&self, us: Option<u64>) {
-        self.lead_us.store(
-            us.map_or(NO_PEERS, |us| us.min(NO_PEERS - 1)),
-            Ordering::Relaxed,
-        );
+        let lead = us.map(|us| Lead {
+            us,
+            judged: Instant::now(),
+        });
+        *self.lead.lock().unwrap_or_else(|p| p.into_inner()) = lead;
+    }
+
+    /// Records that the peers' offsets were judged with the wall clock's first `steps`
+    /// steps taken into account (read before the offsets were): a step after them stops
+    /// this clock's stamps until the next judgement.
+    pub fn set_judged_steps(&self, steps: u64) {
+        self.judged_steps.store(steps, Ordering::Release);
     }
 
     /// How long a write stamped `ts` must still wait before it is acknowledged: until every
     /// peer's clock, as measured, has passed `ts`, so that a write another client begins
     /// after the acknowledgement — at any shard, whatever leader stamps it — gets a larger
     /// stamp. Nothing while the clocks agree (the time the write took to commit has passed
-    /// already); up to the lead on a clock that is ahead.
+    /// already); up to the lead on a clock that is ahead. The lead grows with the time since
+    /// it was judged, by what two clocks can drift apart in it.
     ///
     /// A stamp can be ahead of this wall clock (stamps never go back, so after the clock
     /// stepped back they go on from the highest one): the wait covers that too.
     pub fn commit_wait(&self, ts: CommitTs) -> Option<std::time::Duration> {
-        let lead = self.lead_us.load(Ordering::Relaxed);
-        if lead == NO_PEERS {
-            return None;
-        }
-        let until = ts.wall_us.saturating_add(lead);
-        let now = (self.wall)();
-        (until > now).then(|| std::time::Duration::from_micros(until - now))
+        let lead = (*self.lead.lock().unwrap_or_else(|p| p.into_inner()))?;
+        let since_us = lead.judged.elapsed().as_micros() as u64;
+        wait_for(ts, lead.us, since_us, (self.wall)())
     }
 
     /// A stamp for a write: [`HybridClock::now`], unless the wall clock is beyond the
-    /// bound on clock offsets (`CLOCKSKEW`, and nothing is stamped).
+    /// bound on clock offsets, or took a step at once since the peers' offsets were last
+    /// judged (`CLOCKSKEW`, and nothing is stamped). A node alone is never refused a step.
     pub fn stamp(&self) -> Result<CommitTs, crate::FirnError> {
         if self.beyond.load(Ordering::Acquire) {
             let why = self.why.lock().unwrap_or_else(|p| p.into_inner()).clone();
             return Err(crate::FirnError::ClockSkew(why));
         }
-        Ok(self.now())
+        // The wall clock is read before the steps are: a step this reading took is seen.
+        let wall_us = (self.wall)();
+        let alone = self
+            .lead
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none();
+        if !alone && (self.steps)() != self.judged_steps.load(Ordering::Acquire) {
+            return Err(crate::FirnError::ClockSkew(
+                "this node's clock stepped beyond --max-clock-offset: it stamps no writes \
+                 until it has judged its peers' clocks again (within a quarter of a second); \
+                 send the write again"
+                    .into(),
+            ));
+        }
+        Ok(self.next(wall_us))
     }
 
     /// Marks the wall clock beyond the bound (`Some`, with why) or back within it.
@@ -219,7 +258,10 @@ impl HybridClock {
 
     /// A fresh timestamp, greater than every one this clock has issued or observed.
     pub fn now(&self) -> CommitTs {
-        let wall_us = (self.wall)();
+        self.next((self.wall)())
+    }
+
+    fn next(&self, wall_us: u64) -> CommitTs {
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         let next = if wall_us > last.wall_us {
             CommitTs::new(wall_us, 0)
@@ -292,28 +334,65 @@ mod tests {
 
     #[test]
     fn a_write_waits_until_its_stamp_is_the_lead_behind_the_clock() {
-        let clock = HybridClock::new(frozen_wall);
+        let us = std::time::Duration::from_micros;
         // No peers: acknowledged at once, even a stamp ahead of the wall clock.
+        let clock = HybridClock::new(frozen_wall);
         assert_eq!(clock.commit_wait(CommitTs::new(1_000, 0)), None);
         assert_eq!(clock.commit_wait(CommitTs::new(5_000, 0)), None);
         // Peers whose clocks are all ahead: only a stamp ahead of this wall clock waits.
-        clock.set_lead_us(Some(0));
-        assert_eq!(clock.commit_wait(CommitTs::new(1_000, 0)), None);
+        assert_eq!(wait_for(CommitTs::new(1_000, 0), 0, 0, 1_000), None);
         assert_eq!(
-            clock.commit_wait(CommitTs::new(1_400, 2)),
-            Some(std::time::Duration::from_micros(400))
+            wait_for(CommitTs::new(1_400, 2), 0, 0, 1_000),
+            Some(us(400))
         );
-        clock.set_lead_us(Some(300));
         // Stamped now: the whole lead. Stamped long enough ago: nothing.
         assert_eq!(
-            clock.commit_wait(CommitTs::new(1_000, 0)),
-            Some(std::time::Duration::from_micros(300))
+            wait_for(CommitTs::new(1_000, 0), 300, 0, 1_000),
+            Some(us(300))
         );
         assert_eq!(
-            clock.commit_wait(CommitTs::new(800, 3)),
-            Some(std::time::Duration::from_micros(100))
+            wait_for(CommitTs::new(800, 3), 300, 0, 1_000),
+            Some(us(100))
         );
-        assert_eq!(clock.commit_wait(CommitTs::new(700, 0)), None);
+        assert_eq!(wait_for(CommitTs::new(700, 0), 300, 0, 1_000), None);
+        // A lead judged 250 ms ago has grown by what two clocks drift apart in that time.
+        let drift = 250_000 * 2 * wall::MAX_RATE_PPM / 1_000_000;
+        assert_eq!(drift, 200);
+        assert_eq!(
+            wait_for(CommitTs::new(1_000, 0), 300, 250_000, 1_000),
+            Some(us(300 + drift))
+        );
+        // The clock itself: a lead set now waits about the lead.
+        clock.set_lead_us(Some(300));
+        let wait = clock.commit_wait(CommitTs::new(1_000, 0)).unwrap();
+        assert!((us(300)..us(400)).contains(&wait), "{wait:?}");
+    }
+
+    static STEPS: AtomicU64 = AtomicU64::new(0);
+
+    fn test_steps() -> u64 {
+        STEPS.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn a_clock_that_stepped_stamps_nothing_until_its_peers_are_judged_again() {
+        let clock = HybridClock::with_steps(frozen_wall, test_steps);
+        // Alone: a step changes nothing.
+        STEPS.store(1, Ordering::Relaxed);
+        let first = clock.stamp().unwrap();
+        // With peers: refused from the step until a judgement that took it into account.
+        clock.set_lead_us(Some(0));
+        match clock.stamp() {
+            Err(crate::FirnError::ClockSkew(why)) => assert!(why.contains("stepped"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        clock.set_judged_steps(1);
+        let second = clock.stamp().unwrap();
+        assert!(second > first);
+        STEPS.store(2, Ordering::Relaxed);
+        assert!(clock.stamp().is_err());
+        // Nothing refused moved the clock on.
+        assert_eq!(clock.now(), second.successor());
     }
 
     #[test]
