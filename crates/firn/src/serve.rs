@@ -129,16 +129,17 @@ pub struct ServeArgs {
     /// published without retain go to the log named by the prefix without its `/`.
     #[arg(long, env = "FIRN_MQTT_PREFIX", default_value = firn_node::mqtt::PREFIX_DEFAULT)]
     mqtt_prefix: String,
-    /// This cluster is a site named NAME that sends keys to a hub (with --hub and --uplink):
-    /// on the hub, its key K is `sites/NAME/K`.
+    /// This cluster is a site named NAME that sends keys, logs and streams to a hub (with
+    /// --hub and --uplink): on the hub, its key K is `sites/NAME/K`.
     #[arg(long, env = "FIRN_SITE", requires = "hub")]
     site: Option<String>,
     /// The hub a site sends to: any node of the hub's cluster, as
     /// `redis://[user:password@]host:port` (its RESP address).
     #[arg(long, env = "FIRN_HUB", requires = "site")]
     hub: Option<String>,
-    /// What a site sends to its hub: key prefixes, comma-separated (`sensor/,alerts/`).
-    /// Each version goes up once, in order, committed at the hub with the site's cursor.
+    /// What a site sends to its hub, comma-separated: key prefixes (`sensor/`), logs
+    /// (`log:NAME`) and streams (`stream:KEY`), as `sites/NAME/…` at the hub. Each version,
+    /// record and entry goes up once, in order, committed at the hub with the site's cursor.
     #[arg(long, env = "FIRN_UPLINK", requires = "site")]
     uplink: Option<String>,
     /// What a site takes from its hub: key prefixes, comma-separated (`config/`). The

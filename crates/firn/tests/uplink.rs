@@ -1,8 +1,10 @@
 //! A site and its hub: two clusters of one node each, the site on 127.0.0.2 and the hub on
 //! 127.0.0.3. The hub is cut off (firewall rules on its address, as the partition test makes
-//! them) for 30 s while a writer keeps writing at the site; healed, every acknowledged site
-//! write is at the hub exactly once, in each key's order, with the site's stamp as its event
-//! time. Then again with the site's node killed during the cut and started again.
+//! them) for 30 s while a writer keeps writing at the site — keys, records of a log, entries
+//! of a stream; healed, every acknowledged site write is at the hub exactly once, in each
+//! key's, tag's and stream's order, with its origin (the site's stamp as a version's event
+//! time, the site's seq before a record's payload, the site's id as an entry's). Then again
+//! with the site's node killed during the cut and started again.
 //!
 //! Needs root and iptables (the README's test command installs iptables).
 
@@ -58,6 +60,11 @@ impl Drop for Cut {
 const SITE_IP: &str = "127.0.0.2";
 const HUB_IP: &str = "127.0.0.3";
 const KEYS: usize = 8;
+/// The site's log that goes up, and its tags (`dev/0` …).
+const LOG: &str = "events";
+const TAGS: usize = 3;
+/// The site's stream that goes up.
+const STREAM: &str = "alarms";
 
 struct Nodes {
     hub: FirnProcess,
@@ -99,7 +106,7 @@ fn start() -> (Nodes, FirnProcess) {
         "--hub".to_string(),
         format!("redis://{hub_resp}"),
         "--uplink".to_string(),
-        "sensor/".to_string(),
+        format!("sensor/,log:{LOG},stream:{STREAM}"),
         "--downlink".to_string(),
         "config/".to_string(),
     ]
@@ -160,11 +167,20 @@ fn connect(addr: &str) -> redis::Connection {
     con
 }
 
-/// Writes `sensor/k<i % KEYS>` = `<run>-<i>` at the site until told to stop, noting each
+/// What a writer had acknowledged: values set, records appended, entries added.
+#[derive(Default)]
+struct Acked {
+    values: Vec<String>,
+    records: Vec<String>,
+    entries: Vec<String>,
+}
+
+/// Writes `sensor/k<i % KEYS>` = `<run>-<i>` at the site until told to stop, and appends
+/// `<run>-<i>` to the log (tag `dev/<i % TAGS>`) and to the stream (field `n`), noting each
 /// write the site acknowledged; a refused or unanswered one (the site being killed) is not
 /// noted, and writing goes on once the site answers again.
-fn writer(site: Arc<Mutex<String>>, run: &'static str, stop: Arc<AtomicBool>) -> Vec<String> {
-    let mut acked = Vec::new();
+fn writer(site: Arc<Mutex<String>>, run: &'static str, stop: Arc<AtomicBool>) -> Acked {
+    let mut acked = Acked::default();
     let mut con: Option<redis::Connection> = None;
     let mut i = 0usize;
     while !stop.load(Ordering::Relaxed) {
@@ -180,18 +196,183 @@ fn writer(site: Arc<Mutex<String>>, run: &'static str, stop: Arc<AtomicBool>) ->
         }
         let value = format!("{run}-{i}");
         let key = format!("sensor/k{}", i % KEYS);
-        let set: redis::RedisResult<String> = redis::cmd("SET")
-            .arg(&key)
+        let c = con.as_mut().unwrap();
+        let set: redis::RedisResult<String> = redis::cmd("SET").arg(&key).arg(&value).query(c);
+        let appended: redis::RedisResult<Vec<String>> = redis::cmd("FIRN.LOG")
+            .arg("APPEND")
+            .arg(LOG)
+            .arg("TAGS")
+            .arg(1)
+            .arg(format!("dev/{}", i % TAGS))
             .arg(&value)
-            .query(con.as_mut().unwrap());
-        match set {
-            Ok(_) => acked.push(value),
-            Err(_) => con = None,
+            .query(c);
+        let added: redis::RedisResult<String> = redis::cmd("XADD")
+            .arg(STREAM)
+            .arg("*")
+            .arg("n")
+            .arg(&value)
+            .query(c);
+        let mut failed = false;
+        for (done, list) in [
+            (set.is_ok(), &mut acked.values),
+            (appended.is_ok(), &mut acked.records),
+            (added.is_ok(), &mut acked.entries),
+        ] {
+            if done {
+                list.push(value.clone());
+            }
+            failed |= !done;
+        }
+        if failed {
+            con = None;
         }
         i += 1;
         std::thread::sleep(Duration::from_millis(5));
     }
     acked
+}
+
+/// A seq's or an id's successor (`ms-n` → `ms-(n+1)`).
+fn after(seq: &str) -> String {
+    let (ms, n) = seq.split_once('-').unwrap();
+    format!("{ms}-{}", n.parse::<u64>().unwrap() + 1)
+}
+
+fn text(v: &redis::Value) -> String {
+    redis::from_redis_value::<String>(v.clone()).unwrap()
+}
+
+/// The records of `tag` of `log` at `addr`, oldest first: (seq, payload); none for a log
+/// nothing was appended to yet.
+fn log_records(addr: &str, log: &str, tag: &str) -> Vec<(String, String)> {
+    let mut con = connect(addr);
+    let mut out = Vec::new();
+    let mut from = "-".to_string();
+    loop {
+        let page: redis::RedisResult<Vec<redis::Value>> = redis::cmd("FIRN.LOG")
+            .arg("RANGE")
+            .arg(log)
+            .arg(tag)
+            .arg(&from)
+            .arg("+")
+            .arg("LIMIT")
+            .arg(10_000)
+            .query(&mut con);
+        let page = match page {
+            Ok(p) => p,
+            Err(e) if e.to_string().contains("NOLOG") => return out,
+            Err(e) => panic!("FIRN.LOG RANGE {log} {tag}: {e}"),
+        };
+        let full = page.len() == 10_000;
+        for record in page {
+            // [seq, [tag…], payload, commit_ts]
+            let parts: Vec<redis::Value> = redis::from_redis_value(record).unwrap();
+            out.push((text(&parts[0]), text(&parts[2])));
+        }
+        match out.last() {
+            Some((seq, _)) if full => from = after(seq),
+            _ => return out,
+        }
+    }
+}
+
+/// The entries of stream `key` at `addr`, oldest first: (id, fields).
+fn stream_entries(addr: &str, key: &str) -> Vec<(String, Vec<String>)> {
+    let mut con = connect(addr);
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    loop {
+        let from = out
+            .last()
+            .map_or("-".to_string(), |(id, _)| format!("({id}"));
+        let page: Vec<(String, Vec<String>)> = redis::cmd("XRANGE")
+            .arg(key)
+            .arg(&from)
+            .arg("+")
+            .arg("COUNT")
+            .arg(10_000)
+            .query(&mut con)
+            .unwrap();
+        let full = page.len() == 10_000;
+        out.extend(page);
+        if !full {
+            return out;
+        }
+    }
+}
+
+/// Every acknowledged record and entry is at the hub exactly once: the hub's log
+/// `sites/plant1/events` holds each tag's records in the site's order, each payload
+/// preceded by its origin (`plant1 <site seq>`), and the hub's stream
+/// `sites/plant1/alarms` the site's entries under their own ids.
+fn assert_hub_has_records_exactly(nodes: &Nodes, site_resp: &str, acked: &Acked) {
+    let site_log: Vec<Vec<(String, String)>> = (0..TAGS)
+        .map(|t| log_records(site_resp, LOG, &format!("dev/{t}")))
+        .collect();
+    let site_stream = stream_entries(site_resp, STREAM);
+    for value in &acked.records {
+        let i: usize = value.rsplit('-').next().unwrap().parse().unwrap();
+        assert!(
+            site_log[i % TAGS].iter().any(|(_, p)| p == value),
+            "the site lost acknowledged record {value}"
+        );
+    }
+    for value in &acked.entries {
+        assert!(
+            site_stream.iter().any(|(_, f)| f[1] == *value),
+            "the site lost acknowledged entry {value}"
+        );
+    }
+    let want = site_log.iter().map(Vec::len).sum::<usize>() + site_stream.len();
+    let hub_log_name = format!("sites/plant1/{LOG}");
+    let hub_stream_name = format!("sites/plant1/{STREAM}");
+    let read_hub = || {
+        let log: Vec<Vec<(String, String)>> = (0..TAGS)
+            .map(|t| log_records(&nodes.hub_resp, &hub_log_name, &format!("dev/{t}")))
+            .collect();
+        (log, stream_entries(&nodes.hub_resp, &hub_stream_name))
+    };
+    let mut held = 0;
+    let caught_up = wait_until(Duration::from_secs(60), || {
+        let (log, stream) = read_hub();
+        held = log.iter().map(Vec::len).sum::<usize>() + stream.len();
+        held >= want
+    });
+    assert!(
+        caught_up,
+        "the hub has {held} of the site's {want} records and entries"
+    );
+    // A moment more: anything sent twice would show now.
+    std::thread::sleep(Duration::from_secs(1));
+    let (hub_log, hub_stream) = read_hub();
+    for (t, (site, hub)) in site_log.iter().zip(&hub_log).enumerate() {
+        let origins: Vec<(String, String)> = hub
+            .iter()
+            .map(|(_, payload)| {
+                let (origin, payload) = payload
+                    .split_once('\n')
+                    .unwrap_or_else(|| panic!("a hub record without its origin: {payload:?}"));
+                let (site, seq) = origin.split_once(' ').unwrap();
+                assert_eq!(site, "plant1", "{origin}");
+                (seq.to_string(), payload.to_string())
+            })
+            .collect();
+        assert_eq!(
+            origins.len(),
+            site.len(),
+            "tag dev/{t}: the hub has {} records, the site {}",
+            origins.len(),
+            site.len()
+        );
+        assert!(
+            origins == *site,
+            "tag dev/{t}: the hub's records are not the site's, once each, in order"
+        );
+    }
+    assert_eq!(hub_stream.len(), site_stream.len());
+    assert!(
+        hub_stream == site_stream,
+        "the hub's stream entries are not the site's, once each, in order, under their ids"
+    );
 }
 
 /// Each key's values at `addr` under `prefix`, oldest first, with each version's event time
@@ -339,11 +520,14 @@ fn a_site_cut_off_from_its_hub_sends_everything_once_in_order_after_healing() {
     stop.store(true, Ordering::Relaxed);
     let acked = writing.join().unwrap();
     assert!(
-        acked.len() > 1_000,
-        "the site kept taking writes: {}",
-        acked.len()
+        acked.values.len() > 1_000 && acked.records.len() > 1_000 && acked.entries.len() > 1_000,
+        "the site kept taking writes: {} values, {} records, {} entries",
+        acked.values.len(),
+        acked.records.len(),
+        acked.entries.len()
     );
-    assert_hub_has_exactly(&nodes, &site_resp, &acked);
+    assert_hub_has_exactly(&nodes, &site_resp, &acked.values);
+    assert_hub_has_records_exactly(&nodes, &site_resp, &acked);
     // Changed and deleted at the hub after the cut: the site follows.
     let mut hub = connect(&nodes.hub_resp);
     let _: () = redis::cmd("SET")
@@ -377,8 +561,11 @@ fn a_site_cut_off_from_its_hub_sends_everything_once_in_order_after_healing() {
     stop.store(true, Ordering::Relaxed);
     let mut acked_after_kill = writing.join().unwrap();
     let mut all = acked;
-    all.append(&mut acked_after_kill);
-    assert_hub_has_exactly(&nodes, &site_resp, &all);
+    all.values.append(&mut acked_after_kill.values);
+    all.records.append(&mut acked_after_kill.records);
+    all.entries.append(&mut acked_after_kill.entries);
+    assert_hub_has_exactly(&nodes, &site_resp, &all.values);
+    assert_hub_has_records_exactly(&nodes, &site_resp, &all);
 
     // Another cluster now answers at the hub's address (founded with another peer address,
     // so with another id): it is refused, nothing sent to it.

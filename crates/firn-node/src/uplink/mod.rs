@@ -1,12 +1,14 @@
 //! A site's uplink to its hub (docs/architecture.md, "Sites and a hub"): on every node, for
-//! every shard it leads, a runner sends the shard's versions under the uplink prefixes to the
-//! hub, after the cursor the hub keeps for that shard, each batch committed at the hub
-//! together with the cursor ([`runner`]; the hub's side of it: [`hub`]). A hub shows the
-//! sites that send to it from those cursors ([`sites`]).
+//! every shard it leads, a runner sends the shard's versions under the uplink prefixes, its
+//! records of the uplink logs and its entries of the uplink streams to the hub, each after
+//! the cursor the hub keeps for it, each batch committed at the hub together with the
+//! cursor ([`runner`]; records and entries: [`records`]; the hub's side of it: [`hub`]). A
+//! hub shows the sites that send to it from those cursors ([`sites`]).
 
 mod downlink;
 mod hub;
 mod identity;
+mod records;
 mod runner;
 mod sites;
 
@@ -33,6 +35,12 @@ pub const HUB_SITES_PREFIX: &str = "sites/";
 pub const HUB_CURSOR_PREFIX: &str = "firn.uplink/";
 /// How often a node looks at which shards it leads.
 const LOOK_EVERY: Duration = Duration::from_millis(250);
+/// The longest log or stream name an uplink names, in bytes: its name at the hub
+/// (`sites/S/NAME`) and its cursor's key stay far inside the key limit.
+pub const UPLINK_NAME_BYTES_MAX: usize = 1_024;
+/// Logs and streams an uplink names at most: each is a cursor, and a transaction at the
+/// hub every 5 s while idle, per shard.
+pub const UPLINK_NAMES_MAX: usize = 64;
 
 /// What a site sends to its hub and takes back (`--site`, `--hub`, `--uplink`,
 /// `--downlink`).
@@ -43,6 +51,11 @@ pub struct UplinkConfig {
     pub hub: String,
     /// The key prefixes that go up.
     pub prefixes: Vec<Bytes>,
+    /// The logs whose records go up (`log:NAME`): each to the hub's log `sites/S/NAME`.
+    pub logs: Vec<Bytes>,
+    /// The streams whose entries go up (`stream:KEY`): each to the hub's stream
+    /// `sites/S/KEY`.
+    pub streams: Vec<Bytes>,
     /// The key prefixes whose desired state comes down from the hub.
     pub downlink: Vec<Bytes>,
     /// The hub's cluster id, when the operator names it (`--hub-cluster-id`): else the
@@ -50,28 +63,68 @@ pub struct UplinkConfig {
     pub hub_cluster_id: Option<String>,
 }
 
-/// A comma-separated list of key prefixes.
-fn prefixes_of(flag: &str, list: Option<&str>) -> Result<Vec<Bytes>, String> {
-    let mut prefixes = Vec::new();
+/// What an `--uplink` list names: key prefixes, logs (`log:NAME`) and streams
+/// (`stream:KEY`).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Named {
+    prefixes: Vec<Bytes>,
+    logs: Vec<Bytes>,
+    streams: Vec<Bytes>,
+}
+
+/// A comma-separated list of key prefixes, and with `names`, of `log:NAME` and
+/// `stream:KEY` entries.
+fn entries_of(flag: &str, list: Option<&str>, names: bool) -> Result<Named, String> {
+    let mut named = Named::default();
     for entry in list
         .unwrap_or("")
         .split(',')
         .map(str::trim)
         .filter(|e| !e.is_empty())
     {
-        if entry.starts_with("log:") || entry.starts_with("stream:") {
+        let (kind, name) = match (entry.strip_prefix("log:"), entry.strip_prefix("stream:")) {
+            (Some(log), _) => ("log", log),
+            (_, Some(stream)) => ("stream", stream),
+            (None, None) => {
+                named
+                    .prefixes
+                    .push(Bytes::copy_from_slice(entry.as_bytes()));
+                continue;
+            }
+        };
+        if !names {
             return Err(format!(
-                "{flag} '{entry}': logs and streams do not go between sites and hubs yet; name key prefixes"
+                "{flag} '{entry}': logs and streams do not come down from a hub; name key prefixes"
             ));
         }
-        prefixes.push(Bytes::copy_from_slice(entry.as_bytes()));
+        if name.is_empty() || name.len() > UPLINK_NAME_BYTES_MAX {
+            return Err(format!(
+                "{flag} '{entry}': a {kind} name is 1 to {UPLINK_NAME_BYTES_MAX} bytes"
+            ));
+        }
+        let list = if kind == "log" {
+            &mut named.logs
+        } else {
+            &mut named.streams
+        };
+        let name = Bytes::copy_from_slice(name.as_bytes());
+        if !list.contains(&name) {
+            list.push(name);
+        }
     }
-    Ok(prefixes)
+    if named.logs.len() + named.streams.len() > UPLINK_NAMES_MAX {
+        return Err(format!(
+            "{flag}: {} logs and streams; at most {UPLINK_NAMES_MAX}",
+            named.logs.len() + named.streams.len()
+        ));
+    }
+    Ok(named)
 }
 
 impl UplinkConfig {
     /// Checks `--site`, `--hub`, `--uplink` and `--downlink` (comma-separated lists of key
-    /// prefixes; one of them at least, and no prefix in both — a key would go round).
+    /// prefixes, the uplink's with `log:NAME` and `stream:KEY` entries too; one of them at
+    /// least, and no prefix or stream in both — a key would go round).
     pub fn parse(
         site: &str,
         hub: &str,
@@ -95,12 +148,28 @@ impl UplinkConfig {
             ));
         }
         redis::Client::open(hub).map_err(|e| format!("--hub '{hub}': {e}"))?;
-        let prefixes = prefixes_of("--uplink", uplink)?;
-        let downlink = prefixes_of("--downlink", downlink)?;
-        if prefixes.is_empty() && downlink.is_empty() {
+        let Named {
+            prefixes,
+            logs,
+            streams,
+        } = entries_of("--uplink", uplink, true)?;
+        let downlink = entries_of("--downlink", downlink, false)?.prefixes;
+        if prefixes.is_empty() && logs.is_empty() && streams.is_empty() && downlink.is_empty() {
             return Err(
-                "--site needs --uplink or --downlink naming a key prefix (say 'sensor/')".into(),
+                "--site needs --uplink or --downlink naming a key prefix (say 'sensor/'), \
+                 a log (log:NAME) or a stream (stream:KEY)"
+                    .into(),
             );
+        }
+        if let Some((stream, down)) = streams
+            .iter()
+            .find_map(|s| downlink.iter().find(|d| s.starts_with(d)).map(|d| (s, d)))
+        {
+            return Err(format!(
+                "--uplink 'stream:{}' is under --downlink '{}': it would be sent up and taken down again",
+                String::from_utf8_lossy(stream),
+                String::from_utf8_lossy(down)
+            ));
         }
         for up in &prefixes {
             if let Some(down) = downlink
@@ -118,6 +187,8 @@ impl UplinkConfig {
             site: site.to_owned(),
             hub: hub.to_owned(),
             prefixes,
+            logs,
+            streams,
             downlink,
             hub_cluster_id: None,
         })
@@ -159,9 +230,29 @@ impl UplinkConfig {
             .strip_prefix(b"/")
     }
 
-    /// The hub key that holds shard `shard`'s cursor.
+    /// Whether anything goes up (key prefixes, logs or streams).
+    pub fn sends(&self) -> bool {
+        !(self.prefixes.is_empty() && self.logs.is_empty() && self.streams.is_empty())
+    }
+
+    /// The hub key that holds shard `shard`'s cursor (of its keys).
     pub fn cursor_key(&self, shard: ShardId) -> String {
         format!("{HUB_CURSOR_PREFIX}{}/{shard}", self.site)
+    }
+
+    /// The hub key that holds the cursor of shard `shard`'s records of log `log`.
+    pub fn log_cursor_key(&self, shard: ShardId, log: &[u8]) -> Vec<u8> {
+        let mut k = format!("{HUB_CURSOR_PREFIX}{}/{shard}/log/", self.site).into_bytes();
+        k.extend_from_slice(log);
+        k
+    }
+
+    /// The hub key that holds the cursor of stream `key`'s entries (sent by the shard
+    /// `shard` that holds it).
+    pub fn stream_cursor_key(&self, shard: ShardId, key: &[u8]) -> Vec<u8> {
+        let mut k = format!("{HUB_CURSOR_PREFIX}{}/{shard}/stream/", self.site).into_bytes();
+        k.extend_from_slice(key);
+        k
     }
 }
 
@@ -175,7 +266,7 @@ pub async fn run(router: Arc<Router>, config: Arc<UplinkConfig>, mut stop: watch
         runners.retain(|_, r| !r.is_finished());
         for replica in router.kernel().replicas().all() {
             let shard = replica.shard_id();
-            let wanted = !config.prefixes.is_empty() && replica.leader() == Some(node);
+            let wanted = config.sends() && replica.leader() == Some(node);
             if wanted && !runners.contains_key(&shard) {
                 let task = runner::follow(router.clone(), config.clone(), replica, stop.clone());
                 runners.insert(shard, tokio::spawn(task));
@@ -216,13 +307,17 @@ mod tests {
         );
         assert_eq!(c.site_key_of(b"sites/plant-2/config/x"), None);
         assert_eq!(c.cursor_key(3), "firn.uplink/plant-1/3");
+        assert!(c.logs.is_empty() && c.streams.is_empty());
         for (site, hub, uplink, downlink) in [
             ("", "redis://h:1", Some("a/"), None),
             ("a/b", "redis://h:1", Some("a/"), None),
             ("s", "http://h:1", Some("a/"), None),
             ("s", "redis://h:1", Some(""), None),
             ("s", "redis://h:1", None, None),
-            ("s", "redis://h:1", Some("a/,log:events"), None),
+            ("s", "redis://h:1", Some("a/,log:"), None),
+            ("s", "redis://h:1", Some("stream:"), None),
+            ("s", "redis://h:1", Some("a/"), Some("log:events")),
+            ("s", "redis://h:1", Some("stream:config/s"), Some("config/")),
             ("s", "redis://h:1", Some("a/"), Some("a/b/")),
             ("s", "redis://h:1", Some("a/b"), Some("a/")),
         ] {
@@ -231,5 +326,41 @@ mod tests {
                 "{site} {hub} {uplink:?} {downlink:?}"
             );
         }
+    }
+
+    #[test]
+    fn an_uplink_names_logs_and_streams_beside_key_prefixes() {
+        let c = UplinkConfig::parse(
+            "plant-1",
+            "redis://127.0.0.1:7379",
+            Some("sensor/, log:events, stream:alarms, log:events, stream:a/b"),
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.prefixes, [Bytes::from("sensor/")]);
+        assert_eq!(c.logs, [Bytes::from("events")]);
+        assert_eq!(c.streams, [Bytes::from("alarms"), Bytes::from("a/b")]);
+        assert!(c.sends());
+        assert_eq!(c.hub_key(b"events"), b"sites/plant-1/events");
+        assert_eq!(
+            c.log_cursor_key(2, b"events"),
+            b"firn.uplink/plant-1/2/log/events"
+        );
+        assert_eq!(
+            c.stream_cursor_key(0, b"a/b"),
+            b"firn.uplink/plant-1/0/stream/a/b"
+        );
+        // Logs or streams alone are something to send.
+        let logs_only = UplinkConfig::parse("s", "redis://h:1", Some("log:events"), None).unwrap();
+        assert!(logs_only.prefixes.is_empty() && logs_only.sends());
+        let long = format!("log:{}", "x".repeat(UPLINK_NAME_BYTES_MAX + 1));
+        assert!(UplinkConfig::parse("s", "redis://h:1", Some(&long), None).is_err());
+        let many: Vec<String> = (0..=UPLINK_NAMES_MAX)
+            .map(|i| format!("log:l{i}"))
+            .collect();
+        assert!(UplinkConfig::parse("s", "redis://h:1", Some(&many.join(",")), None).is_err());
+        // Downlink only: nothing goes up.
+        let down = UplinkConfig::parse("s", "redis://h:1", None, Some("config/")).unwrap();
+        assert!(!down.sends());
     }
 }

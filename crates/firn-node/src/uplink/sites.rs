@@ -1,6 +1,7 @@
 //! The hub's view of the sites that send to it: read from the cursors they keep at it
-//! (`firn.uplink/<site>/<shard>`, see `hub.rs`), for `/v1/cluster`, `/metrics` and the web
-//! page. A cluster needs no setting to be a hub: any that holds such cursors shows them.
+//! (`firn.uplink/<site>/<shard>`, and `…/<shard>/log/<name>`, `…/<shard>/stream/<key>` for
+//! logs and streams; see `hub.rs`), for `/v1/cluster`, `/metrics` and the web page. A
+//! cluster needs no setting to be a hub: any that holds such cursors shows them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -70,34 +71,79 @@ pub async fn follow(router: Arc<Router>, mut stop: watch::Receiver<bool>) {
 }
 
 fn views_of(cursors: Vec<(firn_model::Key, firn_model::VersionInfo)>) -> Vec<SiteView> {
-    let mut by_site: BTreeMap<String, Vec<HubCursor>> = BTreeMap::new();
+    // Each site's cursors, with the shard each names (its keys', logs' and streams').
+    let mut by_site: BTreeMap<String, Vec<(Vec<u8>, HubCursor)>> = BTreeMap::new();
     for (key, version) in cursors {
-        let site = key
+        let mut parts = key
             .as_bytes()
             .strip_prefix(HUB_CURSOR_PREFIX.as_bytes())
-            .and_then(|rest| rest.split(|&b| b == b'/').next())
-            .and_then(|s| std::str::from_utf8(s).ok());
+            .unwrap_or_default()
+            .split(|&b| b == b'/');
+        let site = parts.next().and_then(|s| std::str::from_utf8(s).ok());
+        let shard = parts.next().unwrap_or_default().to_vec();
         let parsed = version
             .value
             .as_deref()
             .and_then(|v| serde_json::from_slice::<HubCursor>(v).ok());
         if let (Some(site), Some(c)) = (site, parsed) {
-            by_site.entry(site.to_owned()).or_default().push(c);
+            by_site.entry(site.to_owned()).or_default().push((shard, c));
         }
     }
     let now_ms = system_wall_us() / 1_000;
     let views: Vec<SiteView> = by_site
         .into_iter()
         .map(|(site, cursors)| {
-            let last = cursors.iter().map(|c| c.sent_unix_ms).max().unwrap_or(0);
+            let last = cursors
+                .iter()
+                .map(|(_, c)| c.sent_unix_ms)
+                .max()
+                .unwrap_or(0);
+            let mut shards: Vec<&[u8]> = cursors.iter().map(|(s, _)| s.as_slice()).collect();
+            shards.sort_unstable();
+            shards.dedup();
             SiteView {
-                shards: cursors.len(),
+                shards: shards.len(),
                 last_contact_unix_ms: last,
                 since_contact_ms: now_ms.saturating_sub(last),
-                lag_ms: cursors.iter().map(|c| c.lag_ms).max().unwrap_or(0),
+                lag_ms: cursors.iter().map(|(_, c)| c.lag_ms).max().unwrap_or(0),
                 site,
             }
         })
         .collect();
     views
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use firn_model::{Key, VersionInfo};
+
+    fn cursor(key: &str, sent_unix_ms: u64, lag_ms: u64) -> (Key, VersionInfo) {
+        let c = HubCursor::new(&firn_model::LogSeq::ZERO, sent_unix_ms, lag_ms);
+        let info = VersionInfo {
+            version: 1,
+            commit_ts: firn_model::CommitTs::ZERO,
+            event_time_us: None,
+            deleted: false,
+            value: Some(c.encode()),
+            blob: None,
+            kind: firn_model::KeyKind::String,
+        };
+        (Key::new(Bytes::from(key.to_owned())).unwrap(), info)
+    }
+
+    #[test]
+    fn a_site_counts_its_shards_once_with_their_logs_and_streams() {
+        let views = views_of(vec![
+            cursor("firn.uplink/plant1/0", 10, 0),
+            cursor("firn.uplink/plant1/0/log/events", 30, 7),
+            cursor("firn.uplink/plant1/1/stream/alarms", 20, 0),
+            cursor("firn.uplink/plant2/0", 5, 0),
+        ]);
+        let shown: Vec<(&str, usize, u64, u64)> = views
+            .iter()
+            .map(|v| (v.site.as_str(), v.shards, v.last_contact_unix_ms, v.lag_ms))
+            .collect();
+        assert_eq!(shown, [("plant1", 2, 30, 7), ("plant2", 1, 5, 0)]);
+    }
 }
