@@ -1,7 +1,7 @@
 //! The fault soak, briefly, in every test run: a few seeded runs of `firn_soak` (a 3-node
-//! cluster under kills, leader kills, pauses, partitions, one-way loss and a full disk, while
-//! durable, memory, large-value, log, consumer-group, bank, transaction and trigger workloads
-//! run) must find no violation; and a run whose register reads are served from the past must
+//! cluster under kills, leader kills, pauses, partitions, one-way loss, clock steps and a
+//! full disk, while durable, memory, large-value, log, consumer-group, bank, transaction and
+//! trigger workloads run) must find no violation; and a run whose register reads are served from the past must
 //! be caught. `scripts/fault-soak` runs many more.
 //!
 //! Needs root (iptables, tmpfs mounts), as the partition and disk tests do.
@@ -20,21 +20,12 @@ const SECONDS: u64 = 10;
 /// Fewest operations a run must check for it to mean something.
 const CHECKED_MIN: usize = 300;
 
-/// Every fault but clock steps: within half a second of a clock stepping, before the step is
-/// measured, two unrelated clients' appends at different shards can be ordered against real
-/// time (docs/fault-soak.md, "Found"). `scripts/fault-soak` keeps them in its mix.
-fn faults() -> Vec<FaultKind> {
-    let mut faults = FaultKind::ALL.to_vec();
-    faults.retain(|k| *k != FaultKind::Clock);
-    faults
-}
-
 fn options(stale_reads: bool) -> Options {
     Options {
         bin: PathBuf::from(common::firn_bin()),
         nodes: 3,
         seconds: SECONDS,
-        faults: faults(),
+        faults: FaultKind::ALL.to_vec(),
         keep: std::env::temp_dir().join("firn-soak-failures"),
         stale_reads,
     }
