@@ -63,6 +63,8 @@ const KEYS: usize = 8;
 /// The site's log that goes up, and its tags (`dev/0` …).
 const LOG: &str = "events";
 const TAGS: usize = 3;
+/// A second tag every record has: each is held under both, and must go up once.
+const ALL: &str = "all";
 /// The site's stream that goes up.
 const STREAM: &str = "alarms";
 
@@ -176,7 +178,7 @@ struct Acked {
 }
 
 /// Writes `sensor/k<i % KEYS>` = `<run>-<i>` at the site until told to stop, and appends
-/// `<run>-<i>` to the log (tag `dev/<i % TAGS>`) and to the stream (field `n`), noting each
+/// `<run>-<i>` to the log (tags `dev/<i % TAGS>` and `all`) and to the stream (field `n`), noting each
 /// write the site acknowledged; a refused or unanswered one (the site being killed) is not
 /// noted, and writing goes on once the site answers again.
 fn writer(site: Arc<Mutex<String>>, run: &'static str, stop: Arc<AtomicBool>) -> Acked {
@@ -202,8 +204,9 @@ fn writer(site: Arc<Mutex<String>>, run: &'static str, stop: Arc<AtomicBool>) ->
             .arg("APPEND")
             .arg(LOG)
             .arg("TAGS")
-            .arg(1)
+            .arg(2)
             .arg(format!("dev/{}", i % TAGS))
+            .arg(ALL)
             .arg(&value)
             .query(c);
         let added: redis::RedisResult<String> = redis::cmd("XADD")
@@ -308,6 +311,7 @@ fn assert_hub_has_records_exactly(nodes: &Nodes, site_resp: &str, acked: &Acked)
     let site_log: Vec<Vec<(String, String)>> = (0..TAGS)
         .map(|t| log_records(site_resp, LOG, &format!("dev/{t}")))
         .collect();
+    let site_all = log_records(site_resp, LOG, ALL);
     let site_stream = stream_entries(site_resp, STREAM);
     for value in &acked.records {
         let i: usize = value.rsplit('-').next().unwrap().parse().unwrap();
@@ -331,6 +335,15 @@ fn assert_hub_has_records_exactly(nodes: &Nodes, site_resp: &str, acked: &Acked)
             .collect();
         (log, stream_entries(&nodes.hub_resp, &hub_stream_name))
     };
+    // A hub record as (site seq, payload), from the origin line before its payload.
+    let origin_of = |payload: &String| -> (String, String) {
+        let (origin, payload) = payload
+            .split_once('\n')
+            .unwrap_or_else(|| panic!("a hub record without its origin: {payload:?}"));
+        let (site, seq) = origin.split_once(' ').unwrap();
+        assert_eq!(site, "plant1", "{origin}");
+        (seq.to_string(), payload.to_string())
+    };
     let mut held = 0;
     let caught_up = wait_until(Duration::from_secs(60), || {
         let (log, stream) = read_hub();
@@ -344,18 +357,14 @@ fn assert_hub_has_records_exactly(nodes: &Nodes, site_resp: &str, acked: &Acked)
     // A moment more: anything sent twice would show now.
     std::thread::sleep(Duration::from_secs(1));
     let (hub_log, hub_stream) = read_hub();
+    eprintln!(
+        "at the hub: {} records of {LOG} ({:?} a tag), {} entries of {STREAM}",
+        hub_log.iter().map(Vec::len).sum::<usize>(),
+        hub_log.iter().map(Vec::len).collect::<Vec<_>>(),
+        hub_stream.len()
+    );
     for (t, (site, hub)) in site_log.iter().zip(&hub_log).enumerate() {
-        let origins: Vec<(String, String)> = hub
-            .iter()
-            .map(|(_, payload)| {
-                let (origin, payload) = payload
-                    .split_once('\n')
-                    .unwrap_or_else(|| panic!("a hub record without its origin: {payload:?}"));
-                let (site, seq) = origin.split_once(' ').unwrap();
-                assert_eq!(site, "plant1", "{origin}");
-                (seq.to_string(), payload.to_string())
-            })
-            .collect();
+        let origins: Vec<(String, String)> = hub.iter().map(|(_, p)| origin_of(p)).collect();
         assert_eq!(
             origins.len(),
             site.len(),
@@ -368,6 +377,23 @@ fn assert_hub_has_records_exactly(nodes: &Nodes, site_resp: &str, acked: &Acked)
             "tag dev/{t}: the hub's records are not the site's, once each, in order"
         );
     }
+    // Every record is under `all` too, once: in each of the site's shards' order, so in
+    // the site's order by origin seq.
+    let mut hub_all: Vec<(String, String)> = log_records(&nodes.hub_resp, &hub_log_name, ALL)
+        .iter()
+        .map(|(_, p)| origin_of(p))
+        .collect();
+    let seq_key = |(seq, _): &(String, String)| {
+        let (ms, n) = seq.split_once('-').unwrap();
+        (ms.parse::<u64>().unwrap(), n.parse::<u64>().unwrap())
+    };
+    hub_all.sort_by_key(seq_key);
+    assert_eq!(site_all.len(), site_log.iter().map(Vec::len).sum::<usize>());
+    assert_eq!(hub_all.len(), site_all.len(), "records under {ALL}");
+    assert!(
+        hub_all == site_all,
+        "the hub's records under {ALL} are not the site's, once each"
+    );
     assert_eq!(hub_stream.len(), site_stream.len());
     assert!(
         hub_stream == site_stream,
