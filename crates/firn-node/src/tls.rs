@@ -296,6 +296,15 @@ impl ClientStream {
             ClientStream::Tls(s) => s.get_ref().0.set_nodelay(on),
         }
     }
+
+    /// Waits until a read would find something. A TLS stream may hold decrypted bytes
+    /// already: it is always ready.
+    pub async fn readable(&self) -> io::Result<()> {
+        match self {
+            ClientStream::Plain(s) => s.readable().await,
+            ClientStream::Tls(_) => Ok(()),
+        }
+    }
 }
 
 impl AsyncRead for ClientStream {

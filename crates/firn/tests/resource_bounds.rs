@@ -225,3 +225,46 @@ fn the_open_file_limit_is_raised_to_hold_max_connections() {
     }
     assert_eq!(held.last_mut().unwrap().call(&[b"PING"]).0, "+PONG");
 }
+
+#[test]
+fn an_idle_connection_gives_its_buffers_back() {
+    const CONNECTIONS: usize = 2_000;
+    let mut own = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `own` is a valid rlimit to fill, then to read.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut own) }, 0);
+    if own.rlim_max < CONNECTIONS as u64 + 256 {
+        eprintln!("skipped: the hard open-file limit is {}", own.rlim_max);
+        return;
+    }
+    let raised = libc::rlimit {
+        rlim_cur: own.rlim_cur.max(CONNECTIONS as u64 + 256),
+        rlim_max: own.rlim_max,
+    };
+    // SAFETY: a valid rlimit; setrlimit only reads it.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) }, 0);
+    let data = tempfile::tempdir().unwrap();
+    let node = FirnProcess::start(data.path(), &["--in-memory"]);
+    Probe::connect(&node).call(&[b"PING"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let before = rss_mib(&node);
+    // Each connection has read a command and written its reply: it held both buffers.
+    let mut held: Vec<Probe> = (0..CONNECTIONS).map(|_| Probe::connect(&node)).collect();
+    for probe in &mut held {
+        assert_eq!(probe.call(&[b"PING"]).0, "+PONG");
+    }
+    // Idle past a second, each gives them back: what stays is the connection's state.
+    std::thread::sleep(Duration::from_secs(3));
+    let per_connection_kib = (rss_mib(&node) - before) * 1024.0 / CONNECTIONS as f64;
+    assert!(
+        per_connection_kib < 20.0,
+        "{per_connection_kib:.1} KiB per idle connection (16 KiB buffers each way would be 32 more)"
+    );
+    // And each still works.
+    for probe in held.iter_mut().step_by(97) {
+        assert_eq!(probe.call(&[b"SET", b"k", b"v"]).0, "+OK");
+        assert_eq!(probe.call(&[b"GET", b"k"]).1, b"v");
+    }
+}

@@ -61,6 +61,12 @@ const READS_BATCH_FIRST: usize = 16;
 /// Output buffer capacity kept after a large reply went out: beyond it the buffer is
 /// given back, so that one large value does not stay allocated for an idle connection.
 const OUTPUT_KEPT_BYTES_MAX: usize = 1 << 20;
+/// What a connection reads into at a time, once it has input.
+const INPUT_BUFFER_BYTES: usize = 16 * 1024;
+/// A connection idle this long gives its input and output buffers back (an idle connection
+/// holds none), and takes an input buffer again only once
+/// the client sends something.
+const BUFFERS_RELEASED_AFTER: Duration = Duration::from_secs(1);
 /// How long a stopping node waits for its RESP connections to end. Each answers what it has
 /// read and ends when it next waits for input (a watching one at once); one still waiting
 /// for the router after this long is closed without its answers (a write in flight may
@@ -283,6 +289,16 @@ struct Connection {
     watched: Vec<(firn_model::Key, firn_model::CommitTs)>,
 }
 
+/// Reads more of the client's input. A connection whose input buffer was given back waits
+/// until the client sends something before it takes one again.
+async fn read_input(stream: &mut ClientStream, input: &mut BytesMut) -> std::io::Result<usize> {
+    if input.capacity() == 0 {
+        stream.readable().await?;
+        input.reserve(INPUT_BUFFER_BYTES);
+    }
+    stream.read_buf(input).await
+}
+
 impl Connection {
     fn new(
         stream: ClientStream,
@@ -297,8 +313,8 @@ impl Connection {
             peer,
             client: Client::new(id, shared.clone()),
             shared,
-            input: BytesMut::with_capacity(16 * 1024),
-            output: BytesMut::with_capacity(16 * 1024),
+            input: BytesMut::new(),
+            output: BytesMut::new(),
             output_failed: None,
             queue: VecDeque::new(),
             reads: Vec::new(),
@@ -314,10 +330,11 @@ impl Connection {
         loop {
             while let Some(frame) = self.next_frame() {
                 match frame {
-                    Ok((name, items)) => self.handle(name, items).await?,
+                    // Boxed, as `settle`'s work is: a command's future is large, and the
+                    // connection's task would hold its size even while idle.
+                    Ok((name, items)) => Box::pin(self.handle(name, items)).await?,
                     Err(reply) => {
-                        self.flush_reads().await;
-                        self.drain().await;
+                        self.settle().await;
                         reply.encode(self.client.proto, &mut self.output);
                     }
                 }
@@ -327,12 +344,10 @@ impl Connection {
                 if self.queue.len() + self.reads.len() >= PIPELINE_DEPTH_MAX
                     || self.reads.len() >= self.reads_max
                 {
-                    self.flush_reads().await;
-                    self.drain().await;
+                    self.settle().await;
                 }
             }
-            self.flush_reads().await;
-            self.drain().await;
+            self.settle().await;
             self.flush().await?;
             if self.client.closing {
                 return Ok(());
@@ -345,11 +360,17 @@ impl Connection {
                 self.flush().await?;
                 return Ok(());
             }
+            let idle = self.input.is_empty() && self.output.is_empty();
+            let holds = self.input.capacity() > 0 || self.output.capacity() > 0;
             tokio::select! {
-                n = self.stream.read_buf(&mut self.input) => {
+                n = read_input(&mut self.stream, &mut self.input) => {
                     if n? == 0 {
                         return Ok(());
                     }
+                }
+                _ = tokio::time::sleep(BUFFERS_RELEASED_AFTER), if idle && holds => {
+                    self.input = BytesMut::new();
+                    self.output = BytesMut::new();
                 }
                 _ = self.stop.changed() => return Ok(()),
                 d = subscribed::next_delivery(&mut self.subscriber) => {
@@ -400,7 +421,7 @@ impl Connection {
             }
         }
         if self.output.capacity() > OUTPUT_KEPT_BYTES_MAX {
-            self.output = BytesMut::with_capacity(16 * 1024);
+            self.output = BytesMut::new();
         }
         Ok(())
     }
@@ -408,6 +429,19 @@ impl Connection {
     /// Takes one complete command from the input, if there is one (see [`frame`]).
     fn next_frame(&mut self) -> Option<Result<Frame, Reply>> {
         frame::next_command(&mut self.input)
+    }
+
+    /// Runs the buffered reads and awaits the queued answers ([`Self::flush_reads`],
+    /// [`Self::drain`]), each boxed: their futures are large (several KiB), and a
+    /// connection's task holds the size of the largest future it awaits directly even while
+    /// it waits for input.
+    async fn settle(&mut self) {
+        if !self.reads.is_empty() {
+            Box::pin(self.flush_reads()).await;
+        }
+        if !self.queue.is_empty() {
+            Box::pin(self.drain()).await;
+        }
     }
 
     /// Awaits every queued answer, in order, into the output buffer; past
