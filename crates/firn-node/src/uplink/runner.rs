@@ -26,6 +26,8 @@ const BATCH_VERSIONS_MAX: usize = BATCH_RECORDS_MAX;
 const IDLE_WAIT: Duration = Duration::from_millis(100);
 /// How often an idle lane renews its cursor at the hub (its last contact).
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
+/// How often a lane the site cannot read (a log with too many tags in the shard) says so.
+const SITE_ERROR_WARN_EVERY: Duration = Duration::from_secs(60);
 /// The waits between tries while the hub cannot be reached: doubling up to the most.
 const RETRY_FIRST: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
@@ -103,6 +105,8 @@ struct LaneState {
     sent_through: At,
     /// When the lane's cursor was last written at the hub.
     renewed: Option<Instant>,
+    /// When the lane last warned that the site's own read of it failed.
+    warned: Option<Instant>,
 }
 
 /// What one lane has after its cursor: the steps to send, how many versions or records
@@ -193,6 +197,7 @@ fn lanes_of(config: &UplinkConfig, shard: firn_raft::ShardId) -> Vec<LaneState> 
             cursor_key,
             known: None,
             renewed: None,
+            warned: None,
         })
         .collect()
 }
@@ -257,7 +262,15 @@ impl Runner {
             },
         };
         lane.sent_through = known.at.clone();
-        let batch = self.batch_after(&lane.lane, &known.at).await?;
+        let batch = match self.batch_after(&lane.lane, &known.at).await {
+            Ok(batch) => batch,
+            // The site's own read failed: this lane waits, the others and the link go on.
+            Err(e) => {
+                self.site_error(lane, &e);
+                lane.known = Some(known);
+                return Ok((0, 0));
+            }
+        };
         let now_us = system_wall_us();
         let lag_ms = batch
             .oldest_wall_us
@@ -280,22 +293,7 @@ impl Runner {
         match sent {
             Sent::Applied { refused } => {
                 lane.renewed = Some(Instant::now());
-                let shard = self.replica.shard_id();
-                metrics::gauge!("firn_uplink_last_contact_ms").set((now_us / 1_000) as f64);
-                metrics::counter!("firn_uplink_sent_total", "shard" => shard.to_string())
-                    .increment(batch.steps.len() as u64);
-                if batch.skipped > 0 {
-                    metrics::counter!("firn_uplink_skipped_total").increment(batch.skipped);
-                }
-                if refused > 0 {
-                    tracing::warn!(
-                        shard,
-                        refused,
-                        "the hub refused versions or records sent up (its keyspace or log does \
-                         not take them)"
-                    );
-                    metrics::counter!("firn_uplink_refused_total").increment(refused as u64);
-                }
+                self.note_applied(&batch, refused, now_us);
                 lane.sent_through = batch.last.clone();
                 lane.known = Some(Known {
                     raw: Some(next),
@@ -306,6 +304,39 @@ impl Runner {
             // Another runner of this shard (an old leader) moved it, or the batch applied
             // and its answer was lost: read it again.
             Sent::CursorMoved => Ok((0, lag_ms)),
+        }
+    }
+
+    /// Counts what a batch applied at the hub sent, skipped and had refused there.
+    fn note_applied(&self, batch: &Batch, refused: usize, now_us: u64) {
+        let shard = self.replica.shard_id();
+        metrics::gauge!("firn_uplink_last_contact_ms").set((now_us / 1_000) as f64);
+        metrics::counter!("firn_uplink_sent_total", "shard" => shard.to_string())
+            .increment(batch.steps.len() as u64);
+        if batch.skipped > 0 {
+            metrics::counter!("firn_uplink_skipped_total").increment(batch.skipped);
+        }
+        if refused > 0 {
+            tracing::warn!(
+                shard,
+                refused,
+                "the hub refused versions or records sent up (its keyspace or log does not \
+                 take them)"
+            );
+            metrics::counter!("firn_uplink_refused_total").increment(refused as u64);
+        }
+    }
+
+    /// Counts a failed read of `lane` at the site, and warns of it now and then.
+    fn site_error(&self, lane: &mut LaneState, e: &str) {
+        let shard = self.replica.shard_id();
+        metrics::counter!("firn_uplink_errors_total", "shard" => shard.to_string()).increment(1);
+        if lane
+            .warned
+            .is_none_or(|at| at.elapsed() >= SITE_ERROR_WARN_EVERY)
+        {
+            lane.warned = Some(Instant::now());
+            tracing::warn!(shard, "uplink: reading what goes up: {e}");
         }
     }
 
