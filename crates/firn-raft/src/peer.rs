@@ -55,6 +55,10 @@ const PEER_SEND_QUEUE: usize = 4_096;
 const STALLED_AFTER: Duration = Duration::from_secs(1);
 /// How long connecting to a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// A peer connection whose other end takes none of an answer for this long is closed (its
+/// answers would wait for ever, and its requests with them): a node that is alive reads
+/// its answers within a Raft timeout; one paused or gone connects again when it is back.
+pub const PEER_WRITE_STALL_MAX: Duration = Duration::from_secs(30);
 
 /// Most requests of the node's own ([`PeerRequest::App`]: forwarded writes and reads) that
 /// a node handles at once for its peers. Each holds its request (up to a value's size) and
@@ -379,8 +383,18 @@ async fn serve_connection(
     let (writer_running, mut writer_stopped) = oneshot::channel::<()>();
     let writer = tokio::spawn(async move {
         while let Some(frame) = rx.recv().await {
-            if sink.send(frame).await.is_err() {
-                break;
+            match tokio::time::timeout(PEER_WRITE_STALL_MAX, sink.send(frame)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => break,
+                Err(_) => {
+                    metrics::counter!("firn_peer_connections_closed_total", "reason" => "output_stalled")
+                        .increment(1);
+                    tracing::warn!(
+                        "closing a peer connection that took none of an answer for \
+                         {PEER_WRITE_STALL_MAX:?}"
+                    );
+                    break;
+                }
             }
         }
         drop(writer_running);

@@ -268,3 +268,72 @@ fn an_idle_connection_gives_its_buffers_back() {
         assert_eq!(probe.call(&[b"GET", b"k"]).1, b"v");
     }
 }
+
+/// A peer frame: an App request (postcard: `Envelope { id, body: PeerRequest::App(bytes),
+/// wall_us }`) whose payload the node cannot decode, so it answers each with an error.
+fn peer_frame(id: u64) -> Vec<u8> {
+    fn varint(mut n: u64, out: &mut Vec<u8>) {
+        loop {
+            let b = (n & 0x7f) as u8;
+            n >>= 7;
+            out.push(if n == 0 { b } else { b | 0x80 });
+            if n == 0 {
+                return;
+            }
+        }
+    }
+    let mut body = Vec::new();
+    varint(id, &mut body);
+    varint(4, &mut body); // PeerRequest::App
+    varint(2, &mut body);
+    body.extend_from_slice(b"\xff\xff");
+    varint(1_700_000_000_000_000, &mut body);
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    frame
+}
+
+#[test]
+fn a_peer_that_reads_none_of_its_answers_is_disconnected() {
+    let data = tempfile::tempdir().unwrap();
+    let node = FirnProcess::start(data.path(), &["--in-memory"]);
+    let mut peer = TcpStream::connect(&node.peer_addr).unwrap();
+    peer.set_write_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    // Requests, never reading an answer: the answers fill the socket, then the node's
+    // queue, then the node stops reading; 30 s after its last answer went out it closes.
+    let started = Instant::now();
+    let mut id = 0u64;
+    let closed = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the connection is still open after {:?}",
+            started.elapsed()
+        );
+        let batch: Vec<u8> = (0..1_000)
+            .flat_map(|_| {
+                id += 1;
+                peer_frame(id)
+            })
+            .collect();
+        match peer.write_all(&batch) {
+            Ok(()) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break started.elapsed(),
+        }
+    };
+    assert!(closed >= Duration::from_secs(25), "closed after {closed:?}");
+    assert_eq!(
+        counter(
+            &node,
+            "firn_peer_connections_closed_total{reason=\"output_stalled\"}"
+        ),
+        1.0
+    );
+    // Other clients were served all along.
+    assert_eq!(Probe::connect(&node).call(&[b"PING"]).0, "+PONG");
+}
