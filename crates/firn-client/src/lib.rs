@@ -20,6 +20,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod backup_file;
 mod election;
 pub mod functions;
 mod group;

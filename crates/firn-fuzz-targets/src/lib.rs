@@ -8,6 +8,7 @@
 //! same functions, so there is one copy of each body. This crate only reads: it never
 //! serves, and nothing in Firn depends on it.
 
+mod backup_file;
 mod blob_manifest;
 mod http;
 mod local_region;
@@ -17,6 +18,7 @@ mod resp_parse;
 mod snapshot_file;
 mod wasm_module;
 
+pub use backup_file::backup_file;
 pub use blob_manifest::blob_manifest;
 pub use http::{http_params, http_txn};
 pub use local_region::local_region;
@@ -40,6 +42,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("http_params", http_params),
     ("http_txn", http_txn),
     ("wasm_module", wasm_module),
+    ("backup_file", backup_file),
 ];
 
 /// Writes `data` to a new file of its own (removed when dropped): the readers of snapshots

@@ -176,4 +176,5 @@ replay_tests!(
     http_params,
     http_txn,
     wasm_module,
+    backup_file,
 );

@@ -30,7 +30,6 @@
 //! keys start again at version 1, log records get new seqs (in their old order), stream
 //! entries keep their ids.
 
-mod file;
 mod groups;
 mod keys;
 mod logs;
@@ -41,6 +40,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
+use firn_client::backup_file as file;
 use firn_model::{KeyspaceDef, SnapshotOf};
 use indicatif::{ProgressBar, ProgressStyle};
 

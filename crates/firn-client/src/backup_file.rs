@@ -1,5 +1,11 @@
-//! The backup file: its lines, how they are written and how the whole file is checked
-//! before a restore changes anything (see the module doc of [`super`] for the layout).
+//! Firn's backup file (`firn backup`, `firn restore`): its lines, how they are written and
+//! how the whole file is checked before a restore changes anything. The file is lines of
+//! JSON, each record's bytes right after its line: a header
+//! (`{"firn_backup":2,"at":…,"keyspaces":[…]}`), keys, then each log's stream entries and
+//! records, then consumer groups each followed by its pending entries, and an end line that
+//! counts each kind and carries a CRC-32C of everything between the header and itself
+//! (docs/api.md, "Backup and restore"). Its reader faces files from anywhere: any bytes get
+//! an answer, an error for all but a complete, undamaged backup.
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
@@ -12,17 +18,17 @@ use firn_model::{DeliveryPolicy, GroupKey, GroupOptions, Key, LogSeq, MaxDeliver
 use serde_json::{Value as Json, json};
 
 /// The format this firn writes: keys, then logs and streams, then consumer groups.
-pub(super) const FORMAT: u64 = 2;
+pub const FORMAT: u64 = 2;
 /// The first format, keys only: still read (its end line counts keys and bytes).
 const FORMAT_KEYS: u64 = 1;
-pub(super) static CRC32C: Crc<u32> = Crc::<u32>::new(&CRC_32_ISCSI);
+pub static CRC32C: Crc<u32> = Crc::<u32>::new(&CRC_32_ISCSI);
 
-pub(super) fn b64() -> base64::engine::GeneralPurpose {
+pub fn b64() -> base64::engine::GeneralPurpose {
     base64::engine::general_purpose::STANDARD
 }
 
 /// Names `name` in `j` under `field` as text, or under `{field}_base64` when it is not UTF-8.
-pub(super) fn put_name(j: &mut Json, field: &str, name: &[u8]) {
+pub fn put_name(j: &mut Json, field: &str, name: &[u8]) {
     match std::str::from_utf8(name) {
         Ok(text) => j[field] = json!(text),
         Err(_) => j[format!("{field}_base64")] = json!(b64().encode(name)),
@@ -82,57 +88,57 @@ fn number(j: &Json, field: &str) -> Result<u64, String> {
 }
 
 /// A key's live value at the cut; its value's bytes follow.
-pub(super) struct KeyHead {
-    pub(super) key: Vec<u8>,
-    pub(super) event_time_us: Option<u64>,
-    pub(super) size: u64,
+pub struct KeyHead {
+    pub key: Vec<u8>,
+    pub event_time_us: Option<u64>,
+    pub size: u64,
 }
 
 /// A stream entry at the cut, restored with its id; its payload (its fields as XADD
 /// encodes them) follows.
-pub(super) struct EntryHead {
-    pub(super) stream: Vec<u8>,
-    pub(super) id: LogSeq,
-    pub(super) size: u64,
+pub struct EntryHead {
+    pub stream: Vec<u8>,
+    pub id: LogSeq,
+    pub size: u64,
 }
 
 /// A log record at the cut, in its log's seq order; its payload follows. `held`: the tags
 /// it was still held under at the cut, when a trim took it from some of its tags.
-pub(super) struct RecordHead {
-    pub(super) log: Vec<u8>,
-    pub(super) seq: LogSeq,
-    pub(super) tags: Vec<Vec<u8>>,
-    pub(super) held: Option<Vec<Vec<u8>>>,
-    pub(super) size: u64,
+pub struct RecordHead {
+    pub log: Vec<u8>,
+    pub seq: LogSeq,
+    pub tags: Vec<Vec<u8>>,
+    pub held: Option<Vec<Vec<u8>>>,
+    pub size: u64,
 }
 
 impl RecordHead {
     /// The tags a restore appends it with: those it was held under.
-    pub(super) fn restored_tags(&self) -> &[Vec<u8>] {
+    pub fn restored_tags(&self) -> &[Vec<u8>] {
         self.held.as_deref().unwrap_or(&self.tags)
     }
 }
 
 /// A consumer group of a stream, as the backup found it.
-pub(super) struct GroupLine {
-    pub(super) stream: Vec<u8>,
-    pub(super) name: Vec<u8>,
-    pub(super) last_delivered: LogSeq,
-    pub(super) options: GroupOptions,
-    pub(super) consumers: Vec<Vec<u8>>,
+pub struct GroupLine {
+    pub stream: Vec<u8>,
+    pub name: Vec<u8>,
+    pub last_delivered: LogSeq,
+    pub options: GroupOptions,
+    pub consumers: Vec<Vec<u8>>,
 }
 
 /// One entry of the pending list of the group on the line before.
-pub(super) struct PendingLine {
-    pub(super) id: LogSeq,
-    pub(super) consumer: Vec<u8>,
-    pub(super) deliveries: u64,
+pub struct PendingLine {
+    pub id: LogSeq,
+    pub consumer: Vec<u8>,
+    pub deliveries: u64,
     /// The last delivery, in milliseconds since the epoch.
-    pub(super) delivered_ms: u64,
+    pub delivered_ms: u64,
 }
 
 /// One line between the header and the end line.
-pub(super) enum Line {
+pub enum Line {
     Key(KeyHead),
     Entry(EntryHead),
     Record(RecordHead),
@@ -141,7 +147,7 @@ pub(super) enum Line {
 }
 
 impl Line {
-    pub(super) fn text(&self) -> String {
+    pub fn text(&self) -> String {
         let mut j = json!({});
         match self {
             Line::Key(k) => {
@@ -180,7 +186,7 @@ impl Line {
         j.to_string()
     }
 
-    pub(super) fn parse(text: &str) -> Result<Line, String> {
+    pub fn parse(text: &str) -> Result<Line, String> {
         let j: Json = serde_json::from_str(text).map_err(|e| format!("a line: {e}"))?;
         Self::of(&j)
     }
@@ -234,7 +240,7 @@ impl Line {
     }
 
     /// The bytes that follow the line (then a newline); lines without any have none.
-    pub(super) fn size(&self) -> Option<u64> {
+    pub fn size(&self) -> Option<u64> {
         match self {
             Line::Key(k) => Some(k.size),
             Line::Entry(e) => Some(e.size),
@@ -254,7 +260,7 @@ impl Line {
     }
 
     /// What the line names, for an error.
-    pub(super) fn describe(&self) -> String {
+    pub fn describe(&self) -> String {
         let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
         match self {
             Line::Key(k) => text(&k.key),
@@ -315,16 +321,16 @@ fn options_of(j: &Json) -> Result<GroupOptions, String> {
 
 /// What a backup holds, by kind; its end line states them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct Counts {
-    pub(super) keys: u64,
+pub struct Counts {
+    pub keys: u64,
     /// Bytes of the keys' values.
-    pub(super) bytes: u64,
-    pub(super) stream_entries: u64,
-    pub(super) log_records: u64,
+    pub bytes: u64,
+    pub stream_entries: u64,
+    pub log_records: u64,
     /// Bytes of the entries' and records' payloads.
-    pub(super) log_bytes: u64,
-    pub(super) groups: u64,
-    pub(super) pending: u64,
+    pub log_bytes: u64,
+    pub groups: u64,
+    pub pending: u64,
 }
 
 impl Counts {
@@ -385,9 +391,9 @@ impl Counts {
 }
 
 /// Writes through to the file and into the CRC.
-pub(super) struct Summing<W> {
-    pub(super) out: W,
-    pub(super) digest: Digest<'static, u32>,
+pub struct Summing<W> {
+    pub out: W,
+    pub digest: Digest<'static, u32>,
 }
 
 impl<W: Write> Write for Summing<W> {
@@ -404,13 +410,13 @@ impl<W: Write> Write for Summing<W> {
 
 /// A backup being written: the header first (outside the CRC: it is checked by being
 /// parsed), then lines and their bytes into the CRC, counted, then the end line.
-pub(super) struct Writer {
-    pub(super) body: Summing<BufWriter<File>>,
-    pub(super) counts: Counts,
+pub struct Writer {
+    pub body: Summing<BufWriter<File>>,
+    pub counts: Counts,
 }
 
 impl Writer {
-    pub(super) fn start(file: File, header: &Json) -> io::Result<Writer> {
+    pub fn start(file: File, header: &Json) -> io::Result<Writer> {
         let mut out = BufWriter::with_capacity(1 << 20, file);
         writeln!(out, "{header}")?;
         Ok(Writer {
@@ -424,25 +430,25 @@ impl Writer {
 
     /// A line; a line with bytes is followed by them ([`Self::payload`] or the body
     /// written through) and [`Self::end_bytes`].
-    pub(super) fn line(&mut self, line: &Line) -> io::Result<()> {
+    pub fn line(&mut self, line: &Line) -> io::Result<()> {
         writeln!(self.body, "{}", line.text())?;
         self.counts.add(line);
         Ok(())
     }
 
-    pub(super) fn end_bytes(&mut self) -> io::Result<()> {
+    pub fn end_bytes(&mut self) -> io::Result<()> {
         self.body.write_all(b"\n")
     }
 
     /// A line with its bytes.
-    pub(super) fn with_payload(&mut self, line: &Line, payload: &[u8]) -> io::Result<()> {
+    pub fn with_payload(&mut self, line: &Line, payload: &[u8]) -> io::Result<()> {
         self.line(line)?;
         self.body.write_all(payload)?;
         self.end_bytes()
     }
 
     /// Writes the end line; the file, flushed (not yet synced).
-    pub(super) fn finish(self) -> io::Result<(File, Counts)> {
+    pub fn finish(self) -> io::Result<(File, Counts)> {
         let Summing { mut out, digest } = self.body;
         writeln!(out, "{}", self.counts.end_line(digest.finalize()))?;
         let file = out.into_inner().map_err(|e| e.into_error())?;
@@ -451,17 +457,22 @@ impl Writer {
 }
 
 /// What a backup file holds, checked whole.
-pub(super) struct Checked {
-    pub(super) header: Json,
-    pub(super) counts: Counts,
+pub struct Checked {
+    pub header: Json,
+    pub counts: Counts,
 }
 
 /// Reads the whole file: its first line, every line and its bytes, the end line and the
 /// CRC; refuses lines out of their section's order and pending entries without a group.
-pub(super) fn check_file(path: &Path) -> Result<Checked, String> {
-    let bad = |why: String| format!("{}: not a complete Firn backup: {why}", path.display());
+pub fn check_file(path: &Path) -> Result<Checked, String> {
     let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut input = BufReader::with_capacity(1 << 20, file);
+    check(&path.display().to_string(), &mut input)
+}
+
+/// [`check_file`] of what `input` holds, named `name` in errors.
+pub fn check(name: &str, mut input: &mut impl BufRead) -> Result<Checked, String> {
+    let bad = |why: String| format!("{name}: not a complete Firn backup: {why}");
     let header = read_header(&mut input).map_err(bad)?;
     let format = header["firn_backup"].as_u64().unwrap_or(FORMAT);
     let mut sum = Summing {
@@ -516,7 +527,7 @@ pub(super) fn check_file(path: &Path) -> Result<Checked, String> {
     }
 }
 
-pub(super) fn read_header(input: &mut impl BufRead) -> Result<Json, String> {
+pub fn read_header(input: &mut impl BufRead) -> Result<Json, String> {
     let mut line = String::new();
     input.read_line(&mut line).map_err(|e| e.to_string())?;
     let header: Json =
