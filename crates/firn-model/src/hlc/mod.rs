@@ -218,6 +218,23 @@ impl HybridClock {
     /// bound on clock offsets, or took a step at once since the peers' offsets were last
     /// judged (`CLOCKSKEW`, and nothing is stamped). A node alone is never refused a step.
     pub fn stamp(&self) -> Result<CommitTs, crate::FirnError> {
+        let wall_us = self.trusted_wall_us("stamps no writes")?;
+        Ok(self.next(wall_us))
+    }
+
+    /// The time a read "at now" is taken at on this node: its wall clock, refused like a
+    /// stamp (`CLOCKSKEW`) while the clock is beyond the bound or stepped and not yet judged
+    /// — a read at now from a clock that far behind would miss writes acknowledged before
+    /// it began.
+    pub fn read_now(&self) -> Result<CommitTs, crate::FirnError> {
+        let wall_us = self.trusted_wall_us("takes no reads at now")?;
+        Ok(CommitTs::new(wall_us, 0))
+    }
+
+    /// The wall clock, unless it is beyond the bound or took a step at once since the
+    /// peers' offsets were last judged (a node alone is never refused a step); `refuses`
+    /// says what the node does not do meanwhile.
+    fn trusted_wall_us(&self, refuses: &str) -> Result<u64, crate::FirnError> {
         if self.beyond.load(Ordering::Acquire) {
             let why = self.why.lock().unwrap_or_else(|p| p.into_inner()).clone();
             return Err(crate::FirnError::ClockSkew(why));
@@ -230,14 +247,13 @@ impl HybridClock {
             .unwrap_or_else(|p| p.into_inner())
             .is_none();
         if !alone && (self.steps)() != self.judged_steps.load(Ordering::Acquire) {
-            return Err(crate::FirnError::ClockSkew(
-                "this node's clock stepped beyond --max-clock-offset: it stamps no writes \
-                 until it has judged its peers' clocks again (within a quarter of a second); \
-                 send the write again"
-                    .into(),
-            ));
+            return Err(crate::FirnError::ClockSkew(format!(
+                "this node's clock stepped beyond --max-clock-offset: it {refuses} until it \
+                 has judged its peers' clocks again (within a quarter of a second); send the \
+                 request again"
+            )));
         }
-        Ok(self.next(wall_us))
+        Ok(wall_us)
     }
 
     /// Marks the wall clock beyond the bound (`Some`, with why) or back within it.
@@ -292,6 +308,7 @@ mod tests {
         let first = clock.stamp().unwrap();
         clock.set_beyond_bound(Some("3 s ahead".into()));
         assert!(!clock.within_bound());
+        assert!(clock.read_now().is_err());
         match clock.stamp() {
             Err(crate::FirnError::ClockSkew(why)) => assert_eq!(why, "3 s ahead"),
             other => panic!("{other:?}"),
@@ -386,7 +403,9 @@ mod tests {
             Err(crate::FirnError::ClockSkew(why)) => assert!(why.contains("stepped"), "{why}"),
             other => panic!("{other:?}"),
         }
+        assert!(clock.read_now().is_err(), "nor a read at now");
         clock.set_judged_steps(1);
+        assert_eq!(clock.read_now().unwrap(), CommitTs::new(1_000, 0));
         let second = clock.stamp().unwrap();
         assert!(second > first);
         STEPS.store(2, Ordering::Relaxed);

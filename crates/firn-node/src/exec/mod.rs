@@ -185,11 +185,18 @@ impl Kernel {
         self.node_id
     }
 
-    /// This node's data disk, as far as its free space goes.
+    /// This node's clock against its peers'.
     pub fn clock_bound(&self) -> &Arc<crate::clock::ClockBound> {
         &self.clock
     }
 
+    /// The time a read at now is taken at here (`HybridClock::read_now`): refused while
+    /// this node's clock is beyond the bound, or stepped and not yet judged again.
+    pub fn read_now(&self) -> Result<CommitTs, FirnError> {
+        self.clock.clock().read_now()
+    }
+
+    /// This node's data disk, as far as its free space goes.
     pub fn disk(&self) -> &Arc<DiskSpace> {
         &self.disk
     }

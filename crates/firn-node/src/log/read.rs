@@ -201,7 +201,7 @@ impl Log {
         }
         // Other homes: one closed time for every page, the tag's shard's again included
         // (its directory read at that time may name more homes; read those too).
-        let now = CommitTs::new(firn_model::hlc::system_wall_us(), 0);
+        let now = self.kernel.read_now()?;
         let at = base
             .at
             .unwrap_or_else(|| now.max(ctx.after.unwrap_or_default()));

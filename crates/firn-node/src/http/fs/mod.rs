@@ -83,7 +83,7 @@ pub(super) async fn read(
     // the newest time already closed everywhere could miss the last ones.
     let at = match path.at {
         Some(t) => t,
-        None => CommitTs::end_of_micros(firn_model::hlc::system_wall_us())
+        None => CommitTs::end_of_micros(router.kernel().read_now()?.wall_us)
             .max(session_token(&session).await),
     };
     let listing = list(&router, &session, &dir, at, after.clone(), limit).await?;
