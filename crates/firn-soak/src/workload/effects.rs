@@ -260,9 +260,17 @@ fn appended_once(inputs: &BTreeSet<String>, mut appended: Vec<String>) -> Option
     let appended_refs: Vec<&String> = appended.iter().collect();
     (appended_refs != once).then(|| {
         let doubled = appended.windows(2).filter(|w| w[0] == w[1]).count();
-        let missing = inputs.iter().filter(|k| appended.binary_search(k).is_err()).count();
+        let missing = inputs
+            .iter()
+            .filter(|k| appended.binary_search(k).is_err())
+            .count();
+        let mut strangers: Vec<&String> =
+            appended.iter().filter(|a| !inputs.contains(*a)).collect();
+        strangers.dedup();
+        strangers.truncate(5);
         format!(
-            "{} records for {} inputs: {missing} inputs never appended, {doubled} appended twice or more",
+            "{} records for {} inputs: {missing} inputs never appended, {doubled} appended twice \
+             or more, records of no input: {strangers:?}",
             appended.len(),
             inputs.len()
         )
@@ -362,6 +370,10 @@ mod tests {
         assert!(doubled.contains("1 appended twice"), "{doubled}");
         let missing = appended_once(&inputs, names(&["in/a"])).unwrap();
         assert!(missing.contains("1 inputs never appended"), "{missing}");
-        assert!(appended_once(&inputs, names(&["in/a", "in/c"])).is_some());
+        let stranger = appended_once(&inputs, names(&["in/a", "in/b", "in/c"])).unwrap();
+        assert!(
+            stranger.contains("records of no input: [\"in/c\"]"),
+            "{stranger}"
+        );
     }
 }
