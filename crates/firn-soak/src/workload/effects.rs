@@ -206,7 +206,22 @@ impl Effects {
                     .push(format!("FIRN.LOG RANGE answered {other:?}, not a record")),
             }
         }
-        outcome.violations.extend(appended_once(&inputs, appended));
+        if let Some(mut violation) = appended_once(&inputs, appended.clone()) {
+            // What the store says of a record's input and its counter when SCAN found
+            // neither: read each by name, and its versions.
+            for stranger in appended.iter().filter(|a| !inputs.contains(*a)).take(3) {
+                for key in [stranger.clone(), format!("seen/{stranger}")] {
+                    let value = settled(addrs, redis::cmd("GET").arg(&key)).await;
+                    let versions = settled(
+                        addrs,
+                        redis::cmd("FIRN.HISTORY").arg(&key).arg("LIMIT").arg(5),
+                    )
+                    .await;
+                    violation.push_str(&format!("; GET {key}: {value:?}, history: {versions:?}"));
+                }
+            }
+            outcome.violations.push(violation);
+        }
         self.check_timers(addrs, &mut outcome).await?;
         Ok(outcome)
     }
