@@ -219,6 +219,15 @@ impl Effects {
                     .await;
                     violation.push_str(&format!("; GET {key}: {value:?}, history: {versions:?}"));
                 }
+                // Whether each node's own scan, start to end on that node, lists it: a
+                // miss on one node only is its replica's; none missing, a cursor that
+                // moved between nodes.
+                for addr in addrs {
+                    let listed = keys(std::slice::from_ref(addr), "in/")
+                        .await
+                        .map(|found| found.contains(stranger));
+                    violation.push_str(&format!("; SCAN on {addr} alone lists it: {listed:?}"));
+                }
             }
             outcome.violations.push(violation);
         }
