@@ -18,6 +18,7 @@ use crate::blob::{BlobChunk, BlobDiscard, BlobRead, BlobSeal};
 use crate::cluster::follow::OriginCounts;
 use crate::cluster::meta::MetaClient;
 use crate::cluster::view::Describe;
+use crate::cursors::ScanCursor;
 use crate::disk::DiskNotice;
 use crate::log::index::ForgetLog;
 use crate::router::Router;
@@ -133,6 +134,7 @@ impl Answerer {
                 .services()
                 .reply_slots()
                 .complete(c.token, &c.service, c.payload)),
+            Call::ScanCursor => serve!(body, ScanCursor, |c| router.cursors().local(c.0)),
             Call::OriginCounts => serve!(body, OriginCounts, |_| router.kernel().origin_report()),
             Call::BlobChunk => serve!(body, BlobChunk, |c| router
                 .large()

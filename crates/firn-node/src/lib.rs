@@ -16,6 +16,7 @@ pub mod blob;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod cursors;
 pub mod disk;
 pub mod exec;
 pub mod expiry;

@@ -20,6 +20,7 @@ use crate::admin::Admin;
 use crate::blob::files::BlobFiles;
 use crate::blob::{BlobConfig, Blobs};
 use crate::cluster::layout::ClusterLayout;
+use crate::cursors::ScanCursors;
 use crate::exec::{Kernel, KernelParts, Pending, Subsystems, ready, resend_while_refused};
 use crate::functions::Functions;
 use crate::groups::Groups;
@@ -41,6 +42,7 @@ pub struct Router {
     large: LargeValues,
     admin: Admin,
     functions: Arc<Functions>,
+    cursors: ScanCursors,
 }
 
 /// What a router is built from: the kernel's parts and the subsystems' own.
@@ -81,6 +83,7 @@ impl Router {
                 watches: Watches::new(kernel.clone()),
                 large: LargeValues::new(kernel.clone(), blobs),
                 admin: Admin::new(kernel.clone()),
+                cursors: ScanCursors::new(kernel.clone()),
                 kernel,
                 log,
                 groups,
@@ -116,6 +119,11 @@ impl Router {
     /// Large values beside the log.
     pub fn large(&self) -> &LargeValues {
         &self.large
+    }
+
+    /// Redis SCAN cursors, valid on every node.
+    pub fn cursors(&self) -> &ScanCursors {
+        &self.cursors
     }
 
     /// Functions next to the data: modules, calls, triggers and timers.

@@ -20,8 +20,8 @@ mod watching;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -33,7 +33,6 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 use self::client::Client;
-use self::cmd::scan::CursorTable;
 use self::cmd::{cluster, firn_watch, server};
 use self::command::{Action, Render};
 use self::frame::Frame;
@@ -93,7 +92,6 @@ pub struct Bounds {
 /// What every connection of the node shares.
 pub struct Shared {
     pub router: Arc<Router>,
-    cursors: Mutex<CursorTable>,
     next_client_id: AtomicU64,
     /// One permit per connection the node may hold (`NodeConfig::resp_connections_max`).
     slots: Arc<Semaphore>,
@@ -165,7 +163,6 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(connections_max));
     let shared = Arc::new(Shared {
         router,
-        cursors: Mutex::default(),
         next_client_id: AtomicU64::new(1),
         slots: slots.clone(),
         connections_max,

@@ -75,10 +75,12 @@ pub enum Call {
     BlobDiscard = 16,
     /// The sender's data disk went low, is still low, or has room again (see `crate::disk`).
     DiskNotice = 17,
+    /// The key a SCAN cursor this node issued continues after (see `crate::cursors`).
+    ScanCursor = 18,
 }
 
 impl Call {
-    const ALL: [Call; 18] = [
+    const ALL: [Call; 19] = [
         Call::Execute,
         Call::ReadIndex,
         Call::Describe,
@@ -97,6 +99,7 @@ impl Call {
         Call::BlobRead,
         Call::BlobDiscard,
         Call::DiskNotice,
+        Call::ScanCursor,
     ];
 
     /// The call a tag names, if any.
@@ -417,7 +420,7 @@ mod tests {
         }
         assert_eq!(
             Call::ALL.len(),
-            Call::DiskNotice as usize + 1,
+            Call::ScanCursor as usize + 1,
             "tags are 0, 1, 2, …"
         );
         let index = ReadIndex {

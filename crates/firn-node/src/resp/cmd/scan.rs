@@ -1,7 +1,5 @@
 //! Redis SCAN cursor [MATCH p] [COUNT n] [TYPE t]: pages over every key with integer
-//! cursors. Firn pages by key; a node-wide table maps one to the other.
-
-use std::collections::{HashMap, VecDeque};
+//! cursors. Firn pages by key; `crate::cursors` maps one to the other on every node.
 
 use bytes::Bytes;
 use firn_model::{FirnError, KvRead, ReadAt, ReadConsistency, Response};
@@ -22,9 +20,6 @@ pub const SCAN: CommandSpec = CommandSpec {
     summary: "A page of keys and the cursor of the next (0: done); COUNT is keys examined.",
     parse: scan,
 };
-
-/// Most live SCAN cursors a node remembers; the oldest is forgotten first.
-const SCAN_CURSORS_MAX: usize = 65_536;
 
 /// A parsed SCAN, run by the connection in its session.
 pub struct RedisScan {
@@ -60,41 +55,17 @@ fn scan(mut args: Args) -> Result<Action, FirnError> {
     }))
 }
 
-/// Redis SCAN cursors are integers; Firn pages by key. The table maps one to the other,
-/// node-wide, so a client may continue a scan on any of its pooled connections.
-#[derive(Default)]
-pub struct CursorTable {
-    next_id: u64,
-    by_id: HashMap<u64, Bytes>,
-    order: VecDeque<u64>,
-}
-
-impl CursorTable {
-    fn insert(&mut self, key: Bytes) -> u64 {
-        self.next_id += 1;
-        let id = self.next_id;
-        self.by_id.insert(id, key);
-        self.order.push_back(id);
-        while self.order.len() > SCAN_CURSORS_MAX {
-            if let Some(old) = self.order.pop_front() {
-                self.by_id.remove(&old);
-            }
-        }
-        id
-    }
-}
-
 impl RedisScan {
     /// Reads the page in the connection's session (after its token, raising it to what the
     /// page showed).
     pub async fn run(self, shared: &Shared, session: &mut Session) -> Reply {
-        let cursors = || shared.cursors.lock().unwrap_or_else(|p| p.into_inner());
+        let cursors = shared.router.cursors();
         let after = if self.cursor == 0 {
             None
         } else {
-            match cursors().by_id.get(&self.cursor) {
-                Some(k) => Some(k.clone()),
-                None => return Reply::error(&FirnError::BadArgument("invalid cursor".into())),
+            match cursors.resolve(self.cursor).await {
+                Ok(k) => Some(k),
+                Err(e) => return Reply::error(&e),
             }
         };
         let request = KvRead::Scan {
@@ -111,7 +82,7 @@ impl RedisScan {
             .map(|a| a.response)
         {
             Ok(Response::Scan { keys, next_cursor }) => {
-                let next = next_cursor.map_or(0, |k| cursors().insert(k));
+                let next = next_cursor.map_or(0, |k| cursors.issue(k));
                 Reply::Array(vec![
                     Reply::text(next.to_string()),
                     Reply::Array(
