@@ -1,12 +1,11 @@
 //! What the HTTP routes read from a request before they call the router, without a server:
 //! a query string as the routes' `Query` extractors decode it, then every parameter reader
-//! the routes call on it ([`firn_node::http::params`]); and `POST /v1/txn`'s JSON body,
-//! decoded and checked into the transaction it asks for.
+//! the routes call on it ([`firn_node::http::params`]); and the routes' JSON bodies,
+//! decoded and checked into the requests they ask for ([`firn_node::http::bodies`]).
 
 use std::collections::HashMap;
 
-use firn_node::http::params;
-use firn_node::http::txn::TxnBody;
+use firn_node::http::{bodies, params};
 
 /// A query string (`?` excluded), as `GET /v1/kv/{key}`, `/v1/kv` (scans and `key=` lists)
 /// and `/v1/log/{log}` read theirs.
@@ -32,7 +31,13 @@ pub fn http_params(data: &[u8]) {
 
 /// A `POST /v1/txn` body.
 pub fn http_txn(data: &[u8]) {
-    if let Ok(body) = serde_json::from_slice::<TxnBody>(data) {
-        let _ = body.into_write();
+    let _ = bodies::read(0, data);
+}
+
+/// Any other route's JSON body: the first byte picks the route (of [`bodies::ROUTES`],
+/// modulo their number), the rest is the body.
+pub fn http_bodies(data: &[u8]) {
+    if let Some((route, body)) = data.split_first() {
+        let _ = bodies::read(usize::from(*route) % bodies::ROUTES.len(), body);
     }
 }

@@ -20,7 +20,7 @@ mod wasm_module;
 
 pub use backup_file::backup_file;
 pub use blob_manifest::blob_manifest;
-pub use http::{http_params, http_txn};
+pub use http::{http_bodies, http_params, http_txn};
 pub use local_region::local_region;
 pub use mqtt_codec::mqtt_codec;
 pub use peer_frame::peer_frame;
@@ -43,6 +43,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("http_txn", http_txn),
     ("wasm_module", wasm_module),
     ("backup_file", backup_file),
+    ("http_bodies", http_bodies),
 ];
 
 /// Writes `data` to a new file of its own (removed when dropped): the readers of snapshots

@@ -177,4 +177,5 @@ replay_tests!(
     http_txn,
     wasm_module,
     backup_file,
+    http_bodies,
 );

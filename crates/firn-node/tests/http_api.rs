@@ -223,6 +223,15 @@ async fn keyspaces_health_and_metrics_over_http() {
                 .unwrap()
                 .contains("unknown keyspace mode")
         );
+        // A misspelt field is named, not ignored (nothing is created).
+        let (code, r) = call(
+            a.post(&format!("{base}/v1/keyspaces"))
+                .set("content-type", "application/json"),
+            Some(br#"{"prefix":"y/","max_version":3}"#),
+        );
+        assert_eq!(code, 400);
+        let message = json(r)["message"].as_str().unwrap().to_string();
+        assert!(message.contains("unknown field `max_version`"), "{message}");
         let (code, r) = call(
             a.post(&format!("{base}/v1/keyspaces"))
                 .set("content-type", "application/json"),

@@ -46,6 +46,7 @@ pub(super) async fn list_keyspaces(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct KeyspaceBody {
     prefix: String,
     mode: Option<String>,
@@ -67,36 +68,44 @@ pub(super) async fn create_keyspace(
     body: Result<axum::Json<KeyspaceBody>, JsonRejection>,
 ) -> ApiResult<(StatusCode, axum::Json<Json>)> {
     let axum::Json(body) = body.map_err(bad_json)?;
-    let mut def = KeyspaceDef::new(KeyspaceSpec {
-        prefix: body.prefix,
-        ..KeyspaceSpec::default_keyspace()
-    });
-    def.placement.local = body.local.unwrap_or(false);
-    def.placement.follow = match body.follow {
-        None | Some(Json::Null) => Follow::Off,
-        Some(Json::String(s)) => s.parse()?,
-        Some(Json::Number(n)) => n.to_string().parse()?,
-        Some(other) => {
-            return Err(FirnError::BadArgument(format!(
-                "follow must be \"on\", \"off\" or a node id, not {other}"
-            ))
-            .into());
-        }
-    };
-    let spec = &mut def.spec;
-    if let Some(m) = body.mode {
-        spec.mode = m.parse()?;
-    }
-    spec.max_versions = body.max_versions;
-    spec.max_age_us = json_duration_us("max_age", body.max_age, "7d")?;
-    spec.ttl_ms = json_duration_us("ttl", body.ttl, "15m")?.map(|us| us / 1_000);
-    if let Some(d) = body.durability {
-        spec.durability = d.parse()?;
-    }
+    let def = body.into_def()?;
     session
         .execute(&router, AdminRequest::KeyspaceCreate(def.clone()).into())
         .await?;
     Ok((StatusCode::CREATED, axum::Json(keyspace_json(&def))))
+}
+
+impl KeyspaceBody {
+    /// The keyspace the body defines, checked.
+    pub(super) fn into_def(self) -> Result<KeyspaceDef, FirnError> {
+        let body = self;
+        let mut def = KeyspaceDef::new(KeyspaceSpec {
+            prefix: body.prefix,
+            ..KeyspaceSpec::default_keyspace()
+        });
+        def.placement.local = body.local.unwrap_or(false);
+        def.placement.follow = match body.follow {
+            None | Some(Json::Null) => Follow::Off,
+            Some(Json::String(s)) => s.parse()?,
+            Some(Json::Number(n)) => n.to_string().parse()?,
+            Some(other) => {
+                return Err(FirnError::BadArgument(format!(
+                    "follow must be \"on\", \"off\" or a node id, not {other}"
+                )));
+            }
+        };
+        let spec = &mut def.spec;
+        if let Some(m) = body.mode {
+            spec.mode = m.parse()?;
+        }
+        spec.max_versions = body.max_versions;
+        spec.max_age_us = json_duration_us("max_age", body.max_age, "7d")?;
+        spec.ttl_ms = json_duration_us("ttl", body.ttl, "15m")?.map(|us| us / 1_000);
+        if let Some(d) = body.durability {
+            spec.durability = d.parse()?;
+        }
+        Ok(def)
+    }
 }
 
 /// Where this node's shared-memory region is (`FIRN.LOCAL`).

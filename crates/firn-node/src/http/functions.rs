@@ -113,6 +113,19 @@ pub(super) struct CallBody {
     args: Vec<String>,
 }
 
+impl CallBody {
+    /// A run of function `name` with the body's keys and arguments.
+    pub(super) fn into_request(self, name: String) -> Result<FunctionRequest, FirnError> {
+        let keys = self
+            .keys
+            .into_iter()
+            .map(key_of)
+            .collect::<Result<_, _>>()?;
+        let args = self.args.into_iter().map(Bytes::from).collect();
+        Ok(FunctionRequest::Call { name, keys, args })
+    }
+}
+
 /// `POST /v1/functions/{name}/call`: one run as one transaction (FCALL); answers its reply,
 /// text in `reply` (null: it replied nothing), or any bytes in `reply_base64`.
 pub(super) async fn call(
@@ -122,13 +135,7 @@ pub(super) async fn call(
     body: Result<axum::Json<CallBody>, JsonRejection>,
 ) -> JsonAnswer {
     let axum::Json(body) = body.map_err(bad_json)?;
-    let keys = body
-        .keys
-        .into_iter()
-        .map(key_of)
-        .collect::<Result<_, _>>()?;
-    let args = body.args.into_iter().map(Bytes::from).collect();
-    let request = FunctionRequest::Call { name, keys, args };
+    let request = body.into_request(name)?;
     match run(&router, &session, request).await? {
         Response::Called(None) => Ok(axum::Json(json!({ "reply": null }))),
         Response::Called(Some(reply)) => {
@@ -183,48 +190,54 @@ pub(super) async fn create_trigger(
     body: Result<axum::Json<TriggerBody>, JsonRejection>,
 ) -> Created {
     let axum::Json(body) = body.map_err(bad_json)?;
-    let (prefix, entries) = match (body.prefix, body.log, body.tag, body.stream) {
-        (Some(prefix), None, None, None) => (Bytes::from(prefix), None),
-        (None, Some(log), Some(tag), None) => (
-            Bytes::new(),
-            Some(EntrySource::Log {
-                log: Bytes::from(log),
-                tag: Bytes::from(tag),
-            }),
-        ),
-        (None, None, None, Some(stream)) => {
-            (Bytes::new(), Some(EntrySource::Stream(Bytes::from(stream))))
-        }
-        _ => {
-            return Err(FirnError::BadArgument(
-                "a trigger follows exactly one of: \"prefix\"; \"log\" with \"tag\"; \"stream\""
-                    .into(),
-            )
-            .into());
-        }
-    };
-    let spec = TriggerSpec {
-        name: body.name,
-        prefix,
-        entries,
-        function: body.function,
-        version: body.version,
-        from: body
-            .from
-            .as_deref()
-            .map_or(Ok(TriggerFrom::Now), trigger_from)?,
-        retries: body.retries.unwrap_or(TRIGGER_RETRIES_DEFAULT),
-        deadletter: body.deadletter.map(Bytes::from),
-        paused: false,
-        // Set by the node: who created it, and when.
-        creator: None,
-        created_us: 0,
-        until_us: None,
-        into: None,
-    };
-    let create = FunctionRequest::Trigger(TriggerRequest::Create(Box::new(spec)));
+    let create = FunctionRequest::Trigger(TriggerRequest::Create(Box::new(body.into_spec()?)));
     done(run(&router, &session, create).await?)?;
     Ok((StatusCode::CREATED, axum::Json(json!({ "created": true }))))
+}
+
+impl TriggerBody {
+    /// The trigger the body defines, checked (who made it, and when, the node sets).
+    pub(super) fn into_spec(self) -> Result<TriggerSpec, FirnError> {
+        let body = self;
+        let (prefix, entries) = match (body.prefix, body.log, body.tag, body.stream) {
+            (Some(prefix), None, None, None) => (Bytes::from(prefix), None),
+            (None, Some(log), Some(tag), None) => (
+                Bytes::new(),
+                Some(EntrySource::Log {
+                    log: Bytes::from(log),
+                    tag: Bytes::from(tag),
+                }),
+            ),
+            (None, None, None, Some(stream)) => {
+                (Bytes::new(), Some(EntrySource::Stream(Bytes::from(stream))))
+            }
+            _ => {
+                return Err(FirnError::BadArgument(
+                "a trigger follows exactly one of: \"prefix\"; \"log\" with \"tag\"; \"stream\""
+                    .into(),
+            ));
+            }
+        };
+        Ok(TriggerSpec {
+            name: body.name,
+            prefix,
+            entries,
+            function: body.function,
+            version: body.version,
+            from: body
+                .from
+                .as_deref()
+                .map_or(Ok(TriggerFrom::Now), trigger_from)?,
+            retries: body.retries.unwrap_or(TRIGGER_RETRIES_DEFAULT),
+            deadletter: body.deadletter.map(Bytes::from),
+            paused: false,
+            // Set by the node: who created it, and when.
+            creator: None,
+            created_us: 0,
+            until_us: None,
+            into: None,
+        })
+    }
 }
 
 /// A trigger's definition and this node's counts of it. `from` is written as `FROM` takes
@@ -337,6 +350,18 @@ pub(super) struct ReplayBody {
     into: String,
 }
 
+impl ReplayBody {
+    /// The replay of trigger `name` the body asks for.
+    pub(super) fn into_request(self, name: String) -> Result<TriggerRequest, FirnError> {
+        Ok(TriggerRequest::Replay {
+            name,
+            from_us: parse_micros(&self.from)?,
+            to_us: parse_micros(&self.to)?,
+            into: Bytes::from(self.into),
+        })
+    }
+}
+
 /// `POST /v1/triggers/{name}/replay`: answers the replay's own name, `<name>~replay`.
 pub(super) async fn replay_trigger(
     State(router): State<Arc<Router>>,
@@ -345,13 +370,7 @@ pub(super) async fn replay_trigger(
     body: Result<axum::Json<ReplayBody>, JsonRejection>,
 ) -> Created {
     let axum::Json(body) = body.map_err(bad_json)?;
-    let (from_us, to_us) = (parse_micros(&body.from)?, parse_micros(&body.to)?);
-    let replay = TriggerRequest::Replay {
-        name: name.clone(),
-        from_us,
-        to_us,
-        into: Bytes::from(body.into),
-    };
+    let replay = body.into_request(name.clone())?;
     done(run(&router, &session, FunctionRequest::Trigger(replay)).await?)?;
     Ok((
         StatusCode::CREATED,
@@ -404,57 +423,65 @@ pub(super) async fn set_timer(
     body: Result<axum::Json<TimerBody>, JsonRejection>,
 ) -> Created {
     let axum::Json(body) = body.map_err(bad_json)?;
-    let at_us = match (&body.at, body.in_ms) {
-        (Some(at), None) => parse_micros(at)?,
-        // As `FIRN.TIMER SET … IN ms` reads it: from this node's clock.
-        (None, Some(ms)) => system_wall_us().saturating_add(ms.saturating_mul(1_000)),
-        _ => {
-            return Err(FirnError::BadArgument(
-                "a timer names exactly one of at (a time) and in_ms (milliseconds from now)".into(),
-            )
-            .into());
-        }
-    };
-    let (function, entry) = match (body.function, body.stream) {
-        (Some(function), None) if body.fields.is_empty() => (function, None),
-        (None, Some(stream)) if body.fields.len() % 2 == 0 => {
-            let mut fields = body.fields.into_iter().map(Bytes::from);
-            let pairs = std::iter::from_fn(|| Some((fields.next()?, fields.next()?))).collect();
-            let stream = Bytes::from(stream);
-            (
-                String::new(),
-                Some(DelayedEntry {
-                    stream,
-                    fields: pairs,
-                }),
-            )
-        }
-        _ => {
-            return Err(FirnError::BadArgument(
-                "a timer names a function (and a payload), or a stream and its fields \
-                 (field, value, …), not both"
-                    .into(),
-            )
-            .into());
-        }
-    };
-    let timer = TimerSpec {
-        name: body.name,
-        at_us,
-        function,
-        payload: Bytes::from(body.payload),
-        creator: None,
-        entry,
-    };
+    let timer = body.into_spec()?;
     let set = TimerRequest::Set {
         name: timer.name.clone(),
-        at_us,
+        at_us: timer.at_us,
         function: timer.function.clone(),
         payload: timer.payload.clone(),
         entry: timer.entry.clone(),
     };
     done(run(&router, &session, FunctionRequest::Timer(set)).await?)?;
     Ok((StatusCode::CREATED, axum::Json(timer_json(&timer))))
+}
+
+impl TimerBody {
+    /// The timer the body sets, checked; `in_ms` counts from this node's clock, as
+    /// `FIRN.TIMER SET … IN ms` does.
+    pub(super) fn into_spec(self) -> Result<TimerSpec, FirnError> {
+        let body = self;
+        let at_us = match (&body.at, body.in_ms) {
+            (Some(at), None) => parse_micros(at)?,
+            // As `FIRN.TIMER SET … IN ms` reads it: from this node's clock.
+            (None, Some(ms)) => system_wall_us().saturating_add(ms.saturating_mul(1_000)),
+            _ => {
+                return Err(FirnError::BadArgument(
+                    "a timer names exactly one of at (a time) and in_ms (milliseconds from now)"
+                        .into(),
+                ));
+            }
+        };
+        let (function, entry) = match (body.function, body.stream) {
+            (Some(function), None) if body.fields.is_empty() => (function, None),
+            (None, Some(stream)) if body.fields.len() % 2 == 0 => {
+                let mut fields = body.fields.into_iter().map(Bytes::from);
+                let pairs = std::iter::from_fn(|| Some((fields.next()?, fields.next()?))).collect();
+                let stream = Bytes::from(stream);
+                (
+                    String::new(),
+                    Some(DelayedEntry {
+                        stream,
+                        fields: pairs,
+                    }),
+                )
+            }
+            _ => {
+                return Err(FirnError::BadArgument(
+                    "a timer names a function (and a payload), or a stream and its fields \
+                 (field, value, …), not both"
+                        .into(),
+                ));
+            }
+        };
+        Ok(TimerSpec {
+            name: body.name,
+            at_us,
+            function,
+            payload: Bytes::from(body.payload),
+            creator: None,
+            entry,
+        })
+    }
 }
 
 pub(super) async fn timers(

@@ -254,11 +254,37 @@ pub(super) async fn snapshot(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct TruncateBody {
     key: Option<String>,
     prefix: Option<String>,
     before_version: Option<u64>,
     before_time: Option<String>,
+}
+
+impl TruncateBody {
+    /// The truncation the body asks for, checked.
+    pub(super) fn into_write(self) -> Result<KvWrite, FirnError> {
+        let target = match (self.key, self.prefix) {
+            (Some(k), None) => KeyRange::Key(key_of(k)?),
+            (None, Some(p)) => KeyRange::Prefix(Bytes::from(p)),
+            _ => {
+                return Err(FirnError::BadArgument(
+                    "give exactly one of key, prefix".into(),
+                ));
+            }
+        };
+        let before = match (self.before_version, self.before_time) {
+            (Some(v), None) => TruncateBefore::Version(v),
+            (None, Some(t)) => TruncateBefore::Time(parse_read_time(&t)?),
+            _ => {
+                return Err(FirnError::BadArgument(
+                    "give exactly one of before_version, before_time".into(),
+                ));
+            }
+        };
+        Ok(KvWrite::Truncate { target, before })
+    }
 }
 
 pub(super) async fn truncate(
@@ -267,23 +293,8 @@ pub(super) async fn truncate(
     body: Result<axum::Json<TruncateBody>, JsonRejection>,
 ) -> ApiResult<axum::Json<Json>> {
     let axum::Json(body) = body.map_err(bad_json)?;
-    let target = match (body.key, body.prefix) {
-        (Some(k), None) => KeyRange::Key(key_of(k)?),
-        (None, Some(p)) => KeyRange::Prefix(Bytes::from(p)),
-        _ => return Err(FirnError::BadArgument("give exactly one of key, prefix".into()).into()),
-    };
-    let before = match (body.before_version, body.before_time) {
-        (Some(v), None) => TruncateBefore::Version(v),
-        (None, Some(t)) => TruncateBefore::Time(parse_read_time(&t)?),
-        _ => {
-            return Err(FirnError::BadArgument(
-                "give exactly one of before_version, before_time".into(),
-            )
-            .into());
-        }
-    };
     match session
-        .execute(&router, KvWrite::Truncate { target, before }.into())
+        .execute(&router, body.into_write()?.into())
         .await?
         .response
     {

@@ -51,6 +51,21 @@ pub(super) struct AppendBody {
     records: Vec<RecordBody>,
 }
 
+impl AppendBody {
+    /// The records to append to `log`, checked.
+    pub(super) fn into_write(self, log: String) -> Result<LogWrite, FirnError> {
+        let records = self
+            .records
+            .into_iter()
+            .map(RecordBody::into_record)
+            .collect::<Result<Vec<_>, FirnError>>()?;
+        Ok(LogWrite::Append {
+            log: key_of(log)?,
+            records,
+        })
+    }
+}
+
 /// `POST /v1/log/{log}` `{"records": [{"tags": […], "value": "…"}]}`: appends the records
 /// in one batch, `{"appended": [{seq, commit_ts}]}` in the order given.
 pub(super) async fn append(
@@ -60,15 +75,7 @@ pub(super) async fn append(
     body: Result<axum::Json<AppendBody>, JsonRejection>,
 ) -> ApiResult<axum::Json<Json>> {
     let axum::Json(body) = body.map_err(bad_json)?;
-    let records = body
-        .records
-        .into_iter()
-        .map(RecordBody::into_record)
-        .collect::<Result<Vec<_>, FirnError>>()?;
-    let write = LogWrite::Append {
-        log: key_of(log)?,
-        records,
-    };
+    let write = body.into_write(log)?;
     match session.execute(&router, write.into()).await?.response {
         Response::Appended(appended) => Ok(axum::Json(appended_json(&appended))),
         other => Err(unexpected(other)),

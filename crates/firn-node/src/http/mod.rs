@@ -5,6 +5,7 @@
 //! [`ui`], the API's description in [`openapi`].
 
 mod admin;
+pub mod bodies;
 mod fs;
 mod functions;
 mod group_events;

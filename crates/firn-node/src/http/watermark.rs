@@ -70,6 +70,19 @@ pub(super) struct AdvanceBody {
     to: Json,
 }
 
+impl AdvanceBody {
+    /// The event time to advance to, checked.
+    pub(super) fn to_us(&self) -> Result<u64, FirnError> {
+        match &self.to {
+            Json::Number(n) => parse_micros(&n.to_string()),
+            Json::String(s) => parse_micros(s),
+            other => Err(FirnError::BadArgument(format!(
+                "to is an event time (microseconds or RFC 3339), not {other}"
+            ))),
+        }
+    }
+}
+
 /// `POST /v1/watermark/advance` `{"prefix": p, "to": t}`.
 pub(super) async fn advance(
     State(router): State<Arc<Router>>,
@@ -77,25 +90,17 @@ pub(super) async fn advance(
     body: Result<axum::Json<AdvanceBody>, JsonRejection>,
 ) -> ApiResult<axum::Json<Json>> {
     let axum::Json(body) = body.map_err(bad_json)?;
-    let to_us = match &body.to {
-        Json::Number(n) => parse_micros(&n.to_string())?,
-        Json::String(s) => parse_micros(s)?,
-        other => {
-            return Err(FirnError::BadArgument(format!(
-                "to is an event time (microseconds or RFC 3339), not {other}"
-            ))
-            .into());
-        }
-    };
+    let prefix = body.prefix.clone();
+    let to_us = body.to_us()?;
     let request = WatermarkRequest::Advance {
-        prefix: body.prefix.clone(),
+        prefix: prefix.clone(),
         to_us,
     };
     session
         .execute(&router, AdminRequest::Watermark(request).into())
         .await?;
     Ok(axum::Json(
-        json!({ "prefix": body.prefix, "advanced_us": to_us }),
+        json!({ "prefix": prefix, "advanced_us": to_us }),
     ))
 }
 
@@ -110,6 +115,19 @@ pub(super) struct PolicyBody {
     late: Option<String>,
 }
 
+impl PolicyBody {
+    /// The policy the body sets, checked.
+    pub(super) fn into_policy(self) -> Result<WatermarkPolicy, FirnError> {
+        Ok(WatermarkPolicy {
+            lateness_us: json_duration_us("lateness", self.lateness, "5s")?,
+            late: self
+                .late
+                .as_deref()
+                .map_or(Ok(Default::default()), str::parse)?,
+        })
+    }
+}
+
 /// `PUT /v1/watermark/policy` `{"prefix": p, "lateness": d, "late": "keep"|"refuse"}`.
 pub(super) async fn policy(
     State(router): State<Arc<Router>>,
@@ -117,23 +135,17 @@ pub(super) async fn policy(
     body: Result<axum::Json<PolicyBody>, JsonRejection>,
 ) -> ApiResult<axum::Json<Json>> {
     let axum::Json(body) = body.map_err(bad_json)?;
-    let lateness_us = json_duration_us("lateness", body.lateness, "5s")?;
-    let policy = WatermarkPolicy {
-        lateness_us,
-        late: body
-            .late
-            .as_deref()
-            .map_or(Ok(Default::default()), str::parse)?,
-    };
+    let prefix = body.prefix.clone();
+    let policy = body.into_policy()?;
     let request = WatermarkRequest::Policy {
-        prefix: body.prefix.clone(),
+        prefix: prefix.clone(),
         policy,
     };
     session
         .execute(&router, AdminRequest::Watermark(request).into())
         .await?;
     Ok(axum::Json(json!({
-        "prefix": body.prefix,
+        "prefix": prefix,
         "lateness_us": policy.lateness_us,
         "late": policy.late.to_string(),
     })))
