@@ -3,8 +3,10 @@
 //! PUBLISH a version of it, any other a record of the shared log under its tag; a
 //! subscription listens on the cluster's publish/subscribe channels of those keys.
 
+mod alias;
 mod clients;
 mod connection;
+mod frame;
 mod queue;
 mod registry;
 mod session;
@@ -18,6 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
+pub use alias::TOPIC_ALIAS_MAX;
 pub use connection::{INFLIGHT_MAX, RETAINED_PER_SUBSCRIBE_MAX};
 pub use queue::SESSION_QUEUE_MAX;
 pub use registry::SESSIONS_MAX;

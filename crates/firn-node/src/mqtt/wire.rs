@@ -9,6 +9,8 @@ use bytestring::ByteString;
 use rmqtt_codec::types::{Publish as WirePublish, QoS};
 use rmqtt_codec::{MqttPacket, v3, v5};
 
+use super::alias::TOPIC_ALIAS_MAX;
+
 /// The protocol level a connection's CONNECT named.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Level {
@@ -44,7 +46,12 @@ pub struct Publish {
 #[derive(Debug)]
 pub enum In {
     Connect(Connect),
-    Publish(Publish),
+    /// A PUBLISH, and the Topic Alias it carries (5.0): its topic is empty when the alias
+    /// stands for it.
+    Publish {
+        publish: Publish,
+        topic_alias: Option<u16>,
+    },
     PubAck(u16),
     /// QoS 2's PUBREL: the client releases a message it was told was received.
     PubRel(u16),
@@ -80,6 +87,15 @@ pub enum Reason {
     TopicInvalid,
     QuotaExceeded,
     Unspecified,
+}
+
+/// Why the server closes a connection (told in 5.0's DISCONNECT).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Closing {
+    /// A packet the protocol does not allow there.
+    ProtocolError,
+    /// A Topic Alias of 0, above the maximum, or not set (5.0, 3.3.2.3.4).
+    TopicAliasInvalid,
 }
 
 /// What the server sends.
@@ -118,7 +134,7 @@ pub enum Out {
     },
     PingResp,
     /// 5.0 only: why the server closes the connection.
-    Disconnect(Reason),
+    Disconnect(Closing),
 }
 
 fn qos(q: QoS) -> u8 {
@@ -165,7 +181,10 @@ pub fn incoming(packet: MqttPacket) -> In {
                     .last_will
                     .map(|w| will(w.topic, w.message, w.qos, w.retain)),
             }),
-            v3::Packet::Publish(p) => In::Publish(publish_of(*p)),
+            v3::Packet::Publish(p) => In::Publish {
+                publish: publish_of(*p),
+                topic_alias: None,
+            },
             v3::Packet::PublishAck { packet_id: id } => In::PubAck(packet_id(id)),
             v3::Packet::PublishRelease { packet_id: id } => In::PubRel(packet_id(id)),
             v3::Packet::Subscribe {
@@ -201,7 +220,14 @@ pub fn incoming(packet: MqttPacket) -> In {
                     .last_will
                     .map(|w| will(w.topic, w.message, w.qos, w.retain)),
             }),
-            v5::Packet::Publish(p) => In::Publish(publish_of(*p)),
+            v5::Packet::Publish(p) => In::Publish {
+                topic_alias: p
+                    .properties
+                    .as_ref()
+                    .and_then(|props| props.topic_alias)
+                    .map(NonZeroU16::get),
+                publish: publish_of(*p),
+            },
             v5::Packet::PublishAck(a) => In::PubAck(packet_id(a.packet_id)),
             v5::Packet::PublishRelease(r) => In::PubRel(packet_id(r.packet_id)),
             v5::Packet::Subscribe(s) => In::Subscribe {
@@ -312,6 +338,7 @@ pub fn outgoing(level: Level, out: Out) -> Option<MqttPacket> {
             } => v5::Packet::ConnectAck(Box::new(v5::ConnectAck {
                 session_present,
                 max_packet_size: Some(packet_bytes_max),
+                topic_alias_max: TOPIC_ALIAS_MAX,
                 assigned_client_id: result.clone().ok().flatten().map(ByteString::from),
                 reason_code: match result {
                     Ok(_) => v5::ConnectAckReason::Success,
@@ -370,12 +397,10 @@ pub fn outgoing(level: Level, out: Out) -> Option<MqttPacket> {
                 status: vec![v5::UnsubscribeAckReason::Success; count],
             }),
             Out::PingResp => v5::Packet::PingResponse,
-            Out::Disconnect(reason) => v5::Packet::Disconnect(v5::Disconnect {
-                reason_code: match reason {
-                    Reason::NotAuthorized => v5::DisconnectReasonCode::NotAuthorized,
-                    Reason::TopicInvalid => v5::DisconnectReasonCode::TopicNameInvalid,
-                    Reason::QuotaExceeded => v5::DisconnectReasonCode::QuotaExceeded,
-                    Reason::Unspecified => v5::DisconnectReasonCode::ProtocolError,
+            Out::Disconnect(closing) => v5::Packet::Disconnect(v5::Disconnect {
+                reason_code: match closing {
+                    Closing::ProtocolError => v5::DisconnectReasonCode::ProtocolError,
+                    Closing::TopicAliasInvalid => v5::DisconnectReasonCode::TopicAliasInvalid,
                 },
                 ..Default::default()
             }),

@@ -26,11 +26,13 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::codec::Framed;
 
+use super::alias::{AliasInvalid, TopicAliases};
 use super::clients::Clients;
+use super::frame::{Frame, FrameCodec};
 use super::queue::{self, QueueReader};
 use super::registry::Registry;
 use super::session::{self, SessionRecord};
-use super::wire::{self, In, Level, Out, Reason};
+use super::wire::{self, Closing, In, Level, Out};
 use super::{MqttSettings, counted};
 use crate::pubsub::Subscriber;
 use crate::router::Router;
@@ -44,7 +46,7 @@ const CONNECT_WAIT: Duration = Duration::from_secs(10);
 /// connection takes no more deliveries until one is acknowledged.
 pub const INFLIGHT_MAX: usize = 64;
 
-type Wire = Framed<ClientStream, MqttCodec>;
+type Wire = Framed<ClientStream, FrameCodec>;
 
 /// What every connection of the listener shares.
 pub struct Shared {
@@ -65,23 +67,26 @@ pub async fn run(
 ) {
     let Shared { sessions, clients } = shared;
     let max = settings.packet_bytes_max;
-    let mut wire: Wire = Framed::new(stream, MqttCodec::Version(VersionCodec));
+    let codec = FrameCodec {
+        mqtt: MqttCodec::Version(VersionCodec),
+    };
+    let mut wire: Wire = Framed::new(stream, codec);
     let level = match tokio::time::timeout(CONNECT_WAIT, wire.next()).await {
-        Ok(Some(Ok((MqttPacket::Version(v), _)))) => v,
+        Ok(Some(Ok(Frame::Packet(MqttPacket::Version(v))))) => v,
         _ => return,
     };
     let level = match level {
         ProtocolVersion::MQTT3 => {
-            *wire.codec_mut() = MqttCodec::V3(v3::Codec::new(max));
+            wire.codec_mut().mqtt = MqttCodec::V3(v3::Codec::new(max));
             Level::V3
         }
         ProtocolVersion::MQTT5 => {
-            *wire.codec_mut() = MqttCodec::V5(v5::Codec::new(max, max));
+            wire.codec_mut().mqtt = MqttCodec::V5(v5::Codec::new(max, max));
             Level::V5
         }
     };
     let connect = match tokio::time::timeout(CONNECT_WAIT, wire.next()).await {
-        Ok(Some(Ok((packet, _)))) => match wire::incoming(packet) {
+        Ok(Some(Ok(Frame::Packet(packet)))) => match wire::incoming(packet) {
             In::Connect(c) => c,
             _ => return,
         },
@@ -103,6 +108,7 @@ pub async fn run(
         disconnected: false,
         qos2_writing: HashSet::new(),
         qos2_received: HashSet::new(),
+        aliases: TopicAliases::default(),
         acks: Vec::new(),
         acks_due: None,
     };
@@ -214,6 +220,8 @@ struct Connection {
     /// has not come: a PUBLISH sent again with one of these ids is not written again.
     qos2_writing: HashSet<u16>,
     qos2_received: HashSet<u16>,
+    /// The Topic Aliases the client set on this connection (5.0).
+    aliases: TopicAliases,
     /// Queue entries delivered and acknowledged, not yet acked in the queue, and when they
     /// are (the first's time + `ACK_BATCH_WAIT`).
     acks: Vec<LogSeq>,
@@ -267,7 +275,10 @@ impl Connection {
             tokio::select! {
                 packet = self.wire.next() => {
                     let packet = match packet {
-                        Some(Ok((packet, _))) => packet,
+                        Some(Ok(Frame::Packet(packet))) => packet,
+                        Some(Ok(Frame::AliasZero)) => {
+                            return self.alias_invalid(AliasInvalid::OutOfRange(0)).await;
+                        }
                         Some(Err(e)) => return Err(format!("malformed packet: {e}")),
                         None => return self.finish(writes).await,
                     };
@@ -306,7 +317,10 @@ impl Connection {
         writes: &mut FuturesOrdered<Writing>,
     ) -> Result<bool, String> {
         match packet {
-            In::Publish(p) => self.publish(p, writes).await?,
+            In::Publish {
+                publish,
+                topic_alias,
+            } => self.publish(publish, topic_alias, writes).await?,
             In::PubAck(id) => {
                 if let Some(Some(seq)) = self.inflight.remove(&id) {
                     self.ack_queued(seq);
@@ -332,7 +346,7 @@ impl Connection {
             }
             In::Connect(_) => return Err("a second CONNECT".into()),
             In::Unexpected(what) => {
-                self.send(Out::Disconnect(Reason::Unspecified)).await?;
+                self.send(Out::Disconnect(Closing::ProtocolError)).await?;
                 return Err(what.into());
             }
         }

@@ -10,10 +10,11 @@ use futures::stream::FuturesOrdered;
 use tokio::sync::oneshot;
 
 use super::Connection;
+use crate::mqtt::alias::AliasInvalid;
 use crate::mqtt::counted;
 use crate::mqtt::queue;
 use crate::mqtt::topic::check_topic;
-use crate::mqtt::wire::{self, Level, Out, Reason};
+use crate::mqtt::wire::{self, Closing, Level, Out, Reason};
 use crate::session::Started;
 
 /// A PUBLISH whose write was started, in the order the client sent it.
@@ -39,9 +40,17 @@ impl Connection {
     /// committed, in the order sent.
     pub(super) async fn publish(
         &mut self,
-        p: wire::Publish,
+        mut p: wire::Publish,
+        topic_alias: Option<u16>,
         writes: &mut FuturesOrdered<Writing>,
     ) -> Result<(), String> {
+        p.topic = match self
+            .aliases
+            .resolve(std::mem::take(&mut p.topic), topic_alias)
+        {
+            Ok(topic) => topic,
+            Err(why) => return self.alias_invalid(why).await,
+        };
         if p.qos == 2
             && let Some(packet_id) = p.packet_id
         {
@@ -104,6 +113,15 @@ impl Connection {
         }));
         counted("publish");
         Ok(())
+    }
+
+    /// A PUBLISH whose Topic Alias is a protocol error (5.0, 3.3.2.3.4): DISCONNECT `Topic
+    /// Alias invalid`, and the connection closes; nothing of it is written.
+    pub(super) async fn alias_invalid(&mut self, why: AliasInvalid) -> Result<(), String> {
+        counted("topic_alias_invalid");
+        self.send(Out::Disconnect(Closing::TopicAliasInvalid))
+            .await?;
+        Err(why.to_string())
     }
 
     /// The write a PUBLISH stands for: a retained message is a version of its key (an
