@@ -453,7 +453,7 @@ impl TimerBody {
         };
         let (function, entry) = match (body.function, body.stream) {
             (Some(function), None) if body.fields.is_empty() => (function, None),
-            (None, Some(stream)) if body.fields.len() % 2 == 0 => {
+            (None, Some(stream)) if body.fields.len().is_multiple_of(2) => {
                 let mut fields = body.fields.into_iter().map(Bytes::from);
                 let pairs = std::iter::from_fn(|| Some((fields.next()?, fields.next()?))).collect();
                 let stream = Bytes::from(stream);
