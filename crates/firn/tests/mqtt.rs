@@ -640,11 +640,12 @@ c.loop_stop()
 print(json.dumps(said))
 "#;
 
-/// What [`PAHO_PUBLISHER`] said for `steps`.
-fn paho_publish(node: &Node, steps: &[(&str, u16)]) -> serde_json::Value {
-    let steps = serde_json::to_string(steps).unwrap();
+/// Runs the Python `script` (paho-mqtt 2.x at hand) with `args`: what it printed.
+fn python(script: &str, args: &[&str]) -> Vec<u8> {
     let out = Command::new("python3")
-        .args(["-c", PAHO_PUBLISHER, &node.mqtt_port.to_string(), &steps])
+        .arg("-c")
+        .arg(script)
+        .args(args)
         .output()
         .expect("python3 with paho-mqtt 2.x");
     assert!(
@@ -652,20 +653,30 @@ fn paho_publish(node: &Node, steps: &[(&str, u16)]) -> serde_json::Value {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("paho's JSON")
+    out.stdout
 }
 
-/// The records of the `mqtt` log under topic `topic`'s key.
+/// What [`PAHO_PUBLISHER`] said for `steps`.
+fn paho_publish(node: &Node, steps: &[(&str, u16)]) -> serde_json::Value {
+    let steps = serde_json::to_string(steps).unwrap();
+    let said = python(PAHO_PUBLISHER, &[&node.mqtt_port.to_string(), &steps]);
+    serde_json::from_slice(&said).expect("paho's JSON")
+}
+
+/// The records of the `mqtt` log under topic `topic`'s key (none before the log's first).
 fn log_records(r: &mut redis::Connection, topic: &str) -> usize {
-    redis::cmd("FIRN.LOG")
+    let records = redis::cmd("FIRN.LOG")
         .arg("RANGE")
         .arg("mqtt")
         .arg(format!("mqtt/{topic}"))
         .arg("-")
         .arg("+")
-        .query::<Vec<redis::Value>>(r)
-        .unwrap()
-        .len()
+        .query::<Vec<redis::Value>>(r);
+    match records {
+        Ok(records) => records.len(),
+        Err(e) if e.code() == Some("NOLOG") => 0,
+        Err(e) => panic!("FIRN.LOG RANGE: {e}"),
+    }
 }
 
 #[test]
@@ -766,4 +777,128 @@ fn an_invalid_topic_alias_closes_the_connection_and_stores_nothing() {
     let (ok, said) = publish(&node, &["-t", "bad/after", "-m", "y", "-q", "1"]);
     assert!(ok, "{said}");
     assert_eq!(log_records(&mut r, "bad/after"), 1);
+}
+
+/// A paho-mqtt (Python) client at 5.0, client id `ID`, with a will (`status/ID`, payload
+/// "gone", QoS 1) of Will Delay Interval `DELAY_S` and a session expiry of `EXPIRY_S`, that
+/// connects and says DISCONNECT: plain (`plain`), or "Disconnect with Will Message"
+/// (`with_will`). Arguments: PORT ID DELAY_S EXPIRY_S HOW.
+const PAHO_WILL: &str = r#"
+import sys, threading
+import paho.mqtt.client as mqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
+
+port, client_id, delay_s, expiry_s, how = sys.argv[1:6]
+c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
+will = Properties(PacketTypes.WILLMESSAGE)
+will.WillDelayInterval = int(delay_s)
+c.will_set(f"status/{client_id}", "gone", qos=1, properties=will)
+connect = Properties(PacketTypes.CONNECT)
+connect.SessionExpiryInterval = int(expiry_s)
+connected = threading.Event()
+c.on_connect = lambda *args: connected.set()
+c.connect("127.0.0.1", int(port), properties=connect)
+c.loop_start()
+assert connected.wait(10), "no CONNACK"
+if how == "with_will":
+    c.disconnect(reasoncode=ReasonCode(PacketTypes.DISCONNECT, identifier=4))
+else:
+    c.disconnect()
+c.loop_stop()
+"#;
+
+#[test]
+fn a_will_waits_out_its_delay_unless_the_client_comes_back_and_disconnect_0x04_sends_it() {
+    let node = start();
+    let sub = Sub::start(&node, &["-t", "status/#", "-q", "1"]);
+    let mut r = redis(&node);
+    // mosquitto_pub at 5.0 with a will of delay `delay_s`, a session of expiry `expiry_s`,
+    // its connection held open (`-l`) until it is killed (no DISCONNECT).
+    let mut device = |id: &str, delay_s: u32, expiry_s: u32| {
+        let mut child = Command::new("mosquitto_pub")
+            .args(["-h", "127.0.0.1", "-p", &node.mqtt_port.to_string()])
+            .args(["-V", "mqttv5", "-i", id, "-x", &expiry_s.to_string()])
+            .args(["-t", &format!("telemetry/{id}"), "-l", "-q", "1"])
+            .args([
+                "--will-topic",
+                &format!("status/{id}"),
+                "--will-payload",
+                "gone",
+            ])
+            .args(["-D", "will", "will-delay-interval", &delay_s.to_string()])
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("mosquitto_pub (Debian's mosquitto-clients)");
+        let mut stdin = child.stdin.take().unwrap();
+        writeln!(stdin, "hello").unwrap();
+        assert!(
+            wait_until(Duration::from_secs(10), || log_records(
+                &mut r,
+                &format!("telemetry/{id}")
+            ) > 0),
+            "{id} never connected"
+        );
+        (child, stdin)
+    };
+    // Killed: the will comes after its delay (2 s), not before.
+    let (mut dev, _stdin) = device("dev1", 2, 60);
+    dev.kill().unwrap();
+    dev.wait().unwrap();
+    let gone_at = Instant::now();
+    assert!(
+        sub.nothing_for(Duration::from_millis(1_200)),
+        "a will before its delay"
+    );
+    assert_eq!(sub.next(), "status/dev1 gone");
+    let waited = gone_at.elapsed();
+    assert!(waited >= Duration::from_millis(1_900), "{waited:?}");
+    // Killed, then back (taking its session up) within the delay: no will at all.
+    let (mut dev, _stdin) = device("dev2", 2, 60);
+    dev.kill().unwrap();
+    dev.wait().unwrap();
+    let (ok, said) = publish(
+        &node,
+        &[
+            "-V", "mqttv5", "-c", "-i", "dev2", "-x", "60", "-t", "t", "-m", "back",
+        ],
+    );
+    assert!(ok, "{said}");
+    assert!(
+        sub.nothing_for(Duration::from_secs(3)),
+        "a will after the client came back"
+    );
+    // The session ends first (expiry 1 s, delay 60 s): the will goes with it.
+    let (mut dev, _stdin) = device("dev3", 60, 1);
+    dev.kill().unwrap();
+    dev.wait().unwrap();
+    let gone_at = Instant::now();
+    assert_eq!(sub.next(), "status/dev3 gone");
+    let waited = gone_at.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    // paho: a plain DISCONNECT leaves no will; "Disconnect with Will Message" sends it,
+    // after its delay (1 s).
+    let paho = |id: &str, how: &str| {
+        python(
+            PAHO_WILL,
+            &[&node.mqtt_port.to_string(), id, "1", "60", how],
+        );
+    };
+    paho("dev4", "plain");
+    assert!(
+        sub.nothing_for(Duration::from_millis(1_500)),
+        "a will after a plain DISCONNECT"
+    );
+    paho("dev5", "with_will");
+    let gone_at = Instant::now();
+    assert!(
+        sub.nothing_for(Duration::from_millis(600)),
+        "a will before its delay"
+    );
+    assert_eq!(sub.next(), "status/dev5 gone");
+    assert!(gone_at.elapsed() >= Duration::from_millis(900));
 }

@@ -11,6 +11,7 @@ mod queue;
 mod registry;
 mod session;
 pub mod topic;
+mod wills;
 mod wire;
 
 use std::sync::Arc;
@@ -25,6 +26,7 @@ pub use connection::{INFLIGHT_MAX, RETAINED_PER_SUBSCRIBE_MAX};
 pub use queue::SESSION_QUEUE_MAX;
 pub use registry::SESSIONS_MAX;
 pub use session::{SESSION_EXPIRY_S_MAX, SESSION_FILTERS_MAX};
+pub use wills::DELAYED_WILLS_MAX;
 
 use crate::router::Router;
 use crate::tls::{ClientListener, ClientTls};
@@ -90,6 +92,7 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(settings.connections_max));
     let sessions = Arc::new(registry::Registry::default());
     let clients = Arc::new(clients::Clients::default());
+    let wills = Arc::new(wills::DelayedWills::default());
     let following = tokio::spawn(registry::follow(
         router.clone(),
         sessions.clone(),
@@ -105,18 +108,23 @@ pub async fn serve(
                     continue;
                 };
                 let _ = tcp.set_nodelay(true);
-                let (router, settings, sessions, clients, tls, stop) = (
+                let (router, settings, sessions, clients, wills, tls, stop) = (
                     router.clone(),
                     settings.clone(),
                     sessions.clone(),
                     clients.clone(),
+                    wills.clone(),
                     tls.clone(),
                     stop.clone(),
                 );
                 connections.spawn(async move {
                     let _slot = slot;
                     if let Some(stream) = tls.accept(tcp, ClientListener::Mqtt).await {
-                        let shared = connection::Shared { sessions, clients };
+                        let shared = connection::Shared {
+                            sessions,
+                            clients,
+                            wills,
+                        };
                         connection::run(stream, router, settings, shared, stop).await;
                     }
                 });

@@ -30,6 +30,8 @@ pub struct Connect {
     pub expiry_s: Option<u32>,
     /// The last will: published for the client if its connection ends without DISCONNECT.
     pub will: Option<Publish>,
+    /// 5.0's Will Delay Interval, in seconds (0: none; 3.1.1 has none).
+    pub will_delay_s: u32,
 }
 
 /// A PUBLISH either way.
@@ -64,7 +66,10 @@ pub enum In {
         filters: Vec<String>,
     },
     Ping,
-    Disconnect,
+    /// `with_will`: 5.0's reason "Disconnect with Will Message" (the will is published).
+    Disconnect {
+        with_will: bool,
+    },
     /// A packet a client does not send to a server, or one Firn does not take (QoS 2's
     /// PUBREC and PUBCOMP, as deliveries go at QoS 1 at most; AUTH): the connection closes.
     Unexpected(&'static str),
@@ -177,6 +182,7 @@ pub fn incoming(packet: MqttPacket) -> In {
                 username: c.username.map(|u| u.to_string()),
                 password: c.password,
                 expiry_s: None,
+                will_delay_s: 0,
                 will: c
                     .last_will
                     .map(|w| will(w.topic, w.message, w.qos, w.retain)),
@@ -205,7 +211,7 @@ pub fn incoming(packet: MqttPacket) -> In {
                 filters: topic_filters.into_iter().map(|f| f.to_string()).collect(),
             },
             v3::Packet::PingRequest => In::Ping,
-            v3::Packet::Disconnect => In::Disconnect,
+            v3::Packet::Disconnect => In::Disconnect { with_will: false },
             _ => In::Unexpected("a packet a server does not take"),
         },
         MqttPacket::V5(p) => match p {
@@ -216,6 +222,11 @@ pub fn incoming(packet: MqttPacket) -> In {
                 username: c.username.map(|u| u.to_string()),
                 password: c.password,
                 expiry_s: Some(c.session_expiry_interval_secs),
+                will_delay_s: c
+                    .last_will
+                    .as_ref()
+                    .and_then(|w| w.will_delay_interval_sec)
+                    .unwrap_or(0),
                 will: c
                     .last_will
                     .map(|w| will(w.topic, w.message, w.qos, w.retain)),
@@ -243,7 +254,9 @@ pub fn incoming(packet: MqttPacket) -> In {
                 filters: u.topic_filters.into_iter().map(|f| f.to_string()).collect(),
             },
             v5::Packet::PingRequest => In::Ping,
-            v5::Packet::Disconnect(_) => In::Disconnect,
+            v5::Packet::Disconnect(d) => In::Disconnect {
+                with_will: d.reason_code == v5::DisconnectReasonCode::DisconnectWithWillMessage,
+            },
             _ => In::Unexpected("a packet a server does not take (AUTH is not supported)"),
         },
         MqttPacket::Version(_) => In::Unexpected("a second protocol negotiation"),
@@ -406,4 +419,45 @@ pub fn outgoing(level: Level, out: Out) -> Option<MqttPacket> {
             }),
         }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::BytesMut;
+    use tokio_util::codec::Decoder;
+
+    use super::*;
+
+    fn decoded_v5(bytes: &[u8]) -> In {
+        let mut codec = v5::Codec::new(0, 0);
+        let (packet, _) = codec
+            .decode(&mut BytesMut::from(bytes))
+            .unwrap()
+            .expect("a whole packet");
+        incoming(MqttPacket::V5(packet))
+    }
+
+    #[test]
+    fn a_v5_will_delay_and_a_disconnect_with_will_message_are_read() {
+        // CONNECT: clean start, client id "c", a will to "w" (payload "x") with Will Delay
+        // Interval 30 s.
+        let connect = decoded_v5(
+            b"\x10\x1a\x00\x04MQTT\x05\x06\x00\x3c\x00\x00\x01c\
+              \x05\x18\x00\x00\x00\x1e\x00\x01w\x00\x01x",
+        );
+        let In::Connect(c) = connect else {
+            panic!("not a CONNECT: {connect:?}");
+        };
+        assert_eq!(c.will_delay_s, 30);
+        assert_eq!(c.will.map(|w| w.topic).as_deref(), Some("w"));
+        // DISCONNECT 0x04 "Disconnect with Will Message", and a plain one.
+        assert!(matches!(
+            decoded_v5(b"\xe0\x01\x04"),
+            In::Disconnect { with_will: true }
+        ));
+        assert!(matches!(
+            decoded_v5(b"\xe0\x00"),
+            In::Disconnect { with_will: false }
+        ));
+    }
 }

@@ -32,6 +32,7 @@ use super::frame::{Frame, FrameCodec};
 use super::queue::{self, QueueReader};
 use super::registry::Registry;
 use super::session::{self, SessionRecord};
+use super::wills::{DelayedWills, Reconnect};
 use super::wire::{self, Closing, In, Level, Out};
 use super::{MqttSettings, counted};
 use crate::pubsub::Subscriber;
@@ -54,6 +55,8 @@ pub struct Shared {
     pub sessions: Arc<Registry>,
     /// This node's connections by client id.
     pub clients: Arc<Clients>,
+    /// The wills this node holds for their delay.
+    pub wills: Arc<DelayedWills>,
 }
 
 /// Serves one connection until it closes, the client goes silent past its keep-alive, a
@@ -65,7 +68,11 @@ pub async fn run(
     shared: Shared,
     mut stop: watch::Receiver<bool>,
 ) {
-    let Shared { sessions, clients } = shared;
+    let Shared {
+        sessions,
+        clients,
+        wills,
+    } = shared;
     let max = settings.packet_bytes_max;
     let codec = FrameCodec {
         mqtt: MqttCodec::Version(VersionCodec),
@@ -139,6 +146,13 @@ pub async fn run(
             return;
         }
     };
+    // Back before its will's delay has passed: the will is not published, or — a clean
+    // start ending the session — published now.
+    let reconnect = match connect.clean {
+        true => Reconnect::Clean,
+        false => Reconnect::Resumed,
+    };
+    wills.reconnected(&client, reconnect);
     let accepted = Out::ConnAck {
         result: Ok(assigned),
         session_present,
@@ -163,13 +177,15 @@ pub async fn run(
         let seqs = std::mem::take(&mut conn.acks);
         queue::ack(router.clone(), p.client.clone(), seqs).await;
     }
-    // Gone without DISCONNECT (dropped, silent past its keep-alive, a bad packet): its will
-    // is published — unless the node is stopping, which is no fault of the client's.
+    // Gone without DISCONNECT (dropped, silent past its keep-alive, a bad packet) or with
+    // 5.0's "with Will Message": its will is published, after its delay — unless the node
+    // is stopping, which is no fault of the client's.
     if let Some(will) = connect.will
         && !conn.disconnected
         && !*stop.borrow()
     {
-        conn.publish_will(will).await;
+        conn.leave_will(will, &client, connect.will_delay_s, &wills, stop.clone())
+            .await;
     }
     // A session's expiry counts from its connection's end.
     if let Some(p) = &conn.persistent
@@ -214,7 +230,8 @@ struct Connection {
     /// Done once the last PUBLISH's message is in the queues it goes to: the next one's
     /// waits for it, so that queues keep the order the client sent.
     enqueued: Option<oneshot::Receiver<()>>,
-    /// The client said DISCONNECT: its will is not published.
+    /// The client said DISCONNECT (not 5.0's "with Will Message"): its will is not
+    /// published.
     disconnected: bool,
     /// QoS 2 PUBLISHes being written, and those written and told so (PUBREC) whose PUBREL
     /// has not come: a PUBLISH sent again with one of these ids is not written again.
@@ -340,8 +357,8 @@ impl Connection {
                 self.send(Out::UnsubAck { packet_id, count }).await?;
             }
             In::Ping => self.send(Out::PingResp).await?,
-            In::Disconnect => {
-                self.disconnected = true;
+            In::Disconnect { with_will } => {
+                self.disconnected = !with_will;
                 return Ok(false);
             }
             In::Connect(_) => return Err("a second CONNECT".into()),

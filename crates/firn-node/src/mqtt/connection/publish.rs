@@ -11,10 +11,11 @@ use tokio::sync::oneshot;
 
 use super::Connection;
 use crate::mqtt::alias::AliasInvalid;
-use crate::mqtt::counted;
 use crate::mqtt::queue;
 use crate::mqtt::topic::check_topic;
 use crate::mqtt::wire::{self, Closing, Level, Out, Reason};
+use crate::mqtt::{MqttSettings, counted};
+use crate::router::Router;
 use crate::session::Started;
 
 /// A PUBLISH whose write was started, in the order the client sent it.
@@ -74,7 +75,7 @@ impl Connection {
             Ok(key) => key,
             Err(e) => return self.refuse(&p, Reason::TopicInvalid, e).await,
         };
-        let request = match self.write_of(&p, &key) {
+        let request = match write_of(&self.router, &self.settings, &p, &key) {
             Ok(r) => r,
             Err(e) => return self.refuse(&p, reason_of(&e), e).await,
         };
@@ -122,44 +123,6 @@ impl Connection {
         self.send(Out::Disconnect(Closing::TopicAliasInvalid))
             .await?;
         Err(why.to_string())
-    }
-
-    /// The write a PUBLISH stands for: a retained message is a version of its key (an
-    /// empty one deletes it); any other is a record of the log under its key's tag, unless
-    /// the key's keyspace stores nothing (`notify`: `None`, only delivered).
-    pub(super) fn write_of(
-        &self,
-        p: &wire::Publish,
-        key: &Key,
-    ) -> Result<Option<Request>, FirnError> {
-        self.router.kernel().limits().check_value(p.payload.len())?;
-        if p.retain {
-            return Ok(Some(if p.payload.is_empty() {
-                KvWrite::Delete {
-                    keys: vec![key.clone()],
-                }
-                .into()
-            } else {
-                KvWrite::Put(PutRequest::new(key.clone(), p.payload.clone())).into()
-            }));
-        }
-        let layout = self.router.kernel().layout();
-        let mode = layout.keyspaces.as_ref().and_then(|specs| {
-            crate::cluster::layout::keyspace_among(specs, key.as_bytes()).map(|s| s.mode)
-        });
-        if mode == Some(KeyspaceMode::Notify) {
-            return Ok(None);
-        }
-        Ok(Some(
-            LogWrite::Append {
-                log: self.settings.log.clone(),
-                records: vec![NewRecord {
-                    tags: vec![key.clone()],
-                    payload: p.payload.clone(),
-                }],
-            }
-            .into(),
-        ))
     }
 
     /// A PUBLISH refused before anything was written: 5.0 says why in its PUBACK (a QoS 0
@@ -234,6 +197,45 @@ impl Connection {
         }
         Ok(())
     }
+}
+
+/// The write a PUBLISH stands for: a retained message is a version of its key (an
+/// empty one deletes it); any other is a record of the log under its key's tag, unless
+/// the key's keyspace stores nothing (`notify`: `None`, only delivered).
+pub(super) fn write_of(
+    router: &Router,
+    settings: &MqttSettings,
+    p: &wire::Publish,
+    key: &Key,
+) -> Result<Option<Request>, FirnError> {
+    router.kernel().limits().check_value(p.payload.len())?;
+    if p.retain {
+        return Ok(Some(if p.payload.is_empty() {
+            KvWrite::Delete {
+                keys: vec![key.clone()],
+            }
+            .into()
+        } else {
+            KvWrite::Put(PutRequest::new(key.clone(), p.payload.clone())).into()
+        }));
+    }
+    let layout = router.kernel().layout();
+    let mode = layout.keyspaces.as_ref().and_then(|specs| {
+        crate::cluster::layout::keyspace_among(specs, key.as_bytes()).map(|s| s.mode)
+    });
+    if mode == Some(KeyspaceMode::Notify) {
+        return Ok(None);
+    }
+    Ok(Some(
+        LogWrite::Append {
+            log: settings.log.clone(),
+            records: vec![NewRecord {
+                tags: vec![key.clone()],
+                payload: p.payload.clone(),
+            }],
+        }
+        .into(),
+    ))
 }
 
 /// How a refused write shows in a 5.0 PUBACK.
