@@ -42,7 +42,7 @@ pub use lease::{LEASE_TTL_MAX, LEASE_TTL_MIN, Lease, LeaseLoss};
 pub use local::{LocalClient, LocalGet, ReadBound, open_region};
 pub use lock::Lock;
 pub use log::{LogClient, LogReadOptions, LogTagInfo};
-pub use tls::TlsCa;
+pub use tls::{TlsCa, tls_connection};
 pub use watch::{WatchEvent, Watcher};
 
 use bytes::Bytes;

@@ -164,10 +164,10 @@ impl TlsTarget {
     }
 }
 
-/// The RESP connection over TLS with this crate's own check of the node's certificate (see
-/// [`TlsCa`]): the TLS stream is made here and handed to the redis crate, whose own TLS
-/// takes a CA bundle only.
-pub(crate) async fn tls_connection(
+/// The RESP connection over TLS to `addr` (`[user:password@]host:port`) with this crate's
+/// own check of the node's certificate (see [`TlsCa`]): the TLS stream is made here and
+/// handed to the redis crate, whose own TLS takes a CA bundle only.
+pub async fn tls_connection(
     addr: &str,
     ca: &TlsCa,
     config: redis::AsyncConnectionConfig,

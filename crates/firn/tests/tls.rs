@@ -283,6 +283,60 @@ fn the_firn_subcommands_reach_a_tls_node_with_the_ca() {
     assert!(!ok, "a node another CA signed was trusted: {err}");
 }
 
+/// A site sends to a hub that takes only TLS (`--hub rediss://… --hub-ca`), the hub's
+/// certificate checked against the CA given; a site given another CA sends nothing.
+#[test]
+fn a_site_sends_to_a_hub_over_tls_and_not_to_one_another_ca_signed() {
+    let pki = Pki::new();
+    pki.issue("other-");
+    let hub_dir = tempfile::tempdir().unwrap();
+    let hub = tls_node(&pki, hub_dir.path(), &["--tls-required"]);
+    let hub_resp = hub.resp_addr();
+    let hub_url = format!("rediss://{hub_resp}");
+    let site = |ca: &str, dir: &std::path::Path, name: &str| {
+        let ca = pki.arg(ca);
+        FirnProcess::start(
+            dir,
+            &[
+                "--in-memory",
+                "--site",
+                name,
+                "--hub",
+                &hub_url,
+                "--hub-ca",
+                &ca,
+                "--uplink",
+                "sensor/",
+            ],
+        )
+    };
+    let (good_dir, bad_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let good = site("ca.pem", good_dir.path(), "plant1");
+    let bad = site("other-ca.pem", bad_dir.path(), "plant2");
+    for (node, value) in [(&good, "21.5"), (&bad, "19.0")] {
+        let port = node.resp_port.to_string();
+        let (ok, out, err) = client("redis-cli", &["-p", &port, "SET", "sensor/t", value]);
+        assert!(ok && out == "OK", "{out} {err}");
+    }
+    let mut at_hub = String::new();
+    let came = wait_until(Duration::from_secs(20), || {
+        at_hub = redis_cli_tls(&pki, &hub_resp, &["GET", "sites/plant1/sensor/t"]);
+        at_hub == "21.5"
+    });
+    assert!(
+        came,
+        "the site's write is not at the hub over TLS: {at_hub:?}"
+    );
+    // The other site has had as long, and a few seconds more: it trusts no certificate the
+    // hub shows, so nothing of it is there.
+    std::thread::sleep(Duration::from_secs(3));
+    let stray = redis_cli_tls(&pki, &hub_resp, &["GET", "sites/plant2/sensor/t"]);
+    assert_eq!(
+        stray, "",
+        "a site sent to a hub whose certificate it was not given"
+    );
+}
+
 /// A node whose certificate is self-signed and marked as a CA — what `openssl req -x509`
 /// makes by default, which redis-cli and curl take when given as the CA — is reached by the
 /// `firn` subcommands given that certificate (RESP, a watch, HTTP); another such

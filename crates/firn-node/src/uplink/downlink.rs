@@ -35,7 +35,7 @@ pub async fn run(router: Arc<Router>, config: Arc<UplinkConfig>, mut stop: watch
             continue;
         }
         if hub.is_none() {
-            let connected = match Hub::connect(&config.hub).await {
+            let connected = match Hub::connect(&config).await {
                 Ok(mut h) => super::identity::check(&router, &config, &mut h)
                     .await
                     .map(|()| h),

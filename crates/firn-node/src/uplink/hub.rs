@@ -140,13 +140,34 @@ pub struct Hub {
 }
 
 impl Hub {
-    pub async fn connect(url: &str) -> Result<Hub, String> {
-        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
-        let connection =
-            tokio::time::timeout(CONNECT_TIMEOUT, client.get_multiplexed_async_connection())
-                .await
-                .map_err(|_| format!("no connection to the hub within {CONNECT_TIMEOUT:?}"))?
-                .map_err(|e| format!("connecting to the hub: {e}"))?;
+    /// Connects to the hub the site names: over TLS for `rediss://`, its certificate
+    /// checked against `--hub-ca` as Firn's clients check a node's.
+    pub async fn connect(config: &super::UplinkConfig) -> Result<Hub, String> {
+        let url = &config.hub;
+        let connecting = async {
+            match (&config.hub_ca, url.strip_prefix("rediss://")) {
+                (Some(pem), Some(addr)) => {
+                    let ca =
+                        firn_client::TlsCa::from_pem(pem.clone()).map_err(|e| e.to_string())?;
+                    let settings = redis::AsyncConnectionConfig::new();
+                    firn_client::tls_connection(addr.trim_end_matches('/'), &ca, settings)
+                        .await
+                        .map_err(|e| e.to_string())
+                }
+                (None, Some(_)) => Err("a hub over TLS needs --hub-ca".to_string()),
+                _ => {
+                    let client = redis::Client::open(url.as_str()).map_err(|e| e.to_string())?;
+                    client
+                        .get_multiplexed_async_connection()
+                        .await
+                        .map_err(|e| e.to_string())
+                }
+            }
+        };
+        let connection = tokio::time::timeout(CONNECT_TIMEOUT, connecting)
+            .await
+            .map_err(|_| format!("no connection to the hub within {CONNECT_TIMEOUT:?}"))?
+            .map_err(|e| format!("connecting to the hub: {e}"))?;
         Ok(Hub { connection })
     }
 

@@ -47,8 +47,12 @@ pub const UPLINK_NAMES_MAX: usize = 64;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UplinkConfig {
     pub site: String,
-    /// The hub's RESP address as a URL: `redis://[user:password@]host:port`.
+    /// The hub's RESP address as a URL: `redis://[user:password@]host:port`, or
+    /// `rediss://…` over TLS.
     pub hub: String,
+    /// With `rediss://`: the CA bundle (PEM) the hub's certificate is checked against
+    /// (`--hub-ca`), read at start.
+    pub hub_ca: Option<Vec<u8>>,
     /// The key prefixes that go up.
     pub prefixes: Vec<Bytes>,
     /// The logs whose records go up (`log:NAME`): each to the hub's log `sites/S/NAME`.
@@ -141,10 +145,10 @@ impl UplinkConfig {
                 "--site '{site}': 1 to {SITE_NAME_BYTES_MAX} letters, digits, '-' or '_'"
             ));
         }
-        if !hub.starts_with("redis://") {
+        if !hub.starts_with("redis://") && !hub.starts_with("rediss://") {
             return Err(format!(
-                "--hub '{hub}': the hub's RESP address as redis://[user:password@]host:port \
-                 (rediss:// is not supported yet)"
+                "--hub '{hub}': the hub's RESP address as redis://[user:password@]host:port, \
+                 or rediss://… over TLS"
             ));
         }
         redis::Client::open(hub).map_err(|e| format!("--hub '{hub}': {e}"))?;
@@ -191,10 +195,40 @@ impl UplinkConfig {
             streams,
             downlink,
             hub_cluster_id: None,
+            hub_ca: None,
         })
     }
 
     /// The hub named by its cluster id (`--hub-cluster-id`): 32 hex digits.
+    /// `--hub-ca`: the CA bundle a `rediss://` hub's certificate is checked against — needed
+    /// with `rediss://`, refused without it (it would protect nothing).
+    pub fn trusting(mut self, ca: Option<&std::path::Path>) -> Result<UplinkConfig, String> {
+        match (self.over_tls(), ca) {
+            (true, None) => Err(format!(
+                "--hub '{}': a hub over TLS needs --hub-ca, the CA bundle (PEM) its \
+                 certificate is checked against",
+                self.hub_address()
+            )),
+            (false, Some(_)) => {
+                Err("--hub-ca is for a hub over TLS: give the hub as rediss://host:port".into())
+            }
+            (false, None) => Ok(self),
+            (true, Some(path)) => {
+                let pem =
+                    std::fs::read(path).map_err(|e| format!("--hub-ca {}: {e}", path.display()))?;
+                firn_client::TlsCa::from_pem(pem.clone())
+                    .map_err(|e| format!("--hub-ca {}: {e}", path.display()))?;
+                self.hub_ca = Some(pem);
+                Ok(self)
+            }
+        }
+    }
+
+    /// Whether the hub is reached over TLS (`rediss://`).
+    pub fn over_tls(&self) -> bool {
+        self.hub.starts_with("rediss://")
+    }
+
     pub fn naming_hub(mut self, id: Option<&str>) -> Result<UplinkConfig, String> {
         if let Some(id) = id {
             if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -207,9 +241,11 @@ impl UplinkConfig {
 
     /// The hub's address without its password (for messages).
     pub fn hub_address(&self) -> &str {
-        self.hub
+        let after_scheme = self.hub.split_once("://").map_or(&*self.hub, |(_, a)| a);
+        after_scheme
             .rsplit_once('@')
-            .map_or(self.hub.trim_start_matches("redis://"), |(_, host)| host)
+            .map_or(after_scheme, |(_, host)| host)
+            .trim_end_matches('/')
     }
 
     /// Where site key `key` lives at the hub.
@@ -326,6 +362,32 @@ mod tests {
                 "{site} {hub} {uplink:?} {downlink:?}"
             );
         }
+    }
+
+    /// A hub over TLS needs the CA its certificate is checked against; a CA for a plain hub,
+    /// or one that is not a CA bundle, is refused at start.
+    #[test]
+    fn a_hub_over_tls_is_given_with_its_ca() {
+        let tls = |hub: &str| UplinkConfig::parse("s", hub, Some("a/"), None).unwrap();
+        let c = tls("rediss://user:pw@hub.example:7379/");
+        assert!(c.over_tls());
+        assert_eq!(c.hub_address(), "hub.example:7379");
+        let e = c.clone().trusting(None).unwrap_err();
+        assert!(e.contains("needs --hub-ca") && !e.contains("pw"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let (junk, missing) = (dir.path().join("junk.pem"), dir.path().join("none.pem"));
+        std::fs::write(&junk, "not a certificate").unwrap();
+        let e = c.clone().trusting(Some(&junk)).unwrap_err();
+        assert!(
+            e.starts_with("--hub-ca ") && e.contains("no certificate"),
+            "{e}"
+        );
+        assert!(c.clone().trusting(Some(&missing)).is_err());
+        let plain = tls("redis://hub.example:7379");
+        assert!(!plain.over_tls());
+        assert_eq!(plain.clone().trusting(None).unwrap().hub_ca, None);
+        let e = plain.trusting(Some(&junk)).unwrap_err();
+        assert!(e.contains("for a hub over TLS"), "{e}");
     }
 
     #[test]

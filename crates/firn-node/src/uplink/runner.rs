@@ -206,7 +206,7 @@ impl Runner {
     /// Sends one batch of each lane; answers how many versions and records went up.
     async fn round(&mut self) -> Result<usize, String> {
         if self.hub.is_none() {
-            let mut hub = Hub::connect(&self.config.hub).await?;
+            let mut hub = Hub::connect(&self.config).await?;
             super::identity::check(&self.router, &self.config, &mut hub).await?;
             self.hub = Some(hub);
         }

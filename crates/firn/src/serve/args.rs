@@ -127,7 +127,8 @@ pub struct ServeArgs {
     #[arg(long, env = "FIRN_SITE", requires = "hub")]
     pub(crate) site: Option<String>,
     /// The hub a site sends to: any node of the hub's cluster, as
-    /// `redis://[user:password@]host:port` (its RESP address).
+    /// `redis://[user:password@]host:port` (its RESP address), or `rediss://…` over TLS
+    /// (with --hub-ca).
     #[arg(long, env = "FIRN_HUB", requires = "site")]
     pub(crate) hub: Option<String>,
     /// What a site sends to its hub, comma-separated: key prefixes (`sensor/`), logs
@@ -146,6 +147,10 @@ pub struct ServeArgs {
     /// new hub).
     #[arg(long, env = "FIRN_HUB_CLUSTER_ID", requires = "site")]
     pub(crate) hub_cluster_id: Option<String>,
+    /// The CA bundle (PEM) a hub given as `rediss://` is checked against: its certificate
+    /// must be signed by it (or be in it) and name the host dialled.
+    #[arg(long, env = "FIRN_HUB_CA", value_name = "PATH", requires = "site")]
+    pub(crate) hub_ca: Option<PathBuf>,
     /// Most bytes of log records this node keeps in its local log index, so that repeated
     /// reads of a tag's records skip the shards that index it (default 64 MiB); 0 turns it
     /// off.

@@ -93,7 +93,8 @@ pub(super) fn node_config(args: &ServeArgs) -> Result<(NodeConfig, Option<String
                     args.uplink.as_deref(),
                     args.downlink.as_deref(),
                 )?
-                .naming_hub(args.hub_cluster_id.as_deref())?,
+                .naming_hub(args.hub_cluster_id.as_deref())?
+                .trusting(args.hub_ca.as_deref())?,
             ),
             _ => None,
         },
