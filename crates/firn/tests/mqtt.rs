@@ -810,7 +810,7 @@ c.loop_stop()
 "#;
 
 #[test]
-fn a_will_waits_out_its_delay_unless_the_client_comes_back_and_disconnect_0x04_sends_it() {
+fn a_will_waits_out_its_delay_or_its_session_unless_the_client_comes_back_first() {
     let node = start();
     let sub = Sub::start(&node, &["-t", "status/#", "-q", "1"]);
     let mut r = redis(&node);
@@ -880,8 +880,14 @@ fn a_will_waits_out_its_delay_unless_the_client_comes_back_and_disconnect_0x04_s
         waited >= Duration::from_millis(900) && waited < Duration::from_secs(5),
         "{waited:?}"
     );
-    // paho: a plain DISCONNECT leaves no will; "Disconnect with Will Message" sends it,
-    // after its delay (1 s).
+}
+
+#[test]
+fn disconnect_with_will_message_publishes_the_will_after_its_delay() {
+    let node = start();
+    let sub = Sub::start(&node, &["-t", "status/#", "-q", "1"]);
+    // paho at 5.0: a plain DISCONNECT leaves no will; "Disconnect with Will Message"
+    // (0x04) sends it, after its delay (1 s).
     let paho = |id: &str, how: &str| {
         python(
             PAHO_WILL,
