@@ -2,7 +2,7 @@
 //! session's record), and the retained messages a new filter matches.
 
 use bytes::Bytes;
-use firn_model::{Access, Key, KvRead, ReadAt, ReadConsistency, Response, Scope};
+use firn_model::{Access, CommitTs, Key, KvRead, ReadAt, ReadConsistency, Response, Scope};
 
 use super::Connection;
 use crate::mqtt::session::{self, SESSION_FILTERS_MAX};
@@ -32,9 +32,18 @@ impl Connection {
             granted.push(outcome);
         }
         self.save_filters().await?;
+        // The retained messages are read as of now, once the filters listen: a message
+        // written after this comes live (and only live), where a read of the newest values
+        // running after the SUBACK would send one the client publishes on its SUBACK twice —
+        // retained, and live. (A write acknowledged before now but not yet published on
+        // its channel may still come both ways.)
+        let at = match self.router.kernel().read_now() {
+            Ok(now) => ReadAt::AsOf(CommitTs::end_of_micros(now.wall_us)),
+            Err(_) => ReadAt::Latest,
+        };
         self.send(Out::SubAck { packet_id, granted }).await?;
         for (filter, q) in retained {
-            self.send_retained(&filter, q).await?;
+            self.send_retained(&filter, q, at).await?;
         }
         Ok(())
     }
@@ -80,7 +89,7 @@ impl Connection {
 
     /// The retained messages `filter` matches: the newest value of each live key under its
     /// fixed prefix whose topic it matches, a page of keys at a time.
-    async fn send_retained(&mut self, filter: &str, q: u8) -> Result<(), String> {
+    async fn send_retained(&mut self, filter: &str, q: u8, at: ReadAt) -> Result<(), String> {
         let prefix = self.settings.prefix.clone();
         let mut sent = 0;
         // `a/#` matches `a` too: the key above the subtree, read on its own.
@@ -91,7 +100,7 @@ impl Connection {
         {
             let get = KvRead::Get {
                 key,
-                at: ReadAt::Latest,
+                at,
                 consistency: ReadConsistency::Linearizable,
             };
             if let Ok(Response::Value(Some(v))) = self
@@ -115,7 +124,7 @@ impl Connection {
                 cursor,
                 limit: RETAINED_PAGE,
                 pattern: None,
-                at: ReadAt::Latest,
+                at,
                 consistency: ReadConsistency::Linearizable,
             };
             let page = self.session.run(&self.router, scan.into()).await;
