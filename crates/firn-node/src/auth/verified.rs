@@ -98,21 +98,45 @@ impl VerifiedSecrets {
     }
 }
 
-/// Runs an argon2 verification without holding up the other tasks of the runtime's worker it
-/// runs on (tens of milliseconds): on a multi-threaded runtime the worker's tasks move to
-/// another thread meanwhile. The callers are synchronous (a sign-in, a request's header), so
-/// the work cannot be awaited on a blocking thread instead.
+/// Argon2 runs one at a time on a node. A wrong secret costs a run every time (a wrong
+/// bearer token one for each argon2 token of the users file), and anyone who reaches a port
+/// may send them: a flood of them then takes one core, whatever the clients send, and the
+/// node's other cores go on serving the clients already signed in.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Runs an argon2 verification, one at a time (see [`ONE_AT_A_TIME`]), without holding up
+/// the other tasks of the runtime's worker it runs on (tens of milliseconds, and the wait
+/// for the one before): on a multi-threaded runtime the worker's tasks move to another
+/// thread meanwhile. The callers are synchronous (a sign-in, a request's header), so the work
+/// cannot be awaited on a blocking thread instead.
 pub fn off_the_runtime<T>(f: impl FnOnce() -> T) -> T {
     use tokio::runtime::{Handle, RuntimeFlavor};
+    let one = || {
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        f()
+    };
     match Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
-        _ => f(),
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(one)
+        }
+        _ => one(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A verification waits while another runs.
+    #[test]
+    fn verifications_run_one_at_a_time() {
+        let running = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let next = std::thread::spawn(|| off_the_runtime(|| 7));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(!next.is_finished(), "a verification ran beside another");
+        drop(running);
+        assert_eq!(next.join().unwrap(), 7);
+    }
 
     fn user(name: &str) -> Arc<User> {
         Arc::new(User {
