@@ -4,6 +4,7 @@
 
 pub mod logs;
 pub mod mount;
+pub mod mqtt;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
