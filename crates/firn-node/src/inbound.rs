@@ -21,6 +21,7 @@ use crate::cluster::view::Describe;
 use crate::cursors::ScanCursor;
 use crate::disk::DiskNotice;
 use crate::log::index::ForgetLog;
+use crate::mqtt::{ClientsHere, MqttTakeOver};
 use crate::router::Router;
 use crate::rpc::{
     Call, Execute, ListKeyspaces, MetaChange, Publish, ReadIndex, Recovering, Rpc, ServiceReply,
@@ -39,10 +40,10 @@ pub fn inbox() -> (Arc<Inbox>, Opening) {
 }
 
 impl Opening {
-    /// From now on, calls are answered by `router` and `meta`.
-    pub fn open(self, router: Arc<Router>, meta: Arc<MetaClient>) {
+    /// From now on, calls are answered by `router`, `meta` and `mqtt`.
+    pub fn open(self, router: Arc<Router>, meta: Arc<MetaClient>, mqtt: Arc<ClientsHere>) {
         self.0
-            .send_replace(Some(Arc::new(Answerer { router, meta })));
+            .send_replace(Some(Arc::new(Answerer { router, meta, mqtt })));
     }
 }
 
@@ -78,6 +79,8 @@ fn undecodable(why: &str) -> Vec<u8> {
 pub struct Answerer {
     router: Arc<Router>,
     meta: Arc<MetaClient>,
+    /// This node's MQTT clients (none connected without `--mqtt-addr`).
+    mqtt: Arc<ClientsHere>,
 }
 
 /// The reply to a call of type `R`, encoded: the compiler checks each arm answers with the
@@ -135,6 +138,10 @@ impl Answerer {
                 .reply_slots()
                 .complete(c.token, &c.service, c.payload)),
             Call::ScanCursor => serve!(body, ScanCursor, |c| router.cursors().local(c.0)),
+            Call::MqttTakeOver => serve!(body, MqttTakeOver, |c| self
+                .mqtt
+                .taken_over_elsewhere(c)
+                .await),
             Call::OriginCounts => serve!(body, OriginCounts, |_| router.kernel().origin_report()),
             Call::BlobChunk => serve!(body, BlobChunk, |c| router
                 .large()

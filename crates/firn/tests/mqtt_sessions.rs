@@ -1,13 +1,17 @@
 //! MQTT sessions: a persistent session gets what it missed, even across a kill of its node;
-//! a second connection with a client id takes it over.
+//! a second connection with a client id takes it over, on the same node or another, and a
+//! delayed will of the client there is not published.
 
 mod common;
 
 use std::io::{Read, Write};
-use std::time::Duration;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
 
-use common::mqtt::{Node, Sub, publish, publish_lines, read_n, start};
-use common::{FirnProcess, free_ports, wait_until};
+use common::mqtt::{
+    Node, Sub, connect_v5, publish, publish_at, publish_lines, read_n, read_packet, start,
+};
+use common::{Cluster, FirnProcess, free_ports, wait_until};
 
 #[test]
 fn a_persistent_subscriber_gets_what_it_missed_even_across_a_node_kill() {
@@ -104,5 +108,74 @@ fn a_second_connection_with_a_client_id_takes_it_over() {
         read_n(&mut second, 2),
         b"\xd0\x00",
         "PINGRESP on the second"
+    );
+}
+
+/// A raw connection to the MQTT listener on `port` that sent `connect`: its CONNACK's
+/// session present flag (the CONNECT accepted).
+fn connected(port: u16, connect: &[u8]) -> (TcpStream, bool) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(connect).unwrap();
+    let (kind, connack) = read_packet(&mut s);
+    assert_eq!(kind, 0x20, "CONNACK");
+    assert_eq!(connack[1], 0, "accepted: {connack:x?}");
+    (s, connack[0] == 1)
+}
+
+#[test]
+fn a_connect_on_another_node_closes_the_clients_connection_and_cancels_its_delayed_will() {
+    let ports = free_ports(3);
+    let cluster = Cluster::start_each(3, &[], |i| {
+        vec!["--mqtt-addr".into(), format!("127.0.0.1:{}", ports[i])]
+    });
+    cluster.wait_for_leaders(0, None);
+    // Node 3 watches for wills, once a probe reaches it.
+    let sub = Sub::start_at(ports[2], &["-t", "status/#", "-q", "1"]);
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            publish_at(ports[2], &["-t", "status/probe", "-m", "p", "-q", "1"]);
+            sub.lines.recv_timeout(Duration::from_millis(300)).is_ok()
+        }),
+        "the subscriber never got a probe"
+    );
+    // Client x on node 1: a session of 60 s, a will of delay 2 s.
+    let will_x = Some(("status/x", "gone", 2));
+    let (mut first, present) = connected(ports[0], &connect_v5("x", 60, will_x));
+    assert!(!present);
+    // Client y on node 1, gone without DISCONNECT: its will waits out its delay there.
+    let will_y = Some(("status/y", "gone", 2));
+    drop(connected(ports[0], &connect_v5("y", 60, will_y)));
+    // Both connect on node 2, taking their sessions up.
+    let (_second_x, present) = connected(ports[1], &connect_v5("x", 60, None));
+    assert!(present, "x's session, made on node 1");
+    let (_second_y, _) = connected(ports[1], &connect_v5("y", 60, None));
+    // Node 1 closed x's first connection, saying why: DISCONNECT 0x8E Session taken over.
+    let mut rest = Vec::new();
+    first
+        .read_to_end(&mut rest)
+        .expect("node 1 closes the first connection");
+    assert_eq!(rest.first(), Some(&0xe0), "DISCONNECT: {rest:x?}");
+    assert_eq!(rest.get(2), Some(&0x8e), "Session taken over: {rest:x?}");
+    // Neither will is published: the clients came back before their delay. (Probes sent
+    // again while the subscriber started may still come.)
+    let watched = Instant::now();
+    while let Some(left) = Duration::from_secs(4).checked_sub(watched.elapsed()) {
+        if let Ok(line) = sub.lines.recv_timeout(left) {
+            assert!(
+                line.starts_with("status/probe"),
+                "{line}: a will after its client came back elsewhere"
+            );
+        }
+    }
+    // A node that cannot be reached does not hold a CONNECT up past the bound (6 s).
+    let mut cluster = cluster;
+    cluster.kill_9(2);
+    let started = Instant::now();
+    let _ = connected(ports[0], &connect_v5("z", 0, None));
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
     );
 }

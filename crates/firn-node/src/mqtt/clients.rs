@@ -1,7 +1,8 @@
 //! This node's MQTT connections by client id. MQTT says a second CONNECT with a client id
 //! that is connected takes it over: the first connection is closed. Here the first is told
 //! to end, and the second goes on once it has (at most [`TAKEOVER_WAIT`]), so a persistent
-//! session's queue is never read by both.
+//! session's queue is never read by both. A CONNECT on another node ends a connection here
+//! the same way ([`Clients::end`], asked through `super::takeover`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,11 +54,8 @@ impl Clients {
                 ended,
             },
         );
-        if let Some(mut previous) = previous {
-            let _ = previous.take_over.send(true);
-            // Resolves (with an error) once the previous connection dropped its hold.
-            let _ = tokio::time::timeout(TAKEOVER_WAIT, previous.ended.changed()).await;
-            super::counted("taken_over");
+        if let Some(previous) = previous {
+            wait_ended(previous.tell_to_end()).await;
         }
         Held {
             clients: self.clone(),
@@ -67,6 +65,39 @@ impl Clients {
             _ended: ended_tx,
         }
     }
+}
+
+impl Clients {
+    /// A connection on another node took `client` over: the connection holding it here, if
+    /// any, is told to end, and this waits until it has (bounded). True if there was one.
+    pub async fn end(&self, client: &str) -> bool {
+        let ended = {
+            let by_id = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
+            by_id.get(client).map(Holder::tell_to_end)
+        };
+        match ended {
+            Some(ended) => {
+                wait_ended(ended).await;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Holder {
+    /// Tells the holding connection to end: what resolves once it has.
+    fn tell_to_end(&self) -> watch::Receiver<()> {
+        let _ = self.take_over.send(true);
+        self.ended.clone()
+    }
+}
+
+/// Waits until a connection told to end has dropped its hold, at most [`TAKEOVER_WAIT`].
+async fn wait_ended(mut ended: watch::Receiver<()>) {
+    // Resolves (with an error) once the connection dropped its hold.
+    let _ = tokio::time::timeout(TAKEOVER_WAIT, ended.changed()).await;
+    super::counted("taken_over");
 }
 
 impl Drop for Held {
@@ -105,6 +136,23 @@ mod tests {
         // The first's end did not remove the second's hold.
         assert_eq!(clients.by_id.lock().unwrap().len(), 1);
         drop(second);
+        assert!(clients.by_id.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn ending_a_client_from_elsewhere_tells_its_connection_and_waits_for_it() {
+        let clients = Arc::new(Clients::default());
+        assert!(!clients.end("dev").await, "no connection: nothing to end");
+        let mut held = clients.hold("dev").await;
+        let ending = tokio::spawn({
+            let clients = clients.clone();
+            async move { clients.end("dev").await }
+        });
+        held.taken_over.changed().await.unwrap();
+        assert!(*held.taken_over.borrow());
+        assert!(!ending.is_finished(), "it waits for the connection to end");
+        drop(held);
+        assert!(ending.await.unwrap());
         assert!(clients.by_id.lock().unwrap().is_empty());
     }
 }

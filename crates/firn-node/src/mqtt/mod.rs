@@ -10,6 +10,7 @@ mod frame;
 mod queue;
 mod registry;
 mod session;
+mod takeover;
 pub mod topic;
 mod wills;
 mod wire;
@@ -26,6 +27,7 @@ pub use connection::{INFLIGHT_MAX, RETAINED_PER_SUBSCRIBE_MAX};
 pub use queue::SESSION_QUEUE_MAX;
 pub use registry::SESSIONS_MAX;
 pub use session::{SESSION_EXPIRY_S_MAX, SESSION_FILTERS_MAX};
+pub use takeover::{ClientsHere, MqttTakeOver, REMOTE_TAKEOVER_WAIT};
 pub use wills::DELAYED_WILLS_MAX;
 
 use crate::router::Router;
@@ -81,18 +83,19 @@ fn counted_by(event: &'static str, n: u64) {
 }
 
 /// Serves MQTT on `listener` until `stop`: at most `connections_max` connections (one past
-/// it is closed at once).
+/// it is closed at once). `here` keeps the connections by client id and the delayed wills,
+/// which peers' takeovers reach too.
 pub async fn serve(
     listener: TcpListener,
     router: Arc<Router>,
     settings: Arc<MqttSettings>,
     tls: ClientTls,
+    here: Arc<ClientsHere>,
     mut stop: watch::Receiver<bool>,
 ) {
     let slots = Arc::new(Semaphore::new(settings.connections_max));
     let sessions = Arc::new(registry::Registry::default());
-    let clients = Arc::new(clients::Clients::default());
-    let wills = Arc::new(wills::DelayedWills::default());
+    let (clients, wills) = (here.clients.clone(), here.wills.clone());
     let following = tokio::spawn(registry::follow(
         router.clone(),
         sessions.clone(),

@@ -1,9 +1,9 @@
 //! Wills waiting out their delay on this node (5.0's Will Delay Interval, 3.1.3.2.2): a
-//! will is published once its delay has passed, unless its client id connects again here
-//! first. A CONNECT that takes the session up again means the client is back: the will is
-//! not published. A clean one ends the session: the will is published at once. Held in
-//! memory only — a node that stops forgets the wills it was holding (none is published),
-//! and a CONNECT on another node does not reach them.
+//! will is published once its delay has passed, unless its client id connects again first —
+//! here, or on another node, which tells this one (`super::takeover`). A CONNECT that takes
+//! the session up again means the client is back: the will is not published. A clean one
+//! ends the session: the will is published at once. Held in memory only — a node that
+//! stops forgets the wills it was holding (none is published).
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -101,6 +101,8 @@ pub enum Closing {
     ProtocolError,
     /// A Topic Alias of 0, above the maximum, or not set (5.0, 3.3.2.3.4).
     TopicAliasInvalid,
+    /// A CONNECT with its client id, here or on another node (5.0, 3.1.4-3).
+    SessionTakenOver,
 }
 
 /// What the server sends.
@@ -414,6 +416,7 @@ pub fn outgoing(level: Level, out: Out) -> Option<MqttPacket> {
                 reason_code: match closing {
                     Closing::ProtocolError => v5::DisconnectReasonCode::ProtocolError,
                     Closing::TopicAliasInvalid => v5::DisconnectReasonCode::TopicAliasInvalid,
+                    Closing::SessionTakenOver => v5::DisconnectReasonCode::SessionTakenOver,
                 },
                 ..Default::default()
             }),

@@ -474,7 +474,9 @@ impl RunningNode {
             repair_queue,
             &stop_rx,
         ));
-        opening.open(router.clone(), meta_client);
+        // MQTT's connections and delayed wills, which peers' takeovers reach (MQTT or not).
+        let mqtt_clients = Arc::new(crate::mqtt::ClientsHere::default());
+        opening.open(router.clone(), meta_client, mqtt_clients.clone());
         tasks.extend(
             follow_cluster(
                 &router,
@@ -505,6 +507,7 @@ impl RunningNode {
                 router.clone(),
                 settings,
                 tls.clients.clone(),
+                mqtt_clients.clone(),
                 stop_rx.clone(),
             )));
         }

@@ -77,10 +77,13 @@ pub enum Call {
     DiskNotice = 17,
     /// The key a SCAN cursor this node issued continues after (see `crate::cursors`).
     ScanCursor = 18,
+    /// An MQTT client connected on the sender: end its connection and its will's wait here
+    /// (see `crate::mqtt::takeover`).
+    MqttTakeOver = 19,
 }
 
 impl Call {
-    const ALL: [Call; 19] = [
+    const ALL: [Call; 20] = [
         Call::Execute,
         Call::ReadIndex,
         Call::Describe,
@@ -100,6 +103,7 @@ impl Call {
         Call::BlobDiscard,
         Call::DiskNotice,
         Call::ScanCursor,
+        Call::MqttTakeOver,
     ];
 
     /// The call a tag names, if any.
@@ -420,7 +424,7 @@ mod tests {
         }
         assert_eq!(
             Call::ALL.len(),
-            Call::ScanCursor as usize + 1,
+            Call::MqttTakeOver as usize + 1,
             "tags are 0, 1, 2, …"
         );
         let index = ReadIndex {

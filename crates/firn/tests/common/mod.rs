@@ -169,6 +169,8 @@ pub struct Cluster {
     /// For nodes added after the start: the peer address they joined through.
     joined_via: Vec<Option<String>>,
     extra: Vec<String>,
+    /// Flags of one node each, by index (none for nodes added after the start).
+    each: Vec<Vec<String>>,
 }
 
 impl Cluster {
@@ -193,6 +195,21 @@ impl Cluster {
     /// Like [`Cluster::start`], with node `i`'s peer traffic on its own loopback address
     /// `127.0.0.{first_ip + i}`, so that firewall rules can cut one node off.
     pub fn start_on(n: usize, extra: &[&str], first_ip: Option<u8>) -> Cluster {
+        Self::start_each_on(n, extra, first_ip, |_| Vec::new())
+    }
+
+    /// Like [`Cluster::start`], node index `i` with the flags `each(i)` too (at every
+    /// restart): its own listener's address, say.
+    pub fn start_each(n: usize, extra: &[&str], each: impl Fn(usize) -> Vec<String>) -> Cluster {
+        Self::start_each_on(n, extra, None, each)
+    }
+
+    fn start_each_on(
+        n: usize,
+        extra: &[&str],
+        first_ip: Option<u8>,
+        each: impl Fn(usize) -> Vec<String>,
+    ) -> Cluster {
         let ports: Vec<(u16, u16, u16)> = free_ports(3 * n)
             .chunks(3)
             .map(|c| (c[0], c[1], c[2]))
@@ -212,6 +229,7 @@ impl Cluster {
             ports,
             peers,
             joined_via: vec![None; n],
+            each: (0..n).map(each).collect(),
             // Two stripes a node, so that multi-node tests run groups in more than one log
             // and state database even on a machine whose default is one.
             extra: ["--stripes", "2"]
@@ -258,6 +276,7 @@ impl Cluster {
             peer_addr,
         ];
         args.extend(self.extra.iter().cloned());
+        args.extend(self.each.get(i).into_iter().flatten().cloned());
         args.extend(more.iter().map(|a| a.to_string()));
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         self.nodes[i] = Some(FirnProcess::spawn(

@@ -40,8 +40,13 @@ pub fn redis(node: &Node) -> redis::Connection {
 
 /// `mosquitto_pub` with `args`: its exit status and what it said.
 pub fn publish(node: &Node, args: &[&str]) -> (bool, String) {
+    publish_at(node.mqtt_port, args)
+}
+
+/// [`publish`] to the MQTT listener on port `mqtt_port`.
+pub fn publish_at(mqtt_port: u16, args: &[&str]) -> (bool, String) {
     let out = Command::new("mosquitto_pub")
-        .args(["-h", "127.0.0.1", "-p", &node.mqtt_port.to_string()])
+        .args(["-h", "127.0.0.1", "-p", &mqtt_port.to_string()])
         .args(args)
         .output()
         .expect("mosquitto_pub (Debian's mosquitto-clients)");
@@ -58,8 +63,13 @@ pub struct Sub {
 
 impl Sub {
     pub fn start(node: &Node, args: &[&str]) -> Sub {
+        Sub::start_at(node.mqtt_port, args)
+    }
+
+    /// [`Sub::start`] on the MQTT listener on port `mqtt_port`.
+    pub fn start_at(mqtt_port: u16, args: &[&str]) -> Sub {
         let mut child = Command::new("mosquitto_sub")
-            .args(["-h", "127.0.0.1", "-p", &node.mqtt_port.to_string(), "-v"])
+            .args(["-h", "127.0.0.1", "-p", &mqtt_port.to_string(), "-v"])
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -151,4 +161,48 @@ pub fn log_records(r: &mut redis::Connection, topic: &str) -> usize {
         Err(e) if e.code() == Some("NOLOG") => 0,
         Err(e) => panic!("FIRN.LOG RANGE: {e}"),
     }
+}
+
+/// A 5.0 CONNECT (keep-alive 60 s, Clean Start 0) for `client`, its Session Expiry Interval
+/// `expiry_s`, with a will `(topic, payload, Will Delay Interval in s)` at QoS 1 if given.
+pub fn connect_v5(client: &str, expiry_s: u32, will: Option<(&str, &str, u32)>) -> Vec<u8> {
+    let string = |s: &str| {
+        let mut b = u16::try_from(s.len()).unwrap().to_be_bytes().to_vec();
+        b.extend_from_slice(s.as_bytes());
+        b
+    };
+    let mut body = string("MQTT");
+    // Level 5; flags: the will and its QoS 1, or none.
+    body.extend([5, if will.is_some() { 0x0c } else { 0x00 }, 0, 60]);
+    // Properties: Session Expiry Interval (0x11).
+    body.extend([5, 0x11]);
+    body.extend(expiry_s.to_be_bytes());
+    body.extend(string(client));
+    if let Some((topic, payload, delay_s)) = will {
+        // Will properties: Will Delay Interval (0x18).
+        body.extend([5, 0x18]);
+        body.extend(delay_s.to_be_bytes());
+        body.extend(string(topic));
+        body.extend(string(payload));
+    }
+    let mut packet = vec![0x10, u8::try_from(body.len()).expect("a short CONNECT")];
+    assert!(body.len() < 128, "one byte of remaining length");
+    packet.extend(body);
+    packet
+}
+
+/// Reads one whole packet from `stream` (bounded by its read timeout): its first byte and
+/// what follows its remaining length.
+pub fn read_packet(stream: &mut std::net::TcpStream) -> (u8, Vec<u8>) {
+    let kind = read_n(stream, 1)[0];
+    let (mut len, mut shift) = (0usize, 0);
+    loop {
+        let b = read_n(stream, 1)[0];
+        len |= usize::from(b & 0x7f) << shift;
+        shift += 7;
+        if b & 0x80 == 0 {
+            break;
+        }
+    }
+    (kind, read_n(stream, len))
 }

@@ -32,6 +32,7 @@ use super::frame::{Frame, FrameCodec};
 use super::queue::{self, QueueReader};
 use super::registry::Registry;
 use super::session::{self, SessionRecord};
+use super::takeover::take_over_elsewhere;
 use super::wills::{DelayedWills, Reconnect};
 use super::wire::{self, Closing, In, Level, Out};
 use super::{MqttSettings, counted};
@@ -43,6 +44,8 @@ use publish::Writing;
 
 /// How long a client has to send its CONNECT.
 const CONNECT_WAIT: Duration = Duration::from_secs(10);
+/// How long a connection taken over may take to send its DISCONNECT before it closes.
+const DISCONNECT_SEND_WAIT: Duration = Duration::from_secs(1);
 /// Messages sent at QoS 1 and not yet acknowledged, at most, per connection; past it the
 /// connection takes no more deliveries until one is acknowledged.
 pub const INFLIGHT_MAX: usize = 64;
@@ -136,8 +139,12 @@ pub async fn run(
     let client = assigned
         .clone()
         .unwrap_or_else(|| connect.client_id.clone());
-    // A connection with this client id here is closed first (MQTT's takeover).
-    let mut held = clients.hold(&client).await;
+    // A connection with this client id is closed first (MQTT's takeover), here and on
+    // every other node, all at once (at most `REMOTE_TAKEOVER_WAIT`).
+    let (mut held, ()) = tokio::join!(
+        clients.hold(&client),
+        take_over_elsewhere(&router, &client, connect.clean)
+    );
     let session_present = match conn.resume(&connect, &client).await {
         Ok(present) => present,
         Err(refused) => {
@@ -321,6 +328,10 @@ impl Connection {
                 _ = stop.changed() => return Ok(()),
                 _ = taken_over.changed() => {
                     counted("closed_taken_over");
+                    // Told in 5.0 (bounded: a client that reads nothing does not hold the
+                    // new connection up).
+                    let closing = self.send(Out::Disconnect(Closing::SessionTakenOver));
+                    let _ = tokio::time::timeout(DISCONNECT_SEND_WAIT, closing).await;
                     return Err("a newer connection took its client id over".into());
                 }
             }
