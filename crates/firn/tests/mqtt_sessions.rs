@@ -1,6 +1,7 @@
 //! MQTT sessions: a persistent session gets what it missed, even across a kill of its node;
 //! a second connection with a client id takes it over, on the same node or another, and a
-//! delayed will of the client there is not published.
+//! delayed will of the client there is not published; a 5.0 DISCONNECT may set the
+//! session's expiry.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::mqtt::{
-    Node, Sub, connect_v5, publish, publish_at, publish_lines, read_n, read_packet, start,
+    Node, Sub, connect_v5, publish, publish_lines, read_n, read_packet, redis, start, subscribed_at,
 };
 use common::{Cluster, FirnProcess, free_ports, wait_until};
 
@@ -130,15 +131,8 @@ fn a_connect_on_another_node_closes_the_clients_connection_and_cancels_its_delay
         vec!["--mqtt-addr".into(), format!("127.0.0.1:{}", ports[i])]
     });
     cluster.wait_for_leaders(0, None);
-    // Node 3 watches for wills, once a probe reaches it.
-    let sub = Sub::start_at(ports[2], &["-t", "status/#", "-q", "1"]);
-    assert!(
-        wait_until(Duration::from_secs(20), || {
-            publish_at(ports[2], &["-t", "status/probe", "-m", "p", "-q", "1"]);
-            sub.lines.recv_timeout(Duration::from_millis(300)).is_ok()
-        }),
-        "the subscriber never got a probe"
-    );
+    // Node 3 watches for wills.
+    let sub = subscribed_at(ports[2], &["-t", "status/#", "-q", "1"], "status/probe");
     // Client x on node 1: a session of 60 s, a will of delay 2 s.
     let will_x = Some(("status/x", "gone", 2));
     let (mut first, present) = connected(ports[0], &connect_v5("x", 60, will_x));
@@ -178,4 +172,56 @@ fn a_connect_on_another_node_closes_the_clients_connection_and_cancels_its_delay
         "{:?}",
         started.elapsed()
     );
+}
+
+/// A 5.0 DISCONNECT (normal) with Session Expiry Interval `expiry_s`.
+fn disconnect_with_expiry(expiry_s: u32) -> Vec<u8> {
+    let mut packet = vec![0xe0, 7, 0x00, 5, 0x11];
+    packet.extend(expiry_s.to_be_bytes());
+    packet
+}
+
+#[test]
+fn a_disconnect_sets_the_sessions_expiry_but_not_after_a_connect_of_none() {
+    let node = start();
+    let port = node.mqtt_port;
+    let mut r = redis(&node);
+    let mut session_kept = |client: &str| {
+        redis::cmd("EXISTS")
+            .arg(format!("_firn/mqtt/session/{{{client}}}"))
+            .query::<i64>(&mut r)
+            .unwrap()
+            == 1
+    };
+    let sub = subscribed_at(port, &["-t", "status/#", "-q", "1"], "status/probe");
+    // A session of 60 s, cut by its DISCONNECT: to 1 s, gone soon after; to 0, it ends with
+    // the connection, and the next CONNECT finds none.
+    for (client, expiry_s, within) in [("e1", 1, 6), ("e2", 0, 3)] {
+        let (mut s, _) = connected(port, &connect_v5(client, 60, None));
+        assert!(session_kept(client));
+        s.write_all(&disconnect_with_expiry(expiry_s)).unwrap();
+        let ended = s.read_to_end(&mut Vec::new());
+        assert!(ended.is_ok(), "the connection ends: {ended:?}");
+        assert!(
+            wait_until(Duration::from_secs(within), || !session_kept(client)),
+            "{client}'s session outlived the expiry its DISCONNECT gave, {expiry_s} s"
+        );
+    }
+    let (_s, present) = connected(port, &connect_v5("e2", 60, None));
+    assert!(!present, "a session ended by its DISCONNECT");
+    // A CONNECT of none, then a DISCONNECT that gives one: a protocol error (0x82), not a
+    // DISCONNECT — so the will is published.
+    let will = Some(("status/e3", "gone", 0));
+    let (mut s, _) = connected(port, &connect_v5("e3", 0, will));
+    s.write_all(&disconnect_with_expiry(30)).unwrap();
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).expect("the connection ends");
+    assert_eq!(rest.first(), Some(&0xe0), "DISCONNECT: {rest:x?}");
+    assert_eq!(rest.get(2), Some(&0x82), "Protocol Error: {rest:x?}");
+    let line = (0..10)
+        .map(|_| sub.next())
+        .find(|l| !l.starts_with("status/probe"))
+        .expect("the will");
+    assert_eq!(line, "status/e3 gone");
+    assert!(!session_kept("e3"));
 }

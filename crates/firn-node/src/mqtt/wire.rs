@@ -66,9 +66,11 @@ pub enum In {
         filters: Vec<String>,
     },
     Ping,
-    /// `with_will`: 5.0's reason "Disconnect with Will Message" (the will is published).
+    /// `with_will`: 5.0's reason "Disconnect with Will Message" (the will is published);
+    /// `expiry_s`: 5.0's Session Expiry Interval, the session's from now on, if it says one.
     Disconnect {
         with_will: bool,
+        expiry_s: Option<u32>,
     },
     /// A packet a client does not send to a server, or one Firn does not take (QoS 2's
     /// PUBREC and PUBCOMP, as deliveries go at QoS 1 at most; AUTH): the connection closes.
@@ -213,7 +215,10 @@ pub fn incoming(packet: MqttPacket) -> In {
                 filters: topic_filters.into_iter().map(|f| f.to_string()).collect(),
             },
             v3::Packet::PingRequest => In::Ping,
-            v3::Packet::Disconnect => In::Disconnect { with_will: false },
+            v3::Packet::Disconnect => In::Disconnect {
+                with_will: false,
+                expiry_s: None,
+            },
             _ => In::Unexpected("a packet a server does not take"),
         },
         MqttPacket::V5(p) => match p {
@@ -258,6 +263,7 @@ pub fn incoming(packet: MqttPacket) -> In {
             v5::Packet::PingRequest => In::Ping,
             v5::Packet::Disconnect(d) => In::Disconnect {
                 with_will: d.reason_code == v5::DisconnectReasonCode::DisconnectWithWillMessage,
+                expiry_s: d.session_expiry_interval_secs,
             },
             _ => In::Unexpected("a packet a server does not take (AUTH is not supported)"),
         },
@@ -456,11 +462,25 @@ mod tests {
         // DISCONNECT 0x04 "Disconnect with Will Message", and a plain one.
         assert!(matches!(
             decoded_v5(b"\xe0\x01\x04"),
-            In::Disconnect { with_will: true }
+            In::Disconnect {
+                with_will: true,
+                expiry_s: None
+            }
         ));
         assert!(matches!(
             decoded_v5(b"\xe0\x00"),
-            In::Disconnect { with_will: false }
+            In::Disconnect {
+                with_will: false,
+                expiry_s: None
+            }
+        ));
+        // A plain one with Session Expiry Interval 30 s.
+        assert!(matches!(
+            decoded_v5(b"\xe0\x07\x00\x05\x11\x00\x00\x00\x1e"),
+            In::Disconnect {
+                with_will: false,
+                expiry_s: Some(30)
+            }
         ));
     }
 }

@@ -105,6 +105,21 @@ impl Drop for Sub {
     }
 }
 
+/// A `mosquitto_sub` on the MQTT listener on port `mqtt_port` with `args` (a filter that
+/// matches `probe`), once a message to topic `probe` has reached it (tried for 20 s at
+/// most). Probes sent again may still come after.
+pub fn subscribed_at(mqtt_port: u16, args: &[&str], probe: &str) -> Sub {
+    let sub = Sub::start_at(mqtt_port, args);
+    assert!(
+        super::wait_until(Duration::from_secs(20), || {
+            publish_at(mqtt_port, &["-t", probe, "-m", "probe", "-q", "1"]);
+            sub.lines.recv_timeout(Duration::from_millis(300)).is_ok()
+        }),
+        "the subscriber never got a probe"
+    );
+    sub
+}
+
 /// `mosquitto_pub -l`: each of `lines` a QoS 1 message to `topic`, over one connection;
 /// true once every one was acknowledged.
 pub fn publish_lines(node: &Node, topic: &str, lines: &[String]) -> bool {

@@ -116,6 +116,26 @@ impl Connection {
         Ok(present)
     }
 
+    /// A 5.0 DISCONNECT's Session Expiry Interval: the session's expiry from now on (at most
+    /// the bound; 0 ends it with the connection). MQTT 5.0 (3.14.2.2.2) makes a non-zero one
+    /// after a CONNECT of 0 a protocol error: DISCONNECT 0x82, and the DISCONNECT is not
+    /// taken as one (`Err`: the will is published).
+    pub(super) async fn session_expires(&mut self, expiry_s: Option<u32>) -> Result<(), String> {
+        let Some(expiry_s) = expiry_s else {
+            return Ok(());
+        };
+        match self.persistent.as_mut() {
+            Some(p) => p.record.expiry_s = u64::from(expiry_s).min(SESSION_EXPIRY_S_MAX),
+            None if expiry_s == 0 => {}
+            None => {
+                self.send(Out::Disconnect(wire::Closing::ProtocolError))
+                    .await?;
+                return Err("a DISCONNECT gave a session expiry after a CONNECT of none".into());
+            }
+        }
+        Ok(())
+    }
+
     /// Moves a connected persistent session's expiry along (in the background: a failed
     /// renewal is tried again at the next).
     pub(super) fn renew(&mut self) {

@@ -194,11 +194,18 @@ pub async fn run(
         conn.leave_will(will, &client, connect.will_delay_s, &wills, stop.clone())
             .await;
     }
-    // A session's expiry counts from its connection's end.
-    if let Some(p) = &conn.persistent
-        && let Err(e) = session::renew(&router, &p.client, p.record.expiry_s).await
-    {
-        tracing::debug!(client = p.client, "renewing an MQTT session's expiry: {e}");
+    // A session's expiry counts from its connection's end; one of 0 (a DISCONNECT's) ends
+    // with it.
+    if let Some(p) = &conn.persistent {
+        let ended = match p.record.expiry_s {
+            0 => session::drop_session(&router, &p.client).await,
+            s => session::renew(&router, &p.client, s).await,
+        };
+        match ended {
+            Ok(()) if p.record.expiry_s == 0 => conn.sessions.set(&p.client, None),
+            Ok(()) => {}
+            Err(e) => tracing::debug!(client = p.client, "an MQTT session's expiry: {e}"),
+        }
     }
 }
 
@@ -368,7 +375,11 @@ impl Connection {
                 self.send(Out::UnsubAck { packet_id, count }).await?;
             }
             In::Ping => self.send(Out::PingResp).await?,
-            In::Disconnect { with_will } => {
+            In::Disconnect {
+                with_will,
+                expiry_s,
+            } => {
+                self.session_expires(expiry_s).await?;
                 self.disconnected = !with_will;
                 return Ok(false);
             }
