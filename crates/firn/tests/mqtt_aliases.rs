@@ -1,13 +1,19 @@
 //! MQTT 5.0 topic aliases a client sets: they name its topics in later PUBLISHes on that
 //! connection; an invalid one closes the connection with DISCONNECT 0x94 and stores nothing.
+//! And those the server sets: a client that takes aliases gets one for each of its first
+//! topics, then the alias alone.
 
 mod common;
 
 use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::mqtt::{Node, log_records, publish, python, read_n, redis, start};
+use common::mqtt::{
+    Node, connect_v5_with, connected_at, log_records, publish, python, read_n, read_packet, redis,
+    start,
+};
 
 /// A paho-mqtt (Python) client at MQTT 5.0 that publishes, at QoS 1, one message per step
 /// `(topic, alias)` (its payload `m{i}`), each once the one before was acknowledged or the
@@ -161,4 +167,121 @@ fn an_invalid_topic_alias_closes_the_connection_and_stores_nothing() {
     let (ok, said) = publish(&node, &["-t", "bad/after", "-m", "y", "-q", "1"]);
     assert!(ok, "{said}");
     assert_eq!(log_records(&mut r, "bad/after"), 1);
+}
+
+/// A raw 5.0 subscriber on `port` to `filter` at QoS 0, its CONNECT's Topic Alias Maximum
+/// `alias_max` (0: none said).
+fn raw_subscriber(port: u16, client: &str, alias_max: u16, filter: &str) -> TcpStream {
+    let mut properties = Vec::new();
+    if alias_max > 0 {
+        // Topic Alias Maximum (0x22).
+        properties.push(0x22);
+        properties.extend(alias_max.to_be_bytes());
+    }
+    let (mut s, _) = connected_at(port, &connect_v5_with(client, &properties, None));
+    // SUBSCRIBE: packet id 1, no properties, the filter at QoS 0.
+    let mut body = vec![0, 1, 0];
+    body.extend(u16::try_from(filter.len()).unwrap().to_be_bytes());
+    body.extend(filter.as_bytes());
+    body.push(0);
+    let mut packet = vec![0x82, u8::try_from(body.len()).unwrap()];
+    packet.extend(body);
+    s.write_all(&packet).unwrap();
+    assert_eq!(read_packet(&mut s).0, 0x90, "SUBACK");
+    s
+}
+
+/// A QoS 0 PUBLISH read from `s`: its topic (empty when its alias stands for it) and its
+/// Topic Alias, if it has one (the only property Firn sends).
+fn read_publish(s: &mut TcpStream) -> (String, Option<u16>) {
+    let (kind, body) = read_packet(s);
+    assert_eq!(kind & 0xf0, 0x30, "PUBLISH: {kind:x} {body:x?}");
+    let topic_len = usize::from(u16::from_be_bytes([body[0], body[1]]));
+    let topic = String::from_utf8(body[2..2 + topic_len].to_vec()).unwrap();
+    // QoS 0: no packet id; then the properties' length (one byte here) and the properties.
+    let properties = &body[3 + topic_len..3 + topic_len + usize::from(body[2 + topic_len])];
+    let alias = match properties {
+        [] => None,
+        [0x23, hi, lo] => Some(u16::from_be_bytes([*hi, *lo])),
+        other => panic!("properties {other:x?}"),
+    };
+    (topic, alias)
+}
+
+/// A paho-mqtt (Python) client at 5.0 that takes 2 topic aliases (its CONNECT's Topic Alias
+/// Maximum), subscribes to `pa/#`, publishes one message to each topic of its argument (a
+/// JSON list) at QoS 1, and prints, as JSON, the topic and Topic Alias of each message it
+/// got back, as paho read them (paho does not resolve aliases). Arguments: PORT TOPICS.
+const PAHO_ALIASED_SUBSCRIBER: &str = r#"
+import json, sys, threading
+import paho.mqtt.client as mqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+port, topics = int(sys.argv[1]), json.loads(sys.argv[2])
+got, done, subscribed = [], threading.Event(), threading.Event()
+
+def on_message(client, userdata, m):
+    got.append([m.topic, getattr(m.properties, "TopicAlias", None)])
+    if len(got) == len(topics):
+        done.set()
+
+c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+c.on_message = on_message
+c.on_subscribe = lambda *args: subscribed.set()
+connect = Properties(PacketTypes.CONNECT)
+connect.TopicAliasMaximum = 2
+c.connect("127.0.0.1", port, properties=connect)
+c.loop_start()
+c.subscribe("pa/#", qos=0)
+assert subscribed.wait(10), "no SUBACK"
+for topic in topics:
+    c.publish(topic, "m", qos=1).wait_for_publish(10)
+done.wait(10)
+c.disconnect()
+c.loop_stop()
+print(json.dumps(got))
+"#;
+
+#[test]
+fn a_client_that_takes_topic_aliases_gets_one_for_each_of_its_first_topics() {
+    let node = start();
+    let port = node.mqtt_port;
+    // A raw subscriber that takes 2 aliases, and one that takes none.
+    let mut two = raw_subscriber(port, "takes2", 2, "al/#");
+    let mut none = raw_subscriber(port, "takes0", 0, "al/#");
+    let topics = ["al/a", "al/a", "al/b", "al/c", "al/c", "al/a"];
+    for topic in topics {
+        let (ok, said) = publish(&node, &["-t", topic, "-m", "m", "-q", "1"]);
+        assert!(ok, "{said}");
+    }
+    // The first two topics get aliases 1 and 2, set with their first delivery and alone
+    // after it; the third goes in full, past the client's maximum.
+    let expected = [
+        ("al/a", Some(1)),
+        ("", Some(1)),
+        ("al/b", Some(2)),
+        ("al/c", None),
+        ("al/c", None),
+        ("", Some(1)),
+    ];
+    let got: Vec<(String, Option<u16>)> = (0..6).map(|_| read_publish(&mut two)).collect();
+    let got: Vec<(&str, Option<u16>)> = got.iter().map(|(t, a)| (t.as_str(), *a)).collect();
+    assert_eq!(got, expected);
+    // A client that takes none gets every topic in full.
+    for topic in topics {
+        assert_eq!(read_publish(&mut none), (topic.to_owned(), None));
+    }
+    // paho reads the same from the packets Firn sends.
+    let topics: Vec<String> = topics.iter().map(|t| t.replace("al/", "pa/")).collect();
+    let said = python(
+        PAHO_ALIASED_SUBSCRIBER,
+        &[&port.to_string(), &serde_json::to_string(&topics).unwrap()],
+    );
+    let said: serde_json::Value = serde_json::from_slice(&said).expect("paho's JSON");
+    let expected: Vec<(String, Option<u16>)> = expected
+        .iter()
+        .map(|(t, a)| (t.replace("al/", "pa/"), *a))
+        .collect();
+    assert_eq!(said, serde_json::json!(expected));
 }

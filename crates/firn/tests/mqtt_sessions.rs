@@ -6,11 +6,11 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::mqtt::{
-    Node, Sub, connect_v5, publish, publish_lines, read_n, read_packet, redis, start, subscribed_at,
+    Node, Sub, connect_v5, connected_at, publish, publish_lines, read_n, redis, start,
+    subscribed_at,
 };
 use common::{Cluster, FirnProcess, free_ports, wait_until};
 
@@ -112,18 +112,6 @@ fn a_second_connection_with_a_client_id_takes_it_over() {
     );
 }
 
-/// A raw connection to the MQTT listener on `port` that sent `connect`: its CONNACK's
-/// session present flag (the CONNECT accepted).
-fn connected(port: u16, connect: &[u8]) -> (TcpStream, bool) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(connect).unwrap();
-    let (kind, connack) = read_packet(&mut s);
-    assert_eq!(kind, 0x20, "CONNACK");
-    assert_eq!(connack[1], 0, "accepted: {connack:x?}");
-    (s, connack[0] == 1)
-}
-
 #[test]
 fn a_connect_on_another_node_closes_the_clients_connection_and_cancels_its_delayed_will() {
     let ports = free_ports(3);
@@ -135,15 +123,15 @@ fn a_connect_on_another_node_closes_the_clients_connection_and_cancels_its_delay
     let sub = subscribed_at(ports[2], &["-t", "status/#", "-q", "1"], "status/probe");
     // Client x on node 1: a session of 60 s, a will of delay 2 s.
     let will_x = Some(("status/x", "gone", 2));
-    let (mut first, present) = connected(ports[0], &connect_v5("x", 60, will_x));
+    let (mut first, present) = connected_at(ports[0], &connect_v5("x", 60, will_x));
     assert!(!present);
     // Client y on node 1, gone without DISCONNECT: its will waits out its delay there.
     let will_y = Some(("status/y", "gone", 2));
-    drop(connected(ports[0], &connect_v5("y", 60, will_y)));
+    drop(connected_at(ports[0], &connect_v5("y", 60, will_y)));
     // Both connect on node 2, taking their sessions up.
-    let (_second_x, present) = connected(ports[1], &connect_v5("x", 60, None));
+    let (_second_x, present) = connected_at(ports[1], &connect_v5("x", 60, None));
     assert!(present, "x's session, made on node 1");
-    let (_second_y, _) = connected(ports[1], &connect_v5("y", 60, None));
+    let (_second_y, _) = connected_at(ports[1], &connect_v5("y", 60, None));
     // Node 1 closed x's first connection, saying why: DISCONNECT 0x8E Session taken over.
     let mut rest = Vec::new();
     first
@@ -166,7 +154,7 @@ fn a_connect_on_another_node_closes_the_clients_connection_and_cancels_its_delay
     let mut cluster = cluster;
     cluster.kill_9(2);
     let started = Instant::now();
-    let _ = connected(ports[0], &connect_v5("z", 0, None));
+    let _ = connected_at(ports[0], &connect_v5("z", 0, None));
     assert!(
         started.elapsed() < Duration::from_secs(8),
         "{:?}",
@@ -197,7 +185,7 @@ fn a_disconnect_sets_the_sessions_expiry_but_not_after_a_connect_of_none() {
     // A session of 60 s, cut by its DISCONNECT: to 1 s, gone soon after; to 0, it ends with
     // the connection, and the next CONNECT finds none.
     for (client, expiry_s, within) in [("e1", 1, 6), ("e2", 0, 3)] {
-        let (mut s, _) = connected(port, &connect_v5(client, 60, None));
+        let (mut s, _) = connected_at(port, &connect_v5(client, 60, None));
         assert!(session_kept(client));
         s.write_all(&disconnect_with_expiry(expiry_s)).unwrap();
         let ended = s.read_to_end(&mut Vec::new());
@@ -207,12 +195,12 @@ fn a_disconnect_sets_the_sessions_expiry_but_not_after_a_connect_of_none() {
             "{client}'s session outlived the expiry its DISCONNECT gave, {expiry_s} s"
         );
     }
-    let (_s, present) = connected(port, &connect_v5("e2", 60, None));
+    let (_s, present) = connected_at(port, &connect_v5("e2", 60, None));
     assert!(!present, "a session ended by its DISCONNECT");
     // A CONNECT of none, then a DISCONNECT that gives one: a protocol error (0x82), not a
     // DISCONNECT — so the will is published.
     let will = Some(("status/e3", "gone", 0));
-    let (mut s, _) = connected(port, &connect_v5("e3", 0, will));
+    let (mut s, _) = connected_at(port, &connect_v5("e3", 0, will));
     s.write_all(&disconnect_with_expiry(30)).unwrap();
     let mut rest = Vec::new();
     s.read_to_end(&mut rest).expect("the connection ends");

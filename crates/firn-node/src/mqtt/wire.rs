@@ -32,6 +32,8 @@ pub struct Connect {
     pub will: Option<Publish>,
     /// 5.0's Will Delay Interval, in seconds (0: none; 3.1.1 has none).
     pub will_delay_s: u32,
+    /// 5.0's Topic Alias Maximum: how many aliases the client takes (0: none; 3.1.1 none).
+    pub topic_alias_max: u16,
 }
 
 /// A PUBLISH either way.
@@ -117,7 +119,12 @@ pub enum Out {
         session_present: bool,
         packet_bytes_max: u32,
     },
-    Publish(Publish),
+    /// A delivery, and the Topic Alias it sets or uses (5.0; its topic is empty when the
+    /// alias stands for it).
+    Publish {
+        publish: Publish,
+        topic_alias: Option<u16>,
+    },
     PubAck {
         packet_id: u16,
         refused: Option<Reason>,
@@ -187,6 +194,7 @@ pub fn incoming(packet: MqttPacket) -> In {
                 password: c.password,
                 expiry_s: None,
                 will_delay_s: 0,
+                topic_alias_max: 0,
                 will: c
                     .last_will
                     .map(|w| will(w.topic, w.message, w.qos, w.retain)),
@@ -229,6 +237,7 @@ pub fn incoming(packet: MqttPacket) -> In {
                 username: c.username.map(|u| u.to_string()),
                 password: c.password,
                 expiry_s: Some(c.session_expiry_interval_secs),
+                topic_alias_max: c.topic_alias_max,
                 will_delay_s: c
                     .last_will
                     .as_ref()
@@ -283,7 +292,7 @@ fn qos_of(q: u8) -> QoS {
     }
 }
 
-fn wire_publish(p: Publish) -> WirePublish {
+fn wire_publish(p: Publish, topic_alias: Option<u16>) -> WirePublish {
     WirePublish {
         dup: false,
         retain: p.retain,
@@ -291,7 +300,10 @@ fn wire_publish(p: Publish) -> WirePublish {
         topic: ByteString::from(p.topic),
         packet_id: p.packet_id.map(id),
         payload: p.payload,
-        properties: None,
+        properties: topic_alias.map(|alias| v5::PublishProperties {
+            topic_alias: NonZeroU16::new(alias),
+            ..v5::PublishProperties::default()
+        }),
     }
 }
 
@@ -324,7 +336,10 @@ pub fn outgoing(level: Level, out: Out) -> Option<MqttPacket> {
                     Err(Refused::Unavailable) => v3::ConnectAckReason::ServiceUnavailable,
                 },
             }),
-            Out::Publish(p) => v3::Packet::Publish(Box::new(wire_publish(p))),
+            // 3.1.1 has no aliases.
+            Out::Publish { publish, .. } => {
+                v3::Packet::Publish(Box::new(wire_publish(publish, None)))
+            }
             // 3.1.1 has no negative PUBACK: a refused PUBLISH closes the connection instead.
             Out::PubAck { packet_id, .. } => v3::Packet::PublishAck {
                 packet_id: id(packet_id),
@@ -375,7 +390,10 @@ pub fn outgoing(level: Level, out: Out) -> Option<MqttPacket> {
                 shared_subscription_available: false,
                 ..Default::default()
             })),
-            Out::Publish(p) => v5::Packet::Publish(Box::new(wire_publish(p))),
+            Out::Publish {
+                publish,
+                topic_alias,
+            } => v5::Packet::Publish(Box::new(wire_publish(publish, topic_alias))),
             Out::PubAck { packet_id, refused } => v5::Packet::PublishAck(v5::PublishAck {
                 packet_id: id(packet_id),
                 reason_code: ack_reason(refused),

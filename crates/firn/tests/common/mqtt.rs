@@ -181,6 +181,18 @@ pub fn log_records(r: &mut redis::Connection, topic: &str) -> usize {
 /// A 5.0 CONNECT (keep-alive 60 s, Clean Start 0) for `client`, its Session Expiry Interval
 /// `expiry_s`, with a will `(topic, payload, Will Delay Interval in s)` at QoS 1 if given.
 pub fn connect_v5(client: &str, expiry_s: u32, will: Option<(&str, &str, u32)>) -> Vec<u8> {
+    // Session Expiry Interval (0x11).
+    let mut properties = vec![0x11];
+    properties.extend(expiry_s.to_be_bytes());
+    connect_v5_with(client, &properties, will)
+}
+
+/// [`connect_v5`] with the CONNECT's `properties` (their bytes, without their length).
+pub fn connect_v5_with(
+    client: &str,
+    properties: &[u8],
+    will: Option<(&str, &str, u32)>,
+) -> Vec<u8> {
     let string = |s: &str| {
         let mut b = u16::try_from(s.len()).unwrap().to_be_bytes().to_vec();
         b.extend_from_slice(s.as_bytes());
@@ -189,9 +201,8 @@ pub fn connect_v5(client: &str, expiry_s: u32, will: Option<(&str, &str, u32)>) 
     let mut body = string("MQTT");
     // Level 5; flags: the will and its QoS 1, or none.
     body.extend([5, if will.is_some() { 0x0c } else { 0x00 }, 0, 60]);
-    // Properties: Session Expiry Interval (0x11).
-    body.extend([5, 0x11]);
-    body.extend(expiry_s.to_be_bytes());
+    body.push(u8::try_from(properties.len()).expect("short properties"));
+    body.extend(properties);
     body.extend(string(client));
     if let Some((topic, payload, delay_s)) = will {
         // Will properties: Will Delay Interval (0x18).
@@ -220,4 +231,16 @@ pub fn read_packet(stream: &mut std::net::TcpStream) -> (u8, Vec<u8>) {
         }
     }
     (kind, read_n(stream, len))
+}
+
+/// A raw connection to the MQTT listener on `port` that sent `connect`: its CONNACK's
+/// session present flag (the CONNECT accepted).
+pub fn connected_at(port: u16, connect: &[u8]) -> (std::net::TcpStream, bool) {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(connect).unwrap();
+    let (kind, connack) = read_packet(&mut s);
+    assert_eq!(kind, 0x20, "CONNACK");
+    assert_eq!(connack[1], 0, "accepted: {connack:x?}");
+    (s, connack[0] == 1)
 }

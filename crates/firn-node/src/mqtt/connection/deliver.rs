@@ -121,13 +121,18 @@ impl Connection {
             self.inflight.insert(id, None);
         }
         counted("delivered");
-        self.send(Out::Publish(wire::Publish {
+        let (topic, topic_alias) = self.sent_aliases.name(topic);
+        let publish = wire::Publish {
             topic,
             payload,
             qos: q,
             retain,
             packet_id,
-        }))
+        };
+        self.send(Out::Publish {
+            publish,
+            topic_alias,
+        })
         .await?;
         Ok(packet_id)
     }

@@ -26,7 +26,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::codec::Framed;
 
-use super::alias::{AliasInvalid, TopicAliases};
+use super::alias::{AliasInvalid, SentAliases, TopicAliases};
 use super::clients::Clients;
 use super::frame::{Frame, FrameCodec};
 use super::queue::{self, QueueReader};
@@ -119,6 +119,7 @@ pub async fn run(
         qos2_writing: HashSet::new(),
         qos2_received: HashSet::new(),
         aliases: TopicAliases::default(),
+        sent_aliases: SentAliases::new(connect.topic_alias_max),
         acks: Vec::new(),
         acks_due: None,
     };
@@ -253,6 +254,8 @@ struct Connection {
     qos2_received: HashSet<u16>,
     /// The Topic Aliases the client set on this connection (5.0).
     aliases: TopicAliases,
+    /// The Topic Aliases this server set for its deliveries on this connection (5.0).
+    sent_aliases: SentAliases,
     /// Queue entries delivered and acknowledged, not yet acked in the queue, and when they
     /// are (the first's time + `ACK_BATCH_WAIT`).
     acks: Vec<LogSeq>,
