@@ -42,6 +42,7 @@ pub mod services;
 pub mod session;
 pub mod storage_stats;
 pub mod tls;
+pub mod twin;
 pub mod txn;
 pub mod uplink;
 pub mod watch;

@@ -30,6 +30,7 @@ use crate::log::index::Forget;
 use crate::pubsub::Publisher;
 use crate::rpc::ShardPart;
 use crate::services::Services;
+use crate::twin::Twins;
 use crate::watch::Watches;
 
 pub struct Router {
@@ -42,6 +43,7 @@ pub struct Router {
     large: LargeValues,
     admin: Admin,
     functions: Arc<Functions>,
+    twins: Twins,
     cursors: ScanCursors,
 }
 
@@ -84,6 +86,7 @@ impl Router {
                 large: LargeValues::new(kernel.clone(), blobs),
                 admin: Admin::new(kernel.clone()),
                 cursors: ScanCursors::new(kernel.clone()),
+                twins: Twins::new(kernel.clone()),
                 kernel,
                 log,
                 groups,
@@ -150,6 +153,7 @@ impl Router {
             Request::Admin(admin) => ready(self.admin.run(admin).await),
             Request::Group(group) => self.groups.submit(ctx, group).await,
             Request::Function(f) => ready(self.functions.run(ctx, f).await),
+            Request::Twin(t) => ready(self.twins.run(ctx, t).await),
         }
     }
 

@@ -140,6 +140,8 @@ async fn resp_commands_reach_only_the_users_prefixes() {
         vec!["PUBLISH", "sensor/ch", "hi"],
         vec!["DEL", "sensor/2"],
         vec!["FIRN.KEYSPACE", "LIST"],
+        vec!["FIRN.TWIN", "DESIRE", "sensor/d1", r#"{"a":1}"#],
+        vec!["FIRN.TWIN", "GET", "sensor/d1"],
     ] {
         let r = run(&mut alice, &allowed).await;
         assert!(r.is_ok(), "{allowed:?}: {r:?}");
@@ -168,6 +170,11 @@ async fn resp_commands_reach_only_the_users_prefixes() {
             "a snapshot partly outside",
         ),
         (vec!["DBSIZE"], "DBSIZE (every key)"),
+        (vec!["FIRN.TWIN", "GET", "cfg/d1"], "a twin outside"),
+        (
+            vec!["FIRN.TWIN", "REPORT", "cfg/d1", "{}"],
+            "a twin patch outside",
+        ),
         (vec!["FIRN.WATCH", "cfg:mode"], "watch outside"),
         (
             vec!["FIRN.WATCH", "sens", "PREFIX"],

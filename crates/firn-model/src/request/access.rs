@@ -126,6 +126,7 @@ impl Request {
             Request::Group(GroupRequest::Write(w)) => group_write(w),
             Request::Admin(a) => admin(a),
             Request::Function(f) => function(f),
+            Request::Twin(t) => t.access(),
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod function;
 pub mod group;
 pub mod kv;
 pub mod log;
+pub mod twin;
 pub mod txn;
 
 pub use access::{Access, Permission, Scope};
@@ -31,6 +32,7 @@ pub use kv::{
     ExpireIf, Expiry, KeyChange, KeyExpiry, KvRead, KvWrite, SnapshotOf, TxnStep, redis_integer,
 };
 pub use log::{LogQuery, LogRead, LogRequest, LogWrite};
+pub use twin::{TwinName, TwinRequest, TwinSide, TwinState};
 pub use txn::{Compare, CompareOp, CompareTarget, Compared, TxnId, TxnOutcome};
 
 use bytes::Bytes;
@@ -235,6 +237,8 @@ pub enum Request {
     Group(GroupRequest),
     /// Functions next to the data: modules, calls, triggers and timers.
     Function(FunctionRequest),
+    /// Device twins: a desired and a reported JSON document, and their delta.
+    Twin(TwinRequest),
 }
 
 /// A request of the key-value subsystem: a read, or a write that goes through the log.
@@ -286,6 +290,12 @@ impl From<FunctionRequest> for Request {
     }
 }
 
+impl From<TwinRequest> for Request {
+    fn from(t: TwinRequest) -> Self {
+        Request::Twin(t)
+    }
+}
+
 impl From<AdminRequest> for Request {
     fn from(a: AdminRequest) -> Self {
         Request::Admin(a)
@@ -298,6 +308,7 @@ impl Request {
     pub fn is_write(&self) -> bool {
         match self {
             Request::Function(f) => f.is_write(),
+            Request::Twin(t) => t.is_write(),
             _ => !matches!(
                 self,
                 Request::Kv(KvRequest::Read(_))
@@ -364,6 +375,7 @@ impl Request {
             Request::Group(GroupRequest::Read(r)) => r.name(),
             Request::Group(GroupRequest::Write(w)) => w.name(),
             Request::Function(f) => f.name(),
+            Request::Twin(t) => t.name(),
         }
     }
 }
@@ -598,6 +610,8 @@ pub enum Response {
     LeaseKeys(Vec<(Key, crate::Version)>),
     /// A keyspace's event-time watermark (`FIRN.WATERMARK`), or one shard's part of it.
     Watermark(crate::WatermarkInfo),
+    /// A device twin's two documents at one time, and their delta (`FIRN.TWIN GET`).
+    Twin(Box<TwinState>),
 }
 
 /// One shard's part of a log read: its records of the tag in the query's range and what it

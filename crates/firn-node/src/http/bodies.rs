@@ -9,11 +9,12 @@ use super::admin::KeyspaceBody;
 use super::functions::{CallBody, ReplayBody, TimerBody, TriggerBody};
 use super::kv::TruncateBody;
 use super::log::AppendBody;
+use super::twin::TwinPatchBody;
 use super::txn::TxnBody;
 use super::watermark::{AdvanceBody, PolicyBody};
 
 /// The routes that take a JSON body, by the name the corpus files are kept under.
-pub const ROUTES: [&str; 10] = [
+pub const ROUTES: [&str; 11] = [
     "txn",
     "log_append",
     "trigger",
@@ -24,6 +25,7 @@ pub const ROUTES: [&str; 10] = [
     "watermark_policy",
     "keyspace",
     "truncate",
+    "twin_patch",
 ];
 
 /// Reads `body` as the route `ROUTES[route]` reads its body: `Err` with the error the
@@ -48,7 +50,12 @@ pub fn read(route: usize, body: &[u8]) -> Result<(), String> {
         6 => checked(json::<AdvanceBody>(body)?.to_us().map(drop)),
         7 => checked(json::<PolicyBody>(body)?.into_policy().map(drop)),
         8 => checked(json::<KeyspaceBody>(body)?.into_def().map(drop)),
-        _ => checked(json::<TruncateBody>(body)?.into_write().map(drop)),
+        9 => checked(json::<TruncateBody>(body)?.into_write().map(drop)),
+        _ => checked(
+            json::<TwinPatchBody>(body)?
+                .into_request("devices/d1".into())
+                .map(drop),
+        ),
     }
 }
 
@@ -59,7 +66,7 @@ mod tests {
     /// Each route's reader is the one named: a body one route takes, another refuses.
     #[test]
     fn each_route_reads_its_own_body() {
-        let bodies: [&[u8]; 10] = [
+        let bodies: [&[u8]; 11] = [
             br#"{"then":[{"op":"put","key":"a","value":"1"}]}"#,
             br#"{"records":[{"tags":["t"],"value":"v"}]}"#,
             br#"{"name":"t","prefix":"in/","function":"f"}"#,
@@ -70,6 +77,7 @@ mod tests {
             br#"{"prefix":"p/","lateness":"5s","late":"refuse"}"#,
             br#"{"prefix":"p/","mode":"versioned","ttl":"90s"}"#,
             br#"{"key":"a","before_version":3}"#,
+            br#"{"desired":{"temp":21}}"#,
         ];
         for (route, body) in bodies.iter().enumerate() {
             assert_eq!(read(route, body), Ok(()), "{}", ROUTES[route]);

@@ -20,6 +20,7 @@ pub mod params;
 mod query;
 mod service;
 #[doc(hidden)]
+mod twin;
 pub mod txn;
 mod ui;
 mod watch;
@@ -106,6 +107,7 @@ pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> 
             "/v1/keyspaces/{*prefix}",
             axum::routing::delete(drop_keyspace),
         )
+        .route("/v1/twins/{*name}", get(twin::get).patch(twin::patch))
         .route("/v1/watermark", get(watermark::get))
         .route("/v1/watermark/advance", post(watermark::advance))
         .route(

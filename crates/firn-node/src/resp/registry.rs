@@ -83,6 +83,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     firn_watch::FIRN_UNWATCH,
     firn_keyspace::FIRN_KEYSPACE,
     firn_watermark::FIRN_WATERMARK,
+    firn_twin::FIRN_TWIN,
     firn_local::FIRN_LOCAL,
     firn_log::FIRN_LOG,
     firn_logs::FIRN_LOGS,

@@ -27,6 +27,7 @@ pub mod firn_snapshot;
 pub mod firn_timer;
 pub mod firn_trigger;
 pub mod firn_truncate;
+pub mod firn_twin;
 pub mod firn_txn;
 pub mod firn_watch;
 pub mod firn_watermark;
