@@ -136,6 +136,24 @@ impl Connection {
         Ok(())
     }
 
+    /// The connection ended: a persistent session's expiry counts from now; one of 0 (a
+    /// DISCONNECT's) ends with it.
+    // (`&mut self`: the connection is `Send` but not `Sync`.)
+    pub(super) async fn session_ended(&mut self) {
+        let Some(p) = &self.persistent else {
+            return;
+        };
+        let ended = match p.record.expiry_s {
+            0 => session::drop_session(&self.router, &p.client).await,
+            s => session::renew(&self.router, &p.client, s).await,
+        };
+        match ended {
+            Ok(()) if p.record.expiry_s == 0 => self.sessions.set(&p.client, None),
+            Ok(()) => {}
+            Err(e) => tracing::debug!(client = p.client, "an MQTT session's expiry: {e}"),
+        }
+    }
+
     /// Moves a connected persistent session's expiry along (in the background: a failed
     /// renewal is tried again at the next).
     pub(super) fn renew(&mut self) {

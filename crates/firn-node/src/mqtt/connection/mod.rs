@@ -31,7 +31,7 @@ use super::clients::Clients;
 use super::frame::{Frame, FrameCodec};
 use super::queue::{self, QueueReader};
 use super::registry::Registry;
-use super::session::{self, SessionRecord};
+use super::session::SessionRecord;
 use super::takeover::take_over_elsewhere;
 use super::wills::{DelayedWills, Reconnect};
 use super::wire::{self, Closing, In, Level, Out};
@@ -141,11 +141,14 @@ pub async fn run(
         .clone()
         .unwrap_or_else(|| connect.client_id.clone());
     // A connection with this client id is closed first (MQTT's takeover), here and on
-    // every other node, all at once (at most `REMOTE_TAKEOVER_WAIT`).
-    let (mut held, ()) = tokio::join!(
-        clients.hold(&client),
-        take_over_elsewhere(&router, &client, connect.clean)
-    );
+    // every other node, all at once (at most `REMOTE_TAKEOVER_WAIT`). An id this node just
+    // made up is nowhere else.
+    let elsewhere = async {
+        if assigned.is_none() {
+            take_over_elsewhere(&router, &client, connect.clean).await;
+        }
+    };
+    let (mut held, ()) = tokio::join!(clients.hold(&client), elsewhere);
     let session_present = match conn.resume(&connect, &client).await {
         Ok(present) => present,
         Err(refused) => {
@@ -195,19 +198,7 @@ pub async fn run(
         conn.leave_will(will, &client, connect.will_delay_s, &wills, stop.clone())
             .await;
     }
-    // A session's expiry counts from its connection's end; one of 0 (a DISCONNECT's) ends
-    // with it.
-    if let Some(p) = &conn.persistent {
-        let ended = match p.record.expiry_s {
-            0 => session::drop_session(&router, &p.client).await,
-            s => session::renew(&router, &p.client, s).await,
-        };
-        match ended {
-            Ok(()) if p.record.expiry_s == 0 => conn.sessions.set(&p.client, None),
-            Ok(()) => {}
-            Err(e) => tracing::debug!(client = p.client, "an MQTT session's expiry: {e}"),
-        }
-    }
+    conn.session_ended().await;
 }
 
 /// A persistent session, while its client is connected.
