@@ -7,6 +7,7 @@ use serde::de::DeserializeOwned;
 
 use super::admin::KeyspaceBody;
 use super::functions::{CallBody, ReplayBody, TimerBody, TriggerBody};
+use super::groups::{AckBody, AutoClaimBody, ClaimBody, CreateBody, ReadBody};
 use super::kv::TruncateBody;
 use super::log::AppendBody;
 use super::twin::TwinPatchBody;
@@ -14,7 +15,7 @@ use super::txn::TxnBody;
 use super::watermark::{AdvanceBody, PolicyBody};
 
 /// The routes that take a JSON body, by the name the corpus files are kept under.
-pub const ROUTES: [&str; 11] = [
+pub const ROUTES: [&str; 16] = [
     "txn",
     "log_append",
     "trigger",
@@ -26,6 +27,11 @@ pub const ROUTES: [&str; 11] = [
     "keyspace",
     "truncate",
     "twin_patch",
+    "group_create",
+    "group_read",
+    "group_ack",
+    "group_claim",
+    "group_autoclaim",
 ];
 
 /// Reads `body` as the route `ROUTES[route]` reads its body: `Err` with the error the
@@ -51,11 +57,16 @@ pub fn read(route: usize, body: &[u8]) -> Result<(), String> {
         7 => checked(json::<PolicyBody>(body)?.into_policy().map(drop)),
         8 => checked(json::<KeyspaceBody>(body)?.into_def().map(drop)),
         9 => checked(json::<TruncateBody>(body)?.into_write().map(drop)),
-        _ => checked(
+        10 => checked(
             json::<TwinPatchBody>(body)?
                 .into_request("devices/d1".into())
                 .map(drop),
         ),
+        11 => checked(json::<CreateBody>(body)?.into_change().map(drop)),
+        12 => checked(json::<ReadBody>(body)?.checked().map(drop)),
+        13 => checked(json::<AckBody>(body)?.into_change().map(drop)),
+        14 => checked(json::<ClaimBody>(body)?.into_change().map(drop)),
+        _ => checked(json::<AutoClaimBody>(body)?.into_change().map(drop)),
     }
 }
 
@@ -66,7 +77,7 @@ mod tests {
     /// Each route's reader is the one named: a body one route takes, another refuses.
     #[test]
     fn each_route_reads_its_own_body() {
-        let bodies: [&[u8]; 11] = [
+        let bodies: [&[u8]; 16] = [
             br#"{"then":[{"op":"put","key":"a","value":"1"}]}"#,
             br#"{"records":[{"tags":["t"],"value":"v"}]}"#,
             br#"{"name":"t","prefix":"in/","function":"f"}"#,
@@ -78,6 +89,11 @@ mod tests {
             br#"{"prefix":"p/","mode":"versioned","ttl":"90s"}"#,
             br#"{"key":"a","before_version":3}"#,
             br#"{"desired":{"temp":21}}"#,
+            br#"{"group":"g","start":"0","policy":"hrw","key_field":"dev"}"#,
+            br#"{"consumer":"c","count":10}"#,
+            br#"{"ids":["1-1"]}"#,
+            br#"{"consumer":"c","min_idle_ms":0,"ids":["1-1"]}"#,
+            br#"{"consumer":"c","min_idle_ms":100,"start":"0"}"#,
         ];
         for (route, body) in bodies.iter().enumerate() {
             assert_eq!(read(route, body), Ok(()), "{}", ROUTES[route]);

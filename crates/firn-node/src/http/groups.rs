@@ -78,6 +78,21 @@ pub(super) struct CreateBody {
 }
 
 impl CreateBody {
+    /// The group the body names and the change that creates it, or what is wrong with them.
+    pub(super) fn into_change(self) -> Result<(Bytes, GroupChange), FirnError> {
+        let start = match self.start.as_deref().unwrap_or("$") {
+            "$" => GroupStart::Last,
+            id => GroupStart::Id(seq_of("start", id)?),
+        };
+        let change = GroupChange::Create {
+            entries_read: None,
+            start,
+            mkstream: self.mkstream,
+            options: self.options()?,
+        };
+        Ok((name_of("group", self.group)?, change))
+    }
+
     /// The body's options as the model's, or what is wrong with them.
     fn options(&self) -> Result<GroupOptions, FirnError> {
         let bad = |m: &str| Err(FirnError::BadArgument(m.into()));
@@ -125,19 +140,10 @@ pub(super) async fn create(
     Path(key): Path<String>,
     Body(body): Body<CreateBody>,
 ) -> ApiResult<(StatusCode, axum::Json<Json>)> {
-    let start = match body.start.as_deref().unwrap_or("$") {
-        "$" => GroupStart::Last,
-        id => GroupStart::Id(seq_of("start", id)?),
-    };
-    let change = GroupChange::Create {
-        entries_read: None,
-        start,
-        mkstream: body.mkstream,
-        options: body.options()?,
-    };
+    let (group, change) = body.into_change()?;
     let at = GroupAt {
         key: key_of(key)?,
-        group: name_of("group", body.group)?,
+        group,
     };
     match at.change(&router, &session, change).await? {
         Response::Done => Ok((StatusCode::CREATED, axum::Json(json!({ "created": true })))),
@@ -259,6 +265,31 @@ pub(super) struct ReadBody {
     id: Option<String>,
 }
 
+/// What a read's body asks for, checked.
+pub(super) struct ReadAsked {
+    consumer: Bytes,
+    /// `None`: `>`, new entries.
+    id: Option<LogSeq>,
+    count: usize,
+    noack: bool,
+    block_ms: Option<u64>,
+}
+
+impl ReadBody {
+    pub(super) fn checked(self) -> Result<ReadAsked, FirnError> {
+        Ok(ReadAsked {
+            id: match self.id.as_deref().unwrap_or(">") {
+                ">" => None,
+                id => Some(seq_of("id", id)?),
+            },
+            consumer: name_of("consumer", self.consumer)?,
+            count: page_count(self.count)?,
+            noack: self.noack,
+            block_ms: check_block_ms(self.block_ms)?,
+        })
+    }
+}
+
 /// `POST /v1/streams/{key}/groups/{group}/read`: XREADGROUP of one stream; `id` `>` (the
 /// default) for new entries, or an id for the consumer's own pending entries after it.
 pub(super) async fn read_group(
@@ -267,23 +298,20 @@ pub(super) async fn read_group(
     at: GroupAt,
     Body(body): Body<ReadBody>,
 ) -> ApiResult<axum::Json<Json>> {
-    let id = match body.id.as_deref().unwrap_or(">") {
-        ">" => None,
-        id => Some(seq_of("id", id)?),
-    };
+    let asked = body.checked()?;
     let read = GroupReadOf {
         key: at.key,
         group: at.group,
-        consumer: name_of("consumer", body.consumer)?,
+        consumer: asked.consumer,
     };
     let entries = read
         .entries(
             &router,
             &session,
-            id,
-            page_count(body.count)?,
-            body.noack,
-            check_block_ms(body.block_ms)?,
+            asked.id,
+            asked.count,
+            asked.noack,
+            asked.block_ms,
         )
         .await?;
     Ok(axum::Json(entries_json(&entries)))
@@ -295,6 +323,14 @@ pub(super) struct AckBody {
     ids: Vec<String>,
 }
 
+impl AckBody {
+    pub(super) fn into_change(self) -> Result<GroupChange, FirnError> {
+        Ok(GroupChange::Ack {
+            ids: ids_of(&self.ids)?,
+        })
+    }
+}
+
 /// `POST /v1/streams/{key}/groups/{group}/ack`: XACK; `{"acked": n}`, the ids that were
 /// pending.
 pub(super) async fn ack(
@@ -303,11 +339,7 @@ pub(super) async fn ack(
     at: GroupAt,
     Body(body): Body<AckBody>,
 ) -> ApiResult<axum::Json<Json>> {
-    let ids = ids_of(&body.ids)?;
-    match at
-        .change(&router, &session, GroupChange::Ack { ids })
-        .await?
-    {
+    match at.change(&router, &session, body.into_change()?).await? {
         Response::Count(n) => Ok(axum::Json(json!({ "acked": n }))),
         other => Err(unexpected(other)),
     }
@@ -321,6 +353,17 @@ pub(super) struct ClaimBody {
     ids: Vec<String>,
 }
 
+impl ClaimBody {
+    pub(super) fn into_change(self) -> Result<GroupChange, FirnError> {
+        Ok(GroupChange::Claim {
+            consumer: name_of("consumer", self.consumer)?,
+            min_idle_ms: self.min_idle_ms,
+            ids: ids_of(&self.ids)?,
+            options: ClaimOptions::default(),
+        })
+    }
+}
+
 /// `POST /v1/streams/{key}/groups/{group}/claim`: XCLAIM without options; the entries
 /// claimed.
 pub(super) async fn claim(
@@ -329,13 +372,7 @@ pub(super) async fn claim(
     at: GroupAt,
     Body(body): Body<ClaimBody>,
 ) -> ApiResult<axum::Json<Json>> {
-    let change = GroupChange::Claim {
-        consumer: name_of("consumer", body.consumer)?,
-        min_idle_ms: body.min_idle_ms,
-        ids: ids_of(&body.ids)?,
-        options: ClaimOptions::default(),
-    };
-    match at.change(&router, &session, change).await? {
+    match at.change(&router, &session, body.into_change()?).await? {
         Response::GroupEntries { entries, .. } => Ok(axum::Json(entries_json(&entries))),
         other => Err(unexpected(other)),
     }
@@ -350,6 +387,21 @@ pub(super) struct AutoClaimBody {
     count: Option<u64>,
 }
 
+impl AutoClaimBody {
+    pub(super) fn into_change(self) -> Result<GroupChange, FirnError> {
+        Ok(GroupChange::AutoClaim {
+            consumer: name_of("consumer", self.consumer)?,
+            min_idle_ms: self.min_idle_ms,
+            start: match self.start.as_deref() {
+                None | Some("-") | Some("0") => LogSeq::ZERO,
+                Some(id) => seq_of("start", id)?,
+            },
+            count: page_count(self.count)?,
+            just_id: false,
+        })
+    }
+}
+
 /// `POST /v1/streams/{key}/groups/{group}/autoclaim`: XAUTOCLAIM; `{next, entries,
 /// deleted}` (`next` `0-0`: the scan is done).
 pub(super) async fn autoclaim(
@@ -358,17 +410,7 @@ pub(super) async fn autoclaim(
     at: GroupAt,
     Body(body): Body<AutoClaimBody>,
 ) -> ApiResult<axum::Json<Json>> {
-    let change = GroupChange::AutoClaim {
-        consumer: name_of("consumer", body.consumer)?,
-        min_idle_ms: body.min_idle_ms,
-        start: match body.start.as_deref() {
-            None | Some("-") | Some("0") => LogSeq::ZERO,
-            Some(id) => seq_of("start", id)?,
-        },
-        count: page_count(body.count)?,
-        just_id: false,
-    };
-    match at.change(&router, &session, change).await? {
+    match at.change(&router, &session, body.into_change()?).await? {
         Response::AutoClaimed {
             next,
             entries,
