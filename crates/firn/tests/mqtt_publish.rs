@@ -286,6 +286,68 @@ fn mqtt_clients_sign_in_as_users_and_act_within_their_permissions() {
     let said = String::from_utf8_lossy(&bob.stdout).to_lowercase()
         + &String::from_utf8_lossy(&bob.stderr).to_lowercase();
     assert!(said.contains("not authori"), "{said}");
+
+    // Nor may he, with its client id, close her connection or, starting clean, drop her
+    // session: he is refused before anything of hers is touched.
+    let alice_args = [
+        "-u",
+        "alice",
+        "-P",
+        "wonderland",
+        "-c",
+        "-i",
+        "shared",
+        "-q",
+        "1",
+    ];
+    let alice_live = Sub::start(&node, &[&alice_args[..], &["-t", "sensors/#"]].concat());
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            run(as_user(
+                "alice",
+                "wonderland",
+                &["-t", "sensors/probe", "-m", "p", "-q", "1"],
+            ));
+            alice_live
+                .lines
+                .recv_timeout(Duration::from_millis(300))
+                .is_ok()
+        }),
+        "alice's subscriber never got a probe"
+    );
+    let (ok, said) = run(as_user(
+        "bob",
+        "builder",
+        &["-i", "shared", "-t", "sensors/2", "-m", "clean", "-q", "1"],
+    ));
+    assert!(!ok && said.to_lowercase().contains("not authori"), "{said}");
+    while alice_live.lines.try_recv().is_ok() {}
+    let (ok, said) = run(as_user(
+        "alice",
+        "wonderland",
+        &["-t", "sensors/3", "-m", "still here", "-q", "1"],
+    ));
+    assert!(ok, "{said}");
+    assert_eq!(alice_live.next(), "sensors/3 still here");
+    drop(alice_live);
+    let (ok, said) = run(as_user(
+        "alice",
+        "wonderland",
+        &["-t", "sensors/4", "-m", "while away", "-q", "1"],
+    ));
+    assert!(ok, "{said}");
+    // Back, she gets what was queued for her (and the retained messages again).
+    let back = Sub::start(&node, &[&alice_args[..], &["-t", "sensors/#"]].concat());
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            back.lines
+                .recv_timeout(Duration::from_millis(200))
+                .ok()
+                .as_deref()
+                == Some("sensors/4 while away")
+        }),
+        "her session was not kept"
+    );
 }
 
 #[test]

@@ -42,6 +42,24 @@ impl Connection {
         .await
     }
 
+    /// On a node with users, refuses a client id whose persistent session belongs to another
+    /// user (`Not authorized`), whatever the CONNECT asks: taking it over would close that
+    /// user's connections and end the wait of its will, and a clean start would drop its
+    /// session. Without users there are no owners.
+    pub(super) async fn check_owner(&mut self, client: &str) -> Result<(), Refused> {
+        if self.router.kernel().users().is_none() {
+            return Ok(());
+        }
+        let existing = session::load(&self.router, client)
+            .await
+            .map_err(|_| Refused::Unavailable)?;
+        let user = self.session.principal().user_name();
+        match existing {
+            Some(record) if record.user.as_deref() != user => Err(Refused::NotAuthorized),
+            _ => Ok(()),
+        }
+    }
+
     /// Takes up `client`'s persistent session (true: it had one) or makes one, if the
     /// CONNECT asks for a session that outlives it; a clean one drops any it had.
     pub(super) async fn resume(

@@ -140,6 +140,13 @@ pub async fn run(
     let client = assigned
         .clone()
         .unwrap_or_else(|| connect.client_id.clone());
+    // A client id whose session is another user's is refused before anything of that
+    // client's is touched: its connections, its will, its session.
+    if let Err(refused) = conn.check_owner(&client).await {
+        counted("refused");
+        let _ = conn.refuse_connect(refused).await;
+        return;
+    }
     // A connection with this client id is closed first (MQTT's takeover), here and on
     // every other node, all at once (at most `REMOTE_TAKEOVER_WAIT`). An id this node just
     // made up is nowhere else.
