@@ -10,6 +10,8 @@ mod open_files;
 mod unix_group;
 
 pub use args::ServeArgs;
+#[cfg(test)]
+pub(crate) use args::test_cli;
 use node_config::{node_config, print_config};
 
 /// What a node logs unless `RUST_LOG` says otherwise (and then openraft's warnings are

@@ -1,34 +1,14 @@
-use std::ffi::OsString;
 use std::io::Write as _;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::CommandFactory;
 
 use super::*;
-use crate::serve::ServeArgs;
-
-#[derive(Parser)]
-struct Cli {
-    #[command(subcommand)]
-    command: Cmd,
-}
-
-#[derive(Subcommand)]
-enum Cmd {
-    Serve(ServeArgs),
-}
+use crate::serve::test_cli::{Cli, argv};
 
 fn config_file(text: &str) -> tempfile::NamedTempFile {
     let mut file = tempfile::NamedTempFile::new().unwrap();
     file.write_all(text.as_bytes()).unwrap();
     file
-}
-
-fn argv(args: &[&str]) -> Vec<OsString> {
-    ["firn", "serve"]
-        .iter()
-        .chain(args)
-        .map(OsString::from)
-        .collect()
 }
 
 /// The settings `firn serve ARGS` resolves to, or the file's error message.

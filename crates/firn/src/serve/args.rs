@@ -255,3 +255,46 @@ fn advertise_host(given: &str) -> Result<String, String> {
         ))
     }
 }
+
+/// `firn serve ARGS` as the tests parse it: a command line with `serve` alone.
+#[cfg(test)]
+pub(crate) mod test_cli {
+    use std::ffi::OsString;
+
+    use clap::{Parser, Subcommand};
+
+    use super::ServeArgs;
+
+    #[derive(Parser)]
+    pub(crate) struct Cli {
+        #[command(subcommand)]
+        pub(crate) command: Cmd,
+    }
+
+    #[derive(Subcommand)]
+    pub(crate) enum Cmd {
+        Serve(ServeArgs),
+    }
+
+    /// The command line `firn serve ARGS`.
+    pub(crate) fn argv(args: &[&str]) -> Vec<OsString> {
+        ["firn", "serve"]
+            .iter()
+            .chain(args)
+            .map(OsString::from)
+            .collect()
+    }
+
+    /// `firn serve ARGS` parsed, as a config file and the environment would leave it.
+    pub(crate) fn serve_args(args: &[&str]) -> ServeArgs {
+        match crate::config::parse_from::<Cli>(&argv(args)) {
+            Ok((
+                Cli {
+                    command: Cmd::Serve(args),
+                },
+                _,
+            )) => args,
+            Err(_) => panic!("firn serve {args:?} is refused"),
+        }
+    }
+}

@@ -135,39 +135,10 @@ pub(super) fn print_config(mut settings: Vec<Setting>, node_id: u64, host: Optio
 
 #[cfg(test)]
 mod tests {
-    use std::ffi::OsString;
-
-    use clap::{CommandFactory, Parser, Subcommand};
+    use clap::CommandFactory;
 
     use super::*;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(subcommand)]
-        command: Cmd,
-    }
-
-    #[derive(Subcommand)]
-    enum Cmd {
-        Serve(ServeArgs),
-    }
-
-    fn serve_args(args: &[&str]) -> ServeArgs {
-        let argv: Vec<OsString> = ["firn", "serve"]
-            .iter()
-            .chain(args)
-            .map(OsString::from)
-            .collect();
-        match crate::config::parse_from::<Cli>(&argv) {
-            Ok((
-                Cli {
-                    command: Cmd::Serve(args),
-                },
-                _,
-            )) => args,
-            Err(_) => panic!("firn serve {args:?} is refused"),
-        }
-    }
+    use crate::serve::test_cli::{Cli, serve_args};
 
     #[test]
     fn the_flags_defaults_are_the_node_configs_defaults() {
