@@ -44,7 +44,7 @@ from .errors import (
 )
 from .groups import Streams
 from .log import Log
-from .models import FileVersion, Keyspace, Snapshot, SnapshotPage, TxnResult, Version, Watermark, WriteResult
+from .models import FileVersion, Keyspace, Snapshot, SnapshotPage, Twin, TxnResult, Version, Watermark, WriteResult
 from .stamps import CommitTs, TimeLike, time_arg
 from .watch import Watch
 
@@ -677,6 +677,53 @@ class Client:
         stamps = [v.commit_ts for v in versions if v is not None]
         if stamps:
             self._session.seen_over_resp(max(stamps))
+
+    # -- device twins -----------------------------------------------------------------
+
+    def twin(self, name: KeyLike, *, at: Optional[TimeLike] = None) -> Twin:
+        """Device twin ``name``: the JSON objects at ``name/desired`` and ``name/reported``
+        read in one snapshot — at ``at``, or at the time of the call (every write
+        acknowledged before it included) — and their delta (``FIRN.TWIN GET``)."""
+        args: List[Any] = ["FIRN.TWIN", "GET", key_bytes(name, "twin name")]
+        if at is not None:
+            args += ["ASOF", time_arg(at, "at")]
+        m = parse_map(self._session.call(*args))
+        n = key_bytes(name, "twin name")
+        desired = version_from(n + b"/desired", m[b"desired"])
+        reported = version_from(n + b"/reported", m[b"reported"])
+        self._observe_versions([desired, reported])
+
+        def document(v: Optional[Version]) -> Dict[str, Any]:
+            return {} if v is None or v.value is None else json.loads(v.value)
+
+        return Twin(
+            at=CommitTs.parse(m[b"at"]),
+            desired=document(desired),
+            reported=document(reported),
+            delta=json.loads(m[b"delta"]),
+            desired_version=desired,
+            reported_version=reported,
+        )
+
+    def twin_desire(self, name: KeyLike, patch: Mapping[str, Any]) -> WriteResult:
+        """Merges ``patch`` (a JSON merge patch: members set, ``None`` removes one) into the
+        twin's desired document, over its newest version."""
+        return self._twin_patch("DESIRE", name, "desired", patch)
+
+    def twin_report(self, name: KeyLike, patch: Mapping[str, Any]) -> WriteResult:
+        """Merges ``patch`` into the twin's reported document (what the device says)."""
+        return self._twin_patch("REPORT", name, "reported", patch)
+
+    def _twin_patch(self, verb: str, name: KeyLike, side: str, patch: Mapping[str, Any]) -> WriteResult:
+        if not isinstance(patch, Mapping):
+            raise TypeError(f"a twin patch is a mapping (a JSON object), not {type(patch).__name__}")
+        n = key_bytes(name, "twin name")
+        # Not under an idempotency key: a merge patch applied again leaves the document as
+        # it was (a version more).
+        version, stamp = self._session.call("FIRN.TWIN", verb, n, json.dumps(patch, separators=(",", ":")))
+        ts = CommitTs.parse(stamp)
+        self._session.seen_over_resp(ts)
+        return WriteResult(n + b"/" + side.encode(), int(version), ts)
 
     # -- watch ------------------------------------------------------------------------
 

@@ -237,6 +237,21 @@ class Keyspace:
 
 
 @dataclass(frozen=True)
+class Twin:
+    """A device twin as one read saw it (``FIRN.TWIN GET``): the documents at
+    ``name/desired`` and ``name/reported`` at time ``at``, each with its version (``None``:
+    the key has none), and ``delta`` — every member of ``desired`` that ``reported`` lacks
+    or holds another value for (``{}``: the device has caught up)."""
+
+    at: CommitTs
+    desired: Dict[str, Any]
+    reported: Dict[str, Any]
+    delta: Dict[str, Any]
+    desired_version: Optional[Version]
+    reported_version: Optional[Version]
+
+
+@dataclass(frozen=True)
 class Watermark:
     """A keyspace's event-time watermark (``FIRN.WATERMARK``): every write with an event
     time at or below ``watermark`` (µs since the epoch; ``None``: none yet) has arrived.
