@@ -9,32 +9,15 @@ use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use common::mqtt::{
-    Node, Sub, connect_v5, connected_at, publish, publish_lines, read_n, redis, start,
+    Restartable, Sub, connect_v5, connected_at, publish, publish_lines, read_n, redis, start,
     subscribed_at,
 };
-use common::{Cluster, FirnProcess, free_ports, wait_until};
+use common::{Cluster, free_ports, wait_until};
 
 #[test]
 fn a_persistent_subscriber_gets_what_it_missed_even_across_a_node_kill() {
-    let dir = tempfile::tempdir().unwrap();
-    let ports = free_ports(4);
-    let addr = |i: usize| format!("127.0.0.1:{}", ports[i]);
-    let args = [
-        "--resp-addr".to_owned(),
-        addr(0),
-        "--http-addr".to_owned(),
-        addr(1),
-        "--peer-addr".to_owned(),
-        addr(2),
-        "--mqtt-addr".to_owned(),
-        addr(3),
-    ];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let start = || Node {
-        process: FirnProcess::start_with(dir.path(), &args),
-        mqtt_port: ports[3],
-        _dir: tempfile::tempdir().unwrap(),
-    };
+    let restartable = Restartable::new();
+    let start = || restartable.start();
     let node = start();
     // A QoS 1 subscriber with a session that outlives its connection (`-c`: clean
     // session 0), known once a probe reaches it.

@@ -6,6 +6,7 @@
 mod alias;
 mod clients;
 mod connection;
+mod exactly_once;
 mod frame;
 mod queue;
 mod registry;

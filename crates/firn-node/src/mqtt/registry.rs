@@ -163,6 +163,7 @@ mod tests {
             user: None,
             filters: filters.iter().map(|f| (f.to_string(), 1)).collect(),
             expiry_s: 60,
+            epoch: 0,
         };
         registry.set("a", Some(&record(&["plant/+/temp"])));
         registry.set("b", Some(&record(&["plant/#", "other"])));

@@ -32,6 +32,10 @@ pub struct SessionRecord {
     pub filters: Vec<(String, u8)>,
     /// How long it outlives a connection, in seconds.
     pub expiry_s: u64,
+    /// Made new by a clean start: its QoS 2 PUBLISHes are written under idempotency keys
+    /// that name it (see `exactly_once.rs`).
+    #[serde(default)]
+    pub epoch: u64,
 }
 
 impl SessionRecord {
@@ -162,6 +166,7 @@ mod tests {
             user: Some("alice".into()),
             filters: vec![("a/+/c".into(), 1)],
             expiry_s: 60,
+            epoch: 7,
         };
         assert_eq!(SessionRecord::decode(&record.encode()), Some(record));
         assert_eq!(SessionRecord::decode(b"not json"), None);

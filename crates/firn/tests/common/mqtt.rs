@@ -28,6 +28,42 @@ pub fn start() -> Node {
     }
 }
 
+/// A node's data directory and ports, to start it on (again, after a kill).
+pub struct Restartable {
+    dir: tempfile::TempDir,
+    ports: Vec<u16>,
+}
+
+impl Restartable {
+    pub fn new() -> Restartable {
+        Restartable {
+            dir: tempfile::tempdir().unwrap(),
+            ports: free_ports(4),
+        }
+    }
+
+    /// The node, started on the directory and ports (RESP, HTTP, peers, MQTT).
+    pub fn start(&self) -> Node {
+        let addr = |i: usize| format!("127.0.0.1:{}", self.ports[i]);
+        let args = [
+            "--resp-addr".to_owned(),
+            addr(0),
+            "--http-addr".to_owned(),
+            addr(1),
+            "--peer-addr".to_owned(),
+            addr(2),
+            "--mqtt-addr".to_owned(),
+            addr(3),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Node {
+            process: FirnProcess::start_with(self.dir.path(), &args),
+            mqtt_port: self.ports[3],
+            _dir: tempfile::tempdir().unwrap(),
+        }
+    }
+}
+
 /// A Redis connection to `node`.
 pub fn redis(node: &Node) -> redis::Connection {
     let client = redis::Client::open(format!("redis://{}/", node.process.resp_addr())).unwrap();

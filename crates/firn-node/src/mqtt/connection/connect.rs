@@ -7,6 +7,7 @@ use tokio::time::Instant;
 use super::{Connection, Persistent};
 use crate::auth::Principal;
 use crate::mqtt::counted;
+use crate::mqtt::exactly_once::{self, Qos2Ids};
 use crate::mqtt::queue::{self, QueueReader};
 use crate::mqtt::session::{self, SESSION_EXPIRY_S_MAX, SessionRecord};
 use crate::mqtt::wire::{self, Out, Refused};
@@ -99,10 +100,18 @@ impl Connection {
             return Err(Refused::Unavailable);
         }
         let present = existing.is_some();
-        let record = SessionRecord {
-            user,
-            expiry_s,
-            filters: existing.map(|r| r.filters).unwrap_or_default(),
+        let record = match existing {
+            Some(existing) => SessionRecord {
+                user,
+                expiry_s,
+                ..existing
+            },
+            None => SessionRecord {
+                user,
+                expiry_s,
+                filters: Vec::new(),
+                epoch: exactly_once::new_epoch(),
+            },
         };
         queue::make(&router, client)
             .await
@@ -117,6 +126,7 @@ impl Connection {
         let reader = QueueReader::start(router, client).map_err(|_| Refused::IdentifierRejected)?;
         let persistent = Persistent {
             client: client.to_owned(),
+            qos2: Qos2Ids::new(client, record.epoch),
             record,
             reader,
             renew_at: Instant::now(),

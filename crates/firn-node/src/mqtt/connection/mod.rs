@@ -28,6 +28,7 @@ use tokio_util::codec::Framed;
 
 use super::alias::{AliasInvalid, SentAliases, TopicAliases};
 use super::clients::Clients;
+use super::exactly_once::Qos2Ids;
 use super::frame::{Frame, FrameCodec};
 use super::queue::{self, QueueReader};
 use super::registry::Registry;
@@ -215,6 +216,8 @@ struct Persistent {
     reader: QueueReader,
     /// When its expiry is next moved along.
     renew_at: Instant,
+    /// Its QoS 2 packet ids, written once across its connections.
+    qos2: Qos2Ids,
 }
 
 impl Persistent {
@@ -363,7 +366,16 @@ impl Connection {
                 }
             }
             In::PubRel(packet_id) => {
-                let known = self.qos2_received.remove(&packet_id);
+                let mut known = self.qos2_received.remove(&packet_id);
+                // A persistent session's id may have been received on an earlier
+                // connection: its counter moves on whatever this one saw.
+                if let Some(p) = self.persistent.as_mut() {
+                    p.qos2
+                        .release(&self.router, packet_id)
+                        .await
+                        .map_err(|e| format!("releasing QoS 2 packet id {packet_id}: {e}"))?;
+                    known = true;
+                }
                 self.send(Out::PubComp { packet_id, known }).await?;
             }
             In::Subscribe { packet_id, filters } => self.subscribe(packet_id, filters).await?,

@@ -84,8 +84,26 @@ impl Connection {
         if let Err(e) = self.session.authorize(&[Access::write_key(&key)]) {
             return self.refuse(&p, Reason::NotAuthorized, e).await;
         }
+        // A persistent session's QoS 2 PUBLISH may be a second try of one written on an
+        // earlier connection: written under the key its first try was.
+        let once = match (self.persistent.as_mut(), p.qos, p.packet_id) {
+            (Some(persistent), 2, Some(packet_id)) if request.is_some() => {
+                match persistent.qos2.key_for(&self.router, packet_id).await {
+                    Ok(once) => Some(once),
+                    Err(e) => return self.refuse(&p, reason_of(&e), e).await,
+                }
+            }
+            _ => None,
+        };
         let started: Option<Started> = match request {
-            Some(request) => Some(self.session.submit(&self.router, request).await),
+            Some(request) => {
+                if let Some(once) = once {
+                    self.session.with_once(once);
+                }
+                let started = self.session.submit(&self.router, request).await;
+                self.session.without_once();
+                Some(started)
+            }
             // Only delivered.
             None => None,
         };
@@ -114,6 +132,26 @@ impl Connection {
         }));
         counted("publish");
         Ok(())
+    }
+
+    /// A persistent session's QoS 2 PUBLISH whose write was refused: its packet id is
+    /// released, so that the client's next message with it (5.0: the refused PUBREC ends
+    /// the exchange) or its try again (3.1.1, on its next connection) is not answered the
+    /// refusal remembered under its key. An outcome unknown (`UNCERTAIN`) keeps its key in
+    /// 3.1.1: the try again settles it once.
+    async fn qos2_refused(&mut self, p: &wire::Publish, e: &FirnError) -> Result<(), String> {
+        let (Some(persistent), 2, Some(packet_id)) = (self.persistent.as_mut(), p.qos, p.packet_id)
+        else {
+            return Ok(());
+        };
+        if self.level == Level::V3 && matches!(e, FirnError::Indeterminate(_)) {
+            return Ok(());
+        }
+        persistent
+            .qos2
+            .release(&self.router, packet_id)
+            .await
+            .map_err(|e| format!("releasing refused QoS 2 packet id {packet_id}: {e}"))
     }
 
     /// A PUBLISH whose Topic Alias is a protocol error (5.0, 3.3.2.3.4): DISCONNECT `Topic
@@ -169,6 +207,7 @@ impl Connection {
         written: Result<(), FirnError>,
     ) -> Result<(), String> {
         if let Err(e) = written {
+            self.qos2_refused(&p, &e).await?;
             return self.refuse(&p, reason_of(&e), e).await;
         }
         let _ = self
