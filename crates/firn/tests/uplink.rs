@@ -81,16 +81,21 @@ struct Nodes {
 }
 
 fn start() -> (Nodes, FirnProcess) {
+    start_on(SITE_IP, HUB_IP)
+}
+
+/// A hub on `hub_ip` and a site sending to it on `site_ip`.
+fn start_on(site_ip: &str, hub_ip: &str) -> (Nodes, FirnProcess) {
     let ports = free_ports(6);
     let hub_dir = tempfile::tempdir().unwrap();
-    let hub_resp = format!("{HUB_IP}:{}", ports[0]);
+    let hub_resp = format!("{hub_ip}:{}", ports[0]);
     let hub_args: Vec<String> = vec![
         "--resp-addr".into(),
         hub_resp.clone(),
         "--http-addr".into(),
-        format!("{HUB_IP}:{}", ports[1]),
+        format!("{hub_ip}:{}", ports[1]),
         "--peer-addr".into(),
-        format!("{HUB_IP}:{}", ports[2]),
+        format!("{hub_ip}:{}", ports[2]),
     ];
     let hub = FirnProcess::start_with(
         hub_dir.path(),
@@ -98,17 +103,17 @@ fn start() -> (Nodes, FirnProcess) {
     );
     let site_args: Vec<String> = [
         "--resp-addr".to_string(),
-        format!("{SITE_IP}:{}", ports[3]),
+        format!("{site_ip}:{}", ports[3]),
         "--http-addr".to_string(),
-        format!("{SITE_IP}:{}", ports[4]),
+        format!("{site_ip}:{}", ports[4]),
         "--peer-addr".to_string(),
-        format!("{SITE_IP}:{}", ports[5]),
+        format!("{site_ip}:{}", ports[5]),
         "--site".to_string(),
         "plant1".to_string(),
         "--hub".to_string(),
         format!("redis://{hub_resp}"),
         "--uplink".to_string(),
-        format!("sensor/,log:{LOG},stream:{STREAM}"),
+        format!("sensor/,log:{LOG},stream:{STREAM},twin:twin/"),
         "--downlink".to_string(),
         "config/".to_string(),
     ]
@@ -118,9 +123,9 @@ fn start() -> (Nodes, FirnProcess) {
         hub,
         hub_args,
         hub_resp,
-        hub_http: format!("{HUB_IP}:{}", ports[1]),
-        site_resp: format!("{SITE_IP}:{}", ports[3]),
-        site_http: format!("{SITE_IP}:{}", ports[4]),
+        hub_http: format!("{hub_ip}:{}", ports[1]),
+        site_resp: format!("{site_ip}:{}", ports[3]),
+        site_http: format!("{site_ip}:{}", ports[4]),
         site_args,
         site_dir,
         _hub_dir: hub_dir,
@@ -624,4 +629,68 @@ fn a_site_cut_off_from_its_hub_sends_everything_once_in_order_after_healing() {
     assert!(scan.1.is_empty(), "sent to another cluster: {scan:?}");
     drop(site);
     drop(other);
+}
+
+/// The twin `name`'s state at the node whose HTTP address is `http` (`GET /v1/twins/…`).
+fn twin(http: &str, name: &str) -> serde_json::Value {
+    match ureq::get(&format!("http://{http}/v1/twins/{name}")).call() {
+        Ok(answer) => serde_json::from_str(&answer.into_string().unwrap()).unwrap(),
+        Err(e) => serde_json::Value::String(e.to_string()),
+    }
+}
+
+/// `FIRN.TWIN side name patch` on `con`.
+fn patch(con: &mut redis::Connection, side: &str, name: &str, patch: &str) {
+    let _: redis::Value = redis::cmd("FIRN.TWIN")
+        .arg(side)
+        .arg(name)
+        .arg(patch)
+        .query(con)
+        .unwrap();
+}
+
+#[test]
+fn a_site_sends_its_twins_reported_documents_up_and_takes_their_desired_ones_down() {
+    // Its own addresses: the other test cuts its hub off.
+    let (nodes, _site) = start_on("127.0.0.1", "127.0.0.1");
+    let mut site = connect(&nodes.site_resp);
+    let mut hub = connect(&nodes.hub_resp);
+    let twin_at = |http: &str, name: &str, wanted: &dyn Fn(&serde_json::Value) -> bool| {
+        let mut last = serde_json::Value::Null;
+        let came = wait_until(Duration::from_secs(10), || {
+            last = twin(http, name);
+            wanted(&last)
+        });
+        assert!(came, "{name} at {http}: {last}");
+        last
+    };
+    // The device reports at the site: the hub has it, under the site's name.
+    patch(&mut site, "REPORT", "twin/pump-1", r#"{"rpm": 900}"#);
+    twin_at(&nodes.hub_http, "sites/plant1/twin/pump-1", &|t| {
+        t["reported"]["document"]["rpm"] == 900
+    });
+    // The backend desires at the hub: the site has it, and its delta.
+    patch(
+        &mut hub,
+        "DESIRE",
+        "sites/plant1/twin/pump-1",
+        r#"{"rpm": 1200}"#,
+    );
+    let at_site = twin_at(&nodes.site_http, "twin/pump-1", &|t| {
+        t["desired"]["document"]["rpm"] == 1200
+    });
+    assert_eq!(at_site["reported"]["document"]["rpm"], 900);
+    assert_eq!(at_site["delta"], serde_json::json!({"rpm": 1200}));
+    // A desire written at the site does not go up, and is put back to the hub's.
+    patch(&mut site, "DESIRE", "twin/pump-1", r#"{"rpm": 1}"#);
+    twin_at(&nodes.site_http, "twin/pump-1", &|t| {
+        t["desired"]["document"]["rpm"] == 1200
+    });
+    let at_hub = twin(&nodes.hub_http, "sites/plant1/twin/pump-1");
+    assert_eq!(at_hub["desired"]["document"]["rpm"], 1200, "{at_hub}");
+    // The device reports the change at the site: the hub's delta is empty.
+    patch(&mut site, "REPORT", "twin/pump-1", r#"{"rpm": 1200}"#);
+    twin_at(&nodes.hub_http, "sites/plant1/twin/pump-1", &|t| {
+        t["delta"] == serde_json::json!({})
+    });
 }

@@ -47,6 +47,16 @@ impl TwinSide {
             TwinSide::Reported => "reported",
         }
     }
+
+    /// Which of a twin's documents `key` would hold (`…/desired`, `…/reported`), if any.
+    pub fn of_key(key: &[u8]) -> Option<TwinSide> {
+        [TwinSide::Desired, TwinSide::Reported]
+            .into_iter()
+            .find(|side| {
+                key.strip_suffix(side.as_str().as_bytes())
+                    .is_some_and(|name| name.ends_with(b"/") && name.len() > 1)
+            })
+    }
 }
 
 /// A twin's name: a key whose `/desired` and `/reported` keys fit the key limit.
@@ -128,6 +138,23 @@ pub struct TwinState {
 mod tests {
     use super::*;
     use crate::limits::KEY_BYTES_MAX;
+
+    #[test]
+    fn a_key_says_which_document_it_would_hold() {
+        assert_eq!(TwinSide::of_key(b"pump/1/desired"), Some(TwinSide::Desired));
+        assert_eq!(
+            TwinSide::of_key(b"pump/1/reported"),
+            Some(TwinSide::Reported)
+        );
+        for key in [
+            &b"pump/1/undesired"[..],
+            b"/reported",
+            b"reported",
+            b"pump/1",
+        ] {
+            assert_eq!(TwinSide::of_key(key), None, "{key:?}");
+        }
+    }
 
     #[test]
     fn a_twins_keys_are_its_name_and_a_side() {

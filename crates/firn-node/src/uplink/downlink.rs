@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use firn_model::{CallContext, Key, KvWrite, PutRequest, ReadConsistency};
+use firn_model::{CallContext, Key, KvWrite, PutRequest, ReadConsistency, TwinSide};
 use tokio::sync::watch;
 
 use super::UplinkConfig;
@@ -50,8 +50,8 @@ pub async fn run(router: Arc<Router>, config: Arc<UplinkConfig>, mut stop: watch
             }
         }
         let h = hub.as_mut().expect("connected above");
-        for prefix in &config.downlink {
-            if let Err(e) = sync(&router, &config, h, prefix).await {
+        for (prefix, only) in config.downlink_prefixes() {
+            if let Err(e) = sync(&router, &config, h, &prefix, only).await {
                 tracing::debug!("downlink from the hub: {e}");
                 metrics::counter!("firn_downlink_errors_total").increment(1);
                 hub = None;
@@ -73,23 +73,29 @@ fn leads_first_shard(router: &Router) -> bool {
         .is_some_and(|r| r.leader() == Some(kernel.node_id()))
 }
 
-/// Makes the site's keys under `prefix` the hub's `sites/NAME/prefix…`.
+/// Makes the site's keys under `prefix` the hub's `sites/NAME/prefix…` — with `only`, just
+/// the twin documents of that side (a twin prefix's desired documents: its reported ones
+/// go up).
 async fn sync(
     router: &Router,
     config: &UplinkConfig,
     hub: &mut Hub,
     prefix: &Bytes,
+    only: Option<TwinSide>,
 ) -> Result<(), String> {
+    let taken = |key: &[u8]| only.is_none() || TwinSide::of_key(key) == only;
     let hub_prefix = config.hub_key(prefix);
     let wanted: BTreeMap<Vec<u8>, Bytes> = hub
         .values_under(&hub_prefix, DOWNLINK_KEYS_MAX)
         .await?
         .into_iter()
         .filter_map(|(k, v)| Some((config.site_key_of(&k)?.to_vec(), v)))
+        .filter(|(k, _)| taken(k))
         .collect();
-    let have = site_values(router, prefix)
+    let mut have = site_values(router, prefix)
         .await
         .map_err(|e| e.to_string())?;
+    have.retain(|k, _| taken(k));
     let ctx = CallContext::default();
     let mut changed = 0u64;
     for (key, value) in &wanted {

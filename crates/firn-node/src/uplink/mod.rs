@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use firn_model::TwinSide;
 use firn_raft::ShardId;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -62,18 +63,22 @@ pub struct UplinkConfig {
     pub streams: Vec<Bytes>,
     /// The key prefixes whose desired state comes down from the hub.
     pub downlink: Vec<Bytes>,
+    /// The key prefixes of device twins carried both ways (`twin:P`): each twin's
+    /// reported document goes up as a key does, its desired document comes down.
+    pub twins: Vec<Bytes>,
     /// The hub's cluster id, when the operator names it (`--hub-cluster-id`): else the
     /// first hub the site reaches is the one it sends to.
     pub hub_cluster_id: Option<String>,
 }
 
-/// What an `--uplink` list names: key prefixes, logs (`log:NAME`) and streams
-/// (`stream:KEY`).
+/// What an `--uplink` list names: key prefixes, logs (`log:NAME`), streams
+/// (`stream:KEY`) and twins (`twin:PREFIX`).
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Named {
     prefixes: Vec<Bytes>,
     logs: Vec<Bytes>,
     streams: Vec<Bytes>,
+    twins: Vec<Bytes>,
 }
 
 /// A comma-separated list of key prefixes, and with `names`, of `log:NAME` and
@@ -86,19 +91,20 @@ fn entries_of(flag: &str, list: Option<&str>, names: bool) -> Result<Named, Stri
         .map(str::trim)
         .filter(|e| !e.is_empty())
     {
-        let (kind, name) = match (entry.strip_prefix("log:"), entry.strip_prefix("stream:")) {
-            (Some(log), _) => ("log", log),
-            (_, Some(stream)) => ("stream", stream),
-            (None, None) => {
-                named
-                    .prefixes
-                    .push(Bytes::copy_from_slice(entry.as_bytes()));
-                continue;
-            }
+        let kinds = [("log", "log:"), ("stream", "stream:"), ("twin", "twin:")];
+        let Some((kind, name)) = kinds
+            .iter()
+            .find_map(|(kind, tag)| Some((*kind, entry.strip_prefix(tag)?)))
+        else {
+            named
+                .prefixes
+                .push(Bytes::copy_from_slice(entry.as_bytes()));
+            continue;
         };
         if !names {
             return Err(format!(
-                "{flag} '{entry}': logs and streams do not come down from a hub; name key prefixes"
+                "{flag} '{entry}': logs, streams and twins are named in --uplink; \
+                 --downlink names key prefixes"
             ));
         }
         if name.is_empty() || name.len() > UPLINK_NAME_BYTES_MAX {
@@ -106,10 +112,10 @@ fn entries_of(flag: &str, list: Option<&str>, names: bool) -> Result<Named, Stri
                 "{flag} '{entry}': a {kind} name is 1 to {UPLINK_NAME_BYTES_MAX} bytes"
             ));
         }
-        let list = if kind == "log" {
-            &mut named.logs
-        } else {
-            &mut named.streams
+        let list = match kind {
+            "log" => &mut named.logs,
+            "stream" => &mut named.streams,
+            _ => &mut named.twins,
         };
         let name = Bytes::copy_from_slice(name.as_bytes());
         if !list.contains(&name) {
@@ -156,14 +162,35 @@ impl UplinkConfig {
             prefixes,
             logs,
             streams,
+            twins,
         } = entries_of("--uplink", uplink, true)?;
         let downlink = entries_of("--downlink", downlink, false)?.prefixes;
-        if prefixes.is_empty() && logs.is_empty() && streams.is_empty() && downlink.is_empty() {
+        if prefixes.is_empty()
+            && logs.is_empty()
+            && streams.is_empty()
+            && twins.is_empty()
+            && downlink.is_empty()
+        {
             return Err(
                 "--site needs --uplink or --downlink naming a key prefix (say 'sensor/'), \
-                 a log (log:NAME) or a stream (stream:KEY)"
+                 a log (log:NAME), a stream (stream:KEY) or twins (twin:PREFIX)"
                     .into(),
             );
+        }
+        let overlap = |a: &Bytes, b: &Bytes| a.starts_with(b) || b.starts_with(a);
+        for twin in &twins {
+            if let Some((other, flag)) = prefixes
+                .iter()
+                .map(|p| (p, "--uplink"))
+                .chain(downlink.iter().map(|d| (d, "--downlink")))
+                .find(|(other, _)| overlap(twin, other))
+            {
+                return Err(format!(
+                    "--uplink 'twin:{}' and {flag} '{}' overlap: a twin's documents go one way each",
+                    String::from_utf8_lossy(twin),
+                    String::from_utf8_lossy(other)
+                ));
+            }
         }
         if let Some((stream, down)) = streams
             .iter()
@@ -194,6 +221,7 @@ impl UplinkConfig {
             logs,
             streams,
             downlink,
+            twins,
             hub_cluster_id: None,
             hub_ca: None,
         })
@@ -266,9 +294,36 @@ impl UplinkConfig {
             .strip_prefix(b"/")
     }
 
-    /// Whether anything goes up (key prefixes, logs or streams).
+    /// Whether anything goes up (key prefixes, logs, streams or twins).
     pub fn sends(&self) -> bool {
-        !(self.prefixes.is_empty() && self.logs.is_empty() && self.streams.is_empty())
+        !(self.prefixes.is_empty()
+            && self.logs.is_empty()
+            && self.streams.is_empty()
+            && self.twins.is_empty())
+    }
+
+    /// The key prefixes whose versions are read to go up: the uplink's and the twins'.
+    pub fn key_prefixes_up(&self) -> Vec<Bytes> {
+        self.prefixes.iter().chain(&self.twins).cloned().collect()
+    }
+
+    /// Whether a version of site key `key` (under [`UplinkConfig::key_prefixes_up`]) goes
+    /// up: under a twin prefix, only a twin's reported document does.
+    pub fn goes_up(&self, key: &[u8]) -> bool {
+        self.prefixes.iter().any(|p| key.starts_with(p))
+            || (self.twins.iter().any(|t| key.starts_with(t))
+                && TwinSide::of_key(key) == Some(TwinSide::Reported))
+    }
+
+    /// The key prefixes whose state comes down, each with the one twin document it is
+    /// limited to (the twins': their desired documents).
+    pub fn downlink_prefixes(&self) -> Vec<(Bytes, Option<TwinSide>)> {
+        let plain = self.downlink.iter().map(|d| (d.clone(), None));
+        let twins = self
+            .twins
+            .iter()
+            .map(|t| (t.clone(), Some(TwinSide::Desired)));
+        plain.chain(twins).collect()
     }
 
     /// The hub key that holds shard `shard`'s cursor (of its keys).
@@ -296,7 +351,7 @@ impl UplinkConfig {
 pub async fn run(router: Arc<Router>, config: Arc<UplinkConfig>, mut stop: watch::Receiver<bool>) {
     let mut runners: HashMap<ShardId, JoinHandle<()>> = HashMap::new();
     let node = router.kernel().node_id();
-    let downlink = (!config.downlink.is_empty())
+    let downlink = (!config.downlink_prefixes().is_empty())
         .then(|| tokio::spawn(downlink::run(router.clone(), config.clone(), stop.clone())));
     loop {
         runners.retain(|_, r| !r.is_finished());
@@ -424,5 +479,50 @@ mod tests {
         // Downlink only: nothing goes up.
         let down = UplinkConfig::parse("s", "redis://h:1", None, Some("config/")).unwrap();
         assert!(!down.sends());
+    }
+
+    #[test]
+    fn a_twin_prefix_sends_reported_documents_up_and_takes_desired_ones_down() {
+        let c = UplinkConfig::parse(
+            "plant-1",
+            "redis://h:1",
+            Some("sensor/, twin:pumps/"),
+            Some("config/"),
+        )
+        .unwrap();
+        assert_eq!(c.twins, [Bytes::from("pumps/")]);
+        assert!(c.sends());
+        assert_eq!(
+            c.key_prefixes_up(),
+            [Bytes::from("sensor/"), Bytes::from("pumps/")]
+        );
+        assert!(c.goes_up(b"sensor/t"));
+        assert!(c.goes_up(b"pumps/p1/reported"));
+        assert!(!c.goes_up(b"pumps/p1/desired"));
+        assert!(!c.goes_up(b"pumps/p1/notes"));
+        assert_eq!(
+            c.downlink_prefixes(),
+            [
+                (Bytes::from("config/"), None),
+                (Bytes::from("pumps/"), Some(TwinSide::Desired))
+            ]
+        );
+        // Twins alone are something to send and to take.
+        let twins = UplinkConfig::parse("s", "redis://h:1", Some("twin:t/"), None).unwrap();
+        assert!(twins.sends() && !twins.downlink_prefixes().is_empty());
+        // A twin prefix overlapping a prefix going either way, an empty one, or one named
+        // in --downlink is refused.
+        for (uplink, downlink) in [
+            ("twin:pumps/", Some("pumps/")),
+            ("twin:pumps/p1/", Some("pumps/")),
+            ("pumps/, twin:pumps/p1", None),
+            ("twin:", None),
+            ("a/", Some("twin:pumps/")),
+        ] {
+            assert!(
+                UplinkConfig::parse("s", "redis://h:1", Some(uplink), downlink).is_err(),
+                "{uplink} {downlink:?}"
+            );
+        }
     }
 }

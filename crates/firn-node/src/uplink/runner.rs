@@ -178,7 +178,7 @@ pub async fn follow(
 /// The lanes of shard `shard`: its keys (with uplink prefixes), each uplink log, each
 /// uplink stream (sent only while the shard holds it).
 fn lanes_of(config: &UplinkConfig, shard: firn_raft::ShardId) -> Vec<LaneState> {
-    let keys = (!config.prefixes.is_empty())
+    let keys = (!config.key_prefixes_up().is_empty())
         .then_some((Lane::Keys, config.cursor_key(shard).into_bytes()));
     let logs = config
         .logs
@@ -381,7 +381,8 @@ impl Runner {
             let through = store.last_commit_ts();
             match &lane {
                 Lane::Keys => {
-                    let events = changes_after(&store, &config.prefixes, &after.change())?;
+                    let prefixes = config.key_prefixes_up();
+                    let events = changes_after(&store, &prefixes, &after.change())?;
                     Ok(key_batch(&config, events, after))
                 }
                 Lane::Log(log) => {
@@ -412,6 +413,10 @@ fn key_batch(config: &UplinkConfig, events: Vec<WatchEvent>, after: At) -> Batch
     let mut last = after;
     for event in &events {
         last = At::Change(ChangePosition::of(event));
+        if !config.goes_up(event.key.as_bytes()) {
+            // A twin's desired document: it comes down, it does not go up.
+            continue;
+        }
         let too_large = event.info.blob.is_some() && event.info.value.is_none();
         if too_large || event.info.kind != KeyKind::String {
             skipped += 1;

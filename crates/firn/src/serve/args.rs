@@ -134,6 +134,8 @@ pub struct ServeArgs {
     /// What a site sends to its hub, comma-separated: key prefixes (`sensor/`), logs
     /// (`log:NAME`) and streams (`stream:KEY`), as `sites/NAME/…` at the hub. Each version,
     /// record and entry goes up once, in order, committed at the hub with the site's cursor.
+    /// `twin:PREFIX`: the device twins under PREFIX go both ways, their reported documents
+    /// up and their desired documents down (as --downlink takes keys).
     #[arg(long, env = "FIRN_UPLINK", requires = "site")]
     pub(crate) uplink: Option<String>,
     /// What a site takes from its hub: key prefixes, comma-separated (`config/`). The
