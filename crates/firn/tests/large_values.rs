@@ -129,28 +129,18 @@ fn a_replica_that_missed_a_large_value_fetches_it_from_the_others() {
     assert!(get(&cluster, 2, "film/2") == second);
 }
 
-/// Sends `signal` (`-STOP`, `-CONT`) to node `i`'s process.
-fn signal(cluster: &Cluster, i: usize, signal: &str) {
-    let pid = cluster.nodes[i].as_ref().expect("running").child.id();
-    let sent = std::process::Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success(), "kill {signal} {pid}");
-}
-
 #[test]
 fn a_frozen_replica_does_not_hold_a_large_value_back() {
     let cluster = Cluster::start(3, &["--shards", "1", "--max-value-bytes", "65536"]);
     let leader = cluster.wait_for_leaders(0, None)[0] as usize - 1;
     let frozen = (leader + 1) % 3;
     let through = (leader + 2) % 3;
-    signal(&cluster, frozen, "-STOP");
+    cluster.signal(frozen, "-STOP");
     let film = value(20 * 1024 * 1024 + 5, 4);
     let started = std::time::Instant::now();
     let status = put(&cluster, through, "film/frozen", &film);
     let took = started.elapsed();
-    signal(&cluster, frozen, "-CONT");
+    cluster.signal(frozen, "-CONT");
     assert_eq!(status, 200);
     // A chunk call to the frozen node would wait 60 s; it may hold the upload back 2 s.
     assert!(took < Duration::from_secs(20), "the upload took {took:?}");

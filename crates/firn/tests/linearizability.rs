@@ -249,15 +249,6 @@ fn shard_0_here(cluster: &Cluster, i: usize) -> Option<(String, u64)> {
     ))
 }
 
-fn signal(cluster: &Cluster, i: usize, sig: &str) {
-    let pid = cluster.nodes[i].as_ref().expect("running").child.id();
-    let sent = std::process::Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(sent.success(), "kill {sig} {pid}");
-}
-
 /// A leader killed and restarted before its followers elect another must not resume
 /// leading: its state may be behind writes it acknowledged (applying does not fsync, and
 /// the commit position is stored lazily), and a resumed leader would serve reads from it
@@ -271,7 +262,7 @@ async fn a_restarted_leader_stands_for_election_rather_than_resuming() {
         let (_, term) = shard_0_here(&cluster, leader).expect("shard 0 on its leader");
         let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
         for f in &followers {
-            signal(&cluster, *f, "-STOP");
+            cluster.signal(*f, "-STOP");
         }
         cluster.kill_9(leader);
         cluster.restart(leader);
@@ -288,7 +279,7 @@ async fn a_restarted_leader_stands_for_election_rather_than_resuming() {
             std::thread::sleep(Duration::from_millis(50));
         }
         for f in &followers {
-            signal(&cluster, *f, "-CONT");
+            cluster.signal(*f, "-CONT");
         }
         // The group elects a leader again, in a later term.
         let elected = common::wait_until(Duration::from_secs(20), || {

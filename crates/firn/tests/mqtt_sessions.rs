@@ -133,7 +133,14 @@ fn a_connect_on_another_node_closes_the_clients_connection_and_cancels_its_delay
             );
         }
     }
-    // A node that cannot be reached does not hold a CONNECT up past the bound (6 s).
+    // A paused node holds a CONNECT up only for the first round of asking (1 s)...
+    cluster.signal(2, "-STOP");
+    let started = Instant::now();
+    let _ = connected_at(ports[0], &connect_v5("w", 0, None));
+    let took = started.elapsed();
+    cluster.signal(2, "-CONT");
+    assert!(took < Duration::from_secs(3), "{took:?} with a node paused");
+    // ...and a node that cannot be reached not past the bound (6 s).
     let mut cluster = cluster;
     cluster.kill_9(2);
     let started = Instant::now();

@@ -71,17 +71,24 @@ impl Clients {
     /// A connection on another node took `client` over: the connection holding it here, if
     /// any, is told to end, and this waits until it has (bounded). True if there was one.
     pub async fn end(&self, client: &str) -> bool {
-        let ended = {
-            let by_id = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
-            by_id.get(client).map(Holder::tell_to_end)
-        };
-        match ended {
+        match self.tell_to_end(client) {
             Some(ended) => {
                 wait_ended(ended).await;
                 true
             }
             None => false,
         }
+    }
+
+    /// The connection holding `client` here, if any, is told to end; this does not wait
+    /// for it. True if there was one.
+    pub fn tell(&self, client: &str) -> bool {
+        self.tell_to_end(client).is_some()
+    }
+
+    fn tell_to_end(&self, client: &str) -> Option<watch::Receiver<()>> {
+        let by_id = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
+        by_id.get(client).map(Holder::tell_to_end)
     }
 }
 

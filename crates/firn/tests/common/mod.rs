@@ -312,6 +312,16 @@ impl Cluster {
         }
     }
 
+    /// Sends node index `i` the signal `sig` (`-STOP` pauses it, `-CONT` resumes it).
+    pub fn signal(&self, i: usize, sig: &str) {
+        let pid = self.nodes[i].as_ref().expect("running").child.id();
+        let sent = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill {sig} {pid}");
+    }
+
     /// Starts one more node (id = its index + 1) that joins through node index `contact`;
     /// returns its index.
     pub fn join(&mut self, contact: usize) -> usize {
