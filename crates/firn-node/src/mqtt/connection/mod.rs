@@ -322,8 +322,8 @@ impl Connection {
                         return self.finish(writes).await;
                     }
                 }
-                Some((publish, key, written)) = writes.next(), if !writes.is_empty() => {
-                    self.written(publish, key, written).await?;
+                Some(outcome) = writes.next(), if !writes.is_empty() => {
+                    self.written(outcome).await?;
                 }
                 Some(delivery) = self.subscriber.next(), if may_deliver => {
                     self.deliver(delivery).await?;

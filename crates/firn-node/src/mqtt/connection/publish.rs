@@ -19,9 +19,17 @@ use crate::router::Router;
 use crate::session::Started;
 
 /// A PUBLISH whose write was started, in the order the client sent it.
-pub(super) type Writing = std::pin::Pin<
-    Box<dyn std::future::Future<Output = (wire::Publish, Key, Result<(), FirnError>)> + Send>,
->;
+pub(super) type Writing = std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>>;
+
+/// How a PUBLISH's write ended.
+pub(super) struct Outcome {
+    publish: wire::Publish,
+    key: Key,
+    /// Whether its write applied (its refusal may still come after: a queue it goes to
+    /// refused it).
+    applied: bool,
+    result: Result<(), FirnError>,
+}
 
 impl Connection {
     /// The writes still in flight when the client left (a QoS 0 PUBLISH followed by
@@ -31,8 +39,8 @@ impl Connection {
         &mut self,
         mut writes: FuturesOrdered<Writing>,
     ) -> Result<(), String> {
-        while let Some((publish, key, written)) = writes.next().await {
-            let _ = self.written(publish, key, written).await;
+        while let Some(outcome) = writes.next().await {
+            let _ = self.written(outcome).await;
         }
         Ok(())
     }
@@ -116,6 +124,7 @@ impl Connection {
                 Some(started) => started.answer(&router, false).await.map(|_| ()),
                 None => Ok(()),
             };
+            let applied = written.is_ok();
             // In every persistent session's queue it matches before it is acknowledged,
             // after the message before it.
             if let Some(before) = before {
@@ -128,13 +137,19 @@ impl Connection {
                 }
             }
             let _ = enqueued.send(());
-            (p, key, written)
+            Outcome {
+                publish: p,
+                key,
+                applied,
+                result: written,
+            }
         }));
         counted("publish");
         Ok(())
     }
 
-    /// A persistent session's QoS 2 PUBLISH whose write was refused: its packet id is
+    /// A persistent session's QoS 2 PUBLISH whose write was refused (not one written and
+    /// then refused by a queue: sent again, it is not written twice): its packet id is
     /// released, so that the client's next message with it (5.0: the refused PUBREC ends
     /// the exchange) or its try again (3.1.1, on its next connection) is not answered the
     /// refusal remembered under its key. An outcome unknown (`UNCERTAIN`) keeps its key in
@@ -200,14 +215,17 @@ impl Connection {
     /// A PUBLISH whose write is over: committed, it is delivered to every subscriber of its
     /// channel (on every node) and acknowledged; refused, 5.0 says why and 3.1.1 closes the
     /// connection (the client sends it again on its next).
-    pub(super) async fn written(
-        &mut self,
-        p: wire::Publish,
-        key: Key,
-        written: Result<(), FirnError>,
-    ) -> Result<(), String> {
-        if let Err(e) = written {
-            self.qos2_refused(&p, &e).await?;
+    pub(super) async fn written(&mut self, outcome: Outcome) -> Result<(), String> {
+        let Outcome {
+            publish: p,
+            key,
+            applied,
+            result,
+        } = outcome;
+        if let Err(e) = result {
+            if !applied {
+                self.qos2_refused(&p, &e).await?;
+            }
             return self.refuse(&p, reason_of(&e), e).await;
         }
         let _ = self
