@@ -81,8 +81,8 @@ struct Named {
     twins: Vec<Bytes>,
 }
 
-/// A comma-separated list of key prefixes, and with `names`, of `log:NAME` and
-/// `stream:KEY` entries.
+/// A comma-separated list of key prefixes, and with `names`, of `log:NAME`, `stream:KEY`
+/// and `twin:PREFIX` entries.
 fn entries_of(flag: &str, list: Option<&str>, names: bool) -> Result<Named, String> {
     let mut named = Named::default();
     for entry in list
@@ -91,7 +91,11 @@ fn entries_of(flag: &str, list: Option<&str>, names: bool) -> Result<Named, Stri
         .map(str::trim)
         .filter(|e| !e.is_empty())
     {
-        let kinds = [("log", "log:"), ("stream", "stream:"), ("twin", "twin:")];
+        let kinds = [
+            ("log name", "log:"),
+            ("stream name", "stream:"),
+            ("twin prefix", "twin:"),
+        ];
         let Some((kind, name)) = kinds
             .iter()
             .find_map(|(kind, tag)| Some((*kind, entry.strip_prefix(tag)?)))
@@ -109,12 +113,12 @@ fn entries_of(flag: &str, list: Option<&str>, names: bool) -> Result<Named, Stri
         }
         if name.is_empty() || name.len() > UPLINK_NAME_BYTES_MAX {
             return Err(format!(
-                "{flag} '{entry}': a {kind} name is 1 to {UPLINK_NAME_BYTES_MAX} bytes"
+                "{flag} '{entry}': a {kind} is 1 to {UPLINK_NAME_BYTES_MAX} bytes"
             ));
         }
         let list = match kind {
-            "log" => &mut named.logs,
-            "stream" => &mut named.streams,
+            "log name" => &mut named.logs,
+            "stream name" => &mut named.streams,
             _ => &mut named.twins,
         };
         let name = Bytes::copy_from_slice(name.as_bytes());
