@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use firn_model::limits::{IDEM_PART_BYTES_MAX, IDEM_WINDOW_US};
 use firn_model::{
     CallContext, ExpireIf, Expiry, FirnError, IdemKey, Key, KeyChange, KvWrite, Request, Response,
@@ -142,14 +142,8 @@ fn number_in(response: Response) -> Result<u64, FirnError> {
 /// The key of client `client`'s counter for `packet_id` (the client id in a hash tag: the
 /// slot of its session).
 pub fn counter_key(client: &str, packet_id: u16) -> Result<Key, FirnError> {
-    let id = packet_id.to_string();
-    let mut key = BytesMut::with_capacity(COUNTER_PREFIX.len() + client.len() + 3 + id.len());
-    key.put_slice(COUNTER_PREFIX);
-    key.put_u8(b'{');
-    key.put_slice(client.as_bytes());
-    key.put_slice(b"}/");
-    key.put_slice(id.as_bytes());
-    Key::new(key.freeze())
+    let tagged = super::session::tagged(COUNTER_PREFIX, client)?;
+    Key::new([tagged.as_bytes(), b"/", packet_id.to_string().as_bytes()].concat())
 }
 
 /// The producer a session's writes are made as: `mqtt/{client}`, or for a client id too long

@@ -50,7 +50,7 @@ impl SessionRecord {
 
 /// `prefix {client}` as a key: the client id inside a hash tag, so that a session's keys
 /// share a slot.
-fn tagged(prefix: &[u8], client: &str) -> Result<Key, FirnError> {
+pub(super) fn tagged(prefix: &[u8], client: &str) -> Result<Key, FirnError> {
     let mut key = BytesMut::with_capacity(prefix.len() + client.len() + 2);
     key.put_slice(prefix);
     key.put_u8(b'{');
