@@ -150,10 +150,27 @@ pub enum PeerError {
     Remote(NodeId, String),
 }
 
-pub(crate) fn codec() -> LengthDelimitedCodec {
+/// How a peer connection cuts its stream into frames: a 4-byte big-endian length, then
+/// that many bytes, at most [`PEER_FRAME_BYTES_MAX`].
+pub fn codec() -> LengthDelimitedCodec {
     LengthDelimitedCodec::builder()
         .max_frame_length(PEER_FRAME_BYTES_MAX)
         .new_codec()
+}
+
+/// A frame as the serving end reads it: the request's id and the request; `None` for bytes
+/// that are not one (the connection is then closed).
+pub fn read_request(frame: &[u8]) -> Option<(u64, PeerRequest)> {
+    let Envelope { id, body, .. } = postcard::from_bytes::<Envelope<PeerRequest>>(frame).ok()?;
+    Some((id, body))
+}
+
+/// A frame as the calling end reads it: the id of the request it answers, the answer and
+/// the sender's wall clock as it sent it; `None` for bytes that are not one.
+pub fn read_response(frame: &[u8]) -> Option<(u64, PeerResponse, u64)> {
+    let Envelope { id, body, wall_us } =
+        postcard::from_bytes::<Envelope<PeerResponse>>(frame).ok()?;
+    Some((id, body, wall_us))
 }
 
 pub(crate) fn encode<T: Serialize>(v: &T) -> Option<Bytes> {
@@ -409,8 +426,7 @@ async fn serve_connection(
             _ = &mut writer_stopped => None,
         };
         let Some(Ok(frame)) = frame else { break };
-        let Ok(Envelope { id, body, .. }) = postcard::from_bytes::<Envelope<PeerRequest>>(&frame)
-        else {
+        let Some((id, body)) = read_request(&frame) else {
             tracing::warn!("peer sent an undecodable frame; closing the connection");
             break;
         };

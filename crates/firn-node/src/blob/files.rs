@@ -98,11 +98,13 @@ impl BlobFiles {
         self.root.join(shard.to_string())
     }
 
-    fn path(&self, shard: ShardId, id: u128) -> PathBuf {
+    /// Where blob `id` of `shard` lies once sealed.
+    pub fn path(&self, shard: ShardId, id: u128) -> PathBuf {
         self.dir(shard).join(blob_name(id))
     }
 
-    fn part_path(&self, shard: ShardId, id: u128) -> PathBuf {
+    /// Where blob `id` of `shard` is written before it is sealed.
+    pub fn part_path(&self, shard: ShardId, id: u128) -> PathBuf {
         self.dir(shard).join(format!("{}.{PART}", blob_name(id)))
     }
 

@@ -6,10 +6,11 @@
 
 mod admin;
 pub mod bodies;
-mod fs;
+pub mod fs;
 mod functions;
 mod group_events;
 mod groups;
+pub mod headers;
 mod json;
 mod kv;
 pub(crate) mod linger;
@@ -48,7 +49,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use axum::routing::{delete, get, post};
 use firn_model::limits::VALUE_BYTES_MAX_CEILING;
-use firn_model::{Answer, CommitTs, FirnError, IdemKey, Request, Response};
+use firn_model::{Answer, CommitTs, FirnError, Request, Response};
 use serde_json::json;
 
 use crate::auth::Principal;
@@ -165,36 +166,6 @@ pub fn routes(router: Arc<Router>, stop: tokio::sync::watch::Receiver<bool>) -> 
         .with_state(router)
 }
 
-/// The causality token a client sends back (`Firn-After`) and the one every answer carries
-/// (`Firn-Token`): the same commit-stamp text RESP's `FIRN.TOKEN` and `FIRN.AFTER` use.
-const AFTER_HEADER: &str = "firn-after";
-const TOKEN_HEADER: &str = "firn-token";
-/// A write's idempotency key (`Idempotency-Key`), and whose it is (`Firn-Producer`; `http`
-/// when absent): the write is applied once per key in the producer's window.
-const IDEMPOTENCY_HEADER: &str = "idempotency-key";
-const PRODUCER_HEADER: &str = "firn-producer";
-
-/// The request's idempotency key, if it names one.
-fn idempotency_key(request: &axum::extract::Request) -> Result<Option<IdemKey>, FirnError> {
-    let header = |name: &str| {
-        request
-            .headers()
-            .get(name)
-            .map(|v| axum::body::Bytes::copy_from_slice(v.as_bytes()))
-    };
-    match (header(IDEMPOTENCY_HEADER), header(PRODUCER_HEADER)) {
-        (None, None) => Ok(None),
-        (None, Some(_)) => Err(FirnError::BadArgument(
-            "Firn-Producer names whose Idempotency-Key a write carries; it came without one".into(),
-        )),
-        (Some(id), producer) => IdemKey::new(
-            producer.unwrap_or_else(|| axum::body::Bytes::from_static(b"http")),
-            id,
-        )
-        .map(Some),
-    }
-}
-
 /// One HTTP request's session (HTTP has no connection state, so the client keeps the token
 /// between requests): the one [`ClientSession`] both front ends run requests in, shared
 /// between the `sessions` layer, which makes it and writes its token on the answer, and
@@ -246,18 +217,10 @@ fn principal(router: &Router, request: &axum::extract::Request) -> Result<Princi
     let Some(users) = router.kernel().users() else {
         return Ok(Principal::Open);
     };
-    let token = request
-        .headers()
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match token {
-        Some(t) => users
-            .bearer(t.trim())
-            .map(Principal::User)
-            .inspect_err(|_| {
-                metrics::counter!("firn_auth_failures_total", "front" => "http").increment(1);
-            }),
+    match headers::bearer(request.headers()) {
+        Some(t) => users.bearer(t).map(Principal::User).inspect_err(|_| {
+            metrics::counter!("firn_auth_failures_total", "front" => "http").increment(1);
+        }),
         None if OPEN_PATHS.contains(&request.uri().path()) => Ok(Principal::Anonymous),
         None => Err(FirnError::NoAuth),
     }
@@ -281,26 +244,14 @@ async fn sessions(
             return answer;
         }
     };
-    let after = match request.headers().get(AFTER_HEADER).map(|v| {
-        v.to_str()
-            .map_err(|_| FirnError::BadTime("Firn-After is not text".into()))
-            .and_then(|t| {
-                t.parse::<CommitTs>()
-                    .map_err(|e| FirnError::BadTime(format!("Firn-After: {e}")))
-            })
-    }) {
-        None => None,
-        Some(Ok(t)) => Some(t),
-        Some(Err(e)) => return refused(e),
-    };
-    let once = match idempotency_key(&request) {
-        Ok(once) => once,
+    let asked = match headers::session(request.headers()) {
+        Ok(asked) => asked,
         Err(e) => return refused(e),
     };
-    let session = match ClientSession::after(after) {
+    let session = match ClientSession::after(asked.after) {
         Ok(mut s) => {
             s.set_principal(principal);
-            if let Some(key) = once {
+            if let Some(key) = asked.once {
                 s.with_once(key);
             }
             Session(Arc::new(tokio::sync::Mutex::new(s)))
@@ -313,7 +264,7 @@ async fn sessions(
     // `FIRN.TOKEN` answers).
     let token = session.0.lock().await.token().unwrap_or(CommitTs::ZERO);
     if let Ok(v) = HeaderValue::from_str(&token.to_string()) {
-        response.headers_mut().insert(TOKEN_HEADER, v);
+        response.headers_mut().insert(headers::TOKEN, v);
     }
     response
 }
@@ -324,7 +275,7 @@ fn refused(e: FirnError) -> HttpResponse {
     let mut answer = ApiError(e).into_response();
     answer
         .headers_mut()
-        .insert(TOKEN_HEADER, HeaderValue::from_static("0-0"));
+        .insert(headers::TOKEN, HeaderValue::from_static("0-0"));
     answer
 }
 

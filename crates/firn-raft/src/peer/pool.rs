@@ -202,9 +202,7 @@ impl PeerConn {
                 };
                 let Some(Ok(frame)) = frame else { break };
                 *reader_last.lock().unwrap_or_else(|p| p.into_inner()) = std::time::Instant::now();
-                let Ok(Envelope { id, body, wall_us }) =
-                    postcard::from_bytes::<Envelope<PeerResponse>>(&frame)
-                else {
+                let Some((id, body, wall_us)) = super::read_response(&frame) else {
                     break;
                 };
                 if let Some(waiter) = reader_pending

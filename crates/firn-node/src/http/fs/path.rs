@@ -6,7 +6,7 @@ use firn_model::{CommitTs, FirnError};
 
 /// What a `/v1/fs/…` path names.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct FsPath {
+pub struct FsPath {
     /// The key, or the directory's prefix: empty (the root) or ending in `/`.
     pub name: String,
     /// The time of the cut it is read at; none: now.

@@ -1,11 +1,16 @@
 //! `Range: bytes=…` on a value of a known size (RFC 9110, section 14): one range is
 //! answered (206); a range that starts past the end is refused (416); a header that is not
 //! one byte range (several ranges, another unit, bad syntax) is ignored and the whole value
-//! answered, as the RFC lets a server do.
+//! answered, as the RFC lets a server do. `If-None-Match` naming the value's tag answers it
+//! is not modified (304); `If-Range` naming another tag answers the whole value.
+
+use axum::http::{HeaderMap, header};
 
 /// What part of a value a request asked for.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Wanted {
+pub enum Wanted {
+    /// The client holds this version already.
+    NotModified,
     Whole,
     /// Bytes `start..end` (`end` exclusive).
     Part {
@@ -16,8 +21,30 @@ pub(super) enum Wanted {
     Unsatisfiable,
 }
 
+/// What a read of a value of `size` bytes whose tag is `etag` asks for, by its
+/// `If-None-Match`, `If-Range` and `Range` headers.
+pub fn asked(headers: &HeaderMap, etag: &str, size: u64) -> Wanted {
+    let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    if text(header::IF_NONE_MATCH).is_some_and(|tags| matches_etag(tags, etag)) {
+        return Wanted::NotModified;
+    }
+    // `If-Range` names the version the client holds part of: another answers whole.
+    match text(header::IF_RANGE) {
+        Some(tag) if tag.trim() != etag => Wanted::Whole,
+        _ => wanted(text(header::RANGE), size),
+    }
+}
+
+/// Whether `If-None-Match`'s list names `etag` (or is `*`); weak tags compare by their
+/// value, as the RFC's weak comparison does for this header.
+fn matches_etag(tags: &str, etag: &str) -> bool {
+    tags.split(',')
+        .map(|t| t.trim())
+        .any(|t| t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag)
+}
+
 /// The part of a value of `size` bytes that `header` (the `Range` header's text) asks for.
-pub(super) fn wanted(header: Option<&str>, size: u64) -> Wanted {
+fn wanted(header: Option<&str>, size: u64) -> Wanted {
     let Some(spec) = header.and_then(|h| h.trim().strip_prefix("bytes=")) else {
         return Wanted::Whole;
     };
@@ -69,6 +96,52 @@ pub(super) fn wanted(header: Option<&str>, size: u64) -> Wanted {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn if_none_match_names_the_version_or_any() {
+        assert!(matches_etag("\"3\"", "\"3\""));
+        assert!(matches_etag("\"1\", W/\"3\"", "\"3\""));
+        assert!(matches_etag("*", "\"3\""));
+        assert!(!matches_etag("\"30\"", "\"3\""));
+    }
+
+    #[test]
+    fn a_tag_the_client_holds_answers_not_modified_and_another_the_whole_value() {
+        let headers = |pairs: &[(header::HeaderName, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (name, value) in pairs {
+                h.insert(name.clone(), HeaderValue::from_static(value));
+            }
+            h
+        };
+        let tag = "\"3\"";
+        let range = (header::RANGE, "bytes=2-4");
+        assert_eq!(
+            asked(&headers(&[range.clone()]), tag, 10),
+            Wanted::Part { start: 2, end: 5 }
+        );
+        assert_eq!(
+            asked(
+                &headers(&[(header::IF_NONE_MATCH, "\"3\""), range.clone()]),
+                tag,
+                10
+            ),
+            Wanted::NotModified
+        );
+        assert_eq!(
+            asked(
+                &headers(&[(header::IF_RANGE, "\"2\""), range.clone()]),
+                tag,
+                10
+            ),
+            Wanted::Whole
+        );
+        assert_eq!(
+            asked(&headers(&[(header::IF_RANGE, "\"3\""), range]), tag, 10),
+            Wanted::Part { start: 2, end: 5 }
+        );
+    }
 
     #[test]
     fn one_byte_range_is_read_as_the_rfc_says() {
