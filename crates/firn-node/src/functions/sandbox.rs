@@ -666,6 +666,56 @@ mod tests {
         );
     }
 
+    /// A host call handed a pointer or a length outside the guest's memory (or a negative
+    /// or huge length) ends the run with an error naming it; it never reads or writes past
+    /// the memory, and the sandbox runs the next module as before.
+    #[test]
+    fn a_host_call_given_a_bad_pointer_or_length_ends_the_run() {
+        let bad = [
+            ("-1", "10"),        // 0xffffffff: past a 64 KiB memory
+            ("65530", "100"),    // runs off its end
+            ("0", "-1"),         // a negative length
+            ("0", "2147483647"), // past any write's limit
+        ];
+        for (ptr, len) in bad {
+            let e = run(&format!(
+                r#"(module
+                    (import "firn" "put" (func $put (param i32 i32 i32 i32) (result i32)))
+                    (memory (export "memory") 1)
+                    (func (export "run") (result i32)
+                        (drop (call $put (i32.const {ptr}) (i32.const {len}) (i32.const 0) (i32.const 1)))
+                        (i32.const 0)))"#
+            ))
+            .err()
+            .unwrap_or_else(|| panic!("put({ptr}, {len}) ran"));
+            assert!(
+                matches!(e, FirnError::FunctionFailed(_)),
+                "put({ptr}, {len}): {e}"
+            );
+        }
+        // An answer written where the guest's memory is not: the key runs off its end.
+        let sandbox = Sandbox::new().unwrap();
+        let module = wat::parse_str(
+            r#"(module
+                (import "firn" "key" (func $key (param i32 i32 i32) (result i32)))
+                (memory (export "memory") 1)
+                (func (export "run") (result i32)
+                    (drop (call $key (i32.const 0) (i32.const 65530) (i32.const 1000)))
+                    (i32.const 0)))"#,
+        )
+        .unwrap();
+        let input = Invocation {
+            keys: vec![Bytes::from("sensors/kitchen/temperature")],
+            ..probe_input()
+        };
+        let e = sandbox
+            .run(&sandbox.compile(&module).unwrap(), input, Box::new(NoReads))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("guest memory"), "{e}");
+        assert!(run(r#"(module (memory (export "memory") 1) (func (export "run") (result i32) (i32.const 0)))"#).is_ok());
+    }
+
     #[test]
     fn writes_come_back_in_order_and_firn_keys_are_refused() {
         let outcome = run(
