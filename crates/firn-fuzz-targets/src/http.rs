@@ -41,3 +41,47 @@ pub fn http_bodies(data: &[u8]) {
         let _ = bodies::read(usize::from(*route) % bodies::ROUTES.len(), body);
     }
 }
+
+/// A request's path segment and headers: the first line is a segment as the routes' `Path`
+/// extractors hand it over (decoded), read as a file view path (`KEY@T`) and as a key; each
+/// further line a `name: value` header (those HTTP would not carry are left out, as the
+/// server refuses them), read as the session's headers (`Firn-After`, `Idempotency-Key`,
+/// `Firn-Producer`, `Authorization`) and as a file read's (`If-None-Match`, `If-Range`,
+/// `Range`, `Accept`). A part a `Range` asks for must lie within the value: the value is
+/// sliced by it.
+pub fn http_headers(data: &[u8]) {
+    use axum::http::{HeaderMap, HeaderName, HeaderValue};
+    use firn_node::http::fs::path::FsPath;
+    use firn_node::http::fs::range::{Wanted, asked};
+    use firn_node::http::fs::wants_html;
+    use firn_node::http::headers;
+
+    let mut lines = data.split(|&b| b == b'\n');
+    if let Ok(segment) = std::str::from_utf8(lines.next().unwrap_or_default()) {
+        if let Ok(path) = FsPath::parse(segment) {
+            let _ = path.as_directory();
+            let _ = params::key_of(path.name);
+        }
+        let _ = params::key_of(segment.to_string());
+    }
+    let mut map = HeaderMap::new();
+    for line in lines {
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+        if let (Ok(name), Ok(value)) =
+            (HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
+        {
+            map.append(name, value);
+        }
+    }
+    let _ = headers::session(&map);
+    let _ = headers::bearer(&map);
+    let _ = wants_html(&map);
+    for size in [0, 1, 10, 4096, u64::MAX] {
+        if let Wanted::Part { start, end } = asked(&map, "\"7\"", size) {
+            assert!(start < end && end <= size, "{start}..{end} of {size} bytes");
+        }
+    }
+}

@@ -178,4 +178,7 @@ replay_tests!(
     wasm_module,
     backup_file,
     http_bodies,
+    peer_stream,
+    blob_file,
+    http_headers,
 );

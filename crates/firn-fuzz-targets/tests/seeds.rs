@@ -388,6 +388,44 @@ fn the_seeds_are_read_whole_by_their_readers() {
         body.into_write()
             .unwrap_or_else(|e| panic!("http_txn/{name}: {e}"));
     }
+    for (name, bytes) in seeds("peer_stream") {
+        use tokio_util::codec::Decoder;
+        let mut input = bytes::BytesMut::from(&bytes[..]);
+        let mut codec = firn_raft::peer::codec();
+        let mut frames = 0;
+        while let Ok(Some(frame)) = codec.decode(&mut input) {
+            let read = firn_raft::peer::read_request(&frame).is_some()
+                || firn_raft::peer::read_response(&frame).is_some();
+            assert!(read, "peer_stream/{name}: frame {frames}");
+            frames += 1;
+        }
+        let whole = !["cut", "too-long"].contains(&name.as_str());
+        assert_eq!(whole, frames > 0 && input.is_empty(), "peer_stream/{name}");
+    }
+    for (name, bytes) in seeds("blob_file") {
+        let files = firn_node::blob::files::BlobFiles::new(dir.path().join(&name));
+        let path = files.path(2, BLOB_ID);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &bytes[2..]).unwrap();
+        let key = files.key_of(2, BLOB_ID).unwrap();
+        let expected: &[u8] = match name.as_str() {
+            "other-key" => b"cams/cam3",
+            _ => firn_fuzz_targets::BLOB_FILE_KEY,
+        };
+        assert_eq!(key, expected, "blob_file/{name}");
+        assert!(files.read(2, BLOB_ID, 0, 1).is_ok(), "blob_file/{name}");
+    }
+    for (name, bytes) in seeds("http_headers") {
+        let text = std::str::from_utf8(&bytes).unwrap();
+        let segment = text.lines().next().unwrap();
+        let path = firn_node::http::fs::path::FsPath::parse(segment)
+            .unwrap_or_else(|e| panic!("http_headers/{name}: {e}"));
+        assert_eq!(
+            path.at.is_some(),
+            segment.contains('@'),
+            "http_headers/{name}"
+        );
+    }
     for (name, bytes) in seeds("blob_manifest") {
         let read = record::decode::<VersionRecord>(&bytes).is_ok()
             || postcard::from_bytes::<BlobRef>(&bytes).is_ok_and(|b| b.is_consistent());
@@ -475,4 +513,152 @@ fn write_backup_file_seeds() {
     ]);
     assert!(firn_client::backup_file::check("seed", &mut &everything[..]).is_ok());
     seed("backup_file", "every-line", &everything);
+}
+
+/// A frame as a peer connection carries one: an envelope (id, body, sender's wall clock;
+/// postcard writes a struct as its fields in order) after the codec's length.
+fn framed(frames: &[Vec<u8>]) -> Vec<u8> {
+    use tokio_util::codec::Encoder;
+    let mut out = bytes::BytesMut::new();
+    for body in frames {
+        firn_raft::peer::codec()
+            .encode(Bytes::copy_from_slice(body), &mut out)
+            .unwrap();
+    }
+    out.to_vec()
+}
+
+fn envelope<T: serde::Serialize>(id: u64, body: T) -> Vec<u8> {
+    postcard::to_stdvec(&(id, body, 1_790_000_000_000_000u64)).unwrap()
+}
+
+#[test]
+#[ignore = "writes fuzz/corpus: run by hand"]
+fn write_peer_stream_seeds() {
+    use firn_raft::peer::{PeerRequest, PeerResponse};
+    use firn_raft::snapshot_transfer::SnapshotChunk;
+    use firn_raft::types::{SnapshotMeta, Vote};
+    use openraft::raft::{AppendEntriesRequest, VoteRequest};
+
+    let heartbeat = envelope(
+        1,
+        PeerRequest::Append {
+            shard: 3,
+            rpc: AppendEntriesRequest {
+                vote: Vote::new_committed(2, 1),
+                prev_log_id: None,
+                entries: Vec::new(),
+                leader_commit: None,
+            },
+        },
+    );
+    let vote = envelope(
+        2,
+        PeerRequest::Vote {
+            shard: 3,
+            rpc: VoteRequest::new(Vote::new(3, 2), None),
+        },
+    );
+    let chunk = envelope(
+        3,
+        PeerRequest::SnapshotChunk(SnapshotChunk {
+            shard: 3,
+            vote: Vote::new_committed(2, 1),
+            meta: SnapshotMeta::default(),
+            total_bytes: 8,
+            offset: 0,
+            bytes: b"FIRNSNAP".to_vec(),
+        }),
+    );
+    let app = envelope(4, PeerRequest::App(b"forwarded write".to_vec()));
+    let answered = envelope(4, PeerResponse::App(b"answer".to_vec()));
+    let refused = envelope(5, PeerResponse::Error("busy: retry".into()));
+    seed("peer_stream", "heartbeat", &framed(&[heartbeat.clone()]));
+    seed("peer_stream", "vote", &framed(&[vote.clone()]));
+    seed("peer_stream", "snapshot-chunk", &framed(&[chunk]));
+    seed(
+        "peer_stream",
+        "requests",
+        &framed(&[heartbeat, vote, app.clone()]),
+    );
+    seed("peer_stream", "answers", &framed(&[answered, refused]));
+    let whole = framed(&[app]);
+    seed("peer_stream", "cut", &whole[..whole.len() - 3]);
+    // A length past the limit: the connection is closed before anything is read.
+    seed("peer_stream", "too-long", &u32::MAX.to_be_bytes());
+}
+
+const BLOB_ID: u128 = 0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10;
+
+/// A sealed blob file as the node writes one, after a peer read's two bytes.
+fn blob_file(read: [u8; 2], key: &[u8], data: &[u8]) -> Vec<u8> {
+    use firn_node::blob::files::{BlobFiles, digest};
+    let dir = tempfile::tempdir().unwrap();
+    let files = BlobFiles::new(dir.path().to_path_buf());
+    let (shard, id) = (2, BLOB_ID);
+    files.write_chunk(shard, id, key, 0, data).unwrap();
+    files
+        .seal(&BlobRef {
+            shard,
+            id,
+            size: data.len() as u64,
+            chunk_bytes: firn_model::blob::BLOB_CHUNK_BYTES as u32,
+            digests: vec![digest(data)],
+        })
+        .unwrap();
+    let mut seed = read.to_vec();
+    seed.extend(std::fs::read(files.path(shard, id)).unwrap());
+    seed
+}
+
+#[test]
+#[ignore = "writes fuzz/corpus: run by hand"]
+fn write_blob_file_seeds() {
+    let key = firn_fuzz_targets::BLOB_FILE_KEY;
+    seed(
+        "blob_file",
+        "small",
+        &blob_file([0, 4], key, b"a large value's first bytes"),
+    );
+    seed(
+        "blob_file",
+        "read-past-end",
+        &blob_file([200, 255], key, &[7; 1000]),
+    );
+    seed(
+        "blob_file",
+        "other-key",
+        &blob_file([3, 1], b"cams/cam3", &[1; 64]),
+    );
+}
+
+#[test]
+#[ignore = "writes fuzz/corpus: run by hand"]
+fn write_http_headers_seeds() {
+    let requests: &[(&str, &str)] = &[
+        ("plain", "cams/cam3\nAccept: */*"),
+        (
+            "file-range",
+            "cams/cam3@2026-11-29T10:02:07.5Z\nRange: bytes=2-5\nIf-Range: \"7\"\nAccept: application/octet-stream",
+        ),
+        (
+            "conditional",
+            "docs/readme\nIf-None-Match: \"6\", W/\"7\"\nRange: bytes=-3",
+        ),
+        (
+            "directory",
+            "cams/@1790000000000000-3\nAccept: text/html,application/xhtml+xml,application/json;q=0.9",
+        ),
+        (
+            "write-once",
+            "orders/17\nIdempotency-Key: order-17-try\nFirn-Producer: checkout\nFirn-After: 1790000000000000-3\nAuthorization: Bearer s3cret-token",
+        ),
+        (
+            "key-with-at",
+            "mail/a@b.example@2026-11-29T10:02:07Z\nRange: bytes=0-",
+        ),
+    ];
+    for (name, text) in requests {
+        seed("http_headers", name, text.as_bytes());
+    }
 }
