@@ -11,6 +11,8 @@
 mod backup_file;
 mod blob_file;
 mod blob_manifest;
+/// Its module's program layout is public for the seeds.
+pub mod host_calls;
 mod http;
 mod local_region;
 mod mqtt_codec;
@@ -23,6 +25,7 @@ mod wasm_module;
 pub use backup_file::backup_file;
 pub use blob_file::{KEY as BLOB_FILE_KEY, blob_file};
 pub use blob_manifest::blob_manifest;
+pub use host_calls::host_calls;
 pub use http::{http_bodies, http_headers, http_params, http_txn};
 pub use local_region::local_region;
 pub use mqtt_codec::mqtt_codec;
@@ -51,6 +54,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("peer_stream", peer_stream),
     ("blob_file", blob_file),
     ("http_headers", http_headers),
+    ("host_calls", host_calls),
 ];
 
 /// Where the targets write their files: `TMPDIR` when set, else a RAM disk when the

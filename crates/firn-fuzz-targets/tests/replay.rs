@@ -181,4 +181,5 @@ replay_tests!(
     peer_stream,
     blob_file,
     http_headers,
+    host_calls,
 );
