@@ -80,7 +80,7 @@ fn file_of(data: &[u8]) -> tempfile::NamedTempFile {
     file
 }
 
-/// A new folder of its own (removed when dropped), where [`file_of`] writes files.
+/// A new folder of its own (removed when dropped), in the place [`file_of`] writes to.
 fn folder() -> tempfile::TempDir {
     tempfile::tempdir_in(scratch()).expect("a temporary folder")
 }
