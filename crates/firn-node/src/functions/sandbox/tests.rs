@@ -1,14 +1,9 @@
 use super::*;
 
-fn call(input: Invocation) -> Invocation {
-    input
-}
-
 fn run(wat_text: &str) -> Result<Outcome, FirnError> {
     let sandbox = Sandbox::new()?;
     let compiled = sandbox.compile(&wat::parse_str(wat_text).unwrap())?;
-    let input = call(probe_input());
-    sandbox.run(&compiled, input, Box::new(NoReads))
+    sandbox.run(&compiled, probe_input(), Box::new(NoReads))
 }
 
 #[test]
