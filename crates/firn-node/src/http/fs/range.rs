@@ -118,7 +118,7 @@ mod tests {
         let tag = "\"3\"";
         let range = (header::RANGE, "bytes=2-4");
         assert_eq!(
-            asked(&headers(&[range.clone()]), tag, 10),
+            asked(&headers(std::slice::from_ref(&range)), tag, 10),
             Wanted::Part { start: 2, end: 5 }
         );
         assert_eq!(
