@@ -154,8 +154,14 @@ pub use firn_model::function::RESERVED_PREFIX;
 const WARM_INSTANCES_MAX: usize = 16;
 
 /// A compiled module, ready to run many times, and its warm instances.
+///
+/// Each module has an engine of its own: a wasmi engine keeps every function it has compiled
+/// until the engine itself is dropped, so one engine for all the node's modules would grow
+/// with every module ever loaded or refused. With its own, a module's code goes when the
+/// last of its handles and instances does.
 #[derive(Clone)]
 pub struct Compiled {
+    linker: Arc<Linker<RunState>>,
     module: Module,
     warm: Arc<std::sync::Mutex<Vec<Warm>>>,
     /// Runs at once, one an instance: more wait for a free one rather than start another
@@ -191,11 +197,10 @@ impl Compiled {
     }
 }
 
-/// The engine and the host calls, built once a node; each run gets its own store and
-/// instance.
+/// The engine settings and the host calls; each module compiles in an engine of its own
+/// ([`Compiled`]), each run gets its own store and instance.
 pub struct Sandbox {
-    engine: Engine,
-    linker: Linker<RunState>,
+    config: Config,
 }
 
 /// The store's data during one run.
@@ -313,11 +318,19 @@ impl Sandbox {
     pub fn new() -> Result<Sandbox, FirnError> {
         let mut config = Config::default();
         config.consume_fuel(true);
-        let engine = Engine::new(&config);
+        let sandbox = Sandbox { config };
+        // The host calls are defined once here, so that a mistake in them shows at start.
+        sandbox.engine_and_linker()?;
+        Ok(sandbox)
+    }
+
+    /// A new engine, and the host calls in it.
+    fn engine_and_linker(&self) -> Result<(Engine, Linker<RunState>), FirnError> {
+        let engine = Engine::new(&self.config);
         let mut linker = Linker::new(&engine);
         super::abi::define(&mut linker).map_err(internal)?;
         super::wasi::define(&mut linker).map_err(internal)?;
-        Ok(Sandbox { engine, linker })
+        Ok((engine, linker))
     }
 
     /// Compiles and checks a module: it is Wasm, exports `run` of type `() -> i32`, and
@@ -326,13 +339,13 @@ impl Sandbox {
     /// ends costs what an endless run costs and the module is refused).
     pub fn compile(&self, wasm: &[u8]) -> Result<Compiled, FirnError> {
         let bad = |why: String| FirnError::BadArgument(format!("not a function module: {why}"));
+        let (engine, linker) = self.engine_and_linker()?;
         // wasmi answers malformed input with errors; a panic on some input it does not
         // expect must still not take the node down.
-        let module = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            Module::new(&self.engine, wasm)
-        }))
-        .map_err(|_| bad("the module could not be parsed".into()))?
-        .map_err(|e| bad(e.to_string()))?;
+        let module =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Module::new(&engine, wasm)))
+                .map_err(|_| bad("the module could not be parsed".into()))?
+                .map_err(|e| bad(e.to_string()))?;
         let run = module
             .exports()
             .find(|e| e.name() == "run")
@@ -342,49 +355,26 @@ impl Sandbox {
                 if f.params().is_empty() && f.results() == [wasmi::ValType::I32] => {}
             _ => return Err(bad("its `run` is not a function of type () -> i32".into())),
         }
-        let mut store = self.store(probe_input(), Box::new(NoReads));
+        let mut store = store(&engine, probe_input(), Box::new(NoReads));
         store.set_fuel(FUNCTION_FUEL_MAX).map_err(internal)?;
-        self.linker
+        linker
             .instantiate_and_start(&mut store, &module)
             .map_err(|e| bad(e.to_string()))?;
         Ok(Compiled {
+            linker: Arc::new(linker),
             module,
             warm: Arc::default(),
             running: Arc::new(tokio::sync::Semaphore::new(WARM_INSTANCES_MAX)),
         })
     }
 
-    fn store(&self, input: Invocation, host: Box<dyn Host>) -> Store<RunState> {
-        let state = RunState {
-            random: seed(&input),
-            monotonic_ns: input.stamp_us.saturating_mul(1_000),
-            input,
-            host,
-            effects: Vec::new(),
-            written: HashMap::new(),
-            write_bytes: 0,
-            reply: None,
-            log: Vec::new(),
-            log_bytes: 0,
-            host_calls: 0,
-            failed: None,
-            limits: StoreLimitsBuilder::new()
-                .memory_size(FUNCTION_MEMORY_BYTES_MAX)
-                .instances(1)
-                .build(),
-        };
-        let mut store = Store::new(&self.engine, state);
-        store.limiter(|s| &mut s.limits);
-        store
-    }
-
     /// A new instance past its `_initialize` (a reactor's, as Go's `-buildmode=c-shared`
     /// makes), which reads `input`'s clock.
     fn warm_up(&self, compiled: &Compiled, input: &Invocation) -> Result<Warm, FirnError> {
-        let mut store = self.store(input.clone(), Box::new(NoReads));
+        let mut store = store(compiled.module.engine(), input.clone(), Box::new(NoReads));
         store.set_fuel(FUNCTION_FUEL_MAX).map_err(internal)?;
         let started = (|| {
-            let instance = self
+            let instance = compiled
                 .linker
                 .instantiate_and_start(&mut store, &compiled.module)?;
             if let Ok(init) = instance.get_typed_func::<(), ()>(&store, "_initialize") {
@@ -521,6 +511,31 @@ fn describe(e: &WasmError) -> String {
         Some(code) => format!("trap: {code}"),
         None => e.to_string(),
     }
+}
+
+/// A store in `engine` for one run on `input`, within the run's memory budget.
+fn store(engine: &Engine, input: Invocation, host: Box<dyn Host>) -> Store<RunState> {
+    let state = RunState {
+        random: seed(&input),
+        monotonic_ns: input.stamp_us.saturating_mul(1_000),
+        input,
+        host,
+        effects: Vec::new(),
+        written: HashMap::new(),
+        write_bytes: 0,
+        reply: None,
+        log: Vec::new(),
+        log_bytes: 0,
+        host_calls: 0,
+        failed: None,
+        limits: StoreLimitsBuilder::new()
+            .memory_size(FUNCTION_MEMORY_BYTES_MAX)
+            .instances(1)
+            .build(),
+    };
+    let mut store = Store::new(engine, state);
+    store.limiter(|s| &mut s.limits);
+    store
 }
 
 fn internal(e: impl std::fmt::Display) -> FirnError {

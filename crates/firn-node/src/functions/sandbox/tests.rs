@@ -7,6 +7,30 @@ fn run(wat_text: &str) -> Result<Outcome, FirnError> {
 }
 
 #[test]
+fn a_module_s_code_is_freed_with_it_not_kept_by_the_sandbox() {
+    let sandbox = Sandbox::new().unwrap();
+    let module =
+        wat::parse_str(r#"(module (func (export "run") (result i32) (i32.const 0)))"#).unwrap();
+    let compiled = sandbox.compile(&module).unwrap();
+    let again = sandbox.compile(&module).unwrap();
+    assert!(!Engine::same(
+        compiled.module.engine(),
+        again.module.engine()
+    ));
+    // A run leaves a warm instance behind; dropping the module drops its engine, and with
+    // it every function the engine compiled.
+    sandbox
+        .run(&compiled, probe_input(), Box::new(NoReads))
+        .unwrap();
+    let engine = compiled.module.engine().weak();
+    drop(compiled);
+    assert!(
+        engine.upgrade().is_none(),
+        "the module's engine outlived it"
+    );
+}
+
+#[test]
 fn bytes_that_are_not_wasm_are_refused() {
     let sandbox = Sandbox::new().unwrap();
     let e = sandbox.compile(b"not a module").err().unwrap();
