@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{redis_conn, run};
+use common::{redis_conn, redis_conn_patient, run};
 use firn_node::{NodeConfig, RunningNode};
 
 /// The inline limit of these nodes: anything larger is a blob.
@@ -125,8 +125,9 @@ async fn a_large_value_streams_in_and_out_and_is_read_whole_over_resp() {
     assert_eq!(history["versions"][0]["size"], big.len());
     assert!(history["versions"][0]["value"].is_null());
 
-    // RESP reads it whole, and writes a large value through the same path.
-    let mut c = redis_conn(&node).await;
+    // RESP reads it whole, and writes a large value through the same path. Megabytes through a
+    // debug build may take longer than the client's default 500 ms to answer.
+    let mut c = redis_conn_patient(&node).await;
     let got: Vec<u8> = redis::cmd("GET")
         .arg("video/1")
         .query_async(&mut c)
