@@ -155,7 +155,14 @@ async fn a_majority_killed_at_once_loses_no_acknowledged_write() {
             }
         }));
     }
+    // At least two and a half seconds (past two checkpoints) and at least 300 acknowledged
+    // writes before the kill, however slow the machine: the count, not the clock, makes the
+    // history worth checking.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let enough = Instant::now() + Duration::from_secs(60);
+    while acked.lock().unwrap().len() < 300 && Instant::now() < enough {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // Kill the memory shard's leader and one follower at once; the third keeps running.
     let (cluster, killed_at) = tokio::task::spawn_blocking(move || {
         let mut cluster = cluster;
