@@ -211,3 +211,40 @@ fn the_host_call_seeds_do_what_they_say() {
         }
     }
 }
+
+#[test]
+fn fd_write_logs_what_the_log_keeps_and_refuses_iovecs_past_the_memory() {
+    use firn_model::limits::FUNCTION_LOG_BYTES_MAX;
+    let memory = 2 * 65_536;
+    let out = 0x100;
+    // 1,024 iovecs of 8 bytes, each naming the whole memory: 128 MiB written, of which the
+    // log keeps its first 16 KiB, and no more is copied; then the count written is the reply.
+    let iovecs: Vec<u8> = (0..1024)
+        .flat_map(|_| [0i32.to_le_bytes(), (memory as i32).to_le_bytes()].concat())
+        .collect();
+    let records = [
+        (20, [1, host_data(2), 1024, out, 0, 0, 0, 0]),
+        (18, [out, 4, 0, 0, 0, 0, 0, 0]),
+    ];
+    let outcome =
+        firn_fuzz_targets::host_calls::run_program(&host_program(&records, &iovecs)).unwrap();
+    assert_eq!(
+        outcome.reply,
+        Some(Bytes::copy_from_slice(&(1024u32 * memory).to_le_bytes()))
+    );
+    assert_eq!(outcome.log.len(), 1);
+    assert_eq!(outcome.log[0].len(), FUNCTION_LOG_BYTES_MAX);
+    // An iovec that runs past the memory, or has a negative length, ends the run.
+    for (ptr, len) in [(memory as i32 - 100, 101i32), (0, -1), (-8, 8)] {
+        let iovec = [ptr.to_le_bytes(), len.to_le_bytes()].concat();
+        let program = host_program(&[(20, [1, host_data(1), 1, out, 0, 0, 0, 0])], &iovec);
+        let outcome = firn_fuzz_targets::host_calls::run_program(&program);
+        assert!(
+            outcome.is_err(),
+            "an iovec of {len} bytes at {ptr}: {outcome:?}"
+        );
+    }
+    // The iovecs themselves must lie in the memory.
+    let program = host_program(&[(20, [1, memory as i32 - 4, 1, out, 0, 0, 0, 0])], &[]);
+    assert!(firn_fuzz_targets::host_calls::run_program(&program).is_err());
+}

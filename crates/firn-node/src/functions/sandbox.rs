@@ -598,6 +598,23 @@ pub(super) fn read_guest(
     Ok(Bytes::from(buf))
 }
 
+/// Whether bytes `[ptr, ptr+len)` lie in the guest's memory (a trap if not), read or not.
+pub(super) fn guest_holds(
+    caller: &Caller<'_, RunState>,
+    ptr: i32,
+    len: i32,
+) -> Result<(), WasmError> {
+    let size = memory(caller)?.data_size(caller);
+    let end = (ptr as u32 as usize).checked_add(len.max(0) as usize);
+    if len < 0 || end.is_none_or(|end| end > size) {
+        return Err(WasmError::new(format!(
+            "{len} bytes at {} are not in the memory ({size} bytes)",
+            ptr as u32
+        )));
+    }
+    Ok(())
+}
+
 /// Writes `bytes` at `ptr` when they fit in `cap`; answers their length either way (the
 /// ABI's "call again with a bigger buffer").
 pub(super) fn answer_bytes(

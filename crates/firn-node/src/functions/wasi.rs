@@ -6,9 +6,10 @@
 //! `wasip1` runtime imports fifteen of these; the others answer `ENOSYS` or `EBADF` so modules of
 //! other toolchains load.
 
+use firn_model::limits::FUNCTION_LOG_BYTES_MAX;
 use wasmi::{Caller, Error as WasmError, Linker};
 
-use super::sandbox::{RunState, answer_bytes, read_guest};
+use super::sandbox::{RunState, answer_bytes, guest_holds, read_guest};
 
 const MODULE: &str = "wasi_snapshot_preview1";
 const SUCCESS: i32 = 0;
@@ -16,6 +17,8 @@ const EBADF: i32 = 8;
 const EINVAL: i32 = 28;
 const ENOSYS: i32 = 52;
 
+/// Most iovecs one `fd_write` reads (POSIX's IOV_MAX).
+const IOVECS_MAX: i32 = 1024;
 /// Most bytes one `random_get` fills.
 const RANDOM_BYTES_MAX: i32 = 64 * 1024;
 
@@ -109,18 +112,29 @@ pub(super) fn define(linker: &mut Linker<RunState>) -> Result<(), wasmi::errors:
             if fd != 1 && fd != 2 {
                 return Ok(EBADF);
             }
+            c.data_mut().call()?;
+            // Every iovec must lie in the memory, but only what the log can still keep is
+            // copied: a few bytes of iovecs may name the whole memory many times over.
             let mut text = Vec::new();
-            for i in 0..iovs_len.clamp(0, 1024) {
-                let iov = read_guest(&c, iovs + i * 8, 8)?;
+            let mut total: u32 = 0;
+            for i in 0..iovs_len.clamp(0, IOVECS_MAX) {
+                let at = (iovs as u32)
+                    .checked_add(i as u32 * 8)
+                    .ok_or_else(|| WasmError::new("an iovec past the end of memory"))?;
+                let iov = read_guest(&c, at as i32, 8)?;
                 let ptr = i32::from_le_bytes(iov[..4].try_into().expect("4 bytes"));
                 let len = i32::from_le_bytes(iov[4..].try_into().expect("4 bytes"));
-                text.extend_from_slice(&read_guest(&c, ptr, len)?);
+                guest_holds(&c, ptr, len)?;
+                let room = FUNCTION_LOG_BYTES_MAX.saturating_sub(text.len());
+                let kept = (len as usize).min(room) as i32;
+                text.extend_from_slice(&read_guest(&c, ptr, kept)?);
+                total = total.saturating_add(len as u32);
             }
             let line = String::from_utf8_lossy(&text).trim_end().to_owned();
             if !line.is_empty() {
                 c.data_mut().log_line(line);
             }
-            write_u32(&mut c, written, text.len() as u32)?;
+            write_u32(&mut c, written, total)?;
             Ok(SUCCESS)
         },
     )?;
