@@ -60,8 +60,12 @@ fn write_peer_stream_seeds() {
     let app = envelope(4, PeerRequest::App(b"forwarded write".to_vec()));
     let answered = envelope(4, PeerResponse::App(b"answer".to_vec()));
     let refused = envelope(5, PeerResponse::Error("busy: retry".into()));
-    seed("peer_stream", "heartbeat", &framed(&[heartbeat.clone()]));
-    seed("peer_stream", "vote", &framed(&[vote.clone()]));
+    seed(
+        "peer_stream",
+        "heartbeat",
+        &framed(std::slice::from_ref(&heartbeat)),
+    );
+    seed("peer_stream", "vote", &framed(std::slice::from_ref(&vote)));
     seed("peer_stream", "snapshot-chunk", &framed(&[chunk]));
     seed(
         "peer_stream",
